@@ -1,0 +1,160 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fabsock's wire formats, all in one place: the UDP capability probe, the
+ * in-band HELLO / HELLO-ACK on the TCP stream, the tag and header of every
+ * fabric message. Multi-byte fields are big-endian (network order) in the
+ * probe and HELLO, little-endian in fabric message headers. Decoders never
+ * trust a length they have not checked against the buffer they were given.
+ *
+ * Probe (UDP, client -> same port on the server host; reply same size):
+ *   0  u32 magic 'FSBP'        4  u8 version   5  u8 type (ASK/YES/NO)
+ *   6  u16 reserved (0)        8  u64 nonce   16  u32 wait_ms
+ *  20  u16 client TCP port    22  u16 reserved (0)
+ *  24  u8[16] client TCP address (IPv6 or v4-mapped IPv4)      = 40 bytes
+ *
+ * HELLO (client -> server, first bytes of the TCP stream) and HELLO-ACK
+ * (server -> client) share one layout:
+ *   0  u32 magic 'FSBH' (HELLO) or 'FSBA' (ACK)
+ *   4  u8 version              5  u8 status (HELLO: 0; ACK: enum fs_nak)
+ *   6  u16 total length of the message, crc included
+ *   8  u64 token (chosen by the client, echoed by the server)
+ *  16  u64 probe nonce (0 when the probe was skipped by a rule)
+ *  24  u32 stream id the sender receives on (peer tags its data with it)
+ *  28  u32 window: messages the sender lets the peer have in flight
+ *  32  u32 chunk: largest payload the sender accepts per message
+ *  36  u8[16] host id (boot id) of the sender
+ *  52  u8 provider (enum fs_wire_provider)
+ *  53  u8 reserved (0)
+ *  54  u16 addr_len (<= FS_WIRE_ADDR_MAX)
+ *  56  u8[addr_len] fabric address of the sender's endpoint
+ *  56+addr_len u32 CRC-32 (IEEE, as zlib) of every byte before it
+ */
+#ifndef FS_CORE_WIRE_H
+#define FS_CORE_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define FS_WIRE_VERSION 1
+#define FS_WIRE_PROBE_MAGIC 0x46534250u /* "FSBP" */
+#define FS_WIRE_HELLO_MAGIC 0x46534248u /* "FSBH" */
+#define FS_WIRE_ACK_MAGIC 0x46534241u   /* "FSBA" */
+
+#define FS_WIRE_PROBE_LEN 40
+#define FS_WIRE_ADDR_MAX 256
+#define FS_WIRE_HELLO_FIXED 56
+#define FS_WIRE_HELLO_MIN (FS_WIRE_HELLO_FIXED + 4)
+#define FS_WIRE_HELLO_MAX (FS_WIRE_HELLO_FIXED + FS_WIRE_ADDR_MAX + 4)
+
+enum fs_probe_type { FS_PROBE_ASK = 1, FS_PROBE_YES = 2, FS_PROBE_NO = 3 };
+
+struct fs_probe {
+	uint8_t type;         /* enum fs_probe_type */
+	uint64_t nonce;
+	uint32_t wait_ms;     /* the client's probe timeout */
+	uint16_t client_port; /* host order */
+	uint8_t client_addr[16];
+};
+
+enum fs_wire_provider {
+	FS_PROV_NONE = 0,
+	FS_PROV_SHM = 1,
+	FS_PROV_EFA = 2,
+	FS_PROV_TCP = 3,
+	FS_PROV_NET = 4,
+	FS_PROV_MAX_ = 5,
+};
+
+/* Why a server answered a HELLO with a refusal; both ends then stay on TCP. */
+enum fs_nak {
+	FS_NAK_NONE = 0,
+	FS_NAK_PROVIDER = 1,  /* no common provider / provider failed to open */
+	FS_NAK_RESOURCES = 2, /* buffer pool or address vector full */
+	FS_NAK_RULE = 3,      /* server rules forbid this peer */
+	FS_NAK_VERSION = 4,
+	FS_NAK_HOST = 5,      /* shm offered but the hosts differ */
+	FS_NAK_MAX_ = 6,
+};
+
+struct fs_hello {
+	uint32_t magic; /* FS_WIRE_HELLO_MAGIC or FS_WIRE_ACK_MAGIC */
+	uint8_t status; /* enum fs_nak; 0 in a HELLO */
+	uint64_t token;
+	uint64_t nonce;
+	uint32_t stream_id;
+	uint32_t window;
+	uint32_t chunk;
+	uint8_t host_id[16];
+	uint8_t provider;
+	uint16_t addr_len;
+	uint8_t addr[FS_WIRE_ADDR_MAX];
+};
+
+/* Encodes into BUF (LEN bytes). Returns bytes written, or -EMSGSIZE if LEN
+ * is too small, -EINVAL for an invalid field (bad type, addr_len too big). */
+int fs_wire_probe_encode(const struct fs_probe *probe, uint8_t *buf, size_t len);
+/* Returns 0, or -EBADMSG for anything that is not exactly one well-formed
+ * probe of this version (wrong length, magic, version, type, nonzero
+ * reserved bytes). */
+int fs_wire_probe_decode(const uint8_t *buf, size_t len, struct fs_probe *probe);
+
+int fs_wire_hello_encode(const struct fs_hello *hello, uint8_t *buf, size_t len);
+/* Decodes a HELLO (MAGIC = FS_WIRE_HELLO_MAGIC) or ACK from the start of BUF.
+ * Returns the message length (> 0) when a whole valid message is there;
+ * 0 when the LEN bytes present are a valid prefix and more are needed;
+ * -EBADMSG when the bytes cannot be such a message (magic, version, length
+ * out of range, addr_len inconsistent, provider unknown, status out of
+ * range, CRC mismatch). */
+int fs_wire_hello_decode(const uint8_t *buf, size_t len, uint32_t magic, struct fs_hello *hello);
+
+uint32_t fs_wire_crc32(const void *buf, size_t len);
+
+const char *fs_wire_provider_name(unsigned provider);
+const char *fs_nak_name(unsigned nak);
+
+/*
+ * Fabric messages are tagged. Tag bits:
+ *   63..62 class: FS_CLASS_DATA (posted into large pooled buffers) or
+ *          FS_CLASS_CTRL (small buffers). Receives are catch-alls per class
+ *          (every other bit ignored), so matching order never matters and
+ *          no message of ours can arrive unexpected while credits are kept.
+ *   61..56 kind (enum fs_msg_kind)
+ *   55..32 stream id at the receiver (24 bits)
+ *   31..0  low 32 bits of the connection token
+ * Every message starts with struct fs_wire_msg_hdr (little-endian).
+ */
+#define FS_TAG_CLASS_SHIFT 62
+#define FS_TAG_KIND_SHIFT 56
+#define FS_TAG_STREAM_SHIFT 32
+#define FS_TAG_CLASS_MASK (3ull << FS_TAG_CLASS_SHIFT)
+#define FS_STREAM_ID_MAX 0xffffffu
+
+enum fs_msg_class { FS_CLASS_DATA = 0, FS_CLASS_CTRL = 1 };
+enum fs_msg_kind {
+	FS_MSG_DATA = 1,   /* class DATA: payload bytes, seq numbered */
+	FS_MSG_FIN = 2,    /* class DATA: end of stream, takes a seq and a credit */
+	FS_MSG_CREDIT = 3, /* class CTRL: receiver freed messages up to hdr.freed */
+};
+
+struct fs_wire_msg_hdr {
+	uint32_t seq;      /* DATA/FIN: per-stream message number from 1; CREDIT: ctrl number from 1 */
+	uint32_t freed;    /* messages of the opposite direction consumed by the sender's reader */
+	uint32_t ctrl_ack; /* CREDIT messages of the opposite direction processed */
+	uint32_t len;      /* payload bytes following the header */
+};
+_Static_assert(sizeof(struct fs_wire_msg_hdr) == 16, "fabric header is 16 bytes");
+
+static inline uint64_t fs_tag_make(unsigned cls, unsigned kind, uint32_t stream, uint64_t token)
+{
+	return ((uint64_t)cls << FS_TAG_CLASS_SHIFT) | ((uint64_t)(kind & 0x3f) << FS_TAG_KIND_SHIFT) |
+	       ((uint64_t)(stream & FS_STREAM_ID_MAX) << FS_TAG_STREAM_SHIFT) | (token & 0xffffffffull);
+}
+static inline unsigned fs_tag_class(uint64_t tag) { return (unsigned)(tag >> FS_TAG_CLASS_SHIFT); }
+static inline unsigned fs_tag_kind(uint64_t tag) { return (unsigned)(tag >> FS_TAG_KIND_SHIFT) & 0x3f; }
+static inline uint32_t fs_tag_stream(uint64_t tag) { return (uint32_t)(tag >> FS_TAG_STREAM_SHIFT) & FS_STREAM_ID_MAX; }
+static inline uint32_t fs_tag_token(uint64_t tag) { return (uint32_t)tag; }
+
+void fs_wire_hdr_encode(const struct fs_wire_msg_hdr *hdr, void *buf);
+void fs_wire_hdr_decode(const void *buf, struct fs_wire_msg_hdr *hdr);
+
+#endif

@@ -1,0 +1,44 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Resolves the real-symbol table (see real.h) with dlsym(RTLD_NEXT), once.
+ * A missing symbol means the C library is not one fabsock can sit on top of;
+ * that is reported on stderr with the real write and the process is aborted
+ * before the application runs, rather than failing later at a random call.
+ */
+#define _GNU_SOURCE
+#include "preload/real.h"
+
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+struct fs_real_syms fs_real;
+
+static void fs_real_missing(const char *name)
+{
+	static const char prefix[] = "fabsock: cannot resolve the real ";
+	syscall(SYS_write, 2, prefix, sizeof(prefix) - 1);
+	syscall(SYS_write, 2, name, strlen(name));
+	syscall(SYS_write, 2, "\n", 1);
+	abort();
+}
+
+void fs_real_init(void)
+{
+	static int done;
+
+	if (__atomic_load_n(&done, __ATOMIC_ACQUIRE))
+		return;
+#define FS_SYM(ret, name, params)                                    \
+	do {                                                         \
+		void *sym = dlsym(RTLD_NEXT, #name);                 \
+		if (!sym)                                            \
+			fs_real_missing(#name);                      \
+		memcpy(&fs_real.name, &sym, sizeof(sym));            \
+	} while (0);
+#include "preload/symbols.def"
+#undef FS_SYM
+	__atomic_store_n(&done, 1, __ATOMIC_RELEASE);
+}
