@@ -1,0 +1,108 @@
+# SPDX-License-Identifier: MIT
+# Shared helpers for the end-to-end test scripts. Source it first thing:
+#   . "$(dirname "$0")/lib.sh"
+# It sets strict mode, a bounded overall timeout, and a cleanup trap that
+# kills every process the script started (fs_bg), deletes the network
+# namespaces it created (fs_netns_add) and removes its temporary directory.
+
+set -euo pipefail
+
+: "${FABSOCK_LIB:?FABSOCK_LIB must name the built libfabsock.so}"
+: "${FS_PROGS:?FS_PROGS must name the directory of the test programs}"
+
+FS_TMP=$(mktemp -d /tmp/fabsock-test.XXXXXX)
+FS_PIDS=()
+FS_NETNS=()
+FS_FAILS=0
+FS_PASSES=0
+
+fs_cleanup() {
+	local pid ns
+	for pid in "${FS_PIDS[@]:-}"; do
+		[ -n "$pid" ] && kill -9 "$pid" 2>/dev/null || true
+	done
+	wait 2>/dev/null || true
+	for ns in "${FS_NETNS[@]:-}"; do
+		[ -n "$ns" ] && ip netns del "$ns" 2>/dev/null || true
+	done
+	# Regions of fabsock processes this test started and that did not exit cleanly.
+	for pid in "${FS_PIDS[@]:-}"; do
+		[ -n "$pid" ] && rm -f /dev/shm/fabsock-*-"$pid"-* 2>/dev/null || true
+	done
+	rm -rf "$FS_TMP"
+}
+trap fs_cleanup EXIT
+
+fs_log() { printf '%s: %s\n' "$(basename "$0" .sh)" "$*" >&2; }
+fs_fail() { fs_log "FAIL: $*"; FS_FAILS=$((FS_FAILS + 1)); }
+fs_pass() { fs_log "ok: $*"; FS_PASSES=$((FS_PASSES + 1)); }
+fs_skip() { fs_log "SKIP: $*"; exit 77; }
+# Ends the script: prints the closing count line and exits by the result.
+fs_done() {
+	echo "$FS_PASSES passed, $FS_FAILS failed"
+	[ "$FS_FAILS" -eq 0 ]
+}
+
+# Runs a command in the background and remembers its pid for cleanup.
+# Usage: fs_bg VAR cmd...   (VAR receives the pid)
+fs_bg() {
+	local __var=$1; shift
+	"$@" &
+	local pid=$!
+	FS_PIDS+=("$pid")
+	printf -v "$__var" '%s' "$pid"
+}
+
+# A TCP port that is free now on loopback (and its UDP twin too).
+fs_free_port() {
+	local port
+	for _ in $(seq 1 200); do
+		port=$((20000 + RANDOM % 30000))
+		if ! ss -Htan "sport = :$port" | grep -q . && ! ss -Huan "sport = :$port" | grep -q .; then
+			echo "$port"; return 0
+		fi
+	done
+	return 1
+}
+
+# Waits until something listens on TCP PORT (optionally inside netns NS).
+fs_wait_listen() {
+	local port=$1 ns=${2:-} i
+	for i in $(seq 1 200); do
+		if [ -n "$ns" ]; then
+			ip netns exec "$ns" ss -Htln "sport = :$port" | grep -q . && return 0
+		else
+			ss -Htln "sport = :$port" | grep -q . && return 0
+		fi
+		sleep 0.05
+	done
+	fs_log "nothing listens on port $port after 10 s"
+	return 1
+}
+
+# Waits for a pid with a time bound in seconds; returns its exit status, or
+# 124 after killing it if it ran too long.
+fs_wait_pid() {
+	local pid=$1 limit=${2:-60} i
+	for i in $(seq 1 $((limit * 20))); do
+		if ! kill -0 "$pid" 2>/dev/null; then
+			wait "$pid"; return $?
+		fi
+		sleep 0.05
+	done
+	kill -9 "$pid" 2>/dev/null || true
+	wait "$pid" 2>/dev/null || true
+	fs_log "pid $pid still running after ${limit}s: killed"
+	return 124
+}
+
+# Runs CMD under the preload: fs_pre cmd...
+fs_pre() { LD_PRELOAD="$FABSOCK_LIB" FABSOCK_STATS=1 "$@"; }
+
+# Creates a network namespace owned by this test (deleted at exit).
+fs_netns_add() {
+	local ns=$1
+	ip netns add "$ns" || return 1
+	FS_NETNS+=("$ns")
+	ip -n "$ns" link set lo up
+}
