@@ -1,1 +1,822 @@
 /* SPDX-License-Identifier: MIT */
+/*
+ * The engine (see engine.h for the flow-control rules): lifecycle, rails,
+ * the stream table, posting receives and sends, and completion processing.
+ * The application-facing operations on a stream (send, recv, wait, close)
+ * are in stream.c.
+ */
+#include "core/engine.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config/log.h"
+#include "config/params.h"
+#include "core/guard.h"
+#include "core/stats.h"
+#include "core/stream_internal.h"
+#include "preload/real.h"
+
+#define FS_CTRL_BUF 64u
+#define FS_CTRL_SLACK 16u
+#define FS_CQ_BATCH 16
+
+static pthread_mutex_t fs_engine_create_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct fs_engine *fs_engine_cur;
+
+uint64_t fs_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void fs_read_host_id(uint8_t out[16])
+{
+	char text[64] = "";
+	int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+	unsigned j = 0;
+
+	memset(out, 0, 16);
+	if (fd >= 0) {
+		ssize_t n = pread(fd, text, sizeof(text) - 1, 0);
+		(void)n;
+		close(fd);
+	}
+	for (unsigned i = 0; text[i] && j < 32; i++) {
+		char c = text[i];
+		int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+
+		if (v < 0)
+			continue;
+		out[j / 2] |= (uint8_t)(v << ((j % 2) ? 0 : 4));
+		j++;
+	}
+}
+
+static void fs_engine_atexit(void)
+{
+	fs_engine_shutdown();
+}
+
+struct fs_engine *fs_engine_peek(void)
+{
+	struct fs_engine *e = __atomic_load_n(&fs_engine_cur, __ATOMIC_ACQUIRE);
+
+	return e && e->pid == getpid() ? e : NULL;
+}
+
+struct fs_engine *fs_engine_get(void)
+{
+	static int atexit_done;
+	struct fs_engine *e = fs_engine_peek();
+
+	if (e)
+		return e;
+	pthread_mutex_lock(&fs_engine_create_lock);
+	e = fs_engine_peek();
+	if (!e) {
+		e = calloc(1, sizeof(*e));
+		if (e) {
+			pthread_mutex_init(&e->lock, NULL);
+			e->pid = getpid();
+			e->next_id = 1;
+			fs_read_host_id(e->host_id);
+			__atomic_store_n(&fs_engine_cur, e, __ATOMIC_RELEASE);
+			if (!atexit_done) {
+				atexit(fs_engine_atexit);
+				atexit_done = 1;
+			}
+		}
+	}
+	pthread_mutex_unlock(&fs_engine_create_lock);
+	return e;
+}
+
+void fs_engine_forget_after_fork(void)
+{
+	/* The child must not close, progress or free the parent's objects: they
+	 * stay allocated (and mapped) but unreachable. */
+	struct fs_engine *e = __atomic_load_n(&fs_engine_cur, __ATOMIC_ACQUIRE);
+
+	if (e && e->pid != getpid()) {
+		__atomic_store_n(&fs_engine_cur, NULL, __ATOMIC_RELEASE);
+		pthread_mutex_init(&fs_engine_create_lock, NULL);
+	}
+}
+
+/* ---- receives ---------------------------------------------------------- */
+
+static int fs_post_recv(struct fs_engine_rail *er, struct fs_buf *buf)
+{
+	uint64_t cls = buf->role == FS_BUF_RX_CTRL ? FS_CLASS_CTRL : FS_CLASS_DATA;
+	ssize_t ret;
+
+	buf->stream = NULL;
+	buf->len = buf->off = 0;
+	FS_GUARD_ENTER();
+	for (int tries = 0; tries < 1000; tries++) {
+		ret = fi_trecv(er->rail.ep, buf->mem, buf->cap, buf->desc, FI_ADDR_UNSPEC,
+			       cls << FS_TAG_CLASS_SHIFT, ~FS_TAG_CLASS_MASK, buf);
+		if (ret != -FI_EAGAIN)
+			break;
+		/* the receive queue is momentarily full: let the provider drain */
+		(void)fi_cq_read(er->rail.cq, NULL, 0);
+	}
+	FS_GUARD_LEAVE();
+	if (ret) {
+		FS_WARN_ONCE("posting a receive on the %s rail failed: %s",
+			     fs_fabric_prov_name(er->rail.kind), fs_fi.strerror((int)-ret));
+		return (int)ret;
+	}
+	buf->posted = 1;
+	return 0;
+}
+
+/* Posts receives until POSTED reaches TARGET. Returns 0 or -ENOSPC. */
+static int fs_post_more(struct fs_engine_rail *er, struct fs_pool *pool, unsigned *posted, unsigned target)
+{
+	while (*posted < target) {
+		struct fs_buf *buf = fs_pool_get(pool);
+
+		if (!buf)
+			return -ENOSPC;
+		if (fs_post_recv(er, buf)) {
+			fs_pool_put(buf);
+			return -EIO;
+		}
+		(*posted)++;
+	}
+	return 0;
+}
+
+/* A consumed or dropped receive buffer goes straight back to the provider. */
+void fs_engine_repost(struct fs_engine_rail *er, struct fs_buf *buf)
+{
+	if (fs_post_recv(er, buf)) {
+		/* Could not re-post: the buffer leaves the posted set. */
+		if (buf->role == FS_BUF_RX_CTRL)
+			er->posted_ctrl--;
+		else
+			er->posted_data--;
+		fs_pool_put(buf);
+	}
+}
+
+int fs_engine_rail(struct fs_engine *e, unsigned kind, const struct sockaddr *local,
+		   struct fs_engine_rail **out, char *why, size_t whylen)
+{
+	struct fs_engine_rail *er;
+	uint32_t chunk = (uint32_t)fs_params.chunk_size;
+	int ret;
+
+	if (kind <= FS_PROV_NONE || kind >= FS_PROV_MAX_)
+		return -EINVAL;
+	er = &e->rails[kind];
+	if (er->open) {
+		*out = er;
+		return 0;
+	}
+	ret = fs_rail_open(&er->rail, kind, local, why, whylen);
+	if (ret)
+		return ret;
+	if (er->rail.max_msg_size && chunk + sizeof(struct fs_wire_msg_hdr) > er->rail.max_msg_size)
+		chunk = (uint32_t)(er->rail.max_msg_size - sizeof(struct fs_wire_msg_hdr));
+	fs_pool_init(&er->rx_data, &er->rail, FS_BUF_RX_DATA, chunk + sizeof(struct fs_wire_msg_hdr), 16,
+		     (unsigned)er->rail.rx_depth);
+	fs_pool_init(&er->rx_ctrl, &er->rail, FS_BUF_RX_CTRL, FS_CTRL_BUF, 64, (unsigned)er->rail.rx_depth);
+	fs_pool_init(&er->tx_data, &er->rail, FS_BUF_TX, chunk + sizeof(struct fs_wire_msg_hdr), 16, 1u << 20);
+	fs_pool_init(&er->tx_ctrl, &er->rail, FS_BUF_TX, FS_CTRL_BUF, 64, 1u << 20);
+	er->open = true;
+	if (fs_post_more(er, &er->rx_ctrl, &er->posted_ctrl, FS_CTRL_SLACK)) {
+		snprintf(why, whylen, "%s rail: cannot post receives", fs_fabric_prov_name(kind));
+		fs_pool_fini(&er->rx_data);
+		fs_pool_fini(&er->rx_ctrl);
+		fs_pool_fini(&er->tx_data);
+		fs_pool_fini(&er->tx_ctrl);
+		fs_rail_close(&er->rail);
+		er->open = false;
+		er->posted_ctrl = 0;
+		return -EIO;
+	}
+	*out = er;
+	return 0;
+}
+
+/* ---- streams ----------------------------------------------------------- */
+
+static uint32_t fs_engine_alloc_id(struct fs_engine *e, struct fs_stream *s)
+{
+	if (e->live_streams + 1 >= FS_STREAM_ID_MAX)
+		return 0;
+	if (e->live_streams + 1 >= e->streams_cap && e->streams_cap < FS_STREAM_ID_MAX + 1) {
+		uint32_t cap = e->streams_cap ? e->streams_cap * 2 : 256;
+		struct fs_stream **grown;
+
+		if (cap > FS_STREAM_ID_MAX + 1)
+			cap = FS_STREAM_ID_MAX + 1;
+		grown = realloc(e->streams, cap * sizeof(*grown));
+		if (!grown)
+			return 0;
+		memset(grown + e->streams_cap, 0, (cap - e->streams_cap) * sizeof(*grown));
+		e->streams = grown;
+		e->streams_cap = cap;
+	}
+	/* Ids are handed out round-robin so a closed stream's id is not reused
+	 * soon; the token in every tag catches the rest. */
+	for (uint32_t n = 0; n < e->streams_cap; n++) {
+		uint32_t id = e->next_id;
+
+		e->next_id = e->next_id + 1 >= e->streams_cap ? 1 : e->next_id + 1;
+		if (id && !e->streams[id]) {
+			e->streams[id] = s;
+			e->live_streams++;
+			return id;
+		}
+	}
+	return 0;
+}
+
+struct fs_stream *fs_stream_create(struct fs_engine *e, struct fs_engine_rail *er, uint64_t token, int *nak)
+{
+	struct fs_stream *s = calloc(1, sizeof(*s));
+	unsigned window = (unsigned)fs_params.window;
+	unsigned depth = (unsigned)er->rail.rx_depth;
+	unsigned spare;
+
+	*nak = FS_NAK_RESOURCES;
+	if (!s)
+		return NULL;
+	/* Shrink the window to what the receive queue can still hold. */
+	spare = depth > er->reserved_data + er->reserved_ctrl + FS_CTRL_SLACK + 1
+			? depth - er->reserved_data - er->reserved_ctrl - FS_CTRL_SLACK - 1
+			: 0;
+	if (window > spare)
+		window = spare;
+	if (window < 2) {
+		FS_WARN_ONCE("the %s receive queue (%u entries) is full; new streams stay on TCP",
+			     fs_fabric_prov_name(er->rail.kind), depth);
+		free(s);
+		return NULL;
+	}
+	s->ooo = calloc(window, sizeof(*s->ooo));
+	if (!s->ooo) {
+		free(s);
+		return NULL;
+	}
+	if (fs_post_more(er, &er->rx_data, &er->posted_data, er->reserved_data + window) ||
+	    fs_post_more(er, &er->rx_ctrl, &er->posted_ctrl, er->reserved_ctrl + 1 + FS_CTRL_SLACK)) {
+		free(s->ooo);
+		free(s);
+		return NULL;
+	}
+	s->id = fs_engine_alloc_id(e, s);
+	if (!s->id) {
+		free(s->ooo);
+		free(s);
+		return NULL;
+	}
+	er->reserved_data += window;
+	er->reserved_ctrl += 1;
+	er->streams++;
+	s->erail = er;
+	s->window = window;
+	s->token = token;
+	s->state = FS_STREAM_HELLO;
+	s->rx_expect = 1;
+	s->ctl_fd = -1;
+	s->peer_addr = FI_ADDR_UNSPEC;
+	*nak = FS_NAK_NONE;
+	return s;
+}
+
+int fs_stream_connect(struct fs_engine *e, struct fs_stream *s, uint32_t peer_id, unsigned peer_window,
+		      uint32_t peer_chunk, const void *addr, size_t addr_len)
+{
+	struct fs_engine_rail *er = s->erail;
+	int ret;
+
+	if (!peer_id || peer_id > FS_STREAM_ID_MAX || peer_window < 1 || peer_chunk < 1)
+		return -EPROTO;
+	ret = fs_rail_av_insert(&er->rail, addr, addr_len, &s->peer_addr);
+	if (ret)
+		return ret;
+	s->peer_id = peer_id;
+	s->peer_window = peer_window;
+	s->peer_chunk = peer_chunk;
+	if (s->peer_chunk + sizeof(struct fs_wire_msg_hdr) > er->tx_data.buf_cap)
+		s->peer_chunk = er->tx_data.buf_cap - (uint32_t)sizeof(struct fs_wire_msg_hdr);
+	s->state = FS_STREAM_OPEN;
+	return 0;
+}
+
+/* Returns every buffer the stream holds to its rail and frees it. */
+static void fs_stream_destroy(struct fs_engine *e, struct fs_stream *s)
+{
+	struct fs_engine_rail *er = s->erail;
+	struct fs_buf *buf, *next;
+
+	for (buf = s->rxq_head; buf; buf = next) {
+		next = buf->next;
+		fs_engine_repost(er, buf);
+	}
+	for (unsigned i = 0; i < s->window; i++)
+		if (s->ooo[i])
+			fs_engine_repost(er, s->ooo[i]);
+	for (buf = s->txq_head; buf; buf = next) {
+		next = buf->next;
+		fs_pool_put(buf);
+	}
+	if (s->txq_head)
+		e->pending_tx--;
+	/* Buffers still posted for this stream's sends complete later and are
+	 * returned by the completion handler, which tolerates a NULL stream. */
+	er->reserved_data -= s->window;
+	er->reserved_ctrl -= 1;
+	er->streams--;
+	if (s->id < e->streams_cap && e->streams[s->id] == s) {
+		e->streams[s->id] = NULL;
+		e->live_streams--;
+	}
+	if (s->ctl_fd >= 0)
+		fs_real.close(s->ctl_fd);
+	free(s->ooo);
+	free(s);
+}
+
+void fs_stream_abandon(struct fs_engine *e, struct fs_stream *s)
+{
+	s->ctl_fd = -1;
+	fs_stream_destroy(e, s);
+}
+
+/* ---- sending ----------------------------------------------------------- */
+
+static inline bool fs_seq_after(uint32_t a, uint32_t b)
+{
+	return (int32_t)(a - b) > 0;
+}
+
+unsigned fs_stream_credits(const struct fs_stream *s)
+{
+	uint32_t in_use = s->tx_seq - s->peer_freed;
+
+	return in_use >= s->peer_window ? 0 : s->peer_window - in_use;
+}
+
+/* Posts one message. Returns 0, -FI_EAGAIN (try later) or another error. */
+static int fs_post_send(struct fs_stream *s, struct fs_buf *buf, unsigned cls)
+{
+	struct fs_rail *rail = &s->erail->rail;
+	uint64_t tag = fs_tag_make(cls, buf->kind, s->peer_id, s->token);
+	size_t bytes = sizeof(struct fs_wire_msg_hdr) + buf->len;
+	ssize_t ret;
+
+	FS_GUARD_ENTER();
+	if (bytes <= rail->inject_size) {
+		ret = fi_tinject(rail->ep, buf->mem, bytes, s->peer_addr, tag);
+		if (!ret)
+			buf->posted = 2; /* done: no completion will come */
+	} else {
+		ret = fi_tsend(rail->ep, buf->mem, bytes, buf->desc, s->peer_addr, tag, buf);
+		if (!ret)
+			buf->posted = 1;
+	}
+	FS_GUARD_LEAVE();
+	return (int)ret;
+}
+
+static void fs_fill_header(struct fs_stream *s, struct fs_buf *buf, uint32_t seq)
+{
+	struct fs_wire_msg_hdr hdr = {
+		.seq = seq,
+		.freed = s->freed,
+		.ctrl_ack = s->ctrl_processed,
+		.len = buf->len,
+	};
+
+	fs_wire_hdr_encode(&hdr, buf->mem);
+	s->freed_reported = s->freed;
+}
+
+/* Posts queued messages while credits last. Engine lock held. */
+void fs_stream_flush(struct fs_engine *e, struct fs_stream *s)
+{
+	bool had_queue = s->txq_head != NULL;
+
+	while (s->txq_head && fs_stream_credits(s) > 0 && !s->error) {
+		struct fs_buf *buf = s->txq_head;
+		int ret;
+
+		fs_fill_header(s, buf, s->tx_seq + 1);
+		ret = fs_post_send(s, buf, FS_CLASS_DATA);
+		if (ret == -FI_EAGAIN)
+			break;
+		s->txq_head = buf->next;
+		if (!s->txq_head)
+			s->txq_tail = NULL;
+		s->txq_count--;
+		buf->next = NULL;
+		if (ret) {
+			FS_WARN("stream %u: sending on the %s rail failed: %s; resetting it", s->id,
+				fs_fabric_prov_name(s->erail->rail.kind), fs_fi.strerror(-ret));
+			fs_pool_put(buf);
+			s->error = -ECONNRESET;
+			FS_STAT_INC(resets);
+			break;
+		}
+		s->tx_seq++;
+		if (buf->kind == FS_MSG_DATA)
+			FS_STAT_ADD(fabric_tx_bytes, buf->len);
+		if (buf->posted == 2) {
+			if (buf->kind == FS_MSG_FIN)
+				s->fin_done = true;
+			fs_pool_put(buf);
+		} else {
+			s->tx_inflight++;
+		}
+	}
+	if (s->error) {
+		struct fs_buf *buf, *next;
+
+		for (buf = s->txq_head; buf; buf = next) {
+			next = buf->next;
+			fs_pool_put(buf);
+		}
+		s->txq_head = s->txq_tail = NULL;
+		s->txq_count = 0;
+	}
+	if (had_queue && !s->txq_head)
+		e->pending_tx--;
+}
+
+/* Queues an empty FIN after the data. */
+int fs_stream_queue_fin(struct fs_engine *e, struct fs_stream *s)
+{
+	struct fs_buf *buf;
+
+	if (s->fin_queued)
+		return 0;
+	buf = fs_pool_get(&s->erail->tx_data);
+	if (!buf)
+		return -ENOBUFS;
+	buf->kind = FS_MSG_FIN;
+	buf->stream = s;
+	fs_stream_enqueue(e, s, buf);
+	s->fin_queued = true;
+	fs_stream_flush(e, s);
+	return 0;
+}
+
+void fs_stream_enqueue(struct fs_engine *e, struct fs_stream *s, struct fs_buf *buf)
+{
+	if (!s->txq_head)
+		e->pending_tx++;
+	buf->next = NULL;
+	if (s->txq_tail)
+		s->txq_tail->next = buf;
+	else
+		s->txq_head = buf;
+	s->txq_tail = buf;
+	s->txq_count++;
+}
+
+/* Sends a CREDIT if the reader freed enough (or everything it had) and no
+ * earlier CREDIT is unacknowledged. Engine lock held. */
+void fs_stream_maybe_credit(struct fs_engine *e, struct fs_stream *s)
+{
+	uint32_t unreported = s->freed - s->freed_reported;
+	unsigned threshold = s->window / 2 ? s->window / 2 : 1;
+	struct fs_buf *buf;
+	int ret;
+
+	if (!unreported || s->state != FS_STREAM_OPEN || s->error || s->peer_gone)
+		return;
+	if (unreported < threshold && s->rxq_head)
+		return;
+	if (s->ctrl_sent != s->ctrl_acked) {
+		s->credit_pending = true;
+		return;
+	}
+	buf = fs_pool_get(&s->erail->tx_ctrl);
+	if (!buf)
+		return;
+	buf->kind = FS_MSG_CREDIT;
+	buf->len = 0;
+	buf->stream = s;
+	fs_fill_header(s, buf, s->ctrl_sent + 1);
+	ret = fs_post_send(s, buf, FS_CLASS_CTRL);
+	if (ret) {
+		/* not sent: credits stay unreported, retried on the next read */
+		s->freed_reported -= unreported;
+		s->credit_pending = true;
+		fs_pool_put(buf);
+		return;
+	}
+	s->ctrl_sent++;
+	s->credit_pending = false;
+	if (buf->posted == 2)
+		fs_pool_put(buf);
+}
+
+/* ---- completions ------------------------------------------------------- */
+
+static void fs_orphan_check(struct fs_engine *e, struct fs_stream *s);
+
+static void fs_tx_done(struct fs_engine *e, struct fs_buf *buf)
+{
+	struct fs_stream *s = buf->stream;
+
+	if (s && buf->role == FS_BUF_TX && buf->kind != FS_MSG_CREDIT) {
+		s->tx_inflight--;
+		if (buf->kind == FS_MSG_FIN)
+			s->fin_done = true;
+		if (s->state == FS_STREAM_CLOSED)
+			fs_orphan_check(e, s);
+	}
+	fs_pool_put(buf);
+}
+
+static struct fs_stream *fs_rx_stream(struct fs_engine *e, struct fs_engine_rail *er, uint64_t tag,
+				      fi_addr_t src)
+{
+	uint32_t id = fs_tag_stream(tag);
+	struct fs_stream *s = id < e->streams_cap ? e->streams[id] : NULL;
+
+	if (!s || s->erail != er || (uint32_t)s->token != fs_tag_token(tag))
+		return NULL;
+	/* Once the peer's address is known, only that endpoint may speak. */
+	if (er->rail.source && s->peer_addr != FI_ADDR_UNSPEC && src != FI_ADDR_NOTAVAIL &&
+	    src != s->peer_addr)
+		return NULL;
+	return s;
+}
+
+static void fs_rx_header_common(struct fs_engine *e, struct fs_stream *s, const struct fs_wire_msg_hdr *hdr)
+{
+	if (fs_seq_after(hdr->freed, s->peer_freed) && !fs_seq_after(hdr->freed, s->tx_seq))
+		s->peer_freed = hdr->freed;
+	if (fs_seq_after(hdr->ctrl_ack, s->ctrl_acked) && !fs_seq_after(hdr->ctrl_ack, s->ctrl_sent))
+		s->ctrl_acked = hdr->ctrl_ack;
+	if (s->txq_head)
+		fs_stream_flush(e, s);
+	if (s->credit_pending && s->ctrl_sent == s->ctrl_acked)
+		fs_stream_maybe_credit(e, s);
+}
+
+static void fs_rx_data(struct fs_engine *e, struct fs_engine_rail *er, struct fs_buf *buf, uint64_t tag,
+		       size_t bytes, fi_addr_t src)
+{
+	struct fs_stream *s = fs_rx_stream(e, er, tag, src);
+	struct fs_wire_msg_hdr hdr;
+	unsigned kind = fs_tag_kind(tag);
+	uint32_t slot;
+
+	if (!s || bytes < sizeof(hdr) || (kind != FS_MSG_DATA && kind != FS_MSG_FIN))
+		goto drop;
+	fs_wire_hdr_decode(buf->mem, &hdr);
+	if (hdr.len != bytes - sizeof(hdr) || (kind == FS_MSG_FIN && hdr.len))
+		goto drop;
+	/* Credits bound what may arrive: anything outside the window is not ours. */
+	if (fs_seq_after(s->rx_expect, hdr.seq) || hdr.seq - s->rx_expect >= s->window)
+		goto drop;
+	slot = hdr.seq % s->window;
+	if (s->ooo[slot])
+		goto drop;
+	fs_rx_header_common(e, s, &hdr);
+	if (s->state == FS_STREAM_CLOSED) {
+		/* The application is gone: consume it so the peer is not stalled. */
+		s->freed++;
+		s->rx_expect++;
+		fs_engine_repost(er, buf);
+		return;
+	}
+	buf->len = hdr.len;
+	buf->off = 0;
+	buf->seq = hdr.seq;
+	buf->kind = (uint8_t)kind;
+	buf->stream = s;
+	buf->posted = 0;
+	s->ooo[slot] = buf;
+	FS_STAT_ADD(fabric_rx_bytes, hdr.len);
+	/* Deliver in sequence order. */
+	while (s->ooo[s->rx_expect % s->window]) {
+		struct fs_buf *next = s->ooo[s->rx_expect % s->window];
+
+		s->ooo[s->rx_expect % s->window] = NULL;
+		s->rx_expect++;
+		next->next = NULL;
+		if (s->rxq_tail)
+			s->rxq_tail->next = next;
+		else
+			s->rxq_head = next;
+		s->rxq_tail = next;
+		s->rx_bytes += next->len;
+		if (next->kind == FS_MSG_FIN)
+			s->peer_fin = true;
+	}
+	return;
+drop:
+	FS_STAT_INC(msgs_dropped);
+	FS_DBG("dropped a data message for stream %u (tag %#llx, %zu bytes)", fs_tag_stream(tag),
+	       (unsigned long long)tag, bytes);
+	fs_engine_repost(er, buf);
+}
+
+static void fs_rx_ctrl(struct fs_engine *e, struct fs_engine_rail *er, struct fs_buf *buf, uint64_t tag,
+		       size_t bytes, fi_addr_t src)
+{
+	struct fs_stream *s = fs_rx_stream(e, er, tag, src);
+	struct fs_wire_msg_hdr hdr;
+
+	if (!s || bytes < sizeof(hdr) || fs_tag_kind(tag) != FS_MSG_CREDIT) {
+		FS_STAT_INC(msgs_dropped);
+		fs_engine_repost(er, buf);
+		return;
+	}
+	fs_wire_hdr_decode(buf->mem, &hdr);
+	fs_engine_repost(er, buf);
+	s->ctrl_processed++;
+	fs_rx_header_common(e, s, &hdr);
+}
+
+static void fs_cq_error(struct fs_engine *e, struct fs_engine_rail *er)
+{
+	struct fi_cq_err_entry err = { 0 };
+	struct fs_buf *buf;
+
+	if (fi_cq_readerr(er->rail.cq, &err, 0) != 1)
+		return;
+	buf = err.op_context;
+	if (!buf)
+		return;
+	if (buf->role == FS_BUF_TX) {
+		struct fs_stream *s = buf->stream;
+
+		if (s && buf->kind != FS_MSG_CREDIT && !s->error) {
+			FS_WARN("stream %u: send failed on the %s rail: %s", s->id,
+				fs_fabric_prov_name(er->rail.kind), fs_fi.strerror(err.err));
+			s->error = -ECONNRESET;
+			FS_STAT_INC(resets);
+		}
+		fs_tx_done(e, buf);
+		return;
+	}
+	if (err.err != FI_ECANCELED)
+		FS_WARN_ONCE("a receive failed on the %s rail: %s", fs_fabric_prov_name(er->rail.kind),
+			     fs_fi.strerror(err.err));
+	if (err.err == FI_ECANCELED) {
+		if (buf->role == FS_BUF_RX_CTRL)
+			er->posted_ctrl--;
+		else
+			er->posted_data--;
+		fs_pool_put(buf);
+	} else {
+		fs_engine_repost(er, buf);
+	}
+}
+
+int fs_engine_progress(struct fs_engine *e)
+{
+	int handled = 0;
+
+	for (unsigned kind = FS_PROV_SHM; kind < FS_PROV_MAX_; kind++) {
+		struct fs_engine_rail *er = &e->rails[kind];
+		struct fi_cq_tagged_entry ent[FS_CQ_BATCH];
+		fi_addr_t src[FS_CQ_BATCH];
+		ssize_t n;
+
+		if (!er->open)
+			continue;
+		for (int rounds = 0; rounds < 8; rounds++) {
+			FS_GUARD_ENTER();
+			if (er->rail.source)
+				n = fi_cq_readfrom(er->rail.cq, ent, FS_CQ_BATCH, src);
+			else
+				n = fi_cq_read(er->rail.cq, ent, FS_CQ_BATCH);
+			FS_GUARD_LEAVE();
+			if (n == -FI_EAVAIL) {
+				fs_cq_error(e, er);
+				handled++;
+				continue;
+			}
+			if (n <= 0)
+				break;
+			for (ssize_t i = 0; i < n; i++) {
+				struct fs_buf *buf = ent[i].op_context;
+				fi_addr_t from = er->rail.source ? src[i] : FI_ADDR_NOTAVAIL;
+
+				if (!buf)
+					continue;
+				buf->posted = 0;
+				if (buf->role == FS_BUF_TX)
+					fs_tx_done(e, buf);
+				else if (buf->role == FS_BUF_RX_CTRL)
+					fs_rx_ctrl(e, er, buf, ent[i].tag, ent[i].len, from);
+				else
+					fs_rx_data(e, er, buf, ent[i].tag, ent[i].len, from);
+			}
+			handled += (int)n;
+			if (n < FS_CQ_BATCH)
+				break;
+		}
+	}
+	if (e->orphans)
+		fs_engine_reap(e);
+	return handled;
+}
+
+/* ---- orphans ----------------------------------------------------------- */
+
+/* An orphan's kernel socket closes once its FIN is out: the peer's control
+ * connection then reports EOF, the way TCP would report our FIN. */
+static void fs_orphan_check(struct fs_engine *e, struct fs_stream *s)
+{
+	if (s->ctl_fd >= 0 && ((s->fin_done && !s->tx_inflight) || s->error)) {
+		fs_real.close(s->ctl_fd);
+		s->ctl_fd = -1;
+	}
+}
+
+void fs_engine_add_orphan(struct fs_engine *e, struct fs_stream *s)
+{
+	s->orphan_next = e->orphans;
+	e->orphans = s;
+	fs_orphan_check(e, s);
+}
+
+/* Frees orphans that are done: our FIN delivered and the peer's FIN seen,
+ * or the peer gone, or their linger time over. */
+void fs_engine_reap(struct fs_engine *e)
+{
+	uint64_t now = fs_now_ns();
+	struct fs_stream **link = &e->orphans;
+
+	while (*link) {
+		struct fs_stream *s = *link;
+		bool sent = (s->fin_done && !s->tx_inflight) || s->error;
+		bool heard = s->peer_fin || s->peer_gone || s->error;
+
+		if (s->txq_head)
+			fs_stream_flush(e, s);
+		fs_orphan_check(e, s);
+		if ((sent && heard && !s->tx_inflight) || now >= s->close_deadline_ns) {
+			*link = s->orphan_next;
+			if (!sent)
+				FS_WARN("stream %u: closed with undelivered data after FABSOCK_LINGER_SEC; dropped",
+					s->id);
+			fs_stream_destroy(e, s);
+			continue;
+		}
+		link = &s->orphan_next;
+	}
+}
+
+void fs_engine_shutdown(void)
+{
+	struct fs_engine *e = fs_engine_peek();
+	uint64_t deadline;
+
+	if (!e)
+		return;
+	deadline = fs_now_ns() + fs_params.linger_sec * 1000000000ull;
+	pthread_mutex_lock(&e->lock);
+	/* Streams the application never closed end like TCP at exit: a FIN
+	 * after the data already written. */
+	for (uint32_t id = 1; id < e->streams_cap; id++) {
+		struct fs_stream *s = e->streams[id];
+
+		if (s && s->state == FS_STREAM_OPEN && !s->error) {
+			fs_stream_queue_fin(e, s);
+			s->state = FS_STREAM_CLOSED;
+			s->close_deadline_ns = deadline;
+			s->peer_gone = true; /* do not wait for the peer's FIN at exit */
+			fs_engine_add_orphan(e, s);
+		}
+	}
+	for (struct fs_stream *s = e->orphans; s; s = s->orphan_next)
+		s->peer_gone = true;
+	while (e->orphans && fs_now_ns() < deadline) {
+		fs_engine_progress(e);
+		if (!e->orphans)
+			break;
+		pthread_mutex_unlock(&e->lock);
+		usleep(50);
+		pthread_mutex_lock(&e->lock);
+	}
+	for (unsigned kind = FS_PROV_SHM; kind < FS_PROV_MAX_; kind++) {
+		struct fs_engine_rail *er = &e->rails[kind];
+
+		if (!er->open)
+			continue;
+		/* Closing the endpoint removes the shm region from /dev/shm. */
+		fs_rail_close(&er->rail);
+		er->open = false;
+	}
+	pthread_mutex_unlock(&e->lock);
+}

@@ -1,1 +1,349 @@
 /* SPDX-License-Identifier: MIT */
+/*
+ * Loading libfabric and opening rails (see fabric.h). All limits the data
+ * path depends on are read here from the fi_info the provider returned, not
+ * assumed: inject size, queue depths, iov limit, MR mode. The hints ask only
+ * for what fabsock uses (RDM, tagged messages, local MRs) and offer every MR
+ * mode bit fabsock can honour, so the same code opens shm, tcp;ofi_rxm, net
+ * and efa (which needs FI_MR_LOCAL | FI_MR_ALLOCATED | FI_MR_PROV_KEY |
+ * FI_MR_VIRT_ADDR and FI_CONTEXT2).
+ */
+#include "core/fabric.h"
+
+#include <dirent.h>
+#include <netinet/in.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config/log.h"
+#include "core/guard.h"
+
+#define FS_FI_VERSION FI_VERSION(1, 17)
+
+struct fs_fabric_api fs_fi;
+
+static pthread_once_t fs_fabric_once = PTHREAD_ONCE_INIT;
+static int fs_fabric_status = -ENOENT;
+static char fs_fabric_why[160];
+
+static void fs_fabric_do_load(void)
+{
+	static const char *const names[] = { "libfabric.so.1", "libfabric.so" };
+	void *lib = NULL;
+
+	/* Debian's libfabric pulls in libinfinipath, whose constructor installs
+	 * signal handlers unless told not to; EFA aborts on fork() unless it was
+	 * made fork safe before it initialised. Respect what the user set. */
+	setenv("IPATH_NO_BACKTRACE", "1", 0);
+	setenv("FI_EFA_FORK_SAFE", "1", 0);
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]) && !lib; i++)
+		lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+	if (!lib) {
+		snprintf(fs_fabric_why, sizeof(fs_fabric_why), "cannot load libfabric: %s", dlerror());
+		return;
+	}
+#define FS_FI_SYM(field, name)                                                                \
+	do {                                                                                  \
+		void *sym = dlsym(lib, name);                                                 \
+		if (!sym) {                                                                   \
+			snprintf(fs_fabric_why, sizeof(fs_fabric_why), "libfabric lacks %s", name); \
+			return;                                                       \
+		}                                                                             \
+		memcpy(&fs_fi.field, &sym, sizeof(sym));                                      \
+	} while (0)
+	FS_FI_SYM(getinfo, "fi_getinfo");
+	FS_FI_SYM(freeinfo, "fi_freeinfo");
+	FS_FI_SYM(dupinfo, "fi_dupinfo");
+	FS_FI_SYM(fabric, "fi_fabric");
+	FS_FI_SYM(version, "fi_version");
+	FS_FI_SYM(strerror, "fi_strerror");
+#undef FS_FI_SYM
+	fs_fabric_status = 0;
+}
+
+int fs_fabric_load(char *why, size_t whylen)
+{
+	FS_GUARD_ENTER();
+	pthread_once(&fs_fabric_once, fs_fabric_do_load);
+	FS_GUARD_LEAVE();
+	if (fs_fabric_status && why)
+		snprintf(why, whylen, "%s", fs_fabric_why);
+	return fs_fabric_status;
+}
+
+uint32_t fs_fabric_api_version(void)
+{
+	uint32_t have = fs_fi.version ? fs_fi.version() : FS_FI_VERSION;
+
+	return have < FS_FI_VERSION ? have : FS_FI_VERSION;
+}
+
+const char *fs_fabric_prov_name(unsigned kind)
+{
+	switch (kind) {
+	case FS_PROV_SHM: return "shm";
+	case FS_PROV_EFA: return "efa";
+	case FS_PROV_TCP: return "tcp";
+	case FS_PROV_NET: return "net";
+	default: return NULL;
+	}
+}
+
+unsigned fs_fabric_prov_parse(const char *name)
+{
+	for (unsigned kind = FS_PROV_SHM; kind < FS_PROV_MAX_; kind++)
+		if (name && strcmp(name, fs_fabric_prov_name(kind)) == 0)
+			return kind;
+	return FS_PROV_NONE;
+}
+
+bool fs_fabric_host_has_efa(void)
+{
+	DIR *dir = opendir("/sys/class/infiniband");
+	struct dirent *de;
+	bool found = false;
+
+	if (!dir)
+		return false;
+	while (!found && (de = readdir(dir))) {
+		char path[512], vendor[32] = "";
+		int fd;
+		ssize_t n;
+
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/sys/class/infiniband/%s/device/vendor", de->d_name);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		n = pread(fd, vendor, sizeof(vendor) - 1, 0);
+		close(fd);
+		/* Amazon's PCI vendor id */
+		if (n > 0 && strncmp(vendor, "0x1d0f", 6) == 0)
+			found = true;
+	}
+	closedir(dir);
+	return found;
+}
+
+static struct fi_info *fs_rail_hints(unsigned kind, const struct sockaddr *local, bool source)
+{
+	struct fi_info *hints = fs_fi.dupinfo(NULL);
+
+	if (!hints)
+		return NULL;
+	hints->caps = FI_TAGGED | FI_SEND | FI_RECV | (source ? FI_SOURCE : 0);
+	hints->mode = FI_CONTEXT | FI_CONTEXT2;
+	hints->ep_attr->type = FI_EP_RDM;
+	hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+	hints->domain_attr->threading = FI_THREAD_DOMAIN;
+	hints->domain_attr->resource_mgmt = FI_RM_ENABLED;
+	hints->fabric_attr->prov_name = strdup(fs_fabric_prov_name(kind));
+	if (local && kind != FS_PROV_SHM && kind != FS_PROV_EFA) {
+		size_t len = local->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+							  : sizeof(struct sockaddr_in);
+		struct sockaddr_storage *src = calloc(1, sizeof(*src));
+
+		if (src) {
+			memcpy(src, local, len);
+			/* any free port: only the interface matters */
+			if (local->sa_family == AF_INET6)
+				((struct sockaddr_in6 *)src)->sin6_port = 0;
+			else
+				((struct sockaddr_in *)src)->sin_port = 0;
+			hints->src_addr = src;
+			hints->src_addrlen = len;
+			hints->addr_format = local->sa_family == AF_INET6 ? FI_SOCKADDR_IN6 : FI_SOCKADDR_IN;
+		}
+	}
+	return hints;
+}
+
+/* Picks the first returned info that is really what we asked for (EFA also
+ * lists its datagram domains; tcp lists the layered rxm one first). */
+static struct fi_info *fs_rail_pick(struct fi_info *list, unsigned kind)
+{
+	for (struct fi_info *fi = list; fi; fi = fi->next) {
+		if (fi->ep_attr->type != FI_EP_RDM)
+			continue;
+		if (kind == FS_PROV_EFA && fi->domain_attr->name &&
+		    strstr(fi->domain_attr->name, "-dgrm"))
+			continue;
+		return fi;
+	}
+	return NULL;
+}
+
+int fs_rail_open(struct fs_rail *rail, unsigned kind, const struct sockaddr *local, char *why,
+		 size_t whylen)
+{
+	struct fi_info *hints = NULL, *list = NULL, *fi;
+	struct fi_av_attr av_attr = { .type = FI_AV_TABLE };
+	struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_TAGGED, .wait_obj = FI_WAIT_NONE };
+	const char *step = "fi_getinfo";
+	int ret;
+
+	memset(rail, 0, sizeof(*rail));
+	rail->kind = kind;
+	ret = fs_fabric_load(why, whylen);
+	if (ret)
+		return ret;
+
+	FS_GUARD_ENTER();
+	for (int source = 1; source >= 0; source--) {
+		hints = fs_rail_hints(kind, local, source);
+		if (!hints) {
+			ret = -ENOMEM;
+			goto err_none;
+		}
+		ret = fs_fi.getinfo(fs_fabric_api_version(), NULL, NULL, 0, hints, &list);
+		fs_fi.freeinfo(hints);
+		hints = NULL;
+		if (ret == 0 && fs_rail_pick(list, kind))
+			break;
+		if (list)
+			fs_fi.freeinfo(list);
+		list = NULL;
+	}
+	if (!list) {
+		snprintf(why, whylen, "provider %s is not usable here (fi_getinfo: %s)",
+			 fs_fabric_prov_name(kind), fs_fi.strerror(ret < 0 ? -ret : ret));
+		ret = -ENODEV;
+		goto err_none;
+	}
+	fi = fs_rail_pick(list, kind);
+	rail->info = fs_fi.dupinfo(fi);
+	fs_fi.freeinfo(list);
+	if (!rail->info) {
+		ret = -ENOMEM;
+		goto err_none;
+	}
+	fi = rail->info;
+
+	rail->inject_size = fi->tx_attr->inject_size;
+	rail->max_msg_size = fi->ep_attr->max_msg_size;
+	rail->tx_depth = fi->tx_attr->size;
+	rail->rx_depth = fi->rx_attr->size;
+	rail->iov_limit = fi->tx_attr->iov_limit;
+	rail->mr_local = (fi->domain_attr->mr_mode & FI_MR_LOCAL) != 0;
+	rail->mr_prov_key = (fi->domain_attr->mr_mode & FI_MR_PROV_KEY) != 0;
+	rail->source = (fi->caps & FI_SOURCE) != 0;
+	rail->av_max = kind == FS_PROV_SHM ? 256 : 65536;
+	/* Keys only need to be unique within this domain; start away from 0. */
+	rail->next_key = 0x10000u + ((uint64_t)getpid() << 20);
+
+	step = "fi_fabric";
+	ret = fs_fi.fabric(fi->fabric_attr, &rail->fabric, NULL);
+	if (ret)
+		goto err_info;
+	step = "fi_domain";
+	ret = fi_domain(rail->fabric, fi, &rail->domain, NULL);
+	if (ret)
+		goto err_fabric;
+	step = "fi_av_open";
+	ret = fi_av_open(rail->domain, &av_attr, &rail->av, NULL);
+	if (ret)
+		goto err_domain;
+	step = "fi_cq_open";
+	cq_attr.size = rail->tx_depth + rail->rx_depth;
+	ret = fi_cq_open(rail->domain, &cq_attr, &rail->cq, NULL);
+	if (ret)
+		goto err_av;
+	step = "fi_endpoint";
+	ret = fi_endpoint(rail->domain, fi, &rail->ep, NULL);
+	if (ret)
+		goto err_cq;
+	step = "fi_ep_bind(av)";
+	ret = fi_ep_bind(rail->ep, &rail->av->fid, 0);
+	if (ret)
+		goto err_ep;
+	step = "fi_ep_bind(cq)";
+	ret = fi_ep_bind(rail->ep, &rail->cq->fid, FI_TRANSMIT | FI_RECV);
+	if (ret)
+		goto err_ep;
+	step = "fi_enable";
+	ret = fi_enable(rail->ep);
+	if (ret)
+		goto err_ep;
+	step = "fi_getname";
+	rail->addr_len = sizeof(rail->addr);
+	ret = fi_getname(&rail->ep->fid, rail->addr, &rail->addr_len);
+	if (ret)
+		goto err_ep;
+	if (rail->addr_len > FS_WIRE_ADDR_MAX) {
+		ret = -FI_ETOOSMALL;
+		goto err_ep;
+	}
+	FS_GUARD_LEAVE();
+	FS_INFO("opened %s rail: domain %s, inject %zu, tx %zu, rx %zu, iov %zu, mr_local %d, source %d",
+		fs_fabric_prov_name(kind), fi->domain_attr->name, rail->inject_size, rail->tx_depth,
+		rail->rx_depth, rail->iov_limit, rail->mr_local, rail->source);
+	return 0;
+
+err_ep:
+	fi_close(&rail->ep->fid);
+err_cq:
+	fi_close(&rail->cq->fid);
+err_av:
+	fi_close(&rail->av->fid);
+err_domain:
+	fi_close(&rail->domain->fid);
+err_fabric:
+	fi_close(&rail->fabric->fid);
+err_info:
+	snprintf(why, whylen, "%s rail: %s failed: %s", fs_fabric_prov_name(kind), step,
+		 fs_fi.strerror(ret < 0 ? -ret : ret));
+	fs_fi.freeinfo(rail->info);
+	rail->info = NULL;
+	ret = ret < 0 ? ret : -EIO;
+err_none:
+	FS_GUARD_LEAVE();
+	return ret;
+}
+
+void fs_rail_close(struct fs_rail *rail)
+{
+	if (!rail->info)
+		return;
+	FS_GUARD_ENTER();
+	fi_close(&rail->ep->fid);
+	fi_close(&rail->cq->fid);
+	fi_close(&rail->av->fid);
+	fi_close(&rail->domain->fid);
+	fi_close(&rail->fabric->fid);
+	fs_fi.freeinfo(rail->info);
+	rail->info = NULL;
+	FS_GUARD_LEAVE();
+}
+
+int fs_rail_mr_reg(struct fs_rail *rail, void *buf, size_t len, struct fid_mr **mr)
+{
+	int ret;
+
+	FS_GUARD_ENTER();
+	ret = fi_mr_reg(rail->domain, buf, len, FI_SEND | FI_RECV, 0, rail->next_key++, 0, mr, NULL);
+	FS_GUARD_LEAVE();
+	return ret;
+}
+
+int fs_rail_av_insert(struct fs_rail *rail, const void *addr, size_t addr_len, fi_addr_t *out)
+{
+	int ret;
+
+	if (rail->av_count >= rail->av_max)
+		return -ENOSPC;
+	FS_GUARD_ENTER();
+	ret = fi_av_insert(rail->av, addr, 1, out, 0, NULL);
+	FS_GUARD_LEAVE();
+	if (ret != 1)
+		return ret < 0 ? ret : -EINVAL;
+	rail->av_count++;
+	return 0;
+}

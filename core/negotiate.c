@@ -1,1 +1,537 @@
 /* SPDX-License-Identifier: MIT */
+/*
+ * The in-band HELLO / HELLO-ACK handshake, client and server side, under
+ * the rule that a peer which is not running fabsock never receives a byte
+ * it did not ask for and never has one taken from it:
+ *  - the client sends a HELLO only after the server's listener answered its
+ *    probe "yes" (or a rule says the server runs fabsock), and only if the
+ *    server has not spoken first;
+ *  - the server interprets the first bytes of a connection only if it
+ *    answered that connection's probe "yes" (or a rule says so), and
+ *    consumes them only once they form a complete, valid HELLO carrying the
+ *    probe's nonce; anything else is the application's data;
+ *  - the server waits for the HELLO at most as long as the client could
+ *    still send one (its probe timeout plus a margin), so a client whose
+ *    "yes" was lost costs a server-first protocol one bounded delay.
+ */
+#include "core/negotiate.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "config/log.h"
+#include "config/params.h"
+#include "config/rules.h"
+#include "core/engine.h"
+#include "core/fabric.h"
+#include "core/probe.h"
+#include "core/sock.h"
+#include "core/stats.h"
+#include "core/wire.h"
+#include "preload/real.h"
+
+#define FS_MS 1000000ull
+/* How long after its "yes" the server waits for the HELLO beyond the
+ * client's probe timeout: the client opens its rail (loading libfabric the
+ * first time) before it can send the HELLO. */
+#define FS_HELLO_MARGIN_MS 3000ull
+
+static bool fs_addr_is_loopback(const uint8_t a[16])
+{
+	static const uint8_t v6_loop[16] = { [15] = 1 };
+	static const uint8_t v4_mapped[12] = { [10] = 0xff, [11] = 0xff };
+
+	return memcmp(a, v6_loop, 16) == 0 || (memcmp(a, v4_mapped, 12) == 0 && a[12] == 127);
+}
+
+unsigned fs_negotiate_pick_provider(const struct sockaddr *local, const struct sockaddr *peer,
+				    const char **why)
+{
+	uint8_t la[16], pa[16];
+	uint16_t lp, pp;
+	unsigned named = fs_fabric_prov_parse(fs_params.provider);
+
+	fs_sockaddr_key(local, la, &lp);
+	fs_sockaddr_key(peer, pa, &pp);
+	*why = NULL;
+	if (fs_addr_is_loopback(pa) || memcmp(la, pa, 16) == 0) {
+		if (fs_params.shm)
+			return FS_PROV_SHM;
+		if (named != FS_PROV_NONE)
+			return named;
+		*why = "shm disabled by FABSOCK_SHM=0";
+		return FS_PROV_NONE;
+	}
+	if (named != FS_PROV_NONE)
+		return named;
+	if (fs_params.provider[0]) {
+		FS_WARN_ONCE("FABSOCK_PROVIDER=%s is not one of shm, efa, tcp, net; remote peers stay on TCP",
+			     fs_params.provider);
+		*why = "unknown FABSOCK_PROVIDER";
+		return FS_PROV_NONE;
+	}
+	if (fs_fabric_host_has_efa())
+		return FS_PROV_EFA;
+	*why = "remote peer and no EFA device (set FABSOCK_PROVIDER to use another provider)";
+	return FS_PROV_NONE;
+}
+
+/* ---- blocking helpers on the kernel socket ----------------------------- */
+
+/* Writes all of BUF, waiting for room even on a nonblocking socket. */
+static int fs_send_all(int fd, const uint8_t *buf, size_t len, uint64_t deadline_ns)
+{
+	size_t done = 0;
+
+	while (done < len) {
+		ssize_t n = fs_real.send(fd, buf + done, len - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+
+		if (n > 0) {
+			done += (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			struct pollfd p = { .fd = fd, .events = POLLOUT };
+
+			if (fs_now_ns() >= deadline_ns)
+				return -ETIMEDOUT;
+			fs_real.poll(&p, 1, 10);
+			continue;
+		}
+		return n < 0 ? -errno : -EPIPE;
+	}
+	return 0;
+}
+
+/* Peeks at the first bytes of the connection and decodes a HELLO or ACK
+ * (MAGIC). Waits until a verdict or DEADLINE. Returns the decoder's answer
+ * (> 0 length, -EBADMSG), 0 if only a valid prefix (or nothing) arrived by
+ * the deadline, or -ECONNRESET if the connection ended. *GOT is the number
+ * of bytes seen. */
+static int fs_peek_message(int fd, uint32_t magic, struct fs_hello *msg, uint64_t deadline_ns, size_t *got)
+{
+	uint8_t buf[FS_WIRE_HELLO_MAX];
+
+	*got = 0;
+	for (;;) {
+		ssize_t n = fs_real.recv(fd, buf, sizeof(buf), MSG_PEEK | MSG_DONTWAIT);
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		uint64_t now;
+		int ret;
+
+		if (n == 0)
+			return *got ? -EBADMSG : -ECONNRESET;
+		if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+			return -errno;
+		if (n > 0) {
+			*got = (size_t)n;
+			ret = fs_wire_hello_decode(buf, (size_t)n, magic, msg);
+			if (ret != 0)
+				return ret;
+		}
+		now = fs_now_ns();
+		if (now >= deadline_ns)
+			return 0;
+		/* more bytes may be on the way: wait for them, not for the same ones */
+		if (n > 0) {
+			usleep(200);
+			continue;
+		}
+		{
+			uint64_t left = deadline_ns - now;
+
+			fs_real.poll(&p, 1, left > 1000 * FS_MS ? 1000 : (int)((left + FS_MS - 1) / FS_MS));
+		}
+	}
+}
+
+static int fs_consume(int fd, size_t len)
+{
+	uint8_t buf[FS_WIRE_HELLO_MAX];
+	size_t done = 0;
+
+	while (done < len) {
+		ssize_t n = fs_real.recv(fd, buf, len - done, MSG_DONTWAIT);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return -EIO; /* they were peeked: they must be there */
+		done += (size_t)n;
+	}
+	return 0;
+}
+
+static void fs_fill_hello(struct fs_hello *h, uint32_t magic, struct fs_engine *e, struct fs_stream *st,
+			  unsigned provider)
+{
+	struct fs_engine_rail *er = st ? st->erail : NULL;
+
+	h->magic = magic;
+	h->stream_id = st ? st->id : 0;
+	h->window = st ? st->window : 0;
+	h->chunk = er ? er->rx_data.buf_cap - (uint32_t)sizeof(struct fs_wire_msg_hdr) : 0;
+	memcpy(h->host_id, e->host_id, 16);
+	h->provider = (uint8_t)(st ? provider : FS_PROV_NONE);
+	h->addr_len = er ? (uint16_t)er->rail.addr_len : 0;
+	if (er)
+		memcpy(h->addr, er->rail.addr, er->rail.addr_len);
+}
+
+static int fs_kernel(struct fs_sock *s, const char *why)
+{
+	FS_INFO("fd %d: stays on kernel TCP: %s", s->fd, why);
+	FS_STAT_INC(kernel);
+	return FS_PASS;
+}
+
+static void fs_offloaded(struct fs_sock *s, const char *side)
+{
+	FS_STAT_INC(offloaded);
+	FS_INFO("fd %d: offloaded (%s) over %s, stream %u -> %u, window %u", s->fd, side,
+		fs_fabric_prov_name(s->stream->erail->rail.kind), s->stream->id, s->stream->peer_id,
+		s->stream->peer_window);
+	s->state = FS_SOCK_OFFLOADED;
+}
+
+/* ---- client ------------------------------------------------------------ */
+
+/* Phase 1, run by the service thread as soon as the probe is answered (or
+ * by the application's first use if that comes first): on "yes", open the
+ * rail, create the stream and send the HELLO. Leaves the socket in
+ * CLIENT_HELLO_SENT, or returns FS_PASS (kernel) or -errno. */
+int fs_negotiate_client_hello(struct fs_sock *s, uint64_t wait_deadline_ns)
+{
+	struct fs_engine *e;
+	struct fs_engine_rail *er = NULL;
+	struct fs_stream *st = NULL;
+	struct fs_hello hello = { 0 };
+	uint8_t wire[FS_WIRE_HELLO_MAX];
+	struct sockaddr_storage local;
+	socklen_t llen = sizeof(local);
+	char why[200] = "";
+	int len, ret, nak;
+
+	if (!s->skip_probe) {
+		bool tcp_readable;
+		enum fs_probe_outcome out = fs_probe_result(&s->probe, s->fd, wait_deadline_ns, &tcp_readable);
+
+		if (tcp_readable) {
+			fs_probe_cancel(&s->probe);
+			FS_STAT_INC(fallback_server_first);
+			return fs_kernel(s, "the server spoke first");
+		}
+		switch (out) {
+		case FS_PROBE_PENDING:
+			return -EAGAIN;
+		case FS_PROBE_OUT_YES:
+			break;
+		case FS_PROBE_OUT_NO:
+			FS_STAT_INC(fallback_probe_no);
+			return fs_kernel(s, "the server's listener said no");
+		case FS_PROBE_OUT_REFUSED:
+			fs_negcache_add((struct sockaddr *)&s->peer);
+			FS_STAT_INC(fallback_probe_refused);
+			return fs_kernel(s, "no fabsock listener (probe port unreachable)");
+		default:
+			fs_negcache_add((struct sockaddr *)&s->peer);
+			FS_STAT_INC(fallback_probe_timeout);
+			return fs_kernel(s, "no probe answer in time");
+		}
+	}
+
+	/* The server now waits for our HELLO: from here we always send one,
+	 * empty (provider none) if we cannot offload, so it need not time out. */
+	if (fs_real.getsockname(s->fd, (struct sockaddr *)&local, &llen))
+		return -errno;
+	e = fs_engine_get();
+	if (getrandom(&hello.token, sizeof(hello.token), GRND_NONBLOCK) != sizeof(hello.token))
+		hello.token = fs_now_ns() * 0x9e3779b97f4a7c15ull;
+	hello.nonce = s->skip_probe ? 0 : s->probe.nonce;
+	if (e) {
+		pthread_mutex_lock(&e->lock);
+		if (fs_engine_rail(e, s->provider, (struct sockaddr *)&local, &er, why, sizeof(why)) == 0)
+			st = fs_stream_create(e, er, hello.token, &nak);
+		pthread_mutex_unlock(&e->lock);
+	}
+	if (!st && !why[0])
+		snprintf(why, sizeof(why), "no resources for a new stream");
+	if (e)
+		fs_fill_hello(&hello, FS_WIRE_HELLO_MAGIC, e, st, s->provider);
+	else
+		hello.magic = FS_WIRE_HELLO_MAGIC;
+	len = fs_wire_hello_encode(&hello, wire, sizeof(wire));
+	ret = len > 0 ? fs_send_all(s->fd, wire, (size_t)len, fs_now_ns() + fs_params.hello_timeout_ms * FS_MS)
+		      : -EINVAL;
+	if (ret) {
+		if (st) {
+			pthread_mutex_lock(&e->lock);
+			fs_stream_abandon(e, st);
+			pthread_mutex_unlock(&e->lock);
+		}
+		FS_WARN("fd %d: cannot send the HELLO: %s", s->fd, strerror(-ret));
+		return -ECONNRESET;
+	}
+	if (!st)
+		FS_INFO("fd %d: sent an empty HELLO: %s", s->fd, why);
+	s->stream = st;
+	s->token = hello.token;
+	s->state = FS_SOCK_CLIENT_HELLO_SENT;
+	return 0;
+}
+
+/* Drops the half-made stream of a socket in CLIENT_HELLO_SENT. */
+void fs_negotiate_abort(struct fs_sock *s)
+{
+	struct fs_engine *e = fs_engine_peek();
+
+	if (s->stream && e) {
+		pthread_mutex_lock(&e->lock);
+		fs_stream_abandon(e, s->stream);
+		pthread_mutex_unlock(&e->lock);
+	}
+	s->stream = NULL;
+}
+
+/* Phase 2, on first use: the server's HELLO-ACK. It comes when the server
+ * application first uses the connection, which may be late (a server that
+ * accepts, forks and serves in the child): wait as long as the connection
+ * lives, or until DEADLINE_NS (0 = no deadline). */
+int fs_negotiate_client_ack(struct fs_sock *s, uint64_t deadline_ns)
+{
+	struct fs_engine *e = fs_engine_peek();
+	struct fs_stream *st = s->stream;
+	struct fs_hello ack;
+	char why[120];
+	size_t got;
+	int ret;
+
+	ret = fs_peek_message(s->fd, FS_WIRE_ACK_MAGIC, &ack, deadline_ns ? deadline_ns : UINT64_MAX, &got);
+	if (ret == -EBADMSG) {
+		/* The server committed to TCP before our HELLO arrived; it drops
+		 * the HELLO. What is there is the application's data. */
+		fs_negotiate_abort(s);
+		FS_STAT_INC(fallback_server_first);
+		return fs_kernel(s, "the server committed to TCP before our HELLO");
+	}
+	if (ret == 0)
+		return -EAGAIN;
+	if (ret < 0) {
+		fs_negotiate_abort(s);
+		return ret;
+	}
+	fs_consume(s->fd, (size_t)ret);
+	if (ack.token != s->token) {
+		fs_negotiate_abort(s);
+		FS_WARN("fd %d: HELLO-ACK for another connection; resetting", s->fd);
+		return -ECONNRESET;
+	}
+	if (ack.status != FS_NAK_NONE || !st) {
+		fs_negotiate_abort(s);
+		FS_STAT_INC(fallback_hello_nak);
+		if (!st) {
+			FS_STAT_INC(fallback_provider);
+			return fs_kernel(s, "this side could not open the provider");
+		}
+		snprintf(why, sizeof(why), "the server refused the HELLO (%s)", fs_nak_name(ack.status));
+		return fs_kernel(s, why);
+	}
+	pthread_mutex_lock(&e->lock);
+	ret = fs_stream_connect(e, st, ack.stream_id, ack.window, ack.chunk, ack.addr, ack.addr_len);
+	if (ret)
+		fs_stream_abandon(e, st);
+	pthread_mutex_unlock(&e->lock);
+	if (ret) {
+		/* The server believes we are offloaded: this connection cannot go
+		 * on as TCP either. */
+		s->stream = NULL;
+		FS_WARN("fd %d: cannot reach the server's fabric address: %s", s->fd, strerror(-ret));
+		return -ECONNRESET;
+	}
+	s->pid = getpid();
+	fs_offloaded(s, "client");
+	return 0;
+}
+
+/* ---- server ------------------------------------------------------------ */
+
+static int fs_server_refuse(struct fs_sock *s, uint64_t token, uint64_t nonce, unsigned nak,
+			    struct fs_engine *e)
+{
+	struct fs_hello ack = { .magic = FS_WIRE_ACK_MAGIC, .status = (uint8_t)nak, .token = token, .nonce = nonce };
+	uint8_t wire[FS_WIRE_HELLO_MAX];
+	int len;
+
+	if (e)
+		memcpy(ack.host_id, e->host_id, 16);
+	len = fs_wire_hello_encode(&ack, wire, sizeof(wire));
+	if (len > 0)
+		fs_send_all(s->fd, wire, (size_t)len, fs_now_ns() + fs_params.hello_timeout_ms * FS_MS);
+	FS_STAT_INC(fallback_hello_nak);
+	FS_INFO("fd %d: refused a HELLO: %s", s->fd, fs_nak_name(nak));
+	return fs_kernel(s, "HELLO refused");
+}
+
+/* Answers a complete HELLO of LEN bytes (already checked for our nonce). */
+static int fs_server_accept_hello(struct fs_sock *s, const struct fs_hello *hello, int len)
+{
+	struct fs_engine *e;
+	struct fs_engine_rail *er;
+	struct fs_stream *st = NULL;
+	struct fs_hello ack = { 0 };
+	uint8_t wire[FS_WIRE_HELLO_MAX];
+	struct sockaddr_storage local;
+	socklen_t llen = sizeof(local);
+	char why[200] = "";
+	int nak = FS_NAK_PROVIDER, ret, alen;
+
+	if (fs_consume(s->fd, (size_t)len))
+		return -EIO;
+	e = fs_engine_get();
+	if (!e)
+		return fs_server_refuse(s, hello->token, hello->nonce, FS_NAK_RESOURCES, NULL);
+	if (hello->provider == FS_PROV_NONE || hello->provider >= FS_PROV_MAX_)
+		return fs_server_refuse(s, hello->token, hello->nonce, FS_NAK_PROVIDER, e);
+	if (hello->provider == FS_PROV_SHM && memcmp(hello->host_id, e->host_id, 16) != 0)
+		return fs_server_refuse(s, hello->token, hello->nonce, FS_NAK_HOST, e);
+	if (!hello->stream_id || !hello->window || !hello->chunk)
+		return fs_server_refuse(s, hello->token, hello->nonce, FS_NAK_VERSION, e);
+	fs_real.getsockname(s->fd, (struct sockaddr *)&local, &llen);
+
+	pthread_mutex_lock(&e->lock);
+	if (fs_engine_rail(e, hello->provider, (struct sockaddr *)&local, &er, why, sizeof(why)) == 0) {
+		st = fs_stream_create(e, er, hello->token, &nak);
+		if (st) {
+			ret = fs_stream_connect(e, st, hello->stream_id, hello->window, hello->chunk, hello->addr,
+						hello->addr_len);
+			if (ret) {
+				FS_INFO("fd %d: the client's fabric address is unusable: %s", s->fd,
+					fs_fi.strerror(ret < 0 ? -ret : ret));
+				fs_stream_abandon(e, st);
+				st = NULL;
+				nak = ret == -ENOSPC ? FS_NAK_RESOURCES : FS_NAK_PROVIDER;
+			}
+		}
+	} else {
+		FS_INFO("fd %d: %s", s->fd, why);
+	}
+	pthread_mutex_unlock(&e->lock);
+	if (!st)
+		return fs_server_refuse(s, hello->token, hello->nonce, (unsigned)nak, e);
+
+	fs_fill_hello(&ack, FS_WIRE_ACK_MAGIC, e, st, hello->provider);
+	ack.token = hello->token;
+	ack.nonce = hello->nonce;
+	alen = fs_wire_hello_encode(&ack, wire, sizeof(wire));
+	ret = alen > 0 ? fs_send_all(s->fd, wire, (size_t)alen, fs_now_ns() + fs_params.hello_timeout_ms * FS_MS)
+		       : -EINVAL;
+	if (ret) {
+		pthread_mutex_lock(&e->lock);
+		fs_stream_abandon(e, st);
+		pthread_mutex_unlock(&e->lock);
+		return ret;
+	}
+	s->stream = st;
+	s->pid = getpid();
+	fs_offloaded(s, "server");
+	return 0;
+}
+
+/* The probe said yes (or a rule vouches for the client): the first bytes
+ * should be its HELLO. */
+static int fs_server_expect_hello(struct fs_sock *s, const struct fs_probe_rec *rec, bool vouched,
+				  const uint8_t addr[16], uint16_t port)
+{
+	struct fs_hello hello;
+	size_t got = 0;
+	uint64_t wait_ms = rec ? rec->wait_ms : fs_params.probe_timeout_ms;
+	uint64_t start = rec ? rec->stamp_ns : fs_now_ns();
+	/* The client sends its HELLO before its own probe deadline, which
+	 * precedes ours: wait its timeout plus a margin for scheduling. */
+	uint64_t first_byte_deadline = start + (wait_ms + FS_HELLO_MARGIN_MS) * FS_MS;
+	uint64_t whole_deadline = start + fs_params.hello_timeout_ms * FS_MS;
+	int ret;
+
+	if (whole_deadline < first_byte_deadline)
+		whole_deadline = first_byte_deadline;
+	ret = fs_peek_message(s->fd, FS_WIRE_HELLO_MAGIC, &hello, first_byte_deadline, &got);
+	if (ret == 0 && got)
+		ret = fs_peek_message(s->fd, FS_WIRE_HELLO_MAGIC, &hello, whole_deadline, &got);
+	if (ret > 0 && (vouched || (rec && hello.nonce == rec->nonce)))
+		return fs_server_accept_hello(s, &hello, ret);
+	if (s->listener)
+		fs_listener_move(s->listener, addr, port, FS_REC_YES, FS_REC_TCP);
+	if (ret == -ECONNRESET)
+		return fs_kernel(s, "the client closed before negotiating");
+	if (ret < 0 || got) {
+		FS_STAT_INC(fallback_bad_hello);
+		return fs_kernel(s, "the first bytes were not a valid HELLO");
+	}
+	FS_STAT_INC(fallback_peer_plain);
+	return fs_kernel(s, "no HELLO arrived in time");
+}
+
+int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
+{
+	struct sockaddr_storage peer;
+	socklen_t plen = sizeof(peer);
+	struct fs_probe_rec rec;
+	enum fs_rule_action rule;
+	enum fs_rec_state state;
+	uint8_t addr[16];
+	uint16_t port;
+
+	if (fs_real.getpeername(s->fd, (struct sockaddr *)&peer, &plen))
+		return fs_kernel(s, "not connected");
+	fs_sockaddr_key((struct sockaddr *)&peer, addr, &port);
+	rule = fs_rules_match(&fs_rules_global, FS_SIDE_SERVER, (struct sockaddr *)&peer, s->local_port);
+	if (rule == FS_RULE_KERNEL) {
+		if (s->listener)
+			fs_listener_claim_tcp(s->listener, addr, port, NULL);
+		FS_STAT_INC(fallback_rule);
+		return fs_kernel(s, "a FABSOCK_RULES rule says kernel");
+	}
+	if (!s->listener) {
+		if (rule == FS_RULE_OFFLOAD)
+			return fs_server_expect_hello(s, NULL, true, addr, port);
+		FS_STAT_INC(fallback_peer_plain);
+		return fs_kernel(s, "no probe listener");
+	}
+	for (;;) {
+		struct pollfd p = { .fd = s->fd, .events = POLLIN };
+		bool readable;
+
+		fs_listener_drain(s->listener);
+		state = fs_listener_lookup(s->listener, addr, port, &rec);
+		if (state == FS_REC_YES)
+			return fs_server_expect_hello(s, &rec, rule == FS_RULE_OFFLOAD, addr, port);
+		if (state == FS_REC_TCP || state == FS_REC_DONE)
+			break;
+		if (rule == FS_RULE_OFFLOAD)
+			return fs_server_expect_hello(s, NULL, true, addr, port);
+		/* No record yet. Bytes from the client, or the application
+		 * speaking first, settle it as TCP, unless a "yes" beats us. */
+		readable = fs_real.poll(&p, 1, 0) > 0;
+		if (for_send || readable) {
+			state = fs_listener_claim_tcp(s->listener, addr, port, &rec);
+			if (state == FS_REC_YES)
+				return fs_server_expect_hello(s, &rec, false, addr, port);
+			break;
+		}
+		if (deadline_ns && fs_now_ns() >= deadline_ns)
+			return -EAGAIN;
+		p.events = POLLIN;
+		fs_real.poll(&p, 1, 5);
+	}
+	if (for_send)
+		FS_STAT_INC(fallback_server_first);
+	else
+		FS_STAT_INC(fallback_peer_plain);
+	return fs_kernel(s, for_send ? "the server application spoke first" : "the client did not probe");
+}

@@ -1,1 +1,710 @@
 /* SPDX-License-Identifier: MIT */
+/*
+ * The UDP capability probe (both sides), the shared probe-record table, the
+ * negative cache and the service thread. See probe.h for the protocol and
+ * the record state machine.
+ */
+#include "core/probe.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <unistd.h>
+#include <uthash.h>
+
+#include "config/log.h"
+#include "config/params.h"
+#include "config/rules.h"
+#include "core/engine.h"
+#include "core/guard.h"
+#include "core/stats.h"
+#include "core/wire.h"
+#include "preload/real.h"
+
+#define FS_PROBE_TABLE_SLOTS 4096u
+#define FS_PROBE_REC_TTL_NS (120ull * 1000000000ull)
+#define FS_PROBE_RATE_PER_SEC 20000u
+#define FS_SERVICE_FDS (64 + 256)
+
+struct fs_probe_table {
+	pthread_mutex_t lock; /* process-shared, robust */
+	struct fs_probe_rec rec[FS_PROBE_TABLE_SLOTS];
+};
+
+struct fs_listener {
+	int udp_fd;
+	uint16_t port;
+	int refs;
+	pid_t pid; /* the process whose service thread watches udp_fd */
+	struct fs_probe_table *table;
+	uint64_t bucket_ns; /* rate limiter: start of the current second */
+	unsigned bucket_used;
+	struct fs_listener *next;
+};
+
+void fs_sockaddr_key(const struct sockaddr *sa, uint8_t addr[16], uint16_t *port)
+{
+	memset(addr, 0, 16);
+	*port = 0;
+	if (sa->sa_family == AF_INET) {
+		const struct sockaddr_in *in = (const void *)sa;
+
+		addr[10] = addr[11] = 0xff;
+		memcpy(addr + 12, &in->sin_addr, 4);
+		*port = ntohs(in->sin_port);
+	} else if (sa->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *in6 = (const void *)sa;
+
+		memcpy(addr, &in6->sin6_addr, 16);
+		*port = ntohs(in6->sin6_port);
+	}
+}
+
+/* ---- the shared record table ------------------------------------------- */
+
+static int fs_table_lock(struct fs_probe_table *t)
+{
+	int ret = pthread_mutex_lock(&t->lock);
+
+	if (ret == EOWNERDEAD) {
+		/* A process died holding it: records are plain data, still valid. */
+		pthread_mutex_consistent(&t->lock);
+		ret = 0;
+	}
+	return ret;
+}
+
+static struct fs_probe_rec *fs_table_find(struct fs_probe_table *t, const uint8_t addr[16], uint16_t port,
+					  bool create)
+{
+	uint64_t now = fs_now_ns();
+	uint32_t h = fs_wire_crc32(addr, 16) ^ (port * 2654435761u);
+	struct fs_probe_rec *free_slot = NULL;
+
+	for (unsigned i = 0; i < FS_PROBE_TABLE_SLOTS; i++) {
+		struct fs_probe_rec *r = &t->rec[(h + i) % FS_PROBE_TABLE_SLOTS];
+		bool stale = r->state == FS_REC_NONE || now - r->stamp_ns > FS_PROBE_REC_TTL_NS;
+
+		if (!stale && r->port == port && memcmp(r->addr, addr, 16) == 0)
+			return r;
+		if (stale && !free_slot)
+			free_slot = r;
+		if (r->state == FS_REC_NONE)
+			break; /* end of this probe chain */
+	}
+	if (!create || !free_slot)
+		return NULL;
+	memset(free_slot, 0, sizeof(*free_slot));
+	memcpy(free_slot->addr, addr, 16);
+	free_slot->port = port;
+	free_slot->stamp_ns = now;
+	return free_slot;
+}
+
+enum fs_rec_state fs_listener_claim_tcp(struct fs_listener *l, const uint8_t addr[16], uint16_t port,
+					struct fs_probe_rec *out)
+{
+	struct fs_probe_rec *r;
+	enum fs_rec_state state = FS_REC_TCP;
+
+	if (fs_table_lock(l->table))
+		return FS_REC_TCP;
+	r = fs_table_find(l->table, addr, port, true);
+	if (r) {
+		if (r->state == FS_REC_NONE) {
+			r->state = FS_REC_TCP;
+			r->stamp_ns = fs_now_ns();
+		}
+		state = r->state;
+		if (out)
+			*out = *r;
+	}
+	pthread_mutex_unlock(&l->table->lock);
+	return state;
+}
+
+enum fs_rec_state fs_listener_lookup(struct fs_listener *l, const uint8_t addr[16], uint16_t port,
+				     struct fs_probe_rec *out)
+{
+	struct fs_probe_rec *r;
+	enum fs_rec_state state = FS_REC_NONE;
+
+	if (fs_table_lock(l->table))
+		return FS_REC_NONE;
+	r = fs_table_find(l->table, addr, port, false);
+	if (r) {
+		state = r->state;
+		if (out)
+			*out = *r;
+	}
+	pthread_mutex_unlock(&l->table->lock);
+	return state;
+}
+
+bool fs_listener_move(struct fs_listener *l, const uint8_t addr[16], uint16_t port, enum fs_rec_state from,
+		      enum fs_rec_state to)
+{
+	struct fs_probe_rec *r;
+	bool moved = false;
+
+	if (fs_table_lock(l->table))
+		return false;
+	r = fs_table_find(l->table, addr, port, from == FS_REC_NONE);
+	if (r && r->state == from) {
+		r->state = to;
+		r->stamp_ns = fs_now_ns();
+		moved = true;
+	}
+	pthread_mutex_unlock(&l->table->lock);
+	return moved;
+}
+
+/* ---- service thread ---------------------------------------------------- */
+
+static pthread_mutex_t fs_service_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct fs_listener *fs_service_listeners;
+static int fs_service_wake_fd = -1;
+static pid_t fs_service_pid;
+static bool fs_service_dirty;
+
+struct fs_watch {
+	int fd;
+	uint64_t deadline_ns;
+	fs_watch_fn fn;
+	void *arg;
+};
+#define FS_WATCH_MAX 256
+static struct fs_watch fs_watches[FS_WATCH_MAX];
+static unsigned fs_watch_count;
+
+static void *fs_service_main(void *arg);
+
+/* Starts the thread in this process if it is not running. Service lock held. */
+static void fs_service_ensure(void)
+{
+	pthread_t tid;
+	pthread_attr_t attr;
+	sigset_t all, old;
+
+	if (fs_service_pid == getpid())
+		return;
+	if (fs_service_wake_fd < 0)
+		fs_service_wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	pthread_attr_setstacksize(&attr, 256 * 1024);
+	/* The thread must never take the application's signals. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	FS_GUARD_ENTER();
+	if (fs_real.pthread_create(&tid, &attr, fs_service_main, NULL) == 0)
+		fs_service_pid = getpid();
+	else
+		FS_WARN("cannot start the fabsock service thread; probes go unanswered");
+	FS_GUARD_LEAVE();
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	pthread_attr_destroy(&attr);
+}
+
+void fs_service_kick(void)
+{
+	uint64_t one = 1;
+
+	pthread_mutex_lock(&fs_service_lock);
+	fs_service_ensure();
+	pthread_mutex_unlock(&fs_service_lock);
+	if (fs_service_wake_fd >= 0) {
+		ssize_t n = fs_real.write(fs_service_wake_fd, &one, sizeof(one));
+		(void)n;
+	}
+}
+
+void fs_service_watch(int fd, uint64_t deadline_ns, fs_watch_fn fn, void *arg)
+{
+	bool queued = false;
+
+	pthread_mutex_lock(&fs_service_lock);
+	if (fs_watch_count < FS_WATCH_MAX) {
+		fs_watches[fs_watch_count++] = (struct fs_watch){ fd, deadline_ns, fn, arg };
+		queued = true;
+	}
+	pthread_mutex_unlock(&fs_service_lock);
+	if (queued)
+		fs_service_kick();
+	else
+		fn(arg, false); /* too many at once: the caller's thread does it */
+}
+
+void fs_service_after_fork(void)
+{
+	fs_watch_count = 0;
+	/* Threads do not survive fork: the child starts its own when needed.
+	 * The parent's listeners stay the parent's to answer. */
+	pthread_mutex_init(&fs_service_lock, NULL);
+	fs_service_listeners = NULL;
+	fs_service_dirty = true;
+	if (fs_service_wake_fd >= 0) {
+		fs_real.close(fs_service_wake_fd);
+		fs_service_wake_fd = -1;
+	}
+}
+
+/* Fires the watches whose fd is ready or whose deadline passed. The poll
+ * results in PFD follow the order of fs_watches when the set was built;
+ * watches are matched by fd, since others may have been added since. */
+static void fs_service_run_watches(const struct pollfd *pfd, nfds_t n)
+{
+	uint64_t now = fs_now_ns();
+
+	for (;;) {
+		struct fs_watch fire = { .fd = -1 };
+		bool timed_out = false;
+
+		pthread_mutex_lock(&fs_service_lock);
+		for (unsigned i = 0; i < fs_watch_count && fire.fd < 0; i++) {
+			bool ready = false;
+
+			for (nfds_t j = 0; j < n; j++)
+				if (pfd[j].fd == fs_watches[i].fd && pfd[j].revents)
+					ready = true;
+			if (ready || now >= fs_watches[i].deadline_ns) {
+				fire = fs_watches[i];
+				timed_out = !ready;
+				fs_watches[i] = fs_watches[--fs_watch_count];
+			}
+		}
+		pthread_mutex_unlock(&fs_service_lock);
+		if (fire.fd < 0)
+			return;
+		fire.fn(fire.arg, timed_out);
+	}
+}
+
+static void *fs_service_main(void *arg)
+{
+	struct pollfd pfd[FS_SERVICE_FDS];
+	struct fs_listener *watch[FS_SERVICE_FDS];
+	uint64_t idle_us = 1000, next_deadline;
+	nfds_t nl;
+
+	FS_GUARD_ENTER(); /* everything this thread does is fabsock's own */
+	for (;;) {
+		nfds_t n = 0;
+		int timeout_ms = -1;
+		struct fs_engine *e;
+		int ret;
+
+		pthread_mutex_lock(&fs_service_lock);
+		pfd[n].fd = fs_service_wake_fd;
+		pfd[n].events = POLLIN;
+		watch[n++] = NULL;
+		for (struct fs_listener *l = fs_service_listeners; l && n < 64; l = l->next) {
+			pfd[n].fd = l->udp_fd;
+			pfd[n].events = POLLIN;
+			watch[n++] = l;
+			fs_listener_get(l);
+		}
+		nl = n;
+		next_deadline = UINT64_MAX;
+		for (unsigned i = 0; i < fs_watch_count && n < FS_SERVICE_FDS; i++) {
+			pfd[n].fd = fs_watches[i].fd;
+			pfd[n].events = POLLIN;
+			watch[n++] = NULL;
+			if (fs_watches[i].deadline_ns < next_deadline)
+				next_deadline = fs_watches[i].deadline_ns;
+		}
+		pthread_mutex_unlock(&fs_service_lock);
+
+		e = fs_engine_peek();
+		if (e && (e->pending_tx || e->orphans)) {
+			timeout_ms = 0;
+		} else if (e && e->live_streams) {
+			timeout_ms = (int)(idle_us / 1000);
+		}
+		if (next_deadline != UINT64_MAX) {
+			uint64_t now = fs_now_ns();
+			int until = next_deadline > now ? (int)((next_deadline - now) / 1000000ull) + 1 : 0;
+
+			if (timeout_ms < 0 || until < timeout_ms)
+				timeout_ms = until;
+		}
+		if (timeout_ms == 0) {
+			struct timespec ts = { 0, 100000 }; /* 100 us */
+
+			ret = ppoll(pfd, n, &ts, NULL);
+		} else {
+			ret = fs_real.poll(pfd, n, timeout_ms);
+		}
+		if (ret > 0 && (pfd[0].revents & POLLIN)) {
+			uint64_t v;
+			ssize_t r = fs_real.read(fs_service_wake_fd, &v, sizeof(v));
+			(void)r;
+		}
+		for (nfds_t i = 1; i < nl; i++) {
+			if (ret > 0 && (pfd[i].revents & POLLIN))
+				fs_listener_drain(watch[i]);
+			fs_listener_put(watch[i]);
+		}
+		fs_service_run_watches(pfd + nl, n - nl);
+		e = fs_engine_peek();
+		if (e && (e->live_streams || e->orphans) && pthread_mutex_trylock(&e->lock) == 0) {
+			int done = fs_engine_progress(e);
+
+			pthread_mutex_unlock(&e->lock);
+			/* Back off while nothing happens: idle costs ~nothing. */
+			idle_us = done ? 1000 : (idle_us < 50000 ? idle_us * 2 : 50000);
+		}
+	}
+	return arg;
+}
+
+/* ---- listener side ----------------------------------------------------- */
+
+struct fs_listener *fs_listener_open(int fd)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	struct fs_listener *l;
+	int udp, one = 1;
+	pthread_mutexattr_t ma;
+
+	if (fs_real.getsockname(fd, (struct sockaddr *)&ss, &len))
+		return NULL;
+	if (ss.ss_family != AF_INET && ss.ss_family != AF_INET6)
+		return NULL;
+	udp = fs_real.socket(ss.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (udp < 0)
+		return NULL;
+	if (ss.ss_family == AF_INET6) {
+		int v6only = 0;
+		socklen_t olen = sizeof(v6only);
+
+		fs_real.getsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, &olen);
+		fs_real.setsockopt(udp, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof(v6only));
+	}
+	(void)one;
+	if (fs_real.bind(udp, (struct sockaddr *)&ss, len)) {
+		FS_INFO("listener on port %u: UDP port taken (%s); this listener stays plain TCP",
+			ntohs(((struct sockaddr_in *)&ss)->sin_port), strerror(errno));
+		fs_real.close(udp);
+		return NULL;
+	}
+	l = calloc(1, sizeof(*l));
+	if (!l) {
+		fs_real.close(udp);
+		return NULL;
+	}
+	l->table = mmap(NULL, sizeof(*l->table), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (l->table == MAP_FAILED) {
+		fs_real.close(udp);
+		free(l);
+		return NULL;
+	}
+	pthread_mutexattr_init(&ma);
+	pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED);
+	pthread_mutexattr_setrobust(&ma, PTHREAD_MUTEX_ROBUST);
+	pthread_mutex_init(&l->table->lock, &ma);
+	pthread_mutexattr_destroy(&ma);
+	l->udp_fd = udp;
+	l->refs = 1;
+	l->pid = getpid();
+	l->port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+
+	pthread_mutex_lock(&fs_service_lock);
+	fs_listener_get(l);
+	l->next = fs_service_listeners;
+	fs_service_listeners = l;
+	fs_service_ensure();
+	pthread_mutex_unlock(&fs_service_lock);
+	fs_service_kick();
+	return l;
+}
+
+void fs_listener_get(struct fs_listener *l)
+{
+	__atomic_fetch_add(&l->refs, 1, __ATOMIC_RELAXED);
+}
+
+void fs_listener_put(struct fs_listener *l)
+{
+	if (__atomic_sub_fetch(&l->refs, 1, __ATOMIC_ACQ_REL))
+		return;
+	fs_real.close(l->udp_fd);
+	munmap(l->table, sizeof(*l->table));
+	free(l);
+}
+
+/* Called when the application closes the listening socket: stop answering. */
+void fs_listener_close(struct fs_listener *l)
+{
+	pthread_mutex_lock(&fs_service_lock);
+	for (struct fs_listener **link = &fs_service_listeners; *link; link = &(*link)->next) {
+		if (*link == l) {
+			*link = l->next;
+			fs_listener_put(l);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&fs_service_lock);
+	fs_listener_put(l);
+	fs_service_kick();
+}
+
+static bool fs_listener_rate_ok(struct fs_listener *l)
+{
+	uint64_t now = fs_now_ns();
+
+	if (now - l->bucket_ns > 1000000000ull) {
+		l->bucket_ns = now;
+		l->bucket_used = 0;
+	}
+	return ++l->bucket_used <= FS_PROBE_RATE_PER_SEC;
+}
+
+static void fs_listener_answer(struct fs_listener *l, const uint8_t *pkt, ssize_t len,
+			       const struct sockaddr_storage *from, socklen_t fromlen)
+{
+	struct fs_probe ask, reply;
+	uint8_t src[16], out[FS_WIRE_PROBE_LEN];
+	uint16_t src_port;
+	struct fs_probe_rec *r;
+	uint8_t answer = FS_PROBE_NO;
+
+	if (len != FS_WIRE_PROBE_LEN || fs_wire_probe_decode(pkt, (size_t)len, &ask) || ask.type != FS_PROBE_ASK) {
+		FS_STAT_INC(probes_bad);
+		return;
+	}
+	fs_sockaddr_key((const struct sockaddr *)from, src, &src_port);
+	/* The datagram must come from the address it speaks for. */
+	if (memcmp(src, ask.client_addr, 16) != 0) {
+		FS_STAT_INC(probes_bad);
+		return;
+	}
+	if (!fs_listener_rate_ok(l))
+		return;
+	{
+		struct sockaddr_in6 client = { .sin6_family = AF_INET6, .sin6_port = htons(ask.client_port) };
+
+		memcpy(&client.sin6_addr, ask.client_addr, 16);
+		if (fs_rules_match(&fs_rules_global, FS_SIDE_SERVER, (struct sockaddr *)&client, l->port) ==
+		    FS_RULE_KERNEL)
+			goto reply;
+	}
+	if (fs_table_lock(l->table) == 0) {
+		r = fs_table_find(l->table, ask.client_addr, ask.client_port, true);
+		if (r && (r->state == FS_REC_NONE || (r->state == FS_REC_YES && r->nonce == ask.nonce))) {
+			r->state = FS_REC_YES;
+			r->nonce = ask.nonce;
+			r->wait_ms = ask.wait_ms;
+			r->stamp_ns = fs_now_ns();
+			answer = FS_PROBE_YES;
+		}
+		pthread_mutex_unlock(&l->table->lock);
+	}
+reply:
+	reply = ask;
+	reply.type = answer;
+	if (fs_wire_probe_encode(&reply, out, sizeof(out)) == FS_WIRE_PROBE_LEN)
+		fs_real.sendto(l->udp_fd, out, sizeof(out), MSG_DONTWAIT | MSG_NOSIGNAL,
+			       (const struct sockaddr *)from, fromlen);
+	if (answer == FS_PROBE_YES)
+		FS_STAT_INC(probes_answered_yes);
+	else
+		FS_STAT_INC(probes_answered_no);
+}
+
+void fs_listener_drain(struct fs_listener *l)
+{
+	for (int i = 0; i < 256; i++) {
+		uint8_t pkt[FS_WIRE_PROBE_LEN + 1];
+		struct sockaddr_storage from;
+		socklen_t fromlen = sizeof(from);
+		ssize_t n = fs_real.recvfrom(l->udp_fd, pkt, sizeof(pkt), MSG_DONTWAIT, (struct sockaddr *)&from,
+					     &fromlen);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			break;
+		}
+		fs_listener_answer(l, pkt, n, &from, fromlen);
+	}
+}
+
+/* ---- client side ------------------------------------------------------- */
+
+int fs_probe_start(struct fs_probe_client *pc, int fd, const struct sockaddr *peer)
+{
+	struct sockaddr_storage local;
+	socklen_t len = sizeof(local);
+	struct fs_probe ask = { .type = FS_PROBE_ASK };
+	uint8_t pkt[FS_WIRE_PROBE_LEN];
+	socklen_t peerlen = peer->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+	int udp;
+
+	pc->udp_fd = -1;
+	if (fs_real.getsockname(fd, (struct sockaddr *)&local, &len))
+		return -errno;
+	fs_sockaddr_key((struct sockaddr *)&local, ask.client_addr, &ask.client_port);
+	if (getrandom(&ask.nonce, sizeof(ask.nonce), GRND_NONBLOCK) != sizeof(ask.nonce))
+		ask.nonce = fs_now_ns() ^ ((uint64_t)getpid() << 32);
+	ask.wait_ms = (uint32_t)fs_params.probe_timeout_ms;
+	if (fs_wire_probe_encode(&ask, pkt, sizeof(pkt)) != FS_WIRE_PROBE_LEN)
+		return -EINVAL;
+	udp = fs_real.socket(local.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (udp < 0)
+		return -errno;
+	/* Send from the TCP connection's own address so the server can check
+	 * that the probe speaks for this connection. */
+	if (local.ss_family == AF_INET)
+		((struct sockaddr_in *)&local)->sin_port = 0;
+	else
+		((struct sockaddr_in6 *)&local)->sin6_port = 0;
+	if (fs_real.bind(udp, (struct sockaddr *)&local, len) || fs_real.connect(udp, peer, peerlen) ||
+	    fs_real.send(udp, pkt, sizeof(pkt), MSG_NOSIGNAL) != (ssize_t)sizeof(pkt)) {
+		int err = -errno;
+
+		fs_real.close(udp);
+		return err;
+	}
+	FS_STAT_INC(probes_sent);
+	pc->udp_fd = udp;
+	pc->nonce = ask.nonce;
+	pc->deadline_ns = fs_now_ns() + fs_params.probe_timeout_ms * 1000000ull;
+	return 0;
+}
+
+void fs_probe_cancel(struct fs_probe_client *pc)
+{
+	if (pc->udp_fd >= 0)
+		fs_real.close(pc->udp_fd);
+	pc->udp_fd = -1;
+}
+
+enum fs_probe_outcome fs_probe_result(struct fs_probe_client *pc, int fd, uint64_t deadline_ns,
+				      bool *tcp_readable)
+{
+	enum fs_probe_outcome out = FS_PROBE_PENDING;
+
+	*tcp_readable = false;
+	if (pc->udp_fd < 0)
+		return FS_PROBE_OUT_TIMEOUT;
+	for (;;) {
+		struct pollfd pfd[2] = {
+			{ .fd = pc->udp_fd, .events = POLLIN },
+			{ .fd = fd, .events = POLLIN },
+		};
+		uint64_t now = fs_now_ns(), until = deadline_ns < pc->deadline_ns ? deadline_ns : pc->deadline_ns;
+		int timeout_ms = until > now ? (int)((until - now + 999999) / 1000000) : 0;
+		int ret = fs_real.poll(pfd, 2, timeout_ms);
+
+		if (ret < 0 && errno == EINTR)
+			continue;
+		if (ret > 0 && (pfd[0].revents & (POLLIN | POLLERR))) {
+			uint8_t pkt[FS_WIRE_PROBE_LEN + 1];
+			struct fs_probe answer;
+			ssize_t n = fs_real.recv(pc->udp_fd, pkt, sizeof(pkt), MSG_DONTWAIT);
+
+			if (n < 0 && errno == ECONNREFUSED) {
+				out = FS_PROBE_OUT_REFUSED;
+				break;
+			}
+			if (n == FS_WIRE_PROBE_LEN && fs_wire_probe_decode(pkt, (size_t)n, &answer) == 0 &&
+			    answer.nonce == pc->nonce &&
+			    (answer.type == FS_PROBE_YES || answer.type == FS_PROBE_NO)) {
+				out = answer.type == FS_PROBE_YES ? FS_PROBE_OUT_YES : FS_PROBE_OUT_NO;
+				break;
+			}
+			continue; /* anything else is not an answer to us */
+		}
+		if (ret > 0 && (pfd[1].revents & (POLLIN | POLLHUP | POLLERR))) {
+			*tcp_readable = true;
+			return FS_PROBE_PENDING;
+		}
+		if (fs_now_ns() >= pc->deadline_ns) {
+			out = FS_PROBE_OUT_TIMEOUT;
+			break;
+		}
+		if (fs_now_ns() >= deadline_ns)
+			return FS_PROBE_PENDING;
+	}
+	/* A yes we look at after our deadline is too late: the server may have
+	 * stopped waiting for the HELLO. */
+	if (out == FS_PROBE_OUT_YES && fs_now_ns() > pc->deadline_ns + 5000000ull)
+		out = FS_PROBE_OUT_TIMEOUT;
+	/* The server may have spoken first after all. */
+	if (out == FS_PROBE_OUT_YES) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+
+		if (fs_real.poll(&p, 1, 0) > 0)
+			*tcp_readable = true;
+	}
+	fs_probe_cancel(pc);
+	return out;
+}
+
+/* ---- negative cache ---------------------------------------------------- */
+
+struct fs_negcache_entry {
+	uint8_t key[18];
+	uint64_t expires_ns;
+	UT_hash_handle hh;
+};
+
+static pthread_mutex_t fs_negcache_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct fs_negcache_entry *fs_negcache;
+static unsigned fs_negcache_count;
+
+static void fs_negcache_key(const struct sockaddr *peer, uint8_t key[18])
+{
+	uint16_t port;
+
+	fs_sockaddr_key(peer, key, &port);
+	key[16] = (uint8_t)(port >> 8);
+	key[17] = (uint8_t)port;
+}
+
+bool fs_negcache_hit(const struct sockaddr *peer)
+{
+	uint8_t key[18];
+	struct fs_negcache_entry *ent;
+	bool hit = false;
+
+	if (!fs_params.neg_cache_sec)
+		return false;
+	fs_negcache_key(peer, key);
+	pthread_mutex_lock(&fs_negcache_lock);
+	HASH_FIND(hh, fs_negcache, key, sizeof(key), ent);
+	if (ent && ent->expires_ns > fs_now_ns())
+		hit = true;
+	pthread_mutex_unlock(&fs_negcache_lock);
+	return hit;
+}
+
+void fs_negcache_add(const struct sockaddr *peer)
+{
+	uint8_t key[18];
+	struct fs_negcache_entry *ent;
+
+	if (!fs_params.neg_cache_sec)
+		return;
+	fs_negcache_key(peer, key);
+	pthread_mutex_lock(&fs_negcache_lock);
+	HASH_FIND(hh, fs_negcache, key, sizeof(key), ent);
+	if (!ent && fs_negcache_count < 65536 && (ent = calloc(1, sizeof(*ent)))) {
+		memcpy(ent->key, key, sizeof(key));
+		HASH_ADD(hh, fs_negcache, key, sizeof(ent->key), ent);
+		fs_negcache_count++;
+	}
+	if (ent)
+		ent->expires_ns = fs_now_ns() + fs_params.neg_cache_sec * 1000000000ull;
+	pthread_mutex_unlock(&fs_negcache_lock);
+}

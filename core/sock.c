@@ -1,1 +1,527 @@
 /* SPDX-License-Identifier: MIT */
+/*
+ * Socket state and the core entry points (see sock.h for the state
+ * machine). Every transition of enum fs_sock_state happens in this file or
+ * in negotiate.c, under fs_sock.lock.
+ */
+#include "core/sock.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config/log.h"
+#include "config/params.h"
+#include "config/rules.h"
+#include "core/engine.h"
+#include "core/fdtable.h"
+#include "core/guard.h"
+#include "core/negotiate.h"
+#include "core/stats.h"
+#include "preload/real.h"
+
+__thread int fs_guard_depth;
+bool fs_core_enabled;
+
+/* ---- allocation: type-stable, so lock-free readers may look ----------- */
+
+static pthread_mutex_t fs_sock_free_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct fs_sock *fs_sock_free_list;
+
+static struct fs_sock *fs_sock_alloc(int fd, int family)
+{
+	struct fs_sock *s;
+
+	pthread_mutex_lock(&fs_sock_free_lock);
+	s = fs_sock_free_list;
+	if (s)
+		fs_sock_free_list = s->free_next;
+	pthread_mutex_unlock(&fs_sock_free_lock);
+	if (!s) {
+		s = calloc(1, sizeof(*s));
+		if (!s)
+			return NULL;
+	} else {
+		memset(s, 0, sizeof(*s));
+	}
+	pthread_mutex_init(&s->lock, NULL);
+	s->fd = fd;
+	s->family = family;
+	s->pid = getpid();
+	s->state = FS_SOCK_FRESH;
+	s->probe.udp_fd = -1;
+	__atomic_store_n(&s->refs, 1, __ATOMIC_RELEASE); /* the fd table's reference */
+	return s;
+}
+
+struct fs_sock *fs_sock_get(int fd)
+{
+	if (FS_GUARDED() || !fs_core_enabled)
+		return NULL;
+	for (;;) {
+		struct fs_sock *s = fs_fdt_peek(fd);
+		int refs;
+
+		if (!s || s == FS_SOCK_INTERNAL)
+			return NULL;
+		refs = __atomic_load_n(&s->refs, __ATOMIC_ACQUIRE);
+		if (refs <= 0)
+			continue; /* being recycled; the slot will change */
+		if (!__atomic_compare_exchange_n(&s->refs, &refs, refs + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+			continue;
+		if (fs_fdt_peek(fd) == s && s->fd == fd)
+			return s;
+		fs_sock_put(s);
+	}
+}
+
+void fs_sock_put(struct fs_sock *s)
+{
+	if (__atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL))
+		return;
+	pthread_mutex_lock(&fs_sock_free_lock);
+	s->free_next = fs_sock_free_list;
+	fs_sock_free_list = s;
+	pthread_mutex_unlock(&fs_sock_free_lock);
+}
+
+/* Drops fabsock's state for S: from now on its fd is a plain kernel socket. */
+static void fs_sock_release(struct fs_sock *s)
+{
+	if (s->probe.udp_fd >= 0)
+		fs_probe_cancel(&s->probe);
+	if (s->listener) {
+		if (s->state == FS_SOCK_LISTENING)
+			fs_listener_close(s->listener);
+		else
+			fs_listener_put(s->listener);
+		s->listener = NULL;
+	}
+	if (fs_fdt_clear(s->fd, s))
+		fs_sock_put(s); /* the table's reference */
+}
+
+int fs_internal_fd(int fd)
+{
+	struct rlimit lim;
+	int high = 512, moved;
+
+	if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY && (rlim_t)high >= lim.rlim_cur)
+		high = (int)(lim.rlim_cur / 2);
+	moved = fs_real.fcntl(fd, F_DUPFD_CLOEXEC, high);
+	if (moved < 0)
+		return fd;
+	fs_real.close(fd);
+	fs_fdt_set(moved, FS_SOCK_INTERNAL);
+	return moved;
+}
+
+void fs_internal_fd_close(int fd)
+{
+	struct fs_sock *expected = FS_SOCK_INTERNAL;
+
+	if (fd >= 0 && (size_t)fd < fs_fdt_size)
+		__atomic_compare_exchange_n(&fs_fdt[fd], &expected, NULL, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+	fs_real.close(fd);
+}
+
+/* ---- init and fork ----------------------------------------------------- */
+
+void fs_core_atfork_child(void)
+{
+	fs_engine_forget_after_fork();
+	fs_service_after_fork();
+	pthread_mutex_init(&fs_sock_free_lock, NULL);
+}
+
+static void fs_core_atexit_stats(void)
+{
+	fs_stats_log();
+}
+
+void fs_core_init(void)
+{
+	fs_real_init();
+	fs_params_load();
+	fs_log_init();
+	fs_rules_load_global();
+	if (fs_fdt_init()) {
+		FS_WARN("cannot map the fd table; fabsock stays out of the way");
+		return;
+	}
+	pthread_atfork(NULL, NULL, fs_core_atfork_child);
+	if (fs_params.stats)
+		atexit(fs_core_atexit_stats);
+	fs_core_enabled = fs_params.enable;
+}
+
+/* ---- lifecycle hooks --------------------------------------------------- */
+
+void fs_core_socket(int fd, int domain, int type)
+{
+	struct fs_sock *s, *old;
+
+	if (FS_GUARDED() || !fs_core_enabled)
+		return;
+	if ((domain != AF_INET && domain != AF_INET6) || (type & 0xf) != SOCK_STREAM)
+		return;
+	s = fs_sock_alloc(fd, domain);
+	if (!s)
+		return;
+	s->nonblock = (type & SOCK_NONBLOCK) != 0;
+	old = fs_fdt_set(fd, s);
+	if (old && old != FS_SOCK_INTERNAL)
+		fs_sock_put(old); /* stale entry of an fd closed behind our back */
+}
+
+static uint64_t fs_timeout_ns(const struct timeval *tv)
+{
+	return (uint64_t)tv->tv_sec * 1000000000ull + (uint64_t)tv->tv_usec * 1000ull;
+}
+
+/* Service thread: the probe of client socket ARG was answered or timed out. */
+static void fs_sock_client_watch(void *arg, bool timed_out)
+{
+	struct fs_sock *s = arg;
+
+	pthread_mutex_lock(&s->lock);
+	if (s->state == FS_SOCK_CLIENT_PENDING && fs_negotiate_client_hello(s, fs_now_ns()) == FS_PASS)
+		fs_sock_release(s);
+	pthread_mutex_unlock(&s->lock);
+	fs_sock_put(s);
+}
+
+int fs_core_connect(struct fs_sock *s, const struct sockaddr *addr, socklen_t len)
+{
+	struct sockaddr_storage local;
+	socklen_t llen = sizeof(local);
+	enum fs_rule_action rule;
+	const char *why = NULL;
+	uint16_t port;
+	uint8_t key[16];
+	int ret;
+
+	if (s->state != FS_SOCK_FRESH || (addr->sa_family != AF_INET && addr->sa_family != AF_INET6))
+		return FS_PASS;
+	ret = fs_real.connect(s->fd, addr, len);
+	if (ret && errno == EINPROGRESS && s->nonblock) {
+		/* Nonblocking connect: negotiation waits for the event-loop
+		 * support; until then such sockets stay on kernel TCP. */
+		fs_sock_release(s);
+		FS_STAT_INC(kernel);
+		errno = EINPROGRESS;
+		return -EINPROGRESS;
+	}
+	if (ret)
+		return -errno;
+
+	pthread_mutex_lock(&s->lock);
+	memcpy(&s->peer, addr, len < sizeof(s->peer) ? len : sizeof(s->peer));
+	fs_sockaddr_key(addr, key, &port);
+	rule = fs_rules_match(&fs_rules_global, FS_SIDE_CLIENT, addr, port);
+	if (rule == FS_RULE_KERNEL) {
+		FS_STAT_INC(fallback_rule);
+		why = "a FABSOCK_RULES rule says kernel";
+		goto kernel;
+	}
+	if (fs_real.getsockname(s->fd, (struct sockaddr *)&local, &llen)) {
+		why = "getsockname failed";
+		goto kernel;
+	}
+	s->provider = fs_negotiate_pick_provider((struct sockaddr *)&local, addr, &why);
+	if (s->provider == FS_PROV_NONE) {
+		FS_STAT_INC(fallback_remote);
+		goto kernel;
+	}
+	if (rule == FS_RULE_OFFLOAD) {
+		s->skip_probe = true;
+	} else if (fs_negcache_hit(addr)) {
+		FS_STAT_INC(fallback_neg_cache);
+		why = "destination cached as not fabsock";
+		goto kernel;
+	} else if ((ret = fs_probe_start(&s->probe, s->fd, addr))) {
+		FS_STAT_INC(fallback_probe_refused);
+		why = "cannot send the probe";
+		goto kernel;
+	}
+	s->state = FS_SOCK_CLIENT_PENDING;
+	pthread_mutex_unlock(&s->lock);
+	/* The service thread sends the HELLO as soon as the probe is answered. */
+	__atomic_fetch_add(&s->refs, 1, __ATOMIC_ACQ_REL);
+	fs_service_watch(s->skip_probe ? -1 : s->probe.udp_fd,
+			 s->skip_probe ? fs_now_ns() : s->probe.deadline_ns + 1000000ull, fs_sock_client_watch, s);
+	return 0;
+kernel:
+	FS_INFO("fd %d: stays on kernel TCP: %s", s->fd, why ? why : "unknown");
+	FS_STAT_INC(kernel);
+	fs_sock_release(s);
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
+int fs_core_listen(struct fs_sock *s, int backlog)
+{
+	struct sockaddr_storage local;
+	socklen_t llen = sizeof(local);
+	uint8_t key[16];
+	uint16_t port;
+	int ret = fs_real.listen(s->fd, backlog);
+
+	if (ret)
+		return -errno;
+	pthread_mutex_lock(&s->lock);
+	if (s->state == FS_SOCK_LISTENING) { /* listen() again: backlog change */
+		pthread_mutex_unlock(&s->lock);
+		return 0;
+	}
+	if (s->state != FS_SOCK_FRESH || fs_real.getsockname(s->fd, (struct sockaddr *)&local, &llen))
+		goto plain;
+	fs_sockaddr_key((struct sockaddr *)&local, key, &port);
+	if (fs_rules_match(&fs_rules_global, FS_SIDE_SERVER, NULL, port) == FS_RULE_KERNEL) {
+		FS_INFO("listener on port %u: a FABSOCK_RULES rule says kernel", port);
+		goto plain;
+	}
+	s->listener = fs_listener_open(s->fd);
+	s->local_port = port;
+	s->state = FS_SOCK_LISTENING;
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+plain:
+	fs_sock_release(s);
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
+void fs_core_accepted(struct fs_sock *ls, int newfd, int flags)
+{
+	struct fs_sock *s, *old;
+
+	if (ls->state != FS_SOCK_LISTENING)
+		return;
+	s = fs_sock_alloc(newfd, ls->family);
+	if (!s)
+		return;
+	s->state = FS_SOCK_SERVER_PENDING;
+	s->nonblock = (flags & SOCK_NONBLOCK) != 0;
+	s->local_port = ls->local_port;
+	if (ls->listener) {
+		fs_listener_get(ls->listener);
+		s->listener = ls->listener;
+	}
+	old = fs_fdt_set(newfd, s);
+	if (old && old != FS_SOCK_INTERNAL)
+		fs_sock_put(old);
+}
+
+/* Settles a pending socket. Returns 0 (offloaded), FS_PASS (kernel: the
+ * entry is gone), -EAGAIN (server side undecided by DEADLINE), -errno. */
+int fs_sock_settle(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
+{
+	int ret;
+
+	pthread_mutex_lock(&s->lock);
+	switch (s->state) {
+	case FS_SOCK_OFFLOADED:
+		ret = 0;
+		break;
+	case FS_SOCK_CLIENT_PENDING:
+		ret = fs_negotiate_client_hello(s, UINT64_MAX);
+		if (ret == 0)
+			ret = fs_negotiate_client_ack(s, deadline_ns);
+		break;
+	case FS_SOCK_CLIENT_HELLO_SENT:
+		ret = fs_negotiate_client_ack(s, deadline_ns);
+		break;
+	case FS_SOCK_SERVER_PENDING:
+		ret = fs_negotiate_server(s, for_send, deadline_ns);
+		break;
+	default:
+		ret = FS_PASS;
+		break;
+	}
+	if (ret == FS_PASS)
+		fs_sock_release(s);
+	pthread_mutex_unlock(&s->lock);
+	return ret;
+}
+
+bool fs_sock_pending(const struct fs_sock *s)
+{
+	return s->state == FS_SOCK_CLIENT_PENDING || s->state == FS_SOCK_CLIENT_HELLO_SENT ||
+	       s->state == FS_SOCK_SERVER_PENDING;
+}
+
+/* A socket offloaded by the parent, used in a forked child. */
+static int fs_sock_foreign(struct fs_sock *s)
+{
+	FS_WARN_ONCE("an offloaded socket is used in a process forked after it was offloaded; "
+		      "only the process that offloaded it can use it");
+	return -EIO;
+}
+
+static uint64_t fs_deadline(uint64_t timeout_ns)
+{
+	return timeout_ns ? fs_now_ns() + timeout_ns : 0;
+}
+
+ssize_t fs_core_recvmsg(struct fs_sock *s, struct msghdr *msg, int flags)
+{
+	bool nonblock = s->nonblock || (flags & MSG_DONTWAIT);
+	uint64_t deadline = fs_deadline(s->rcvtimeo_ns);
+	ssize_t ret;
+
+	if (s->state != FS_SOCK_OFFLOADED) {
+		if (!fs_sock_pending(s))
+			return FS_PASS;
+		ret = fs_sock_settle(s, false, nonblock ? fs_now_ns() : deadline);
+		if (ret)
+			return ret == -EAGAIN && !nonblock && !deadline ? -EIO : ret;
+	}
+	if (s->pid != getpid())
+		return fs_sock_foreign(s);
+	if (flags & ~(MSG_PEEK | MSG_WAITALL | MSG_DONTWAIT | MSG_NOSIGNAL | MSG_CMSG_CLOEXEC))
+		return -EOPNOTSUPP; /* MSG_OOB, MSG_TRUNC... have no fabric meaning */
+	msg->msg_flags = 0;
+	msg->msg_namelen = 0;
+	msg->msg_controllen = 0;
+	if (s->shut_rd)
+		return 0;
+	return fs_stream_recv(s->stream, msg->msg_iov, (int)msg->msg_iovlen, flags, nonblock, deadline, s->fd);
+}
+
+ssize_t fs_core_sendmsg(struct fs_sock *s, const struct msghdr *msg, int flags)
+{
+	bool nonblock = s->nonblock || (flags & MSG_DONTWAIT);
+	ssize_t ret;
+
+	if (s->state != FS_SOCK_OFFLOADED) {
+		if (!fs_sock_pending(s))
+			return FS_PASS;
+		ret = fs_sock_settle(s, true, 0);
+		if (ret)
+			return ret;
+	}
+	if (s->pid != getpid())
+		return fs_sock_foreign(s);
+	if (s->shut_wr)
+		ret = -EPIPE;
+	else
+		ret = fs_stream_send(s->stream, msg->msg_iov, (int)msg->msg_iovlen, nonblock,
+				     fs_deadline(s->sndtimeo_ns), s->fd);
+	if (ret > 0 && s->stream->txq_head)
+		fs_service_kick(); /* someone must post what waits for credit */
+	if (ret == -EPIPE && !(flags & MSG_NOSIGNAL))
+		pthread_kill(pthread_self(), SIGPIPE);
+	return ret;
+}
+
+int fs_core_shutdown(struct fs_sock *s, int how)
+{
+	int ret;
+
+	if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR)
+		return -EINVAL;
+	if (fs_sock_pending(s)) {
+		/* Settle first, so the peer's view stays consistent. */
+		ret = fs_sock_settle(s, true, 0);
+		if (ret)
+			return ret;
+	}
+	if (s->state != FS_SOCK_OFFLOADED)
+		return FS_PASS;
+	if (s->pid != getpid())
+		return fs_sock_foreign(s);
+	/* The kernel checks that the socket is connected and the argument. */
+	if (how == SHUT_RD || how == SHUT_RDWR)
+		s->shut_rd = true;
+	if ((how == SHUT_WR || how == SHUT_RDWR) && !s->shut_wr) {
+		s->shut_wr = true;
+		fs_stream_shutdown_wr(s->stream);
+		fs_service_kick();
+	}
+	return 0;
+}
+
+int fs_core_close(struct fs_sock *s)
+{
+	int fd = s->fd, ret;
+
+	pthread_mutex_lock(&s->lock);
+	if (s->state == FS_SOCK_OFFLOADED && s->pid == getpid()) {
+		/* The stream outlives the descriptor until its FIN is delivered:
+		 * the engine keeps a private duplicate of the kernel socket. */
+		int ctl = fs_real.fcntl(fd, F_DUPFD_CLOEXEC, 0);
+
+		if (ctl >= 0)
+			ctl = fs_internal_fd(ctl);
+		fs_stream_close(s->stream, ctl, s->linger0);
+		s->stream = NULL;
+		fs_service_kick();
+	}
+	if (s->state == FS_SOCK_CLIENT_HELLO_SENT)
+		fs_negotiate_abort(s);
+	s->state = FS_SOCK_FRESH;
+	fs_sock_release(s);
+	pthread_mutex_unlock(&s->lock);
+	ret = fs_real.close(fd);
+	return ret ? -errno : 0;
+}
+
+int fs_core_getsockopt(struct fs_sock *s, int level, int name, void *val, socklen_t *len)
+{
+	if (s->state == FS_SOCK_OFFLOADED && level == SOL_SOCKET && name == SO_ERROR && val && len &&
+	    *len >= sizeof(int) && s->pid == getpid()) {
+		int err = 0;
+		struct fs_stream *st = s->stream;
+
+		if (st && st->error && !st->error_reported) {
+			err = -st->error;
+			st->error_reported = true;
+		}
+		*(int *)val = err;
+		*len = sizeof(int);
+		return 0;
+	}
+	return FS_PASS;
+}
+
+void fs_core_setsockopt(struct fs_sock *s, int level, int name, const void *val, socklen_t len)
+{
+	if (level != SOL_SOCKET || !val)
+		return;
+	if ((name == SO_RCVTIMEO || name == SO_SNDTIMEO) && len >= sizeof(struct timeval)) {
+		uint64_t ns = fs_timeout_ns(val);
+
+		if (name == SO_RCVTIMEO)
+			s->rcvtimeo_ns = ns;
+		else
+			s->sndtimeo_ns = ns;
+	} else if (name == SO_LINGER && len >= sizeof(struct linger)) {
+		const struct linger *lin = val;
+
+		s->linger0 = lin->l_onoff && lin->l_linger == 0;
+	}
+}
+
+void fs_core_set_nonblock(struct fs_sock *s, bool nonblock)
+{
+	s->nonblock = nonblock;
+}
+
+int fs_core_fionread(struct fs_sock *s, int *avail)
+{
+	size_t n;
+
+	if (s->state != FS_SOCK_OFFLOADED || s->pid != getpid())
+		return FS_PASS;
+	n = fs_stream_readable(s->stream);
+	*avail = n > INT32_MAX ? INT32_MAX : (int)n;
+	return 0;
+}

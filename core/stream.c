@@ -1,1 +1,487 @@
 /* SPDX-License-Identifier: MIT */
+/*
+ * The application's view of an offloaded stream: send, receive, shutdown,
+ * close, and the wait loop that drives progress while a caller blocks.
+ *
+ * Waiting: a blocked caller polls the completion queue itself for up to
+ * FABSOCK_SPIN_US (this is what beats the kernel's latency), then sleeps in
+ * ppoll() on the stream's kernel TCP socket with a growing timeout capped at
+ * FABSOCK_SLEEP_MAX_US, polling again on every wake. The kernel socket is the
+ * control channel: it becomes readable when the peer process closes it or
+ * dies, which is how a vanished peer is noticed within a few seconds.
+ *
+ * Kernel TCP semantics kept here: partial reads, MSG_PEEK, MSG_WAITALL,
+ * EOF only after every byte sent before the peer's FIN, EPIPE after the
+ * peer closed, ECONNRESET (once, then EOF/EPIPE) when it vanished, EAGAIN
+ * for nonblocking calls and expired SO_RCVTIMEO/SO_SNDTIMEO, EINTR when a
+ * signal handler without SA_RESTART ran.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "config/log.h"
+#include "config/params.h"
+#include "core/engine.h"
+#include "core/stats.h"
+#include "core/stream_internal.h"
+#include "preload/real.h"
+
+#define FS_HDR sizeof(struct fs_wire_msg_hdr)
+
+/* After EINTR: restart unless some installed handler lacks SA_RESTART. We
+ * cannot tell which signal interrupted us, so this errs towards EINTR, which
+ * is always a legal answer from a blocking socket call. */
+static bool fs_restart_after_signal(void)
+{
+	for (int sig = 1; sig < NSIG; sig++) {
+		struct sigaction sa;
+
+		if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, NULL, &sa))
+			continue;
+		if (sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN && !(sa.sa_flags & SA_RESTART))
+			return false;
+	}
+	return true;
+}
+
+/* Looks at the control connection: EOF or reset means the peer closed the
+ * socket or its process died. */
+static void fs_stream_check_ctl(struct fs_stream *s, int ctl_fd)
+{
+	char byte;
+	ssize_t n;
+
+	if (ctl_fd < 0 || s->peer_gone)
+		return;
+	n = fs_real.recv(ctl_fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+	if (n > 0) {
+		/* Nothing may follow the handshake on the control channel. */
+		FS_WARN("stream %u: unexpected bytes on the control connection; resetting", s->id);
+		s->error = -ECONNRESET;
+		FS_STAT_INC(resets);
+	} else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+		s->peer_gone = true;
+		s->peer_gone_ns = fs_now_ns();
+	}
+}
+
+/* A vanished peer whose FIN never came is a reset, once the grace period
+ * for its last messages is over. */
+static void fs_stream_check_gone(struct fs_stream *s, uint64_t now)
+{
+	if (s->peer_gone && !s->peer_fin && !s->error &&
+	    now >= s->peer_gone_ns + fs_params.peer_grace_ms * 1000000ull) {
+		s->error = -ECONNRESET;
+		FS_STAT_INC(resets);
+		FS_INFO("stream %u: peer closed its connection without a FIN: reset", s->id);
+	}
+}
+
+typedef bool (*fs_ready_fn)(struct fs_stream *s, void *arg);
+
+/* Waits with the engine lock held (released while sleeping) until READY,
+ * an error, or DEADLINE. Returns 0 when ready, else -EAGAIN (deadline),
+ * -EINTR, or the stream's error. */
+static int fs_stream_wait(struct fs_engine *e, struct fs_stream *s, fs_ready_fn ready, void *arg,
+			  uint64_t deadline_ns, int ctl_fd)
+{
+	uint64_t now = fs_now_ns();
+	uint64_t spin_end = now + fs_params.spin_us * 1000ull;
+	uint64_t sleep_us = 10;
+
+	for (;;) {
+		fs_engine_progress(e);
+		if (ready(s, arg))
+			return 0;
+		now = fs_now_ns();
+		fs_stream_check_gone(s, now);
+		if (s->error)
+			return s->error;
+		if (deadline_ns && now >= deadline_ns)
+			return -EAGAIN;
+		if (now < spin_end) {
+			pthread_mutex_unlock(&e->lock);
+			__builtin_ia32_pause();
+			pthread_mutex_lock(&e->lock);
+			continue;
+		}
+		{
+			struct pollfd pfd = { .fd = ctl_fd, .events = POLLIN | POLLRDHUP };
+			uint64_t ns = sleep_us * 1000ull;
+			struct timespec ts;
+			int watch = ctl_fd >= 0 && !s->peer_gone;
+			int ret;
+
+			if (deadline_ns && deadline_ns - now < ns)
+				ns = deadline_ns - now;
+			ts.tv_sec = (time_t)(ns / 1000000000ull);
+			ts.tv_nsec = (long)(ns % 1000000000ull);
+			pthread_mutex_unlock(&e->lock);
+			ret = ppoll(watch ? &pfd : NULL, watch ? 1 : 0, &ts, NULL);
+			pthread_mutex_lock(&e->lock);
+			if (ret < 0 && errno == EINTR && !fs_restart_after_signal())
+				return -EINTR;
+			if (ret > 0)
+				fs_stream_check_ctl(s, ctl_fd);
+		}
+		if (sleep_us < fs_params.sleep_max_us)
+			sleep_us = sleep_us * 2 < fs_params.sleep_max_us ? sleep_us * 2 : fs_params.sleep_max_us;
+	}
+}
+
+/* ---- send -------------------------------------------------------------- */
+
+static bool fs_send_ready(struct fs_stream *s, void *arg)
+{
+	return s->txq_count < fs_params.send_queue || s->peer_gone || s->fin_queued;
+}
+
+/* The error a writer sees: a reset once, then EPIPE like the kernel. */
+static int fs_send_error(struct fs_stream *s)
+{
+	if (s->error && !s->error_reported) {
+		s->error_reported = true;
+		return s->error;
+	}
+	return -EPIPE;
+}
+
+static size_t fs_iov_total(const struct iovec *iov, int iovcnt)
+{
+	size_t total = 0;
+
+	for (int i = 0; i < iovcnt; i++)
+		total += iov[i].iov_len;
+	return total;
+}
+
+/* Copies up to LEN bytes starting at byte OFFSET of the iovec into DST. */
+static size_t fs_iov_copy_out(void *dst, size_t len, const struct iovec *iov, int iovcnt, size_t offset)
+{
+	size_t copied = 0;
+
+	for (int i = 0; i < iovcnt && copied < len; i++) {
+		size_t n;
+
+		if (offset >= iov[i].iov_len) {
+			offset -= iov[i].iov_len;
+			continue;
+		}
+		n = iov[i].iov_len - offset;
+		if (n > len - copied)
+			n = len - copied;
+		memcpy((char *)dst + copied, (const char *)iov[i].iov_base + offset, n);
+		copied += n;
+		offset = 0;
+	}
+	return copied;
+}
+
+ssize_t fs_stream_send(struct fs_stream *s, const struct iovec *iov, int iovcnt, bool nonblock,
+		       uint64_t deadline_ns, int ctl_fd)
+{
+	struct fs_engine *e = fs_engine_peek();
+	size_t total = fs_iov_total(iov, iovcnt), done = 0;
+	ssize_t result;
+
+	if (!e)
+		return -EIO;
+	pthread_mutex_lock(&e->lock);
+	for (;;) {
+		if (s->error || s->peer_gone || s->fin_queued) {
+			result = done ? (ssize_t)done : fs_send_error(s);
+			break;
+		}
+		while (done < total) {
+			struct fs_buf *buf = s->txq_tail;
+			size_t room, n;
+
+			if (!buf || buf->kind != FS_MSG_DATA || buf->len >= s->peer_chunk) {
+				if (s->txq_count >= fs_params.send_queue)
+					break;
+				buf = fs_pool_get(&s->erail->tx_data);
+				if (!buf)
+					break;
+				buf->kind = FS_MSG_DATA;
+				buf->stream = s;
+				fs_stream_enqueue(e, s, buf);
+			}
+			room = s->peer_chunk - buf->len;
+			n = fs_iov_copy_out(buf->mem + FS_HDR + buf->len, room < total - done ? room : total - done,
+					    iov, iovcnt, done);
+			buf->len += (uint32_t)n;
+			done += n;
+			if (buf->len >= s->peer_chunk)
+				fs_stream_flush(e, s);
+		}
+		fs_stream_flush(e, s);
+		if (done == total) {
+			result = (ssize_t)done;
+			break;
+		}
+		if (nonblock) {
+			result = done ? (ssize_t)done : -EAGAIN;
+			break;
+		}
+		{
+			int ret = fs_stream_wait(e, s, fs_send_ready, NULL, deadline_ns, ctl_fd);
+
+			if (ret == -EAGAIN || ret == -EINTR) {
+				result = done ? (ssize_t)done : ret;
+				break;
+			}
+		}
+	}
+	pthread_mutex_unlock(&e->lock);
+	return result;
+}
+
+/* ---- receive ----------------------------------------------------------- */
+
+struct fs_recv_want {
+	size_t bytes; /* MSG_WAITALL: how many must be buffered */
+};
+
+static bool fs_recv_ready(struct fs_stream *s, void *arg)
+{
+	struct fs_recv_want *want = arg;
+
+	if (s->peer_fin || s->error)
+		return true;
+	if (want && want->bytes)
+		return s->rx_bytes >= want->bytes;
+	return s->rxq_head != NULL;
+}
+
+/* Releases a fully read buffer: back to the provider, one more credit. */
+static void fs_recv_release(struct fs_engine *e, struct fs_stream *s)
+{
+	struct fs_buf *buf = s->rxq_head;
+
+	s->rxq_head = buf->next;
+	if (!s->rxq_head)
+		s->rxq_tail = NULL;
+	s->freed++;
+	fs_engine_repost(s->erail, buf);
+}
+
+/* Copies from the receive queue into the iovec starting at byte DONE.
+ * Consumes unless PEEK. Returns bytes copied. */
+static size_t fs_recv_copy(struct fs_engine *e, struct fs_stream *s, const struct iovec *iov, int iovcnt,
+			   size_t done, size_t total, bool peek)
+{
+	size_t copied = 0;
+	struct fs_buf *buf = s->rxq_head;
+	uint32_t peek_off = buf ? buf->off : 0;
+	int i = 0;
+	size_t iov_off = done;
+
+	while (i < iovcnt && iov_off >= iov[i].iov_len) {
+		iov_off -= iov[i].iov_len;
+		i++;
+	}
+	while (buf && buf->kind == FS_MSG_DATA && done + copied < total && i < iovcnt) {
+		uint32_t off = peek ? peek_off : buf->off;
+		size_t avail = buf->len - off;
+		size_t space = iov[i].iov_len - iov_off;
+		size_t n = avail < space ? avail : space;
+
+		memcpy((char *)iov[i].iov_base + iov_off, buf->mem + FS_HDR + off, n);
+		copied += n;
+		iov_off += n;
+		if (iov_off == iov[i].iov_len) {
+			i++;
+			iov_off = 0;
+		}
+		if (peek) {
+			peek_off += (uint32_t)n;
+			if (peek_off == buf->len) {
+				buf = buf->next;
+				peek_off = 0;
+			}
+			continue;
+		}
+		buf->off += (uint32_t)n;
+		s->rx_bytes -= n;
+		if (buf->off == buf->len) {
+			fs_recv_release(e, s);
+			buf = s->rxq_head;
+		}
+	}
+	/* Zero-length data messages never happen, but never let one stall us. */
+	while (!peek && s->rxq_head && s->rxq_head->kind == FS_MSG_DATA && s->rxq_head->off == s->rxq_head->len)
+		fs_recv_release(e, s);
+	return copied;
+}
+
+ssize_t fs_stream_recv(struct fs_stream *s, const struct iovec *iov, int iovcnt, int flags, bool nonblock,
+		       uint64_t deadline_ns, int ctl_fd)
+{
+	struct fs_engine *e = fs_engine_peek();
+	size_t total = fs_iov_total(iov, iovcnt), done = 0;
+	bool peek = flags & MSG_PEEK, waitall = (flags & MSG_WAITALL) && !nonblock;
+	ssize_t result;
+
+	if (!e)
+		return -EIO;
+	if (!total)
+		return 0;
+	pthread_mutex_lock(&e->lock);
+	if (!s->rxq_head)
+		fs_engine_progress(e);
+	for (;;) {
+		struct fs_recv_want want = { 0 };
+		int ret;
+
+		if (peek) {
+			done = fs_recv_copy(e, s, iov, iovcnt, 0, total, true);
+		} else {
+			done += fs_recv_copy(e, s, iov, iovcnt, done, total, false);
+		}
+		if (done && (!waitall || done == total || s->peer_fin || s->error)) {
+			result = (ssize_t)done;
+			break;
+		}
+		if (s->rxq_head && s->rxq_head->kind == FS_MSG_FIN) {
+			s->fin_consumed = true;
+			result = (ssize_t)done;
+			break;
+		}
+		if (s->error) {
+			if (!s->error_reported) {
+				s->error_reported = true;
+				result = done ? (ssize_t)done : s->error;
+			} else {
+				result = (ssize_t)done;
+			}
+			break;
+		}
+		if (nonblock) {
+			result = done ? (ssize_t)done : -EAGAIN;
+			break;
+		}
+		if (waitall)
+			want.bytes = peek ? total : total - done;
+		ret = fs_stream_wait(e, s, fs_recv_ready, &want, deadline_ns, ctl_fd);
+		if (ret == -EAGAIN || ret == -EINTR) {
+			result = done ? (ssize_t)done : ret;
+			break;
+		}
+	}
+	if (!peek)
+		fs_stream_maybe_credit(e, s);
+	pthread_mutex_unlock(&e->lock);
+	return result;
+}
+
+size_t fs_stream_readable(struct fs_stream *s)
+{
+	struct fs_engine *e = fs_engine_peek();
+	size_t n;
+
+	if (!e)
+		return 0;
+	pthread_mutex_lock(&e->lock);
+	fs_engine_progress(e);
+	n = s->rx_bytes;
+	pthread_mutex_unlock(&e->lock);
+	return n;
+}
+
+int fs_stream_shutdown_wr(struct fs_stream *s)
+{
+	struct fs_engine *e = fs_engine_peek();
+	int ret;
+
+	if (!e)
+		return -EIO;
+	pthread_mutex_lock(&e->lock);
+	ret = s->error ? 0 : fs_stream_queue_fin(e, s);
+	pthread_mutex_unlock(&e->lock);
+	return ret;
+}
+
+void fs_stream_close(struct fs_stream *s, int ctl_fd, bool abort)
+{
+	struct fs_engine *e = fs_engine_peek();
+	uint64_t now = fs_now_ns();
+
+	if (!e) {
+		if (ctl_fd >= 0)
+			fs_real.close(ctl_fd);
+		return;
+	}
+	pthread_mutex_lock(&e->lock);
+	fs_engine_progress(e);
+	/* Closing with unread data resets the connection, as TCP does. */
+	if (s->rx_bytes)
+		abort = true;
+	s->state = FS_STREAM_CLOSED;
+	if (abort || s->error) {
+		struct linger lin = { .l_onoff = 1, .l_linger = 0 };
+
+		if (ctl_fd >= 0) {
+			fs_real.setsockopt(ctl_fd, SOL_SOCKET, SO_LINGER, &lin, sizeof(lin));
+			fs_real.close(ctl_fd);
+		}
+		ctl_fd = -1;
+		if (!s->error)
+			s->error = -ECONNRESET;
+		fs_stream_flush(e, s); /* drops the queue */
+		s->close_deadline_ns = now + fs_params.peer_grace_ms * 1000000ull;
+	} else {
+		if (fs_stream_queue_fin(e, s))
+			s->error = -ENOBUFS;
+		s->close_deadline_ns = now + fs_params.linger_sec * 1000000000ull;
+	}
+	s->ctl_fd = ctl_fd;
+	fs_engine_add_orphan(e, s);
+	fs_engine_reap(e);
+	pthread_mutex_unlock(&e->lock);
+}
+
+unsigned fs_stream_poll(struct fs_stream *s, int ctl_fd)
+{
+	struct fs_engine *e = fs_engine_peek();
+	unsigned ev = 0;
+
+	if (!e)
+		return POLLERR;
+	pthread_mutex_lock(&e->lock);
+	fs_engine_progress(e);
+	fs_stream_check_gone(s, fs_now_ns());
+	if (s->rx_bytes || s->peer_fin || s->error)
+		ev |= POLLIN;
+	if (s->peer_fin)
+		ev |= POLLRDHUP;
+	if (s->error) {
+		ev |= POLLERR | POLLHUP | POLLOUT;
+	} else if (s->peer_gone) {
+		ev |= POLLOUT; /* a write will fail at once: EPIPE */
+		if (s->peer_fin)
+			ev |= POLLHUP;
+	} else if (!s->fin_queued && s->txq_count < fs_params.send_queue) {
+		ev |= POLLOUT;
+	}
+	if (s->peer_fin && s->fin_queued)
+		ev |= POLLHUP;
+	pthread_mutex_unlock(&e->lock);
+	(void)ctl_fd;
+	return ev;
+}
+
+/* Checks the control connection after poll() reported it readable/hung up. */
+void fs_stream_note_ctl(struct fs_stream *s, int ctl_fd)
+{
+	struct fs_engine *e = fs_engine_peek();
+
+	if (!e)
+		return;
+	pthread_mutex_lock(&e->lock);
+	fs_stream_check_ctl(s, ctl_fd);
+	pthread_mutex_unlock(&e->lock);
+}

@@ -5,7 +5,7 @@
  * that is reported on stderr with the real write and the process is aborted
  * before the application runs, rather than failing later at a random call.
  */
-#define _GNU_SOURCE
+
 #include "preload/real.h"
 
 #include <dlfcn.h>

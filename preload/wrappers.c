@@ -1,1 +1,452 @@
 /* SPDX-License-Identifier: MIT */
+/*
+ * The interposed libc functions (preload/symbols.def lists them). Each
+ * wrapper only translates: look the fd up, hand fabsock's sockets to the
+ * core (one receive entry, one send entry for every variant), and call the
+ * real function for everything else or when the core answers FS_PASS.
+ * Negative errnos from the core become -1/errno in fs_ret(), the only place
+ * that does so.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core/guard.h"
+#include "core/sock.h"
+#include "preload/real.h"
+
+#define FS_EXPORT __attribute__((visibility("default")))
+
+__attribute__((constructor(101))) static void fs_preload_init(void)
+{
+	fs_core_init();
+}
+
+static inline long fs_ret(long ret)
+{
+	if (ret < 0) {
+		errno = (int)-ret;
+		return -1;
+	}
+	return ret;
+}
+
+FS_EXPORT int socket(int domain, int type, int protocol)
+{
+	int fd = fs_real.socket(domain, type, protocol);
+
+	if (fd >= 0)
+		fs_core_socket(fd, domain, type);
+	return fd;
+}
+
+FS_EXPORT int bind(int fd, const struct sockaddr *addr, socklen_t len)
+{
+	return fs_real.bind(fd, addr, len);
+}
+
+FS_EXPORT int listen(int fd, int backlog)
+{
+	struct fs_sock *s = fs_sock_get(fd);
+	long ret;
+
+	if (!s)
+		return fs_real.listen(fd, backlog);
+	ret = fs_core_listen(s, backlog);
+	fs_sock_put(s);
+	return (int)fs_ret(ret);
+}
+
+static int fs_accept_common(int fd, struct sockaddr *addr, socklen_t *len, int flags)
+{
+	struct fs_sock *s = fs_sock_get(fd);
+	int newfd = fs_real.accept4(fd, addr, len, flags);
+
+	if (s) {
+		if (newfd >= 0)
+			fs_core_accepted(s, newfd, flags);
+		fs_sock_put(s);
+	}
+	return newfd;
+}
+
+FS_EXPORT int accept(int fd, struct sockaddr *addr, socklen_t *len)
+{
+	struct fs_sock *s = fs_sock_get(fd);
+	int newfd;
+
+	if (!s)
+		return fs_real.accept(fd, addr, len);
+	newfd = fs_real.accept(fd, addr, len);
+	if (newfd >= 0)
+		fs_core_accepted(s, newfd, 0);
+	fs_sock_put(s);
+	return newfd;
+}
+
+FS_EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
+{
+	return fs_accept_common(fd, addr, len, flags);
+}
+
+FS_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
+{
+	struct fs_sock *s = fs_sock_get(fd);
+	long ret;
+
+	if (!s)
+		return fs_real.connect(fd, addr, len);
+	ret = addr ? fs_core_connect(s, addr, len) : FS_PASS;
+	fs_sock_put(s);
+	if (ret == FS_PASS)
+		return fs_real.connect(fd, addr, len);
+	return (int)fs_ret(ret);
+}
+
+/* ---- receive variants -------------------------------------------------- */
+
+/* Returns FS_PASS when the fd is not fabsock's. */
+static ssize_t fs_recv_entry(int fd, struct msghdr *msg, int flags)
+{
+	struct fs_sock *s = fs_sock_get(fd);
+	ssize_t ret;
+
+	if (!s)
+		return FS_PASS;
+	ret = fs_core_recvmsg(s, msg, flags);
+	fs_sock_put(s);
+	return ret;
+}
+
+#define FS_RECV_ONE(fd, buf, len, flags, real_call)                                   \
+	do {                                                                          \
+		struct iovec iov_ = { .iov_base = (buf), .iov_len = (len) };          \
+		struct msghdr msg_ = { .msg_iov = &iov_, .msg_iovlen = 1 };          \
+		ssize_t ret_ = fs_fdt_peek_any(fd) ? fs_recv_entry((fd), &msg_, (flags)) : FS_PASS; \
+		if (ret_ == FS_PASS)                                                  \
+			return real_call;                                             \
+		return fs_ret(ret_);                                                  \
+	} while (0)
+
+#include "core/fdtable.h"
+static inline int fs_fdt_peek_any(int fd)
+{
+	return fs_fdt_peek(fd) != NULL;
+}
+
+FS_EXPORT ssize_t read(int fd, void *buf, size_t len)
+{
+	FS_RECV_ONE(fd, buf, len, 0, fs_real.read(fd, buf, len));
+}
+
+FS_EXPORT ssize_t recv(int fd, void *buf, size_t len, int flags)
+{
+	FS_RECV_ONE(fd, buf, len, flags, fs_real.recv(fd, buf, len, flags));
+}
+
+FS_EXPORT ssize_t recvfrom(int fd, void *buf, size_t len, int flags, struct sockaddr *addr, socklen_t *alen)
+{
+	struct iovec iov = { .iov_base = buf, .iov_len = len };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+	ssize_t ret = fs_fdt_peek_any(fd) ? fs_recv_entry(fd, &msg, flags) : FS_PASS;
+
+	if (ret == FS_PASS)
+		return fs_real.recvfrom(fd, buf, len, flags, addr, alen);
+	if (ret >= 0 && addr && alen)
+		*alen = 0; /* a connected TCP socket reports no source address */
+	return fs_ret(ret);
+}
+
+FS_EXPORT ssize_t readv(int fd, const struct iovec *iov, int iovcnt)
+{
+	struct msghdr msg = { .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt };
+	ssize_t ret;
+
+	if (!fs_fdt_peek_any(fd))
+		return fs_real.readv(fd, iov, iovcnt);
+	if (iovcnt < 0 || iovcnt > IOV_MAX)
+		return fs_ret(-EINVAL);
+	ret = fs_recv_entry(fd, &msg, 0);
+	if (ret == FS_PASS)
+		return fs_real.readv(fd, iov, iovcnt);
+	return fs_ret(ret);
+}
+
+FS_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
+{
+	ssize_t ret = fs_fdt_peek_any(fd) ? fs_recv_entry(fd, msg, flags) : FS_PASS;
+
+	if (ret == FS_PASS)
+		return fs_real.recvmsg(fd, msg, flags);
+	return fs_ret(ret);
+}
+
+FS_EXPORT ssize_t __read_chk(int fd, void *buf, size_t len, size_t buflen)
+{
+	if (len > buflen)
+		return fs_real.__read_chk(fd, buf, len, buflen); /* reports the overflow */
+	FS_RECV_ONE(fd, buf, len, 0, fs_real.__read_chk(fd, buf, len, buflen));
+}
+
+FS_EXPORT ssize_t __recv_chk(int fd, void *buf, size_t len, size_t buflen, int flags)
+{
+	if (len > buflen)
+		return fs_real.__recv_chk(fd, buf, len, buflen, flags);
+	FS_RECV_ONE(fd, buf, len, flags, fs_real.__recv_chk(fd, buf, len, buflen, flags));
+}
+
+FS_EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t len, size_t buflen, int flags,
+				 struct sockaddr *addr, socklen_t *alen)
+{
+	if (len > buflen)
+		return fs_real.__recvfrom_chk(fd, buf, len, buflen, flags, addr, alen);
+	return recvfrom(fd, buf, len, flags, addr, alen);
+}
+
+/* ---- send variants ----------------------------------------------------- */
+
+static ssize_t fs_send_entry(int fd, const struct msghdr *msg, int flags)
+{
+	struct fs_sock *s = fs_sock_get(fd);
+	ssize_t ret;
+
+	if (!s)
+		return FS_PASS;
+	ret = fs_core_sendmsg(s, msg, flags);
+	fs_sock_put(s);
+	return ret;
+}
+
+#define FS_SEND_ONE(fd, buf, len, flags, real_call)                                          \
+	do {                                                                                 \
+		struct iovec iov_ = { .iov_base = (void *)(buf), .iov_len = (len) };         \
+		struct msghdr msg_ = { .msg_iov = &iov_, .msg_iovlen = 1 };                 \
+		ssize_t ret_ = fs_fdt_peek_any(fd) ? fs_send_entry((fd), &msg_, (flags)) : FS_PASS; \
+		if (ret_ == FS_PASS)                                                         \
+			return real_call;                                                    \
+		return fs_ret(ret_);                                                         \
+	} while (0)
+
+FS_EXPORT ssize_t write(int fd, const void *buf, size_t len)
+{
+	FS_SEND_ONE(fd, buf, len, 0, fs_real.write(fd, buf, len));
+}
+
+FS_EXPORT ssize_t send(int fd, const void *buf, size_t len, int flags)
+{
+	FS_SEND_ONE(fd, buf, len, flags, fs_real.send(fd, buf, len, flags));
+}
+
+FS_EXPORT ssize_t sendto(int fd, const void *buf, size_t len, int flags, const struct sockaddr *addr,
+			 socklen_t alen)
+{
+	/* A destination on a connected TCP socket is ignored by the kernel
+	 * (or EISCONN): only the plain form is fabsock's. */
+	if (addr)
+		return fs_real.sendto(fd, buf, len, flags, addr, alen);
+	FS_SEND_ONE(fd, buf, len, flags, fs_real.sendto(fd, buf, len, flags, addr, alen));
+}
+
+FS_EXPORT ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
+{
+	struct msghdr msg = { .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt };
+	ssize_t ret;
+
+	if (!fs_fdt_peek_any(fd))
+		return fs_real.writev(fd, iov, iovcnt);
+	if (iovcnt < 0 || iovcnt > IOV_MAX)
+		return fs_ret(-EINVAL);
+	ret = fs_send_entry(fd, &msg, 0);
+	if (ret == FS_PASS)
+		return fs_real.writev(fd, iov, iovcnt);
+	return fs_ret(ret);
+}
+
+FS_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
+{
+	ssize_t ret;
+
+	if (!fs_fdt_peek_any(fd) || msg->msg_name || msg->msg_controllen)
+		return fs_real.sendmsg(fd, msg, flags);
+	ret = fs_send_entry(fd, msg, flags);
+	if (ret == FS_PASS)
+		return fs_real.sendmsg(fd, msg, flags);
+	return fs_ret(ret);
+}
+
+/* ---- descriptor-level calls -------------------------------------------- */
+
+FS_EXPORT int close(int fd)
+{
+	struct fs_sock *s;
+	long ret;
+
+	if (!fs_fdt_peek_any(fd))
+		return fs_real.close(fd);
+	if (fs_fdt_peek(fd) == FS_SOCK_INTERNAL && !FS_GUARDED())
+		return (int)fs_ret(-EBADF); /* fabsock's own: not the application's to close */
+	s = fs_sock_get(fd);
+	if (!s)
+		return fs_real.close(fd);
+	ret = fs_core_close(s);
+	fs_sock_put(s);
+	return (int)fs_ret(ret);
+}
+
+FS_EXPORT int shutdown(int fd, int how)
+{
+	struct fs_sock *s = fs_sock_get(fd);
+	long ret;
+
+	if (!s)
+		return fs_real.shutdown(fd, how);
+	ret = fs_core_shutdown(s, how);
+	fs_sock_put(s);
+	if (ret == FS_PASS)
+		return fs_real.shutdown(fd, how);
+	return (int)fs_ret(ret);
+}
+
+FS_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
+{
+	struct fs_sock *s = fs_sock_get(fd);
+	long ret;
+
+	if (!s)
+		return fs_real.getsockopt(fd, level, name, val, len);
+	ret = fs_core_getsockopt(s, level, name, val, len);
+	fs_sock_put(s);
+	if (ret == FS_PASS)
+		return fs_real.getsockopt(fd, level, name, val, len);
+	return (int)fs_ret(ret);
+}
+
+FS_EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t len)
+{
+	int ret = fs_real.setsockopt(fd, level, name, val, len);
+	struct fs_sock *s;
+
+	if (ret == 0 && (s = fs_sock_get(fd))) {
+		fs_core_setsockopt(s, level, name, val, len);
+		fs_sock_put(s);
+	}
+	return ret;
+}
+
+FS_EXPORT int fcntl(int fd, int cmd, ...)
+{
+	va_list ap;
+	long arg;
+	int ret;
+	struct fs_sock *s;
+
+	va_start(ap, cmd);
+	arg = va_arg(ap, long); /* every command's argument fits in a long */
+	va_end(ap);
+	ret = fs_real.fcntl(fd, cmd, arg);
+	if (ret >= 0 && cmd == F_SETFL && (s = fs_sock_get(fd))) {
+		fs_core_set_nonblock(s, (arg & O_NONBLOCK) != 0);
+		fs_sock_put(s);
+	}
+	return ret;
+}
+
+FS_EXPORT int ioctl(int fd, unsigned long request, ...)
+{
+	va_list ap;
+	void *arg;
+	struct fs_sock *s;
+	int ret;
+
+	va_start(ap, request);
+	arg = va_arg(ap, void *);
+	va_end(ap);
+	if (!fs_fdt_peek_any(fd) || (request != FIONREAD && request != FIONBIO))
+		return fs_real.ioctl(fd, request, arg);
+	s = fs_sock_get(fd);
+	if (!s)
+		return fs_real.ioctl(fd, request, arg);
+	if (request == FIONREAD) {
+		long r = fs_core_fionread(s, arg);
+
+		fs_sock_put(s);
+		if (r == FS_PASS)
+			return fs_real.ioctl(fd, request, arg);
+		return (int)fs_ret(r);
+	}
+	ret = fs_real.ioctl(fd, request, arg);
+	if (ret == 0 && arg)
+		fs_core_set_nonblock(s, *(int *)arg != 0);
+	fs_sock_put(s);
+	return ret;
+}
+
+FS_EXPORT int getpeername(int fd, struct sockaddr *addr, socklen_t *len)
+{
+	return fs_real.getpeername(fd, addr, len);
+}
+
+FS_EXPORT int getsockname(int fd, struct sockaddr *addr, socklen_t *len)
+{
+	return fs_real.getsockname(fd, addr, len);
+}
+
+FS_EXPORT int poll(struct pollfd *fds, nfds_t nfds, int timeout)
+{
+	if (FS_GUARDED() || !fs_core_enabled)
+		return fs_real.poll(fds, nfds, timeout);
+	return (int)fs_ret(fs_core_poll(fds, nfds, timeout));
+}
+
+FS_EXPORT int select(int nfds, fd_set *r, fd_set *w, fd_set *x, struct timeval *timeout)
+{
+	if (FS_GUARDED() || !fs_core_enabled)
+		return fs_real.select(nfds, r, w, x, timeout);
+	return (int)fs_ret(fs_core_select(nfds, r, w, x, timeout));
+}
+
+FS_EXPORT pid_t fork(void)
+{
+	return fs_real.fork();
+}
+
+/* Threads a provider starts while fabsock is calling into it belong to the
+ * provider for their whole life: they run with the guard held. */
+struct fs_thread_start {
+	void *(*start)(void *);
+	void *arg;
+};
+
+static void *fs_internal_thread(void *p)
+{
+	struct fs_thread_start ts = *(struct fs_thread_start *)p;
+
+	free(p);
+	FS_GUARD_ENTER();
+	return ts.start(ts.arg);
+}
+
+FS_EXPORT int pthread_create(pthread_t *thread, const pthread_attr_t *attr, void *(*start)(void *), void *arg)
+{
+	struct fs_thread_start *ts;
+	int ret;
+
+	if (!FS_GUARDED())
+		return fs_real.pthread_create(thread, attr, start, arg);
+	ts = malloc(sizeof(*ts));
+	if (!ts)
+		return EAGAIN;
+	ts->start = start;
+	ts->arg = arg;
+	ret = fs_real.pthread_create(thread, attr, fs_internal_thread, ts);
+	if (ret)
+		free(ts);
+	return ret;
+}

@@ -1,0 +1,168 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The per-process engine and its streams: the data path over RDM tagged
+ * messages.
+ *
+ * One engine per process, created on the first offloaded stream and
+ * re-created in a forked child (the parent's libfabric objects are never
+ * touched there). It owns one rail per provider in use; every stream between
+ * this process and a peer process shares that peer's rail endpoint.
+ *
+ * Flow control (no message ever arrives without a posted receive):
+ *  - every rail keeps catch-all receives posted, one class for data messages
+ *    (CHUNK_SIZE buffers) and one for control messages (small buffers);
+ *  - a stream reserves WINDOW data receives and one control receive on its
+ *    rail when it is created, and grants its peer WINDOW credits in the
+ *    handshake: the peer may have at most WINDOW data messages (DATA or FIN)
+ *    in flight or unread on it;
+ *  - a data buffer is re-posted only after the application consumed it; the
+ *    consumed count ("freed") goes back to the sender piggybacked on data in
+ *    the other direction, or in a CREDIT control message, at most one of
+ *    which is unacknowledged per stream (the sender acknowledges CREDITs in
+ *    its data headers), so control messages need one reserved buffer each;
+ *  - the sender queues at most SEND_QUEUE further messages, coalescing small
+ *    writes while it waits for credit; then send blocks (or EAGAIN).
+ * So a slow reader costs at most WINDOW + SEND_QUEUE buffers per stream.
+ *
+ * Messages are delivered in sequence order, never completion order.
+ *
+ * Locking: one engine mutex guards the rails, the stream table and every
+ * stream's state. Lock order: fs_sock.lock, then engine.lock.
+ */
+#ifndef FS_CORE_ENGINE_H
+#define FS_CORE_ENGINE_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include "core/fabric.h"
+#include "core/pool.h"
+
+struct fs_engine_rail {
+	struct fs_rail rail;
+	bool open;
+	struct fs_pool rx_data, rx_ctrl, tx_data, tx_ctrl;
+	unsigned posted_data, posted_ctrl;     /* receives currently posted */
+	unsigned reserved_data, reserved_ctrl; /* owed to live streams */
+	unsigned streams;
+};
+
+enum fs_stream_state {
+	FS_STREAM_HELLO,   /* created, waiting for the handshake to finish */
+	FS_STREAM_OPEN,    /* data may flow */
+	FS_STREAM_CLOSED,  /* application closed it; flushing, then freed */
+};
+
+struct fs_stream {
+	uint32_t id;      /* our receive id: peers tag messages to us with it */
+	uint32_t peer_id; /* the id we tag our messages with */
+	uint64_t token;
+	enum fs_stream_state state;
+	struct fs_engine_rail *erail;
+	fi_addr_t peer_addr;
+	unsigned window;      /* credits we granted the peer (our reserved receives) */
+	unsigned peer_window; /* credits the peer granted us */
+	uint32_t peer_chunk;  /* largest payload the peer accepts */
+
+	/* sending */
+	uint32_t tx_seq;       /* last data-class seq posted */
+	uint32_t peer_freed;   /* peer consumed our messages up to this seq */
+	struct fs_buf *txq_head, *txq_tail; /* not yet posted (no credit) */
+	unsigned txq_count;
+	unsigned tx_inflight;  /* posted, completion not yet seen */
+	bool fin_queued;       /* a FIN is queued or posted: no more data */
+	bool fin_done;         /* our FIN's send completed */
+
+	/* receiving */
+	uint32_t rx_expect;    /* next seq to deliver */
+	struct fs_buf **ooo;   /* window slots for out-of-order arrivals */
+	struct fs_buf *rxq_head, *rxq_tail; /* in order, unread */
+	size_t rx_bytes;       /* unread payload bytes in rxq */
+	uint32_t freed;        /* messages the application consumed */
+	uint32_t freed_reported;
+	bool peer_fin;         /* FIN reached the head of rxq */
+	bool fin_consumed;     /* the application has seen EOF */
+
+	/* credit messages */
+	uint32_t ctrl_sent, ctrl_acked; /* CREDITs we sent / peer acknowledged */
+	uint32_t ctrl_processed;        /* CREDITs from the peer we processed */
+	bool credit_pending;
+
+	/* failure */
+	int error;             /* sticky negative errno (ECONNRESET ...) */
+	bool peer_gone;        /* control connection reported EOF/RST */
+	uint64_t peer_gone_ns;
+	bool error_reported;
+
+	/* orphan (application closed it, engine still flushing) */
+	int ctl_fd;            /* the kernel TCP socket: control channel */
+	uint64_t close_deadline_ns;
+	struct fs_stream *orphan_next;
+};
+
+struct fs_engine {
+	pthread_mutex_t lock;
+	pid_t pid;
+	uint8_t host_id[16];
+	struct fs_engine_rail rails[FS_PROV_MAX_];
+	struct fs_stream **streams; /* by id */
+	uint32_t streams_cap;
+	uint32_t next_id;
+	uint32_t live_streams;
+	struct fs_stream *orphans;
+	unsigned pending_tx; /* streams with queued data waiting for credit */
+};
+
+/* The engine of this process, created on first use (NULL on failure). */
+struct fs_engine *fs_engine_get(void);
+/* The engine if it exists in this process, else NULL. */
+struct fs_engine *fs_engine_peek(void);
+/* Forgets (without closing) an engine inherited across fork. */
+void fs_engine_forget_after_fork(void);
+/* At exit: flush orphans up to LINGER_SEC, close rails. */
+void fs_engine_shutdown(void);
+
+/* Opens the rail of KIND if needed. Engine lock held. */
+int fs_engine_rail(struct fs_engine *e, unsigned kind, const struct sockaddr *local,
+		   struct fs_engine_rail **out, char *why, size_t whylen);
+
+/* Creates a stream on ERAIL, reserving receives. Engine lock held. Returns
+ * NULL with *nak set when resources are short. */
+struct fs_stream *fs_stream_create(struct fs_engine *e, struct fs_engine_rail *erail, uint64_t token,
+				   int *nak);
+/* Completes the handshake: peer's id, window, chunk, address. Lock held. */
+int fs_stream_connect(struct fs_engine *e, struct fs_stream *s, uint32_t peer_id, unsigned peer_window,
+		      uint32_t peer_chunk, const void *addr, size_t addr_len);
+/* Frees a stream that never opened (handshake failed). Lock held. */
+void fs_stream_abandon(struct fs_engine *e, struct fs_stream *s);
+
+/* Runs the completion queues once. Returns completions handled. Lock held. */
+int fs_engine_progress(struct fs_engine *e);
+
+/* Data path, called without the engine lock. DEADLINE_NS 0 = none.
+ * NONBLOCK: return -EAGAIN rather than wait. */
+ssize_t fs_stream_send(struct fs_stream *s, const struct iovec *iov, int iovcnt, bool nonblock,
+		       uint64_t deadline_ns, int ctl_fd);
+/* flags: MSG_PEEK, MSG_WAITALL honoured. */
+ssize_t fs_stream_recv(struct fs_stream *s, const struct iovec *iov, int iovcnt, int flags,
+		       bool nonblock, uint64_t deadline_ns, int ctl_fd);
+int fs_stream_shutdown_wr(struct fs_stream *s);
+/* Bytes ready to read. */
+size_t fs_stream_readable(struct fs_stream *s);
+/* The application closed the socket. CTL_FD is a duplicate of the kernel
+ * socket the engine now owns and closes once our FIN is delivered (or at
+ * once, with a reset, if ABORT). */
+void fs_stream_close(struct fs_stream *s, int ctl_fd, bool abort);
+
+uint64_t fs_now_ns(void);
+
+#endif
+
+/* poll() events (POLLIN, POLLOUT, POLLRDHUP, POLLHUP, POLLERR) that hold
+ * for the stream now; runs the completion queue once first. */
+unsigned fs_stream_poll(struct fs_stream *s, int ctl_fd);
+/* The kernel socket showed activity: look whether the peer went away. */
+void fs_stream_note_ctl(struct fs_stream *s, int ctl_fd);

@@ -1,0 +1,94 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libfabric, loaded on demand, and the rail: one provider's fabric, domain,
+ * address vector, completion queue and RDM endpoint, with the limits read
+ * from the fi_info it got. fabsock never links libfabric: fs_fabric_load()
+ * dlopen()s it the first time a stream is about to be offloaded, after
+ * setting the environment the providers read at load time
+ * (IPATH_NO_BACKTRACE, FI_EFA_FORK_SAFE), so a process that never offloads
+ * never runs a provider constructor or gets its signal handlers.
+ *
+ * Every libfabric call is made with the "inside fabsock" guard held, so the
+ * provider's own sockets and threads are invisible to the interposer.
+ */
+#ifndef FS_CORE_FABRIC_H
+#define FS_CORE_FABRIC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_tagged.h>
+
+#include "core/wire.h"
+
+struct fs_fabric_api {
+	int (*getinfo)(uint32_t version, const char *node, const char *service, uint64_t flags,
+		       const struct fi_info *hints, struct fi_info **info);
+	void (*freeinfo)(struct fi_info *info);
+	struct fi_info *(*dupinfo)(const struct fi_info *info);
+	int (*fabric)(struct fi_fabric_attr *attr, struct fid_fabric **fabric, void *context);
+	uint32_t (*version)(void);
+	const char *(*strerror)(int errnum);
+};
+
+extern struct fs_fabric_api fs_fi;
+
+/* Loads libfabric once. Returns 0, or -ENOENT with a reason in WHY. */
+int fs_fabric_load(char *why, size_t whylen);
+
+/* The API version fabsock asks for: ours, clamped to what the library has. */
+uint32_t fs_fabric_api_version(void);
+
+/* Provider names as libfabric knows them, by enum fs_wire_provider. */
+const char *fs_fabric_prov_name(unsigned kind);
+/* FS_PROV_* for a FABSOCK_PROVIDER value, or FS_PROV_NONE if unknown. */
+unsigned fs_fabric_prov_parse(const char *name);
+
+/* True if this host has an EFA device, judged from sysfs without loading
+ * libfabric. */
+bool fs_fabric_host_has_efa(void);
+
+struct fs_rail {
+	unsigned kind; /* enum fs_wire_provider */
+	struct fi_info *info;
+	struct fid_fabric *fabric;
+	struct fid_domain *domain;
+	struct fid_av *av;
+	struct fid_cq *cq;
+	struct fid_ep *ep;
+	uint8_t addr[FS_WIRE_ADDR_MAX];
+	size_t addr_len;
+
+	/* limits from fi_info */
+	size_t inject_size;
+	size_t max_msg_size;
+	size_t tx_depth, rx_depth;
+	size_t iov_limit;
+	bool mr_local;     /* FI_MR_LOCAL: every buffer needs a descriptor */
+	bool mr_prov_key;  /* the provider picks MR keys */
+	bool source;       /* FI_SOURCE: completions name the sender */
+	uint64_t next_key; /* requested MR keys must be unique per domain */
+	unsigned av_count, av_max;
+};
+
+/* Opens a rail of KIND. LOCAL (may be NULL) is the local address of the TCP
+ * connection, used to bind IP-based providers to the same interface.
+ * Returns 0, or a negative errno with a one-line reason in WHY. */
+int fs_rail_open(struct fs_rail *rail, unsigned kind, const struct sockaddr *local, char *why,
+		 size_t whylen);
+void fs_rail_close(struct fs_rail *rail);
+
+/* Registers BUF for local send/receive use. */
+int fs_rail_mr_reg(struct fs_rail *rail, void *buf, size_t len, struct fid_mr **mr);
+
+/* Inserts a peer's fabric address. Returns 0 or a negative errno. */
+int fs_rail_av_insert(struct fs_rail *rail, const void *addr, size_t addr_len, fi_addr_t *out);
+
+#endif

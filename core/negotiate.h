@@ -1,0 +1,33 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The in-band handshake that moves a TCP connection onto the fabric, run
+ * on first use of the connection (see sock.h for when). Both return 0 when
+ * the socket is now offloaded, FS_PASS when it stays on kernel TCP (the
+ * reason counted and logged), -EAGAIN when the server side is still
+ * undecided at DEADLINE, or another negative errno if the connection broke.
+ * Called with the socket's lock held.
+ */
+#ifndef FS_CORE_NEGOTIATE_H
+#define FS_CORE_NEGOTIATE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+struct fs_sock;
+
+/* Client phase 1 (probe answer, HELLO) and phase 2 (HELLO-ACK). Phase 1
+ * returns -EAGAIN if the probe is unanswered at WAIT_DEADLINE_NS. */
+int fs_negotiate_client_hello(struct fs_sock *s, uint64_t wait_deadline_ns);
+int fs_negotiate_client_ack(struct fs_sock *s, uint64_t deadline_ns);
+void fs_negotiate_abort(struct fs_sock *s);
+/* FOR_SEND: the server application wants to send first. DEADLINE_NS 0
+ * waits as long as needed for the client to speak. */
+int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns);
+
+/* Provider for a client connection from LOCAL to PEER, or FS_PROV_NONE with
+ * the fallback counter to bump in *REASON (an offset into fs_stats). */
+unsigned fs_negotiate_pick_provider(const struct sockaddr *local, const struct sockaddr *peer,
+				    const char **why);
+
+#endif

@@ -1,0 +1,65 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Registered bounce-buffer pools. A pool hands out fixed-size buffers carved
+ * from slabs that are registered with the rail's domain once, when the slab
+ * is made, with a unique requested key (shm and tcp reject a reused one);
+ * every buffer carries its descriptor so providers that need FI_MR_LOCAL
+ * (efa) get one on every operation. Pools only grow, up to their limit and
+ * the process-wide FABSOCK_POOL_MAX_MB; a slab is returned when the rail
+ * closes.
+ *
+ * A buffer is also the operation context: struct fi_context2 comes first,
+ * as FI_CONTEXT/FI_CONTEXT2 providers require.
+ */
+#ifndef FS_CORE_POOL_H
+#define FS_CORE_POOL_H
+
+#include <stdint.h>
+
+#include "core/fabric.h"
+
+struct fs_stream;
+struct fs_pool;
+
+enum fs_buf_role { FS_BUF_RX_DATA = 1, FS_BUF_RX_CTRL = 2, FS_BUF_TX = 3 };
+
+struct fs_buf {
+	struct fi_context2 ctx; /* must stay first */
+	struct fs_buf *next;    /* free list or queue link */
+	struct fs_pool *pool;
+	void *desc;
+	uint8_t *mem; /* registered: wire header, then payload */
+	uint32_t cap; /* bytes at mem */
+	uint32_t len; /* payload bytes */
+	uint32_t off; /* rx: payload bytes already read by the application */
+	uint32_t seq;
+	uint8_t role;  /* enum fs_buf_role */
+	uint8_t kind;  /* enum fs_msg_kind */
+	uint8_t posted;
+	struct fs_stream *stream; /* tx: the sending stream */
+};
+
+struct fs_slab;
+
+struct fs_pool {
+	struct fs_rail *rail;
+	uint32_t buf_cap;
+	uint8_t role;
+	unsigned per_slab;
+	unsigned total, nfree, max;
+	struct fs_buf *free;
+	struct fs_slab *slabs;
+};
+
+void fs_pool_init(struct fs_pool *pool, struct fs_rail *rail, uint8_t role, uint32_t buf_cap,
+		  unsigned per_slab, unsigned max);
+/* Takes a buffer, growing by a slab if none is free. NULL when the pool or
+ * the process-wide limit is reached, or registration failed. */
+struct fs_buf *fs_pool_get(struct fs_pool *pool);
+void fs_pool_put(struct fs_buf *buf);
+void fs_pool_fini(struct fs_pool *pool);
+
+/* Registered bytes in all pools of this process. */
+extern uint64_t fs_pool_bytes;
+
+#endif

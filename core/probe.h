@@ -1,0 +1,114 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The out-of-band capability probe, both sides, and the service thread.
+ *
+ * Listener side: a fabsock listener binds the UDP port with the same number
+ * and address as its TCP port, and answers ASK datagrams. Answers are
+ * recorded in a table in MAP_SHARED memory created at listen(), so every
+ * process that inherits the listening socket (prefork workers, a child
+ * forked per connection) sees them. A record ties one client TCP endpoint
+ * (address, port) to a state:
+ *
+ *     (none) --probe--> YES --HELLO ok--> DONE
+ *        \                \--no HELLO in time / bad HELLO--> TCP
+ *         \--server used the connection first (banner, data)--> TCP
+ *
+ * YES is only ever given while no record says TCP, and TCP is only ever
+ * written over no record or over YES once the client can no longer send a
+ * HELLO: so a plain client is never answered yes, and a fabsock client that
+ * got yes always finds the server waiting for its HELLO.
+ *
+ * Client side: fs_probe_start() sends the ASK right after connect() and
+ * fs_probe_result() collects the answer on first use, bounded by
+ * FABSOCK_PROBE_TIMEOUT_MS; "no", a timeout or ICMP port unreachable mean
+ * plain TCP, and the destination is remembered as such for
+ * FABSOCK_NEG_CACHE_SEC.
+ *
+ * The service thread answers probes whatever the application is doing, and
+ * keeps the engine moving (queued sends waiting for credit, closing streams)
+ * while no application thread is inside fabsock.
+ */
+#ifndef FS_CORE_PROBE_H
+#define FS_CORE_PROBE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+enum fs_rec_state { FS_REC_NONE = 0, FS_REC_YES = 1, FS_REC_TCP = 2, FS_REC_DONE = 3 };
+
+struct fs_probe_rec {
+	uint32_t state;
+	uint32_t wait_ms;  /* the client's probe timeout */
+	uint64_t nonce;
+	uint64_t stamp_ns; /* CLOCK_MONOTONIC when the state was set */
+	uint8_t addr[16];
+	uint16_t port;
+};
+
+struct fs_listener;
+
+/* Binds the UDP twin of listening socket FD. NULL (with the reason logged
+ * at info level) when it cannot: the listener then stays plain TCP. */
+struct fs_listener *fs_listener_open(int fd);
+void fs_listener_get(struct fs_listener *l);
+void fs_listener_put(struct fs_listener *l);
+/* Answers every probe waiting on the listener's UDP socket. */
+void fs_listener_drain(struct fs_listener *l);
+/* The application closed the listening socket: stop answering, drop a ref. */
+void fs_listener_close(struct fs_listener *l);
+
+/* Server side, first use of an accepted connection from ADDR/PORT (16-byte
+ * v6 or v4-mapped, host-order port). If no record exists, writes TCP.
+ * Returns the state now recorded and copies the record into OUT. */
+enum fs_rec_state fs_listener_claim_tcp(struct fs_listener *l, const uint8_t addr[16], uint16_t port,
+					struct fs_probe_rec *out);
+/* Reads the record without changing it. */
+enum fs_rec_state fs_listener_lookup(struct fs_listener *l, const uint8_t addr[16], uint16_t port,
+				     struct fs_probe_rec *out);
+/* Moves a record from FROM to TO; returns true if it was in FROM. */
+bool fs_listener_move(struct fs_listener *l, const uint8_t addr[16], uint16_t port, enum fs_rec_state from,
+		      enum fs_rec_state to);
+
+/* Client side. */
+enum fs_probe_outcome {
+	FS_PROBE_PENDING = 0,
+	FS_PROBE_OUT_YES,
+	FS_PROBE_OUT_NO,
+	FS_PROBE_OUT_TIMEOUT,
+	FS_PROBE_OUT_REFUSED,
+};
+
+struct fs_probe_client {
+	int udp_fd;
+	uint64_t nonce;
+	uint64_t deadline_ns;
+};
+
+/* Sends the ASK for TCP socket FD connected to PEER. Returns 0 or -errno. */
+int fs_probe_start(struct fs_probe_client *pc, int fd, const struct sockaddr *peer);
+/* Waits until an answer or DEADLINE (absolute CLOCK_MONOTONIC ns, 0 = poll
+ * once) while also watching TCP socket FD for incoming bytes: *TCP_READABLE
+ * is set if the server spoke first. Closes the UDP socket once final. */
+enum fs_probe_outcome fs_probe_result(struct fs_probe_client *pc, int fd, uint64_t deadline_ns,
+				      bool *tcp_readable);
+void fs_probe_cancel(struct fs_probe_client *pc);
+
+/* Negative cache of destinations that are not fabsock listeners. */
+bool fs_negcache_hit(const struct sockaddr *peer);
+void fs_negcache_add(const struct sockaddr *peer);
+
+/* 16-byte form (v4-mapped for IPv4) and host-order port of a sockaddr. */
+void fs_sockaddr_key(const struct sockaddr *sa, uint8_t addr[16], uint16_t *port);
+
+/* Wakes the service thread (e.g. queued sends appeared); starts it if
+ * needed. */
+void fs_service_kick(void);
+
+/* One-shot watch: the service thread calls FN(ARG, timed_out) once FD is
+ * readable or DEADLINE_NS (CLOCK_MONOTONIC) has passed. */
+typedef void (*fs_watch_fn)(void *arg, bool timed_out);
+void fs_service_watch(int fd, uint64_t deadline_ns, fs_watch_fn fn, void *arg);
+void fs_service_after_fork(void);
+
+#endif

@@ -1,0 +1,226 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * poll() and select() over any mix of kernel fds and offloaded sockets.
+ * An offloaded socket's kernel fd never becomes readable (its data comes
+ * over the fabric), so its readiness is computed from the stream; the
+ * kernel fd stays in the set with no events so that a hang-up of the
+ * control connection still wakes us. Like a blocking receive, a waiting
+ * poll spins on the completion queue for FABSOCK_SPIN_US, then sleeps in
+ * the real poll() in slices of at most FABSOCK_SLEEP_MAX_US.
+ *
+ * Pending sockets: a client socket is settled at once (at most the probe
+ * timeout); a server-side one is watched as a kernel fd until bytes arrive
+ * (the client's HELLO, or its data), then settled.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config/params.h"
+#include "core/engine.h"
+#include "core/fdtable.h"
+#include "core/sock.h"
+#include "preload/real.h"
+
+#define FS_POLL_STACK 64
+
+static bool fs_poll_is_ours(int fd)
+{
+	struct fs_sock *s = fs_fdt_peek(fd);
+
+	return s && s != FS_SOCK_INTERNAL && (s->state == FS_SOCK_OFFLOADED || fs_sock_pending(s));
+}
+
+/* Fills REVENTS of the offloaded entries; returns how many are ready.
+ * KERNEL holds the kernel's answers for this round (may be NULL). */
+static int fs_poll_ours(struct pollfd *fds, nfds_t nfds, const struct pollfd *kernel, bool *any_ours)
+{
+	int ready = 0;
+
+	*any_ours = false;
+	for (nfds_t i = 0; i < nfds; i++) {
+		struct fs_sock *s;
+		unsigned ev, want = (unsigned)fds[i].events | POLLERR | POLLHUP;
+
+		if (fds[i].fd < 0 || !fs_poll_is_ours(fds[i].fd))
+			continue;
+		s = fs_sock_get(fds[i].fd);
+		if (!s)
+			continue;
+		if (s->state == FS_SOCK_CLIENT_PENDING)
+			fs_sock_settle(s, false, fs_now_ns());
+		else if (fs_sock_pending(s) && kernel && (kernel[i].revents & (POLLIN | POLLHUP)))
+			fs_sock_settle(s, false, fs_now_ns());
+		if (s->state == FS_SOCK_OFFLOADED && s->pid == getpid()) {
+			*any_ours = true;
+			if (kernel && (kernel[i].revents & (POLLIN | POLLHUP | POLLERR)))
+				fs_stream_note_ctl(s->stream, s->fd);
+			ev = fs_stream_poll(s->stream, s->fd) & want;
+			fds[i].revents = (short)ev;
+			if (ev)
+				ready++;
+		}
+		fs_sock_put(s);
+	}
+	return ready;
+}
+
+int fs_core_poll(struct pollfd *fds, nfds_t nfds, int timeout_ms)
+{
+	struct pollfd stack[FS_POLL_STACK], *kset;
+	uint64_t start = fs_now_ns(), deadline = timeout_ms >= 0 ? start + (uint64_t)timeout_ms * 1000000ull : 0;
+	uint64_t spin_end = start + fs_params.spin_us * 1000ull;
+	uint64_t slice_us = 10;
+	bool has_ours = false, any_ours;
+	int ret;
+
+	for (nfds_t i = 0; i < nfds && !has_ours; i++)
+		has_ours = fds[i].fd >= 0 && fs_poll_is_ours(fds[i].fd);
+	if (!has_ours) {
+		ret = fs_real.poll(fds, nfds, timeout_ms);
+		return ret < 0 ? -errno : ret;
+	}
+	kset = nfds <= FS_POLL_STACK ? stack : calloc(nfds, sizeof(*kset));
+	if (!kset)
+		return -ENOMEM;
+	for (;;) {
+		int kready, ours, total = 0;
+		uint64_t now;
+		int wait_ms = 0;
+
+		memcpy(kset, fds, nfds * sizeof(*kset));
+		for (nfds_t i = 0; i < nfds; i++) {
+			struct fs_sock *s = kset[i].fd >= 0 ? fs_fdt_peek(kset[i].fd) : NULL;
+
+			if (s && s != FS_SOCK_INTERNAL && s->state == FS_SOCK_OFFLOADED)
+				kset[i].events = POLLIN | POLLRDHUP; /* control connection only */
+		}
+		now = fs_now_ns();
+		if (now >= spin_end && (!deadline || now < deadline)) {
+			uint64_t left = deadline ? (deadline - now) / 1000 : slice_us;
+
+			wait_ms = (int)((slice_us < left ? slice_us : left) / 1000);
+			if (slice_us < fs_params.sleep_max_us)
+				slice_us *= 2;
+		}
+		if (wait_ms == 0 && now >= spin_end && (!deadline || now < deadline)) {
+			struct timespec ts = { 0, (long)(slice_us * 1000) };
+
+			kready = ppoll(kset, nfds, &ts, NULL);
+		} else {
+			kready = fs_real.poll(kset, nfds, wait_ms);
+		}
+		if (kready < 0) {
+			ret = -errno;
+			break;
+		}
+		ours = fs_poll_ours(fds, nfds, kset, &any_ours);
+		for (nfds_t i = 0; i < nfds; i++) {
+			struct fs_sock *s = fds[i].fd >= 0 ? fs_fdt_peek(fds[i].fd) : NULL;
+
+			if (s && s != FS_SOCK_INTERNAL && s->state == FS_SOCK_OFFLOADED)
+				continue; /* filled by fs_poll_ours */
+			fds[i].revents = kset[i].revents;
+			if (fds[i].revents)
+				total++;
+		}
+		total += ours;
+		if (total || (deadline && fs_now_ns() >= deadline) || timeout_ms == 0) {
+			ret = total;
+			break;
+		}
+		if (!any_ours) {
+			/* everything fell back to the kernel: a plain poll will do */
+			uint64_t t = fs_now_ns();
+			int left = deadline ? (int)((deadline > t ? deadline - t : 0) / 1000000ull) : -1;
+
+			ret = fs_real.poll(fds, nfds, left);
+			ret = ret < 0 ? -errno : ret;
+			break;
+		}
+	}
+	if (kset != stack)
+		free(kset);
+	return ret;
+}
+
+int fs_core_select(int nfds, fd_set *r, fd_set *w, fd_set *x, struct timeval *timeout)
+{
+	struct pollfd stack[FS_POLL_STACK], *pfd;
+	nfds_t n = 0;
+	bool has_ours = false;
+	int timeout_ms, ret;
+
+	if (nfds < 0 || nfds > FD_SETSIZE)
+		return -EINVAL;
+	for (int fd = 0; fd < nfds && !has_ours; fd++)
+		if ((r && FD_ISSET(fd, r)) || (w && FD_ISSET(fd, w)) || (x && FD_ISSET(fd, x)))
+			has_ours = fs_poll_is_ours(fd);
+	if (!has_ours) {
+		ret = fs_real.select(nfds, r, w, x, timeout);
+		return ret < 0 ? -errno : ret;
+	}
+	pfd = nfds <= FS_POLL_STACK ? stack : calloc((size_t)nfds, sizeof(*pfd));
+	if (!pfd)
+		return -ENOMEM;
+	for (int fd = 0; fd < nfds; fd++) {
+		short ev = 0;
+
+		if (r && FD_ISSET(fd, r))
+			ev |= POLLIN;
+		if (w && FD_ISSET(fd, w))
+			ev |= POLLOUT;
+		if (x && FD_ISSET(fd, x))
+			ev |= POLLPRI;
+		if (ev) {
+			pfd[n].fd = fd;
+			pfd[n].events = ev;
+			pfd[n].revents = 0;
+			n++;
+		}
+	}
+	timeout_ms = timeout ? (int)(timeout->tv_sec * 1000 + (timeout->tv_usec + 999) / 1000) : -1;
+	ret = fs_core_poll(pfd, n, timeout_ms);
+	if (ret >= 0) {
+		int count = 0;
+
+		if (r)
+			FD_ZERO(r);
+		if (w)
+			FD_ZERO(w);
+		if (x)
+			FD_ZERO(x);
+		for (nfds_t i = 0; i < n; i++) {
+			short rev = pfd[i].revents;
+
+			if (rev & POLLNVAL) {
+				ret = -EBADF;
+				break;
+			}
+			if (r && (pfd[i].events & POLLIN) && (rev & (POLLIN | POLLHUP | POLLERR))) {
+				FD_SET(pfd[i].fd, r);
+				count++;
+			}
+			if (w && (pfd[i].events & POLLOUT) && (rev & (POLLOUT | POLLERR))) {
+				FD_SET(pfd[i].fd, w);
+				count++;
+			}
+			if (x && (pfd[i].events & POLLPRI) && (rev & POLLPRI)) {
+				FD_SET(pfd[i].fd, x);
+				count++;
+			}
+		}
+		if (ret >= 0)
+			ret = count;
+		if (timeout && ret == 0) {
+			timeout->tv_sec = 0;
+			timeout->tv_usec = 0;
+		}
+	}
+	if (pfd != stack)
+		free(pfd);
+	return ret;
+}

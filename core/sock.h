@@ -1,0 +1,125 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fabsock's state for one application socket, and the core entry points
+ * the interposer calls. Every entry point returns a value or a negative
+ * errno; FS_PASS means "not fabsock's: call the real function with the
+ * original arguments" (the preload layer does that, and turns negative
+ * errnos into -1/errno in one helper).
+ *
+ * Socket state machine (all transitions in sock.c):
+ *
+ *   socket() --> FRESH --listen()--> LISTENING
+ *                  |
+ *                  +--connect()--> CLIENT_PENDING --yes--> CLIENT_HELLO_SENT --ACK--> OFFLOADED
+ *                  |                      \--probe no/timeout,     \--NAK, server spoke first--> (kernel)
+ *                  |                         server spoke first--> (kernel)
+ *   accept() on a LISTENING socket --> SERVER_PENDING --HELLO--> OFFLOADED
+ *                                         \--plain client, bad HELLO, rule--> (kernel)
+ *
+ * "(kernel)" means the entry leaves the fd table and the fd is the
+ * application's plain kernel socket from then on, with the reason counted.
+ * The server decides on first use, not in accept(), so a server that
+ * accepts and then forks negotiates in the child. The client sends its
+ * HELLO as soon as the probe is answered (the service thread does it), so
+ * a connection opened early and used late still offloads; it reads the
+ * HELLO-ACK on first use.
+ *
+ * Lock order: fs_sock.lock, then the engine lock.
+ */
+#ifndef FS_CORE_SOCK_H
+#define FS_CORE_SOCK_H
+
+#include <poll.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/select.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+
+#include "core/probe.h"
+
+#define FS_PASS (-100000)
+
+enum fs_sock_state {
+	FS_SOCK_FRESH = 1,
+	FS_SOCK_LISTENING,
+	FS_SOCK_CLIENT_PENDING,
+	FS_SOCK_CLIENT_HELLO_SENT,
+	FS_SOCK_SERVER_PENDING,
+	FS_SOCK_OFFLOADED,
+};
+
+struct fs_stream;
+struct fs_listener;
+
+struct fs_sock {
+	int fd;
+	int refs;  /* atomic; 0 = free (objects are recycled, never freed) */
+	pid_t pid; /* process whose engine owns the stream */
+	pthread_mutex_t lock;
+	enum fs_sock_state state;
+	int family;
+	bool nonblock;
+	bool linger0;
+	bool shut_rd, shut_wr;
+	uint64_t rcvtimeo_ns, sndtimeo_ns;
+
+	/* client */
+	bool skip_probe;
+	unsigned provider; /* enum fs_wire_provider chosen at connect() */
+	struct fs_probe_client probe;
+	uint64_t token;
+	struct sockaddr_storage peer;
+
+	/* listener, and accepted connections (the listener they came from) */
+	struct fs_listener *listener;
+	uint16_t local_port;
+
+	struct fs_stream *stream;
+	struct fs_sock *free_next;
+};
+
+/* Marks fabsock's own descriptors in the fd table: the application never
+ * sees them (its close() of such a number gets EBADF). */
+#define FS_SOCK_INTERNAL ((struct fs_sock *)1)
+
+void fs_core_init(void);
+extern bool fs_core_enabled;
+
+/* Takes a reference on FD's state; NULL when fabsock has none (or inside
+ * fabsock). */
+struct fs_sock *fs_sock_get(int fd);
+void fs_sock_put(struct fs_sock *s);
+
+/* Moves an fd of fabsock's own to a high number and marks it internal.
+ * Returns the new fd (the old one is closed) or FD unchanged on failure. */
+int fs_internal_fd(int fd);
+void fs_internal_fd_close(int fd);
+
+/* Hooks around the real calls. */
+void fs_core_socket(int fd, int domain, int type);
+int fs_core_connect(struct fs_sock *s, const struct sockaddr *addr, socklen_t len);
+int fs_core_listen(struct fs_sock *s, int backlog);
+/* After a real accept on listening S returned NEWFD. */
+void fs_core_accepted(struct fs_sock *s, int newfd, int flags);
+ssize_t fs_core_recvmsg(struct fs_sock *s, struct msghdr *msg, int flags);
+ssize_t fs_core_sendmsg(struct fs_sock *s, const struct msghdr *msg, int flags);
+int fs_core_close(struct fs_sock *s);
+int fs_core_shutdown(struct fs_sock *s, int how);
+int fs_core_getsockopt(struct fs_sock *s, int level, int name, void *val, socklen_t *len);
+void fs_core_setsockopt(struct fs_sock *s, int level, int name, const void *val, socklen_t len);
+void fs_core_set_nonblock(struct fs_sock *s, bool nonblock);
+int fs_core_fionread(struct fs_sock *s, int *avail);
+
+/* Readiness: poll() and select() over any mix of fds. */
+int fs_core_poll(struct pollfd *fds, nfds_t nfds, int timeout_ms);
+int fs_core_select(int nfds, fd_set *r, fd_set *w, fd_set *x, struct timeval *timeout);
+
+void fs_core_atfork_child(void);
+
+/* Settles a pending socket (readiness.c uses it). See sock.c. */
+int fs_sock_settle(struct fs_sock *s, bool for_send, uint64_t deadline_ns);
+bool fs_sock_pending(const struct fs_sock *s);
+
+#endif

@@ -1,0 +1,1013 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fs_stream: a verifying TCP stream generator for the end-to-end tests. The
+ * client opens K connections to the server and, per connection, sends and/or
+ * receives N bytes of a deterministic pseudo-random stream keyed by (seed,
+ * connection index, direction), so the receiver checks every byte, reports the
+ * offset of the first mismatch, and requires EOF exactly after N bytes. Writes
+ * and reads use random sizes and a random mix of send/write/writev/sendmsg and
+ * recv/read/readv/recvmsg with partial-write handling, all on plain blocking
+ * sockets (threads, never poll or non-blocking mode). Each connection starts
+ * with a 32-byte hello from the client carrying its index and options (after
+ * the server's banner line when --banner asks for a server-speaks-first
+ * protocol). At the end each side prints one line per connection with byte
+ * counts, FNV-1a 64 checksums and the kernel's TCP_INFO byte counters, then
+ * wall time, MiB/s, VmHWM and `result ok` or `result FAIL <reason>`.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <linux/tcp.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#define FS_STREAM_HELLO_MAGIC 0x31535346u /* "FSS1" little-endian */
+#define FS_STREAM_HELLO_SIZE 32
+#define FS_STREAM_BANNER "FABSOCK-STREAM-BANNER v1 server speaks first\n"
+#define FS_STREAM_FLAG_BIDIR 0x1u
+#define FS_STREAM_FLAG_ECHO 0x2u
+#define FS_STREAM_FLAG_REVERSE 0x4u
+#define FS_STREAM_FLAG_BANNER 0x8u
+#define FS_STREAM_MAX_STREAMS 1024
+#define FS_STREAM_SLOW_CHUNK 16384
+
+enum fs_direction { FS_DIR_CLIENT_TO_SERVER = 0, FS_DIR_SERVER_TO_CLIENT = 1 };
+
+struct fs_stream_options {
+	bool is_server;
+	const char *host;
+	const char *port;
+	const char *bind_address;
+	unsigned streams;
+	uint64_t bytes;
+	bool bidir, echo, reverse, banner, ipv6, slow_reader;
+	size_t max_write;
+	uint64_t seed;
+	uint64_t slow_rate; /* bytes per second per connection */
+	unsigned hold_ms;
+	unsigned runs;
+	unsigned timeout_s;
+	const char *pidfile;
+	const char *ready_file;
+};
+
+/* What one connection did; filled by its threads, printed by main. */
+struct fs_stream_conn {
+	int fd;
+	unsigned index;
+	uint64_t sent, received;
+	uint64_t sum_tx, sum_rx;
+	uint64_t tcp_bytes_received, tcp_bytes_acked;
+	bool done;
+};
+
+/* Arguments of one direction's worker thread. */
+struct fs_stream_worker {
+	struct fs_stream_conn *conn;
+	enum fs_direction direction;
+	bool sending;
+};
+
+static struct fs_stream_options options = {
+	.port = "0", .streams = 1, .bytes = 1 << 20, .max_write = 262144,
+	.seed = 1, .slow_rate = 32u << 20, .runs = 1, .timeout_s = 600,
+};
+
+static pthread_mutex_t failure_lock = PTHREAD_MUTEX_INITIALIZER;
+static char failure_reason[512];
+static atomic_int failed; /* read by every thread, set once under failure_lock */
+
+/* Records the first failure; later ones only go to stderr. */
+static void fs_stream_fail(const char *format, ...)
+{
+	char message[512];
+	va_list args;
+
+	va_start(args, format);
+	vsnprintf(message, sizeof(message), format, args);
+	va_end(args);
+	fprintf(stderr, "fs_stream: error: %s\n", message);
+	pthread_mutex_lock(&failure_lock);
+	if (!failed) {
+		snprintf(failure_reason, sizeof(failure_reason), "%s", message);
+		failed = 1;
+	}
+	pthread_mutex_unlock(&failure_lock);
+}
+
+static void fs_stream_watchdog(int signal_number)
+{
+	static const char message[] = "result FAIL timeout (watchdog)\n";
+	(void)signal_number;
+	if (write(STDOUT_FILENO, message, sizeof(message) - 1) < 0)
+		_exit(3);
+	_exit(3);
+}
+
+static double fs_now(void)
+{
+	struct timespec now;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (double)now.tv_sec + (double)now.tv_nsec / 1e9;
+}
+
+static void fs_sleep_seconds(double seconds)
+{
+	struct timespec delay;
+	if (seconds <= 0)
+		return;
+	delay.tv_sec = (time_t)seconds;
+	delay.tv_nsec = (long)((seconds - (double)delay.tv_sec) * 1e9);
+	while (nanosleep(&delay, &delay) < 0 && errno == EINTR)
+		;
+}
+
+/* ---- deterministic data and checksums ---------------------------------- */
+
+static uint64_t fs_splitmix64(uint64_t value)
+{
+	value += 0x9E3779B97F4A7C15ull;
+	value = (value ^ (value >> 30)) * 0xBF58476D1CE4E5B9ull;
+	value = (value ^ (value >> 27)) * 0x94D049BB133111EBull;
+	return value ^ (value >> 31);
+}
+
+static uint64_t fs_stream_key(unsigned conn_index, enum fs_direction direction)
+{
+	return fs_splitmix64(options.seed * 0x100000001B3ull ^
+			     ((uint64_t)conn_index << 8) ^ (uint64_t)direction);
+}
+
+/*
+ * Byte at stream offset o is byte (o % 8) of splitmix64(key + o / 8), so any
+ * range can be generated independently of the others.
+ */
+static void fs_pattern_fill(uint64_t key, uint64_t offset, unsigned char *buffer, size_t length)
+{
+	while (length > 0 && (offset & 7)) {
+		*buffer++ = (unsigned char)(fs_splitmix64(key + (offset >> 3)) >> (8 * (offset & 7)));
+		offset++;
+		length--;
+	}
+	while (length >= 8) {
+		uint64_t word = fs_splitmix64(key + (offset >> 3));
+		for (int i = 0; i < 8; i++)
+			buffer[i] = (unsigned char)(word >> (8 * i));
+		buffer += 8;
+		offset += 8;
+		length -= 8;
+	}
+	while (length > 0) {
+		*buffer++ = (unsigned char)(fs_splitmix64(key + (offset >> 3)) >> (8 * (offset & 7)));
+		offset++;
+		length--;
+	}
+}
+
+#define FS_FNV1A_OFFSET 0xcbf29ce484222325ull
+#define FS_FNV1A_PRIME 0x100000001b3ull
+
+static uint64_t fs_fnv1a_update(uint64_t hash, const unsigned char *data, size_t length)
+{
+	for (size_t i = 0; i < length; i++) {
+		hash ^= data[i];
+		hash *= FS_FNV1A_PRIME;
+	}
+	return hash;
+}
+
+/* xorshift64* for the sizes and call choices (not the data). */
+static uint64_t fs_random_next(uint64_t *state)
+{
+	uint64_t value = *state;
+	value ^= value >> 12;
+	value ^= value << 25;
+	value ^= value >> 27;
+	*state = value;
+	return value * 0x2545F4914F6CDD1Dull;
+}
+
+static size_t fs_random_size(uint64_t *state, size_t max)
+{
+	return (size_t)(fs_random_next(state) % max) + 1;
+}
+
+/* ---- blocking I/O helpers ---------------------------------------------- */
+
+/* One write call of a randomly chosen kind; returns its result. */
+static ssize_t fs_write_some(int fd, const unsigned char *data, size_t length, uint64_t *random_state)
+{
+	struct iovec parts[3];
+	int part_count = 0;
+	size_t first, second;
+
+	switch (fs_random_next(random_state) % 4) {
+	case 0:
+		return send(fd, data, length, MSG_NOSIGNAL);
+	case 1:
+		return write(fd, data, length);
+	default:
+		first = length > 2 ? fs_random_size(random_state, length - 1) : length;
+		second = length - first > 1 ? fs_random_size(random_state, length - first - 1) : length - first;
+		parts[part_count++] = (struct iovec){ (void *)data, first };
+		if (second)
+			parts[part_count++] = (struct iovec){ (void *)(data + first), second };
+		if (length - first - second)
+			parts[part_count++] = (struct iovec){ (void *)(data + first + second), length - first - second };
+		if (fs_random_next(random_state) & 1)
+			return writev(fd, parts, part_count);
+		struct msghdr message = { .msg_iov = parts, .msg_iovlen = (size_t)part_count };
+		return sendmsg(fd, &message, MSG_NOSIGNAL);
+	}
+}
+
+/* One read call of a randomly chosen kind into a contiguous buffer. */
+static ssize_t fs_read_some(int fd, unsigned char *buffer, size_t length, uint64_t *random_state)
+{
+	struct iovec parts[3];
+	int part_count = 0;
+	size_t first, second;
+
+	switch (fs_random_next(random_state) % 4) {
+	case 0:
+		return recv(fd, buffer, length, 0);
+	case 1:
+		return read(fd, buffer, length);
+	default:
+		first = length > 2 ? fs_random_size(random_state, length - 1) : length;
+		second = length - first > 1 ? fs_random_size(random_state, length - first - 1) : length - first;
+		parts[part_count++] = (struct iovec){ buffer, first };
+		if (second)
+			parts[part_count++] = (struct iovec){ buffer + first, second };
+		if (length - first - second)
+			parts[part_count++] = (struct iovec){ buffer + first + second, length - first - second };
+		if (fs_random_next(random_state) & 1)
+			return readv(fd, parts, part_count);
+		struct msghdr message = { .msg_iov = parts, .msg_iovlen = (size_t)part_count };
+		return recvmsg(fd, &message, 0);
+	}
+}
+
+/* Writes all of data, handling partial writes; 0 or -errno. */
+static int fs_write_all(int fd, const unsigned char *data, size_t length, uint64_t *random_state)
+{
+	size_t done = 0;
+	while (done < length) {
+		ssize_t result = fs_write_some(fd, data + done, length - done, random_state);
+		if (result < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (result == 0)
+			return -EIO;
+		done += (size_t)result;
+	}
+	return 0;
+}
+
+/* Reads exactly length bytes; 0, -errno, or -ENODATA on early EOF. */
+static int fs_read_exact(int fd, unsigned char *buffer, size_t length)
+{
+	size_t done = 0;
+	while (done < length) {
+		ssize_t result = recv(fd, buffer + done, length - done, 0);
+		if (result < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (result == 0)
+			return -ENODATA;
+		done += (size_t)result;
+	}
+	return 0;
+}
+
+/* ---- per-direction workers --------------------------------------------- */
+
+static void fs_stream_abort_conn(struct fs_stream_conn *conn)
+{
+	shutdown(conn->fd, SHUT_RDWR); /* wakes the other direction's thread */
+}
+
+static const char *fs_direction_name(enum fs_direction direction)
+{
+	return direction == FS_DIR_CLIENT_TO_SERVER ? "c2s" : "s2c";
+}
+
+/* Sends the direction's N pattern bytes, then shutdown(SHUT_WR). */
+static void fs_stream_send_direction(struct fs_stream_conn *conn, enum fs_direction direction)
+{
+	uint64_t key = fs_stream_key(conn->index, direction);
+	uint64_t random_state = fs_splitmix64(key ^ 0x5e4d) | 1;
+	uint64_t hash = FS_FNV1A_OFFSET;
+	unsigned char *buffer = malloc(options.max_write);
+	int result;
+
+	if (!buffer) {
+		fs_stream_fail("conn %u: out of memory", conn->index);
+		return;
+	}
+	while (conn->sent < options.bytes && !failed) {
+		size_t length = fs_random_size(&random_state, options.max_write);
+		if (length > options.bytes - conn->sent)
+			length = (size_t)(options.bytes - conn->sent);
+		fs_pattern_fill(key, conn->sent, buffer, length);
+		hash = fs_fnv1a_update(hash, buffer, length);
+		result = fs_write_all(conn->fd, buffer, length, &random_state);
+		if (result < 0) {
+			fs_stream_fail("conn %u %s: write failed at offset %" PRIu64 ": %s", conn->index,
+				       fs_direction_name(direction), conn->sent, strerror(-result));
+			fs_stream_abort_conn(conn);
+			break;
+		}
+		conn->sent += length;
+	}
+	conn->sum_tx = hash;
+	if (shutdown(conn->fd, SHUT_WR) < 0 && !failed)
+		fs_stream_fail("conn %u: shutdown(SHUT_WR): %s", conn->index, strerror(errno));
+	free(buffer);
+}
+
+/* Slow reader pacing: sleeps until `received` bytes are due at the rate. */
+static void fs_stream_pace(double start, uint64_t received)
+{
+	double due = start + (double)received / (double)options.slow_rate;
+	fs_sleep_seconds(due - fs_now());
+}
+
+/* Receives and verifies the direction's N bytes, then requires EOF. */
+static void fs_stream_receive_direction(struct fs_stream_conn *conn, enum fs_direction direction)
+{
+	uint64_t key = fs_stream_key(conn->index, direction);
+	uint64_t random_state = fs_splitmix64(key ^ 0x7ead) | 1;
+	uint64_t hash = FS_FNV1A_OFFSET;
+	size_t max_read = options.slow_reader && options.max_write > FS_STREAM_SLOW_CHUNK ? FS_STREAM_SLOW_CHUNK
+											 : options.max_write;
+	unsigned char *buffer = malloc(max_read);
+	unsigned char *expected = malloc(max_read);
+	double start = fs_now();
+
+	if (!buffer || !expected) {
+		fs_stream_fail("conn %u: out of memory", conn->index);
+		goto out;
+	}
+	for (;;) {
+		size_t length = fs_random_size(&random_state, max_read);
+		ssize_t result = fs_read_some(conn->fd, buffer, length, &random_state);
+		if (result < 0) {
+			if (errno == EINTR)
+				continue;
+			fs_stream_fail("conn %u %s: read failed at offset %" PRIu64 ": %s", conn->index,
+				       fs_direction_name(direction), conn->received, strerror(errno));
+			fs_stream_abort_conn(conn);
+			goto out;
+		}
+		if (result == 0)
+			break;
+		if (conn->received + (uint64_t)result > options.bytes) {
+			fs_stream_fail("conn %u %s: %" PRIu64 " bytes beyond the expected %" PRIu64, conn->index,
+				       fs_direction_name(direction), conn->received + (uint64_t)result - options.bytes,
+				       options.bytes);
+			fs_stream_abort_conn(conn);
+			goto out;
+		}
+		fs_pattern_fill(key, conn->received, expected, (size_t)result);
+		if (memcmp(buffer, expected, (size_t)result) != 0) {
+			size_t at = 0;
+			while (buffer[at] == expected[at])
+				at++;
+			fs_stream_fail("conn %u %s: data mismatch at offset %" PRIu64 " (got 0x%02x, want 0x%02x)",
+				       conn->index, fs_direction_name(direction), conn->received + at, buffer[at],
+				       expected[at]);
+			fs_stream_abort_conn(conn);
+			goto out;
+		}
+		hash = fs_fnv1a_update(hash, buffer, (size_t)result);
+		conn->received += (uint64_t)result;
+		if (options.slow_reader)
+			fs_stream_pace(start, conn->received);
+	}
+	if (conn->received != options.bytes)
+		fs_stream_fail("conn %u %s: EOF after %" PRIu64 " bytes, expected %" PRIu64, conn->index,
+			       fs_direction_name(direction), conn->received, options.bytes);
+out:
+	conn->sum_rx = hash;
+	free(buffer);
+	free(expected);
+}
+
+/* Server side of --echo: verifies the client's stream and writes it back. */
+static void fs_stream_echo(struct fs_stream_conn *conn)
+{
+	uint64_t key = fs_stream_key(conn->index, FS_DIR_CLIENT_TO_SERVER);
+	uint64_t random_state = fs_splitmix64(key ^ 0xec40) | 1;
+	uint64_t hash = FS_FNV1A_OFFSET;
+	unsigned char *buffer = malloc(options.max_write);
+	unsigned char *expected = malloc(options.max_write);
+	int result;
+
+	if (!buffer || !expected) {
+		fs_stream_fail("conn %u: out of memory", conn->index);
+		goto out;
+	}
+	for (;;) {
+		ssize_t length = fs_read_some(conn->fd, buffer, fs_random_size(&random_state, options.max_write),
+					      &random_state);
+		if (length < 0) {
+			if (errno == EINTR)
+				continue;
+			fs_stream_fail("conn %u echo: read failed at offset %" PRIu64 ": %s", conn->index,
+				       conn->received, strerror(errno));
+			goto out;
+		}
+		if (length == 0)
+			break;
+		if (conn->received + (uint64_t)length > options.bytes) {
+			fs_stream_fail("conn %u echo: bytes beyond the expected %" PRIu64, conn->index, options.bytes);
+			goto out;
+		}
+		fs_pattern_fill(key, conn->received, expected, (size_t)length);
+		if (memcmp(buffer, expected, (size_t)length) != 0) {
+			size_t at = 0;
+			while (buffer[at] == expected[at])
+				at++;
+			fs_stream_fail("conn %u echo: data mismatch at offset %" PRIu64, conn->index,
+				       conn->received + at);
+			goto out;
+		}
+		hash = fs_fnv1a_update(hash, buffer, (size_t)length);
+		conn->received += (uint64_t)length;
+		result = fs_write_all(conn->fd, buffer, (size_t)length, &random_state);
+		if (result < 0) {
+			fs_stream_fail("conn %u echo: write failed: %s", conn->index, strerror(-result));
+			goto out;
+		}
+		conn->sent += (uint64_t)length;
+	}
+	if (conn->received != options.bytes)
+		fs_stream_fail("conn %u echo: EOF after %" PRIu64 " bytes, expected %" PRIu64, conn->index,
+			       conn->received, options.bytes);
+	shutdown(conn->fd, SHUT_WR);
+out:
+	if (failed)
+		fs_stream_abort_conn(conn);
+	conn->sum_rx = hash;
+	conn->sum_tx = hash;
+	free(buffer);
+	free(expected);
+}
+
+static void *fs_stream_worker_main(void *argument)
+{
+	struct fs_stream_worker *worker = argument;
+	if (worker->sending)
+		fs_stream_send_direction(worker->conn, worker->direction);
+	else
+		fs_stream_receive_direction(worker->conn, worker->direction);
+	return NULL;
+}
+
+/* Runs the data phase of one connection from `is_server`'s point of view. */
+static void fs_stream_run_data(struct fs_stream_conn *conn, bool is_server)
+{
+	bool client_sends = !options.reverse;
+	bool server_sends = options.reverse || options.bidir || options.echo;
+	bool we_send = is_server ? server_sends : client_sends;
+	bool we_receive = is_server ? client_sends : server_sends;
+	enum fs_direction send_direction = is_server ? FS_DIR_SERVER_TO_CLIENT : FS_DIR_CLIENT_TO_SERVER;
+	enum fs_direction receive_direction = is_server ? FS_DIR_CLIENT_TO_SERVER : FS_DIR_SERVER_TO_CLIENT;
+
+	if (is_server && options.echo) {
+		fs_stream_echo(conn);
+		return;
+	}
+	if (!is_server && options.echo)
+		receive_direction = FS_DIR_CLIENT_TO_SERVER; /* the echo is our own stream */
+
+	if (we_send && we_receive) {
+		struct fs_stream_worker sender = { conn, send_direction, true };
+		pthread_t sender_thread;
+		if (pthread_create(&sender_thread, NULL, fs_stream_worker_main, &sender) != 0) {
+			fs_stream_fail("conn %u: pthread_create failed", conn->index);
+			return;
+		}
+		fs_stream_receive_direction(conn, receive_direction);
+		pthread_join(sender_thread, NULL);
+	} else if (we_send) {
+		fs_stream_send_direction(conn, send_direction);
+		/* Wait for the peer's EOF so we close only after it saw everything. */
+		unsigned char byte;
+		ssize_t result;
+		do
+			result = recv(conn->fd, &byte, 1, 0);
+		while (result < 0 && errno == EINTR);
+		if (result > 0)
+			fs_stream_fail("conn %u: unexpected data from the receiving side", conn->index);
+	} else {
+		/* Our EOF tells the sender everything arrived, so it comes last. */
+		fs_stream_receive_direction(conn, receive_direction);
+		shutdown(conn->fd, SHUT_WR);
+	}
+}
+
+/* Takes TCP_INFO just before close (after the optional idle hold). */
+static void fs_stream_finish_conn(struct fs_stream_conn *conn)
+{
+	struct tcp_info info;
+	socklen_t length = sizeof(info);
+
+	if (options.hold_ms)
+		fs_sleep_seconds(options.hold_ms / 1000.0);
+	memset(&info, 0, sizeof(info));
+	if (getsockopt(conn->fd, IPPROTO_TCP, TCP_INFO, &info, &length) == 0) {
+		conn->tcp_bytes_received = info.tcpi_bytes_received;
+		conn->tcp_bytes_acked = info.tcpi_bytes_acked;
+	} else {
+		fs_stream_fail("conn %u: getsockopt(TCP_INFO): %s", conn->index, strerror(errno));
+	}
+	close(conn->fd);
+	conn->done = true;
+}
+
+static uint32_t fs_stream_flags(void)
+{
+	return (options.bidir ? FS_STREAM_FLAG_BIDIR : 0) | (options.echo ? FS_STREAM_FLAG_ECHO : 0) |
+	       (options.reverse ? FS_STREAM_FLAG_REVERSE : 0) | (options.banner ? FS_STREAM_FLAG_BANNER : 0);
+}
+
+static void fs_put_u32(unsigned char *at, uint32_t value)
+{
+	for (int i = 0; i < 4; i++)
+		at[i] = (unsigned char)(value >> (8 * i));
+}
+
+static void fs_put_u64(unsigned char *at, uint64_t value)
+{
+	for (int i = 0; i < 8; i++)
+		at[i] = (unsigned char)(value >> (8 * i));
+}
+
+static uint32_t fs_get_u32(const unsigned char *at)
+{
+	uint32_t value = 0;
+	for (int i = 3; i >= 0; i--)
+		value = (value << 8) | at[i];
+	return value;
+}
+
+static uint64_t fs_get_u64(const unsigned char *at)
+{
+	uint64_t value = 0;
+	for (int i = 7; i >= 0; i--)
+		value = (value << 8) | at[i];
+	return value;
+}
+
+/*
+ * Hello, client to server, little-endian: magic u32, connection index u32,
+ * streams u32, flags u32, bytes u64, seed u64 (32 bytes).
+ */
+static void fs_stream_encode_hello(unsigned char *hello, unsigned conn_index)
+{
+	fs_put_u32(hello, FS_STREAM_HELLO_MAGIC);
+	fs_put_u32(hello + 4, conn_index);
+	fs_put_u32(hello + 8, options.streams);
+	fs_put_u32(hello + 12, fs_stream_flags());
+	fs_put_u64(hello + 16, options.bytes);
+	fs_put_u64(hello + 24, options.seed);
+}
+
+/* ---- server ------------------------------------------------------------ */
+
+struct fs_server_slot {
+	int fd;
+	struct fs_stream_conn *conns; /* indexed by the client's connection index */
+	pthread_mutex_t *claim_lock;
+};
+
+static void *fs_server_conn_main(void *argument)
+{
+	struct fs_server_slot *slot = argument;
+	unsigned char hello[FS_STREAM_HELLO_SIZE];
+	int result;
+
+	if (options.banner) {
+		uint64_t random_state = 99;
+		result = fs_write_all(slot->fd, (const unsigned char *)FS_STREAM_BANNER, strlen(FS_STREAM_BANNER),
+				      &random_state);
+		if (result < 0) {
+			fs_stream_fail("server: banner write failed: %s", strerror(-result));
+			goto fail;
+		}
+	}
+	result = fs_read_exact(slot->fd, hello, sizeof(hello));
+	if (result < 0) {
+		fs_stream_fail("server: reading the hello: %s", result == -ENODATA ? "early EOF" : strerror(-result));
+		goto fail;
+	}
+	uint32_t index = fs_get_u32(hello + 4);
+	if (fs_get_u32(hello) != FS_STREAM_HELLO_MAGIC || index >= options.streams) {
+		fs_stream_fail("server: bad hello (magic 0x%08x, index %u)", fs_get_u32(hello), index);
+		goto fail;
+	}
+	if (fs_get_u32(hello + 8) != options.streams || fs_get_u32(hello + 12) != fs_stream_flags() ||
+	    fs_get_u64(hello + 16) != options.bytes || fs_get_u64(hello + 24) != options.seed) {
+		fs_stream_fail("server: client options differ (streams %u flags 0x%x bytes %" PRIu64
+			       " seed %" PRIu64 ")",
+			       fs_get_u32(hello + 8), fs_get_u32(hello + 12), fs_get_u64(hello + 16),
+			       fs_get_u64(hello + 24));
+		goto fail;
+	}
+	struct fs_stream_conn *conn = &slot->conns[index];
+	pthread_mutex_lock(slot->claim_lock);
+	bool taken = conn->fd >= 0;
+	if (!taken)
+		conn->fd = slot->fd;
+	pthread_mutex_unlock(slot->claim_lock);
+	if (taken) {
+		fs_stream_fail("server: connection index %u seen twice", index);
+		goto fail;
+	}
+	fs_stream_run_data(conn, true);
+	fs_stream_finish_conn(conn);
+	return NULL;
+fail:
+	shutdown(slot->fd, SHUT_RDWR);
+	close(slot->fd);
+	return NULL;
+}
+
+static int fs_write_file_atomically(const char *path, const char *text)
+{
+	char temporary[4096];
+	FILE *file;
+
+	snprintf(temporary, sizeof(temporary), "%s.tmp.%d", path, (int)getpid());
+	file = fopen(temporary, "w");
+	if (!file)
+		return -1;
+	fputs(text, file);
+	if (fclose(file) != 0)
+		return -1;
+	return rename(temporary, path);
+}
+
+static int fs_server_listen(void)
+{
+	struct addrinfo hints = { .ai_flags = AI_PASSIVE | AI_NUMERICHOST, .ai_socktype = SOCK_STREAM };
+	struct addrinfo *addresses = NULL;
+	int fd, one = 1, result;
+
+	hints.ai_family = options.ipv6 ? AF_INET6 : AF_INET;
+	if (options.bind_address)
+		hints.ai_family = AF_UNSPEC;
+	result = getaddrinfo(options.bind_address, options.port, &hints, &addresses);
+	if (result != 0) {
+		fs_stream_fail("bind address %s: %s", options.bind_address ? options.bind_address : "(any)",
+			       gai_strerror(result));
+		return -1;
+	}
+	fd = socket(addresses->ai_family, SOCK_STREAM, 0);
+	if (fd < 0) {
+		fs_stream_fail("socket: %s", strerror(errno));
+		freeaddrinfo(addresses);
+		return -1;
+	}
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(fd, addresses->ai_addr, addresses->ai_addrlen) < 0 || listen(fd, 256) < 0) {
+		fs_stream_fail("bind/listen on port %s: %s", options.port, strerror(errno));
+		freeaddrinfo(addresses);
+		close(fd);
+		return -1;
+	}
+	freeaddrinfo(addresses);
+	return fd;
+}
+
+static unsigned fs_server_port(int listen_fd)
+{
+	struct sockaddr_storage address;
+	socklen_t length = sizeof(address);
+	if (getsockname(listen_fd, (struct sockaddr *)&address, &length) < 0)
+		return 0;
+	if (address.ss_family == AF_INET6)
+		return ntohs(((struct sockaddr_in6 *)&address)->sin6_port);
+	return ntohs(((struct sockaddr_in *)&address)->sin_port);
+}
+
+/* ---- reporting --------------------------------------------------------- */
+
+static long fs_status_kib(const char *field)
+{
+	char line[256];
+	long value = -1;
+	size_t field_length = strlen(field);
+	FILE *status = fopen("/proc/self/status", "r");
+	if (!status)
+		return -1;
+	while (fgets(line, sizeof(line), status))
+		if (strncmp(line, field, field_length) == 0 && line[field_length] == ':')
+			value = strtol(line + field_length + 1, NULL, 10);
+	fclose(status);
+	return value;
+}
+
+static void fs_stream_report(const char *role, struct fs_stream_conn *conns, double seconds)
+{
+	uint64_t total = 0;
+	for (unsigned i = 0; i < options.streams; i++) {
+		struct fs_stream_conn *conn = &conns[i];
+		if (!conn->done && !failed)
+			fs_stream_fail("conn %u never completed", i);
+		printf("conn %u sent=%" PRIu64 " recv=%" PRIu64 " sum_tx=%016" PRIx64 " sum_rx=%016" PRIx64
+		       " tcp_bytes_received=%" PRIu64 " tcp_bytes_acked=%" PRIu64 "\n",
+		       i, conn->sent, conn->received, conn->sum_tx, conn->sum_rx, conn->tcp_bytes_received,
+		       conn->tcp_bytes_acked);
+		total += conn->sent + conn->received;
+	}
+	printf("%s time_s=%.3f payload_bytes=%" PRIu64 " mib_per_s=%.1f\n", role, seconds, total,
+	       seconds > 0 ? (double)total / 1048576.0 / seconds : 0.0);
+	printf("%s vm_hwm_kib=%ld vm_rss_kib=%ld\n", role, fs_status_kib("VmHWM"), fs_status_kib("VmRSS"));
+}
+
+static int fs_server_main(void)
+{
+	int listen_fd = fs_server_listen();
+	pthread_mutex_t claim_lock = PTHREAD_MUTEX_INITIALIZER;
+	char text[64];
+
+	if (listen_fd < 0)
+		goto result;
+	if (options.pidfile) {
+		snprintf(text, sizeof(text), "%d\n", (int)getpid());
+		if (fs_write_file_atomically(options.pidfile, text) < 0)
+			fs_stream_fail("writing %s: %s", options.pidfile, strerror(errno));
+	}
+	unsigned port = fs_server_port(listen_fd);
+	printf("listening port=%u\n", port);
+	fflush(stdout);
+	if (options.ready_file) {
+		snprintf(text, sizeof(text), "%u\n", port);
+		if (fs_write_file_atomically(options.ready_file, text) < 0)
+			fs_stream_fail("writing %s: %s", options.ready_file, strerror(errno));
+	}
+
+	for (unsigned run = 1; run <= options.runs && !failed; run++) {
+		struct fs_stream_conn *conns = calloc(options.streams, sizeof(*conns));
+		struct fs_server_slot *slots = calloc(options.streams, sizeof(*slots));
+		pthread_t *threads = calloc(options.streams, sizeof(*threads));
+		unsigned started = 0;
+		double start = 0;
+
+		if (!conns || !slots || !threads) {
+			fs_stream_fail("out of memory");
+			break;
+		}
+		for (unsigned i = 0; i < options.streams; i++) {
+			conns[i].fd = -1;
+			conns[i].index = i;
+		}
+		for (; started < options.streams; started++) {
+			int fd = accept(listen_fd, NULL, NULL);
+			if (fd < 0) {
+				if (errno == EINTR) {
+					started--;
+					continue;
+				}
+				fs_stream_fail("accept: %s", strerror(errno));
+				break;
+			}
+			if (started == 0)
+				start = fs_now();
+			slots[started] = (struct fs_server_slot){ fd, conns, &claim_lock };
+			if (pthread_create(&threads[started], NULL, fs_server_conn_main, &slots[started]) != 0) {
+				fs_stream_fail("pthread_create failed");
+				close(fd);
+				break;
+			}
+		}
+		for (unsigned i = 0; i < started; i++)
+			pthread_join(threads[i], NULL);
+		if (options.runs > 1)
+			printf("run %u\n", run);
+		fs_stream_report("server", conns, fs_now() - start);
+		free(conns);
+		free(slots);
+		free(threads);
+	}
+	close(listen_fd);
+result:
+	if (failed)
+		printf("result FAIL %s\n", failure_reason);
+	else
+		printf("result ok\n");
+	return failed ? 1 : 0;
+}
+
+/* ---- client ------------------------------------------------------------ */
+
+static struct addrinfo *client_address;
+
+static void *fs_client_conn_main(void *argument)
+{
+	struct fs_stream_conn *conn = argument;
+	unsigned char hello[FS_STREAM_HELLO_SIZE];
+	int result;
+
+	conn->fd = socket(client_address->ai_family, SOCK_STREAM, 0);
+	if (conn->fd < 0) {
+		fs_stream_fail("conn %u: socket: %s", conn->index, strerror(errno));
+		return NULL;
+	}
+	if (connect(conn->fd, client_address->ai_addr, client_address->ai_addrlen) < 0) {
+		fs_stream_fail("conn %u: connect: %s", conn->index, strerror(errno));
+		close(conn->fd);
+		return NULL;
+	}
+	if (options.banner) {
+		char banner[sizeof(FS_STREAM_BANNER)] = { 0 };
+		result = fs_read_exact(conn->fd, (unsigned char *)banner, strlen(FS_STREAM_BANNER));
+		if (result < 0 || strcmp(banner, FS_STREAM_BANNER) != 0) {
+			fs_stream_fail("conn %u: bad or missing banner (%s)", conn->index,
+				       result == -ENODATA ? "early EOF" : result < 0 ? strerror(-result) : "mismatch");
+			close(conn->fd);
+			return NULL;
+		}
+	}
+	fs_stream_encode_hello(hello, conn->index);
+	uint64_t random_state = 7;
+	result = fs_write_all(conn->fd, hello, sizeof(hello), &random_state);
+	if (result < 0) {
+		fs_stream_fail("conn %u: hello write: %s", conn->index, strerror(-result));
+		close(conn->fd);
+		return NULL;
+	}
+	fs_stream_run_data(conn, false);
+	fs_stream_finish_conn(conn);
+	return NULL;
+}
+
+static int fs_client_main(void)
+{
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM };
+	struct fs_stream_conn *conns = calloc(options.streams, sizeof(*conns));
+	pthread_t *threads = calloc(options.streams, sizeof(*threads));
+	unsigned started = 0;
+	double start;
+	int result;
+
+	hints.ai_family = options.ipv6 ? AF_INET6 : AF_UNSPEC;
+	if (!conns || !threads) {
+		fs_stream_fail("out of memory");
+		goto result;
+	}
+	result = getaddrinfo(options.host, options.port, &hints, &client_address);
+	if (result != 0) {
+		fs_stream_fail("%s port %s: %s", options.host, options.port, gai_strerror(result));
+		goto result;
+	}
+	start = fs_now();
+	for (; started < options.streams; started++) {
+		conns[started].index = started;
+		conns[started].fd = -1;
+		if (pthread_create(&threads[started], NULL, fs_client_conn_main, &conns[started]) != 0) {
+			fs_stream_fail("pthread_create failed");
+			break;
+		}
+	}
+	for (unsigned i = 0; i < started; i++)
+		pthread_join(threads[i], NULL);
+	fs_stream_report("client", conns, fs_now() - start);
+	freeaddrinfo(client_address);
+result:
+	free(conns);
+	free(threads);
+	if (failed)
+		printf("result FAIL %s\n", failure_reason);
+	else
+		printf("result ok\n");
+	return failed ? 1 : 0;
+}
+
+/* ---- command line ------------------------------------------------------ */
+
+static void fs_stream_usage(void)
+{
+	fprintf(stderr,
+		"usage: fs_stream server [--port P] [--bind ADDR] [options]\n"
+		"       fs_stream client HOST PORT [options]\n"
+		"options: --streams K  --bytes N[K|M|G]  --bidir  --echo  --reverse  --banner\n"
+		"         --max-write N  --seed S  --slow-reader  --rate N[K|M|G] (bytes/s)\n"
+		"         --ipv6  --hold-ms N  --pidfile F  --ready-file F  --runs R (server)\n"
+		"         --timeout S (watchdog, default 600)\n");
+	exit(2);
+}
+
+/* Parses a count with an optional K/M/G (binary) suffix; exits on error. */
+static uint64_t fs_parse_size(const char *name, const char *text)
+{
+	char *end;
+	errno = 0;
+	unsigned long long value = strtoull(text, &end, 10);
+	uint64_t scale = 1;
+	if (errno || end == text || text[0] == '-') {
+		fprintf(stderr, "fs_stream: %s: bad number '%s'\n", name, text);
+		exit(2);
+	}
+	switch (*end) {
+	case 'k': case 'K': scale = 1ull << 10; end++; break;
+	case 'm': case 'M': scale = 1ull << 20; end++; break;
+	case 'g': case 'G': scale = 1ull << 30; end++; break;
+	default: break;
+	}
+	if (*end == 'i' && end[1] == 'B')
+		end += 2;
+	if (*end != '\0' || value > UINT64_MAX / scale) {
+		fprintf(stderr, "fs_stream: %s: bad number '%s'\n", name, text);
+		exit(2);
+	}
+	return value * scale;
+}
+
+static void fs_stream_parse(int argc, char **argv)
+{
+	int i = 2;
+
+	if (argc < 2)
+		fs_stream_usage();
+	if (strcmp(argv[1], "server") == 0) {
+		options.is_server = true;
+	} else if (strcmp(argv[1], "client") == 0) {
+		if (argc < 4)
+			fs_stream_usage();
+		options.host = argv[2];
+		options.port = argv[3];
+		i = 4;
+	} else {
+		fs_stream_usage();
+	}
+	for (; i < argc; i++) {
+		const char *name = argv[i];
+		const char *value = i + 1 < argc ? argv[i + 1] : NULL;
+#define FS_NEEDS_VALUE() do { if (!value) fs_stream_usage(); i++; } while (0)
+		if (strcmp(name, "--port") == 0 && options.is_server) { FS_NEEDS_VALUE(); options.port = value; }
+		else if (strcmp(name, "--bind") == 0) { FS_NEEDS_VALUE(); options.bind_address = value; }
+		else if (strcmp(name, "--streams") == 0) { FS_NEEDS_VALUE(); options.streams = (unsigned)fs_parse_size(name, value); }
+		else if (strcmp(name, "--bytes") == 0) { FS_NEEDS_VALUE(); options.bytes = fs_parse_size(name, value); }
+		else if (strcmp(name, "--max-write") == 0) { FS_NEEDS_VALUE(); options.max_write = (size_t)fs_parse_size(name, value); }
+		else if (strcmp(name, "--seed") == 0) { FS_NEEDS_VALUE(); options.seed = fs_parse_size(name, value); }
+		else if (strcmp(name, "--rate") == 0) { FS_NEEDS_VALUE(); options.slow_rate = fs_parse_size(name, value); }
+		else if (strcmp(name, "--hold-ms") == 0) { FS_NEEDS_VALUE(); options.hold_ms = (unsigned)fs_parse_size(name, value); }
+		else if (strcmp(name, "--runs") == 0) { FS_NEEDS_VALUE(); options.runs = (unsigned)fs_parse_size(name, value); }
+		else if (strcmp(name, "--timeout") == 0) { FS_NEEDS_VALUE(); options.timeout_s = (unsigned)fs_parse_size(name, value); }
+		else if (strcmp(name, "--pidfile") == 0) { FS_NEEDS_VALUE(); options.pidfile = value; }
+		else if (strcmp(name, "--ready-file") == 0) { FS_NEEDS_VALUE(); options.ready_file = value; }
+		else if (strcmp(name, "--bidir") == 0) options.bidir = true;
+		else if (strcmp(name, "--echo") == 0) options.echo = true;
+		else if (strcmp(name, "--reverse") == 0) options.reverse = true;
+		else if (strcmp(name, "--banner") == 0) options.banner = true;
+		else if (strcmp(name, "--ipv6") == 0) options.ipv6 = true;
+		else if (strcmp(name, "--slow-reader") == 0) options.slow_reader = true;
+		else {
+			fprintf(stderr, "fs_stream: unknown option %s\n", name);
+			fs_stream_usage();
+		}
+#undef FS_NEEDS_VALUE
+	}
+	if (options.streams < 1 || options.streams > FS_STREAM_MAX_STREAMS || options.max_write < 1 ||
+	    options.slow_rate < 1 || options.runs < 1 || options.max_write > (1u << 30)) {
+		fprintf(stderr, "fs_stream: --streams 1..%d, --max-write, --rate and --runs >= 1\n",
+			FS_STREAM_MAX_STREAMS);
+		exit(2);
+	}
+	if ((options.echo && (options.bidir || options.reverse)) || (options.bidir && options.reverse)) {
+		fprintf(stderr, "fs_stream: --echo, --bidir and --reverse exclude each other\n");
+		exit(2);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	fs_stream_parse(argc, argv);
+	signal(SIGPIPE, SIG_IGN);
+	signal(SIGALRM, fs_stream_watchdog);
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (options.timeout_s)
+		alarm(options.timeout_s);
+	return options.is_server ? fs_server_main() : fs_client_main();
+}
