@@ -291,6 +291,9 @@ struct fs_stream *fs_stream_create(struct fs_engine *e, struct fs_engine_rail *e
 	s->rx_expect = 1;
 	s->ctl_fd = -1;
 	s->peer_addr = FI_ADDR_UNSPEC;
+	/* Until the peer's HELLO-ACK says otherwise, queued sends are cut to a
+	 * size every peer accepts (FABSOCK_CHUNK_SIZE is at least this). */
+	s->peer_chunk = FS_PRE_ACK_CHUNK;
 	*nak = FS_NAK_NONE;
 	return s;
 }
@@ -306,12 +309,15 @@ int fs_stream_connect(struct fs_engine *e, struct fs_stream *s, uint32_t peer_id
 	ret = fs_rail_av_insert(&er->rail, addr, addr_len, &s->peer_addr);
 	if (ret)
 		return ret;
+	if (peer_chunk < FS_PRE_ACK_CHUNK)
+		return -EPROTO;
 	s->peer_id = peer_id;
 	s->peer_window = peer_window;
 	s->peer_chunk = peer_chunk;
 	if (s->peer_chunk + sizeof(struct fs_wire_msg_hdr) > er->tx_data.buf_cap)
 		s->peer_chunk = er->tx_data.buf_cap - (uint32_t)sizeof(struct fs_wire_msg_hdr);
 	s->state = FS_STREAM_OPEN;
+	fs_stream_flush(e, s); /* what the application wrote before the ACK */
 	return 0;
 }
 
@@ -347,6 +353,17 @@ static void fs_stream_destroy(struct fs_engine *e, struct fs_stream *s)
 		fs_real.close(s->ctl_fd);
 	free(s->ooo);
 	free(s);
+}
+
+int fs_stream_take_queued(struct fs_engine *e, struct fs_stream *s, int (*sink)(void *arg, const void *data, size_t len),
+			  void *arg)
+{
+	int ret = 0;
+
+	for (struct fs_buf *buf = s->txq_head; buf && !ret; buf = buf->next)
+		if (buf->kind == FS_MSG_DATA && buf->len)
+			ret = sink(arg, buf->mem + sizeof(struct fs_wire_msg_hdr), buf->len);
+	return ret;
 }
 
 void fs_stream_abandon(struct fs_engine *e, struct fs_stream *s)
@@ -724,6 +741,16 @@ int fs_engine_progress(struct fs_engine *e)
 			handled += (int)n;
 			if (n < FS_CQ_BATCH)
 				break;
+		}
+	}
+	/* Sends the provider refused for now (-FI_EAGAIN: shm maps a new peer
+	 * lazily, queues fill) are retried on every round. */
+	if (e->pending_tx) {
+		for (uint32_t id = 1; id < e->streams_cap; id++) {
+			struct fs_stream *s = e->streams[id];
+
+			if (s && s->txq_head && fs_stream_credits(s))
+				fs_stream_flush(e, s);
 		}
 	}
 	if (e->orphans)

@@ -41,6 +41,9 @@
 #include "core/fabric.h"
 #include "core/pool.h"
 
+/* Largest message queued before the peer's HELLO-ACK told its chunk size. */
+#define FS_PRE_ACK_CHUNK 4096u
+
 struct fs_engine_rail {
 	struct fs_rail rail;
 	bool open;
@@ -136,6 +139,10 @@ struct fs_stream *fs_stream_create(struct fs_engine *e, struct fs_engine_rail *e
 /* Completes the handshake: peer's id, window, chunk, address. Lock held. */
 int fs_stream_connect(struct fs_engine *e, struct fs_stream *s, uint32_t peer_id, unsigned peer_window,
 		      uint32_t peer_chunk, const void *addr, size_t addr_len);
+/* Hands the payload queued on a stream that never opened to SINK, in
+ * order (the bytes go to TCP instead). Lock held. */
+int fs_stream_take_queued(struct fs_engine *e, struct fs_stream *s, int (*sink)(void *arg, const void *data, size_t len),
+			  void *arg);
 /* Frees a stream that never opened (handshake failed). Lock held. */
 void fs_stream_abandon(struct fs_engine *e, struct fs_stream *s);
 

@@ -16,12 +16,15 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "config/log.h"
+#include "core/engine.h"
 #include "core/guard.h"
 
 #define FS_FI_VERSION FI_VERSION(1, 17)
@@ -133,6 +136,74 @@ bool fs_fabric_host_has_efa(void)
 	return found;
 }
 
+/* shm regions are named after the endpoint; the default name (the pid)
+ * collides across PID namespaces and cannot be told apart from other
+ * programs' regions. Ours: fabsock-<pid namespace>-<pid>-<random>. */
+static unsigned long fs_pid_namespace(void)
+{
+	char link[64] = "";
+	ssize_t n = readlink("/proc/self/ns/pid", link, sizeof(link) - 1);
+	unsigned long ns = 0;
+
+	if (n > 0)
+		sscanf(link, "pid:[%lu]", &ns);
+	return ns;
+}
+
+/* Removes regions left by fabsock processes of this PID namespace that were
+ * killed before they could clean up. Only names with our prefix, our
+ * namespace and a pid that no longer exists are touched. */
+static void fs_shm_clean_stale(void)
+{
+	static int done;
+	char prefix[64];
+	size_t plen;
+	DIR *dir;
+	struct dirent *de;
+
+	if (__atomic_exchange_n(&done, 1, __ATOMIC_ACQ_REL))
+		return;
+	plen = (size_t)snprintf(prefix, sizeof(prefix), "fabsock-%lu-", fs_pid_namespace());
+	dir = opendir("/dev/shm");
+	if (!dir)
+		return;
+	while ((de = readdir(dir))) {
+		char path[512];
+		long pid;
+
+		if (strncmp(de->d_name, prefix, plen) != 0)
+			continue;
+		pid = strtol(de->d_name + plen, NULL, 10);
+		if (pid <= 0 || pid == getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+			continue;
+		snprintf(path, sizeof(path), "/dev/shm/%s", de->d_name);
+		if (unlink(path) == 0)
+			FS_INFO("removed stale shm region %s of dead process %ld", de->d_name, pid);
+	}
+	closedir(dir);
+}
+
+bool fs_rail_addr_plausible(unsigned kind, const void *addr, size_t len)
+{
+	const char *text = addr;
+	char path[300];
+	struct stat st;
+
+	if (!len)
+		return false;
+	if (kind != FS_PROV_SHM)
+		return true; /* the provider's own insert checks the rest */
+	/* "fi_shm://NAME", NUL-terminated, and NAME's region must exist. */
+	if (len < 10 || len > 256 || text[len - 1] != '\0' || strlen(text) != len - 1 ||
+	    strncmp(text, "fi_shm://", 9) != 0)
+		return false;
+	for (size_t i = 9; i < len - 1; i++)
+		if (text[i] == '/' || text[i] < 0x21 || text[i] > 0x7e)
+			return false;
+	snprintf(path, sizeof(path), "/dev/shm/%s", text + 9);
+	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
 static struct fi_info *fs_rail_hints(unsigned kind, const struct sockaddr *local, bool source)
 {
 	struct fi_info *hints = fs_fi.dupinfo(NULL);
@@ -146,6 +217,15 @@ static struct fi_info *fs_rail_hints(unsigned kind, const struct sockaddr *local
 	hints->domain_attr->threading = FI_THREAD_DOMAIN;
 	hints->domain_attr->resource_mgmt = FI_RM_ENABLED;
 	hints->fabric_attr->prov_name = strdup(fs_fabric_prov_name(kind));
+	if (kind == FS_PROV_SHM) {
+		char name[96];
+		uint32_t nonce = (uint32_t)(fs_now_ns() ^ ((uint64_t)getpid() << 16));
+
+		snprintf(name, sizeof(name), "fi_shm://fabsock-%lu-%d-%08x", fs_pid_namespace(), (int)getpid(), nonce);
+		hints->addr_format = FI_ADDR_STR;
+		hints->src_addr = strdup(name);
+		hints->src_addrlen = hints->src_addr ? strlen(name) + 1 : 0;
+	}
 	if (local && kind != FS_PROV_SHM && kind != FS_PROV_EFA) {
 		size_t len = local->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
 							  : sizeof(struct sockaddr_in);
@@ -195,6 +275,8 @@ int fs_rail_open(struct fs_rail *rail, unsigned kind, const struct sockaddr *loc
 	ret = fs_fabric_load(why, whylen);
 	if (ret)
 		return ret;
+	if (kind == FS_PROV_SHM)
+		fs_shm_clean_stale();
 
 	FS_GUARD_ENTER();
 	for (int source = 1; source >= 0; source--) {
@@ -339,6 +421,8 @@ int fs_rail_av_insert(struct fs_rail *rail, const void *addr, size_t addr_len, f
 
 	if (rail->av_count >= rail->av_max)
 		return -ENOSPC;
+	if (!fs_rail_addr_plausible(rail->kind, addr, addr_len))
+		return -EADDRNOTAVAIL;
 	FS_GUARD_ENTER();
 	ret = fi_av_insert(rail->av, addr, 1, out, 0, NULL);
 	FS_GUARD_LEAVE();

@@ -88,6 +88,10 @@ void fs_rail_close(struct fs_rail *rail);
 /* Registers BUF for local send/receive use. */
 int fs_rail_mr_reg(struct fs_rail *rail, void *buf, size_t len, struct fid_mr **mr);
 
+/* Cheap sanity check of a peer's fabric address before the provider sees
+ * it (shm accepts any bytes and would fail only on first send). */
+bool fs_rail_addr_plausible(unsigned kind, const void *addr, size_t len);
+
 /* Inserts a peer's fabric address. Returns 0 or a negative errno. */
 int fs_rail_av_insert(struct fs_rail *rail, const void *addr, size_t addr_len, fi_addr_t *out);
 

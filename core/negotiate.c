@@ -109,12 +109,21 @@ static int fs_send_all(int fd, const uint8_t *buf, size_t len, uint64_t deadline
 	return 0;
 }
 
+static int fs_peek_message_ex(int fd, uint32_t magic, struct fs_hello *msg, uint64_t deadline_ns, size_t *got,
+			      bool stop_on_prefix);
+
 /* Peeks at the first bytes of the connection and decodes a HELLO or ACK
  * (MAGIC). Waits until a verdict or DEADLINE. Returns the decoder's answer
  * (> 0 length, -EBADMSG), 0 if only a valid prefix (or nothing) arrived by
  * the deadline, or -ECONNRESET if the connection ended. *GOT is the number
  * of bytes seen. */
 static int fs_peek_message(int fd, uint32_t magic, struct fs_hello *msg, uint64_t deadline_ns, size_t *got)
+{
+	return fs_peek_message_ex(fd, magic, msg, deadline_ns, got, false);
+}
+
+static int fs_peek_message_ex(int fd, uint32_t magic, struct fs_hello *msg, uint64_t deadline_ns, size_t *got,
+			      bool stop_on_prefix)
 {
 	uint8_t buf[FS_WIRE_HELLO_MAX];
 
@@ -136,7 +145,7 @@ static int fs_peek_message(int fd, uint32_t magic, struct fs_hello *msg, uint64_
 				return ret;
 		}
 		now = fs_now_ns();
-		if (now >= deadline_ns)
+		if (now >= deadline_ns || (stop_on_prefix && n > 0))
 			return 0;
 		/* more bytes may be on the way: wait for them, not for the same ones */
 		if (n > 0) {
@@ -286,17 +295,33 @@ int fs_negotiate_client_hello(struct fs_sock *s, uint64_t wait_deadline_ns)
 	return 0;
 }
 
-/* Drops the half-made stream of a socket in CLIENT_HELLO_SENT. */
-void fs_negotiate_abort(struct fs_sock *s)
+static int fs_send_held(void *arg, const void *data, size_t len)
+{
+	struct fs_sock *s = arg;
+
+	return fs_send_all(s->fd, data, len, UINT64_MAX);
+}
+
+/* Drops the half-made stream of a socket in CLIENT_HELLO_SENT. What the
+ * application wrote meanwhile was held back, never sent: it goes out over
+ * TCP now, in order, if the connection stays TCP (TO_TCP). */
+void fs_negotiate_abort_ex(struct fs_sock *s, bool to_tcp)
 {
 	struct fs_engine *e = fs_engine_peek();
 
 	if (s->stream && e) {
 		pthread_mutex_lock(&e->lock);
+		if (to_tcp && fs_stream_take_queued(e, s->stream, fs_send_held, s))
+			FS_WARN("fd %d: could not pass held bytes to TCP", s->fd);
 		fs_stream_abandon(e, s->stream);
 		pthread_mutex_unlock(&e->lock);
 	}
 	s->stream = NULL;
+}
+
+void fs_negotiate_abort(struct fs_sock *s)
+{
+	fs_negotiate_abort_ex(s, false);
 }
 
 /* Phase 2, on first use: the server's HELLO-ACK. It comes when the server
@@ -316,7 +341,7 @@ int fs_negotiate_client_ack(struct fs_sock *s, uint64_t deadline_ns)
 	if (ret == -EBADMSG) {
 		/* The server committed to TCP before our HELLO arrived; it drops
 		 * the HELLO. What is there is the application's data. */
-		fs_negotiate_abort(s);
+		fs_negotiate_abort_ex(s, true);
 		FS_STAT_INC(fallback_server_first);
 		return fs_kernel(s, "the server committed to TCP before our HELLO");
 	}
@@ -333,7 +358,7 @@ int fs_negotiate_client_ack(struct fs_sock *s, uint64_t deadline_ns)
 		return -ECONNRESET;
 	}
 	if (ack.status != FS_NAK_NONE || !st) {
-		fs_negotiate_abort(s);
+		fs_negotiate_abort_ex(s, true);
 		FS_STAT_INC(fallback_hello_nak);
 		if (!st) {
 			FS_STAT_INC(fallback_provider);
@@ -455,14 +480,14 @@ static int fs_server_expect_hello(struct fs_sock *s, const struct fs_probe_rec *
 	/* The client sends its HELLO before its own probe deadline, which
 	 * precedes ours: wait its timeout plus a margin for scheduling. */
 	uint64_t first_byte_deadline = start + (wait_ms + FS_HELLO_MARGIN_MS) * FS_MS;
-	uint64_t whole_deadline = start + fs_params.hello_timeout_ms * FS_MS;
 	int ret;
 
-	if (whole_deadline < first_byte_deadline)
-		whole_deadline = first_byte_deadline;
-	ret = fs_peek_message(s->fd, FS_WIRE_HELLO_MAGIC, &hello, first_byte_deadline, &got);
+	/* Wait for the first bytes; once some are there, the rest of a HELLO
+	 * gets FABSOCK_HELLO_TIMEOUT_MS to follow. */
+	ret = fs_peek_message_ex(s->fd, FS_WIRE_HELLO_MAGIC, &hello, first_byte_deadline, &got, true);
 	if (ret == 0 && got)
-		ret = fs_peek_message(s->fd, FS_WIRE_HELLO_MAGIC, &hello, whole_deadline, &got);
+		ret = fs_peek_message(s->fd, FS_WIRE_HELLO_MAGIC, &hello,
+				      fs_now_ns() + fs_params.hello_timeout_ms * FS_MS, &got);
 	if (ret > 0 && (vouched || (rec && hello.nonce == rec->nonce)))
 		return fs_server_accept_hello(s, &hello, ret);
 	if (s->listener)
@@ -486,6 +511,7 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 	enum fs_rec_state state;
 	uint8_t addr[16];
 	uint16_t port;
+	bool waited = false;
 
 	if (fs_real.getpeername(s->fd, (struct sockaddr *)&peer, &plen))
 		return fs_kernel(s, "not connected");
@@ -518,6 +544,15 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 		/* No record yet. Bytes from the client, or the application
 		 * speaking first, settle it as TCP, unless a "yes" beats us. */
 		readable = fs_real.poll(&p, 1, 0) > 0;
+		if (for_send && !readable && !waited && fs_params.first_send_wait_ms) {
+			/* The client sends its probe as its connect() returns, about
+			 * when our accept() does: give it a moment to land. */
+			struct pollfd u = { .fd = fs_listener_fd(s->listener), .events = POLLIN };
+
+			waited = true;
+			fs_real.poll(&u, 1, (int)fs_params.first_send_wait_ms);
+			continue;
+		}
 		if (for_send || readable) {
 			state = fs_listener_claim_tcp(s->listener, addr, port, &rec);
 			if (state == FS_REC_YES)

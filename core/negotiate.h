@@ -21,6 +21,7 @@ struct fs_sock;
 int fs_negotiate_client_hello(struct fs_sock *s, uint64_t wait_deadline_ns);
 int fs_negotiate_client_ack(struct fs_sock *s, uint64_t deadline_ns);
 void fs_negotiate_abort(struct fs_sock *s);
+void fs_negotiate_abort_ex(struct fs_sock *s, bool to_tcp);
 /* FOR_SEND: the server application wants to send first. DEADLINE_NS 0
  * waits as long as needed for the client to speak. */
 int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns);

@@ -428,6 +428,11 @@ struct fs_listener *fs_listener_open(int fd)
 	return l;
 }
 
+int fs_listener_fd(struct fs_listener *l)
+{
+	return l->udp_fd;
+}
+
 void fs_listener_get(struct fs_listener *l)
 {
 	__atomic_fetch_add(&l->refs, 1, __ATOMIC_RELAXED);

@@ -57,6 +57,7 @@ void fs_listener_put(struct fs_listener *l);
 void fs_listener_drain(struct fs_listener *l);
 /* The application closed the listening socket: stop answering, drop a ref. */
 void fs_listener_close(struct fs_listener *l);
+int fs_listener_fd(struct fs_listener *l);
 
 /* Server side, first use of an accepted connection from ADDR/PORT (16-byte
  * v6 or v4-mapped, host-order port). If no record exists, writes TCP.

@@ -190,10 +190,22 @@ static uint64_t fs_timeout_ns(const struct timeval *tv)
 static void fs_sock_client_watch(void *arg, bool timed_out)
 {
 	struct fs_sock *s = arg;
+	int ret = 0;
 
 	pthread_mutex_lock(&s->lock);
-	if (s->state == FS_SOCK_CLIENT_PENDING && fs_negotiate_client_hello(s, fs_now_ns()) == FS_PASS)
+	if (s->state == FS_SOCK_CLIENT_PENDING)
+		ret = fs_negotiate_client_hello(s, fs_now_ns());
+	if (ret == 0 && s->state == FS_SOCK_CLIENT_HELLO_SENT)
+		ret = fs_negotiate_client_ack(s, fs_now_ns());
+	if (ret == FS_PASS)
 		fs_sock_release(s);
+	if (s->state == FS_SOCK_CLIENT_HELLO_SENT) {
+		/* Wait for the ACK (the server answers when its application first
+		 * uses the connection), keeping our reference. */
+		pthread_mutex_unlock(&s->lock);
+		fs_service_watch(s->fd, fs_now_ns() + 10000000000ull, fs_sock_client_watch, s);
+		return;
+	}
 	pthread_mutex_unlock(&s->lock);
 	fs_sock_put(s);
 }
@@ -401,6 +413,17 @@ ssize_t fs_core_sendmsg(struct fs_sock *s, const struct msghdr *msg, int flags)
 	bool nonblock = s->nonblock || (flags & MSG_DONTWAIT);
 	ssize_t ret;
 
+	if (s->state == FS_SOCK_CLIENT_HELLO_SENT && !s->shut_wr) {
+		/* Like TCP's send buffer: hold the bytes in the stream until the
+		 * ACK lets them go (or sends them over TCP if it refuses). */
+		pthread_mutex_lock(&s->lock);
+		ret = -EAGAIN;
+		if (s->state == FS_SOCK_CLIENT_HELLO_SENT && s->stream)
+			ret = fs_stream_send(s->stream, msg->msg_iov, (int)msg->msg_iovlen, true, 0, s->fd);
+		pthread_mutex_unlock(&s->lock);
+		if (ret > 0)
+			return ret;
+	}
 	if (s->state != FS_SOCK_OFFLOADED) {
 		if (!fs_sock_pending(s))
 			return FS_PASS;
@@ -453,6 +476,10 @@ int fs_core_close(struct fs_sock *s)
 {
 	int fd = s->fd, ret;
 
+	if (s->state == FS_SOCK_CLIENT_HELLO_SENT) {
+		/* Bytes may be held for the ACK: settle, as TCP would deliver them. */
+		fs_sock_settle(s, true, fs_now_ns() + fs_params.linger_sec * 1000000000ull);
+	}
 	pthread_mutex_lock(&s->lock);
 	if (s->state == FS_SOCK_OFFLOADED && s->pid == getpid()) {
 		/* The stream outlives the descriptor until its FIN is delivered:

@@ -191,6 +191,10 @@ ssize_t fs_stream_send(struct fs_stream *s, const struct iovec *iov, int iovcnt,
 	if (!e)
 		return -EIO;
 	pthread_mutex_lock(&e->lock);
+	/* After the peer's FIN, writing is only legal if it merely shut down
+	 * its sending side: a closed control connection says it closed. */
+	if (s->peer_fin && !s->peer_gone)
+		fs_stream_check_ctl(s, ctl_fd);
 	for (;;) {
 		if (s->error || s->peer_gone || s->fin_queued) {
 			result = done ? (ssize_t)done : fs_send_error(s);

@@ -47,6 +47,12 @@ fs_done() {
 # Usage: fs_bg VAR cmd...   (VAR receives the pid)
 fs_bg() {
 	local __var=$1; shift
+	# A shell function would run in a subshell whose pid is not the
+	# program's: expand fs_pre here so the recorded pid is the program.
+	if [ "$1" = fs_pre ]; then
+		shift
+		set -- env LD_PRELOAD="$FABSOCK_LIB" FABSOCK_STATS=1 "$@"
+	fi
 	"$@" &
 	local pid=$!
 	FS_PIDS+=("$pid")
