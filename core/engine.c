@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/socket.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -290,6 +291,7 @@ struct fs_stream *fs_stream_create(struct fs_engine *e, struct fs_engine_rail *e
 	s->state = FS_STREAM_HELLO;
 	s->rx_expect = 1;
 	s->ctl_fd = -1;
+	s->app_fd = -1;
 	s->peer_addr = FI_ADDR_UNSPEC;
 	/* Until the peer's HELLO-ACK says otherwise, queued sends are cut to a
 	 * size every peer accepts (FABSOCK_CHUNK_SIZE is at least this). */
@@ -804,6 +806,18 @@ void fs_engine_reap(struct fs_engine *e)
 	}
 }
 
+/* True if the kernel socket FD says the peer closed or died. */
+static bool fs_ctl_closed(int fd)
+{
+	char byte;
+	ssize_t n;
+
+	if (fd < 0)
+		return true;
+	n = fs_real.recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+	return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
 void fs_engine_shutdown(void)
 {
 	struct fs_engine *e = fs_engine_peek();
@@ -811,23 +825,33 @@ void fs_engine_shutdown(void)
 
 	if (!e)
 		return;
+	if (fs_params.stats)
+		fs_stats_log_once();
 	deadline = fs_now_ns() + fs_params.linger_sec * 1000000000ull;
 	pthread_mutex_lock(&e->lock);
+	fs_engine_progress(e);
 	/* Streams the application never closed end like TCP at exit: a FIN
-	 * after the data already written. */
+	 * after the data already written, unless the peer is gone already. */
 	for (uint32_t id = 1; id < e->streams_cap; id++) {
 		struct fs_stream *s = e->streams[id];
 
-		if (s && s->state == FS_STREAM_OPEN && !s->error) {
+		if (!s || s->state != FS_STREAM_OPEN)
+			continue;
+		s->state = FS_STREAM_CLOSED;
+		s->close_deadline_ns = deadline;
+		s->peer_gone = true; /* do not wait for the peer's FIN at exit */
+		if (s->error || fs_ctl_closed(s->app_fd))
+			s->error = s->error ? s->error : -ECONNRESET;
+		else
 			fs_stream_queue_fin(e, s);
-			s->state = FS_STREAM_CLOSED;
-			s->close_deadline_ns = deadline;
-			s->peer_gone = true; /* do not wait for the peer's FIN at exit */
-			fs_engine_add_orphan(e, s);
-		}
+		fs_engine_add_orphan(e, s);
 	}
-	for (struct fs_stream *s = e->orphans; s; s = s->orphan_next)
+	for (struct fs_stream *s = e->orphans; s; s = s->orphan_next) {
 		s->peer_gone = true;
+		/* an orphan whose peer vanished cannot deliver anything more */
+		if (s->ctl_fd >= 0 && !s->error && fs_ctl_closed(s->ctl_fd))
+			s->error = -ECONNRESET;
+	}
 	while (e->orphans && fs_now_ns() < deadline) {
 		fs_engine_progress(e);
 		if (!e->orphans)

@@ -100,6 +100,8 @@ struct fs_stream {
 	uint64_t peer_gone_ns;
 	bool error_reported;
 
+	int app_fd;            /* the application's fd while it is open (exit flush only) */
+
 	/* orphan (application closed it, engine still flushing) */
 	int ctl_fd;            /* the kernel TCP socket: control channel */
 	uint64_t close_deadline_ns;

@@ -202,6 +202,7 @@ static int fs_kernel(struct fs_sock *s, const char *why)
 
 static void fs_offloaded(struct fs_sock *s, const char *side)
 {
+	s->stream->app_fd = s->fd;
 	FS_STAT_INC(offloaded);
 	FS_INFO("fd %d: offloaded (%s) over %s, stream %u -> %u, window %u", s->fd, side,
 		fs_fabric_prov_name(s->stream->erail->rail.kind), s->stream->id, s->stream->peer_id,

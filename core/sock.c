@@ -143,7 +143,7 @@ void fs_core_atfork_child(void)
 
 static void fs_core_atexit_stats(void)
 {
-	fs_stats_log();
+	fs_stats_log_once();
 }
 
 void fs_core_init(void)
@@ -413,10 +413,19 @@ ssize_t fs_core_sendmsg(struct fs_sock *s, const struct msghdr *msg, int flags)
 	bool nonblock = s->nonblock || (flags & MSG_DONTWAIT);
 	ssize_t ret;
 
-	if (s->state == FS_SOCK_CLIENT_HELLO_SENT && !s->shut_wr) {
-		/* Like TCP's send buffer: hold the bytes in the stream until the
-		 * ACK lets them go (or sends them over TCP if it refuses). */
+	if ((s->state == FS_SOCK_CLIENT_PENDING || s->state == FS_SOCK_CLIENT_HELLO_SENT) && !s->shut_wr) {
+		/* Like TCP's send buffer: once the HELLO is out, hold the bytes in
+		 * the stream until the ACK lets them go (or sends them over TCP if
+		 * the server refuses), without waiting for the server application. */
 		pthread_mutex_lock(&s->lock);
+		ret = 0;
+		if (s->state == FS_SOCK_CLIENT_PENDING)
+			ret = fs_negotiate_client_hello(s, UINT64_MAX);
+		if (ret == FS_PASS) {
+			fs_sock_release(s);
+			pthread_mutex_unlock(&s->lock);
+			return FS_PASS;
+		}
 		ret = -EAGAIN;
 		if (s->state == FS_SOCK_CLIENT_HELLO_SENT && s->stream)
 			ret = fs_stream_send(s->stream, msg->msg_iov, (int)msg->msg_iovlen, true, 0, s->fd);
@@ -488,6 +497,7 @@ int fs_core_close(struct fs_sock *s)
 
 		if (ctl >= 0)
 			ctl = fs_internal_fd(ctl);
+		s->stream->app_fd = -1;
 		fs_stream_close(s->stream, ctl, s->linger0);
 		s->stream = NULL;
 		fs_service_kick();

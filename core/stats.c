@@ -33,3 +33,11 @@ void fs_stats_print(FILE *out)
 #include "core/stats.def"
 #undef FS_STAT
 }
+
+void fs_stats_log_once(void)
+{
+	static int done;
+
+	if (!__atomic_exchange_n(&done, 1, __ATOMIC_ACQ_REL))
+		fs_stats_log();
+}

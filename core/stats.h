@@ -23,6 +23,8 @@ extern struct fs_stats fs_stats;
 
 /* Logs one line "stats: offloaded=N kernel=N ..." at warn level. */
 void fs_stats_log(void);
+/* The same, at most once per process (exit paths). */
+void fs_stats_log_once(void);
 /* Writes "name value help" rows. */
 void fs_stats_print(FILE *out);
 

@@ -247,10 +247,8 @@ FS_EXPORT ssize_t send(int fd, const void *buf, size_t len, int flags)
 FS_EXPORT ssize_t sendto(int fd, const void *buf, size_t len, int flags, const struct sockaddr *addr,
 			 socklen_t alen)
 {
-	/* A destination on a connected TCP socket is ignored by the kernel
-	 * (or EISCONN): only the plain form is fabsock's. */
-	if (addr)
-		return fs_real.sendto(fd, buf, len, flags, addr, alen);
+	/* On a connected TCP socket the kernel ignores the destination; many
+	 * programs written for UDP and TCP alike (sockperf) pass one anyway. */
 	FS_SEND_ONE(fd, buf, len, flags, fs_real.sendto(fd, buf, len, flags, addr, alen));
 }
 
@@ -273,7 +271,9 @@ FS_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 {
 	ssize_t ret;
 
-	if (!fs_fdt_peek_any(fd) || msg->msg_name || msg->msg_controllen)
+	/* msg_name is ignored on a connected TCP socket, as by the kernel;
+	 * ancillary data has no meaning on the fabric and goes to the kernel. */
+	if (!fs_fdt_peek_any(fd) || msg->msg_controllen)
 		return fs_real.sendmsg(fd, msg, flags);
 	ret = fs_send_entry(fd, msg, flags);
 	if (ret == FS_PASS)

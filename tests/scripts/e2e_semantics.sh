@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Blocking-socket semantics with fs_semantics: every scenario (partial_read,
+# peek, waitall, dontwait, eof_after_data, shutdown_wr, epipe_nosignal,
+# sigpipe, rcvtimeo, sndtimeo, so_error, iov, fionread, peer_kill, read_write,
+# getpeername) runs once in mode "kernel" and once with both ends under the
+# preload ("fabsock"), with the same expectations. A scenario passes when
+# both processes exit 0, each prints `PASS <scenario>` and no FAIL line; in
+# fabsock mode each process's exit stats line (`fabsock[PID]: warn: stats:
+# offloaded=N ...`) must also show N equal to the `connections=N` it reports.
+# peer_kill: once the client prints `waiting` (blocked in recv) the server is
+# kill -9'ed, and the client must exit with PASS within 5 s. FS_MODES (default
+# "kernel fabsock") picks the modes; FS_SCENARIOS narrows the scenario list.
+. "$(dirname "$0")/lib.sh"
+
+FS_MODES=${FS_MODES:-kernel fabsock}
+SEMANTICS_PROG=$FS_PROGS/fs_semantics
+
+mode_wanted() { [[ " $FS_MODES " == *" $1 "* ]]; }
+
+# The N of the last `fabsock[PID]: warn: stats: offloaded=N` line, or empty.
+stats_offloaded() {
+	sed -nE 's/^.*fabsock\[[0-9]+\]: warn: stats: offloaded=([0-9]+).*$/\1/p' "$1" | tail -n 1
+}
+
+# Waits (at most 10 s) until FILE has a line matching PATTERN while PID lives.
+wait_for_line() { # FILE PATTERN PID
+	local i
+	for i in $(seq 1 200); do
+		grep -q "$2" "$1" 2>/dev/null && return 0
+		kill -0 "$3" 2>/dev/null || { grep -q "$2" "$1" 2>/dev/null; return; }
+		sleep 0.05
+	done
+	return 1
+}
+
+# Judges one process of a scenario from its exit code and output.
+check_side() { # LABEL SIDE SCENARIO MODE RC DIR
+	local label=$1 side=$2 scenario=$3 mode=$4 rc=$5 dir=$6 connections offloaded
+	if [ "$rc" -ne 0 ] || ! grep -qx "PASS $scenario" "$dir/$side.out" || grep -q '^FAIL' "$dir/$side.out"; then
+		fs_fail "$label: $side exit $rc: $(grep -h '^FAIL' "$dir/$side.out" | head -n 3 | tr '\n' ' ')"
+		tail -n 5 "$dir/$side.err" >&2 || true
+		return 0
+	fi
+	if [ "$mode" = fabsock ]; then
+		connections=$(sed -n 's/^connections=//p' "$dir/$side.out")
+		offloaded=$(stats_offloaded "$dir/$side.err")
+		if [ -z "$offloaded" ]; then
+			fs_fail "$label: $side printed no 'fabsock[PID]: warn: stats: offloaded=N' line"
+		elif [ "$offloaded" != "$connections" ]; then
+			fs_fail "$label: $side stats offloaded=$offloaded, expected $connections (its connections)"
+		fi
+	fi
+	return 0
+}
+
+run_scenario() { # MODE SCENARIO
+	local mode=$1 scenario=$2 label="$2-$1" dir=$FS_TMP/$2-$1 port server_pid client_pid
+	local server_rc=0 client_rc=0 fails_before=$FS_FAILS kill_time end_time
+	local -a prefix=(env)
+	[ "$mode" = fabsock ] && prefix=(env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1)
+	mkdir -p "$dir"
+
+	fs_bg server_pid "${prefix[@]}" "$SEMANTICS_PROG" server 0 "$scenario" >"$dir/server.out" 2>"$dir/server.err"
+	if ! wait_for_line "$dir/server.out" '^listening port=' "$server_pid"; then
+		fs_fail "$label: the server did not listen within 10 s"
+		cat "$dir/server.out" "$dir/server.err" >&2 || true
+		fs_wait_pid "$server_pid" 1 || true
+		return 0
+	fi
+	port=$(sed -n 's/^listening port=//p' "$dir/server.out")
+	fs_bg client_pid "${prefix[@]}" "$SEMANTICS_PROG" client 127.0.0.1 "$port" "$scenario" \
+		>"$dir/client.out" 2>"$dir/client.err"
+
+	if [ "$scenario" = peer_kill ]; then
+		if ! wait_for_line "$dir/client.out" '^waiting' "$client_pid" ||
+			! wait_for_line "$dir/server.out" '^ready' "$server_pid"; then
+			fs_fail "$label: client/server never reached the blocking recv"
+		fi
+		kill_time=$(date +%s%N)
+		kill -9 "$server_pid" 2>/dev/null || true
+		wait "$server_pid" 2>/dev/null || true
+		fs_wait_pid "$client_pid" 5 || client_rc=$?
+		end_time=$(date +%s%N)
+		fs_log "$label: client exited $(((end_time - kill_time) / 1000000)) ms after kill -9 of the server"
+		check_side "$label" client "$scenario" "$mode" "$client_rc" "$dir"
+	else
+		fs_wait_pid "$client_pid" 45 || client_rc=$?
+		fs_wait_pid "$server_pid" 15 || server_rc=$?
+		check_side "$label" server "$scenario" "$mode" "$server_rc" "$dir"
+		check_side "$label" client "$scenario" "$mode" "$client_rc" "$dir"
+	fi
+	grep -h '^info' "$dir/server.out" "$dir/client.out" 2>/dev/null | sed "s/^/    /" >&2 || true
+	[ "$FS_FAILS" -eq "$fails_before" ] && fs_pass "$label"
+	return 0
+}
+
+[ -x "$SEMANTICS_PROG" ] || { fs_fail "$SEMANTICS_PROG is not built"; fs_done; exit 1; }
+scenarios=${FS_SCENARIOS:-$("$SEMANTICS_PROG" list | tr '\n' ' ')}
+for mode in kernel fabsock; do
+	mode_wanted "$mode" || continue
+	if [ "$mode" = fabsock ] && [ ! -f "$FABSOCK_LIB" ]; then
+		fs_fail "fabsock mode: $FABSOCK_LIB does not exist"
+		continue
+	fi
+	for scenario in $scenarios; do
+		run_scenario "$mode" "$scenario"
+	done
+done
+fs_done

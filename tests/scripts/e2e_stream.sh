@@ -1,0 +1,376 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Stream end-to-end tests with fs_stream, and the driver the other stream
+# scripts (e2e_bidir, e2e_many, e2e_slowreader, e2e_mixed, e2e_netns,
+# slow_stream_big) source with FS_STREAM_CASE set to their case. Every run
+# starts an fs_stream server (port 0, reported through a ready file) and a
+# client, each either plain or under the preload, and passes when both print
+# `result ok` (every byte verified, EOF exactly after N bytes), the per
+# connection byte counts and FNV-1a checksums agree across the two ends, and
+# the TCP_INFO counters prove where the bytes went: in mode "kernel" (and in
+# the mixed plain/preloaded modes) the receiving kernel socket counted at
+# least the payload; in mode "fabsock" both kernel sockets of every connection
+# received < 4096 bytes of a >= 1 MiB payload, and each process's exit stats
+# line (`fabsock[PID]: warn: stats: offloaded=N ...`) has N equal to its
+# number of connections. FS_MODES (default "kernel fabsock") picks the modes.
+. "$(dirname "$0")/lib.sh"
+
+FS_MODES=${FS_MODES:-kernel fabsock}
+STREAM_CASE=${FS_STREAM_CASE:-stream}
+STREAM_PROG=$FS_PROGS/fs_stream
+STREAM_HOST=127.0.0.1
+STREAM_SERVER_NS=
+STREAM_CLIENT_NS=
+STREAM_EXTRA_ENV=()
+MIB=$((1 << 20))
+FABRIC_PROOF_LIMIT=4096
+
+mode_wanted() { [[ " $FS_MODES " == *" $1 "* ]]; }
+
+# N[K|M|G] -> bytes
+to_bytes() {
+	local text=$1
+	case $text in
+	*K) echo $((${text%K} << 10)) ;;
+	*M) echo $((${text%M} << 20)) ;;
+	*G) echo $((${text%G} << 30)) ;;
+	*) echo "$text" ;;
+	esac
+}
+
+# Sets SIDE_COMMAND to the prefix that runs a program plain or preloaded,
+# inside a network namespace when one is given. The preload goes through
+# `env` after `ip netns exec`, so neither `ip` nor the shell is preloaded,
+# and the pid of the background job is the program's own pid.
+side_command() { # plain|pre [NAMESPACE]
+	local wrap=$1 namespace=${2:-}
+	SIDE_COMMAND=(env)
+	[ -n "$namespace" ] && SIDE_COMMAND=(ip netns exec "$namespace" env)
+	if [ "$wrap" = pre ]; then
+		SIDE_COMMAND+=("LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 "${STREAM_EXTRA_ENV[@]}")
+	fi
+	return 0
+}
+
+# The N of the last `fabsock[PID]: warn: stats: offloaded=N` line, or empty.
+stats_offloaded() {
+	sed -nE 's/^.*fabsock\[[0-9]+\]: warn: stats: offloaded=([0-9]+).*$/\1/p' "$1" | tail -n 1
+}
+
+# Polls the process status every 0.2 s while either process runs (bounded)
+# and records the largest VmRSS of each in RSS_MAX_SERVER / RSS_MAX_CLIENT (KiB).
+sample_rss_until_exit() { # SERVER_PID CLIENT_PID LIMIT_S
+	local server_pid=$1 client_pid=$2 limit=$3 rss i
+	RSS_MAX_SERVER=0
+	RSS_MAX_CLIENT=0
+	for i in $(seq 1 $((limit * 5))); do
+		kill -0 "$server_pid" 2>/dev/null || kill -0 "$client_pid" 2>/dev/null || break
+		rss=$(awk '/^VmRSS:/ {print $2}' "/proc/$server_pid/status" 2>/dev/null || true)
+		[ -n "$rss" ] && [ "$rss" -gt "$RSS_MAX_SERVER" ] && RSS_MAX_SERVER=$rss
+		rss=$(awk '/^VmRSS:/ {print $2}' "/proc/$client_pid/status" 2>/dev/null || true)
+		[ -n "$rss" ] && [ "$rss" -gt "$RSS_MAX_CLIENT" ] && RSS_MAX_CLIENT=$rss
+		sleep 0.2
+	done
+}
+
+# Runs one server/client pair; outputs land in $FS_TMP/LABEL/{server,client}.{out,err}
+# and the exit codes in RUN_SERVER_RC / RUN_CLIENT_RC.
+run_pair() { # LABEL SERVER_WRAP CLIENT_WRAP LIMIT_S fs_stream-options...
+	local label=$1 server_wrap=$2 client_wrap=$3 limit=$4 dir port i
+	shift 4
+	dir=$FS_TMP/$label
+	mkdir -p "$dir"
+	RUN_SERVER_RC=0 # read by check_pair
+	RUN_CLIENT_RC=0
+	side_command "$server_wrap" "$STREAM_SERVER_NS"
+	fs_bg RUN_SERVER_PID "${SIDE_COMMAND[@]}" "$STREAM_PROG" server --port 0 --ready-file "$dir/ready" \
+		--pidfile "$dir/pid" --timeout "$limit" "$@" >"$dir/server.out" 2>"$dir/server.err"
+	for i in $(seq 1 200); do
+		[ -s "$dir/ready" ] && break
+		kill -0 "$RUN_SERVER_PID" 2>/dev/null || break
+		sleep 0.05
+	done
+	if [ ! -s "$dir/ready" ]; then
+		fs_fail "$label: the server did not report a port within 10 s"
+		cat "$dir/server.out" "$dir/server.err" >&2 || true
+		RUN_SERVER_RC=125
+		fs_wait_pid "$RUN_SERVER_PID" 1 || true
+		return 1
+	fi
+	port=$(cat "$dir/ready")
+	side_command "$client_wrap" "$STREAM_CLIENT_NS"
+	fs_bg RUN_CLIENT_PID "${SIDE_COMMAND[@]}" "$STREAM_PROG" client "$STREAM_HOST" "$port" \
+		--timeout "$limit" "$@" >"$dir/client.out" 2>"$dir/client.err"
+	if [ "${RUN_SAMPLE_RSS:-0}" = 1 ]; then
+		sample_rss_until_exit "$RUN_SERVER_PID" "$RUN_CLIENT_PID" $((limit + 10))
+	fi
+	fs_wait_pid "$RUN_CLIENT_PID" $((limit + 10)) || RUN_CLIENT_RC=$?
+	fs_wait_pid "$RUN_SERVER_PID" 15 || RUN_SERVER_RC=$?
+	return 0
+}
+
+# Loads the `conn I key=value ...` lines of FILE into CONN[SIDE.I.key].
+load_conn_lines() { # SIDE FILE
+	local side=$1 file=$2 word index fields pair
+	while read -r word index fields; do
+		[ "$word" = conn ] || continue
+		for pair in $fields; do
+			CONN[$side.$index.${pair%%=*}]=${pair#*=}
+		done
+	done <"$file"
+}
+
+# Judges a finished run_pair. MODE is kernel, fabsock, client_pre (only the
+# client preloaded) or server_pre (only the server preloaded).
+check_pair() { # LABEL MODE C2S_BYTES S2C_BYTES STREAMS
+	local label=$1 mode=$2 c2s=$3 s2c=$4 streams=$5 dir=$FS_TMP/$1
+	local fails_before=$FS_FAILS i side offloaded value expected
+	declare -gA CONN=()
+
+	for side in server client; do
+		local rc_var=RUN_${side^^}_RC
+		if [ "${!rc_var}" -ne 0 ] || ! grep -qx 'result ok' "$dir/$side.out"; then
+			fs_fail "$label: $side exit ${!rc_var}: $(grep '^result' "$dir/$side.out" || echo 'no result line')"
+			tail -n 5 "$dir/$side.err" >&2 || true
+		fi
+		load_conn_lines "$side" "$dir/$side.out"
+	done
+	for i in $(seq 0 $((streams - 1))); do
+		if [ -z "${CONN[server.$i.sent]:-}" ] || [ -z "${CONN[client.$i.sent]:-}" ]; then
+			fs_fail "$label: conn $i missing from the report"
+			continue
+		fi
+		if [ "${CONN[client.$i.sent]}" != "$c2s" ] || [ "${CONN[server.$i.recv]}" != "$c2s" ]; then
+			fs_fail "$label: conn $i c2s: client sent ${CONN[client.$i.sent]}, server received ${CONN[server.$i.recv]}, expected $c2s"
+		fi
+		if [ "${CONN[server.$i.sent]}" != "$s2c" ] || [ "${CONN[client.$i.recv]}" != "$s2c" ]; then
+			fs_fail "$label: conn $i s2c: server sent ${CONN[server.$i.sent]}, client received ${CONN[client.$i.recv]}, expected $s2c"
+		fi
+		[ "${CONN[client.$i.sum_tx]}" = "${CONN[server.$i.sum_rx]}" ] ||
+			fs_fail "$label: conn $i c2s checksum: client ${CONN[client.$i.sum_tx]} server ${CONN[server.$i.sum_rx]}"
+		[ "${CONN[server.$i.sum_tx]}" = "${CONN[client.$i.sum_rx]}" ] ||
+			fs_fail "$label: conn $i s2c checksum: server ${CONN[server.$i.sum_tx]} client ${CONN[client.$i.sum_rx]}"
+		case $mode in
+		fabsock)
+			if [ "$c2s" -ge "$MIB" ] || [ "$s2c" -ge "$MIB" ]; then
+				for side in server client; do
+					value=${CONN[$side.$i.tcp_bytes_received]}
+					[ "$value" -lt "$FABRIC_PROOF_LIMIT" ] ||
+						fs_fail "$label: conn $i $side kernel socket received $value bytes (>= $FABRIC_PROOF_LIMIT): payload went over TCP"
+				done
+			fi
+			;;
+		*)
+			value=${CONN[server.$i.tcp_bytes_received]}
+			[ "$value" -ge "$c2s" ] ||
+				fs_fail "$label: conn $i server kernel socket received $value < $c2s payload bytes"
+			value=${CONN[client.$i.tcp_bytes_received]}
+			[ "$value" -ge "$s2c" ] ||
+				fs_fail "$label: conn $i client kernel socket received $value < $s2c payload bytes"
+			;;
+		esac
+	done
+	for side in server client; do
+		case $mode:$side in
+		fabsock:*) expected=$streams ;;
+		client_pre:client | server_pre:server) expected=0 ;;
+		*) continue ;;
+		esac
+		offloaded=$(stats_offloaded "$dir/$side.err")
+		if [ -z "$offloaded" ]; then
+			if [ "$mode" = fabsock ]; then
+				fs_fail "$label: $side printed no 'fabsock[PID]: warn: stats: offloaded=N' line"
+			else
+				fs_log "$label: note: $side printed no stats line"
+			fi
+		elif [ "$offloaded" != "$expected" ]; then
+			fs_fail "$label: $side stats offloaded=$offloaded, expected $expected"
+		fi
+	done
+	fs_log "$label: $(grep -h ' time_s=' "$dir/client.out" "$dir/server.out" | tr '\n' ' ')"
+	[ "$FS_FAILS" -eq "$fails_before" ] && fs_pass "$label"
+	return 0
+}
+
+# Runs and judges one case in one mode.
+stream_check() { # LABEL MODE C2S S2C STREAMS LIMIT_S fs_stream-options...
+	local label=$1 mode=$2 c2s=$3 s2c=$4 streams=$5 limit=$6 server_wrap client_wrap
+	shift 6
+	case $mode in
+	kernel) server_wrap=plain client_wrap=plain ;;
+	fabsock) server_wrap=pre client_wrap=pre ;;
+	client_pre) server_wrap=plain client_wrap=pre ;;
+	server_pre) server_wrap=pre client_wrap=plain ;;
+	esac
+	if [ "$mode" != kernel ] && [ ! -f "$FABSOCK_LIB" ]; then
+		fs_fail "$label: $FABSOCK_LIB does not exist"
+		return 0
+	fi
+	run_pair "$label" "$server_wrap" "$client_wrap" "$limit" "$@" || return 0
+	check_pair "$label" "$mode" "$c2s" "$s2c" "$streams"
+}
+
+# The wanted subset of "kernel fabsock", in that order.
+wanted_modes() {
+	local mode
+	for mode in kernel fabsock; do
+		mode_wanted "$mode" && echo "$mode"
+	done
+	return 0
+}
+
+# ---- cases --------------------------------------------------------------
+
+case_stream() {
+	local mode
+	for mode in $(wanted_modes); do
+		stream_check "stream-256M-$mode" "$mode" $((256 * MIB)) 0 1 120 --bytes 256M --max-write 262144 --seed 11
+		stream_check "echo-banner-32M-$mode" "$mode" $((32 * MIB)) $((32 * MIB)) 1 60 --bytes 32M --echo --banner --seed 12
+		stream_check "reverse-32M-$mode" "$mode" 0 $((32 * MIB)) 1 60 --bytes 32M --reverse --max-write 65536 --seed 13
+		if ip -6 addr show dev lo 2>/dev/null | grep -q '::1'; then
+			STREAM_HOST=::1
+			stream_check "ipv6-16M-$mode" "$mode" $((16 * MIB)) 0 1 60 --bytes 16M --ipv6 --seed 14
+			STREAM_HOST=127.0.0.1
+		fi
+	done
+}
+
+case_bidir() {
+	local mode
+	for mode in $(wanted_modes); do
+		stream_check "bidir-128M-$mode" "$mode" $((128 * MIB)) $((128 * MIB)) 1 120 --bytes 128M --bidir --seed 21
+	done
+}
+
+case_many() {
+	local mode
+	for mode in $(wanted_modes); do
+		stream_check "many-16x16M-$mode" "$mode" $((16 * MIB)) $((16 * MIB)) 16 120 \
+			--streams 16 --bytes 16M --bidir --seed 31
+	done
+}
+
+case_slowreader() {
+	local mode bound_kib=$((256 * 1024)) summary=()
+	for mode in $(wanted_modes); do
+		RUN_SAMPLE_RSS=1
+		stream_check "slowreader-64M-$mode" "$mode" $((64 * MIB)) 0 1 90 \
+			--bytes 64M --slow-reader --rate 32M --seed 41
+		RUN_SAMPLE_RSS=0
+		summary+=("$(printf '%-8s server max VmRSS %7d KiB  client max VmRSS %7d KiB  (bound %d KiB)' \
+			"$mode" "$RSS_MAX_SERVER" "$RSS_MAX_CLIENT" "$bound_kib")")
+		if [ "$RSS_MAX_SERVER" -ge "$bound_kib" ] || [ "$RSS_MAX_CLIENT" -ge "$bound_kib" ]; then
+			fs_fail "slowreader-$mode: VmRSS reached server $RSS_MAX_SERVER / client $RSS_MAX_CLIENT KiB, bound $bound_kib KiB"
+		elif [ "$RSS_MAX_SERVER" -eq 0 ] || [ "$RSS_MAX_CLIENT" -eq 0 ]; then
+			fs_fail "slowreader-$mode: VmRSS was never sampled"
+		fi
+	done
+	printf '%s\n' "${summary[@]}" >&2
+}
+
+# Times two tiny client runs against one server (--runs 2, same port, so a
+# negative cache keyed by the peer can act): each < 1 s, the second at most
+# 50 ms slower than the first.
+mixed_timing() { # LABEL SERVER_WRAP CLIENT_WRAP fs_stream-options...
+	local label=$1 server_wrap=$2 client_wrap=$3 dir=$FS_TMP/$1 port i run start end rc
+	local fails_before=$FS_FAILS
+	local -a elapsed_us=()
+	shift 3
+	mkdir -p "$dir"
+	side_command "$server_wrap"
+	fs_bg TIMING_SERVER_PID "${SIDE_COMMAND[@]}" "$STREAM_PROG" server --port 0 --runs 2 --ready-file "$dir/ready" \
+		--timeout 60 "$@" >"$dir/server.out" 2>"$dir/server.err"
+	for i in $(seq 1 200); do
+		[ -s "$dir/ready" ] && break
+		sleep 0.05
+	done
+	if [ ! -s "$dir/ready" ]; then
+		fs_fail "$label: the server did not report a port within 10 s"
+		return 0
+	fi
+	port=$(cat "$dir/ready")
+	side_command "$client_wrap"
+	for run in 1 2; do
+		rc=0
+		start=$(date +%s%N)
+		timeout 20 "${SIDE_COMMAND[@]}" "$STREAM_PROG" client "$STREAM_HOST" "$port" --timeout 15 "$@" \
+			>"$dir/client$run.out" 2>"$dir/client$run.err" || rc=$?
+		end=$(date +%s%N)
+		elapsed_us+=($(((end - start) / 1000)))
+		if [ "$rc" -ne 0 ] || ! grep -qx 'result ok' "$dir/client$run.out"; then
+			fs_fail "$label: client run $run exit $rc: $(grep '^result' "$dir/client$run.out" || echo 'no result line')"
+		fi
+	done
+	rc=0
+	fs_wait_pid "$TIMING_SERVER_PID" 15 || rc=$?
+	[ "$rc" -eq 0 ] || fs_fail "$label: server exit $rc: $(grep '^result' "$dir/server.out" || true)"
+	fs_log "$label: client run times: first $((elapsed_us[0] / 1000)).$(printf '%03d' $((elapsed_us[0] % 1000))) ms," \
+		"second $((elapsed_us[1] / 1000)).$(printf '%03d' $((elapsed_us[1] % 1000))) ms"
+	[ "${elapsed_us[0]}" -lt 1000000 ] || fs_fail "$label: first client run took >= 1 s"
+	[ "${elapsed_us[1]}" -lt 1000000 ] || fs_fail "$label: second client run took >= 1 s"
+	[ "${elapsed_us[1]}" -le $((elapsed_us[0] + 50000)) ] ||
+		fs_fail "$label: second client run more than 50 ms slower than the first"
+	[ "$FS_FAILS" -eq "$fails_before" ] && fs_pass "$label"
+	return 0
+}
+
+case_mixed() {
+	local banner label combo
+	if mode_wanted kernel; then
+		for banner in "" --banner; do
+			label=mixed-baseline-kernel${banner:+-banner}
+			stream_check "$label" kernel $((4 * MIB)) $((4 * MIB)) 1 60 --bytes 4M --bidir $banner --seed 51
+			mixed_timing "timing-kernel${banner:+-banner}" plain plain --bytes 1K $banner --seed 52
+		done
+	fi
+	if mode_wanted fabsock; then
+		for combo in client_pre server_pre; do
+			for banner in "" --banner; do
+				label=mixed-$combo${banner:+-banner}
+				stream_check "$label" "$combo" $((4 * MIB)) $((4 * MIB)) 1 60 --bytes 4M --bidir $banner --seed 53
+			done
+		done
+		for banner in "" --banner; do
+			mixed_timing "timing-client_pre${banner:+-banner}" plain pre --bytes 1K $banner --seed 54
+		done
+	fi
+}
+
+case_netns() {
+	local subnet veth_a="fsv$$a" veth_b="fsv$$b" ns_a="fs-$$-a" ns_b="fs-$$-b" mode
+	subnet=10.250.$(($$ % 250 + 1))
+	fs_netns_add "$ns_a" 2>/dev/null || fs_skip "cannot create network namespaces (ip netns add not permitted)"
+	fs_netns_add "$ns_b" || fs_skip "cannot create a second network namespace"
+	# Deleting the namespaces removes the veth pair; this covers a half-made setup.
+	trap 'ip link del "'"$veth_a"'" 2>/dev/null || true; fs_cleanup' EXIT
+	ip link add "$veth_a" type veth peer name "$veth_b" || fs_skip "cannot create a veth pair"
+	ip link set "$veth_a" netns "$ns_a"
+	ip link set "$veth_b" netns "$ns_b"
+	ip -n "$ns_a" addr add "$subnet.1/24" dev "$veth_a"
+	ip -n "$ns_b" addr add "$subnet.2/24" dev "$veth_b"
+	ip -n "$ns_a" link set "$veth_a" up
+	ip -n "$ns_b" link set "$veth_b" up
+	STREAM_HOST=$subnet.1
+	STREAM_SERVER_NS=$ns_a
+	STREAM_CLIENT_NS=$ns_b
+	STREAM_EXTRA_ENV=(FABSOCK_PROVIDER=tcp)
+	fs_log "namespaces $ns_a ($subnet.1) and $ns_b ($subnet.2), veth $veth_a/$veth_b"
+	for mode in $(wanted_modes); do
+		stream_check "netns-64M-$mode" "$mode" $((64 * MIB)) 0 1 120 --bytes 64M --seed 61
+	done
+}
+
+case_big() {
+	local mode
+	for mode in $(wanted_modes); do
+		stream_check "big-2G-$mode" "$mode" $((2048 * MIB)) 0 1 500 --bytes 2G --seed 71
+		stream_check "big-bidir-512M-$mode" "$mode" $((512 * MIB)) $((512 * MIB)) 1 500 --bytes 512M --bidir --seed 72
+	done
+}
+
+[ -x "$STREAM_PROG" ] || { fs_fail "$STREAM_PROG is not built"; fs_done; exit 1; }
+case $STREAM_CASE in
+stream | bidir | many | slowreader | mixed | netns | big) "case_$STREAM_CASE" ;;
+*) fs_fail "unknown FS_STREAM_CASE '$STREAM_CASE'" ;;
+esac
+fs_done
