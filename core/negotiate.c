@@ -261,6 +261,12 @@ int fs_negotiate_client_hello(struct fs_sock *s, uint64_t wait_deadline_ns)
 	if (fs_real.getsockname(s->fd, (struct sockaddr *)&local, &llen))
 		return -errno;
 	e = fs_engine_get();
+	if (s->nonblock || s->event_loop) {
+		/* An event loop would never see fabric data as readiness (yet). */
+		snprintf(why, sizeof(why), "nonblocking or epoll use: event-loop support is not there yet");
+		FS_STAT_INC(fallback_event_loop);
+		e = NULL;
+	}
 	if (getrandom(&hello.token, sizeof(hello.token), GRND_NONBLOCK) != sizeof(hello.token))
 		hello.token = fs_now_ns() * 0x9e3779b97f4a7c15ull;
 	hello.nonce = s->skip_probe ? 0 : s->probe.nonce;
@@ -288,8 +294,11 @@ int fs_negotiate_client_hello(struct fs_sock *s, uint64_t wait_deadline_ns)
 		FS_WARN("fd %d: cannot send the HELLO: %s", s->fd, strerror(-ret));
 		return -ECONNRESET;
 	}
-	if (!st)
+	if (!st) {
 		FS_INFO("fd %d: sent an empty HELLO: %s", s->fd, why);
+		if (!s->nonblock && !s->event_loop)
+			FS_STAT_INC(fallback_provider);
+	}
 	s->stream = st;
 	s->token = hello.token;
 	s->state = FS_SOCK_CLIENT_HELLO_SENT;
@@ -360,11 +369,9 @@ int fs_negotiate_client_ack(struct fs_sock *s, uint64_t deadline_ns)
 	}
 	if (ack.status != FS_NAK_NONE || !st) {
 		fs_negotiate_abort_ex(s, true);
+		if (!st)
+			return fs_kernel(s, "this side declined (see the log line before)");
 		FS_STAT_INC(fallback_hello_nak);
-		if (!st) {
-			FS_STAT_INC(fallback_provider);
-			return fs_kernel(s, "this side could not open the provider");
-		}
 		snprintf(why, sizeof(why), "the server refused the HELLO (%s)", fs_nak_name(ack.status));
 		return fs_kernel(s, why);
 	}
@@ -399,7 +406,8 @@ static int fs_server_refuse(struct fs_sock *s, uint64_t token, uint64_t nonce, u
 	len = fs_wire_hello_encode(&ack, wire, sizeof(wire));
 	if (len > 0)
 		fs_send_all(s->fd, wire, (size_t)len, fs_now_ns() + fs_params.hello_timeout_ms * FS_MS);
-	FS_STAT_INC(fallback_hello_nak);
+	if (nak != FS_NAK_EVENT_LOOP)
+		FS_STAT_INC(fallback_hello_nak);
 	FS_INFO("fd %d: refused a HELLO: %s", s->fd, fs_nak_name(nak));
 	return fs_kernel(s, "HELLO refused");
 }
@@ -419,11 +427,17 @@ static int fs_server_accept_hello(struct fs_sock *s, const struct fs_hello *hell
 
 	if (fs_consume(s->fd, (size_t)len))
 		return -EIO;
+	if (s->nonblock || s->event_loop) {
+		FS_STAT_INC(fallback_event_loop);
+		return fs_server_refuse(s, hello->token, hello->nonce, FS_NAK_EVENT_LOOP, NULL);
+	}
 	e = fs_engine_get();
 	if (!e)
 		return fs_server_refuse(s, hello->token, hello->nonce, FS_NAK_RESOURCES, NULL);
-	if (hello->provider == FS_PROV_NONE || hello->provider >= FS_PROV_MAX_)
+	if (hello->provider == FS_PROV_NONE || hello->provider >= FS_PROV_MAX_) {
+		/* the client declined; its own counters say why */
 		return fs_server_refuse(s, hello->token, hello->nonce, FS_NAK_PROVIDER, e);
+	}
 	if (hello->provider == FS_PROV_SHM && memcmp(hello->host_id, e->host_id, 16) != 0)
 		return fs_server_refuse(s, hello->token, hello->nonce, FS_NAK_HOST, e);
 	if (!hello->stream_id || !hello->window || !hello->chunk)

@@ -228,6 +228,7 @@ int fs_core_connect(struct fs_sock *s, const struct sockaddr *addr, socklen_t le
 		 * support; until then such sockets stay on kernel TCP. */
 		fs_sock_release(s);
 		FS_STAT_INC(kernel);
+		FS_STAT_INC(fallback_event_loop);
 		errno = EINPROGRESS;
 		return -EINPROGRESS;
 	}
@@ -550,6 +551,17 @@ void fs_core_setsockopt(struct fs_sock *s, int level, int name, const void *val,
 void fs_core_set_nonblock(struct fs_sock *s, bool nonblock)
 {
 	s->nonblock = nonblock;
+}
+
+/* Until epoll is emulated, an offloaded socket would never look ready to
+ * an epoll set: sockets that enter one before they are offloaded stay on
+ * TCP (negotiate.c checks event_loop). */
+void fs_core_epoll_add(struct fs_sock *s)
+{
+	s->event_loop = true;
+	if (s->state == FS_SOCK_OFFLOADED || s->state == FS_SOCK_CLIENT_HELLO_SENT)
+		FS_WARN_ONCE("fd %d: an offloaded socket was added to an epoll set; epoll does not see "
+			     "fabric data yet, so this socket may never look ready", s->fd);
 }
 
 int fs_core_fionread(struct fs_sock *s, int *avail)

@@ -61,6 +61,7 @@ struct fs_sock {
 	enum fs_sock_state state;
 	int family;
 	bool nonblock;
+	bool event_loop; /* added to an epoll set */
 	bool linger0;
 	bool shut_rd, shut_wr;
 	uint64_t rcvtimeo_ns, sndtimeo_ns;
@@ -110,6 +111,7 @@ int fs_core_shutdown(struct fs_sock *s, int how);
 int fs_core_getsockopt(struct fs_sock *s, int level, int name, void *val, socklen_t *len);
 void fs_core_setsockopt(struct fs_sock *s, int level, int name, const void *val, socklen_t len);
 void fs_core_set_nonblock(struct fs_sock *s, bool nonblock);
+void fs_core_epoll_add(struct fs_sock *s);
 int fs_core_fionread(struct fs_sock *s, int *avail);
 
 /* Readiness: poll() and select() over any mix of fds. */

@@ -73,7 +73,8 @@ enum fs_nak {
 	FS_NAK_RULE = 3,      /* server rules forbid this peer */
 	FS_NAK_VERSION = 4,
 	FS_NAK_HOST = 5,      /* shm offered but the hosts differ */
-	FS_NAK_MAX_ = 6,
+	FS_NAK_EVENT_LOOP = 6, /* the application uses the socket nonblocking or in epoll */
+	FS_NAK_MAX_ = 7,
 };
 
 struct fs_hello {

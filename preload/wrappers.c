@@ -412,6 +412,17 @@ FS_EXPORT int select(int nfds, fd_set *r, fd_set *w, fd_set *x, struct timeval *
 	return (int)fs_ret(fs_core_select(nfds, r, w, x, timeout));
 }
 
+FS_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
+{
+	struct fs_sock *s;
+
+	if (op == EPOLL_CTL_ADD && (s = fs_sock_get(fd))) {
+		fs_core_epoll_add(s);
+		fs_sock_put(s);
+	}
+	return fs_real.epoll_ctl(epfd, op, fd, event);
+}
+
 FS_EXPORT pid_t fork(void)
 {
 	return fs_real.fork();
