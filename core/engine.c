@@ -609,7 +609,10 @@ static void fs_rx_data(struct fs_engine *e, struct fs_engine_rail *er, struct fs
 		goto drop;
 	fs_rx_header_common(e, s, &hdr);
 	if (s->state == FS_STREAM_CLOSED) {
-		/* The application is gone: consume it so the peer is not stalled. */
+		/* The application is gone: consume it so the peer is not stalled,
+		 * and note the peer's FIN, which lets the orphan go. */
+		if (kind == FS_MSG_FIN)
+			s->peer_fin = true;
 		s->freed++;
 		s->rx_expect++;
 		fs_engine_repost(er, buf);

@@ -247,7 +247,7 @@ ssize_t fs_stream_send(struct fs_stream *s, const struct iovec *iov, int iovcnt,
 /* ---- receive ----------------------------------------------------------- */
 
 struct fs_recv_want {
-	size_t bytes; /* MSG_WAITALL: how many must be buffered */
+	size_t bytes; /* how many must be buffered (0: any) */
 };
 
 static bool fs_recv_ready(struct fs_stream *s, void *arg)
@@ -368,8 +368,12 @@ ssize_t fs_stream_recv(struct fs_stream *s, const struct iovec *iov, int iovcnt,
 			result = done ? (ssize_t)done : -EAGAIN;
 			break;
 		}
-		if (waitall)
-			want.bytes = peek ? total : total - done;
+		/* MSG_WAITALL consumes as it goes, so the window keeps moving:
+		 * return the credits for what was consumed before waiting for
+		 * more, and wake for any new data, not for the whole rest (which
+		 * may be more than the window can ever hold). */
+		if (!peek)
+			fs_stream_maybe_credit(e, s);
 		ret = fs_stream_wait(e, s, fs_recv_ready, &want, deadline_ns, ctl_fd);
 		if (ret == -EAGAIN || ret == -EINTR) {
 			result = done ? (ssize_t)done : ret;

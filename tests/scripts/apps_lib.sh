@@ -1,0 +1,121 @@
+# SPDX-License-Identifier: MIT
+# Shared by the apps_* acceptance scripts: running a real server/client pair
+# in kernel or fabsock mode, sampling `ss` for the proof that the bytes went
+# over the fabric, and reading the stats lines. Source it after lib.sh with
+# APP_NAME (for messages) and MIN_MOVED (bytes the program must move for the
+# path check to mean anything) set.
+: "${APP_NAME:?set APP_NAME before sourcing}"
+command -v ss >/dev/null 2>&1 || fs_skip "ss is not installed (apt-get install iproute2)"
+command -v timeout >/dev/null 2>&1 || fs_skip "timeout is missing"
+[ -f "$FABSOCK_LIB" ] || fs_skip "no library at $FABSOCK_LIB"
+
+DURATION=3
+SS_LIMIT=65536       # fabsock mode: most bytes one TCP connection may receive
+: "${MIN_MOVED:?set MIN_MOVED (bytes the program must move) before sourcing}"
+
+# Programs run as: fs_bg PID timeout ... env VARS program. The env(1) applies
+# the same settings as fs_pre (lib.sh) but after timeout(1), so only the
+# application is preloaded (timeout itself prints no stats line), and the pid
+# fs_bg records is timeout's: SIGINT to it reaches the program, which then
+# exits through exit() and the library prints its counters; timeout runs in
+# its own process group, which apps_cleanup kills if anything is left.
+apps_env() {
+	case $1 in
+	kernel) APP_ENV=(env -u LD_PRELOAD) ;;
+	fabsock) APP_ENV=(env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1) ;;
+	esac
+}
+
+apps_cleanup() {
+	local pid
+	for pid in "${FS_PIDS[@]:-}"; do
+		[ -n "$pid" ] && kill -KILL -- "-$pid" 2>/dev/null || true
+	done
+	fs_cleanup
+}
+trap apps_cleanup EXIT
+
+# Stops a background program politely (SIGINT), by force after 15 s.
+apps_stop() {
+	local pid=$1 i
+	kill -INT "$pid" 2>/dev/null || true
+	for i in $(seq 1 300); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.05
+	done
+	if kill -0 "$pid" 2>/dev/null; then
+		fs_log "pid $pid ignored SIGINT for 15 s: killed"
+		kill -KILL -- "-$pid" 2>/dev/null || true
+		kill -KILL "$pid" 2>/dev/null || true
+	fi
+	wait "$pid" 2>/dev/null || true
+}
+
+# Prints "CONNECTIONS MAX_BYTES_RECEIVED" for the established TCP connections
+# on PORT (either end). ss omits bytes_received when it is 0.
+apps_ss_sample() {
+	ss -Htin state established "( sport = :$1 or dport = :$1 )" 2>/dev/null | awk '
+		/^[^ \t]/ { n++; next }
+		match($0, /bytes_received:[0-9]+/) {
+			v = substr($0, RSTART + 15, RLENGTH - 15) + 0
+			if (v > max) max = v
+		}
+		END { printf "%d %.0f\n", n, max }'
+}
+
+# Samples `ss -tin` on PORT every 0.5 s while PID runs (a single sample
+# taken at a fixed time could land before the data starts: sockperf's client
+# waits ~2 s after connecting); sets SS_CONNS and SS_RXMAX to the largest seen.
+apps_sample_while() {
+	local pid=$1 port=$2 c r
+	SS_CONNS=0 SS_RXMAX=0
+	for _ in $(seq 1 $(((DURATION + 40) * 2))); do
+		sleep 0.5
+		kill -0 "$pid" 2>/dev/null || break
+		read -r c r < <(apps_ss_sample "$port")
+		[ "$c" -gt "$SS_CONNS" ] && SS_CONNS=$c
+		[ "$r" -gt "$SS_RXMAX" ] && SS_RXMAX=$r
+	done
+	return 0
+}
+
+# Highest offloaded=N among the stats lines of a log ("" if none).
+apps_offloaded() {
+	sed -n 's/.*fabsock\[[0-9]*\]: [a-z]*: stats:.*offloaded=\([0-9][0-9]*\).*/\1/p' "$1" |
+		sort -n | tail -1
+}
+
+# Checks what only holds when the bytes went over the fabric (fabsock) or
+# over the kernel (kernel mode): stats lines and the ss sample.
+apps_check_path() {
+	local mode=$1 what=$2 srv_err=$3 cli_err=$4 conns=$5 rxmax=$6 moved=$7 s c
+	if [ "$moved" -lt "$MIN_MOVED" ]; then
+		fs_fail "$mode $what: $APP_NAME moved only $moved bytes (< $MIN_MOVED), too little to judge the path"
+		return
+	fi
+	if [ "$conns" -lt 1 ]; then
+		fs_fail "$mode $what: ss saw no TCP connection on the port during the run"
+		return
+	fi
+	if [ "$mode" = kernel ]; then
+		if [ "$rxmax" -ge "$SS_LIMIT" ]; then
+			fs_pass "kernel $what: ss during the run shows the bytes on TCP ($rxmax bytes received)"
+		else
+			fs_fail "kernel $what: ss during the run shows only $rxmax bytes on TCP: the sampling cannot tell fabric from TCP"
+		fi
+		return
+	fi
+	if [ "$rxmax" -lt "$SS_LIMIT" ]; then
+		fs_pass "fabsock $what: TCP connections received at most $rxmax bytes during the run while $APP_NAME moved $moved"
+	else
+		fs_fail "fabsock $what: a TCP connection received $rxmax bytes during the run (>= $SS_LIMIT): data went over the kernel"
+	fi
+	s=$(apps_offloaded "$srv_err")
+	c=$(apps_offloaded "$cli_err")
+	if [ "${s:-0}" -ge 1 ] && [ "${c:-0}" -ge 1 ]; then
+		fs_pass "fabsock $what: stats offloaded server=$s client=$c"
+	else
+		fs_fail "fabsock $what: stats offloaded server=${s:-no stats line} client=${c:-no stats line} (need >= 1 each)"
+	fi
+}
+
