@@ -202,12 +202,16 @@ static int fs_kernel(struct fs_sock *s, const char *why)
 
 static void fs_offloaded(struct fs_sock *s, const char *side)
 {
+	struct fs_engine *e = fs_engine_peek();
+
+	pthread_mutex_lock(&e->lock);
 	s->stream->app_fd = s->fd;
+	pthread_mutex_unlock(&e->lock);
 	FS_STAT_INC(offloaded);
 	FS_INFO("fd %d: offloaded (%s) over %s, stream %u -> %u, window %u", s->fd, side,
 		fs_fabric_prov_name(s->stream->erail->rail.kind), s->stream->id, s->stream->peer_id,
 		s->stream->peer_window);
-	s->state = FS_SOCK_OFFLOADED;
+	fs_sock_set_state(s, FS_SOCK_OFFLOADED);
 }
 
 /* ---- client ------------------------------------------------------------ */
@@ -301,7 +305,7 @@ int fs_negotiate_client_hello(struct fs_sock *s, uint64_t wait_deadline_ns)
 	}
 	s->stream = st;
 	s->token = hello.token;
-	s->state = FS_SOCK_CLIENT_HELLO_SENT;
+	fs_sock_set_state(s, FS_SOCK_CLIENT_HELLO_SENT);
 	return 0;
 }
 

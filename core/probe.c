@@ -324,10 +324,19 @@ static void *fs_service_main(void *arg)
 		pthread_mutex_unlock(&fs_service_lock);
 
 		e = fs_engine_peek();
-		if (e && (e->pending_tx || e->orphans)) {
-			timeout_ms = 0;
-		} else if (e && e->live_streams) {
-			timeout_ms = (int)(idle_us / 1000);
+		if (e) {
+			/* Busy engine lock: someone is making progress; look again soon. */
+			bool busy = true, live = true;
+
+			if (pthread_mutex_trylock(&e->lock) == 0) {
+				busy = e->pending_tx || e->orphans;
+				live = e->live_streams != 0;
+				pthread_mutex_unlock(&e->lock);
+			}
+			if (busy)
+				timeout_ms = 0;
+			else if (live)
+				timeout_ms = (int)(idle_us / 1000);
 		}
 		if (next_deadline != UINT64_MAX) {
 			uint64_t now = fs_now_ns();
@@ -355,8 +364,8 @@ static void *fs_service_main(void *arg)
 		}
 		fs_service_run_watches(pfd + nl, n - nl);
 		e = fs_engine_peek();
-		if (e && (e->live_streams || e->orphans) && pthread_mutex_trylock(&e->lock) == 0) {
-			int done = fs_engine_progress(e);
+		if (e && pthread_mutex_trylock(&e->lock) == 0) {
+			int done = e->live_streams || e->orphans ? fs_engine_progress(e) : 0;
 
 			pthread_mutex_unlock(&e->lock);
 			/* Back off while nothing happens: idle costs ~nothing. */
@@ -493,8 +502,17 @@ static void fs_listener_answer(struct fs_listener *l, const uint8_t *pkt, ssize_
 		FS_STAT_INC(probes_bad);
 		return;
 	}
-	if (!fs_listener_rate_ok(l))
-		return;
+	{
+		bool ok = false;
+
+		/* The service thread and application threads both drain probes. */
+		if (fs_table_lock(l->table) == 0) {
+			ok = fs_listener_rate_ok(l);
+			pthread_mutex_unlock(&l->table->lock);
+		}
+		if (!ok)
+			return;
+	}
 	{
 		struct sockaddr_in6 client = { .sin6_family = AF_INET6, .sin6_port = htons(ask.client_port) };
 

@@ -31,7 +31,7 @@ static bool fs_poll_is_ours(int fd)
 {
 	struct fs_sock *s = fs_fdt_peek(fd);
 
-	return s && s != FS_SOCK_INTERNAL && (s->state == FS_SOCK_OFFLOADED || fs_sock_pending(s));
+	return s && s != FS_SOCK_INTERNAL && (fs_sock_state(s) == FS_SOCK_OFFLOADED || fs_sock_pending(s));
 }
 
 /* Fills REVENTS of the offloaded entries; returns how many are ready.
@@ -50,11 +50,11 @@ static int fs_poll_ours(struct pollfd *fds, nfds_t nfds, const struct pollfd *ke
 		s = fs_sock_get(fds[i].fd);
 		if (!s)
 			continue;
-		if (s->state == FS_SOCK_CLIENT_PENDING)
+		if (fs_sock_state(s) == FS_SOCK_CLIENT_PENDING)
 			fs_sock_settle(s, false, fs_now_ns());
 		else if (fs_sock_pending(s) && kernel && (kernel[i].revents & (POLLIN | POLLHUP)))
 			fs_sock_settle(s, false, fs_now_ns());
-		if (s->state == FS_SOCK_OFFLOADED && s->pid == getpid()) {
+		if (fs_sock_state(s) == FS_SOCK_OFFLOADED && s->pid == getpid()) {
 			*any_ours = true;
 			if (kernel && (kernel[i].revents & (POLLIN | POLLHUP | POLLERR)))
 				fs_stream_note_ctl(s->stream, s->fd);
@@ -95,7 +95,7 @@ int fs_core_poll(struct pollfd *fds, nfds_t nfds, int timeout_ms)
 		for (nfds_t i = 0; i < nfds; i++) {
 			struct fs_sock *s = kset[i].fd >= 0 ? fs_fdt_peek(kset[i].fd) : NULL;
 
-			if (s && s != FS_SOCK_INTERNAL && s->state == FS_SOCK_OFFLOADED)
+			if (s && s != FS_SOCK_INTERNAL && fs_sock_state(s) == FS_SOCK_OFFLOADED)
 				kset[i].events = POLLIN | POLLRDHUP; /* control connection only */
 		}
 		now = fs_now_ns();
@@ -121,7 +121,7 @@ int fs_core_poll(struct pollfd *fds, nfds_t nfds, int timeout_ms)
 		for (nfds_t i = 0; i < nfds; i++) {
 			struct fs_sock *s = fds[i].fd >= 0 ? fs_fdt_peek(fds[i].fd) : NULL;
 
-			if (s && s != FS_SOCK_INTERNAL && s->state == FS_SOCK_OFFLOADED)
+			if (s && s != FS_SOCK_INTERNAL && fs_sock_state(s) == FS_SOCK_OFFLOADED)
 				continue; /* filled by fs_poll_ours */
 			fds[i].revents = kset[i].revents;
 			if (fds[i].revents)

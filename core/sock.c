@@ -55,7 +55,7 @@ static struct fs_sock *fs_sock_alloc(int fd, int family)
 	s->fd = fd;
 	s->family = family;
 	s->pid = getpid();
-	s->state = FS_SOCK_FRESH;
+	fs_sock_set_state(s, FS_SOCK_FRESH);
 	s->probe.udp_fd = -1;
 	__atomic_store_n(&s->refs, 1, __ATOMIC_RELEASE); /* the fd table's reference */
 	return s;
@@ -98,7 +98,7 @@ static void fs_sock_release(struct fs_sock *s)
 	if (s->probe.udp_fd >= 0)
 		fs_probe_cancel(&s->probe);
 	if (s->listener) {
-		if (s->state == FS_SOCK_LISTENING)
+		if (fs_sock_state(s) == FS_SOCK_LISTENING)
 			fs_listener_close(s->listener);
 		else
 			fs_listener_put(s->listener);
@@ -193,13 +193,13 @@ static void fs_sock_client_watch(void *arg, bool timed_out)
 	int ret = 0;
 
 	pthread_mutex_lock(&s->lock);
-	if (s->state == FS_SOCK_CLIENT_PENDING)
+	if (fs_sock_state(s) == FS_SOCK_CLIENT_PENDING)
 		ret = fs_negotiate_client_hello(s, fs_now_ns());
-	if (ret == 0 && s->state == FS_SOCK_CLIENT_HELLO_SENT)
+	if (ret == 0 && fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT)
 		ret = fs_negotiate_client_ack(s, fs_now_ns());
 	if (ret == FS_PASS)
 		fs_sock_release(s);
-	if (s->state == FS_SOCK_CLIENT_HELLO_SENT) {
+	if (fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT) {
 		/* Wait for the ACK (the server answers when its application first
 		 * uses the connection), keeping our reference. */
 		pthread_mutex_unlock(&s->lock);
@@ -220,7 +220,7 @@ int fs_core_connect(struct fs_sock *s, const struct sockaddr *addr, socklen_t le
 	uint8_t key[16];
 	int ret;
 
-	if (s->state != FS_SOCK_FRESH || (addr->sa_family != AF_INET && addr->sa_family != AF_INET6))
+	if (fs_sock_state(s) != FS_SOCK_FRESH || (addr->sa_family != AF_INET && addr->sa_family != AF_INET6))
 		return FS_PASS;
 	ret = fs_real.connect(s->fd, addr, len);
 	if (ret && errno == EINPROGRESS && s->nonblock) {
@@ -264,7 +264,7 @@ int fs_core_connect(struct fs_sock *s, const struct sockaddr *addr, socklen_t le
 		why = "cannot send the probe";
 		goto kernel;
 	}
-	s->state = FS_SOCK_CLIENT_PENDING;
+	fs_sock_set_state(s, FS_SOCK_CLIENT_PENDING);
 	pthread_mutex_unlock(&s->lock);
 	/* The service thread sends the HELLO as soon as the probe is answered. */
 	__atomic_fetch_add(&s->refs, 1, __ATOMIC_ACQ_REL);
@@ -290,11 +290,11 @@ int fs_core_listen(struct fs_sock *s, int backlog)
 	if (ret)
 		return -errno;
 	pthread_mutex_lock(&s->lock);
-	if (s->state == FS_SOCK_LISTENING) { /* listen() again: backlog change */
+	if (fs_sock_state(s) == FS_SOCK_LISTENING) { /* listen() again: backlog change */
 		pthread_mutex_unlock(&s->lock);
 		return 0;
 	}
-	if (s->state != FS_SOCK_FRESH || fs_real.getsockname(s->fd, (struct sockaddr *)&local, &llen))
+	if (fs_sock_state(s) != FS_SOCK_FRESH || fs_real.getsockname(s->fd, (struct sockaddr *)&local, &llen))
 		goto plain;
 	fs_sockaddr_key((struct sockaddr *)&local, key, &port);
 	if (fs_rules_match(&fs_rules_global, FS_SIDE_SERVER, NULL, port) == FS_RULE_KERNEL) {
@@ -303,7 +303,7 @@ int fs_core_listen(struct fs_sock *s, int backlog)
 	}
 	s->listener = fs_listener_open(s->fd);
 	s->local_port = port;
-	s->state = FS_SOCK_LISTENING;
+	fs_sock_set_state(s, FS_SOCK_LISTENING);
 	pthread_mutex_unlock(&s->lock);
 	return 0;
 plain:
@@ -316,12 +316,12 @@ void fs_core_accepted(struct fs_sock *ls, int newfd, int flags)
 {
 	struct fs_sock *s, *old;
 
-	if (ls->state != FS_SOCK_LISTENING)
+	if (fs_sock_state(ls) != FS_SOCK_LISTENING)
 		return;
 	s = fs_sock_alloc(newfd, ls->family);
 	if (!s)
 		return;
-	s->state = FS_SOCK_SERVER_PENDING;
+	fs_sock_set_state(s, FS_SOCK_SERVER_PENDING);
 	s->nonblock = (flags & SOCK_NONBLOCK) != 0;
 	s->local_port = ls->local_port;
 	if (ls->listener) {
@@ -340,7 +340,7 @@ int fs_sock_settle(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 	int ret;
 
 	pthread_mutex_lock(&s->lock);
-	switch (s->state) {
+	switch (fs_sock_state(s)) {
 	case FS_SOCK_OFFLOADED:
 		ret = 0;
 		break;
@@ -367,8 +367,8 @@ int fs_sock_settle(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 
 bool fs_sock_pending(const struct fs_sock *s)
 {
-	return s->state == FS_SOCK_CLIENT_PENDING || s->state == FS_SOCK_CLIENT_HELLO_SENT ||
-	       s->state == FS_SOCK_SERVER_PENDING;
+	return fs_sock_state(s) == FS_SOCK_CLIENT_PENDING || fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT ||
+	       fs_sock_state(s) == FS_SOCK_SERVER_PENDING;
 }
 
 /* A socket offloaded by the parent, used in a forked child. */
@@ -390,7 +390,7 @@ ssize_t fs_core_recvmsg(struct fs_sock *s, struct msghdr *msg, int flags)
 	uint64_t deadline = fs_deadline(s->rcvtimeo_ns);
 	ssize_t ret;
 
-	if (s->state != FS_SOCK_OFFLOADED) {
+	if (fs_sock_state(s) != FS_SOCK_OFFLOADED) {
 		if (!fs_sock_pending(s))
 			return FS_PASS;
 		ret = fs_sock_settle(s, false, nonblock ? fs_now_ns() : deadline);
@@ -414,13 +414,13 @@ ssize_t fs_core_sendmsg(struct fs_sock *s, const struct msghdr *msg, int flags)
 	bool nonblock = s->nonblock || (flags & MSG_DONTWAIT);
 	ssize_t ret;
 
-	if ((s->state == FS_SOCK_CLIENT_PENDING || s->state == FS_SOCK_CLIENT_HELLO_SENT) && !s->shut_wr) {
+	if ((fs_sock_state(s) == FS_SOCK_CLIENT_PENDING || fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT) && !s->shut_wr) {
 		/* Like TCP's send buffer: once the HELLO is out, hold the bytes in
 		 * the stream until the ACK lets them go (or sends them over TCP if
 		 * the server refuses), without waiting for the server application. */
 		pthread_mutex_lock(&s->lock);
 		ret = 0;
-		if (s->state == FS_SOCK_CLIENT_PENDING)
+		if (fs_sock_state(s) == FS_SOCK_CLIENT_PENDING)
 			ret = fs_negotiate_client_hello(s, UINT64_MAX);
 		if (ret == FS_PASS) {
 			fs_sock_release(s);
@@ -428,13 +428,13 @@ ssize_t fs_core_sendmsg(struct fs_sock *s, const struct msghdr *msg, int flags)
 			return FS_PASS;
 		}
 		ret = -EAGAIN;
-		if (s->state == FS_SOCK_CLIENT_HELLO_SENT && s->stream)
+		if (fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT && s->stream)
 			ret = fs_stream_send(s->stream, msg->msg_iov, (int)msg->msg_iovlen, true, 0, s->fd);
 		pthread_mutex_unlock(&s->lock);
 		if (ret > 0)
 			return ret;
 	}
-	if (s->state != FS_SOCK_OFFLOADED) {
+	if (fs_sock_state(s) != FS_SOCK_OFFLOADED) {
 		if (!fs_sock_pending(s))
 			return FS_PASS;
 		ret = fs_sock_settle(s, true, 0);
@@ -448,8 +448,6 @@ ssize_t fs_core_sendmsg(struct fs_sock *s, const struct msghdr *msg, int flags)
 	else
 		ret = fs_stream_send(s->stream, msg->msg_iov, (int)msg->msg_iovlen, nonblock,
 				     fs_deadline(s->sndtimeo_ns), s->fd);
-	if (ret > 0 && s->stream->txq_head)
-		fs_service_kick(); /* someone must post what waits for credit */
 	if (ret == -EPIPE && !(flags & MSG_NOSIGNAL))
 		pthread_kill(pthread_self(), SIGPIPE);
 	return ret;
@@ -467,7 +465,7 @@ int fs_core_shutdown(struct fs_sock *s, int how)
 		if (ret)
 			return ret;
 	}
-	if (s->state != FS_SOCK_OFFLOADED)
+	if (fs_sock_state(s) != FS_SOCK_OFFLOADED)
 		return FS_PASS;
 	if (s->pid != getpid())
 		return fs_sock_foreign(s);
@@ -486,26 +484,25 @@ int fs_core_close(struct fs_sock *s)
 {
 	int fd = s->fd, ret;
 
-	if (s->state == FS_SOCK_CLIENT_HELLO_SENT) {
+	if (fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT) {
 		/* Bytes may be held for the ACK: settle, as TCP would deliver them. */
 		fs_sock_settle(s, true, fs_now_ns() + fs_params.linger_sec * 1000000000ull);
 	}
 	pthread_mutex_lock(&s->lock);
-	if (s->state == FS_SOCK_OFFLOADED && s->pid == getpid()) {
+	if (fs_sock_state(s) == FS_SOCK_OFFLOADED && s->pid == getpid()) {
 		/* The stream outlives the descriptor until its FIN is delivered:
 		 * the engine keeps a private duplicate of the kernel socket. */
 		int ctl = fs_real.fcntl(fd, F_DUPFD_CLOEXEC, 0);
 
 		if (ctl >= 0)
 			ctl = fs_internal_fd(ctl);
-		s->stream->app_fd = -1;
 		fs_stream_close(s->stream, ctl, s->linger0);
 		s->stream = NULL;
 		fs_service_kick();
 	}
-	if (s->state == FS_SOCK_CLIENT_HELLO_SENT)
+	if (fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT)
 		fs_negotiate_abort(s);
-	s->state = FS_SOCK_FRESH;
+	fs_sock_set_state(s, FS_SOCK_FRESH);
 	fs_sock_release(s);
 	pthread_mutex_unlock(&s->lock);
 	ret = fs_real.close(fd);
@@ -514,7 +511,7 @@ int fs_core_close(struct fs_sock *s)
 
 int fs_core_getsockopt(struct fs_sock *s, int level, int name, void *val, socklen_t *len)
 {
-	if (s->state == FS_SOCK_OFFLOADED && level == SOL_SOCKET && name == SO_ERROR && val && len &&
+	if (fs_sock_state(s) == FS_SOCK_OFFLOADED && level == SOL_SOCKET && name == SO_ERROR && val && len &&
 	    *len >= sizeof(int) && s->pid == getpid()) {
 		int err = 0;
 		struct fs_stream *st = s->stream;
@@ -559,7 +556,7 @@ void fs_core_set_nonblock(struct fs_sock *s, bool nonblock)
 void fs_core_epoll_add(struct fs_sock *s)
 {
 	s->event_loop = true;
-	if (s->state == FS_SOCK_OFFLOADED || s->state == FS_SOCK_CLIENT_HELLO_SENT)
+	if (fs_sock_state(s) == FS_SOCK_OFFLOADED || fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT)
 		FS_WARN_ONCE("fd %d: an offloaded socket was added to an epoll set; epoll does not see "
 			     "fabric data yet, so this socket may never look ready", s->fd);
 }
@@ -568,7 +565,7 @@ int fs_core_fionread(struct fs_sock *s, int *avail)
 {
 	size_t n;
 
-	if (s->state != FS_SOCK_OFFLOADED || s->pid != getpid())
+	if (fs_sock_state(s) != FS_SOCK_OFFLOADED || s->pid != getpid())
 		return FS_PASS;
 	n = fs_stream_readable(s->stream);
 	*avail = n > INT32_MAX ? INT32_MAX : (int)n;

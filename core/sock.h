@@ -81,6 +81,19 @@ struct fs_sock {
 	struct fs_sock *free_next;
 };
 
+/* The state is read without the socket lock on fast paths (is this socket
+ * offloaded yet?), so it is read and written atomically; transitions still
+ * happen under fs_sock.lock. */
+static inline enum fs_sock_state fs_sock_state(const struct fs_sock *s)
+{
+	return __atomic_load_n(&s->state, __ATOMIC_ACQUIRE);
+}
+
+static inline void fs_sock_set_state(struct fs_sock *s, enum fs_sock_state state)
+{
+	__atomic_store_n(&s->state, state, __ATOMIC_RELEASE);
+}
+
 /* Marks fabsock's own descriptors in the fd table: the application never
  * sees them (its close() of such a number gets EBADF). */
 #define FS_SOCK_INTERNAL ((struct fs_sock *)1)

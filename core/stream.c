@@ -26,6 +26,7 @@
 #include "config/log.h"
 #include "config/params.h"
 #include "core/engine.h"
+#include "core/probe.h"
 #include "core/stats.h"
 #include "core/stream_internal.h"
 #include "preload/real.h"
@@ -187,6 +188,7 @@ ssize_t fs_stream_send(struct fs_stream *s, const struct iovec *iov, int iovcnt,
 	struct fs_engine *e = fs_engine_peek();
 	size_t total = fs_iov_total(iov, iovcnt), done = 0;
 	ssize_t result;
+	bool queued;
 
 	if (!e)
 		return -EIO;
@@ -240,7 +242,10 @@ ssize_t fs_stream_send(struct fs_stream *s, const struct iovec *iov, int iovcnt,
 			}
 		}
 	}
+	queued = s->txq_head != NULL;
 	pthread_mutex_unlock(&e->lock);
+	if (result > 0 && queued)
+		fs_service_kick(); /* someone must post what waits for credit */
 	return result;
 }
 
@@ -424,6 +429,7 @@ void fs_stream_close(struct fs_stream *s, int ctl_fd, bool abort)
 		return;
 	}
 	pthread_mutex_lock(&e->lock);
+	s->app_fd = -1;
 	fs_engine_progress(e);
 	/* Closing with unread data resets the connection, as TCP does. */
 	if (s->rx_bytes)
