@@ -446,6 +446,7 @@ void fs_stream_flush(struct fs_engine *e, struct fs_stream *s)
 				fs_fabric_prov_name(s->erail->rail.kind), fs_fi.strerror(-ret));
 			fs_pool_put(buf);
 			s->error = -ECONNRESET;
+			s->ev_gen++;
 			FS_STAT_INC(resets);
 			break;
 		}
@@ -472,6 +473,27 @@ void fs_stream_flush(struct fs_engine *e, struct fs_stream *s)
 	}
 	if (had_queue && !s->txq_head)
 		e->pending_tx--;
+}
+
+bool fs_engine_busy(struct fs_engine *e)
+{
+	/* Closing streams with bytes still to deliver need prompt progress;
+	 * ones that only wait for the peer's FIN do not. */
+	for (struct fs_stream *s = e->orphans; s; s = s->orphan_next)
+		if (!s->error && (s->txq_head || s->tx_inflight))
+			return true;
+	if (!e->pending_tx)
+		return false;
+	/* Only a send that could go now (credit there, the provider said
+	 * "again") needs fast polling; one waiting for credit or for the
+	 * HELLO-ACK waits for a message, which slower polling also finds. */
+	for (uint32_t id = 1; id < e->streams_cap; id++) {
+		struct fs_stream *s = e->streams[id];
+
+		if (s && s->txq_head && s->state != FS_STREAM_HELLO && fs_stream_credits(s))
+			return true;
+	}
+	return false;
 }
 
 /* Queues an empty FIN after the data. */
@@ -552,6 +574,7 @@ static void fs_tx_done(struct fs_engine *e, struct fs_buf *buf)
 	struct fs_stream *s = buf->stream;
 
 	if (s && buf->role == FS_BUF_TX && buf->kind != FS_MSG_CREDIT) {
+		s->ev_gen++;
 		s->tx_inflight--;
 		if (buf->kind == FS_MSG_FIN)
 			s->fin_done = true;
@@ -578,6 +601,7 @@ static struct fs_stream *fs_rx_stream(struct fs_engine *e, struct fs_engine_rail
 
 static void fs_rx_header_common(struct fs_engine *e, struct fs_stream *s, const struct fs_wire_msg_hdr *hdr)
 {
+	s->ev_gen++;
 	if (fs_seq_after(hdr->freed, s->peer_freed) && !fs_seq_after(hdr->freed, s->tx_seq))
 		s->peer_freed = hdr->freed;
 	if (fs_seq_after(hdr->ctrl_ack, s->ctrl_acked) && !fs_seq_after(hdr->ctrl_ack, s->ctrl_sent))
@@ -641,6 +665,7 @@ static void fs_rx_data(struct fs_engine *e, struct fs_engine_rail *er, struct fs
 		s->rx_bytes += next->len;
 		if (next->kind == FS_MSG_FIN)
 			s->peer_fin = true;
+		s->ev_gen++;
 	}
 	return;
 drop:
@@ -684,6 +709,7 @@ static void fs_cq_error(struct fs_engine *e, struct fs_engine_rail *er)
 			FS_WARN("stream %u: send failed on the %s rail: %s", s->id,
 				fs_fabric_prov_name(er->rail.kind), fs_fi.strerror(err.err));
 			s->error = -ECONNRESET;
+			s->ev_gen++;
 			FS_STAT_INC(resets);
 		}
 		fs_tx_done(e, buf);

@@ -94,6 +94,10 @@ struct fs_stream {
 	uint32_t ctrl_processed;        /* CREDITs from the peer we processed */
 	bool credit_pending;
 
+	/* Bumped on every change a poller may care about (data, FIN, credit,
+	 * send completion, error): edge-triggered epoll reports a change of it. */
+	uint32_t ev_gen;
+
 	/* failure */
 	int error;             /* sticky negative errno (ECONNRESET ...) */
 	bool peer_gone;        /* control connection reported EOF/RST */
@@ -148,6 +152,10 @@ int fs_stream_take_queued(struct fs_engine *e, struct fs_stream *s, int (*sink)(
 /* Frees a stream that never opened (handshake failed). Lock held. */
 void fs_stream_abandon(struct fs_engine *e, struct fs_stream *s);
 
+/* True when the engine should be polled without delay (a send the provider
+ * deferred could go now, or closing streams are flushing). Lock held. */
+bool fs_engine_busy(struct fs_engine *e);
+
 /* Runs the completion queues once. Returns completions handled. Lock held. */
 int fs_engine_progress(struct fs_engine *e);
 
@@ -173,5 +181,7 @@ uint64_t fs_now_ns(void);
 /* poll() events (POLLIN, POLLOUT, POLLRDHUP, POLLHUP, POLLERR) that hold
  * for the stream now; runs the completion queue once first. */
 unsigned fs_stream_poll(struct fs_stream *s, int ctl_fd);
+/* The same, also returning the event generation (see ev_gen). */
+unsigned fs_stream_poll_gen(struct fs_stream *s, uint32_t *gen);
 /* The kernel socket showed activity: look whether the peer went away. */
 void fs_stream_note_ctl(struct fs_stream *s, int ctl_fd);

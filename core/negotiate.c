@@ -265,12 +265,6 @@ int fs_negotiate_client_hello(struct fs_sock *s, uint64_t wait_deadline_ns)
 	if (fs_real.getsockname(s->fd, (struct sockaddr *)&local, &llen))
 		return -errno;
 	e = fs_engine_get();
-	if (s->nonblock || s->event_loop) {
-		/* An event loop would never see fabric data as readiness (yet). */
-		snprintf(why, sizeof(why), "nonblocking or epoll use: event-loop support is not there yet");
-		FS_STAT_INC(fallback_event_loop);
-		e = NULL;
-	}
 	if (getrandom(&hello.token, sizeof(hello.token), GRND_NONBLOCK) != sizeof(hello.token))
 		hello.token = fs_now_ns() * 0x9e3779b97f4a7c15ull;
 	hello.nonce = s->skip_probe ? 0 : s->probe.nonce;
@@ -300,8 +294,7 @@ int fs_negotiate_client_hello(struct fs_sock *s, uint64_t wait_deadline_ns)
 	}
 	if (!st) {
 		FS_INFO("fd %d: sent an empty HELLO: %s", s->fd, why);
-		if (!s->nonblock && !s->event_loop)
-			FS_STAT_INC(fallback_provider);
+		FS_STAT_INC(fallback_provider);
 	}
 	s->stream = st;
 	s->token = hello.token;
@@ -431,10 +424,6 @@ static int fs_server_accept_hello(struct fs_sock *s, const struct fs_hello *hell
 
 	if (fs_consume(s->fd, (size_t)len))
 		return -EIO;
-	if (s->nonblock || s->event_loop) {
-		FS_STAT_INC(fallback_event_loop);
-		return fs_server_refuse(s, hello->token, hello->nonce, FS_NAK_EVENT_LOOP, NULL);
-	}
 	e = fs_engine_get();
 	if (!e)
 		return fs_server_refuse(s, hello->token, hello->nonce, FS_NAK_RESOURCES, NULL);
@@ -490,7 +479,7 @@ static int fs_server_accept_hello(struct fs_sock *s, const struct fs_hello *hell
 /* The probe said yes (or a rule vouches for the client): the first bytes
  * should be its HELLO. */
 static int fs_server_expect_hello(struct fs_sock *s, const struct fs_probe_rec *rec, bool vouched,
-				  const uint8_t addr[16], uint16_t port)
+				  const uint8_t addr[16], uint16_t port, uint64_t caller_deadline_ns)
 {
 	struct fs_hello hello;
 	size_t got = 0;
@@ -502,11 +491,22 @@ static int fs_server_expect_hello(struct fs_sock *s, const struct fs_probe_rec *
 	int ret;
 
 	/* Wait for the first bytes; once some are there, the rest of a HELLO
-	 * gets FABSOCK_HELLO_TIMEOUT_MS to follow. */
-	ret = fs_peek_message_ex(s->fd, FS_WIRE_HELLO_MAGIC, &hello, first_byte_deadline, &got, true);
-	if (ret == 0 && got)
+	 * gets FABSOCK_HELLO_TIMEOUT_MS to follow. A caller with a deadline
+	 * (a nonblocking one) gets -EAGAIN while the answer is still open. */
+	if (caller_deadline_ns) {
+		uint64_t whole = start + (wait_ms + FS_HELLO_MARGIN_MS + fs_params.hello_timeout_ms) * FS_MS;
+
 		ret = fs_peek_message(s->fd, FS_WIRE_HELLO_MAGIC, &hello,
-				      fs_now_ns() + fs_params.hello_timeout_ms * FS_MS, &got);
+				      caller_deadline_ns < first_byte_deadline ? caller_deadline_ns : first_byte_deadline,
+				      &got);
+		if (ret == 0 && ((!got && fs_now_ns() < first_byte_deadline) || (got && fs_now_ns() < whole)))
+			return -EAGAIN;
+	} else {
+		ret = fs_peek_message_ex(s->fd, FS_WIRE_HELLO_MAGIC, &hello, first_byte_deadline, &got, true);
+		if (ret == 0 && got)
+			ret = fs_peek_message(s->fd, FS_WIRE_HELLO_MAGIC, &hello,
+					      fs_now_ns() + fs_params.hello_timeout_ms * FS_MS, &got);
+	}
 	if (ret > 0 && (vouched || (rec && hello.nonce == rec->nonce)))
 		return fs_server_accept_hello(s, &hello, ret);
 	if (s->listener)
@@ -549,7 +549,7 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 	}
 	if (!s->listener) {
 		if (rule == FS_RULE_OFFLOAD)
-			return fs_server_expect_hello(s, NULL, true, addr, port);
+			return fs_server_expect_hello(s, NULL, true, addr, port, deadline_ns);
 		FS_STAT_INC(fallback_peer_plain);
 		return fs_kernel(s, "no probe listener");
 	}
@@ -560,11 +560,11 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 		fs_listener_drain(s->listener);
 		state = fs_listener_lookup(s->listener, addr, port, &rec);
 		if (state == FS_REC_YES)
-			return fs_server_expect_hello(s, &rec, rule == FS_RULE_OFFLOAD, addr, port);
+			return fs_server_expect_hello(s, &rec, rule == FS_RULE_OFFLOAD, addr, port, deadline_ns);
 		if (state == FS_REC_TCP || state == FS_REC_DONE)
 			break;
 		if (rule == FS_RULE_OFFLOAD)
-			return fs_server_expect_hello(s, NULL, true, addr, port);
+			return fs_server_expect_hello(s, NULL, true, addr, port, deadline_ns);
 		/* No record yet. Bytes from the client, or the application
 		 * speaking first, settle it as TCP, unless a "yes" beats us. */
 		readable = fs_real.poll(&p, 1, 0) > 0;
@@ -580,7 +580,7 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 		if (for_send || readable) {
 			state = fs_listener_claim_tcp(s->listener, addr, port, &rec);
 			if (state == FS_REC_YES)
-				return fs_server_expect_hello(s, &rec, false, addr, port);
+				return fs_server_expect_hello(s, &rec, false, addr, port, deadline_ns);
 			break;
 		}
 		if (deadline_ns && fs_now_ns() >= deadline_ns)

@@ -199,6 +199,7 @@ static bool fs_service_dirty;
 
 struct fs_watch {
 	int fd;
+	short events;
 	uint64_t deadline_ns;
 	fs_watch_fn fn;
 	void *arg;
@@ -249,13 +250,13 @@ void fs_service_kick(void)
 	}
 }
 
-void fs_service_watch(int fd, uint64_t deadline_ns, fs_watch_fn fn, void *arg)
+void fs_service_watch(int fd, short events, uint64_t deadline_ns, fs_watch_fn fn, void *arg)
 {
 	bool queued = false;
 
 	pthread_mutex_lock(&fs_service_lock);
 	if (fs_watch_count < FS_WATCH_MAX) {
-		fs_watches[fs_watch_count++] = (struct fs_watch){ fd, deadline_ns, fn, arg };
+		fs_watches[fs_watch_count++] = (struct fs_watch){ fd, events, deadline_ns, fn, arg };
 		queued = true;
 	}
 	pthread_mutex_unlock(&fs_service_lock);
@@ -338,7 +339,7 @@ static void *fs_service_main(void *arg)
 		next_deadline = UINT64_MAX;
 		for (unsigned i = 0; i < fs_watch_count && n < FS_SERVICE_FDS; i++) {
 			pfd[n].fd = fs_watches[i].fd;
-			pfd[n].events = POLLIN;
+			pfd[n].events = fs_watches[i].events;
 			watch[n++] = NULL;
 			if (fs_watches[i].deadline_ns < next_deadline)
 				next_deadline = fs_watches[i].deadline_ns;
@@ -351,7 +352,7 @@ static void *fs_service_main(void *arg)
 			bool busy = true, live = true;
 
 			if (pthread_mutex_trylock(&e->lock) == 0) {
-				busy = e->pending_tx || e->orphans;
+				busy = fs_engine_busy(e);
 				live = e->live_streams != 0;
 				pthread_mutex_unlock(&e->lock);
 			}
@@ -535,8 +536,7 @@ static int fs_listener_conn_exists(struct fs_listener *l, const uint8_t local[16
 	msg.nlh.nlmsg_seq = (uint32_t)fs_now_ns();
 	msg.req.sdiag_family = v4 ? AF_INET : AF_INET6;
 	msg.req.sdiag_protocol = IPPROTO_TCP;
-	/* accepted or still in the accept queue; not closing ones */
-	msg.req.idiag_states = 1u << TCP_ESTABLISHED;
+	msg.req.idiag_states = (1u << TCP_ESTABLISHED) | (1u << TCP_SYN_RECV); /* for dumps; see below */
 	msg.req.id.idiag_sport = htons(lport);
 	msg.req.id.idiag_dport = htons(cport);
 	if (v4) {
@@ -560,8 +560,16 @@ static int fs_listener_conn_exists(struct fs_listener *l, const uint8_t local[16
 			return -1;
 		if (reply.nlh.nlmsg_seq != msg.nlh.nlmsg_seq)
 			continue; /* an answer to an earlier question that timed out */
-		if (reply.nlh.nlmsg_type == SOCK_DIAG_BY_FAMILY)
-			return 1;
+		if (reply.nlh.nlmsg_type == SOCK_DIAG_BY_FAMILY) {
+			const struct inet_diag_msg *info = NLMSG_DATA(&reply.nlh);
+
+			if (n < (ssize_t)NLMSG_LENGTH(sizeof(*info)))
+				return -1;
+			/* An exact lookup ignores idiag_states: judge the state here.
+			 * SYN_RECV: the client's last handshake ACK and its probe may
+			 * be processed out of order. Closing states are gone. */
+			return info->idiag_state == TCP_ESTABLISHED || info->idiag_state == TCP_SYN_RECV;
+		}
 		if (reply.nlh.nlmsg_type == NLMSG_ERROR) {
 			const struct nlmsgerr *err = NLMSG_DATA(&reply.nlh);
 

@@ -108,10 +108,11 @@ void fs_sockaddr_key(const struct sockaddr *sa, uint8_t addr[16], uint16_t *port
  * needed. */
 void fs_service_kick(void);
 
-/* One-shot watch: the service thread calls FN(ARG, timed_out) once FD is
- * readable or DEADLINE_NS (CLOCK_MONOTONIC) has passed. */
+/* One-shot watch: the service thread calls FN(ARG, timed_out) once FD
+ * reports one of EVENTS (POLLIN, POLLOUT) or DEADLINE_NS (CLOCK_MONOTONIC)
+ * has passed. */
 typedef void (*fs_watch_fn)(void *arg, bool timed_out);
-void fs_service_watch(int fd, uint64_t deadline_ns, fs_watch_fn fn, void *arg);
+void fs_service_watch(int fd, short events, uint64_t deadline_ns, fs_watch_fn fn, void *arg);
 void fs_service_after_fork(void);
 
 #endif

@@ -21,6 +21,7 @@
 
 #include "config/params.h"
 #include "core/engine.h"
+#include "core/epoll.h"
 #include "core/fdtable.h"
 #include "core/sock.h"
 #include "preload/real.h"
@@ -30,6 +31,9 @@
 static bool fs_poll_is_ours(int fd)
 {
 	struct fs_sock *s = fs_fdt_peek(fd);
+
+	if (!s && fs_epoll_has_members(fd))
+		return true; /* an epoll instance holding offloaded sockets */
 
 	return s && s != FS_SOCK_INTERNAL && (fs_sock_state(s) == FS_SOCK_OFFLOADED || fs_sock_pending(s));
 }
@@ -47,13 +51,27 @@ static int fs_poll_ours(struct pollfd *fds, nfds_t nfds, const struct pollfd *ke
 
 		if (fds[i].fd < 0 || !fs_poll_is_ours(fds[i].fd))
 			continue;
+		if (!fs_fdt_peek(fds[i].fd)) {
+			/* epoll instance: readable if its members are (the kernel's
+			 * own answer is merged by the caller) */
+			*any_ours = true;
+			if ((fds[i].events & POLLIN) && fs_epoll_peek_ready(fds[i].fd)) {
+				fds[i].revents |= POLLIN;
+				ready++;
+			}
+			continue;
+		}
 		s = fs_sock_get(fds[i].fd);
 		if (!s)
 			continue;
-		if (fs_sock_state(s) == FS_SOCK_CLIENT_PENDING)
+		if (fs_sock_state(s) == FS_SOCK_CLIENT_PENDING || fs_sock_state(s) == FS_SOCK_CONNECTING)
 			fs_sock_settle(s, false, fs_now_ns());
-		else if (fs_sock_pending(s) && kernel && (kernel[i].revents & (POLLIN | POLLHUP)))
+		else if (fs_sock_pending(s) && kernel && (kernel[i].revents & (POLLIN | POLLHUP | POLLERR)))
 			fs_sock_settle(s, false, fs_now_ns());
+		/* still negotiating: the fabric may carry its data soon, so the
+		 * wait must keep looking at it between kernel slices */
+		if (fs_sock_pending(s))
+			*any_ours = true;
 		if (fs_sock_state(s) == FS_SOCK_OFFLOADED && s->pid == getpid()) {
 			*any_ours = true;
 			if (kernel && (kernel[i].revents & (POLLIN | POLLHUP | POLLERR)))
@@ -117,13 +135,28 @@ int fs_core_poll(struct pollfd *fds, nfds_t nfds, int timeout_ms)
 			ret = -errno;
 			break;
 		}
+		for (nfds_t i = 0; i < nfds; i++)
+			fds[i].revents = 0;
 		ours = fs_poll_ours(fds, nfds, kset, &any_ours);
 		for (nfds_t i = 0; i < nfds; i++) {
 			struct fs_sock *s = fds[i].fd >= 0 ? fs_fdt_peek(fds[i].fd) : NULL;
 
 			if (s && s != FS_SOCK_INTERNAL && fs_sock_state(s) == FS_SOCK_OFFLOADED)
 				continue; /* filled by fs_poll_ours */
+			if (!s && fds[i].revents) {
+				/* an epoll instance made ready by its offloaded members:
+				 * counted by fs_poll_ours; add the kernel's own answer */
+				fds[i].revents |= kset[i].revents;
+				continue;
+			}
+			if (!s && (kset[i].revents & POLLIN) && fs_epoll_has_members(fds[i].fd) &&
+			    !fs_epoll_kernel_readable(fds[i].fd))
+				kset[i].revents &= ~POLLIN; /* only handshake bytes were there */
 			fds[i].revents = kset[i].revents;
+			/* a client that has not sent its HELLO cannot take bytes yet:
+			 * do not invite a nonblocking writer to spin */
+			if (s && s != FS_SOCK_INTERNAL && fs_sock_state(s) == FS_SOCK_CLIENT_PENDING)
+				fds[i].revents &= ~POLLOUT;
 			if (fds[i].revents)
 				total++;
 		}

@@ -82,6 +82,11 @@ struct fs_sock *fs_sock_get(int fd)
 	}
 }
 
+void fs_sock_ref(struct fs_sock *s)
+{
+	__atomic_fetch_add(&s->refs, 1, __ATOMIC_ACQ_REL);
+}
+
 void fs_sock_put(struct fs_sock *s)
 {
 	if (__atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL))
@@ -110,6 +115,7 @@ static void fs_sock_release(struct fs_sock *s)
 	}
 	if (fs_fdt_clear(s->fd, s))
 		fs_sock_put(s); /* the table's reference */
+	fs_sock_set_state(s, FS_SOCK_KERNEL);
 }
 
 int fs_internal_fd(int fd)
@@ -203,44 +209,46 @@ static void fs_sock_client_watch(void *arg, bool timed_out)
 		ret = fs_negotiate_client_ack(s, fs_now_ns());
 	if (ret == FS_PASS)
 		fs_sock_release(s);
-	if (fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT) {
-		/* Wait for the ACK (the server answers when its application first
-		 * uses the connection), keeping our reference. */
+	if (ret < 0 && ret != -EAGAIN && ret != FS_PASS && fs_sock_pending(s)) {
+		/* the connection broke during the handshake: the kernel socket
+		 * reports it to the application from now on */
+		fs_negotiate_abort(s);
+		fs_sock_release(s);
+	}
+	if (fs_sock_state(s) == FS_SOCK_CLIENT_PENDING && !s->closed) {
+		/* woken without a final answer (an fd number shared over time) */
 		pthread_mutex_unlock(&s->lock);
-		fs_service_watch(s->fd, fs_now_ns() + 10000000000ull, fs_sock_client_watch, s);
+		fs_service_watch(s->probe.udp_fd, POLLIN, s->probe.deadline_ns + 1000000ull, fs_sock_client_watch, s);
+		return;
+	}
+	if (fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT && !s->closed) {
+		/* Wait for the ACK (the server answers when its application first
+		 * uses the connection), keeping our reference. Woken with bytes
+		 * that are not yet a whole ACK: look again in a millisecond, not
+		 * in a tight loop. */
+		pthread_mutex_unlock(&s->lock);
+		if (timed_out)
+			fs_service_watch(s->fd, POLLIN, fs_now_ns() + 10000000000ull, fs_sock_client_watch, s);
+		else
+			fs_service_watch(-1, 0, fs_now_ns() + 1000000ull, fs_sock_client_watch, s);
 		return;
 	}
 	pthread_mutex_unlock(&s->lock);
 	fs_sock_put(s);
 }
 
-int fs_core_connect(struct fs_sock *s, const struct sockaddr *addr, socklen_t len)
+/* The TCP connection to PEER is up: decide whether to try offloading it and
+ * send the probe. Socket lock held. */
+static void fs_sock_after_connect(struct fs_sock *s)
 {
+	const struct sockaddr *addr = (const struct sockaddr *)&s->peer;
 	struct sockaddr_storage local;
 	socklen_t llen = sizeof(local);
 	enum fs_rule_action rule;
 	const char *why = NULL;
 	uint16_t port;
 	uint8_t key[16];
-	int ret;
 
-	if (fs_sock_state(s) != FS_SOCK_FRESH || (addr->sa_family != AF_INET && addr->sa_family != AF_INET6))
-		return FS_PASS;
-	ret = fs_real.connect(s->fd, addr, len);
-	if (ret && errno == EINPROGRESS && s->nonblock) {
-		/* Nonblocking connect: negotiation waits for the event-loop
-		 * support; until then such sockets stay on kernel TCP. */
-		fs_sock_release(s);
-		FS_STAT_INC(kernel);
-		FS_STAT_INC(fallback_event_loop);
-		errno = EINPROGRESS;
-		return -EINPROGRESS;
-	}
-	if (ret)
-		return -errno;
-
-	pthread_mutex_lock(&s->lock);
-	memcpy(&s->peer, addr, len < sizeof(s->peer) ? len : sizeof(s->peer));
 	fs_sockaddr_key(addr, key, &port);
 	rule = fs_rules_match(&fs_rules_global, FS_SIDE_CLIENT, addr, port);
 	if (rule == FS_RULE_KERNEL) {
@@ -263,22 +271,89 @@ int fs_core_connect(struct fs_sock *s, const struct sockaddr *addr, socklen_t le
 		FS_STAT_INC(fallback_neg_cache);
 		why = "destination cached as not fabsock";
 		goto kernel;
-	} else if ((ret = fs_probe_start(&s->probe, s->fd, addr))) {
+	} else if (fs_probe_start(&s->probe, s->fd, addr)) {
 		FS_STAT_INC(fallback_probe_refused);
 		why = "cannot send the probe";
 		goto kernel;
 	}
 	fs_sock_set_state(s, FS_SOCK_CLIENT_PENDING);
-	pthread_mutex_unlock(&s->lock);
 	/* The service thread sends the HELLO as soon as the probe is answered. */
-	__atomic_fetch_add(&s->refs, 1, __ATOMIC_ACQ_REL);
-	fs_service_watch(s->skip_probe ? -1 : s->probe.udp_fd,
+	fs_sock_ref(s);
+	fs_service_watch(s->skip_probe ? -1 : s->probe.udp_fd, POLLIN,
 			 s->skip_probe ? fs_now_ns() : s->probe.deadline_ns + 1000000ull, fs_sock_client_watch, s);
-	return 0;
+	return;
 kernel:
 	FS_INFO("fd %d: stays on kernel TCP: %s", s->fd, why ? why : "unknown");
 	FS_STAT_INC(kernel);
 	fs_sock_release(s);
+}
+
+/* A nonblocking connect() finished (or the caller wants to know if it did).
+ * Socket lock held. Returns true once the socket left CONNECTING. */
+static bool fs_sock_connect_done(struct fs_sock *s)
+{
+	struct pollfd p = { .fd = s->fd, .events = POLLOUT };
+	int err = 0;
+	socklen_t elen = sizeof(err);
+
+	if (fs_sock_state(s) != FS_SOCK_CONNECTING)
+		return true;
+	if (fs_real.poll(&p, 1, 0) <= 0)
+		return false;
+	/* Peek at the result without consuming it: SO_ERROR is the
+	 * application's to read. A connected socket has a peer. */
+	{
+		struct sockaddr_storage peer;
+		socklen_t plen = sizeof(peer);
+
+		if (fs_real.getpeername(s->fd, (struct sockaddr *)&peer, &plen) == 0) {
+			fs_sock_after_connect(s);
+			return true;
+		}
+	}
+	(void)err;
+	(void)elen;
+	/* failed: the kernel reports it; nothing to offload */
+	FS_STAT_INC(kernel);
+	fs_sock_release(s);
+	return true;
+}
+
+static void fs_sock_connect_watch(void *arg, bool timed_out)
+{
+	struct fs_sock *s = arg;
+
+	pthread_mutex_lock(&s->lock);
+	if (!s->closed && !fs_sock_connect_done(s)) {
+		pthread_mutex_unlock(&s->lock);
+		fs_service_watch(s->fd, POLLOUT, fs_now_ns() + 10000000000ull, fs_sock_connect_watch, s);
+		return;
+	}
+	pthread_mutex_unlock(&s->lock);
+	fs_sock_put(s);
+}
+
+int fs_core_connect(struct fs_sock *s, const struct sockaddr *addr, socklen_t len)
+{
+	int ret;
+
+	if (fs_sock_state(s) != FS_SOCK_FRESH || (addr->sa_family != AF_INET && addr->sa_family != AF_INET6))
+		return FS_PASS;
+	ret = fs_real.connect(s->fd, addr, len);
+	if (ret && errno != EINPROGRESS)
+		return -errno;
+	pthread_mutex_lock(&s->lock);
+	memcpy(&s->peer, addr, len < sizeof(s->peer) ? len : sizeof(s->peer));
+	if (ret) {
+		/* Nonblocking: the service thread goes on when the connection is
+		 * up; the application sees EINPROGRESS as from the kernel. */
+		fs_sock_set_state(s, FS_SOCK_CONNECTING);
+		pthread_mutex_unlock(&s->lock);
+		fs_sock_ref(s);
+		fs_service_watch(s->fd, POLLOUT, fs_now_ns() + 10000000000ull, fs_sock_connect_watch, s);
+		return -EINPROGRESS;
+	}
+	fs_sock_after_connect(s);
 	pthread_mutex_unlock(&s->lock);
 	return 0;
 }
@@ -348,8 +423,19 @@ int fs_sock_settle(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 	case FS_SOCK_OFFLOADED:
 		ret = 0;
 		break;
+	case FS_SOCK_CONNECTING:
+		if (!fs_sock_connect_done(s)) {
+			ret = FS_PASS; /* the kernel answers for a connection not yet up */
+			pthread_mutex_unlock(&s->lock);
+			return ret;
+		}
+		if (fs_sock_state(s) != FS_SOCK_CLIENT_PENDING) {
+			ret = FS_PASS;
+			break;
+		}
+		/* fall through */
 	case FS_SOCK_CLIENT_PENDING:
-		ret = fs_negotiate_client_hello(s, UINT64_MAX);
+		ret = fs_negotiate_client_hello(s, deadline_ns ? deadline_ns : UINT64_MAX);
 		if (ret == 0)
 			ret = fs_negotiate_client_ack(s, deadline_ns);
 		break;
@@ -363,7 +449,7 @@ int fs_sock_settle(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 		ret = FS_PASS;
 		break;
 	}
-	if (ret == FS_PASS) {
+	if (ret == FS_PASS && fs_sock_state(s) != FS_SOCK_KERNEL) {
 		if (s->listener && s->have_peer_key)
 			fs_sock_set_state(s, FS_SOCK_SERVER_PLAIN);
 		else
@@ -375,8 +461,10 @@ int fs_sock_settle(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 
 bool fs_sock_pending(const struct fs_sock *s)
 {
-	return fs_sock_state(s) == FS_SOCK_CLIENT_PENDING || fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT ||
-	       fs_sock_state(s) == FS_SOCK_SERVER_PENDING;
+	enum fs_sock_state st = fs_sock_state(s);
+
+	return st == FS_SOCK_CLIENT_PENDING || st == FS_SOCK_CLIENT_HELLO_SENT || st == FS_SOCK_SERVER_PENDING ||
+	       st == FS_SOCK_CONNECTING;
 }
 
 /* A socket offloaded by the parent, used in a forked child. */
@@ -429,7 +517,12 @@ ssize_t fs_core_sendmsg(struct fs_sock *s, const struct msghdr *msg, int flags)
 		pthread_mutex_lock(&s->lock);
 		ret = 0;
 		if (fs_sock_state(s) == FS_SOCK_CLIENT_PENDING)
-			ret = fs_negotiate_client_hello(s, UINT64_MAX);
+			ret = fs_negotiate_client_hello(s, nonblock ? fs_now_ns() : UINT64_MAX);
+		if (ret == -EAGAIN) {
+			/* probe unanswered: a nonblocking writer comes back later */
+			pthread_mutex_unlock(&s->lock);
+			return -EAGAIN;
+		}
 		if (ret == FS_PASS) {
 			fs_sock_release(s);
 			pthread_mutex_unlock(&s->lock);
@@ -513,7 +606,7 @@ int fs_core_close(struct fs_sock *s)
 	/* release looks at the state (a listener stops answering probes, a
 	 * server connection forgets its probe record) before it is reset */
 	fs_sock_release(s);
-	fs_sock_set_state(s, FS_SOCK_FRESH);
+	s->closed = true;
 	pthread_mutex_unlock(&s->lock);
 	ret = fs_real.close(fd);
 	return ret ? -errno : 0;
@@ -560,21 +653,20 @@ void fs_core_set_nonblock(struct fs_sock *s, bool nonblock)
 	s->nonblock = nonblock;
 }
 
-/* Until epoll is emulated, an offloaded socket would never look ready to
- * an epoll set: sockets that enter one before they are offloaded stay on
- * TCP (negotiate.c checks event_loop). */
+/* Only remembered, for the log: epoll.c handles the membership. */
 void fs_core_epoll_add(struct fs_sock *s)
 {
 	s->event_loop = true;
-	if (fs_sock_state(s) == FS_SOCK_OFFLOADED || fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT)
-		FS_WARN_ONCE("fd %d: an offloaded socket was added to an epoll set; epoll does not see "
-			     "fabric data yet, so this socket may never look ready", s->fd);
 }
 
 int fs_core_fionread(struct fs_sock *s, int *avail)
 {
 	size_t n;
 
+	/* A negotiating socket may hold handshake bytes (a HELLO, an ACK) the
+	 * kernel would count: settle first, without waiting. */
+	if (fs_sock_pending(s) && fs_sock_state(s) != FS_SOCK_CONNECTING && fs_sock_settle(s, false, fs_now_ns()) == FS_PASS)
+		return FS_PASS;
 	if (fs_sock_state(s) != FS_SOCK_OFFLOADED || s->pid != getpid())
 		return FS_PASS;
 	n = fs_stream_readable(s->stream);

@@ -10,6 +10,7 @@
  *
  *   socket() --> FRESH --listen()--> LISTENING
  *                  |
+ *                  +--connect() EINPROGRESS--> CONNECTING --connected--> CLIENT_PENDING
  *                  +--connect()--> CLIENT_PENDING --yes--> CLIENT_HELLO_SENT --ACK--> OFFLOADED
  *                  |                      \--probe no/timeout,     \--NAK, server spoke first--> (kernel)
  *                  |                         server spoke first--> (kernel)
@@ -55,6 +56,8 @@ enum fs_sock_state {
 	FS_SOCK_SERVER_PENDING,
 	FS_SOCK_OFFLOADED,
 	FS_SOCK_SERVER_PLAIN, /* accepted, settled as TCP: tracked only to clear its probe record at close */
+	FS_SOCK_CONNECTING,   /* nonblocking connect() in progress */
+	FS_SOCK_KERNEL,       /* left to the kernel; only epoll members still look at it */
 };
 
 struct fs_stream;
@@ -69,6 +72,7 @@ struct fs_sock {
 	int family;
 	bool nonblock;
 	bool event_loop; /* added to an epoll set */
+	bool closed;     /* the application closed it (epoll members drop it) */
 	bool linger0;
 	bool shut_rd, shut_wr;
 	uint64_t rcvtimeo_ns, sndtimeo_ns;
@@ -114,6 +118,8 @@ extern bool fs_core_enabled;
 /* Takes a reference on FD's state; NULL when fabsock has none (or inside
  * fabsock). */
 struct fs_sock *fs_sock_get(int fd);
+/* Takes another reference on S (which the caller holds one on). */
+void fs_sock_ref(struct fs_sock *s);
 void fs_sock_put(struct fs_sock *s);
 
 /* Moves an fd of fabsock's own to a high number and marks it internal.

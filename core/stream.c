@@ -63,10 +63,12 @@ static void fs_stream_check_ctl(struct fs_stream *s, int ctl_fd)
 		/* Nothing may follow the handshake on the control channel. */
 		FS_WARN("stream %u: unexpected bytes on the control connection; resetting", s->id);
 		s->error = -ECONNRESET;
+		s->ev_gen++;
 		FS_STAT_INC(resets);
 	} else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
 		s->peer_gone = true;
 		s->peer_gone_ns = fs_now_ns();
+		s->ev_gen++;
 	}
 }
 
@@ -77,6 +79,7 @@ static void fs_stream_check_gone(struct fs_stream *s, uint64_t now)
 	if (s->peer_gone && !s->peer_fin && !s->error &&
 	    now >= s->peer_gone_ns + fs_params.peer_grace_ms * 1000000ull) {
 		s->error = -ECONNRESET;
+		s->ev_gen++;
 		FS_STAT_INC(resets);
 		FS_INFO("stream %u: peer closed its connection without a FIN: reset", s->id);
 	}
@@ -460,6 +463,14 @@ void fs_stream_close(struct fs_stream *s, int ctl_fd, bool abort)
 
 unsigned fs_stream_poll(struct fs_stream *s, int ctl_fd)
 {
+	uint32_t gen;
+
+	(void)ctl_fd;
+	return fs_stream_poll_gen(s, &gen);
+}
+
+unsigned fs_stream_poll_gen(struct fs_stream *s, uint32_t *gen)
+{
 	struct fs_engine *e = fs_engine_peek();
 	unsigned ev = 0;
 
@@ -483,8 +494,8 @@ unsigned fs_stream_poll(struct fs_stream *s, int ctl_fd)
 	}
 	if (s->peer_fin && s->fin_queued)
 		ev |= POLLHUP;
+	*gen = s->ev_gen;
 	pthread_mutex_unlock(&e->lock);
-	(void)ctl_fd;
 	return ev;
 }
 

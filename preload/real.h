@@ -13,7 +13,9 @@
 
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/epoll.h>
+#include <time.h>
 #include <sys/select.h>
 #include <sys/socket.h>
 #include <sys/types.h>

@@ -18,6 +18,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "core/epoll.h"
 #include "core/guard.h"
 #include "core/sock.h"
 #include "preload/real.h"
@@ -288,6 +289,8 @@ FS_EXPORT int close(int fd)
 	struct fs_sock *s;
 	long ret;
 
+	if (!FS_GUARDED() && fs_epoll_has_members(fd))
+		fs_epoll_closed(fd);
 	if (!fs_fdt_peek_any(fd))
 		return fs_real.close(fd);
 	if (fs_fdt_peek(fd) == FS_SOCK_INTERNAL && !FS_GUARDED())
@@ -414,13 +417,52 @@ FS_EXPORT int select(int nfds, fd_set *r, fd_set *w, fd_set *x, struct timeval *
 
 FS_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 {
-	struct fs_sock *s;
+	struct fs_sock *s = fs_sock_get(fd);
+	long ret = FS_PASS;
 
-	if (op == EPOLL_CTL_ADD && (s = fs_sock_get(fd))) {
-		fs_core_epoll_add(s);
+	if (s) {
+		if (op != EPOLL_CTL_ADD || fs_epoll_wants(s))
+			ret = fs_epoll_ctl(epfd, op, fd, event, s);
 		fs_sock_put(s);
+	} else if (!FS_GUARDED() && fs_core_enabled && fs_fdt_peek(fd) == NULL &&
+		   (op != EPOLL_CTL_ADD || fs_epoll_is_instance(fd))) {
+		/* an epoll instance inside another: its fabsock members must be
+		 * seen through it */
+		ret = fs_epoll_ctl_nested(epfd, op, fd, event);
 	}
-	return fs_real.epoll_ctl(epfd, op, fd, event);
+	if (ret == FS_PASS)
+		return fs_real.epoll_ctl(epfd, op, fd, event);
+	return (int)fs_ret(ret);
+}
+
+FS_EXPORT int epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout)
+{
+	if (FS_GUARDED() || !fs_epoll_has_members(epfd))
+		return fs_real.epoll_wait(epfd, events, maxevents, timeout);
+	return (int)fs_ret(fs_epoll_wait(epfd, events, maxevents, timeout, NULL));
+}
+
+FS_EXPORT int epoll_pwait(int epfd, struct epoll_event *events, int maxevents, int timeout, const sigset_t *sigmask)
+{
+	if (FS_GUARDED() || !fs_epoll_has_members(epfd))
+		return fs_real.epoll_pwait(epfd, events, maxevents, timeout, sigmask);
+	return (int)fs_ret(fs_epoll_wait(epfd, events, maxevents, timeout, sigmask));
+}
+
+FS_EXPORT int epoll_pwait2(int epfd, struct epoll_event *events, int maxevents, const struct timespec *timeout,
+			   const sigset_t *sigmask)
+{
+	int ms;
+
+	if (FS_GUARDED() || !fs_epoll_has_members(epfd))
+		return fs_real.epoll_pwait2(epfd, events, maxevents, timeout, sigmask);
+	if (timeout && (timeout->tv_sec < 0 || timeout->tv_nsec < 0 || timeout->tv_nsec >= 1000000000L))
+		return (int)fs_ret(-EINVAL);
+	/* rounded up: never return before the caller's time is up */
+	ms = !timeout ? -1
+		      : timeout->tv_sec > 2000000 ? 2000000000
+						  : (int)(timeout->tv_sec * 1000 + (timeout->tv_nsec + 999999) / 1000000);
+	return (int)fs_ret(fs_epoll_wait(epfd, events, maxevents, ms, sigmask));
 }
 
 FS_EXPORT pid_t fork(void)

@@ -58,9 +58,8 @@ check_side() { # LABEL SIDE SCENARIO MODE RC DIR
 	elif [ -z "$offloaded" ]; then
 		fs_fail "$label: $side printed no 'fabsock[PID]: warn: stats: offloaded=N' line"
 	elif [ "${FS_EVLOOP_REQUIRE_OFFLOAD:-1}" = 0 ]; then
-		# Until epoll is emulated, nonblocking and epoll sockets stay on
-		# TCP by design: this run proves the semantics hold under the
-		# preload, and that nothing was offloaded half-way.
+		# FS_EVLOOP_REQUIRE_OFFLOAD=0: a build whose event-loop sockets
+		# must stay on TCP (e.g. bisecting): check that none was offloaded.
 		if [ "$offloaded" != 0 ]; then
 			fs_fail "$label: $side stats offloaded=$offloaded, expected 0 while event loops stay on TCP"
 		fi

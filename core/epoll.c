@@ -1,0 +1,667 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * epoll over offloaded sockets. An offloaded socket's kernel fd never
+ * becomes readable (its data comes over the fabric) and is always
+ * writable, so the kernel cannot answer for it. For every epoll instance
+ * that holds fabsock sockets, fabsock keeps a member record per such
+ * socket: the application's events and epoll_data, and the ONESHOT and
+ * edge-triggered state. The socket's kernel fd stays in the kernel set,
+ * tagged with the member (not the application's data):
+ *  - while the socket is still negotiating (or not yet connected), with
+ *    the application's events: the kernel's answers are right for it then,
+ *    and the bytes that arrive (a HELLO, an ACK, plain data) are what
+ *    settles it;
+ *  - once offloaded, with EPOLLIN | EPOLLRDHUP edge-triggered only, so the
+ *    control connection's EOF (the peer closed or died) still wakes us;
+ *  - once left to the kernel, with the application's events and data, as
+ *    if fabsock had never seen it; the member goes away.
+ * Those moves happen lazily, at the next epoll_wait.
+ *
+ * epoll_wait: readiness of offloaded members comes from their streams;
+ * kernel events tagged with a member are translated (and may settle a
+ * negotiating socket); the rest are the application's own. Like a blocking
+ * receive it polls for FABSOCK_SPIN_US, then sleeps in the real epoll_wait
+ * in slices of at most FABSOCK_SLEEP_MAX_US, looking at the streams between
+ * slices.
+ *
+ * Kernel events name members by pointer; a member is freed at
+ * EPOLL_CTL_DEL, so a translation looks the pointer up in the instance's
+ * hash by value and drops events for members that are gone.
+ *
+ * Lock order: fs_epoll.lock, then fs_sock.lock, then the engine lock.
+ */
+#include "core/epoll.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+#include <uthash.h>
+
+#include "config/log.h"
+#include "config/params.h"
+#include "core/engine.h"
+#include "core/fdtable.h"
+#include "core/sock.h"
+#include "preload/real.h"
+
+#define FS_EP_BATCH 64
+
+enum fs_ep_reg { FS_EP_REG_APP_EVENTS = 1, FS_EP_REG_CONTROL = 2 };
+
+struct fs_ep_member {
+	struct fs_ep_member *self; /* hash key */
+	UT_hash_handle hh;
+	struct fs_ep_member *next;
+	int fd;
+	struct fs_sock *s; /* a reference; NULL for a nested epoll instance */
+	int inner_epfd;    /* nested epoll instance (s == NULL): its fd */
+	uint32_t events;   /* the application's, with EPOLLET/EPOLLONESHOT */
+	epoll_data_t data; /* the application's */
+	bool disarmed;     /* EPOLLONESHOT fired; EPOLL_CTL_MOD re-arms */
+	uint32_t reported_gen;
+	bool reported_once;
+	enum fs_ep_reg reg;
+};
+
+struct fs_epoll {
+	pthread_mutex_t lock;
+	int epfd;
+	struct fs_ep_member *members;
+	struct fs_ep_member *by_ptr;
+};
+
+static struct fs_epoll **fs_ept;
+static bool fs_have_pwait2 = true; /* kernel 5.11+; else millisecond slices */
+static pthread_mutex_t fs_ept_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static struct fs_epoll *fs_epoll_peek(int epfd)
+{
+	if (!fs_ept || epfd < 0 || (size_t)epfd >= fs_fdt_size)
+		return NULL;
+	return __atomic_load_n(&fs_ept[epfd], __ATOMIC_ACQUIRE);
+}
+
+static struct fs_epoll *fs_epoll_get_or_make(int epfd)
+{
+	struct fs_epoll *fe = fs_epoll_peek(epfd);
+
+	if (fe || epfd < 0 || (size_t)epfd >= fs_fdt_size)
+		return fe;
+	pthread_mutex_lock(&fs_ept_lock);
+	if (!fs_ept) {
+		void *map = mmap(NULL, fs_fdt_size * sizeof(*fs_ept), PROT_READ | PROT_WRITE,
+				 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+
+		if (map != MAP_FAILED)
+			__atomic_store_n(&fs_ept, map, __ATOMIC_RELEASE);
+	}
+	if (fs_ept && !(fe = fs_ept[epfd])) {
+		fe = calloc(1, sizeof(*fe));
+		if (fe) {
+			pthread_mutex_init(&fe->lock, NULL);
+			fe->epfd = epfd;
+			__atomic_store_n(&fs_ept[epfd], fe, __ATOMIC_RELEASE);
+		}
+	}
+	pthread_mutex_unlock(&fs_ept_lock);
+	return fe;
+}
+
+static void fs_member_free(struct fs_epoll *fe, struct fs_ep_member *m)
+{
+	struct fs_ep_member **link;
+
+	HASH_DEL(fe->by_ptr, m);
+	for (link = &fe->members; *link; link = &(*link)->next) {
+		if (*link == m) {
+			*link = m->next;
+			break;
+		}
+	}
+	if (m->s)
+		fs_sock_put(m->s);
+	free(m);
+}
+
+/* The application closed EPFD: forget its members. */
+void fs_epoll_closed(int epfd)
+{
+	struct fs_epoll *fe = fs_epoll_peek(epfd);
+
+	if (!fe)
+		return;
+	pthread_mutex_lock(&fs_ept_lock);
+	__atomic_store_n(&fs_ept[epfd], NULL, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&fs_ept_lock);
+	/* Another thread may still be inside epoll_wait on it; leak the shell
+	 * (a few bytes per closed epoll instance) rather than free it under it. */
+	pthread_mutex_lock(&fe->lock);
+	while (fe->members)
+		fs_member_free(fe, fe->members);
+	pthread_mutex_unlock(&fe->lock);
+}
+
+bool fs_epoll_has_members(int epfd)
+{
+	struct fs_epoll *fe = fs_epoll_peek(epfd);
+
+	return fe && __atomic_load_n(&fe->members, __ATOMIC_ACQUIRE) != NULL;
+}
+
+static int fs_kernel_ctl(struct fs_epoll *fe, int op, struct fs_ep_member *m, uint32_t events, bool app_data)
+{
+	struct epoll_event ev = { .events = events };
+
+	if (app_data)
+		ev.data = m->data;
+	else
+		ev.data.ptr = m;
+	return fs_real.epoll_ctl(fe->epfd, op, m->fd, op == EPOLL_CTL_DEL ? NULL : &ev);
+}
+
+/* What the kernel set should watch for a member in its current state. */
+static enum fs_ep_reg fs_member_wanted_reg(struct fs_ep_member *m)
+{
+	if (!m->s)
+		return FS_EP_REG_APP_EVENTS; /* nested instance: the kernel's answer counts too */
+	return fs_sock_state(m->s) == FS_SOCK_OFFLOADED ? FS_EP_REG_CONTROL : FS_EP_REG_APP_EVENTS;
+}
+
+static uint32_t fs_member_kernel_events(struct fs_ep_member *m, enum fs_ep_reg reg)
+{
+	if (reg == FS_EP_REG_CONTROL)
+		return EPOLLIN | EPOLLRDHUP | EPOLLET;
+	/* ONESHOT stays ours: the kernel must keep reporting while we decide */
+	return m->events & ~(uint32_t)EPOLLONESHOT;
+}
+
+/* Brings the kernel registration in line with the socket's state; drops
+ * members that were closed or left to the kernel. fe->lock held. Returns
+ * false if M was freed. */
+static bool fs_member_fixup(struct fs_epoll *fe, struct fs_ep_member *m)
+{
+	enum fs_sock_state st;
+	enum fs_ep_reg want;
+
+	if (!m->s) {
+		if (!fs_epoll_peek(m->inner_epfd)) {
+			/* the inner instance was closed; the kernel dropped it */
+			fs_member_free(fe, m);
+			return false;
+		}
+		return true;
+	}
+	st = fs_sock_state(m->s);
+	if (m->s->closed || m->s->fd != m->fd) {
+		fs_member_free(fe, m); /* the kernel dropped the closed fd itself */
+		return false;
+	}
+	if (st == FS_SOCK_KERNEL || st == FS_SOCK_SERVER_PLAIN || st == FS_SOCK_LISTENING) {
+		/* plain kernel socket from now on: the application's own entry */
+		fs_kernel_ctl(fe, EPOLL_CTL_MOD, m, m->disarmed ? 0 : m->events, true);
+		fs_member_free(fe, m);
+		return false;
+	}
+	want = fs_member_wanted_reg(m);
+	if (want != m->reg) {
+		fs_kernel_ctl(fe, EPOLL_CTL_MOD, m, fs_member_kernel_events(m, want), false);
+		m->reg = want;
+	}
+	return true;
+}
+
+bool fs_epoll_wants(struct fs_sock *s)
+{
+	enum fs_sock_state st = fs_sock_state(s);
+
+	return st == FS_SOCK_FRESH || st == FS_SOCK_OFFLOADED || fs_sock_pending(s);
+}
+
+/* Level readiness of EPFD's fabsock members, without consuming edge or
+ * one-shot state: what decides whether the instance itself looks readable
+ * to poll() or to an outer epoll. DEPTH bounds nesting (and loops). */
+static bool fs_epoll_peek_ready_depth(int epfd, int depth);
+
+static bool fs_member_peek(struct fs_ep_member *m, int depth)
+{
+	uint32_t gen, ev;
+
+	if (m->disarmed)
+		return false;
+	if (!m->s)
+		return depth > 0 && fs_epoll_peek_ready_depth(m->inner_epfd, depth - 1);
+	if (fs_sock_state(m->s) != FS_SOCK_OFFLOADED || m->s->pid != getpid() || !m->s->stream)
+		return false;
+	ev = fs_stream_poll_gen(m->s->stream, &gen) & (m->events | EPOLLERR | EPOLLHUP);
+	if (!ev)
+		return false;
+	return !(m->events & EPOLLET) || !m->reported_once || gen != m->reported_gen;
+}
+
+static bool fs_epoll_peek_ready_depth(int epfd, int depth)
+{
+	struct fs_epoll *fe = fs_epoll_peek(epfd);
+	bool ready = false;
+
+	if (!fe)
+		return false;
+	pthread_mutex_lock(&fe->lock);
+	for (struct fs_ep_member *m = fe->members; m && !ready; m = m->next)
+		ready = fs_member_peek(m, depth);
+	pthread_mutex_unlock(&fe->lock);
+	return ready;
+}
+
+bool fs_epoll_peek_ready(int epfd)
+{
+	return fs_epoll_peek_ready_depth(epfd, 4);
+}
+
+/* Settles EPFD's negotiating members without waiting: the handshake bytes
+ * they consume (a HELLO, an ACK) make the instance look readable to the
+ * kernel although nothing is there for the application. */
+static void fs_epoll_settle_members(int epfd, int depth)
+{
+	struct fs_epoll *fe = fs_epoll_peek(epfd);
+	struct fs_ep_member *m, *next;
+
+	if (!fe)
+		return;
+	pthread_mutex_lock(&fe->lock);
+	for (m = fe->members; m; m = next) {
+		next = m->next;
+		if (!m->s) {
+			if (depth > 0)
+				fs_epoll_settle_members(m->inner_epfd, depth - 1);
+			continue;
+		}
+		if (fs_sock_pending(m->s) && fs_sock_state(m->s) != FS_SOCK_CONNECTING)
+			fs_sock_settle(m->s, false, fs_now_ns());
+		fs_member_fixup(fe, m);
+	}
+	pthread_mutex_unlock(&fe->lock);
+}
+
+bool fs_epoll_kernel_readable(int epfd)
+{
+	struct pollfd p = { .fd = epfd, .events = POLLIN };
+
+	fs_epoll_settle_members(epfd, 4);
+	return fs_real.poll(&p, 1, 0) > 0 && (p.revents & POLLIN);
+}
+
+/* Is FD an epoll instance? Asked only at EPOLL_CTL_ADD of a non-socket. */
+bool fs_epoll_is_instance(int fd)
+{
+	char path[64], link[64];
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	n = readlink(path, link, sizeof(link) - 1);
+	if (n <= 0)
+		return false;
+	link[n] = '\0';
+	return strcmp(link, "anon_inode:[eventpoll]") == 0;
+}
+
+int fs_epoll_ctl_nested(int epfd, int op, int fd, struct epoll_event *event)
+{
+	struct fs_epoll *fe, *inner = fs_epoll_get_or_make(fd);
+	struct fs_ep_member *m;
+	int ret = 0;
+
+	if (op != EPOLL_CTL_ADD) {
+		fe = fs_epoll_peek(epfd);
+		if (!fe)
+			return FS_PASS;
+		pthread_mutex_lock(&fe->lock);
+		for (m = fe->members; m; m = m->next)
+			if (!m->s && m->inner_epfd == fd)
+				break;
+		if (!m) {
+			pthread_mutex_unlock(&fe->lock);
+			return FS_PASS;
+		}
+		if (op == EPOLL_CTL_DEL) {
+			if (fs_kernel_ctl(fe, EPOLL_CTL_DEL, m, 0, false))
+				ret = -errno;
+			fs_member_free(fe, m);
+		} else if (!event) {
+			ret = -EFAULT;
+		} else {
+			m->events = event->events;
+			m->data = event->data;
+			m->disarmed = false;
+			if (fs_kernel_ctl(fe, EPOLL_CTL_MOD, m, fs_member_kernel_events(m, m->reg), false))
+				ret = -errno;
+		}
+		pthread_mutex_unlock(&fe->lock);
+		return ret;
+	}
+	if (!event)
+		return -EFAULT;
+	fe = fs_epoll_get_or_make(epfd);
+	if (!fe || !inner)
+		return FS_PASS;
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	m->self = m;
+	m->fd = fd;
+	m->inner_epfd = fd;
+	m->events = event->events;
+	m->data = event->data;
+	m->reg = FS_EP_REG_APP_EVENTS;
+	pthread_mutex_lock(&fe->lock);
+	if (fs_kernel_ctl(fe, EPOLL_CTL_ADD, m, fs_member_kernel_events(m, m->reg), false)) {
+		ret = -errno;
+		pthread_mutex_unlock(&fe->lock);
+		free(m);
+		return ret;
+	}
+	HASH_ADD_PTR(fe->by_ptr, self, m);
+	m->next = fe->members;
+	fe->members = m;
+	pthread_mutex_unlock(&fe->lock);
+	return 0;
+}
+
+int fs_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event, struct fs_sock *s)
+{
+	struct fs_epoll *fe;
+	struct fs_ep_member *m, *found = NULL;
+	int ret = 0;
+
+	if (op == EPOLL_CTL_ADD) {
+		if (!event)
+			return -EFAULT;
+		fe = fs_epoll_get_or_make(epfd);
+		if (!fe)
+			return FS_PASS;
+		m = calloc(1, sizeof(*m));
+		if (!m)
+			return -ENOMEM;
+		m->self = m;
+		m->fd = fd;
+		m->s = s;
+		m->events = event->events;
+		m->data = event->data;
+		pthread_mutex_lock(&fe->lock);
+		m->reg = fs_member_wanted_reg(m);
+		if (fs_kernel_ctl(fe, EPOLL_CTL_ADD, m, fs_member_kernel_events(m, m->reg), false)) {
+			ret = -errno;
+			pthread_mutex_unlock(&fe->lock);
+			free(m);
+			return ret;
+		}
+		fs_sock_ref(s);
+		HASH_ADD_PTR(fe->by_ptr, self, m);
+		m->next = fe->members;
+		fe->members = m;
+		pthread_mutex_unlock(&fe->lock);
+		return 0;
+	}
+
+	fe = fs_epoll_peek(epfd);
+	if (!fe)
+		return FS_PASS;
+	pthread_mutex_lock(&fe->lock);
+	for (m = fe->members; m; m = m->next)
+		if (m->fd == fd && m->s == s && !s->closed)
+			found = m;
+	if (!found) {
+		pthread_mutex_unlock(&fe->lock);
+		return FS_PASS; /* the kernel answers (ENOENT, or a kernel entry) */
+	}
+	m = found;
+	if (op == EPOLL_CTL_DEL) {
+		if (fs_kernel_ctl(fe, EPOLL_CTL_DEL, m, 0, false))
+			ret = -errno;
+		fs_member_free(fe, m);
+	} else if (op == EPOLL_CTL_MOD) {
+		if (!event) {
+			ret = -EFAULT;
+		} else {
+			m->events = event->events;
+			m->data = event->data;
+			m->disarmed = false;
+			m->reported_once = false;
+			if (fs_kernel_ctl(fe, EPOLL_CTL_MOD, m, fs_member_kernel_events(m, m->reg), false))
+				ret = -errno;
+		}
+	} else {
+		ret = -EINVAL;
+	}
+	pthread_mutex_unlock(&fe->lock);
+	return ret;
+}
+
+/* Readiness of an offloaded member, after ET and ONESHOT. fe->lock held. */
+static uint32_t fs_member_ready(struct fs_ep_member *m)
+{
+	uint32_t gen, ev;
+
+	if (!m->s) {
+		/* nested instance: readable while its members are */
+		if (m->disarmed || !(m->events & EPOLLIN) || !fs_epoll_peek_ready_depth(m->inner_epfd, 3))
+			return 0;
+		if (m->events & EPOLLONESHOT)
+			m->disarmed = true;
+		return EPOLLIN;
+	}
+	if (m->disarmed || m->s->pid != getpid() || !m->s->stream)
+		return 0;
+	ev = fs_stream_poll_gen(m->s->stream, &gen);
+	/* poll and epoll share the bit values of these events */
+	ev &= (m->events | EPOLLERR | EPOLLHUP) & (EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLERR | EPOLLHUP | EPOLLPRI);
+	if (!ev)
+		return 0;
+	if (m->events & EPOLLET) {
+		if (m->reported_once && gen == m->reported_gen)
+			return 0;
+		m->reported_gen = gen;
+		m->reported_once = true;
+	}
+	if (m->events & EPOLLONESHOT)
+		m->disarmed = true;
+	return ev;
+}
+
+/* Handles a kernel event tagged with member M. Returns the events to give
+ * the application (0: none). fe->lock held. */
+static uint32_t fs_member_kernel_event(struct fs_epoll *fe, struct fs_ep_member *m, uint32_t kev)
+{
+	struct fs_sock *s = m->s;
+
+	if (!s) {
+		if (m->disarmed)
+			return 0;
+		/* the inner instance may only have handshake bytes in it */
+		if ((kev & EPOLLIN) && !fs_epoll_kernel_readable(m->inner_epfd) &&
+		    !fs_epoll_peek_ready_depth(m->inner_epfd, 3))
+			kev &= ~(uint32_t)EPOLLIN;
+		kev &= m->events | EPOLLERR | EPOLLHUP;
+		if (kev && (m->events & EPOLLONESHOT))
+			m->disarmed = true;
+		return kev;
+	}
+	if (m->reg == FS_EP_REG_CONTROL) {
+		/* the peer's control connection moved: a close or a reset */
+		if (s->stream && s->pid == getpid())
+			fs_stream_note_ctl(s->stream, s->fd);
+		return fs_member_ready(m);
+	}
+	/* Negotiating: what arrived may settle it (a HELLO, an ACK, data, the
+	 * connection coming up). Writability alone settles nothing: the
+	 * application has not written yet. */
+	switch (fs_sock_state(s)) {
+	case FS_SOCK_SERVER_PENDING:
+	case FS_SOCK_CLIENT_HELLO_SENT:
+		if (kev & (EPOLLIN | EPOLLHUP | EPOLLERR))
+			fs_sock_settle(s, false, fs_now_ns());
+		break;
+	case FS_SOCK_CONNECTING:
+	case FS_SOCK_CLIENT_PENDING:
+		fs_sock_settle(s, false, fs_now_ns());
+		break;
+	default:
+		break;
+	}
+	if (!fs_member_fixup(fe, m))
+		return 0; /* left to the kernel: its entry reports from now on */
+	if (fs_sock_state(s) == FS_SOCK_OFFLOADED)
+		return fs_member_ready(m);
+	if (m->disarmed)
+		return 0;
+	/* Still negotiating: a client that has not sent its HELLO cannot take
+	 * bytes yet, so do not invite a writer to spin. */
+	if (fs_sock_state(s) == FS_SOCK_CLIENT_PENDING)
+		kev &= ~(uint32_t)EPOLLOUT;
+	kev &= m->events | EPOLLERR | EPOLLHUP;
+	if (kev && (m->events & EPOLLONESHOT))
+		m->disarmed = true;
+	return kev;
+}
+
+/* One pass over the members; fills OUT. fe->lock held. */
+static int fs_epoll_scan(struct fs_epoll *fe, struct epoll_event *out, int max)
+{
+	struct fs_ep_member *m, *next;
+	int n = 0;
+
+	for (m = fe->members; m && n < max; m = next) {
+		uint32_t ev;
+
+		next = m->next;
+		if (!fs_member_fixup(fe, m))
+			continue;
+		if (!m->s) {
+			ev = fs_member_ready(m);
+			if (ev) {
+				out[n].events = ev;
+				out[n].data = m->data;
+				n++;
+			}
+			continue;
+		}
+		if (fs_sock_state(m->s) == FS_SOCK_CLIENT_PENDING) {
+			/* the service thread usually got there first; if not, try
+			 * once without waiting */
+			fs_sock_settle(m->s, true, fs_now_ns());
+			if (!fs_member_fixup(fe, m))
+				continue;
+		}
+		if (fs_sock_state(m->s) != FS_SOCK_OFFLOADED)
+			continue;
+		ev = fs_member_ready(m);
+		if (ev) {
+			out[n].events = ev;
+			out[n].data = m->data;
+			n++;
+		}
+	}
+	return n;
+}
+
+int fs_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout_ms, const sigset_t *sigmask)
+{
+	struct fs_epoll *fe = fs_epoll_peek(epfd);
+	uint64_t start = fs_now_ns();
+	uint64_t deadline = timeout_ms >= 0 ? start + (uint64_t)timeout_ms * 1000000ull : 0;
+	uint64_t spin_end = start + fs_params.spin_us * 1000ull;
+	uint64_t slice_us = 10;
+	struct epoll_event kbuf[FS_EP_BATCH];
+
+	if (maxevents <= 0)
+		return -EINVAL;
+	for (;;) {
+		int n = 0, k, wait_ms = 0;
+		uint64_t now, wait_us;
+
+		if (fe) {
+			pthread_mutex_lock(&fe->lock);
+			n = fs_epoll_scan(fe, events, maxevents);
+			pthread_mutex_unlock(&fe->lock);
+		}
+		now = fs_now_ns();
+		wait_us = 0;
+		if (!n && now >= spin_end && (!deadline || now < deadline)) {
+			uint64_t left_us = deadline ? (deadline - now) / 1000 : slice_us;
+
+			wait_us = slice_us < left_us ? slice_us : left_us;
+			if (!wait_us)
+				wait_us = 1;
+			if (slice_us < fs_params.sleep_max_us)
+				slice_us *= 2;
+		}
+		if (!fe || !fs_epoll_has_members(epfd)) {
+			/* nothing of ours in it (any more): the plain call will do */
+			int left = deadline ? (int)((deadline > now ? deadline - now : 0) / 1000000ull) : -1;
+
+			if (n)
+				return n;
+			k = sigmask ? fs_real.epoll_pwait(epfd, events, maxevents, left, sigmask)
+				    : fs_real.epoll_wait(epfd, events, maxevents, left);
+			return k < 0 ? -errno : k;
+		}
+		k = maxevents - n < FS_EP_BATCH ? maxevents - n : FS_EP_BATCH;
+		if (!n && wait_us && fs_have_pwait2) {
+			/* microsecond slices: epoll_wait's milliseconds would add a
+			 * whole one to every wake-up after the spin */
+			struct timespec ts = { (time_t)(wait_us / 1000000), (long)(wait_us % 1000000) * 1000 };
+
+			k = fs_real.epoll_pwait2(epfd, kbuf, k, &ts, sigmask);
+			if (k < 0 && errno == ENOSYS) {
+				fs_have_pwait2 = false;
+				continue;
+			}
+		} else {
+			wait_ms = n ? 0 : (int)((wait_us + 999) / 1000);
+			k = sigmask ? fs_real.epoll_pwait(epfd, kbuf, k, wait_ms, sigmask)
+				    : fs_real.epoll_wait(epfd, kbuf, k, wait_ms);
+		}
+		if (k < 0) {
+			if (n)
+				return n;
+			return -errno;
+		}
+		pthread_mutex_lock(&fe->lock);
+		for (int i = 0; i < k && n < maxevents; i++) {
+			struct fs_ep_member *m = NULL, *key = kbuf[i].data.ptr;
+			uint32_t ev;
+
+			HASH_FIND_PTR(fe->by_ptr, &key, m);
+			if (!m) {
+				events[n++] = kbuf[i]; /* the application's own fd */
+				continue;
+			}
+			ev = fs_member_kernel_event(fe, m, kbuf[i].events);
+			if (!ev)
+				continue;
+			/* an offloaded member may already be in the list from the scan */
+			{
+				int j;
+
+				for (j = 0; j < n; j++)
+					if (events[j].data.u64 == m->data.u64 && (events[j].events & ev) == ev)
+						break;
+				if (j < n)
+					continue;
+			}
+			events[n].events = ev;
+			events[n].data = m->data;
+			n++;
+		}
+		pthread_mutex_unlock(&fe->lock);
+		if (n)
+			return n;
+		if ((deadline && fs_now_ns() >= deadline) || timeout_ms == 0)
+			return 0;
+	}
+}

@@ -1,0 +1,36 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * epoll over offloaded sockets (see epoll.c). Entry points return a value
+ * or a negative errno, or FS_PASS for "call the real function".
+ */
+#ifndef FS_CORE_EPOLL_H
+#define FS_CORE_EPOLL_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <sys/epoll.h>
+
+struct fs_sock;
+
+/* Whether S belongs in an epoll instance's member list (it is or may
+ * become offloaded). */
+bool fs_epoll_wants(struct fs_sock *s);
+/* epoll_ctl for a fabsock socket S at FD. */
+int fs_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event, struct fs_sock *s);
+/* epoll_wait / epoll_pwait (SIGMASK may be NULL). */
+int fs_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout_ms, const sigset_t *sigmask);
+/* Whether EPFD holds fabsock members (else the real call will do). */
+bool fs_epoll_has_members(int epfd);
+/* Level readiness of EPFD's fabsock members (for poll on an epoll fd). */
+bool fs_epoll_peek_ready(int epfd);
+/* Whether the kernel says EPFD is readable once its negotiating members
+ * have consumed their handshake bytes. */
+bool fs_epoll_kernel_readable(int epfd);
+/* Is FD an epoll instance (asked at EPOLL_CTL_ADD of a non-socket fd)? */
+bool fs_epoll_is_instance(int fd);
+/* epoll_ctl of an epoll instance FD inside EPFD. */
+int fs_epoll_ctl_nested(int epfd, int op, int fd, struct epoll_event *event);
+/* The application closed EPFD. */
+void fs_epoll_closed(int epfd);
+
+#endif
