@@ -156,10 +156,29 @@ static void fs_core_atexit_stats(void)
 	fs_stats_log_once();
 }
 
+/* FABSOCK_PROFILE sets the polling defaults; explicit values win. */
+static void fs_core_apply_profile(void)
+{
+	static const struct {
+		uint64_t spin_us, sleep_max_us;
+	} profiles[] = {
+		[1] = { 2000, 50 },   /* latency: like EF_POLL_USEC / VMA_RX_POLL set high */
+		[2] = { 20, 10000 },  /* idle: least CPU, slower wake-ups */
+	};
+
+	if (fs_params.profile == 0 || fs_params.profile >= sizeof(profiles) / sizeof(profiles[0]))
+		return;
+	if (!getenv("FABSOCK_SPIN_US"))
+		fs_params.spin_us = profiles[fs_params.profile].spin_us;
+	if (!getenv("FABSOCK_SLEEP_MAX_US"))
+		fs_params.sleep_max_us = profiles[fs_params.profile].sleep_max_us;
+}
+
 void fs_core_init(void)
 {
 	fs_real_init();
 	fs_params_load();
+	fs_core_apply_profile();
 	fs_log_init();
 	fs_rules_load_global();
 	if (fs_fdt_init()) {
