@@ -177,8 +177,9 @@ static uint32_t fs_member_kernel_events(struct fs_ep_member *m, enum fs_ep_reg r
 {
 	if (reg == FS_EP_REG_CONTROL)
 		return EPOLLIN | EPOLLRDHUP | EPOLLET;
-	/* ONESHOT stays ours: the kernel must keep reporting while we decide */
-	return m->events & ~(uint32_t)EPOLLONESHOT;
+	/* ONESHOT stays ours: the kernel must keep reporting while we decide;
+	 * EXCLUSIVE entries cannot be modified, which state changes need */
+	return m->events & ~(uint32_t)(EPOLLONESHOT | EPOLLEXCLUSIVE);
 }
 
 /* Brings the kernel registration in line with the socket's state; drops

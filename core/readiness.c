@@ -86,10 +86,11 @@ static int fs_poll_ours(struct pollfd *fds, nfds_t nfds, const struct pollfd *ke
 	return ready;
 }
 
-int fs_core_poll(struct pollfd *fds, nfds_t nfds, int timeout_ms)
+int fs_core_poll(struct pollfd *fds, nfds_t nfds, int64_t timeout_ns, const sigset_t *sigmask)
 {
 	struct pollfd stack[FS_POLL_STACK], *kset;
-	uint64_t start = fs_now_ns(), deadline = timeout_ms >= 0 ? start + (uint64_t)timeout_ms * 1000000ull : 0;
+	uint64_t start = fs_now_ns(), deadline = timeout_ns >= 0 ? start + (uint64_t)timeout_ns : 0;
+	int timeout_ms = timeout_ns < 0 ? -1 : (int)((timeout_ns + 999999) / 1000000);
 	uint64_t spin_end = start + fs_params.spin_us * 1000ull;
 	uint64_t slice_us = 10;
 	bool has_ours = false, any_ours;
@@ -98,7 +99,9 @@ int fs_core_poll(struct pollfd *fds, nfds_t nfds, int timeout_ms)
 	for (nfds_t i = 0; i < nfds && !has_ours; i++)
 		has_ours = fds[i].fd >= 0 && fs_poll_is_ours(fds[i].fd);
 	if (!has_ours) {
-		ret = fs_real.poll(fds, nfds, timeout_ms);
+		struct timespec ts = { (time_t)(timeout_ns / 1000000000), (long)(timeout_ns % 1000000000) };
+
+		ret = fs_real.ppoll(fds, nfds, timeout_ns < 0 ? NULL : &ts, sigmask);
 		return ret < 0 ? -errno : ret;
 	}
 	kset = nfds <= FS_POLL_STACK ? stack : calloc(nfds, sizeof(*kset));
@@ -108,6 +111,7 @@ int fs_core_poll(struct pollfd *fds, nfds_t nfds, int timeout_ms)
 		int kready, ours, total = 0;
 		uint64_t now;
 		int wait_ms = 0;
+
 
 		memcpy(kset, fds, nfds * sizeof(*kset));
 		for (nfds_t i = 0; i < nfds; i++) {
@@ -124,12 +128,17 @@ int fs_core_poll(struct pollfd *fds, nfds_t nfds, int timeout_ms)
 			if (slice_us < fs_params.sleep_max_us)
 				slice_us *= 2;
 		}
-		if (wait_ms == 0 && now >= spin_end && (!deadline || now < deadline)) {
-			struct timespec ts = { 0, (long)(slice_us * 1000) };
+		{
+			/* spin: no wait; else a slice, never past the caller's deadline */
+			uint64_t ns = now < spin_end ? 0 : slice_us * 1000ull;
+			struct timespec ts;
 
-			kready = ppoll(kset, nfds, &ts, NULL);
-		} else {
-			kready = fs_real.poll(kset, nfds, wait_ms);
+			if (deadline && now + ns > deadline)
+				ns = deadline > now ? deadline - now : 0;
+			(void)wait_ms;
+			ts.tv_sec = (time_t)(ns / 1000000000ull);
+			ts.tv_nsec = (long)(ns % 1000000000ull);
+			kready = fs_real.ppoll(kset, nfds, &ts, sigmask);
 		}
 		if (kready < 0) {
 			ret = -errno;
@@ -170,7 +179,9 @@ int fs_core_poll(struct pollfd *fds, nfds_t nfds, int timeout_ms)
 			uint64_t t = fs_now_ns();
 			int left = deadline ? (int)((deadline > t ? deadline - t : 0) / 1000000ull) : -1;
 
-			ret = fs_real.poll(fds, nfds, left);
+			struct timespec ts = { left / 1000, (long)(left % 1000) * 1000000 };
+
+			ret = fs_real.ppoll(fds, nfds, left < 0 ? NULL : &ts, sigmask);
 			ret = ret < 0 ? -errno : ret;
 			break;
 		}
@@ -180,12 +191,12 @@ int fs_core_poll(struct pollfd *fds, nfds_t nfds, int timeout_ms)
 	return ret;
 }
 
-int fs_core_select(int nfds, fd_set *r, fd_set *w, fd_set *x, struct timeval *timeout)
+int fs_core_select(int nfds, fd_set *r, fd_set *w, fd_set *x, int64_t timeout_ns, const sigset_t *sigmask)
 {
 	struct pollfd stack[FS_POLL_STACK], *pfd;
 	nfds_t n = 0;
 	bool has_ours = false;
-	int timeout_ms, ret;
+	int ret;
 
 	if (nfds < 0 || nfds > FD_SETSIZE)
 		return -EINVAL;
@@ -193,7 +204,9 @@ int fs_core_select(int nfds, fd_set *r, fd_set *w, fd_set *x, struct timeval *ti
 		if ((r && FD_ISSET(fd, r)) || (w && FD_ISSET(fd, w)) || (x && FD_ISSET(fd, x)))
 			has_ours = fs_poll_is_ours(fd);
 	if (!has_ours) {
-		ret = fs_real.select(nfds, r, w, x, timeout);
+		struct timespec ts = { (time_t)(timeout_ns / 1000000000), (long)(timeout_ns % 1000000000) };
+
+		ret = fs_real.pselect(nfds, r, w, x, timeout_ns < 0 ? NULL : &ts, sigmask);
 		return ret < 0 ? -errno : ret;
 	}
 	pfd = nfds <= FS_POLL_STACK ? stack : calloc((size_t)nfds, sizeof(*pfd));
@@ -215,8 +228,7 @@ int fs_core_select(int nfds, fd_set *r, fd_set *w, fd_set *x, struct timeval *ti
 			n++;
 		}
 	}
-	timeout_ms = timeout ? (int)(timeout->tv_sec * 1000 + (timeout->tv_usec + 999) / 1000) : -1;
-	ret = fs_core_poll(pfd, n, timeout_ms);
+	ret = fs_core_poll(pfd, n, timeout_ns, sigmask);
 	if (ret >= 0) {
 		int count = 0;
 
@@ -248,10 +260,6 @@ int fs_core_select(int nfds, fd_set *r, fd_set *w, fd_set *x, struct timeval *ti
 		}
 		if (ret >= 0)
 			ret = count;
-		if (timeout && ret == 0) {
-			timeout->tv_sec = 0;
-			timeout->tv_usec = 0;
-		}
 	}
 	if (pfd != stack)
 		free(pfd);

@@ -37,6 +37,7 @@
 #define FS_CORE_SOCK_H
 
 #include <poll.h>
+#include <signal.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -144,8 +145,10 @@ void fs_core_epoll_add(struct fs_sock *s);
 int fs_core_fionread(struct fs_sock *s, int *avail);
 
 /* Readiness: poll() and select() over any mix of fds. */
-int fs_core_poll(struct pollfd *fds, nfds_t nfds, int timeout_ms);
-int fs_core_select(int nfds, fd_set *r, fd_set *w, fd_set *x, struct timeval *timeout);
+/* TIMEOUT_NS < 0: no timeout. SIGMASK (may be NULL) is in force while
+ * waiting, as for ppoll/pselect. */
+int fs_core_poll(struct pollfd *fds, nfds_t nfds, int64_t timeout_ns, const sigset_t *sigmask);
+int fs_core_select(int nfds, fd_set *r, fd_set *w, fd_set *x, int64_t timeout_ns, const sigset_t *sigmask);
 
 void fs_core_atfork_child(void);
 

@@ -401,18 +401,74 @@ FS_EXPORT int getsockname(int fd, struct sockaddr *addr, socklen_t *len)
 	return fs_real.getsockname(fd, addr, len);
 }
 
+static int64_t fs_ms_to_ns(int ms)
+{
+	return ms < 0 ? -1 : (int64_t)ms * 1000000;
+}
+
+static int64_t fs_ts_to_ns(const struct timespec *ts)
+{
+	return ts ? (int64_t)ts->tv_sec * 1000000000 + ts->tv_nsec : -1;
+}
+
 FS_EXPORT int poll(struct pollfd *fds, nfds_t nfds, int timeout)
 {
 	if (FS_GUARDED() || !fs_core_enabled)
 		return fs_real.poll(fds, nfds, timeout);
-	return (int)fs_ret(fs_core_poll(fds, nfds, timeout));
+	return (int)fs_ret(fs_core_poll(fds, nfds, fs_ms_to_ns(timeout), NULL));
+}
+
+FS_EXPORT int __poll_chk(struct pollfd *fds, nfds_t nfds, int timeout, size_t fdslen)
+{
+	if (fdslen / sizeof(*fds) < nfds || FS_GUARDED() || !fs_core_enabled)
+		return fs_real.__poll_chk(fds, nfds, timeout, fdslen); /* reports the overflow */
+	return (int)fs_ret(fs_core_poll(fds, nfds, fs_ms_to_ns(timeout), NULL));
+}
+
+FS_EXPORT int ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout, const sigset_t *sigmask)
+{
+	if (FS_GUARDED() || !fs_core_enabled)
+		return fs_real.ppoll(fds, nfds, timeout, sigmask);
+	if (timeout && (timeout->tv_sec < 0 || timeout->tv_nsec < 0 || timeout->tv_nsec >= 1000000000L))
+		return (int)fs_ret(-EINVAL);
+	return (int)fs_ret(fs_core_poll(fds, nfds, fs_ts_to_ns(timeout), sigmask));
+}
+
+FS_EXPORT int __ppoll_chk(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout, const sigset_t *sigmask,
+			  size_t fdslen)
+{
+	if (fdslen / sizeof(*fds) < nfds || FS_GUARDED() || !fs_core_enabled)
+		return fs_real.__ppoll_chk(fds, nfds, timeout, sigmask, fdslen);
+	return ppoll(fds, nfds, timeout, sigmask);
 }
 
 FS_EXPORT int select(int nfds, fd_set *r, fd_set *w, fd_set *x, struct timeval *timeout)
 {
+	int64_t ns;
+	int ret;
+
 	if (FS_GUARDED() || !fs_core_enabled)
 		return fs_real.select(nfds, r, w, x, timeout);
-	return (int)fs_ret(fs_core_select(nfds, r, w, x, timeout));
+	if (timeout && (timeout->tv_sec < 0 || timeout->tv_usec < 0))
+		return (int)fs_ret(-EINVAL);
+	ns = timeout ? (int64_t)timeout->tv_sec * 1000000000 + (int64_t)timeout->tv_usec * 1000 : -1;
+	ret = fs_core_select(nfds, r, w, x, ns, NULL);
+	/* Linux's select() leaves the time not slept in *timeout */
+	if (timeout && ret == 0) {
+		timeout->tv_sec = 0;
+		timeout->tv_usec = 0;
+	}
+	return (int)fs_ret(ret);
+}
+
+FS_EXPORT int pselect(int nfds, fd_set *r, fd_set *w, fd_set *x, const struct timespec *timeout,
+		      const sigset_t *sigmask)
+{
+	if (FS_GUARDED() || !fs_core_enabled)
+		return fs_real.pselect(nfds, r, w, x, timeout, sigmask);
+	if (timeout && (timeout->tv_sec < 0 || timeout->tv_nsec < 0 || timeout->tv_nsec >= 1000000000L))
+		return (int)fs_ret(-EINVAL);
+	return (int)fs_ret(fs_core_select(nfds, r, w, x, fs_ts_to_ns(timeout), sigmask));
 }
 
 FS_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)

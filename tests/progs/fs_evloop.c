@@ -1913,6 +1913,45 @@ static int epoll_pwait2_server(int fd)
 	return ev_serve_requests(fd, &offset, epoll_pwait2_check);
 }
 
+/*
+ * ppoll_pselect_data: the waits with a signal mask see data arriving, not only
+ * signals. The client asks for 10 bytes and waits for them with ppoll (5 s
+ * timeout, an empty sigmask), reads them, asks again and waits with pselect.
+ * Each wait returns 1 with the socket readable, and the bytes are the stream's.
+ */
+static int ppoll_pselect_data_client(int fd)
+{
+	struct timespec timeout = { EV_EVENT_WAIT_MS / 1000, 0 };
+	sigset_t empty;
+	uint64_t offset = 0;
+
+	sigemptyset(&empty);
+	if (ev_request(fd, 10) < 0)
+		return -1;
+	{
+		struct pollfd entry = { .fd = fd, .events = POLLIN };
+		int result = ppoll(&entry, 1, &timeout, &empty);
+
+		if (result != 1 || !(entry.revents & POLLIN))
+			return ev_fail("ppoll returned %d (revents 0x%x), expected 1 with POLLIN", result, entry.revents);
+	}
+	if (ev_recv_stream(fd, &offset, 10, "data after ppoll") < 0 || ev_request(fd, 10) < 0)
+		return -1;
+	{
+		fd_set readable;
+		int result;
+
+		FD_ZERO(&readable);
+		FD_SET(fd, &readable);
+		result = pselect(fd + 1, &readable, NULL, NULL, &timeout, &empty);
+		if (result != 1 || !FD_ISSET(fd, &readable))
+			return ev_fail("pselect returned %d, expected 1 with the socket readable", result);
+	}
+	if (ev_recv_stream(fd, &offset, 10, "data after pselect") < 0)
+		return -1;
+	return ev_finish_client(fd);
+}
+
 /* ---- the scenario table -------------------------------------------------- */
 
 enum ev_scenario_flags {
@@ -1930,6 +1969,7 @@ struct ev_scenario {
 
 static const struct ev_scenario scenarios[] = {
 	{ "nb_recv_eagain", nb_recv_eagain_server, nb_recv_eagain_client, 0 },
+	{ "ppoll_pselect_data", ev_serve, ppoll_pselect_data_client, 0 },
 	{ "nb_send_full", send_full_reader, nb_send_full_client, 0 },
 	{ "nb_connect", nb_connect_server, nb_connect_client, EV_CLIENT_CONNECTS_ITSELF },
 	{ "nb_connect_refused", nb_connect_refused_server, nb_connect_refused_client,
