@@ -47,7 +47,7 @@ static void fs_read_host_id(uint8_t out[16])
 	if (fd >= 0) {
 		ssize_t n = pread(fd, text, sizeof(text) - 1, 0);
 		(void)n;
-		close(fd);
+		fs_real.close(fd);
 	}
 	for (unsigned i = 0; text[i] && j < 32; i++) {
 		char c = text[i];
@@ -292,6 +292,7 @@ struct fs_stream *fs_stream_create(struct fs_engine *e, struct fs_engine_rail *e
 	s->rx_expect = 1;
 	s->ctl_fd = -1;
 	s->app_fd = -1;
+	s->wake_fd = -1;
 	s->peer_addr = FI_ADDR_UNSPEC;
 	/* Until the peer's HELLO-ACK says otherwise, queued sends are cut to a
 	 * size every peer accepts (FABSOCK_CHUNK_SIZE is at least this). */
@@ -353,6 +354,17 @@ static void fs_stream_destroy(struct fs_engine *e, struct fs_stream *s)
 	}
 	if (s->ctl_fd >= 0)
 		fs_real.close(s->ctl_fd);
+	if (s->peer_addr != FI_ADDR_UNSPEC)
+		fs_rail_av_release(&er->rail, s->peer_addr);
+	if (s->wake_queued) {
+		for (struct fs_stream **link = &e->wake_list; *link; link = &(*link)->wake_next)
+			if (*link == s) {
+				*link = s->wake_next;
+				break;
+			}
+	}
+	if (s->wake_fd >= 0)
+		fs_real.close(s->wake_fd);
 	free(s->ooo);
 	free(s);
 }
@@ -372,6 +384,50 @@ void fs_stream_abandon(struct fs_engine *e, struct fs_stream *s)
 {
 	s->ctl_fd = -1;
 	fs_stream_destroy(e, s);
+}
+
+/* ---- waking sleepers ---------------------------------------------------- */
+
+void fs_stream_changed(struct fs_engine *e, struct fs_stream *s)
+{
+	s->ev_gen++;
+	if (s->sleepers && !s->wake_queued) {
+		s->wake_queued = true;
+		s->wake_next = e->wake_list;
+		e->wake_list = s;
+	}
+}
+
+static void fs_stream_ring(struct fs_stream *s)
+{
+	uint64_t one = 1;
+
+	if (s->wake_fd >= 0) {
+		ssize_t n = fs_real.write(s->wake_fd, &one, sizeof(one));
+		(void)n;
+	}
+}
+
+/* After a progress round: ring the streams that changed while someone slept. */
+static void fs_engine_ring(struct fs_engine *e)
+{
+	while (e->wake_list) {
+		struct fs_stream *s = e->wake_list;
+
+		e->wake_list = s->wake_next;
+		s->wake_queued = false;
+		fs_stream_ring(s);
+	}
+}
+
+void fs_engine_wake_all(struct fs_engine *e)
+{
+	for (uint32_t id = 1; id < e->streams_cap; id++) {
+		struct fs_stream *s = e->streams[id];
+
+		if (s && s->sleepers)
+			fs_stream_ring(s);
+	}
 }
 
 /* ---- sending ----------------------------------------------------------- */
@@ -446,7 +502,7 @@ void fs_stream_flush(struct fs_engine *e, struct fs_stream *s)
 				fs_fabric_prov_name(s->erail->rail.kind), fs_fi.strerror(-ret));
 			fs_pool_put(buf);
 			s->error = -ECONNRESET;
-			s->ev_gen++;
+			fs_stream_changed(e, s);
 			FS_STAT_INC(resets);
 			break;
 		}
@@ -574,7 +630,7 @@ static void fs_tx_done(struct fs_engine *e, struct fs_buf *buf)
 	struct fs_stream *s = buf->stream;
 
 	if (s && buf->role == FS_BUF_TX && buf->kind != FS_MSG_CREDIT) {
-		s->ev_gen++;
+		fs_stream_changed(e, s);
 		s->tx_inflight--;
 		if (buf->kind == FS_MSG_FIN)
 			s->fin_done = true;
@@ -601,7 +657,7 @@ static struct fs_stream *fs_rx_stream(struct fs_engine *e, struct fs_engine_rail
 
 static void fs_rx_header_common(struct fs_engine *e, struct fs_stream *s, const struct fs_wire_msg_hdr *hdr)
 {
-	s->ev_gen++;
+	fs_stream_changed(e, s);
 	if (fs_seq_after(hdr->freed, s->peer_freed) && !fs_seq_after(hdr->freed, s->tx_seq))
 		s->peer_freed = hdr->freed;
 	if (fs_seq_after(hdr->ctrl_ack, s->ctrl_acked) && !fs_seq_after(hdr->ctrl_ack, s->ctrl_sent))
@@ -665,7 +721,7 @@ static void fs_rx_data(struct fs_engine *e, struct fs_engine_rail *er, struct fs
 		s->rx_bytes += next->len;
 		if (next->kind == FS_MSG_FIN)
 			s->peer_fin = true;
-		s->ev_gen++;
+		fs_stream_changed(e, s);
 	}
 	return;
 drop:
@@ -709,7 +765,7 @@ static void fs_cq_error(struct fs_engine *e, struct fs_engine_rail *er)
 			FS_WARN("stream %u: send failed on the %s rail: %s", s->id,
 				fs_fabric_prov_name(er->rail.kind), fs_fi.strerror(err.err));
 			s->error = -ECONNRESET;
-			s->ev_gen++;
+			fs_stream_changed(e, s);
 			FS_STAT_INC(resets);
 		}
 		fs_tx_done(e, buf);
@@ -786,6 +842,8 @@ int fs_engine_progress(struct fs_engine *e)
 	}
 	if (e->orphans)
 		fs_engine_reap(e);
+	if (e->wake_list)
+		fs_engine_ring(e);
 	return handled;
 }
 

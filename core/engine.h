@@ -97,6 +97,12 @@ struct fs_stream {
 	/* Bumped on every change a poller may care about (data, FIN, credit,
 	 * send completion, error): edge-triggered epoll reports a change of it. */
 	uint32_t ev_gen;
+	/* Threads asleep on this stream (not the engine's poller) and the
+	 * eventfd they sleep on; whoever makes progress rings it. */
+	unsigned sleepers;
+	int wake_fd;
+	bool wake_queued;
+	struct fs_stream *wake_next;
 
 	/* failure */
 	int error;             /* sticky negative errno (ECONNRESET ...) */
@@ -123,7 +129,18 @@ struct fs_engine {
 	uint32_t live_streams;
 	struct fs_stream *orphans;
 	unsigned pending_tx; /* streams with queued data waiting for credit */
+	/* Of the threads waiting in fs_stream_wait, one polls the completion
+	 * queue in short slices (the poller); the others sleep until rung. */
+	bool has_poller;
+	pthread_t poller;
+	struct fs_stream *wake_list;
 };
+
+/* Something a waiter may care about changed on S: bump its event
+ * generation and ring its sleepers after this progress round. Lock held. */
+void fs_stream_changed(struct fs_engine *e, struct fs_stream *s);
+/* Rings the sleepers of every stream (the poller is leaving). Lock held. */
+void fs_engine_wake_all(struct fs_engine *e);
 
 /* The engine of this process, created on first use (NULL on failure). */
 struct fs_engine *fs_engine_get(void);

@@ -23,13 +23,25 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <uthash.h>
+
 #include "config/log.h"
+#include "preload/real.h"
 #include "core/engine.h"
 #include "core/guard.h"
 
 #define FS_FI_VERSION FI_VERSION(1, 17)
 
 struct fs_fabric_api fs_fi;
+
+struct fs_av_peer {
+	UT_hash_handle hh;
+	fi_addr_t fi_addr;
+	unsigned refs;
+	size_t len;
+	uint8_t addr[FS_WIRE_ADDR_MAX];
+};
+
 
 static pthread_once_t fs_fabric_once = PTHREAD_ONCE_INIT;
 static int fs_fabric_status = -ENOENT;
@@ -127,7 +139,7 @@ bool fs_fabric_host_has_efa(void)
 		if (fd < 0)
 			continue;
 		n = pread(fd, vendor, sizeof(vendor) - 1, 0);
-		close(fd);
+		fs_real.close(fd);
 		/* Amazon's PCI vendor id */
 		if (n > 0 && strncmp(vendor, "0x1d0f", 6) == 0)
 			found = true;
@@ -392,8 +404,15 @@ err_none:
 
 void fs_rail_close(struct fs_rail *rail)
 {
+	struct fs_av_peer *peer, *tmp;
+
 	if (!rail->info)
 		return;
+	HASH_ITER(hh, rail->peers, peer, tmp) {
+		HASH_DEL(rail->peers, peer);
+		free(peer);
+	}
+	rail->av_count = 0;
 	FS_GUARD_ENTER();
 	fi_close(&rail->ep->fid);
 	fi_close(&rail->cq->fid);
@@ -417,17 +436,53 @@ int fs_rail_mr_reg(struct fs_rail *rail, void *buf, size_t len, struct fid_mr **
 
 int fs_rail_av_insert(struct fs_rail *rail, const void *addr, size_t addr_len, fi_addr_t *out)
 {
+	struct fs_av_peer *peer;
 	int ret;
 
+	if (!addr_len || addr_len > FS_WIRE_ADDR_MAX || !fs_rail_addr_plausible(rail->kind, addr, addr_len))
+		return -EADDRNOTAVAIL;
+	HASH_FIND(hh, rail->peers, addr, addr_len, peer);
+	if (peer && peer->len == addr_len) {
+		peer->refs++;
+		*out = peer->fi_addr;
+		return 0;
+	}
 	if (rail->av_count >= rail->av_max)
 		return -ENOSPC;
-	if (!fs_rail_addr_plausible(rail->kind, addr, addr_len))
-		return -EADDRNOTAVAIL;
+	peer = calloc(1, sizeof(*peer));
+	if (!peer)
+		return -ENOMEM;
 	FS_GUARD_ENTER();
-	ret = fi_av_insert(rail->av, addr, 1, out, 0, NULL);
+	ret = fi_av_insert(rail->av, addr, 1, &peer->fi_addr, 0, NULL);
 	FS_GUARD_LEAVE();
-	if (ret != 1)
+	if (ret != 1) {
+		free(peer);
 		return ret < 0 ? ret : -EINVAL;
+	}
+	memcpy(peer->addr, addr, addr_len);
+	peer->len = addr_len;
+	peer->refs = 1;
+	HASH_ADD(hh, rail->peers, addr[0], addr_len, peer);
 	rail->av_count++;
+	*out = peer->fi_addr;
 	return 0;
+}
+
+void fs_rail_av_release(struct fs_rail *rail, fi_addr_t addr)
+{
+	struct fs_av_peer *peer, *tmp;
+
+	HASH_ITER(hh, rail->peers, peer, tmp) {
+		if (peer->fi_addr != addr)
+			continue;
+		if (--peer->refs)
+			return;
+		HASH_DEL(rail->peers, peer);
+		FS_GUARD_ENTER();
+		fi_av_remove(rail->av, &peer->fi_addr, 1, 0);
+		FS_GUARD_LEAVE();
+		free(peer);
+		rail->av_count--;
+		return;
+	}
 }

@@ -75,7 +75,8 @@ struct fs_rail {
 	bool mr_prov_key;  /* the provider picks MR keys */
 	bool source;       /* FI_SOURCE: completions name the sender */
 	uint64_t next_key; /* requested MR keys must be unique per domain */
-	unsigned av_count, av_max;
+	unsigned av_count, av_max; /* distinct peers in the address vector */
+	struct fs_av_peer *peers;  /* by address: streams to one peer share its entry */
 };
 
 /* Opens a rail of KIND. LOCAL (may be NULL) is the local address of the TCP
@@ -92,7 +93,12 @@ int fs_rail_mr_reg(struct fs_rail *rail, void *buf, size_t len, struct fid_mr **
  * it (shm accepts any bytes and would fail only on first send). */
 bool fs_rail_addr_plausible(unsigned kind, const void *addr, size_t len);
 
-/* Inserts a peer's fabric address. Returns 0 or a negative errno. */
+/* Looks up or inserts a peer's fabric address and takes a reference on the
+ * entry: every stream to the same peer process shares one. Returns 0 or a
+ * negative errno. */
 int fs_rail_av_insert(struct fs_rail *rail, const void *addr, size_t addr_len, fi_addr_t *out);
+/* Drops a reference; the last one removes the peer from the address vector
+ * (shm allows 256 peers at a time, not 256 streams in a lifetime). */
+void fs_rail_av_release(struct fs_rail *rail, fi_addr_t addr);
 
 #endif

@@ -288,14 +288,14 @@ static void fs_service_run_watches(const struct pollfd *pfd, nfds_t n)
 	uint64_t now = fs_now_ns();
 
 	for (;;) {
-		struct fs_watch fire = { .fd = -1 };
+		struct fs_watch fire = { .fn = NULL }; /* fd -1 is a timer: fn says "none" */
 		bool timed_out = false;
 
 		pthread_mutex_lock(&fs_service_lock);
-		for (unsigned i = 0; i < fs_watch_count && fire.fd < 0; i++) {
+		for (unsigned i = 0; i < fs_watch_count && !fire.fn; i++) {
 			bool ready = false;
 
-			for (nfds_t j = 0; j < n; j++)
+			for (nfds_t j = 0; j < n && fs_watches[i].fd >= 0; j++)
 				if (pfd[j].fd == fs_watches[i].fd && pfd[j].revents)
 					ready = true;
 			if (ready || now >= fs_watches[i].deadline_ns) {
@@ -305,7 +305,7 @@ static void fs_service_run_watches(const struct pollfd *pfd, nfds_t n)
 			}
 		}
 		pthread_mutex_unlock(&fs_service_lock);
-		if (fire.fd < 0)
+		if (!fire.fn)
 			return;
 		fire.fn(fire.arg, timed_out);
 	}
@@ -371,7 +371,7 @@ static void *fs_service_main(void *arg)
 		if (timeout_ms == 0) {
 			struct timespec ts = { 0, 100000 }; /* 100 us */
 
-			ret = ppoll(pfd, n, &ts, NULL);
+			ret = fs_real.ppoll(pfd, n, &ts, NULL);
 		} else {
 			ret = fs_real.poll(pfd, n, timeout_ms);
 		}
@@ -753,6 +753,17 @@ int fs_probe_start(struct fs_probe_client *pc, int fd, const struct sockaddr *pe
 	pc->udp_fd = udp;
 	pc->nonce = ask.nonce;
 	pc->deadline_ns = fs_now_ns() + fs_params.probe_timeout_ms * 1000000ull;
+	{
+		struct timespec rt;
+		int on = 1;
+
+		/* the answer is judged by when it arrived, not by when a busy
+		 * service thread got round to reading it */
+		clock_gettime(CLOCK_REALTIME, &rt);
+		pc->deadline_real_ns = (uint64_t)rt.tv_sec * 1000000000ull + (uint64_t)rt.tv_nsec +
+				       fs_params.probe_timeout_ms * 1000000ull;
+		fs_real.setsockopt(udp, SOL_SOCKET, SO_TIMESTAMPNS, &on, sizeof(on));
+	}
 	return 0;
 }
 
@@ -767,6 +778,7 @@ enum fs_probe_outcome fs_probe_result(struct fs_probe_client *pc, int fd, uint64
 				      bool *tcp_readable)
 {
 	enum fs_probe_outcome out = FS_PROBE_PENDING;
+	uint64_t arrival_real = 0;
 
 	*tcp_readable = false;
 	if (pc->udp_fd < 0)
@@ -785,7 +797,14 @@ enum fs_probe_outcome fs_probe_result(struct fs_probe_client *pc, int fd, uint64
 		if (ret > 0 && (pfd[0].revents & (POLLIN | POLLERR))) {
 			uint8_t pkt[FS_WIRE_PROBE_LEN + 1];
 			struct fs_probe answer;
-			ssize_t n = fs_real.recv(pc->udp_fd, pkt, sizeof(pkt), MSG_DONTWAIT);
+			union {
+				struct cmsghdr align;
+				char bytes[128];
+			} control;
+			struct iovec iov = { .iov_base = pkt, .iov_len = sizeof(pkt) };
+			struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = &control,
+					      .msg_controllen = sizeof(control) };
+			ssize_t n = fs_real.recvmsg(pc->udp_fd, &msg, MSG_DONTWAIT);
 
 			if (n < 0 && errno == ECONNREFUSED) {
 				out = FS_PROBE_OUT_REFUSED;
@@ -795,6 +814,14 @@ enum fs_probe_outcome fs_probe_result(struct fs_probe_client *pc, int fd, uint64
 			    answer.nonce == pc->nonce &&
 			    (answer.type == FS_PROBE_YES || answer.type == FS_PROBE_NO)) {
 				out = answer.type == FS_PROBE_YES ? FS_PROBE_OUT_YES : FS_PROBE_OUT_NO;
+				for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+					if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS) {
+						struct timespec at;
+
+						memcpy(&at, CMSG_DATA(c), sizeof(at));
+						arrival_real = (uint64_t)at.tv_sec * 1000000000ull + (uint64_t)at.tv_nsec;
+					}
+				}
 				break;
 			}
 			continue; /* anything else is not an answer to us */
@@ -810,9 +837,12 @@ enum fs_probe_outcome fs_probe_result(struct fs_probe_client *pc, int fd, uint64
 		if (fs_now_ns() >= deadline_ns)
 			return FS_PROBE_PENDING;
 	}
-	/* A yes we look at after our deadline is too late: the server may have
-	 * stopped waiting for the HELLO. */
-	if (out == FS_PROBE_OUT_YES && fs_now_ns() > pc->deadline_ns + 5000000ull)
+	/* A yes that arrived after our deadline is too late: the server may
+	 * have stopped waiting for the HELLO. Judged by the kernel's arrival
+	 * stamp where there is one (the server waits seconds beyond our
+	 * deadline, so reading it late is fine); else by now. */
+	if (out == FS_PROBE_OUT_YES &&
+	    (arrival_real ? arrival_real > pc->deadline_real_ns : fs_now_ns() > pc->deadline_ns + 5000000ull))
 		out = FS_PROBE_OUT_TIMEOUT;
 	/* The server may have spoken first after all. */
 	if (out == FS_PROBE_OUT_YES) {

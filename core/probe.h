@@ -85,7 +85,8 @@ enum fs_probe_outcome {
 struct fs_probe_client {
 	int udp_fd;
 	uint64_t nonce;
-	uint64_t deadline_ns;
+	uint64_t deadline_ns;      /* CLOCK_MONOTONIC */
+	uint64_t deadline_real_ns; /* the same in CLOCK_REALTIME, for arrival stamps */
 };
 
 /* Sends the ASK for TCP socket FD connected to PEER. Returns 0 or -errno. */

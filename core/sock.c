@@ -226,6 +226,7 @@ static void fs_sock_client_watch(void *arg, bool timed_out)
 		ret = fs_negotiate_client_hello(s, fs_now_ns());
 	if (ret == 0 && fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT)
 		ret = fs_negotiate_client_ack(s, fs_now_ns());
+	FS_DBG("fd %d: handshake watch (timed out %d): %d, state %d", s->fd, timed_out, ret, fs_sock_state(s));
 	if (ret == FS_PASS)
 		fs_sock_release(s);
 	if (ret < 0 && ret != -EAGAIN && ret != FS_PASS && fs_sock_pending(s)) {

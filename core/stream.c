@@ -21,6 +21,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/eventfd.h>
 #include <time.h>
 
 #include "config/log.h"
@@ -63,12 +64,12 @@ static void fs_stream_check_ctl(struct fs_stream *s, int ctl_fd)
 		/* Nothing may follow the handshake on the control channel. */
 		FS_WARN("stream %u: unexpected bytes on the control connection; resetting", s->id);
 		s->error = -ECONNRESET;
-		s->ev_gen++;
+		fs_stream_changed(fs_engine_peek(), s);
 		FS_STAT_INC(resets);
 	} else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
 		s->peer_gone = true;
 		s->peer_gone_ns = fs_now_ns();
-		s->ev_gen++;
+		fs_stream_changed(fs_engine_peek(), s);
 	}
 }
 
@@ -79,7 +80,7 @@ static void fs_stream_check_gone(struct fs_stream *s, uint64_t now)
 	if (s->peer_gone && !s->peer_fin && !s->error &&
 	    now >= s->peer_gone_ns + fs_params.peer_grace_ms * 1000000ull) {
 		s->error = -ECONNRESET;
-		s->ev_gen++;
+		fs_stream_changed(fs_engine_peek(), s);
 		FS_STAT_INC(resets);
 		FS_INFO("stream %u: peer closed its connection without a FIN: reset", s->id);
 	}
@@ -90,8 +91,34 @@ typedef bool (*fs_ready_fn)(struct fs_stream *s, void *arg);
 /* Waits with the engine lock held (released while sleeping) until READY,
  * an error, or DEADLINE. Returns 0 when ready, else -EAGAIN (deadline),
  * -EINTR, or the stream's error. */
+static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_ready_fn ready, void *arg,
+			       uint64_t deadline_ns, int ctl_fd, bool *poller);
+
+/* Waits with the engine lock held (released while sleeping) until READY,
+ * an error, or DEADLINE. Returns 0 when ready, else -EAGAIN (deadline),
+ * -EINTR, or the stream's error.
+ *
+ * After the spin, one waiting thread per process is the poller: it sleeps
+ * in short, growing slices and polls the completion queue between them.
+ * Any other waiter sleeps on its control socket and the stream's eventfd
+ * until the poller (or the service thread) rings it after a progress round
+ * that changed its stream, or 50 ms pass. So N threads blocked in recv cost
+ * what one does. A signal still interrupts every sleeper (EINTR). */
 static int fs_stream_wait(struct fs_engine *e, struct fs_stream *s, fs_ready_fn ready, void *arg,
 			  uint64_t deadline_ns, int ctl_fd)
+{
+	bool poller = false;
+	int ret = fs_stream_wait_once(e, s, ready, arg, deadline_ns, ctl_fd, &poller);
+
+	if (poller && e->has_poller && pthread_equal(e->poller, pthread_self())) {
+		e->has_poller = false;
+		fs_engine_wake_all(e); /* one of the sleepers takes over */
+	}
+	return ret;
+}
+
+static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_ready_fn ready, void *arg,
+			       uint64_t deadline_ns, int ctl_fd, bool *poller)
 {
 	uint64_t now = fs_now_ns();
 	uint64_t spin_end = now + fs_params.spin_us * 1000ull;
@@ -113,26 +140,50 @@ static int fs_stream_wait(struct fs_engine *e, struct fs_stream *s, fs_ready_fn 
 			pthread_mutex_lock(&e->lock);
 			continue;
 		}
+		if (!e->has_poller) {
+			e->has_poller = true;
+			e->poller = pthread_self();
+		}
+		*poller = pthread_equal(e->poller, pthread_self());
+		if (!*poller && s->wake_fd < 0)
+			s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 		{
-			struct pollfd pfd = { .fd = ctl_fd, .events = POLLIN | POLLRDHUP };
-			uint64_t ns = sleep_us * 1000ull;
+			struct pollfd pfd[2] = {
+				{ .fd = ctl_fd, .events = POLLIN | POLLRDHUP },
+				{ .fd = *poller ? -1 : s->wake_fd, .events = POLLIN },
+			};
+			uint64_t ns = *poller || s->wake_fd < 0 ? sleep_us * 1000ull : 50000000ull;
 			struct timespec ts;
-			int watch = ctl_fd >= 0 && !s->peer_gone;
 			int ret;
 
+			if (ctl_fd < 0 || s->peer_gone)
+				pfd[0].fd = -1;
 			if (deadline_ns && deadline_ns - now < ns)
 				ns = deadline_ns - now;
 			ts.tv_sec = (time_t)(ns / 1000000000ull);
 			ts.tv_nsec = (long)(ns % 1000000000ull);
+			if (!*poller)
+				s->sleepers++;
 			pthread_mutex_unlock(&e->lock);
-			ret = ppoll(watch ? &pfd : NULL, watch ? 1 : 0, &ts, NULL);
+			ret = fs_real.ppoll(pfd, 2, &ts, NULL);
 			pthread_mutex_lock(&e->lock);
+			if (!*poller) {
+				s->sleepers--;
+				if (ret > 0 && (pfd[1].revents & POLLIN)) {
+					uint64_t v;
+					ssize_t n = fs_real.read(s->wake_fd, &v, sizeof(v));
+					(void)n;
+				}
+				/* a sleeper looks at its control connection now and then */
+				if (ret == 0)
+					fs_stream_check_ctl(s, ctl_fd);
+			}
 			if (ret < 0 && errno == EINTR && !fs_restart_after_signal())
 				return -EINTR;
-			if (ret > 0)
+			if (ret > 0 && (pfd[0].revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR)))
 				fs_stream_check_ctl(s, ctl_fd);
 		}
-		if (sleep_us < fs_params.sleep_max_us)
+		if (*poller && sleep_us < fs_params.sleep_max_us)
 			sleep_us = sleep_us * 2 < fs_params.sleep_max_us ? sleep_us * 2 : fs_params.sleep_max_us;
 	}
 }

@@ -1,0 +1,109 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# What idle offloaded connections cost: fs_idle server and client hold 8
+# connections open after a 16-byte exchange each and then sit idle, either
+# with one thread per connection blocked in recv() or with one thread in
+# epoll_wait(). Each process's CPU time (utime + stime from /proc/PID/stat)
+# is measured over 10 s of the idle phase, on the kernel and then with both
+# under the preload (where the stats lines must show the 8 connections
+# offloaded on both ends, or the measurement says nothing about the fabric).
+# Each process must stay below IDLE_LIMIT_PCT (3 %) of one core; the target
+# is 1 %, the bound is generous for a shared 2-core machine.
+
+. "$(dirname "$0")/lib.sh"
+
+IDLE="$FS_PROGS/fs_idle"
+[ -x "$IDLE" ] || fs_skip "no $IDLE (tests/progs/fs_idle.c not built)"
+[ -f "$FABSOCK_LIB" ] || fs_skip "no library at $FABSOCK_LIB"
+
+CONNS=8
+WINDOW=10          # seconds measured
+IDLE_S=$((WINDOW + 4))
+IDLE_LIMIT_PCT=3
+TICKS=$(getconf CLK_TCK)
+
+# CPU ticks (utime + stime) of PID; the comm field may hold spaces.
+cpu_ticks() {
+	local stat
+	stat=$(cat "/proc/$1/stat" 2>/dev/null) || { echo -1; return; }
+	stat=${stat##*) }
+	# fields after "pid (comm) ": state is 1st, utime 12th, stime 13th
+	awk '{ print $12 + $13 }' <<<"$stat"
+}
+
+declare -A RESULT
+
+# idle_run MODE IOMODE: sets RESULT[MODE-IOMODE]="server% client%".
+idle_run() {
+	local mode=$1 io=$2 what="$1 $2" srv cli port log s0 c0 s1 c1 rc=0 pre=()
+	log="$FS_TMP/$mode-$io"
+	pre=(env -u LD_PRELOAD)
+	[ "$mode" = fabsock ] && pre=(env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1)
+	rm -f "$log.ready"
+
+	fs_bg srv timeout -k 2 $((IDLE_S + 30)) "${pre[@]}" "$IDLE" server --ready-file "$log.ready" \
+		--mode "$io" --conns "$CONNS" >"$log-server.out" 2>"$log-server.err"
+	for _ in $(seq 1 200); do [ -s "$log.ready" ] && break; sleep 0.05; done
+	if ! port=$(cat "$log.ready" 2>/dev/null) || [ -z "$port" ]; then
+		fs_fail "$what: fs_idle server not ready"
+		return
+	fi
+	fs_bg cli timeout -k 2 $((IDLE_S + 30)) "${pre[@]}" "$IDLE" client 127.0.0.1 "$port" \
+		--mode "$io" --conns "$CONNS" --idle-s "$IDLE_S" >"$log-client.out" 2>"$log-client.err"
+	for _ in $(seq 1 200); do grep -q idle "$log-client.out" 2>/dev/null && break; sleep 0.05; done
+	if ! grep -q idle "$log-client.out"; then
+		fs_fail "$what: the client did not reach the idle phase in 10 s"
+		cat "$log-client.err" "$log-server.err" | sed 's/^/    /' >&2
+		return
+	fi
+	# fs_bg ran timeout(1): the program is its child.
+	local spid cpid
+	spid=$(pgrep -P "$srv" -x fs_idle | head -1)
+	cpid=$(pgrep -P "$cli" -x fs_idle | head -1)
+	if [ -z "$spid" ] || [ -z "$cpid" ]; then
+		fs_fail "$what: cannot find the fs_idle processes"
+		return
+	fi
+	sleep 1 # let the hello exchange and any lingering work settle
+	s0=$(cpu_ticks "$spid") c0=$(cpu_ticks "$cpid")
+	sleep "$WINDOW"
+	s1=$(cpu_ticks "$spid") c1=$(cpu_ticks "$cpid")
+	fs_wait_pid "$cli" $((IDLE_S + 20)) || rc=$?
+	local src=0
+	fs_wait_pid "$srv" 15 || src=$?
+	if [ "$rc" -ne 0 ] || [ "$src" -ne 0 ] || [ "$s0" -lt 0 ] || [ "$s1" -lt 0 ] || [ "$c1" -lt 0 ]; then
+		fs_fail "$what: client exit $rc, server exit $src (or a process ended during the idle window)"
+		grep -hv ': stats:' "$log-client.err" "$log-server.err" | tail -n 6 | sed 's/^/    /' >&2 || true
+		return
+	fi
+	local sp cp
+	sp=$(awk -v d=$((s1 - s0)) -v t="$TICKS" -v w="$WINDOW" 'BEGIN { printf "%.2f", 100 * d / t / w }')
+	cp=$(awk -v d=$((c1 - c0)) -v t="$TICKS" -v w="$WINDOW" 'BEGIN { printf "%.2f", 100 * d / t / w }')
+	RESULT[$mode-$io]="server $sp% client $cp%"
+	fs_log "$what: idle cpu over ${WINDOW}s with $CONNS connections: server $sp% client $cp% of one core"
+	if [ "$mode" = fabsock ]; then
+		local so co
+		so=$(sed -n 's/.*: stats: offloaded=\([0-9]*\).*/\1/p' "$log-server.err" | sort -n | tail -1)
+		co=$(sed -n 's/.*: stats: offloaded=\([0-9]*\).*/\1/p' "$log-client.err" | sort -n | tail -1)
+		if [ "${so:-0}" -ge "$CONNS" ] && [ "${co:-0}" -ge "$CONNS" ]; then
+			fs_pass "$what: all $CONNS connections offloaded on both ends (server $so, client $co)"
+		else
+			fs_fail "$what: offloaded server=${so:-no stats line} client=${co:-no stats line} (need $CONNS each)"
+		fi
+	fi
+	if awk -v s="$sp" -v c="$cp" -v l="$IDLE_LIMIT_PCT" 'BEGIN { exit !(s < l && c < l) }'; then
+		fs_pass "$what: idle CPU below $IDLE_LIMIT_PCT% (server $sp%, client $cp%)"
+	else
+		fs_fail "$what: idle CPU server $sp% client $cp% (limit $IDLE_LIMIT_PCT% of one core each; target 1%)"
+	fi
+}
+
+for io in recv epoll; do
+	for mode in kernel fabsock; do
+		idle_run "$mode" "$io"
+	done
+done
+for io in recv epoll; do
+	fs_log "idle cpu ($io, $CONNS connections): kernel: ${RESULT[kernel-$io]:-n/a} | fabsock: ${RESULT[fabsock-$io]:-n/a}"
+done
+fs_done
