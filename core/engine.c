@@ -388,6 +388,14 @@ void fs_stream_abandon(struct fs_engine *e, struct fs_stream *s)
 
 /* ---- waking sleepers ---------------------------------------------------- */
 
+uint64_t fs_wait_slice_cap_us(uint64_t waited_ns)
+{
+	if (fs_params.idle_after_ms && waited_ns >= fs_params.idle_after_ms * 1000000ull &&
+	    fs_params.idle_sleep_us > fs_params.sleep_max_us)
+		return fs_params.idle_sleep_us;
+	return fs_params.sleep_max_us;
+}
+
 void fs_stream_changed(struct fs_engine *e, struct fs_stream *s)
 {
 	s->ev_gen++;

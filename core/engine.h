@@ -136,6 +136,10 @@ struct fs_engine {
 	struct fs_stream *wake_list;
 };
 
+/* The longest sleep slice for a waiter that has waited WAITED_NS: the
+ * normal cap, or the deep-idle one after FABSOCK_IDLE_AFTER_MS. */
+uint64_t fs_wait_slice_cap_us(uint64_t waited_ns);
+
 /* Something a waiter may care about changed on S: bump its event
  * generation and ring its sleepers after this progress round. Lock held. */
 void fs_stream_changed(struct fs_engine *e, struct fs_stream *s);

@@ -598,8 +598,11 @@ int fs_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeo
 			wait_us = slice_us < left_us ? slice_us : left_us;
 			if (!wait_us)
 				wait_us = 1;
-			if (slice_us < fs_params.sleep_max_us)
-				slice_us *= 2;
+			{
+				uint64_t cap = fs_wait_slice_cap_us(now - start);
+
+				slice_us = slice_us * 2 < cap ? slice_us * 2 : cap;
+			}
 		}
 		if (!fe || !fs_epoll_has_members(epfd)) {
 			/* nothing of ours in it (any more): the plain call will do */

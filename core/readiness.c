@@ -125,8 +125,11 @@ int fs_core_poll(struct pollfd *fds, nfds_t nfds, int64_t timeout_ns, const sigs
 			uint64_t left = deadline ? (deadline - now) / 1000 : slice_us;
 
 			wait_ms = (int)((slice_us < left ? slice_us : left) / 1000);
-			if (slice_us < fs_params.sleep_max_us)
-				slice_us *= 2;
+			{
+				uint64_t cap = fs_wait_slice_cap_us(now - start);
+
+				slice_us = slice_us * 2 < cap ? slice_us * 2 : cap;
+			}
 		}
 		{
 			/* spin: no wait; else a slice, never past the caller's deadline */

@@ -120,7 +120,7 @@ static int fs_stream_wait(struct fs_engine *e, struct fs_stream *s, fs_ready_fn 
 static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_ready_fn ready, void *arg,
 			       uint64_t deadline_ns, int ctl_fd, bool *poller)
 {
-	uint64_t now = fs_now_ns();
+	uint64_t now = fs_now_ns(), start = now;
 	uint64_t spin_end = now + fs_params.spin_us * 1000ull;
 	uint64_t sleep_us = 10;
 
@@ -183,8 +183,11 @@ static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_read
 			if (ret > 0 && (pfd[0].revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR)))
 				fs_stream_check_ctl(s, ctl_fd);
 		}
-		if (*poller && sleep_us < fs_params.sleep_max_us)
-			sleep_us = sleep_us * 2 < fs_params.sleep_max_us ? sleep_us * 2 : fs_params.sleep_max_us;
+		if (*poller) {
+			uint64_t cap = fs_wait_slice_cap_us(fs_now_ns() - start);
+
+			sleep_us = sleep_us * 2 < cap ? sleep_us * 2 : cap;
+		}
 	}
 }
 
