@@ -224,6 +224,38 @@ bool fs_epoll_wants(struct fs_sock *s)
 	return st == FS_SOCK_FRESH || st == FS_SOCK_OFFLOADED || fs_sock_pending(s);
 }
 
+/* Adds a member for FD (a fabsock socket S, or a nested epoll instance when
+ * S is NULL) to FE and to its kernel set. */
+static int fs_member_add(struct fs_epoll *fe, int fd, struct fs_sock *s, const struct epoll_event *event)
+{
+	struct fs_ep_member *m = calloc(1, sizeof(*m));
+	int ret;
+
+	if (!m)
+		return -ENOMEM;
+	m->self = m;
+	m->fd = fd;
+	m->s = s;
+	m->inner_epfd = s ? -1 : fd;
+	m->events = event->events;
+	m->data = event->data;
+	pthread_mutex_lock(&fe->lock);
+	m->reg = fs_member_wanted_reg(m);
+	if (fs_kernel_ctl(fe, EPOLL_CTL_ADD, m, fs_member_kernel_events(m, m->reg), false)) {
+		ret = -errno;
+		pthread_mutex_unlock(&fe->lock);
+		free(m);
+		return ret;
+	}
+	if (s)
+		fs_sock_ref(s);
+	HASH_ADD_PTR(fe->by_ptr, self, m);
+	m->next = fe->members;
+	fe->members = m;
+	pthread_mutex_unlock(&fe->lock);
+	return 0;
+}
+
 /* Level readiness of EPFD's fabsock members, without consuming edge or
  * one-shot state: what decides whether the instance itself looks readable
  * to poll() or to an outer epoll. DEPTH bounds nesting (and loops). */
@@ -350,27 +382,7 @@ int fs_epoll_ctl_nested(int epfd, int op, int fd, struct epoll_event *event)
 	fe = fs_epoll_get_or_make(epfd);
 	if (!fe || !inner)
 		return FS_PASS;
-	m = calloc(1, sizeof(*m));
-	if (!m)
-		return -ENOMEM;
-	m->self = m;
-	m->fd = fd;
-	m->inner_epfd = fd;
-	m->events = event->events;
-	m->data = event->data;
-	m->reg = FS_EP_REG_APP_EVENTS;
-	pthread_mutex_lock(&fe->lock);
-	if (fs_kernel_ctl(fe, EPOLL_CTL_ADD, m, fs_member_kernel_events(m, m->reg), false)) {
-		ret = -errno;
-		pthread_mutex_unlock(&fe->lock);
-		free(m);
-		return ret;
-	}
-	HASH_ADD_PTR(fe->by_ptr, self, m);
-	m->next = fe->members;
-	fe->members = m;
-	pthread_mutex_unlock(&fe->lock);
-	return 0;
+	return fs_member_add(fe, fd, NULL, event);
 }
 
 int fs_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event, struct fs_sock *s)
@@ -385,28 +397,7 @@ int fs_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event, struct fs_
 		fe = fs_epoll_get_or_make(epfd);
 		if (!fe)
 			return FS_PASS;
-		m = calloc(1, sizeof(*m));
-		if (!m)
-			return -ENOMEM;
-		m->self = m;
-		m->fd = fd;
-		m->s = s;
-		m->events = event->events;
-		m->data = event->data;
-		pthread_mutex_lock(&fe->lock);
-		m->reg = fs_member_wanted_reg(m);
-		if (fs_kernel_ctl(fe, EPOLL_CTL_ADD, m, fs_member_kernel_events(m, m->reg), false)) {
-			ret = -errno;
-			pthread_mutex_unlock(&fe->lock);
-			free(m);
-			return ret;
-		}
-		fs_sock_ref(s);
-		HASH_ADD_PTR(fe->by_ptr, self, m);
-		m->next = fe->members;
-		fe->members = m;
-		pthread_mutex_unlock(&fe->lock);
-		return 0;
+		return fs_member_add(fe, fd, s, event);
 	}
 
 	fe = fs_epoll_peek(epfd);
