@@ -65,9 +65,12 @@ static const struct fs_param_desc fs_param_table[] = {
 #define FS_PARAM_COUNT (sizeof(fs_param_table) / sizeof(fs_param_table[0]))
 
 /* FABSOCK_* names that are not parameters but are legitimately set around
- * fabsock (reserved for the launcher: which library to preload, and a request
- * for the info listing). They are exempt from the unknown-variable warning. */
-static const char *const fs_params_reserved[] = { "FABSOCK_LIB", "FABSOCK_INFO" };
+ * fabsock by its own tools (the launcher's library and build-tree lookup and
+ * verbosity, the bench's mode selection, the info request). They are exempt
+ * from the unknown-variable warning. */
+static const char *const fs_params_reserved[] = {
+	"FABSOCK_LIB", "FABSOCK_INFO", "FABSOCK_BUILD", "FABSOCK_VERBOSE", "FABSOCK_BENCH_MODES",
+};
 
 static void *fs_param_field(const struct fs_param_desc *desc)
 {
