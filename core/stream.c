@@ -245,11 +245,12 @@ ssize_t fs_stream_send(struct fs_stream *s, const struct iovec *iov, int iovcnt,
 	struct fs_engine *e = fs_engine_peek();
 	size_t total = fs_iov_total(iov, iovcnt), done = 0;
 	ssize_t result;
-	bool queued;
+	bool had_queue, queued;
 
 	if (!e)
 		return -EIO;
 	pthread_mutex_lock(&e->lock);
+	had_queue = s->txq_head != NULL;
 	/* After the peer's FIN, writing is only legal if it merely shut down
 	 * its sending side: a closed control connection says it closed. */
 	if (s->peer_fin && !s->peer_gone)
@@ -301,8 +302,10 @@ ssize_t fs_stream_send(struct fs_stream *s, const struct iovec *iov, int iovcnt,
 	}
 	queued = s->txq_head != NULL;
 	pthread_mutex_unlock(&e->lock);
-	if (result > 0 && queued)
-		fs_service_kick(); /* someone must post what waits for credit */
+	/* Someone must post what waits for credit: wake the service thread when
+	 * the queue starts, not with a syscall on every send while it lasts. */
+	if (result > 0 && queued && !had_queue)
+		fs_service_kick();
 	return result;
 }
 
