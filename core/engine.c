@@ -29,6 +29,59 @@
 static pthread_mutex_t fs_engine_create_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct fs_engine *fs_engine_cur;
 
+/* ---- small helpers ------------------------------------------------------ */
+
+pid_t fs_pid_cache;
+static pthread_once_t fs_pid_once = PTHREAD_ONCE_INIT;
+
+static void fs_pid_forget(void)
+{
+	__atomic_store_n(&fs_pid_cache, 0, __ATOMIC_RELAXED);
+}
+
+static void fs_pid_register(void)
+{
+	pthread_atfork(NULL, NULL, fs_pid_forget);
+}
+
+pid_t fs_self_pid_slow(void)
+{
+	pid_t pid;
+
+	pthread_once(&fs_pid_once, fs_pid_register);
+	pid = getpid();
+	__atomic_store_n(&fs_pid_cache, pid, __ATOMIC_RELAXED);
+	return pid;
+}
+
+static inline void fs_dlist_init(struct fs_dlist *head)
+{
+	head->prev = head->next = head;
+}
+
+static inline bool fs_dlist_linked(const struct fs_dlist *node)
+{
+	return node->next != NULL;
+}
+
+static inline void fs_dlist_add(struct fs_dlist *head, struct fs_dlist *node)
+{
+	node->next = head->next;
+	node->prev = head;
+	head->next->prev = node;
+	head->next = node;
+}
+
+static inline void fs_dlist_del(struct fs_dlist *node)
+{
+	node->prev->next = node->next;
+	node->next->prev = node->prev;
+	node->prev = node->next = NULL;
+}
+
+#define fs_stream_of(node, member) \
+	((struct fs_stream *)((char *)(node) - __builtin_offsetof(struct fs_stream, member)))
+
 uint64_t fs_now_ns(void)
 {
 	struct timespec ts;
@@ -69,7 +122,7 @@ struct fs_engine *fs_engine_peek(void)
 {
 	struct fs_engine *e = __atomic_load_n(&fs_engine_cur, __ATOMIC_ACQUIRE);
 
-	return e && e->pid == getpid() ? e : NULL;
+	return e && e->pid == fs_self_pid() ? e : NULL;
 }
 
 struct fs_engine *fs_engine_get(void)
@@ -85,8 +138,10 @@ struct fs_engine *fs_engine_get(void)
 		e = calloc(1, sizeof(*e));
 		if (e) {
 			pthread_mutex_init(&e->lock, NULL);
-			e->pid = getpid();
+			e->pid = fs_self_pid();
 			e->next_id = 1;
+			fs_dlist_init(&e->pending);
+			fs_dlist_init(&e->sleeping);
 			fs_read_host_id(e->host_id);
 			__atomic_store_n(&fs_engine_cur, e, __ATOMIC_RELEASE);
 			if (!atexit_done) {
@@ -105,6 +160,7 @@ void fs_engine_forget_after_fork(void)
 	 * stay allocated (and mapped) but unreachable. */
 	struct fs_engine *e = __atomic_load_n(&fs_engine_cur, __ATOMIC_ACQUIRE);
 
+	fs_pid_forget(); /* whichever fork handler runs first */
 	if (e && e->pid != getpid()) {
 		__atomic_store_n(&fs_engine_cur, NULL, __ATOMIC_RELEASE);
 		pthread_mutex_init(&fs_engine_create_lock, NULL);
@@ -341,8 +397,12 @@ static void fs_stream_destroy(struct fs_engine *e, struct fs_stream *s)
 		next = buf->next;
 		fs_pool_put(buf);
 	}
-	if (s->txq_head)
+	if (s->txq_head) {
 		e->pending_tx--;
+		fs_dlist_del(&s->pending_link);
+	}
+	if (fs_dlist_linked(&s->sleep_link))
+		fs_dlist_del(&s->sleep_link);
 	/* Buffers still posted for this stream's sends complete later and are
 	 * returned by the completion handler, which tolerates a NULL stream. */
 	er->reserved_data -= s->window;
@@ -430,12 +490,20 @@ static void fs_engine_ring(struct fs_engine *e)
 
 void fs_engine_wake_all(struct fs_engine *e)
 {
-	for (uint32_t id = 1; id < e->streams_cap; id++) {
-		struct fs_stream *s = e->streams[id];
+	for (struct fs_dlist *n = e->sleeping.next; n != &e->sleeping; n = n->next)
+		fs_stream_ring(fs_stream_of(n, sleep_link));
+}
 
-		if (s && s->sleepers)
-			fs_stream_ring(s);
-	}
+void fs_stream_sleep_begin(struct fs_engine *e, struct fs_stream *s)
+{
+	if (!s->sleepers++)
+		fs_dlist_add(&e->sleeping, &s->sleep_link);
+}
+
+void fs_stream_sleep_end(struct fs_engine *e, struct fs_stream *s)
+{
+	if (!--s->sleepers)
+		fs_dlist_del(&s->sleep_link);
 }
 
 /* ---- sending ----------------------------------------------------------- */
@@ -535,8 +603,10 @@ void fs_stream_flush(struct fs_engine *e, struct fs_stream *s)
 		s->txq_head = s->txq_tail = NULL;
 		s->txq_count = 0;
 	}
-	if (had_queue && !s->txq_head)
+	if (had_queue && !s->txq_head) {
 		e->pending_tx--;
+		fs_dlist_del(&s->pending_link);
+	}
 }
 
 bool fs_engine_busy(struct fs_engine *e)
@@ -546,15 +616,13 @@ bool fs_engine_busy(struct fs_engine *e)
 	for (struct fs_stream *s = e->orphans; s; s = s->orphan_next)
 		if (!s->error && (s->txq_head || s->tx_inflight))
 			return true;
-	if (!e->pending_tx)
-		return false;
 	/* Only a send that could go now (credit there, the provider said
 	 * "again") needs fast polling; one waiting for credit or for the
 	 * HELLO-ACK waits for a message, which slower polling also finds. */
-	for (uint32_t id = 1; id < e->streams_cap; id++) {
-		struct fs_stream *s = e->streams[id];
+	for (struct fs_dlist *n = e->pending.next; n != &e->pending; n = n->next) {
+		struct fs_stream *s = fs_stream_of(n, pending_link);
 
-		if (s && s->txq_head && s->state != FS_STREAM_HELLO && fs_stream_credits(s))
+		if (s->state != FS_STREAM_HELLO && fs_stream_credits(s))
 			return true;
 	}
 	return false;
@@ -580,8 +648,10 @@ int fs_stream_queue_fin(struct fs_engine *e, struct fs_stream *s)
 
 void fs_stream_enqueue(struct fs_engine *e, struct fs_stream *s, struct fs_buf *buf)
 {
-	if (!s->txq_head)
+	if (!s->txq_head) {
 		e->pending_tx++;
+		fs_dlist_add(&e->pending, &s->pending_link);
+	}
 	buf->next = NULL;
 	if (s->txq_tail)
 		s->txq_tail->next = buf;
@@ -840,19 +910,29 @@ int fs_engine_progress(struct fs_engine *e)
 	}
 	/* Sends the provider refused for now (-FI_EAGAIN: shm maps a new peer
 	 * lazily, queues fill) are retried on every round. */
-	if (e->pending_tx) {
-		for (uint32_t id = 1; id < e->streams_cap; id++) {
-			struct fs_stream *s = e->streams[id];
+	for (struct fs_dlist *n = e->pending.next, *next; n != &e->pending; n = next) {
+		struct fs_stream *s = fs_stream_of(n, pending_link);
 
-			if (s && s->txq_head && fs_stream_credits(s))
-				fs_stream_flush(e, s);
-		}
+		next = n->next; /* a flush that empties the queue unlinks S */
+		if (fs_stream_credits(s))
+			fs_stream_flush(e, s);
 	}
 	if (e->orphans)
 		fs_engine_reap(e);
 	if (e->wake_list)
 		fs_engine_ring(e);
 	return handled;
+}
+
+void fs_engine_progress_locked(void)
+{
+	struct fs_engine *e = fs_engine_peek();
+
+	if (!e)
+		return;
+	pthread_mutex_lock(&e->lock);
+	fs_engine_progress(e);
+	pthread_mutex_unlock(&e->lock);
 }
 
 /* ---- orphans ----------------------------------------------------------- */

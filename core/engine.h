@@ -41,6 +41,13 @@
 #include "core/fabric.h"
 #include "core/pool.h"
 
+/* An intrusive doubly linked list: the engine keeps the streams that need
+ * attention (queued sends, sleeping threads) on lists, so that progress and
+ * wake-ups cost what is pending, not what exists. */
+struct fs_dlist {
+	struct fs_dlist *prev, *next;
+};
+
 /* Largest message queued before the peer's HELLO-ACK told its chunk size. */
 #define FS_PRE_ACK_CHUNK 4096u
 
@@ -75,6 +82,7 @@ struct fs_stream {
 	uint32_t peer_freed;   /* peer consumed our messages up to this seq */
 	struct fs_buf *txq_head, *txq_tail; /* not yet posted (no credit) */
 	unsigned txq_count;
+	struct fs_dlist pending_link; /* on engine.pending while txq_head != NULL */
 	unsigned tx_inflight;  /* posted, completion not yet seen */
 	bool fin_queued;       /* a FIN is queued or posted: no more data */
 	bool fin_done;         /* our FIN's send completed */
@@ -100,6 +108,7 @@ struct fs_stream {
 	/* Threads asleep on this stream (not the engine's poller) and the
 	 * eventfd they sleep on; whoever makes progress rings it. */
 	unsigned sleepers;
+	struct fs_dlist sleep_link; /* on engine.sleeping while sleepers != 0 */
 	int wake_fd;
 	bool wake_queued;
 	struct fs_stream *wake_next;
@@ -129,6 +138,8 @@ struct fs_engine {
 	uint32_t live_streams;
 	struct fs_stream *orphans;
 	unsigned pending_tx; /* streams with queued data waiting for credit */
+	struct fs_dlist pending;  /* those streams (pending_link) */
+	struct fs_dlist sleeping; /* streams with sleepers (sleep_link) */
 	/* Of the threads waiting in fs_stream_wait, one polls the completion
 	 * queue in short slices (the poller); the others sleep until rung. */
 	bool has_poller;
@@ -145,6 +156,20 @@ uint64_t fs_wait_slice_cap_us(uint64_t waited_ns);
 void fs_stream_changed(struct fs_engine *e, struct fs_stream *s);
 /* Rings the sleepers of every stream (the poller is leaving). Lock held. */
 void fs_engine_wake_all(struct fs_engine *e);
+/* A thread starts / stops sleeping on S (not as the poller). Lock held. */
+void fs_stream_sleep_begin(struct fs_engine *e, struct fs_stream *s);
+void fs_stream_sleep_end(struct fs_engine *e, struct fs_stream *s);
+
+/* getpid() without a system call (glibc no longer caches it): the value is
+ * cached and forgotten in the child at fork. */
+extern pid_t fs_pid_cache;
+pid_t fs_self_pid_slow(void);
+static inline pid_t fs_self_pid(void)
+{
+	pid_t pid = __atomic_load_n(&fs_pid_cache, __ATOMIC_RELAXED);
+
+	return pid ? pid : fs_self_pid_slow();
+}
 
 /* The engine of this process, created on first use (NULL on failure). */
 struct fs_engine *fs_engine_get(void);
@@ -179,6 +204,9 @@ bool fs_engine_busy(struct fs_engine *e);
 
 /* Runs the completion queues once. Returns completions handled. Lock held. */
 int fs_engine_progress(struct fs_engine *e);
+/* The same, taking the engine lock; for readiness scans, which progress
+ * once per scan and then look at each member without progressing. */
+void fs_engine_progress_locked(void);
 
 /* Data path, called without the engine lock. DEADLINE_NS 0 = none.
  * NONBLOCK: return -EAGAIN rather than wait. */
@@ -204,5 +232,8 @@ uint64_t fs_now_ns(void);
 unsigned fs_stream_poll(struct fs_stream *s, int ctl_fd);
 /* The same, also returning the event generation (see ev_gen). */
 unsigned fs_stream_poll_gen(struct fs_stream *s, uint32_t *gen);
+/* The same without running the completion queue: for scans over many
+ * streams that called fs_engine_progress_locked once first. */
+unsigned fs_stream_poll_state(struct fs_stream *s, uint32_t *gen);
 /* The kernel socket showed activity: look whether the peer went away. */
 void fs_stream_note_ctl(struct fs_stream *s, int ctl_fd);

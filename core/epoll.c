@@ -269,9 +269,9 @@ static bool fs_member_peek(struct fs_ep_member *m, int depth)
 		return false;
 	if (!m->s)
 		return depth > 0 && fs_epoll_peek_ready_depth(m->inner_epfd, depth - 1);
-	if (fs_sock_state(m->s) != FS_SOCK_OFFLOADED || m->s->pid != getpid() || !m->s->stream)
+	if (fs_sock_state(m->s) != FS_SOCK_OFFLOADED || m->s->pid != fs_self_pid() || !m->s->stream)
 		return false;
-	ev = fs_stream_poll_gen(m->s->stream, &gen) & (m->events | EPOLLERR | EPOLLHUP);
+	ev = fs_stream_poll_state(m->s->stream, &gen) & (m->events | EPOLLERR | EPOLLHUP);
 	if (!ev)
 		return false;
 	return !(m->events & EPOLLET) || !m->reported_once || gen != m->reported_gen;
@@ -293,6 +293,7 @@ static bool fs_epoll_peek_ready_depth(int epfd, int depth)
 
 bool fs_epoll_peek_ready(int epfd)
 {
+	fs_engine_progress_locked();
 	return fs_epoll_peek_ready_depth(epfd, 4);
 }
 
@@ -447,9 +448,9 @@ static uint32_t fs_member_ready(struct fs_ep_member *m)
 			m->disarmed = true;
 		return EPOLLIN;
 	}
-	if (m->disarmed || m->s->pid != getpid() || !m->s->stream)
+	if (m->disarmed || m->s->pid != fs_self_pid() || !m->s->stream)
 		return 0;
-	ev = fs_stream_poll_gen(m->s->stream, &gen);
+	ev = fs_stream_poll_state(m->s->stream, &gen);
 	/* poll and epoll share the bit values of these events */
 	ev &= (m->events | EPOLLERR | EPOLLHUP) & (EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLERR | EPOLLHUP | EPOLLPRI);
 	if (!ev)
@@ -485,7 +486,7 @@ static uint32_t fs_member_kernel_event(struct fs_epoll *fe, struct fs_ep_member 
 	}
 	if (m->reg == FS_EP_REG_CONTROL) {
 		/* the peer's control connection moved: a close or a reset */
-		if (s->stream && s->pid == getpid())
+		if (s->stream && s->pid == fs_self_pid())
 			fs_stream_note_ctl(s->stream, s->fd);
 		return fs_member_ready(m);
 	}
@@ -521,11 +522,16 @@ static uint32_t fs_member_kernel_event(struct fs_epoll *fe, struct fs_ep_member 
 	return kev;
 }
 
-/* One pass over the members; fills OUT. fe->lock held. */
+/* One pass over the members; fills OUT. fe->lock held. The completion
+ * queue runs once for the whole pass, not once per member: with many
+ * members that was most of the cost of an epoll_wait. */
 static int fs_epoll_scan(struct fs_epoll *fe, struct epoll_event *out, int max)
 {
 	struct fs_ep_member *m, *next;
 	int n = 0;
+
+	if (fe->members)
+		fs_engine_progress_locked();
 
 	for (m = fe->members; m && n < max; m = next) {
 		uint32_t ev;

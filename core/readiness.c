@@ -45,8 +45,12 @@ static int fs_poll_ours(struct pollfd *fds, nfds_t nfds, const struct pollfd *ke
 	int ready = 0;
 
 	*any_ours = false;
+	/* One completion-queue round for the whole set; members then only look
+	 * at their stream's state. */
+	fs_engine_progress_locked();
 	for (nfds_t i = 0; i < nfds; i++) {
 		struct fs_sock *s;
+		uint32_t gen;
 		unsigned ev, want = (unsigned)fds[i].events | POLLERR | POLLHUP;
 
 		if (fds[i].fd < 0 || !fs_poll_is_ours(fds[i].fd))
@@ -72,11 +76,11 @@ static int fs_poll_ours(struct pollfd *fds, nfds_t nfds, const struct pollfd *ke
 		 * wait must keep looking at it between kernel slices */
 		if (fs_sock_pending(s))
 			*any_ours = true;
-		if (fs_sock_state(s) == FS_SOCK_OFFLOADED && s->pid == getpid()) {
+		if (fs_sock_state(s) == FS_SOCK_OFFLOADED && s->pid == fs_self_pid()) {
 			*any_ours = true;
 			if (kernel && (kernel[i].revents & (POLLIN | POLLHUP | POLLERR)))
 				fs_stream_note_ctl(s->stream, s->fd);
-			ev = fs_stream_poll(s->stream, s->fd) & want;
+			ev = fs_stream_poll_state(s->stream, &gen) & want;
 			fds[i].revents = (short)ev;
 			if (ev)
 				ready++;

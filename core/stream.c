@@ -163,12 +163,12 @@ static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_read
 			ts.tv_sec = (time_t)(ns / 1000000000ull);
 			ts.tv_nsec = (long)(ns % 1000000000ull);
 			if (!*poller)
-				s->sleepers++;
+				fs_stream_sleep_begin(e, s);
 			pthread_mutex_unlock(&e->lock);
 			ret = fs_real.ppoll(pfd, 2, &ts, NULL);
 			pthread_mutex_lock(&e->lock);
 			if (!*poller) {
-				s->sleepers--;
+				fs_stream_sleep_end(e, s);
 				if (ret > 0 && (pfd[1].revents & POLLIN)) {
 					uint64_t v;
 					ssize_t n = fs_real.read(s->wake_fd, &v, sizeof(v));
@@ -526,16 +526,13 @@ unsigned fs_stream_poll(struct fs_stream *s, int ctl_fd)
 	return fs_stream_poll_gen(s, &gen);
 }
 
-unsigned fs_stream_poll_gen(struct fs_stream *s, uint32_t *gen)
+/* Events of S from its state alone. Engine lock held. */
+static unsigned fs_stream_events(struct fs_stream *s, uint32_t *gen)
 {
-	struct fs_engine *e = fs_engine_peek();
 	unsigned ev = 0;
 
-	if (!e)
-		return POLLERR;
-	pthread_mutex_lock(&e->lock);
-	fs_engine_progress(e);
-	fs_stream_check_gone(s, fs_now_ns());
+	if (s->peer_gone)
+		fs_stream_check_gone(s, fs_now_ns());
 	if (s->rx_bytes || s->peer_fin || s->error)
 		ev |= POLLIN;
 	if (s->peer_fin)
@@ -552,6 +549,32 @@ unsigned fs_stream_poll_gen(struct fs_stream *s, uint32_t *gen)
 	if (s->peer_fin && s->fin_queued)
 		ev |= POLLHUP;
 	*gen = s->ev_gen;
+	return ev;
+}
+
+unsigned fs_stream_poll_gen(struct fs_stream *s, uint32_t *gen)
+{
+	struct fs_engine *e = fs_engine_peek();
+	unsigned ev;
+
+	if (!e)
+		return POLLERR;
+	pthread_mutex_lock(&e->lock);
+	fs_engine_progress(e);
+	ev = fs_stream_events(s, gen);
+	pthread_mutex_unlock(&e->lock);
+	return ev;
+}
+
+unsigned fs_stream_poll_state(struct fs_stream *s, uint32_t *gen)
+{
+	struct fs_engine *e = fs_engine_peek();
+	unsigned ev;
+
+	if (!e)
+		return POLLERR;
+	pthread_mutex_lock(&e->lock);
+	ev = fs_stream_events(s, gen);
 	pthread_mutex_unlock(&e->lock);
 	return ev;
 }
