@@ -178,8 +178,14 @@ static int fs_post_recv(struct fs_engine_rail *er, struct fs_buf *buf)
 	buf->len = buf->off = 0;
 	FS_GUARD_ENTER();
 	for (int tries = 0; tries < 1000; tries++) {
-		ret = fi_trecv(er->rail.ep, buf->mem, buf->cap, buf->desc, FI_ADDR_UNSPEC,
-			       cls << FS_TAG_CLASS_SHIFT, ~FS_TAG_CLASS_MASK, buf);
+		/* Control messages are untagged: the provider keeps them in a
+		 * queue of their own, so matching a data message never walks
+		 * past the control receives (or the other way round). */
+		if (cls == FS_CLASS_CTRL)
+			ret = fi_recv(er->rail.ep, buf->mem, buf->cap, buf->desc, FI_ADDR_UNSPEC, buf);
+		else
+			ret = fi_trecv(er->rail.ep, buf->mem, buf->cap, buf->desc, FI_ADDR_UNSPEC,
+				       cls << FS_TAG_CLASS_SHIFT, ~FS_TAG_CLASS_MASK, buf);
 		if (ret != -FI_EAGAIN)
 			break;
 		/* the receive queue is momentarily full: let the provider drain */
@@ -529,7 +535,20 @@ static int fs_post_send(struct fs_stream *s, struct fs_buf *buf, unsigned cls)
 	ssize_t ret;
 
 	FS_GUARD_ENTER();
-	if (bytes <= rail->inject_size) {
+	if (cls == FS_CLASS_CTRL) {
+		/* untagged: the tag travels in front of the header */
+		fs_wire_ctrl_tag_encode(tag, buf->mem);
+		bytes += FS_WIRE_CTRL_TAG_LEN;
+		if (bytes <= rail->inject_size) {
+			ret = fi_inject(rail->ep, buf->mem, bytes, s->peer_addr);
+			if (!ret)
+				buf->posted = 2;
+		} else {
+			ret = fi_send(rail->ep, buf->mem, bytes, buf->desc, s->peer_addr, buf);
+			if (!ret)
+				buf->posted = 1;
+		}
+	} else if (bytes <= rail->inject_size) {
 		ret = fi_tinject(rail->ep, buf->mem, bytes, s->peer_addr, tag);
 		if (!ret)
 			buf->posted = 2; /* done: no completion will come */
@@ -542,7 +561,7 @@ static int fs_post_send(struct fs_stream *s, struct fs_buf *buf, unsigned cls)
 	return (int)ret;
 }
 
-static void fs_fill_header(struct fs_stream *s, struct fs_buf *buf, uint32_t seq)
+static void fs_fill_header(struct fs_stream *s, struct fs_buf *buf, uint32_t seq, unsigned cls)
 {
 	struct fs_wire_msg_hdr hdr = {
 		.seq = seq,
@@ -551,7 +570,7 @@ static void fs_fill_header(struct fs_stream *s, struct fs_buf *buf, uint32_t seq
 		.len = buf->len,
 	};
 
-	fs_wire_hdr_encode(&hdr, buf->mem);
+	fs_wire_hdr_encode(&hdr, buf->mem + (cls == FS_CLASS_CTRL ? FS_WIRE_CTRL_TAG_LEN : 0));
 	s->freed_reported = s->freed;
 }
 
@@ -564,7 +583,7 @@ void fs_stream_flush(struct fs_engine *e, struct fs_stream *s)
 		struct fs_buf *buf = s->txq_head;
 		int ret;
 
-		fs_fill_header(s, buf, s->tx_seq + 1);
+		fs_fill_header(s, buf, s->tx_seq + 1, FS_CLASS_DATA);
 		ret = fs_post_send(s, buf, FS_CLASS_DATA);
 		if (ret == -FI_EAGAIN)
 			break;
@@ -684,7 +703,7 @@ void fs_stream_maybe_credit(struct fs_engine *e, struct fs_stream *s)
 	buf->kind = FS_MSG_CREDIT;
 	buf->len = 0;
 	buf->stream = s;
-	fs_fill_header(s, buf, s->ctrl_sent + 1);
+	fs_fill_header(s, buf, s->ctrl_sent + 1, FS_CLASS_CTRL);
 	ret = fs_post_send(s, buf, FS_CLASS_CTRL);
 	if (ret) {
 		/* not sent: credits stay unreported, retried on the next read */
@@ -809,18 +828,24 @@ drop:
 	fs_engine_repost(er, buf);
 }
 
-static void fs_rx_ctrl(struct fs_engine *e, struct fs_engine_rail *er, struct fs_buf *buf, uint64_t tag,
-		       size_t bytes, fi_addr_t src)
+static void fs_rx_ctrl(struct fs_engine *e, struct fs_engine_rail *er, struct fs_buf *buf, size_t bytes,
+		       fi_addr_t src)
 {
-	struct fs_stream *s = fs_rx_stream(e, er, tag, src);
+	struct fs_stream *s = NULL;
 	struct fs_wire_msg_hdr hdr;
+	uint64_t tag = 0;
 
-	if (!s || bytes < sizeof(hdr) || fs_tag_kind(tag) != FS_MSG_CREDIT) {
+	if (bytes >= FS_WIRE_CTRL_TAG_LEN + sizeof(hdr)) {
+		tag = fs_wire_ctrl_tag_decode(buf->mem);
+		if (fs_tag_class(tag) == FS_CLASS_CTRL)
+			s = fs_rx_stream(e, er, tag, src);
+	}
+	if (!s || fs_tag_kind(tag) != FS_MSG_CREDIT) {
 		FS_STAT_INC(msgs_dropped);
 		fs_engine_repost(er, buf);
 		return;
 	}
-	fs_wire_hdr_decode(buf->mem, &hdr);
+	fs_wire_hdr_decode(buf->mem + FS_WIRE_CTRL_TAG_LEN, &hdr);
 	fs_engine_repost(er, buf);
 	s->ctrl_processed++;
 	fs_rx_header_common(e, s, &hdr);
@@ -899,7 +924,7 @@ int fs_engine_progress(struct fs_engine *e)
 				if (buf->role == FS_BUF_TX)
 					fs_tx_done(e, buf);
 				else if (buf->role == FS_BUF_RX_CTRL)
-					fs_rx_ctrl(e, er, buf, ent[i].tag, ent[i].len, from);
+					fs_rx_ctrl(e, er, buf, ent[i].len, from);
 				else
 					fs_rx_data(e, er, buf, ent[i].tag, ent[i].len, from);
 			}

@@ -222,7 +222,7 @@ static struct fi_info *fs_rail_hints(unsigned kind, const struct sockaddr *local
 
 	if (!hints)
 		return NULL;
-	hints->caps = FI_TAGGED | FI_SEND | FI_RECV | (source ? FI_SOURCE : 0);
+	hints->caps = FI_TAGGED | FI_MSG | FI_SEND | FI_RECV | (source ? FI_SOURCE : 0);
 	hints->mode = FI_CONTEXT | FI_CONTEXT2;
 	hints->ep_attr->type = FI_EP_RDM;
 	hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;

@@ -385,3 +385,18 @@ void fs_wire_hdr_decode(const void *buf, struct fs_wire_msg_hdr *hdr)
 	hdr->ctrl_ack = fs_get_le32(p + 8);
 	hdr->len = fs_get_le32(p + 12);
 }
+
+void fs_wire_ctrl_tag_encode(uint64_t tag, void *buf)
+{
+	uint8_t *p = buf;
+
+	fs_put_le32(p + 0, (uint32_t)tag);
+	fs_put_le32(p + 4, (uint32_t)(tag >> 32));
+}
+
+uint64_t fs_wire_ctrl_tag_decode(const void *buf)
+{
+	const uint8_t *p = buf;
+
+	return (uint64_t)fs_get_le32(p + 0) | (uint64_t)fs_get_le32(p + 4) << 32;
+}

@@ -35,7 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FS_WIRE_VERSION 1
+#define FS_WIRE_VERSION 2 /* 2: control messages untagged, tag in front */
 #define FS_WIRE_PROBE_MAGIC 0x46534250u /* "FSBP" */
 #define FS_WIRE_HELLO_MAGIC 0x46534248u /* "FSBH" */
 #define FS_WIRE_ACK_MAGIC 0x46534241u   /* "FSBA" */
@@ -122,7 +122,13 @@ const char *fs_nak_name(unsigned nak);
  *   61..56 kind (enum fs_msg_kind)
  *   55..32 stream id at the receiver (24 bits)
  *   31..0  low 32 bits of the connection token
- * Every message starts with struct fs_wire_msg_hdr (little-endian).
+ * Data-class messages are tagged sends; every one starts with struct
+ * fs_wire_msg_hdr (little-endian). Control-class messages are untagged sends
+ * (fi_send/fi_inject into fi_recv buffers) so that the provider matches them
+ * in a queue of their own: a catch-all tagged receive queue holding both
+ * classes is walked linearly, past every receive of the other class, on
+ * every arrival. A control message carries the tag it would have had as its
+ * first 8 bytes (little-endian), then the header.
  */
 #define FS_TAG_CLASS_SHIFT 62
 #define FS_TAG_KIND_SHIFT 56
@@ -155,7 +161,11 @@ static inline unsigned fs_tag_kind(uint64_t tag) { return (unsigned)(tag >> FS_T
 static inline uint32_t fs_tag_stream(uint64_t tag) { return (uint32_t)(tag >> FS_TAG_STREAM_SHIFT) & FS_STREAM_ID_MAX; }
 static inline uint32_t fs_tag_token(uint64_t tag) { return (uint32_t)tag; }
 
+#define FS_WIRE_CTRL_TAG_LEN 8
+
 void fs_wire_hdr_encode(const struct fs_wire_msg_hdr *hdr, void *buf);
+void fs_wire_ctrl_tag_encode(uint64_t tag, void *buf);
+uint64_t fs_wire_ctrl_tag_decode(const void *buf);
 void fs_wire_hdr_decode(const void *buf, struct fs_wire_msg_hdr *hdr);
 
 #endif

@@ -165,7 +165,7 @@ static void test_crc32(void)
 static void test_probe(void)
 {
 	static const uint8_t expect[FS_WIRE_PROBE_LEN] = {
-		'F', 'S', 'B', 'P', 1, 2, 0, 0,                 /* magic, version, YES, reserved */
+		'F', 'S', 'B', 'P', FS_WIRE_VERSION, 2, 0, 0,                /* magic, version, YES, reserved */
 		0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, /* nonce */
 		0x00, 0x00, 0x01, 0xf4, 0x1f, 0x90, 0, 0,       /* wait 500 ms, port 8080, reserved */
 		0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 7, /* ::ffff:10.0.0.7 */
@@ -585,6 +585,14 @@ static void test_tags(void)
 	CHECK(fs_tag_make(FS_CLASS_DATA, FS_MSG_FIN, 0, 0) == 2ull << 56);
 	CHECK(fs_tag_make(FS_CLASS_CTRL, FS_MSG_CREDIT, 0x10203, 0xaabbccdd) == 0x43010203aabbccddull);
 	CHECK((fs_tag_make(FS_CLASS_DATA, 0x3f, FS_STREAM_ID_MAX, ~0ull) & FS_TAG_CLASS_MASK) == 0);
+	{
+		/* a control message carries its tag in front, little-endian */
+		uint8_t tb[9] = { 0 };
+
+		fs_wire_ctrl_tag_encode(0x43010203aabbccddull, tb + 1); /* unaligned */
+		CHECK(tb[1] == 0xdd && tb[4] == 0xaa && tb[5] == 0x03 && tb[8] == 0x43);
+		CHECK(fs_wire_ctrl_tag_decode(tb + 1) == 0x43010203aabbccddull);
+	}
 }
 
 static void test_hdr(void)
