@@ -680,8 +680,14 @@ void fs_stream_enqueue(struct fs_engine *e, struct fs_stream *s, struct fs_buf *
 	s->txq_count++;
 }
 
-/* Sends a CREDIT if the reader freed enough (or everything it had) and no
- * earlier CREDIT is unacknowledged. Engine lock held. */
+/* Sends a CREDIT if the reader freed half the window and no earlier CREDIT
+ * is unacknowledged. Fewer freed messages are not worth a message of their
+ * own: they travel piggybacked on the next data of this direction (in a
+ * request/response protocol, the response). That is enough for liveness:
+ * a sender blocks only with all WINDOW credits in use, and once the reader
+ * consumed those, WINDOW >= threshold of them are unreported. (Until this
+ * was changed, draining the queue always sent a CREDIT, which doubled the
+ * messages of every request/response exchange.) Engine lock held. */
 void fs_stream_maybe_credit(struct fs_engine *e, struct fs_stream *s)
 {
 	uint32_t unreported = s->freed - s->freed_reported;
@@ -691,7 +697,7 @@ void fs_stream_maybe_credit(struct fs_engine *e, struct fs_stream *s)
 
 	if (!unreported || s->state != FS_STREAM_OPEN || s->error || s->peer_gone)
 		return;
-	if (unreported < threshold && s->rxq_head)
+	if (unreported < threshold)
 		return;
 	if (s->ctrl_sent != s->ctrl_acked) {
 		s->credit_pending = true;
