@@ -513,7 +513,7 @@ ssize_t fs_core_recvmsg(struct fs_sock *s, struct msghdr *msg, int flags)
 		if (ret)
 			return ret == -EAGAIN && !nonblock && !deadline ? -EIO : ret;
 	}
-	if (s->pid != getpid())
+	if (s->pid != fs_self_pid())
 		return fs_sock_foreign(s);
 	if (flags & ~(MSG_PEEK | MSG_WAITALL | MSG_DONTWAIT | MSG_NOSIGNAL | MSG_CMSG_CLOEXEC))
 		return -EOPNOTSUPP; /* MSG_OOB, MSG_TRUNC... have no fabric meaning */
@@ -562,7 +562,7 @@ ssize_t fs_core_sendmsg(struct fs_sock *s, const struct msghdr *msg, int flags)
 		if (ret)
 			return ret;
 	}
-	if (s->pid != getpid())
+	if (s->pid != fs_self_pid())
 		return fs_sock_foreign(s);
 	if (s->shut_wr)
 		ret = -EPIPE;
@@ -588,7 +588,7 @@ int fs_core_shutdown(struct fs_sock *s, int how)
 	}
 	if (fs_sock_state(s) != FS_SOCK_OFFLOADED)
 		return FS_PASS;
-	if (s->pid != getpid())
+	if (s->pid != fs_self_pid())
 		return fs_sock_foreign(s);
 	/* The kernel checks that the socket is connected and the argument. */
 	if (how == SHUT_RD || how == SHUT_RDWR)
@@ -610,7 +610,7 @@ int fs_core_close(struct fs_sock *s)
 		fs_sock_settle(s, true, fs_now_ns() + fs_params.linger_sec * 1000000000ull);
 	}
 	pthread_mutex_lock(&s->lock);
-	if (fs_sock_state(s) == FS_SOCK_OFFLOADED && s->pid == getpid()) {
+	if (fs_sock_state(s) == FS_SOCK_OFFLOADED && s->pid == fs_self_pid()) {
 		/* The stream outlives the descriptor until its FIN is delivered:
 		 * the engine keeps a private duplicate of the kernel socket. */
 		int ctl = fs_real.fcntl(fd, F_DUPFD_CLOEXEC, 0);
@@ -635,7 +635,7 @@ int fs_core_close(struct fs_sock *s)
 int fs_core_getsockopt(struct fs_sock *s, int level, int name, void *val, socklen_t *len)
 {
 	if (fs_sock_state(s) == FS_SOCK_OFFLOADED && level == SOL_SOCKET && name == SO_ERROR && val && len &&
-	    *len >= sizeof(int) && s->pid == getpid()) {
+	    *len >= sizeof(int) && s->pid == fs_self_pid()) {
 		int err = 0;
 		struct fs_stream *st = s->stream;
 
@@ -687,7 +687,7 @@ int fs_core_fionread(struct fs_sock *s, int *avail)
 	 * kernel would count: settle first, without waiting. */
 	if (fs_sock_pending(s) && fs_sock_state(s) != FS_SOCK_CONNECTING && fs_sock_settle(s, false, fs_now_ns()) == FS_PASS)
 		return FS_PASS;
-	if (fs_sock_state(s) != FS_SOCK_OFFLOADED || s->pid != getpid())
+	if (fs_sock_state(s) != FS_SOCK_OFFLOADED || s->pid != fs_self_pid())
 		return FS_PASS;
 	n = fs_stream_readable(s->stream);
 	*avail = n > INT32_MAX ? INT32_MAX : (int)n;
