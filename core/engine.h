@@ -235,5 +235,7 @@ unsigned fs_stream_poll_gen(struct fs_stream *s, uint32_t *gen);
 /* The same without running the completion queue: for scans over many
  * streams that called fs_engine_progress_locked once first. */
 unsigned fs_stream_poll_state(struct fs_stream *s, uint32_t *gen);
+/* The same with the engine lock already held. */
+unsigned fs_stream_events_locked(struct fs_stream *s, uint32_t *gen);
 /* The kernel socket showed activity: look whether the peer went away. */
 void fs_stream_note_ctl(struct fs_stream *s, int ctl_fd);

@@ -57,7 +57,7 @@ enum fs_ep_reg { FS_EP_REG_APP_EVENTS = 1, FS_EP_REG_CONTROL = 2 };
 struct fs_ep_member {
 	struct fs_ep_member *self; /* hash key */
 	UT_hash_handle hh;
-	struct fs_ep_member *next;
+	struct fs_ep_member *next, *prev; /* fs_epoll.members */
 	int fd;
 	struct fs_sock *s; /* a reference; NULL for a nested epoll instance */
 	int inner_epfd;    /* nested epoll instance (s == NULL): its fd */
@@ -115,15 +115,13 @@ static struct fs_epoll *fs_epoll_get_or_make(int epfd)
 
 static void fs_member_free(struct fs_epoll *fe, struct fs_ep_member *m)
 {
-	struct fs_ep_member **link;
-
 	HASH_DEL(fe->by_ptr, m);
-	for (link = &fe->members; *link; link = &(*link)->next) {
-		if (*link == m) {
-			*link = m->next;
-			break;
-		}
-	}
+	if (m->prev)
+		m->prev->next = m->next;
+	else
+		fe->members = m->next;
+	if (m->next)
+		m->next->prev = m->prev;
 	if (m->s)
 		fs_sock_put(m->s);
 	free(m);
@@ -251,6 +249,9 @@ static int fs_member_add(struct fs_epoll *fe, int fd, struct fs_sock *s, const s
 		fs_sock_ref(s);
 	HASH_ADD_PTR(fe->by_ptr, self, m);
 	m->next = fe->members;
+	m->prev = NULL;
+	if (fe->members)
+		fe->members->prev = m;
 	fe->members = m;
 	pthread_mutex_unlock(&fe->lock);
 	return 0;
@@ -405,7 +406,9 @@ int fs_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event, struct fs_
 	if (!fe)
 		return FS_PASS;
 	pthread_mutex_lock(&fe->lock);
-	for (m = fe->members; m; m = m->next)
+	/* at most one member is this open socket: the kernel refuses a
+	 * second EPOLL_CTL_ADD of one fd */
+	for (m = fe->members; m && !found; m = m->next)
 		if (m->fd == fd && m->s == s && !s->closed)
 			found = m;
 	if (!found) {
@@ -425,7 +428,11 @@ int fs_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event, struct fs_
 			m->data = event->data;
 			m->disarmed = false;
 			m->reported_once = false;
-			if (fs_kernel_ctl(fe, EPOLL_CTL_MOD, m, fs_member_kernel_events(m, m->reg), false))
+			/* an offloaded member's kernel entry watches the control
+			 * connection only, whatever the application asks for: it
+			 * does not change, so spare the system call */
+			if (m->reg != FS_EP_REG_CONTROL &&
+			    fs_kernel_ctl(fe, EPOLL_CTL_MOD, m, fs_member_kernel_events(m, m->reg), false))
 				ret = -errno;
 		}
 	} else {
@@ -435,8 +442,9 @@ int fs_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event, struct fs_
 	return ret;
 }
 
-/* Readiness of an offloaded member, after ET and ONESHOT. fe->lock held. */
-static uint32_t fs_member_ready(struct fs_ep_member *m)
+/* Readiness of an offloaded member, after ET and ONESHOT. fe->lock held;
+ * ENGINE_LOCKED: the engine lock too (the scan takes it once for all). */
+static uint32_t fs_member_ready_in(struct fs_ep_member *m, bool engine_locked)
 {
 	uint32_t gen, ev;
 
@@ -450,7 +458,7 @@ static uint32_t fs_member_ready(struct fs_ep_member *m)
 	}
 	if (m->disarmed || m->s->pid != fs_self_pid() || !m->s->stream)
 		return 0;
-	ev = fs_stream_poll_state(m->s->stream, &gen);
+	ev = engine_locked ? fs_stream_events_locked(m->s->stream, &gen) : fs_stream_poll_state(m->s->stream, &gen);
 	/* poll and epoll share the bit values of these events */
 	ev &= (m->events | EPOLLERR | EPOLLHUP) & (EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLERR | EPOLLHUP | EPOLLPRI);
 	if (!ev)
@@ -464,6 +472,11 @@ static uint32_t fs_member_ready(struct fs_ep_member *m)
 	if (m->events & EPOLLONESHOT)
 		m->disarmed = true;
 	return ev;
+}
+
+static uint32_t fs_member_ready(struct fs_ep_member *m)
+{
+	return fs_member_ready_in(m, false);
 }
 
 /* Handles a kernel event tagged with member M. Returns the events to give
@@ -523,11 +536,15 @@ static uint32_t fs_member_kernel_event(struct fs_epoll *fe, struct fs_ep_member 
 }
 
 /* One pass over the members; fills OUT. fe->lock held. The completion
- * queue runs once for the whole pass, not once per member: with many
- * members that was most of the cost of an epoll_wait. */
+ * queue runs once for the whole pass, and the offloaded members are looked
+ * at under one engine lock, not one each: with many members those were
+ * most of the cost of an epoll_wait. Negotiating and nested members are
+ * handled first, without the engine lock (settling one takes it). */
 static int fs_epoll_scan(struct fs_epoll *fe, struct epoll_event *out, int max)
 {
+	struct fs_engine *e = fs_engine_peek();
 	struct fs_ep_member *m, *next;
+	bool any_offloaded = false;
 	int n = 0;
 
 	if (fe->members)
@@ -555,15 +572,25 @@ static int fs_epoll_scan(struct fs_epoll *fe, struct epoll_event *out, int max)
 			if (!fs_member_fixup(fe, m))
 				continue;
 		}
-		if (fs_sock_state(m->s) != FS_SOCK_OFFLOADED)
+		if (fs_sock_state(m->s) == FS_SOCK_OFFLOADED)
+			any_offloaded = true;
+	}
+	if (!any_offloaded || !e)
+		return n;
+	pthread_mutex_lock(&e->lock);
+	for (m = fe->members; m && n < max; m = m->next) {
+		uint32_t ev;
+
+		if (!m->s || fs_sock_state(m->s) != FS_SOCK_OFFLOADED)
 			continue;
-		ev = fs_member_ready(m);
+		ev = fs_member_ready_in(m, true);
 		if (ev) {
 			out[n].events = ev;
 			out[n].data = m->data;
 			n++;
 		}
 	}
+	pthread_mutex_unlock(&e->lock);
 	return n;
 }
 

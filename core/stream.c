@@ -526,8 +526,7 @@ unsigned fs_stream_poll(struct fs_stream *s, int ctl_fd)
 	return fs_stream_poll_gen(s, &gen);
 }
 
-/* Events of S from its state alone. Engine lock held. */
-static unsigned fs_stream_events(struct fs_stream *s, uint32_t *gen)
+unsigned fs_stream_events_locked(struct fs_stream *s, uint32_t *gen)
 {
 	unsigned ev = 0;
 
@@ -561,7 +560,7 @@ unsigned fs_stream_poll_gen(struct fs_stream *s, uint32_t *gen)
 		return POLLERR;
 	pthread_mutex_lock(&e->lock);
 	fs_engine_progress(e);
-	ev = fs_stream_events(s, gen);
+	ev = fs_stream_events_locked(s, gen);
 	pthread_mutex_unlock(&e->lock);
 	return ev;
 }
@@ -574,7 +573,7 @@ unsigned fs_stream_poll_state(struct fs_stream *s, uint32_t *gen)
 	if (!e)
 		return POLLERR;
 	pthread_mutex_lock(&e->lock);
-	ev = fs_stream_events(s, gen);
+	ev = fs_stream_events_locked(s, gen);
 	pthread_mutex_unlock(&e->lock);
 	return ev;
 }
