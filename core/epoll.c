@@ -77,6 +77,7 @@ struct fs_epoll {
 };
 
 static struct fs_epoll **fs_ept;
+static int fs_ept_hi = -1; /* highest epfd with an instance record */
 static bool fs_have_pwait2 = true; /* kernel 5.11+; else millisecond slices */
 static pthread_mutex_t fs_ept_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -107,6 +108,8 @@ static struct fs_epoll *fs_epoll_get_or_make(int epfd)
 			pthread_mutex_init(&fe->lock, NULL);
 			fe->epfd = epfd;
 			__atomic_store_n(&fs_ept[epfd], fe, __ATOMIC_RELEASE);
+			if (epfd > fs_ept_hi)
+				__atomic_store_n(&fs_ept_hi, epfd, __ATOMIC_RELEASE);
 		}
 	}
 	pthread_mutex_unlock(&fs_ept_lock);
@@ -145,6 +148,33 @@ void fs_epoll_closed(int epfd)
 	while (fe->members)
 		fs_member_free(fe, fe->members);
 	pthread_mutex_unlock(&fe->lock);
+}
+
+/* The application is about to close FD, one of S's fds. Takes it out of
+ * every epoll instance now, while the fd still names the socket: the
+ * kernel would keep its entry (tagged with a member of ours) as long as
+ * the socket stays open, and fabsock keeps it open after close() (a
+ * duplicate fd, or the stream's control channel until the FIN is out). */
+void fs_epoll_fd_closing(struct fs_sock *s, int fd)
+{
+	int hi = __atomic_load_n(&fs_ept_hi, __ATOMIC_ACQUIRE);
+
+	for (int epfd = 0; epfd <= hi; epfd++) {
+		struct fs_epoll *fe = fs_epoll_peek(epfd);
+		struct fs_ep_member *m, *next;
+
+		if (!fe || !__atomic_load_n(&fe->members, __ATOMIC_ACQUIRE))
+			continue;
+		pthread_mutex_lock(&fe->lock);
+		for (m = fe->members; m; m = next) {
+			next = m->next;
+			if (m->s != s || m->fd != fd)
+				continue;
+			fs_real.epoll_ctl(fe->epfd, EPOLL_CTL_DEL, fd, NULL);
+			fs_member_free(fe, m);
+		}
+		pthread_mutex_unlock(&fe->lock);
+	}
 }
 
 bool fs_epoll_has_members(int epfd)
@@ -199,7 +229,11 @@ static bool fs_member_fixup(struct fs_epoll *fe, struct fs_ep_member *m)
 		return true;
 	}
 	st = fs_sock_state(m->s);
-	if (m->s->closed || m->s->fd != m->fd) {
+	/* Closed, or this fd of a duplicated socket closed (fabsock drops the
+	 * member then, where the kernel would keep it while another fd holds
+	 * the socket open: docs/design.md, "dup"). A socket left to the kernel
+	 * has no slots any more and is handled below. */
+	if (m->s->closed || (st != FS_SOCK_KERNEL && !fs_sock_has_fd(m->s, m->fd))) {
 		fs_member_free(fe, m); /* the kernel dropped the closed fd itself */
 		return false;
 	}
@@ -247,8 +281,10 @@ static int fs_member_add(struct fs_epoll *fe, int fd, struct fs_sock *s, const s
 		free(m);
 		return ret;
 	}
-	if (s)
+	if (s) {
 		fs_sock_ref(s);
+		fs_core_epoll_add(s); /* close() must take it out of epoll sets */
+	}
 	HASH_ADD_PTR(fe->by_ptr, self, m);
 	m->next = fe->members;
 	fe->members = m;

@@ -21,6 +21,7 @@
 #include "config/params.h"
 #include "config/rules.h"
 #include "core/engine.h"
+#include "core/epoll.h"
 #include "core/fdtable.h"
 #include "core/guard.h"
 #include "core/negotiate.h"
@@ -53,6 +54,10 @@ static struct fs_sock *fs_sock_alloc(int fd, int family)
 	}
 	pthread_mutex_init(&s->lock, NULL);
 	s->fd = fd;
+	s->app_fds = s->app_fds_inline;
+	s->app_fds_cap = sizeof(s->app_fds_inline) / sizeof(s->app_fds_inline[0]);
+	s->app_fds[0] = fd;
+	s->n_app_fds = 1;
 	s->family = family;
 	s->pid = getpid();
 	fs_sock_set_state(s, FS_SOCK_FRESH);
@@ -76,7 +81,7 @@ struct fs_sock *fs_sock_get(int fd)
 			continue; /* being recycled; the slot will change */
 		if (!__atomic_compare_exchange_n(&s->refs, &refs, refs + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
 			continue;
-		if (fs_fdt_peek(fd) == s && s->fd == fd)
+		if (fs_fdt_peek(fd) == s)
 			return s;
 		fs_sock_put(s);
 	}
@@ -91,6 +96,14 @@ void fs_sock_put(struct fs_sock *s)
 {
 	if (__atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL))
 		return;
+	/* Nobody can look at S any more: the stream's memory may go once the
+	 * engine is done with it (only in the process that owns it). */
+	if (s->stream && s->pid == getpid())
+		fs_stream_drop_app(s->stream);
+	s->stream = NULL;
+	if (s->app_fds != s->app_fds_inline)
+		free(s->app_fds);
+	s->app_fds = NULL;
 	pthread_mutex_lock(&fs_sock_free_lock);
 	s->free_next = fs_sock_free_list;
 	fs_sock_free_list = s;
@@ -113,8 +126,15 @@ static void fs_sock_release(struct fs_sock *s)
 			fs_listener_put(s->listener);
 		s->listener = NULL;
 	}
-	if (fs_fdt_clear(s->fd, s))
-		fs_sock_put(s); /* the table's reference */
+	for (unsigned i = 0; i < s->n_app_fds; i++)
+		if (fs_fdt_clear(s->app_fds[i], s))
+			fs_sock_put(s); /* the table's reference */
+	if (s->fd_private) {
+		/* the application's fds are plain kernel sockets now */
+		fs_internal_fd_close(s->fd);
+		s->fd_private = false;
+		s->fd = s->n_app_fds ? s->app_fds[0] : -1;
+	}
 	fs_sock_set_state(s, FS_SOCK_KERNEL);
 }
 
@@ -601,24 +621,64 @@ int fs_core_shutdown(struct fs_sock *s, int how)
 	return 0;
 }
 
-int fs_core_close(struct fs_sock *s)
+/* Takes FD out of S's application fds. Socket lock held. */
+static void fs_sock_forget_fd(struct fs_sock *s, int fd)
 {
-	int fd = s->fd, ret;
+	for (unsigned i = 0; i < s->n_app_fds; i++) {
+		if (s->app_fds[i] != fd)
+			continue;
+		s->app_fds[i] = s->app_fds[--s->n_app_fds];
+		if (fs_fdt_clear(fd, s))
+			fs_sock_put(s); /* that slot's reference */
+		break;
+	}
+	if (!s->fd_private && s->fd == fd && s->n_app_fds)
+		s->fd = s->app_fds[0]; /* no private duplicate could be made */
+}
 
+/* The application lets go of FD, one of S's fds: closes it (REAL_CLOSE) or
+ * leaves that to dup2/dup3, which replace it. With other fds left, only
+ * that fd goes; with the last one, the socket closes: an offloaded stream
+ * delivers what was written and then its FIN (or resets, SO_LINGER 0),
+ * and outlives the descriptor until then. */
+static int fs_sock_close_fd(struct fs_sock *s, int fd, bool real_close)
+{
+	int ret;
+
+	if (__atomic_load_n(&s->event_loop, __ATOMIC_ACQUIRE))
+		fs_epoll_fd_closing(s, fd);
+	pthread_mutex_lock(&s->lock);
+	if (s->n_app_fds > 1) {
+		fs_sock_forget_fd(s, fd);
+		pthread_mutex_unlock(&s->lock);
+		if (!real_close)
+			return 0;
+		ret = fs_real.close(fd);
+		return ret ? -errno : 0;
+	}
+	pthread_mutex_unlock(&s->lock);
 	if (fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT) {
 		/* Bytes may be held for the ACK: settle, as TCP would deliver them. */
 		fs_sock_settle(s, true, fs_now_ns() + fs_params.linger_sec * 1000000000ull);
 	}
 	pthread_mutex_lock(&s->lock);
 	if (fs_sock_state(s) == FS_SOCK_OFFLOADED && s->pid == getpid()) {
-		/* The stream outlives the descriptor until its FIN is delivered:
-		 * the engine keeps a private duplicate of the kernel socket. */
-		int ctl = fs_real.fcntl(fd, F_DUPFD_CLOEXEC, 0);
+		/* The engine keeps a private duplicate of the kernel socket as the
+		 * stream's control channel until the FIN is delivered. The stream
+		 * object stays attached to S (see fs_stream.app_ref): a thread
+		 * still inside recv/send on it gets EBADF, not freed memory. */
+		int ctl;
 
-		if (ctl >= 0)
-			ctl = fs_internal_fd(ctl);
+		if (s->fd_private) {
+			ctl = s->fd;
+			s->fd_private = false;
+			s->fd = fd;
+		} else {
+			ctl = fs_real.fcntl(fd, F_DUPFD_CLOEXEC, 0);
+			if (ctl >= 0)
+				ctl = fs_internal_fd(ctl);
+		}
 		fs_stream_close(s->stream, ctl, s->linger0);
-		s->stream = NULL;
 		fs_service_kick();
 	}
 	if (fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT)
@@ -628,8 +688,73 @@ int fs_core_close(struct fs_sock *s)
 	fs_sock_release(s);
 	s->closed = true;
 	pthread_mutex_unlock(&s->lock);
+	if (!real_close)
+		return 0;
 	ret = fs_real.close(fd);
 	return ret ? -errno : 0;
+}
+
+int fs_core_close(struct fs_sock *s, int fd)
+{
+	return fs_sock_close_fd(s, fd, true);
+}
+
+void fs_core_dup_target(int newfd)
+{
+	struct fs_sock *s = fs_sock_get(newfd);
+
+	if (!s)
+		return;
+	fs_sock_close_fd(s, newfd, false);
+	fs_sock_put(s);
+}
+
+int fs_core_dup(struct fs_sock *s, int newfd)
+{
+	struct fs_sock *old;
+
+	pthread_mutex_lock(&s->lock);
+	if (fs_sock_state(s) == FS_SOCK_KERNEL || s->closed) {
+		pthread_mutex_unlock(&s->lock);
+		return 0; /* the kernel's alone: nothing to share */
+	}
+	if (s->n_app_fds == s->app_fds_cap) {
+		unsigned cap = s->app_fds_cap * 2;
+		int *fds = malloc(cap * sizeof(*fds));
+
+		if (!fds) {
+			pthread_mutex_unlock(&s->lock);
+			return -ENOMEM;
+		}
+		memcpy(fds, s->app_fds, s->n_app_fds * sizeof(*fds));
+		if (s->app_fds != s->app_fds_inline)
+			free(s->app_fds);
+		s->app_fds = fds;
+		s->app_fds_cap = cap;
+	}
+	if (!s->fd_private) {
+		int k = fs_real.fcntl(s->fd, F_DUPFD_CLOEXEC, 0);
+
+		if (k >= 0) {
+			s->fd = fs_internal_fd(k);
+			s->fd_private = true;
+			if (s->stream && fs_sock_state(s) == FS_SOCK_OFFLOADED && s->pid == getpid())
+				s->stream->app_fd = s->fd;
+		}
+	}
+	s->app_fds[s->n_app_fds++] = newfd;
+	fs_sock_ref(s); /* the new slot's reference */
+	old = fs_fdt_set(newfd, s);
+	if (old && old != FS_SOCK_INTERNAL)
+		fs_sock_put(old); /* stale entry of an fd closed behind our back */
+	pthread_mutex_unlock(&s->lock);
+	FS_DBG("fd %d: duplicated as fd %d", s->app_fds[0], newfd);
+	return 0;
+}
+
+bool fs_sock_has_fd(struct fs_sock *s, int fd)
+{
+	return fs_fdt_peek(fd) == s;
 }
 
 int fs_core_getsockopt(struct fs_sock *s, int level, int name, void *val, socklen_t *len)
@@ -673,10 +798,11 @@ void fs_core_set_nonblock(struct fs_sock *s, bool nonblock)
 	s->nonblock = nonblock;
 }
 
-/* Only remembered, for the log: epoll.c handles the membership. */
+/* Remembered so that close() knows to look for epoll members (epoll.c
+ * handles the membership itself). */
 void fs_core_epoll_add(struct fs_sock *s)
 {
-	s->event_loop = true;
+	__atomic_store_n(&s->event_loop, true, __ATOMIC_RELEASE);
 }
 
 int fs_core_fionread(struct fs_sock *s, int *avail)

@@ -65,7 +65,18 @@ struct fs_stream;
 struct fs_listener;
 
 struct fs_sock {
+	/* The kernel socket as fabsock uses it for its own calls: the
+	 * application's fd, or, once the socket has been duplicated (dup,
+	 * dup2, dup3, F_DUPFD), a private duplicate (fd_private) so that the
+	 * application closing any one of its fds never pulls it away. */
 	int fd;
+	bool fd_private;
+	/* The application's fds for this socket (dup adds, close removes);
+	 * the stream closes with the last one, as a TCP socket closes with
+	 * its last file reference. */
+	int *app_fds;
+	unsigned n_app_fds, app_fds_cap;
+	int app_fds_inline[2];
 	int refs;  /* atomic; 0 = free (objects are recycled, never freed) */
 	pid_t pid; /* process whose engine owns the stream */
 	pthread_mutex_t lock;
@@ -136,7 +147,15 @@ int fs_core_listen(struct fs_sock *s, int backlog);
 void fs_core_accepted(struct fs_sock *s, int newfd, int flags);
 ssize_t fs_core_recvmsg(struct fs_sock *s, struct msghdr *msg, int flags);
 ssize_t fs_core_sendmsg(struct fs_sock *s, const struct msghdr *msg, int flags);
-int fs_core_close(struct fs_sock *s);
+/* The application closes FD, one of S's fds. */
+int fs_core_close(struct fs_sock *s, int fd);
+/* FD (S's) was duplicated to NEWFD by the real call. Returns 0 or -ENOMEM
+ * (the caller then closes NEWFD and fails the call). */
+int fs_core_dup(struct fs_sock *s, int newfd);
+/* The real dup2/dup3 is about to replace NEWFD: let go of whatever
+ * fabsock had there, as close() would, without closing it. */
+void fs_core_dup_target(int newfd);
+bool fs_sock_has_fd(struct fs_sock *s, int fd);
 int fs_core_shutdown(struct fs_sock *s, int how);
 int fs_core_getsockopt(struct fs_sock *s, int level, int name, void *val, socklen_t *len);
 void fs_core_setsockopt(struct fs_sock *s, int level, int name, const void *val, socklen_t len);
