@@ -9,6 +9,7 @@
  * FI_MR_VIRT_ADDR and FI_CONTEXT2).
  */
 #include "core/fabric.h"
+#include "core/sigs.h"
 
 #include <dirent.h>
 #include <netinet/in.h>
@@ -273,8 +274,24 @@ static struct fi_info *fs_rail_pick(struct fi_info *list, unsigned kind)
 	return NULL;
 }
 
+static int fs_rail_open_inner(struct fs_rail *rail, unsigned kind, const struct sockaddr *local, char *why,
+			      size_t whylen);
+
+/* Opens a rail, noting the signal handlers the provider installs (sigs.h). */
 int fs_rail_open(struct fs_rail *rail, unsigned kind, const struct sockaddr *local, char *why,
 		 size_t whylen)
+{
+	static struct fs_sigs_snapshot snap; /* rails open under the engine lock */
+	int ret;
+
+	fs_sigs_before(&snap);
+	ret = fs_rail_open_inner(rail, kind, local, why, whylen);
+	fs_sigs_after(&snap);
+	return ret;
+}
+
+static int fs_rail_open_inner(struct fs_rail *rail, unsigned kind, const struct sockaddr *local, char *why,
+			      size_t whylen)
 {
 	struct fi_info *hints = NULL, *list = NULL, *fi;
 	struct fi_av_attr av_attr = { .type = FI_AV_TABLE };

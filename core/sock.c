@@ -28,6 +28,8 @@
 #include "core/stats.h"
 #include "preload/real.h"
 
+#define FS_SENDFILE_CHUNK (256u << 10)
+
 __thread int fs_guard_depth;
 bool fs_core_enabled;
 
@@ -592,6 +594,74 @@ ssize_t fs_core_sendmsg(struct fs_sock *s, const struct msghdr *msg, int flags)
 	if (ret == -EPIPE && !(flags & MSG_NOSIGNAL))
 		pthread_kill(pthread_self(), SIGPIPE);
 	return ret;
+}
+
+ssize_t fs_core_sendfile(struct fs_sock *s, int in_fd, off_t *offset, size_t count)
+{
+	static __thread char *chunk;
+	off_t pos = offset ? *offset : lseek(in_fd, 0, SEEK_CUR);
+	size_t total = 0;
+	ssize_t ret = 0;
+
+	if (fs_sock_pending(s) && fs_sock_state(s) != FS_SOCK_CONNECTING) {
+		ret = fs_sock_settle(s, true, 0);
+		if (ret)
+			return ret;
+	}
+	if (fs_sock_state(s) != FS_SOCK_OFFLOADED)
+		return FS_PASS; /* the kernel's socket: its own sendfile */
+	if (pos < 0) {
+		/* A pipe cannot be read back into on a partial send. */
+		FS_WARN_ONCE("sendfile from a non-seekable fd onto an offloaded socket is not supported: EINVAL");
+		return -EINVAL;
+	}
+	if (!chunk && !(chunk = malloc(FS_SENDFILE_CHUNK)))
+		return -ENOMEM;
+	while (total < count) {
+		size_t want = count - total < FS_SENDFILE_CHUNK ? count - total : FS_SENDFILE_CHUNK;
+		ssize_t got = pread(in_fd, chunk, want, pos);
+		struct iovec iov = { chunk, 0 };
+		struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+
+		if (got < 0 && errno == EINTR && total)
+			break;
+		if (got < 0) {
+			ret = -errno;
+			break;
+		}
+		if (got == 0)
+			break; /* end of file */
+		iov.iov_len = (size_t)got;
+		ret = fs_core_sendmsg(s, &msg, 0);
+		if (ret <= 0)
+			break;
+		total += (size_t)ret;
+		pos += ret;
+		if (ret < got)
+			break; /* nonblocking, partial */
+	}
+	if (offset)
+		*offset = pos;
+	else if (total)
+		lseek(in_fd, pos, SEEK_SET);
+	return total ? (ssize_t)total : ret;
+}
+
+int fs_core_splice(struct fs_sock *s, bool out)
+{
+	if (fs_sock_pending(s) && fs_sock_state(s) != FS_SOCK_CONNECTING) {
+		int ret = fs_sock_settle(s, out, out ? 0 : fs_now_ns());
+
+		if (ret == -EAGAIN)
+			return -EAGAIN;
+		if (ret && ret != FS_PASS)
+			return ret;
+	}
+	if (fs_sock_state(s) != FS_SOCK_OFFLOADED)
+		return FS_PASS;
+	FS_WARN_ONCE("splice() on an offloaded socket is not supported (its data is not in the kernel): EINVAL; "
+		     "keep such sockets on kernel TCP with FABSOCK_RULES");
+	return -EINVAL;
 }
 
 int fs_core_shutdown(struct fs_sock *s, int how)

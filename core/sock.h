@@ -157,6 +157,12 @@ int fs_core_dup(struct fs_sock *s, int newfd);
 void fs_core_dup_target(int newfd);
 bool fs_sock_has_fd(struct fs_sock *s, int fd);
 int fs_core_shutdown(struct fs_sock *s, int how);
+/* sendfile() onto S: COUNT bytes of IN_FD (a seekable file) from *OFFSET,
+ * or from its file position when OFFSET is NULL (which then moves). */
+ssize_t fs_core_sendfile(struct fs_sock *s, int in_fd, off_t *offset, size_t count);
+/* splice() with S as one end: -EINVAL once it is offloaded (the kernel
+ * socket carries no data then), FS_PASS while it is the kernel's. */
+int fs_core_splice(struct fs_sock *s, bool out);
 int fs_core_getsockopt(struct fs_sock *s, int level, int name, void *val, socklen_t *len);
 void fs_core_setsockopt(struct fs_sock *s, int level, int name, const void *val, socklen_t len);
 void fs_core_set_nonblock(struct fs_sock *s, bool nonblock);

@@ -27,28 +27,13 @@
 #include "config/log.h"
 #include "config/params.h"
 #include "core/engine.h"
+#include "core/sigs.h"
 #include "core/probe.h"
 #include "core/stats.h"
 #include "core/stream_internal.h"
 #include "preload/real.h"
 
 #define FS_HDR sizeof(struct fs_wire_msg_hdr)
-
-/* After EINTR: restart unless some installed handler lacks SA_RESTART. We
- * cannot tell which signal interrupted us, so this errs towards EINTR, which
- * is always a legal answer from a blocking socket call. */
-static bool fs_restart_after_signal(void)
-{
-	for (int sig = 1; sig < NSIG; sig++) {
-		struct sigaction sa;
-
-		if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, NULL, &sa))
-			continue;
-		if (sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN && !(sa.sa_flags & SA_RESTART))
-			return false;
-	}
-	return true;
-}
 
 /* Looks at the control connection: EOF or reset means the peer closed the
  * socket or its process died. */
@@ -180,7 +165,7 @@ static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_read
 				if (ret == 0)
 					fs_stream_check_ctl(s, ctl_fd);
 			}
-			if (ret < 0 && errno == EINTR && !fs_restart_after_signal())
+			if (ret < 0 && errno == EINTR && !fs_sigs_restart())
 				return -EINTR;
 			if (ret > 0 && (pfd[0].revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR)))
 				fs_stream_check_ctl(s, ctl_fd);

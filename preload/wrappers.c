@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -280,6 +281,47 @@ FS_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 	if (ret == FS_PASS)
 		return fs_real.sendmsg(fd, msg, flags);
 	return fs_ret(ret);
+}
+
+/* sendfile onto an offloaded socket reads the file and sends it over the
+ * fabric; anything else is the kernel's. */
+FS_EXPORT ssize_t sendfile(int out_fd, int in_fd, off_t *offset, size_t count)
+{
+	struct fs_sock *s;
+	ssize_t ret;
+
+	if (!fs_fdt_peek_any(out_fd) || !(s = fs_sock_get(out_fd)))
+		return fs_real.sendfile(out_fd, in_fd, offset, count);
+	ret = fs_core_sendfile(s, in_fd, offset, count);
+	fs_sock_put(s);
+	if (ret == FS_PASS)
+		return fs_real.sendfile(out_fd, in_fd, offset, count);
+	return fs_ret(ret);
+}
+
+FS_EXPORT ssize_t sendfile64(int out_fd, int in_fd, off64_t *offset, size_t count)
+{
+	_Static_assert(sizeof(off64_t) == sizeof(off_t), "64-bit off_t");
+	return sendfile(out_fd, in_fd, (off_t *)offset, count);
+}
+
+/* splice moves data inside the kernel, which never has an offloaded
+ * socket's data: refused with EINVAL on one (and a warning once). */
+FS_EXPORT ssize_t splice(int fd_in, loff_t *off_in, int fd_out, loff_t *off_out, size_t len, unsigned int flags)
+{
+	for (int side = 0; side < 2; side++) {
+		int fd = side ? fd_out : fd_in;
+		struct fs_sock *s;
+		long ret;
+
+		if (!fs_fdt_peek_any(fd) || !(s = fs_sock_get(fd)))
+			continue;
+		ret = fs_core_splice(s, side == 1);
+		fs_sock_put(s);
+		if (ret != FS_PASS)
+			return fs_ret(ret);
+	}
+	return fs_real.splice(fd_in, off_in, fd_out, off_out, len, flags);
 }
 
 /* ---- descriptor-level calls -------------------------------------------- */
