@@ -67,6 +67,10 @@ struct fs_ep_member {
 	uint32_t reported_gen;
 	bool reported_once;
 	enum fs_ep_reg reg;
+	/* Where this member's event went in the output being built (so a
+	 * kernel event for it merges into that entry, not a second one). */
+	uint64_t out_gen;
+	int out_index;
 };
 
 struct fs_epoll {
@@ -74,6 +78,7 @@ struct fs_epoll {
 	int epfd;
 	struct fs_ep_member *members;
 	struct fs_ep_member *by_ptr;
+	uint64_t out_gen; /* bumped for every output being built */
 };
 
 static struct fs_epoll **fs_ept;
@@ -557,8 +562,15 @@ static uint32_t fs_member_kernel_event(struct fs_epoll *fe, struct fs_ep_member 
 	return kev;
 }
 
-/* One pass over the members; fills OUT. fe->lock held. */
-static int fs_epoll_scan(struct fs_epoll *fe, struct epoll_event *out, int max)
+/* Records that M's event is OUT[INDEX] of the output GEN. */
+static void fs_member_reported(struct fs_ep_member *m, uint64_t gen, int index)
+{
+	m->out_gen = gen;
+	m->out_index = index;
+}
+
+/* One pass over the members; fills OUT, the output GEN. fe->lock held. */
+static int fs_epoll_scan(struct fs_epoll *fe, struct epoll_event *out, int max, uint64_t gen)
 {
 	struct fs_ep_member *m, *next;
 	int n = 0;
@@ -574,6 +586,7 @@ static int fs_epoll_scan(struct fs_epoll *fe, struct epoll_event *out, int max)
 			if (ev) {
 				out[n].events = ev;
 				out[n].data = m->data;
+				fs_member_reported(m, gen, n);
 				n++;
 			}
 			continue;
@@ -591,6 +604,7 @@ static int fs_epoll_scan(struct fs_epoll *fe, struct epoll_event *out, int max)
 		if (ev) {
 			out[n].events = ev;
 			out[n].data = m->data;
+			fs_member_reported(m, gen, n);
 			n++;
 		}
 	}
@@ -610,11 +624,12 @@ int fs_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeo
 		return -EINVAL;
 	for (;;) {
 		int n = 0, k, wait_ms = 0;
-		uint64_t now, wait_us;
+		uint64_t now, wait_us, gen = 0;
 
 		if (fe) {
 			pthread_mutex_lock(&fe->lock);
-			n = fs_epoll_scan(fe, events, maxevents);
+			gen = ++fe->out_gen;
+			n = fs_epoll_scan(fe, events, maxevents, gen);
 			pthread_mutex_unlock(&fe->lock);
 		}
 		now = fs_now_ns();
@@ -675,18 +690,15 @@ int fs_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeo
 			ev = fs_member_kernel_event(fe, m, kbuf[i].events);
 			if (!ev)
 				continue;
-			/* an offloaded member may already be in the list from the scan */
-			{
-				int j;
-
-				for (j = 0; j < n; j++)
-					if (events[j].data.u64 == m->data.u64 && (events[j].events & ev) == ev)
-						break;
-				if (j < n)
-					continue;
+			/* the scan may have reported this member already: one entry
+			 * per fd, with the events of both */
+			if (m->out_gen == gen && m->out_index < n) {
+				events[m->out_index].events |= ev;
+				continue;
 			}
 			events[n].events = ev;
 			events[n].data = m->data;
+			fs_member_reported(m, gen, n);
 			n++;
 		}
 		pthread_mutex_unlock(&fe->lock);

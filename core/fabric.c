@@ -451,6 +451,26 @@ int fs_rail_mr_reg(struct fs_rail *rail, void *buf, size_t len, struct fid_mr **
 	return ret;
 }
 
+/* Removes one peer no stream uses from the AV. Returns 0, or -ENOSPC when
+ * every peer is in use. */
+static int fs_rail_av_evict_idle(struct fs_rail *rail)
+{
+	struct fs_av_peer *peer, *tmp;
+
+	HASH_ITER(hh, rail->peers, peer, tmp) {
+		if (peer->refs)
+			continue;
+		HASH_DEL(rail->peers, peer);
+		FS_GUARD_ENTER();
+		fi_av_remove(rail->av, &peer->fi_addr, 1, 0);
+		FS_GUARD_LEAVE();
+		free(peer);
+		rail->av_count--;
+		return 0;
+	}
+	return -ENOSPC;
+}
+
 int fs_rail_av_insert(struct fs_rail *rail, const void *addr, size_t addr_len, fi_addr_t *out)
 {
 	struct fs_av_peer *peer;
@@ -464,7 +484,7 @@ int fs_rail_av_insert(struct fs_rail *rail, const void *addr, size_t addr_len, f
 		*out = peer->fi_addr;
 		return 0;
 	}
-	if (rail->av_count >= rail->av_max)
+	if (rail->av_count >= rail->av_max && fs_rail_av_evict_idle(rail))
 		return -ENOSPC;
 	peer = calloc(1, sizeof(*peer));
 	if (!peer)
@@ -492,14 +512,13 @@ void fs_rail_av_release(struct fs_rail *rail, fi_addr_t addr)
 	HASH_ITER(hh, rail->peers, peer, tmp) {
 		if (peer->fi_addr != addr)
 			continue;
-		if (--peer->refs)
-			return;
-		HASH_DEL(rail->peers, peer);
-		FS_GUARD_ENTER();
-		fi_av_remove(rail->av, &peer->fi_addr, 1, 0);
-		FS_GUARD_LEAVE();
-		free(peer);
-		rail->av_count--;
+		/* A peer no stream uses stays in the AV (until the AV is full):
+		 * a peer process reconnects often (a prefork server's workers,
+		 * a client's next connection), and libfabric 1.17's shm loses
+		 * messages to a peer that was removed and inserted again
+		 * (docs/design.md, "AV peers"). */
+		if (peer->refs)
+			peer->refs--;
 		return;
 	}
 }
