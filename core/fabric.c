@@ -196,6 +196,31 @@ static void fs_shm_clean_stale(void)
 	closedir(dir);
 }
 
+void fs_shm_clean_previous_program(void)
+{
+	char prefix[64];
+	size_t plen;
+	DIR *dir;
+	struct dirent *de;
+
+	/* This pid's regions can only be the previous program's: this one has
+	 * opened no rail yet. */
+	plen = (size_t)snprintf(prefix, sizeof(prefix), "fabsock-%lu-%ld-", fs_pid_namespace(), (long)getpid());
+	dir = opendir("/dev/shm");
+	if (!dir)
+		return;
+	while ((de = readdir(dir))) {
+		char path[512];
+
+		if (strncmp(de->d_name, prefix, plen) != 0)
+			continue;
+		snprintf(path, sizeof(path), "/dev/shm/%s", de->d_name);
+		if (unlink(path) == 0)
+			FS_INFO("removed shm region %s of this process's previous program (exec)", de->d_name);
+	}
+	closedir(dir);
+}
+
 bool fs_rail_addr_plausible(unsigned kind, const void *addr, size_t len)
 {
 	const char *text = addr;

@@ -24,6 +24,7 @@
 #include "core/epoll.h"
 #include "core/fdtable.h"
 #include "core/guard.h"
+#include "core/inherit.h"
 #include "core/negotiate.h"
 #include "core/stats.h"
 #include "preload/real.h"
@@ -128,9 +129,11 @@ static void fs_sock_release(struct fs_sock *s)
 			fs_listener_put(s->listener);
 		s->listener = NULL;
 	}
-	for (unsigned i = 0; i < s->n_app_fds; i++)
+	for (unsigned i = 0; i < s->n_app_fds; i++) {
+		fs_inherit_note(s->app_fds[i], FS_INH_NONE);
 		if (fs_fdt_clear(s->app_fds[i], s))
 			fs_sock_put(s); /* the table's reference */
+	}
 	if (s->fd_private) {
 		/* the application's fds are plain kernel sockets now */
 		fs_internal_fd_close(s->fd);
@@ -166,10 +169,64 @@ void fs_internal_fd_close(int fd)
 
 /* ---- init and fork ----------------------------------------------------- */
 
+void fs_sock_note_inherit(struct fs_sock *s)
+{
+	enum fs_inherit_kind kind = FS_INH_NONE;
+
+	switch (s->closed ? FS_SOCK_KERNEL : fs_sock_state(s)) {
+	case FS_SOCK_LISTENING:
+		kind = FS_INH_LISTENING;
+		break;
+	case FS_SOCK_SERVER_PENDING:
+		kind = FS_INH_PENDING;
+		break;
+	case FS_SOCK_OFFLOADED:
+		kind = s->pid == getpid() ? FS_INH_OFFLOADED : FS_INH_NONE;
+		break;
+	default:
+		break;
+	}
+	for (unsigned i = 0; i < s->n_app_fds; i++)
+		fs_inherit_note(s->app_fds[i], kind);
+}
+
+void fs_core_adopt(int fd, bool listening)
+{
+	struct sockaddr_storage local;
+	socklen_t llen = sizeof(local);
+	struct fs_sock *s, *old;
+	uint8_t key[16];
+	uint16_t port;
+	int flags = fs_real.fcntl(fd, F_GETFL, 0);
+
+	if (!fs_core_enabled || fs_real.getsockname(fd, (struct sockaddr *)&local, &llen) ||
+	    (local.ss_family != AF_INET && local.ss_family != AF_INET6))
+		return;
+	s = fs_sock_alloc(fd, local.ss_family);
+	if (!s)
+		return;
+	s->nonblock = flags >= 0 && (flags & O_NONBLOCK);
+	fs_sockaddr_key((struct sockaddr *)&local, key, &port);
+	s->local_port = port;
+	if (listening) {
+		s->listener = fs_listener_open(fd);
+		fs_sock_set_state(s, FS_SOCK_LISTENING);
+		FS_INFO("fd %d: listener on port %u taken over after exec", fd, port);
+	} else {
+		s->inherited = true;
+		fs_sock_set_state(s, FS_SOCK_SERVER_PENDING);
+	}
+	old = fs_fdt_set(fd, s);
+	if (old && old != FS_SOCK_INTERNAL)
+		fs_sock_put(old);
+	fs_sock_note_inherit(s);
+}
+
 void fs_core_atfork_child(void)
 {
 	fs_engine_forget_after_fork();
 	fs_service_after_fork();
+	fs_inherit_after_fork();
 	pthread_mutex_init(&fs_sock_free_lock, NULL);
 }
 
@@ -211,6 +268,8 @@ void fs_core_init(void)
 	if (fs_params.stats)
 		atexit(fs_core_atexit_stats);
 	fs_core_enabled = fs_params.enable;
+	if (fs_core_enabled)
+		fs_inherit_restore();
 }
 
 /* ---- lifecycle hooks --------------------------------------------------- */
@@ -425,6 +484,7 @@ int fs_core_listen(struct fs_sock *s, int backlog)
 	s->listener = fs_listener_open(s->fd);
 	s->local_port = port;
 	fs_sock_set_state(s, FS_SOCK_LISTENING);
+	fs_sock_note_inherit(s);
 	pthread_mutex_unlock(&s->lock);
 	return 0;
 plain:
@@ -452,6 +512,8 @@ void fs_core_accepted(struct fs_sock *ls, int newfd, int flags)
 	old = fs_fdt_set(newfd, s);
 	if (old && old != FS_SOCK_INTERNAL)
 		fs_sock_put(old);
+	if (!(flags & SOCK_CLOEXEC))
+		fs_inherit_note(newfd, FS_INH_PENDING);
 }
 
 /* Settles a pending socket. Returns 0 (offloaded), FS_PASS (kernel: the
@@ -492,9 +554,10 @@ int fs_sock_settle(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 		break;
 	}
 	if (ret == FS_PASS && fs_sock_state(s) != FS_SOCK_KERNEL) {
-		if (s->listener && s->have_peer_key)
+		if (s->listener && s->have_peer_key) {
 			fs_sock_set_state(s, FS_SOCK_SERVER_PLAIN);
-		else
+			fs_sock_note_inherit(s);
+		} else
 			fs_sock_release(s);
 	}
 	pthread_mutex_unlock(&s->lock);
@@ -552,6 +615,11 @@ ssize_t fs_core_sendmsg(struct fs_sock *s, const struct msghdr *msg, int flags)
 	bool nonblock = s->nonblock || (flags & MSG_DONTWAIT);
 	ssize_t ret;
 
+	if (s->inherited && fs_sock_state(s) == FS_SOCK_SERVER_PENDING) {
+		/* sent as TCP; the first receive still looks for a HELLO */
+		s->inherited_sent = true;
+		return FS_PASS;
+	}
 	if ((fs_sock_state(s) == FS_SOCK_CLIENT_PENDING || fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT) && !s->shut_wr) {
 		/* Like TCP's send buffer: once the HELLO is out, hold the bytes in
 		 * the stream until the ACK lets them go (or sends them over TCP if
@@ -698,6 +766,7 @@ static void fs_sock_forget_fd(struct fs_sock *s, int fd)
 		if (s->app_fds[i] != fd)
 			continue;
 		s->app_fds[i] = s->app_fds[--s->n_app_fds];
+		fs_inherit_note(fd, FS_INH_NONE);
 		if (fs_fdt_clear(fd, s))
 			fs_sock_put(s); /* that slot's reference */
 		break;
@@ -817,6 +886,7 @@ int fs_core_dup(struct fs_sock *s, int newfd)
 	old = fs_fdt_set(newfd, s);
 	if (old && old != FS_SOCK_INTERNAL)
 		fs_sock_put(old); /* stale entry of an fd closed behind our back */
+	fs_sock_note_inherit(s);
 	pthread_mutex_unlock(&s->lock);
 	FS_DBG("fd %d: duplicated as fd %d", s->app_fds[0], newfd);
 	return 0;

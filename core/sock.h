@@ -86,6 +86,8 @@ struct fs_sock {
 	bool event_loop; /* added to an epoll set */
 	bool closed;     /* the application closed it (epoll members drop it) */
 	bool linger0;
+	bool inherited;      /* adopted after exec(): see inherit.h */
+	bool inherited_sent; /* ...and the application sent on it before receiving */
 	bool shut_rd, shut_wr;
 	uint64_t rcvtimeo_ns, sndtimeo_ns;
 
@@ -176,6 +178,11 @@ int fs_core_poll(struct pollfd *fds, nfds_t nfds, int64_t timeout_ns, const sigs
 int fs_core_select(int nfds, fd_set *r, fd_set *w, fd_set *x, int64_t timeout_ns, const sigset_t *sigmask);
 
 void fs_core_atfork_child(void);
+/* After exec: takes FD over as a listener (LISTENING) or as an accepted
+ * connection not yet used (inherited). See inherit.h. */
+void fs_core_adopt(int fd, bool listening);
+/* Records S's state for each of its fds in the exec records. */
+void fs_sock_note_inherit(struct fs_sock *s);
 
 /* Settles a pending socket (readiness.c uses it). See sock.c. */
 int fs_sock_settle(struct fs_sock *s, bool for_send, uint64_t deadline_ns);

@@ -5,6 +5,12 @@
  *
  *   fs_shapes server SHAPE NCONN   SHAPE: fork | prefork | threads | epoll
  *   fs_shapes client HOST PORT NCONN PARALLEL
+ *   fs_shapes exec-server threads|epoll NCONN   listens, then execs itself
+ *             as `serve-fd FD SHAPE NCONN` with the listening socket
+ *   fs_shapes inetd PROGRAM ARGS...   accepts one connection, forks, and
+ *             the child execs PROGRAM with the connection as fds 0 and 1
+ *   fs_shapes exec-client HOST PORT   one round trip, then execs itself as
+ *             `after-exec FD`, which expects the connection to end
  *
  * fork: the parent accepts and forks a child per connection (the parent
  * closes its copy at once); prefork: the parent listens and forks 4
@@ -452,16 +458,157 @@ static int sh_client(const char *host, const char *port, int nconn, int parallel
 	return sh_failures ? 1 : 0;
 }
 
+/* ---- exec ---------------------------------------------------------------- */
+
+/* exec-server SHAPE NCONN: listens, then execs `serve-fd FD SHAPE NCONN`
+ * with the listening socket (no FD_CLOEXEC) as the new program's. */
+static int sh_exec_server(const char *self, const char *shape, const char *nconn)
+{
+	struct sockaddr_in address = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t length = sizeof(address);
+	int listen_fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+	char fd_text[16];
+
+	setsockopt(listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(listen_fd, (struct sockaddr *)&address, sizeof(address)) || listen(listen_fd, 128) ||
+	    getsockname(listen_fd, (struct sockaddr *)&address, &length)) {
+		sh_fail("listen: %s", strerror(errno));
+		return 1;
+	}
+	snprintf(fd_text, sizeof(fd_text), "%d", listen_fd);
+	execl(self, self, "serve-fd", fd_text, shape, nconn, (char *)NULL);
+	sh_fail("exec: %s", strerror(errno));
+	return 1;
+}
+
+static int sh_serve_fd(int listen_fd, const char *shape, int nconn)
+{
+	struct sockaddr_in address;
+	socklen_t length = sizeof(address);
+	int served;
+
+	if (getsockname(listen_fd, (struct sockaddr *)&address, &length)) {
+		sh_fail("the inherited fd %d is not a socket: %s", listen_fd, strerror(errno));
+		return 1;
+	}
+	printf("listening port=%d\n", ntohs(address.sin_port));
+	fflush(stdout);
+	served = strcmp(shape, "threads") == 0 ? sh_serve_threads(listen_fd, nconn) : sh_serve_epoll(listen_fd, nconn);
+	printf("served=%d\n", served);
+	if (served != nconn)
+		sh_fail("served %d connections, expected %d", served, nconn);
+	if (!sh_failures)
+		printf("PASS server %s\n", shape);
+	return sh_failures ? 1 : 0;
+}
+
+/* inetd PROGRAM ARGS...: accepts one connection, forks; the child puts it
+ * on fds 0 and 1 (no FD_CLOEXEC) and execs PROGRAM, which talks to the
+ * client through its standard input and output. */
+static int sh_inetd(char **program)
+{
+	struct sockaddr_in address = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t length = sizeof(address);
+	int listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1, fd, status = 0;
+	pid_t pid;
+
+	setsockopt(listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(listen_fd, (struct sockaddr *)&address, sizeof(address)) || listen(listen_fd, 16) ||
+	    getsockname(listen_fd, (struct sockaddr *)&address, &length)) {
+		sh_fail("listen: %s", strerror(errno));
+		return 1;
+	}
+	printf("listening port=%d\n", ntohs(address.sin_port));
+	fflush(stdout);
+	fd = sh_accept(listen_fd, 60000);
+	if (fd < 0) {
+		sh_fail("accept: %s", strerror(errno));
+		return 1;
+	}
+	pid = fork();
+	if (pid == 0) {
+		dup2(fd, 0);
+		dup2(fd, 1);
+		close(fd);
+		execvp(program[0], program);
+		_exit(127);
+	}
+	close(fd);
+	if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		sh_fail("the exec'd program failed (status 0x%x)", status);
+	if (!sh_failures)
+		printf("PASS server inetd\n");
+	return sh_failures ? 1 : 0;
+}
+
+/* exec-client HOST PORT: one offloaded echo round trip, then the process
+ * execs `after-exec FD` with the connection still open (no FD_CLOEXEC). */
+static int sh_exec_client(const char *self, const char *host, const char *port)
+{
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
+	char fd_text[16], byte = 'e';
+	int fd;
+
+	if (getaddrinfo(host, port, &hints, &sh_target)) {
+		sh_fail("cannot resolve %s %s", host, port);
+		return 1;
+	}
+	fd = socket(sh_target->ai_family, SOCK_STREAM, 0);
+	if (fd < 0 || connect(fd, sh_target->ai_addr, sh_target->ai_addrlen) || send(fd, &byte, 1, 0) != 1 ||
+	    recv(fd, &byte, 1, MSG_WAITALL) != 1) {
+		sh_fail("round trip before exec: %s", strerror(errno));
+		return 1;
+	}
+	snprintf(fd_text, sizeof(fd_text), "%d", fd);
+	printf("exec with fd %d\n", fd);
+	fflush(stdout);
+	execl(self, self, "after-exec", fd_text, (char *)NULL);
+	sh_fail("exec: %s", strerror(errno));
+	return 1;
+}
+
+/* after-exec FD: the inherited connection must end, not hang: recv
+ * returns 0 or an error within the watchdog, and a send fails or the peer
+ * goes away. */
+static int sh_after_exec(int fd)
+{
+	char byte;
+	ssize_t n;
+
+	alarm(10);
+	n = recv(fd, &byte, 1, 0);
+	printf("after exec: recv returned %zd (%s)\n", n, n < 0 ? strerror(errno) : "");
+	if (n > 0) {
+		sh_fail("data on a connection whose stream did not survive exec");
+		return 1;
+	}
+	printf("PASS after-exec\n");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	signal(SIGALRM, sh_watchdog);
 	alarm(SH_WATCHDOG);
+	if (argc == 4 && strcmp(argv[1], "exec-server") == 0)
+		return sh_exec_server(argv[0], argv[2], argv[3]);
+	if (argc == 5 && strcmp(argv[1], "serve-fd") == 0)
+		return sh_serve_fd(atoi(argv[2]), argv[3], atoi(argv[4]));
+	if (argc >= 3 && strcmp(argv[1], "inetd") == 0)
+		return sh_inetd(argv + 2);
+	if (argc == 4 && strcmp(argv[1], "exec-client") == 0)
+		return sh_exec_client(argv[0], argv[2], argv[3]);
+	if (argc == 3 && strcmp(argv[1], "after-exec") == 0)
+		return sh_after_exec(atoi(argv[2]));
 	if (argc == 4 && strcmp(argv[1], "server") == 0)
 		return sh_server(argv[2], atoi(argv[3]));
 	if (argc == 6 && strcmp(argv[1], "client") == 0)
 		return sh_client(argv[2], argv[3], atoi(argv[4]), atoi(argv[5]));
 	fprintf(stderr, "usage: fs_shapes server fork|prefork|threads|epoll NCONN\n"
-			"       fs_shapes client HOST PORT NCONN PARALLEL\n");
+			"       fs_shapes client HOST PORT NCONN PARALLEL\n"
+			"       fs_shapes exec-server threads|epoll NCONN\n"
+			"       fs_shapes inetd PROGRAM [ARGS...]\n"
+			"       fs_shapes exec-client HOST PORT\n");
 	return 2;
 }
