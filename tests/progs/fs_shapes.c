@@ -166,6 +166,11 @@ static int sh_serve_prefork(int listen_fd, int nconn)
 		return 0;
 	}
 	*served = 0;
+	/* Nonblocking: all workers poll the shared socket, and the ones that
+	 * lose the race for a connection must not sit in accept() after the
+	 * last one (accepted sockets stay blocking: accept() does not inherit
+	 * O_NONBLOCK). */
+	fcntl(listen_fd, F_SETFL, fcntl(listen_fd, F_GETFL) | O_NONBLOCK);
 	for (int w = 0; w < SH_WORKERS; w++) {
 		pid_t pid = fork();
 
