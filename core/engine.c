@@ -297,6 +297,7 @@ struct fs_stream *fs_stream_create(struct fs_engine *e, struct fs_engine_rail *e
 	/* Until the peer's HELLO-ACK says otherwise, queued sends are cut to a
 	 * size every peer accepts (FABSOCK_CHUNK_SIZE is at least this). */
 	s->peer_chunk = FS_PRE_ACK_CHUNK;
+	s->app_ref = true;
 	*nak = FS_NAK_NONE;
 	return s;
 }
@@ -365,8 +366,26 @@ static void fs_stream_destroy(struct fs_engine *e, struct fs_stream *s)
 	}
 	if (s->wake_fd >= 0)
 		fs_real.close(s->wake_fd);
+	s->wake_fd = -1;
+	s->ctl_fd = -1;
+	s->dead = true;
 	free(s->ooo);
-	free(s);
+	s->ooo = NULL;
+	if (!s->app_ref)
+		free(s);
+}
+
+void fs_stream_drop_app(struct fs_stream *s)
+{
+	struct fs_engine *e = fs_engine_peek();
+
+	if (!e)
+		return; /* the engine is gone with its streams (exit) */
+	pthread_mutex_lock(&e->lock);
+	s->app_ref = false;
+	if (s->dead)
+		free(s);
+	pthread_mutex_unlock(&e->lock);
 }
 
 int fs_stream_take_queued(struct fs_engine *e, struct fs_stream *s, int (*sink)(void *arg, const void *data, size_t len),
@@ -383,6 +402,7 @@ int fs_stream_take_queued(struct fs_engine *e, struct fs_stream *s, int (*sink)(
 void fs_stream_abandon(struct fs_engine *e, struct fs_stream *s)
 {
 	s->ctl_fd = -1;
+	s->app_ref = false; /* a half-made stream is only seen under the socket lock */
 	fs_stream_destroy(e, s);
 }
 
@@ -889,6 +909,10 @@ void fs_engine_reap(struct fs_engine *e)
 		if (s->txq_head)
 			fs_stream_flush(e, s);
 		fs_orphan_check(e, s);
+		if (s->users) {
+			link = &s->orphan_next; /* a thread is still inside send/recv on it */
+			continue;
+		}
 		if ((sent && heard && !s->tx_inflight) || now >= s->close_deadline_ns) {
 			*link = s->orphan_next;
 			if (!sent)

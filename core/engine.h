@@ -112,6 +112,15 @@ struct fs_stream {
 
 	int app_fd;            /* the application's fd while it is open (exit flush only) */
 
+	/* Lifetime. The socket that owns the stream keeps a reference to its
+	 * memory (app_ref) until the socket object itself is recycled, so a
+	 * thread that loaded sock->stream just before another thread closed
+	 * the socket still looks at a valid (CLOSED) stream. Threads inside
+	 * send/recv (users) keep its resources: it is not reaped under them. */
+	unsigned users;        /* threads inside the data path on it (lock held to change) */
+	bool app_ref;          /* the owning fs_sock still points at it */
+	bool dead;             /* resources returned; only the memory is left */
+
 	/* orphan (application closed it, engine still flushing) */
 	int ctl_fd;            /* the kernel TCP socket: control channel */
 	uint64_t close_deadline_ns;
@@ -194,6 +203,9 @@ size_t fs_stream_readable(struct fs_stream *s);
  * socket the engine now owns and closes once our FIN is delivered (or at
  * once, with a reset, if ABORT). */
 void fs_stream_close(struct fs_stream *s, int ctl_fd, bool abort);
+/* The owning socket object is being recycled: the stream's memory may go
+ * once the engine is done with it. No locks held. */
+void fs_stream_drop_app(struct fs_stream *s);
 
 uint64_t fs_now_ns(void);
 

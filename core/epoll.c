@@ -67,6 +67,10 @@ struct fs_ep_member {
 	uint32_t reported_gen;
 	bool reported_once;
 	enum fs_ep_reg reg;
+	/* Where this member's event went in the output being built (so a
+	 * kernel event for it merges into that entry, not a second one). */
+	uint64_t out_gen;
+	int out_index;
 };
 
 struct fs_epoll {
@@ -74,9 +78,11 @@ struct fs_epoll {
 	int epfd;
 	struct fs_ep_member *members;
 	struct fs_ep_member *by_ptr;
+	uint64_t out_gen; /* bumped for every output being built */
 };
 
 static struct fs_epoll **fs_ept;
+static int fs_ept_hi = -1; /* highest epfd with an instance record */
 static bool fs_have_pwait2 = true; /* kernel 5.11+; else millisecond slices */
 static pthread_mutex_t fs_ept_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -107,6 +113,8 @@ static struct fs_epoll *fs_epoll_get_or_make(int epfd)
 			pthread_mutex_init(&fe->lock, NULL);
 			fe->epfd = epfd;
 			__atomic_store_n(&fs_ept[epfd], fe, __ATOMIC_RELEASE);
+			if (epfd > fs_ept_hi)
+				__atomic_store_n(&fs_ept_hi, epfd, __ATOMIC_RELEASE);
 		}
 	}
 	pthread_mutex_unlock(&fs_ept_lock);
@@ -145,6 +153,33 @@ void fs_epoll_closed(int epfd)
 	while (fe->members)
 		fs_member_free(fe, fe->members);
 	pthread_mutex_unlock(&fe->lock);
+}
+
+/* The application is about to close FD, one of S's fds. Takes it out of
+ * every epoll instance now, while the fd still names the socket: the
+ * kernel would keep its entry (tagged with a member of ours) as long as
+ * the socket stays open, and fabsock keeps it open after close() (a
+ * duplicate fd, or the stream's control channel until the FIN is out). */
+void fs_epoll_fd_closing(struct fs_sock *s, int fd)
+{
+	int hi = __atomic_load_n(&fs_ept_hi, __ATOMIC_ACQUIRE);
+
+	for (int epfd = 0; epfd <= hi; epfd++) {
+		struct fs_epoll *fe = fs_epoll_peek(epfd);
+		struct fs_ep_member *m, *next;
+
+		if (!fe || !__atomic_load_n(&fe->members, __ATOMIC_ACQUIRE))
+			continue;
+		pthread_mutex_lock(&fe->lock);
+		for (m = fe->members; m; m = next) {
+			next = m->next;
+			if (m->s != s || m->fd != fd)
+				continue;
+			fs_real.epoll_ctl(fe->epfd, EPOLL_CTL_DEL, fd, NULL);
+			fs_member_free(fe, m);
+		}
+		pthread_mutex_unlock(&fe->lock);
+	}
 }
 
 bool fs_epoll_has_members(int epfd)
@@ -199,7 +234,11 @@ static bool fs_member_fixup(struct fs_epoll *fe, struct fs_ep_member *m)
 		return true;
 	}
 	st = fs_sock_state(m->s);
-	if (m->s->closed || m->s->fd != m->fd) {
+	/* Closed, or this fd of a duplicated socket closed (fabsock drops the
+	 * member then, where the kernel would keep it while another fd holds
+	 * the socket open: docs/design.md, "dup"). A socket left to the kernel
+	 * has no slots any more and is handled below. */
+	if (m->s->closed || (st != FS_SOCK_KERNEL && !fs_sock_has_fd(m->s, m->fd))) {
 		fs_member_free(fe, m); /* the kernel dropped the closed fd itself */
 		return false;
 	}
@@ -247,8 +286,10 @@ static int fs_member_add(struct fs_epoll *fe, int fd, struct fs_sock *s, const s
 		free(m);
 		return ret;
 	}
-	if (s)
+	if (s) {
 		fs_sock_ref(s);
+		fs_core_epoll_add(s); /* close() must take it out of epoll sets */
+	}
 	HASH_ADD_PTR(fe->by_ptr, self, m);
 	m->next = fe->members;
 	fe->members = m;
@@ -521,8 +562,15 @@ static uint32_t fs_member_kernel_event(struct fs_epoll *fe, struct fs_ep_member 
 	return kev;
 }
 
-/* One pass over the members; fills OUT. fe->lock held. */
-static int fs_epoll_scan(struct fs_epoll *fe, struct epoll_event *out, int max)
+/* Records that M's event is OUT[INDEX] of the output GEN. */
+static void fs_member_reported(struct fs_ep_member *m, uint64_t gen, int index)
+{
+	m->out_gen = gen;
+	m->out_index = index;
+}
+
+/* One pass over the members; fills OUT, the output GEN. fe->lock held. */
+static int fs_epoll_scan(struct fs_epoll *fe, struct epoll_event *out, int max, uint64_t gen)
 {
 	struct fs_ep_member *m, *next;
 	int n = 0;
@@ -538,6 +586,7 @@ static int fs_epoll_scan(struct fs_epoll *fe, struct epoll_event *out, int max)
 			if (ev) {
 				out[n].events = ev;
 				out[n].data = m->data;
+				fs_member_reported(m, gen, n);
 				n++;
 			}
 			continue;
@@ -555,6 +604,7 @@ static int fs_epoll_scan(struct fs_epoll *fe, struct epoll_event *out, int max)
 		if (ev) {
 			out[n].events = ev;
 			out[n].data = m->data;
+			fs_member_reported(m, gen, n);
 			n++;
 		}
 	}
@@ -574,11 +624,12 @@ int fs_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeo
 		return -EINVAL;
 	for (;;) {
 		int n = 0, k, wait_ms = 0;
-		uint64_t now, wait_us;
+		uint64_t now, wait_us, gen = 0;
 
 		if (fe) {
 			pthread_mutex_lock(&fe->lock);
-			n = fs_epoll_scan(fe, events, maxevents);
+			gen = ++fe->out_gen;
+			n = fs_epoll_scan(fe, events, maxevents, gen);
 			pthread_mutex_unlock(&fe->lock);
 		}
 		now = fs_now_ns();
@@ -639,18 +690,15 @@ int fs_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeo
 			ev = fs_member_kernel_event(fe, m, kbuf[i].events);
 			if (!ev)
 				continue;
-			/* an offloaded member may already be in the list from the scan */
-			{
-				int j;
-
-				for (j = 0; j < n; j++)
-					if (events[j].data.u64 == m->data.u64 && (events[j].events & ev) == ev)
-						break;
-				if (j < n)
-					continue;
+			/* the scan may have reported this member already: one entry
+			 * per fd, with the events of both */
+			if (m->out_gen == gen && m->out_index < n) {
+				events[m->out_index].events |= ev;
+				continue;
 			}
 			events[n].events = ev;
 			events[n].data = m->data;
+			fs_member_reported(m, gen, n);
 			n++;
 		}
 		pthread_mutex_unlock(&fe->lock);

@@ -30,6 +30,8 @@ bool fs_epoll_kernel_readable(int epfd);
 bool fs_epoll_is_instance(int fd);
 /* epoll_ctl of an epoll instance FD inside EPFD. */
 int fs_epoll_ctl_nested(int epfd, int op, int fd, struct epoll_event *event);
+/* FD, one of S's fds, is about to be closed (or replaced by dup2). */
+void fs_epoll_fd_closing(struct fs_sock *s, int fd);
 /* The application closed EPFD. */
 void fs_epoll_closed(int epfd);
 

@@ -9,6 +9,7 @@
  * FI_MR_VIRT_ADDR and FI_CONTEXT2).
  */
 #include "core/fabric.h"
+#include "core/sigs.h"
 
 #include <dirent.h>
 #include <netinet/in.h>
@@ -195,6 +196,31 @@ static void fs_shm_clean_stale(void)
 	closedir(dir);
 }
 
+void fs_shm_clean_previous_program(void)
+{
+	char prefix[64];
+	size_t plen;
+	DIR *dir;
+	struct dirent *de;
+
+	/* This pid's regions can only be the previous program's: this one has
+	 * opened no rail yet. */
+	plen = (size_t)snprintf(prefix, sizeof(prefix), "fabsock-%lu-%ld-", fs_pid_namespace(), (long)getpid());
+	dir = opendir("/dev/shm");
+	if (!dir)
+		return;
+	while ((de = readdir(dir))) {
+		char path[512];
+
+		if (strncmp(de->d_name, prefix, plen) != 0)
+			continue;
+		snprintf(path, sizeof(path), "/dev/shm/%s", de->d_name);
+		if (unlink(path) == 0)
+			FS_INFO("removed shm region %s of this process's previous program (exec)", de->d_name);
+	}
+	closedir(dir);
+}
+
 bool fs_rail_addr_plausible(unsigned kind, const void *addr, size_t len)
 {
 	const char *text = addr;
@@ -273,8 +299,24 @@ static struct fi_info *fs_rail_pick(struct fi_info *list, unsigned kind)
 	return NULL;
 }
 
+static int fs_rail_open_inner(struct fs_rail *rail, unsigned kind, const struct sockaddr *local, char *why,
+			      size_t whylen);
+
+/* Opens a rail, noting the signal handlers the provider installs (sigs.h). */
 int fs_rail_open(struct fs_rail *rail, unsigned kind, const struct sockaddr *local, char *why,
 		 size_t whylen)
+{
+	static struct fs_sigs_snapshot snap; /* rails open under the engine lock */
+	int ret;
+
+	fs_sigs_before(&snap);
+	ret = fs_rail_open_inner(rail, kind, local, why, whylen);
+	fs_sigs_after(&snap);
+	return ret;
+}
+
+static int fs_rail_open_inner(struct fs_rail *rail, unsigned kind, const struct sockaddr *local, char *why,
+			      size_t whylen)
 {
 	struct fi_info *hints = NULL, *list = NULL, *fi;
 	struct fi_av_attr av_attr = { .type = FI_AV_TABLE };
@@ -434,6 +476,26 @@ int fs_rail_mr_reg(struct fs_rail *rail, void *buf, size_t len, struct fid_mr **
 	return ret;
 }
 
+/* Removes one peer no stream uses from the AV. Returns 0, or -ENOSPC when
+ * every peer is in use. */
+static int fs_rail_av_evict_idle(struct fs_rail *rail)
+{
+	struct fs_av_peer *peer, *tmp;
+
+	HASH_ITER(hh, rail->peers, peer, tmp) {
+		if (peer->refs)
+			continue;
+		HASH_DEL(rail->peers, peer);
+		FS_GUARD_ENTER();
+		fi_av_remove(rail->av, &peer->fi_addr, 1, 0);
+		FS_GUARD_LEAVE();
+		free(peer);
+		rail->av_count--;
+		return 0;
+	}
+	return -ENOSPC;
+}
+
 int fs_rail_av_insert(struct fs_rail *rail, const void *addr, size_t addr_len, fi_addr_t *out)
 {
 	struct fs_av_peer *peer;
@@ -447,7 +509,7 @@ int fs_rail_av_insert(struct fs_rail *rail, const void *addr, size_t addr_len, f
 		*out = peer->fi_addr;
 		return 0;
 	}
-	if (rail->av_count >= rail->av_max)
+	if (rail->av_count >= rail->av_max && fs_rail_av_evict_idle(rail))
 		return -ENOSPC;
 	peer = calloc(1, sizeof(*peer));
 	if (!peer)
@@ -475,14 +537,13 @@ void fs_rail_av_release(struct fs_rail *rail, fi_addr_t addr)
 	HASH_ITER(hh, rail->peers, peer, tmp) {
 		if (peer->fi_addr != addr)
 			continue;
-		if (--peer->refs)
-			return;
-		HASH_DEL(rail->peers, peer);
-		FS_GUARD_ENTER();
-		fi_av_remove(rail->av, &peer->fi_addr, 1, 0);
-		FS_GUARD_LEAVE();
-		free(peer);
-		rail->av_count--;
+		/* A peer no stream uses stays in the AV (until the AV is full):
+		 * a peer process reconnects often (a prefork server's workers,
+		 * a client's next connection), and libfabric 1.17's shm loses
+		 * messages to a peer that was removed and inserted again
+		 * (docs/design.md, "AV peers"). */
+		if (peer->refs)
+			peer->refs--;
 		return;
 	}
 }

@@ -101,4 +101,8 @@ int fs_rail_av_insert(struct fs_rail *rail, const void *addr, size_t addr_len, f
  * (shm allows 256 peers at a time, not 256 streams in a lifetime). */
 void fs_rail_av_release(struct fs_rail *rail, fi_addr_t addr);
 
+/* After exec: removes the shm regions the previous program of this
+ * process left (it could not close them). */
+void fs_shm_clean_previous_program(void);
+
 #endif

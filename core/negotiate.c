@@ -27,6 +27,7 @@
 #include "config/params.h"
 #include "config/rules.h"
 #include "core/engine.h"
+#include "core/inherit.h"
 #include "core/fabric.h"
 #include "core/probe.h"
 #include "core/sock.h"
@@ -212,6 +213,7 @@ static void fs_offloaded(struct fs_sock *s, const char *side)
 		fs_fabric_prov_name(s->stream->erail->rail.kind), s->stream->id, s->stream->peer_id,
 		s->stream->peer_window);
 	fs_sock_set_state(s, FS_SOCK_OFFLOADED);
+	fs_sock_note_inherit(s);
 }
 
 /* ---- client ------------------------------------------------------------ */
@@ -523,6 +525,41 @@ static int fs_server_expect_hello(struct fs_sock *s, const struct fs_probe_rec *
 	return fs_kernel(s, "no HELLO arrived in time");
 }
 
+/* An accepted connection that reached this program through exec() before
+ * it was used (inherit.h). The probe record went with the old program, so
+ * this side does not offload it; but its client may have been told "yes"
+ * and sent a HELLO (first thing on the stream, possibly a few hundred ms
+ * late: a fresh client opens its fabric first), which the new program must
+ * never read. So on the first receive the first bytes are awaited as the
+ * application would await them; a complete HELLO at the head is consumed,
+ * and refused (NAK) unless this side already sent data, which the client
+ * took as "the server committed to TCP" (it then expects the HELLO to be
+ * dropped, and a NAK would be data to it). The application's sends before
+ * that go to the kernel without settling (fs_core_sendmsg). */
+static int fs_server_inherited(struct fs_sock *s, uint64_t deadline_ns)
+{
+	struct fs_hello hello;
+	size_t got = 0;
+	int ret;
+
+	ret = fs_peek_message_ex(s->fd, FS_WIRE_HELLO_MAGIC, &hello, deadline_ns ? deadline_ns : UINT64_MAX, &got,
+				 true);
+	if (ret == 0 && !got)
+		return -EAGAIN; /* nothing yet, and the caller cannot wait longer */
+	if (ret == 0 && got)
+		ret = fs_peek_message(s->fd, FS_WIRE_HELLO_MAGIC, &hello,
+				      fs_now_ns() + fs_params.hello_timeout_ms * FS_MS, &got);
+	FS_DBG("fd %d: inherited across exec: %zu first bytes, decode %d", s->fd, got, ret);
+	if (ret > 0) {
+		if (fs_consume(s->fd, (size_t)ret))
+			return -EIO;
+		if (!s->inherited_sent)
+			return fs_server_refuse(s, hello.token, hello.nonce, FS_NAK_RESOURCES, NULL);
+		return fs_kernel(s, "accepted before exec(); the client's HELLO was dropped");
+	}
+	return fs_kernel(s, "accepted before exec(): the probe record stayed with the old program");
+}
+
 int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 {
 	struct sockaddr_storage peer;
@@ -547,6 +584,8 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 		FS_STAT_INC(fallback_rule);
 		return fs_kernel(s, "a FABSOCK_RULES rule says kernel");
 	}
+	if (s->inherited)
+		return for_send ? fs_kernel(s, "accepted before exec()") : fs_server_inherited(s, deadline_ns);
 	if (!s->listener) {
 		if (rule == FS_RULE_OFFLOAD)
 			return fs_server_expect_hello(s, NULL, true, addr, port, deadline_ns);

@@ -21,11 +21,15 @@
 #include "config/params.h"
 #include "config/rules.h"
 #include "core/engine.h"
+#include "core/epoll.h"
 #include "core/fdtable.h"
 #include "core/guard.h"
+#include "core/inherit.h"
 #include "core/negotiate.h"
 #include "core/stats.h"
 #include "preload/real.h"
+
+#define FS_SENDFILE_CHUNK (256u << 10)
 
 __thread int fs_guard_depth;
 bool fs_core_enabled;
@@ -53,6 +57,10 @@ static struct fs_sock *fs_sock_alloc(int fd, int family)
 	}
 	pthread_mutex_init(&s->lock, NULL);
 	s->fd = fd;
+	s->app_fds = s->app_fds_inline;
+	s->app_fds_cap = sizeof(s->app_fds_inline) / sizeof(s->app_fds_inline[0]);
+	s->app_fds[0] = fd;
+	s->n_app_fds = 1;
 	s->family = family;
 	s->pid = getpid();
 	fs_sock_set_state(s, FS_SOCK_FRESH);
@@ -76,7 +84,7 @@ struct fs_sock *fs_sock_get(int fd)
 			continue; /* being recycled; the slot will change */
 		if (!__atomic_compare_exchange_n(&s->refs, &refs, refs + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
 			continue;
-		if (fs_fdt_peek(fd) == s && s->fd == fd)
+		if (fs_fdt_peek(fd) == s)
 			return s;
 		fs_sock_put(s);
 	}
@@ -91,6 +99,14 @@ void fs_sock_put(struct fs_sock *s)
 {
 	if (__atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL))
 		return;
+	/* Nobody can look at S any more: the stream's memory may go once the
+	 * engine is done with it (only in the process that owns it). */
+	if (s->stream && s->pid == getpid())
+		fs_stream_drop_app(s->stream);
+	s->stream = NULL;
+	if (s->app_fds != s->app_fds_inline)
+		free(s->app_fds);
+	s->app_fds = NULL;
 	pthread_mutex_lock(&fs_sock_free_lock);
 	s->free_next = fs_sock_free_list;
 	fs_sock_free_list = s;
@@ -113,8 +129,17 @@ static void fs_sock_release(struct fs_sock *s)
 			fs_listener_put(s->listener);
 		s->listener = NULL;
 	}
-	if (fs_fdt_clear(s->fd, s))
-		fs_sock_put(s); /* the table's reference */
+	for (unsigned i = 0; i < s->n_app_fds; i++) {
+		fs_inherit_note(s->app_fds[i], FS_INH_NONE);
+		if (fs_fdt_clear(s->app_fds[i], s))
+			fs_sock_put(s); /* the table's reference */
+	}
+	if (s->fd_private) {
+		/* the application's fds are plain kernel sockets now */
+		fs_internal_fd_close(s->fd);
+		s->fd_private = false;
+		s->fd = s->n_app_fds ? s->app_fds[0] : -1;
+	}
 	fs_sock_set_state(s, FS_SOCK_KERNEL);
 }
 
@@ -144,10 +169,64 @@ void fs_internal_fd_close(int fd)
 
 /* ---- init and fork ----------------------------------------------------- */
 
+void fs_sock_note_inherit(struct fs_sock *s)
+{
+	enum fs_inherit_kind kind = FS_INH_NONE;
+
+	switch (s->closed ? FS_SOCK_KERNEL : fs_sock_state(s)) {
+	case FS_SOCK_LISTENING:
+		kind = FS_INH_LISTENING;
+		break;
+	case FS_SOCK_SERVER_PENDING:
+		kind = FS_INH_PENDING;
+		break;
+	case FS_SOCK_OFFLOADED:
+		kind = s->pid == getpid() ? FS_INH_OFFLOADED : FS_INH_NONE;
+		break;
+	default:
+		break;
+	}
+	for (unsigned i = 0; i < s->n_app_fds; i++)
+		fs_inherit_note(s->app_fds[i], kind);
+}
+
+void fs_core_adopt(int fd, bool listening)
+{
+	struct sockaddr_storage local;
+	socklen_t llen = sizeof(local);
+	struct fs_sock *s, *old;
+	uint8_t key[16];
+	uint16_t port;
+	int flags = fs_real.fcntl(fd, F_GETFL, 0);
+
+	if (!fs_core_enabled || fs_real.getsockname(fd, (struct sockaddr *)&local, &llen) ||
+	    (local.ss_family != AF_INET && local.ss_family != AF_INET6))
+		return;
+	s = fs_sock_alloc(fd, local.ss_family);
+	if (!s)
+		return;
+	s->nonblock = flags >= 0 && (flags & O_NONBLOCK);
+	fs_sockaddr_key((struct sockaddr *)&local, key, &port);
+	s->local_port = port;
+	if (listening) {
+		s->listener = fs_listener_open(fd);
+		fs_sock_set_state(s, FS_SOCK_LISTENING);
+		FS_INFO("fd %d: listener on port %u taken over after exec", fd, port);
+	} else {
+		s->inherited = true;
+		fs_sock_set_state(s, FS_SOCK_SERVER_PENDING);
+	}
+	old = fs_fdt_set(fd, s);
+	if (old && old != FS_SOCK_INTERNAL)
+		fs_sock_put(old);
+	fs_sock_note_inherit(s);
+}
+
 void fs_core_atfork_child(void)
 {
 	fs_engine_forget_after_fork();
 	fs_service_after_fork();
+	fs_inherit_after_fork();
 	pthread_mutex_init(&fs_sock_free_lock, NULL);
 }
 
@@ -189,6 +268,8 @@ void fs_core_init(void)
 	if (fs_params.stats)
 		atexit(fs_core_atexit_stats);
 	fs_core_enabled = fs_params.enable;
+	if (fs_core_enabled)
+		fs_inherit_restore();
 }
 
 /* ---- lifecycle hooks --------------------------------------------------- */
@@ -403,6 +484,7 @@ int fs_core_listen(struct fs_sock *s, int backlog)
 	s->listener = fs_listener_open(s->fd);
 	s->local_port = port;
 	fs_sock_set_state(s, FS_SOCK_LISTENING);
+	fs_sock_note_inherit(s);
 	pthread_mutex_unlock(&s->lock);
 	return 0;
 plain:
@@ -430,6 +512,8 @@ void fs_core_accepted(struct fs_sock *ls, int newfd, int flags)
 	old = fs_fdt_set(newfd, s);
 	if (old && old != FS_SOCK_INTERNAL)
 		fs_sock_put(old);
+	if (!(flags & SOCK_CLOEXEC))
+		fs_inherit_note(newfd, FS_INH_PENDING);
 }
 
 /* Settles a pending socket. Returns 0 (offloaded), FS_PASS (kernel: the
@@ -470,9 +554,10 @@ int fs_sock_settle(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 		break;
 	}
 	if (ret == FS_PASS && fs_sock_state(s) != FS_SOCK_KERNEL) {
-		if (s->listener && s->have_peer_key)
+		if (s->listener && s->have_peer_key) {
 			fs_sock_set_state(s, FS_SOCK_SERVER_PLAIN);
-		else
+			fs_sock_note_inherit(s);
+		} else
 			fs_sock_release(s);
 	}
 	pthread_mutex_unlock(&s->lock);
@@ -530,6 +615,11 @@ ssize_t fs_core_sendmsg(struct fs_sock *s, const struct msghdr *msg, int flags)
 	bool nonblock = s->nonblock || (flags & MSG_DONTWAIT);
 	ssize_t ret;
 
+	if (s->inherited && fs_sock_state(s) == FS_SOCK_SERVER_PENDING) {
+		/* sent as TCP; the first receive still looks for a HELLO */
+		s->inherited_sent = true;
+		return FS_PASS;
+	}
 	if ((fs_sock_state(s) == FS_SOCK_CLIENT_PENDING || fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT) && !s->shut_wr) {
 		/* Like TCP's send buffer: once the HELLO is out, hold the bytes in
 		 * the stream until the ACK lets them go (or sends them over TCP if
@@ -574,6 +664,74 @@ ssize_t fs_core_sendmsg(struct fs_sock *s, const struct msghdr *msg, int flags)
 	return ret;
 }
 
+ssize_t fs_core_sendfile(struct fs_sock *s, int in_fd, off_t *offset, size_t count)
+{
+	static __thread char *chunk;
+	off_t pos = offset ? *offset : lseek(in_fd, 0, SEEK_CUR);
+	size_t total = 0;
+	ssize_t ret = 0;
+
+	if (fs_sock_pending(s) && fs_sock_state(s) != FS_SOCK_CONNECTING) {
+		ret = fs_sock_settle(s, true, 0);
+		if (ret)
+			return ret;
+	}
+	if (fs_sock_state(s) != FS_SOCK_OFFLOADED)
+		return FS_PASS; /* the kernel's socket: its own sendfile */
+	if (pos < 0) {
+		/* A pipe cannot be read back into on a partial send. */
+		FS_WARN_ONCE("sendfile from a non-seekable fd onto an offloaded socket is not supported: EINVAL");
+		return -EINVAL;
+	}
+	if (!chunk && !(chunk = malloc(FS_SENDFILE_CHUNK)))
+		return -ENOMEM;
+	while (total < count) {
+		size_t want = count - total < FS_SENDFILE_CHUNK ? count - total : FS_SENDFILE_CHUNK;
+		ssize_t got = pread(in_fd, chunk, want, pos);
+		struct iovec iov = { chunk, 0 };
+		struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+
+		if (got < 0 && errno == EINTR && total)
+			break;
+		if (got < 0) {
+			ret = -errno;
+			break;
+		}
+		if (got == 0)
+			break; /* end of file */
+		iov.iov_len = (size_t)got;
+		ret = fs_core_sendmsg(s, &msg, 0);
+		if (ret <= 0)
+			break;
+		total += (size_t)ret;
+		pos += ret;
+		if (ret < got)
+			break; /* nonblocking, partial */
+	}
+	if (offset)
+		*offset = pos;
+	else if (total)
+		lseek(in_fd, pos, SEEK_SET);
+	return total ? (ssize_t)total : ret;
+}
+
+int fs_core_splice(struct fs_sock *s, bool out)
+{
+	if (fs_sock_pending(s) && fs_sock_state(s) != FS_SOCK_CONNECTING) {
+		int ret = fs_sock_settle(s, out, out ? 0 : fs_now_ns());
+
+		if (ret == -EAGAIN)
+			return -EAGAIN;
+		if (ret && ret != FS_PASS)
+			return ret;
+	}
+	if (fs_sock_state(s) != FS_SOCK_OFFLOADED)
+		return FS_PASS;
+	FS_WARN_ONCE("splice() on an offloaded socket is not supported (its data is not in the kernel): EINVAL; "
+		     "keep such sockets on kernel TCP with FABSOCK_RULES");
+	return -EINVAL;
+}
+
 int fs_core_shutdown(struct fs_sock *s, int how)
 {
 	int ret;
@@ -601,24 +759,65 @@ int fs_core_shutdown(struct fs_sock *s, int how)
 	return 0;
 }
 
-int fs_core_close(struct fs_sock *s)
+/* Takes FD out of S's application fds. Socket lock held. */
+static void fs_sock_forget_fd(struct fs_sock *s, int fd)
 {
-	int fd = s->fd, ret;
+	for (unsigned i = 0; i < s->n_app_fds; i++) {
+		if (s->app_fds[i] != fd)
+			continue;
+		s->app_fds[i] = s->app_fds[--s->n_app_fds];
+		fs_inherit_note(fd, FS_INH_NONE);
+		if (fs_fdt_clear(fd, s))
+			fs_sock_put(s); /* that slot's reference */
+		break;
+	}
+	if (!s->fd_private && s->fd == fd && s->n_app_fds)
+		s->fd = s->app_fds[0]; /* no private duplicate could be made */
+}
 
+/* The application lets go of FD, one of S's fds: closes it (REAL_CLOSE) or
+ * leaves that to dup2/dup3, which replace it. With other fds left, only
+ * that fd goes; with the last one, the socket closes: an offloaded stream
+ * delivers what was written and then its FIN (or resets, SO_LINGER 0),
+ * and outlives the descriptor until then. */
+static int fs_sock_close_fd(struct fs_sock *s, int fd, bool real_close)
+{
+	int ret;
+
+	if (__atomic_load_n(&s->event_loop, __ATOMIC_ACQUIRE))
+		fs_epoll_fd_closing(s, fd);
+	pthread_mutex_lock(&s->lock);
+	if (s->n_app_fds > 1) {
+		fs_sock_forget_fd(s, fd);
+		pthread_mutex_unlock(&s->lock);
+		if (!real_close)
+			return 0;
+		ret = fs_real.close(fd);
+		return ret ? -errno : 0;
+	}
+	pthread_mutex_unlock(&s->lock);
 	if (fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT) {
 		/* Bytes may be held for the ACK: settle, as TCP would deliver them. */
 		fs_sock_settle(s, true, fs_now_ns() + fs_params.linger_sec * 1000000000ull);
 	}
 	pthread_mutex_lock(&s->lock);
 	if (fs_sock_state(s) == FS_SOCK_OFFLOADED && s->pid == getpid()) {
-		/* The stream outlives the descriptor until its FIN is delivered:
-		 * the engine keeps a private duplicate of the kernel socket. */
-		int ctl = fs_real.fcntl(fd, F_DUPFD_CLOEXEC, 0);
+		/* The engine keeps a private duplicate of the kernel socket as the
+		 * stream's control channel until the FIN is delivered. The stream
+		 * object stays attached to S (see fs_stream.app_ref): a thread
+		 * still inside recv/send on it gets EBADF, not freed memory. */
+		int ctl;
 
-		if (ctl >= 0)
-			ctl = fs_internal_fd(ctl);
+		if (s->fd_private) {
+			ctl = s->fd;
+			s->fd_private = false;
+			s->fd = fd;
+		} else {
+			ctl = fs_real.fcntl(fd, F_DUPFD_CLOEXEC, 0);
+			if (ctl >= 0)
+				ctl = fs_internal_fd(ctl);
+		}
 		fs_stream_close(s->stream, ctl, s->linger0);
-		s->stream = NULL;
 		fs_service_kick();
 	}
 	if (fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT)
@@ -628,8 +827,74 @@ int fs_core_close(struct fs_sock *s)
 	fs_sock_release(s);
 	s->closed = true;
 	pthread_mutex_unlock(&s->lock);
+	if (!real_close)
+		return 0;
 	ret = fs_real.close(fd);
 	return ret ? -errno : 0;
+}
+
+int fs_core_close(struct fs_sock *s, int fd)
+{
+	return fs_sock_close_fd(s, fd, true);
+}
+
+void fs_core_dup_target(int newfd)
+{
+	struct fs_sock *s = fs_sock_get(newfd);
+
+	if (!s)
+		return;
+	fs_sock_close_fd(s, newfd, false);
+	fs_sock_put(s);
+}
+
+int fs_core_dup(struct fs_sock *s, int newfd)
+{
+	struct fs_sock *old;
+
+	pthread_mutex_lock(&s->lock);
+	if (fs_sock_state(s) == FS_SOCK_KERNEL || s->closed) {
+		pthread_mutex_unlock(&s->lock);
+		return 0; /* the kernel's alone: nothing to share */
+	}
+	if (s->n_app_fds == s->app_fds_cap) {
+		unsigned cap = s->app_fds_cap * 2;
+		int *fds = malloc(cap * sizeof(*fds));
+
+		if (!fds) {
+			pthread_mutex_unlock(&s->lock);
+			return -ENOMEM;
+		}
+		memcpy(fds, s->app_fds, s->n_app_fds * sizeof(*fds));
+		if (s->app_fds != s->app_fds_inline)
+			free(s->app_fds);
+		s->app_fds = fds;
+		s->app_fds_cap = cap;
+	}
+	if (!s->fd_private) {
+		int k = fs_real.fcntl(s->fd, F_DUPFD_CLOEXEC, 0);
+
+		if (k >= 0) {
+			s->fd = fs_internal_fd(k);
+			s->fd_private = true;
+			if (s->stream && fs_sock_state(s) == FS_SOCK_OFFLOADED && s->pid == getpid())
+				s->stream->app_fd = s->fd;
+		}
+	}
+	s->app_fds[s->n_app_fds++] = newfd;
+	fs_sock_ref(s); /* the new slot's reference */
+	old = fs_fdt_set(newfd, s);
+	if (old && old != FS_SOCK_INTERNAL)
+		fs_sock_put(old); /* stale entry of an fd closed behind our back */
+	fs_sock_note_inherit(s);
+	pthread_mutex_unlock(&s->lock);
+	FS_DBG("fd %d: duplicated as fd %d", s->app_fds[0], newfd);
+	return 0;
+}
+
+bool fs_sock_has_fd(struct fs_sock *s, int fd)
+{
+	return fs_fdt_peek(fd) == s;
 }
 
 int fs_core_getsockopt(struct fs_sock *s, int level, int name, void *val, socklen_t *len)
@@ -673,10 +938,11 @@ void fs_core_set_nonblock(struct fs_sock *s, bool nonblock)
 	s->nonblock = nonblock;
 }
 
-/* Only remembered, for the log: epoll.c handles the membership. */
+/* Remembered so that close() knows to look for epoll members (epoll.c
+ * handles the membership itself). */
 void fs_core_epoll_add(struct fs_sock *s)
 {
-	s->event_loop = true;
+	__atomic_store_n(&s->event_loop, true, __ATOMIC_RELEASE);
 }
 
 int fs_core_fionread(struct fs_sock *s, int *avail)

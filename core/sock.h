@@ -65,7 +65,18 @@ struct fs_stream;
 struct fs_listener;
 
 struct fs_sock {
+	/* The kernel socket as fabsock uses it for its own calls: the
+	 * application's fd, or, once the socket has been duplicated (dup,
+	 * dup2, dup3, F_DUPFD), a private duplicate (fd_private) so that the
+	 * application closing any one of its fds never pulls it away. */
 	int fd;
+	bool fd_private;
+	/* The application's fds for this socket (dup adds, close removes);
+	 * the stream closes with the last one, as a TCP socket closes with
+	 * its last file reference. */
+	int *app_fds;
+	unsigned n_app_fds, app_fds_cap;
+	int app_fds_inline[2];
 	int refs;  /* atomic; 0 = free (objects are recycled, never freed) */
 	pid_t pid; /* process whose engine owns the stream */
 	pthread_mutex_t lock;
@@ -75,6 +86,8 @@ struct fs_sock {
 	bool event_loop; /* added to an epoll set */
 	bool closed;     /* the application closed it (epoll members drop it) */
 	bool linger0;
+	bool inherited;      /* adopted after exec(): see inherit.h */
+	bool inherited_sent; /* ...and the application sent on it before receiving */
 	bool shut_rd, shut_wr;
 	uint64_t rcvtimeo_ns, sndtimeo_ns;
 
@@ -136,8 +149,22 @@ int fs_core_listen(struct fs_sock *s, int backlog);
 void fs_core_accepted(struct fs_sock *s, int newfd, int flags);
 ssize_t fs_core_recvmsg(struct fs_sock *s, struct msghdr *msg, int flags);
 ssize_t fs_core_sendmsg(struct fs_sock *s, const struct msghdr *msg, int flags);
-int fs_core_close(struct fs_sock *s);
+/* The application closes FD, one of S's fds. */
+int fs_core_close(struct fs_sock *s, int fd);
+/* FD (S's) was duplicated to NEWFD by the real call. Returns 0 or -ENOMEM
+ * (the caller then closes NEWFD and fails the call). */
+int fs_core_dup(struct fs_sock *s, int newfd);
+/* The real dup2/dup3 is about to replace NEWFD: let go of whatever
+ * fabsock had there, as close() would, without closing it. */
+void fs_core_dup_target(int newfd);
+bool fs_sock_has_fd(struct fs_sock *s, int fd);
 int fs_core_shutdown(struct fs_sock *s, int how);
+/* sendfile() onto S: COUNT bytes of IN_FD (a seekable file) from *OFFSET,
+ * or from its file position when OFFSET is NULL (which then moves). */
+ssize_t fs_core_sendfile(struct fs_sock *s, int in_fd, off_t *offset, size_t count);
+/* splice() with S as one end: -EINVAL once it is offloaded (the kernel
+ * socket carries no data then), FS_PASS while it is the kernel's. */
+int fs_core_splice(struct fs_sock *s, bool out);
 int fs_core_getsockopt(struct fs_sock *s, int level, int name, void *val, socklen_t *len);
 void fs_core_setsockopt(struct fs_sock *s, int level, int name, const void *val, socklen_t len);
 void fs_core_set_nonblock(struct fs_sock *s, bool nonblock);
@@ -151,6 +178,11 @@ int fs_core_poll(struct pollfd *fds, nfds_t nfds, int64_t timeout_ns, const sigs
 int fs_core_select(int nfds, fd_set *r, fd_set *w, fd_set *x, int64_t timeout_ns, const sigset_t *sigmask);
 
 void fs_core_atfork_child(void);
+/* After exec: takes FD over as a listener (LISTENING) or as an accepted
+ * connection not yet used (inherited). See inherit.h. */
+void fs_core_adopt(int fd, bool listening);
+/* Records S's state for each of its fds in the exec records. */
+void fs_sock_note_inherit(struct fs_sock *s);
 
 /* Settles a pending socket (readiness.c uses it). See sock.c. */
 int fs_sock_settle(struct fs_sock *s, bool for_send, uint64_t deadline_ns);

@@ -27,28 +27,13 @@
 #include "config/log.h"
 #include "config/params.h"
 #include "core/engine.h"
+#include "core/sigs.h"
 #include "core/probe.h"
 #include "core/stats.h"
 #include "core/stream_internal.h"
 #include "preload/real.h"
 
 #define FS_HDR sizeof(struct fs_wire_msg_hdr)
-
-/* After EINTR: restart unless some installed handler lacks SA_RESTART. We
- * cannot tell which signal interrupted us, so this errs towards EINTR, which
- * is always a legal answer from a blocking socket call. */
-static bool fs_restart_after_signal(void)
-{
-	for (int sig = 1; sig < NSIG; sig++) {
-		struct sigaction sa;
-
-		if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, NULL, &sa))
-			continue;
-		if (sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN && !(sa.sa_flags & SA_RESTART))
-			return false;
-	}
-	return true;
-}
 
 /* Looks at the control connection: EOF or reset means the peer closed the
  * socket or its process died. */
@@ -126,6 +111,8 @@ static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_read
 
 	for (;;) {
 		fs_engine_progress(e);
+		if (s->state == FS_STREAM_CLOSED)
+			return -EBADF; /* another thread closed the socket */
 		if (ready(s, arg))
 			return 0;
 		now = fs_now_ns();
@@ -178,7 +165,7 @@ static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_read
 				if (ret == 0)
 					fs_stream_check_ctl(s, ctl_fd);
 			}
-			if (ret < 0 && errno == EINTR && !fs_restart_after_signal())
+			if (ret < 0 && errno == EINTR && !fs_sigs_restart())
 				return -EINTR;
 			if (ret > 0 && (pfd[0].revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR)))
 				fs_stream_check_ctl(s, ctl_fd);
@@ -250,6 +237,12 @@ ssize_t fs_stream_send(struct fs_stream *s, const struct iovec *iov, int iovcnt,
 	if (!e)
 		return -EIO;
 	pthread_mutex_lock(&e->lock);
+	if (s->state == FS_STREAM_CLOSED) {
+		/* another thread closed the socket */
+		pthread_mutex_unlock(&e->lock);
+		return -EBADF;
+	}
+	s->users++;
 	had_queue = s->txq_head != NULL;
 	/* After the peer's FIN, writing is only legal if it merely shut down
 	 * its sending side: a closed control connection says it closed. */
@@ -294,13 +287,14 @@ ssize_t fs_stream_send(struct fs_stream *s, const struct iovec *iov, int iovcnt,
 		{
 			int ret = fs_stream_wait(e, s, fs_send_ready, NULL, deadline_ns, ctl_fd);
 
-			if (ret == -EAGAIN || ret == -EINTR) {
+			if (ret == -EAGAIN || ret == -EINTR || ret == -EBADF) {
 				result = done ? (ssize_t)done : ret;
 				break;
 			}
 		}
 	}
 	queued = s->txq_head != NULL;
+	s->users--;
 	pthread_mutex_unlock(&e->lock);
 	/* Someone must post what waits for credit: wake the service thread when
 	 * the queue starts, not with a syscall on every send while it lasts. */
@@ -400,6 +394,11 @@ ssize_t fs_stream_recv(struct fs_stream *s, const struct iovec *iov, int iovcnt,
 	if (!total)
 		return 0;
 	pthread_mutex_lock(&e->lock);
+	if (s->state == FS_STREAM_CLOSED) {
+		pthread_mutex_unlock(&e->lock);
+		return -EBADF;
+	}
+	s->users++;
 	if (!s->rxq_head)
 		fs_engine_progress(e);
 	for (;;) {
@@ -440,13 +439,14 @@ ssize_t fs_stream_recv(struct fs_stream *s, const struct iovec *iov, int iovcnt,
 		if (!peek)
 			fs_stream_maybe_credit(e, s);
 		ret = fs_stream_wait(e, s, fs_recv_ready, &want, deadline_ns, ctl_fd);
-		if (ret == -EAGAIN || ret == -EINTR) {
+		if (ret == -EAGAIN || ret == -EINTR || ret == -EBADF) {
 			result = done ? (ssize_t)done : ret;
 			break;
 		}
 	}
-	if (!peek)
+	if (!peek && s->state != FS_STREAM_CLOSED)
 		fs_stream_maybe_credit(e, s);
+	s->users--;
 	pthread_mutex_unlock(&e->lock);
 	return result;
 }
@@ -473,7 +473,10 @@ int fs_stream_shutdown_wr(struct fs_stream *s)
 	if (!e)
 		return -EIO;
 	pthread_mutex_lock(&e->lock);
-	ret = s->error ? 0 : fs_stream_queue_fin(e, s);
+	if (s->state == FS_STREAM_CLOSED)
+		ret = -EBADF;
+	else
+		ret = s->error ? 0 : fs_stream_queue_fin(e, s);
 	pthread_mutex_unlock(&e->lock);
 	return ret;
 }
@@ -513,8 +516,10 @@ void fs_stream_close(struct fs_stream *s, int ctl_fd, bool abort)
 		s->close_deadline_ns = now + fs_params.linger_sec * 1000000000ull;
 	}
 	s->ctl_fd = ctl_fd;
+	/* threads blocked on it in other threads return EBADF */
+	fs_stream_changed(e, s);
 	fs_engine_add_orphan(e, s);
-	fs_engine_reap(e);
+	fs_engine_progress(e); /* reaps, and rings the sleepers */
 	pthread_mutex_unlock(&e->lock);
 }
 
@@ -535,6 +540,12 @@ unsigned fs_stream_poll_gen(struct fs_stream *s, uint32_t *gen)
 		return POLLERR;
 	pthread_mutex_lock(&e->lock);
 	fs_engine_progress(e);
+	if (s->state == FS_STREAM_CLOSED) {
+		/* closed by another thread while the caller looked */
+		*gen = s->ev_gen;
+		pthread_mutex_unlock(&e->lock);
+		return POLLNVAL;
+	}
 	fs_stream_check_gone(s, fs_now_ns());
 	if (s->rx_bytes || s->peer_fin || s->error)
 		ev |= POLLIN;
@@ -564,6 +575,7 @@ void fs_stream_note_ctl(struct fs_stream *s, int ctl_fd)
 	if (!e)
 		return;
 	pthread_mutex_lock(&e->lock);
-	fs_stream_check_ctl(s, ctl_fd);
+	if (s->state != FS_STREAM_CLOSED)
+		fs_stream_check_ctl(s, ctl_fd);
 	pthread_mutex_unlock(&e->lock);
 }

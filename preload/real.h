@@ -20,6 +20,8 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/uio.h>
+#include <fcntl.h>
+#include <sys/sendfile.h>
 
 struct fs_real_syms {
 #define FS_SYM(ret, name, params) ret(*name) params;

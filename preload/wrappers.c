@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -282,6 +283,47 @@ FS_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 	return fs_ret(ret);
 }
 
+/* sendfile onto an offloaded socket reads the file and sends it over the
+ * fabric; anything else is the kernel's. */
+FS_EXPORT ssize_t sendfile(int out_fd, int in_fd, off_t *offset, size_t count)
+{
+	struct fs_sock *s;
+	ssize_t ret;
+
+	if (!fs_fdt_peek_any(out_fd) || !(s = fs_sock_get(out_fd)))
+		return fs_real.sendfile(out_fd, in_fd, offset, count);
+	ret = fs_core_sendfile(s, in_fd, offset, count);
+	fs_sock_put(s);
+	if (ret == FS_PASS)
+		return fs_real.sendfile(out_fd, in_fd, offset, count);
+	return fs_ret(ret);
+}
+
+FS_EXPORT ssize_t sendfile64(int out_fd, int in_fd, off64_t *offset, size_t count)
+{
+	_Static_assert(sizeof(off64_t) == sizeof(off_t), "64-bit off_t");
+	return sendfile(out_fd, in_fd, (off_t *)offset, count);
+}
+
+/* splice moves data inside the kernel, which never has an offloaded
+ * socket's data: refused with EINVAL on one (and a warning once). */
+FS_EXPORT ssize_t splice(int fd_in, loff_t *off_in, int fd_out, loff_t *off_out, size_t len, unsigned int flags)
+{
+	for (int side = 0; side < 2; side++) {
+		int fd = side ? fd_out : fd_in;
+		struct fs_sock *s;
+		long ret;
+
+		if (!fs_fdt_peek_any(fd) || !(s = fs_sock_get(fd)))
+			continue;
+		ret = fs_core_splice(s, side == 1);
+		fs_sock_put(s);
+		if (ret != FS_PASS)
+			return fs_ret(ret);
+	}
+	return fs_real.splice(fd_in, off_in, fd_out, off_out, len, flags);
+}
+
 /* ---- descriptor-level calls -------------------------------------------- */
 
 FS_EXPORT int close(int fd)
@@ -298,9 +340,66 @@ FS_EXPORT int close(int fd)
 	s = fs_sock_get(fd);
 	if (!s)
 		return fs_real.close(fd);
-	ret = fs_core_close(s);
+	ret = fs_core_close(s, fd);
 	fs_sock_put(s);
 	return (int)fs_ret(ret);
+}
+
+/* After a real dup of FD to NEWFD (>= 0): the duplicate shares FD's
+ * fabsock socket. Returns NEWFD, or -1 with errno set (NEWFD closed). */
+static int fs_dup_done(int fd, int newfd)
+{
+	struct fs_sock *s;
+	long ret;
+
+	if (newfd < 0 || !(s = fs_sock_get(fd)))
+		return newfd;
+	ret = fs_core_dup(s, newfd);
+	fs_sock_put(s);
+	if (ret) {
+		fs_real.close(newfd);
+		return (int)fs_ret(ret);
+	}
+	return newfd;
+}
+
+FS_EXPORT int dup(int fd)
+{
+	if (!fs_fdt_peek_any(fd))
+		return fs_real.dup(fd);
+	return fs_dup_done(fd, fs_real.dup(fd));
+}
+
+/* dup2/dup3 replace NEWFD: what fabsock had there goes first, as at
+ * close() (the kernel does the replacement atomically; fabsock lets go of
+ * its state just before). Nothing happens when the call would fail. */
+static int fs_dup_replace(int fd, int newfd, int flags, bool three)
+{
+	struct fs_sock *target = fs_fdt_peek(newfd);
+
+	if (fd == newfd || (!fs_fdt_peek_any(fd) && !target && !fs_epoll_has_members(newfd)) || FS_GUARDED())
+		return three ? fs_real.dup3(fd, newfd, flags) : fs_real.dup2(fd, newfd);
+	if (fs_real.fcntl(fd, F_GETFD) < 0)
+		return -1; /* EBADF, and NEWFD stays as it was */
+	if (target == FS_SOCK_INTERNAL)
+		return (int)fs_ret(-EBADF); /* fabsock's own fd: not the application's to replace */
+	if (three && (flags & ~O_CLOEXEC))
+		return (int)fs_ret(-EINVAL);
+	if (fs_epoll_has_members(newfd))
+		fs_epoll_closed(newfd);
+	if (target)
+		fs_core_dup_target(newfd);
+	return fs_dup_done(fd, three ? fs_real.dup3(fd, newfd, flags) : fs_real.dup2(fd, newfd));
+}
+
+FS_EXPORT int dup2(int fd, int newfd)
+{
+	return fs_dup_replace(fd, newfd, 0, false);
+}
+
+FS_EXPORT int dup3(int fd, int newfd, int flags)
+{
+	return fs_dup_replace(fd, newfd, flags, true);
 }
 
 FS_EXPORT int shutdown(int fd, int how)
@@ -354,6 +453,8 @@ FS_EXPORT int fcntl(int fd, int cmd, ...)
 	arg = va_arg(ap, long); /* every command's argument fits in a long */
 	va_end(ap);
 	ret = fs_real.fcntl(fd, cmd, arg);
+	if (ret >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC))
+		return fs_dup_done(fd, ret);
 	if (ret >= 0 && cmd == F_SETFL && (s = fs_sock_get(fd))) {
 		fs_core_set_nonblock(s, (arg & O_NONBLOCK) != 0);
 		fs_sock_put(s);

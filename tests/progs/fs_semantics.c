@@ -979,6 +979,8 @@ static int getpeername_client(int fd)
 	return 0;
 }
 
+#include "fs_semantics_lifecycle.inc"
+
 struct sem_scenario {
 	const char *name;
 	int (*server)(int fd);
@@ -1002,6 +1004,18 @@ static const struct sem_scenario scenarios[] = {
 	{ "peer_kill", peer_kill_server, peer_kill_client },
 	{ "read_write", read_write_server, read_write_client },
 	{ "getpeername", getpeername_server, getpeername_client },
+	/* lifecycle (fs_semantics_lifecycle.inc) */
+	{ "dup_share", dup_share_server, dup_share_client },
+	{ "dup2_replace", dup2_replace_server, dup2_replace_client },
+	{ "close_exit", close_exit_server, close_exit_client },
+	{ "linger0", linger0_server, linger0_client },
+	{ "close_blocked", close_blocked_server, close_blocked_client },
+	{ "close_blocked_epoll", close_blocked_server, close_blocked_epoll_client },
+	{ "threads_duplex", threads_duplex_server, threads_duplex_client },
+	{ "eintr", eintr_server, eintr_client },
+	{ "fork_children", fork_children_server, fork_children_client },
+	{ "sendfile", sendfile_server, sendfile_client },
+	{ "peer_kill_rev", peer_kill_rev_server, peer_kill_rev_client },
 };
 
 /* ---- main -------------------------------------------------------------- */

@@ -9,7 +9,11 @@
 # fabsock mode each process's exit stats line (`fabsock[PID]: warn: stats:
 # offloaded=N ...`) must also show N equal to the `connections=N` it reports.
 # peer_kill: once the client prints `waiting` (blocked in recv) the server is
-# kill -9'ed, and the client must exit with PASS within 5 s. FS_MODES (default
+# kill -9'ed, and the client must exit with PASS within 5 s; peer_kill_rev is
+# the same with the client killed. The lifecycle scenarios (dup_share,
+# dup2_replace, close_exit, linger0, close_blocked, close_blocked_epoll,
+# threads_duplex, eintr, fork_children, sendfile) are described in
+# tests/progs/fs_semantics_lifecycle.inc. FS_MODES (default
 # "kernel fabsock") picks the modes; FS_SCENARIOS narrows the scenario list.
 . "$(dirname "$0")/lib.sh"
 
@@ -72,7 +76,20 @@ run_scenario() { # MODE SCENARIO
 	fs_bg client_pid "${prefix[@]}" "$SEMANTICS_PROG" client 127.0.0.1 "$port" "$scenario" \
 		>"$dir/client.out" 2>"$dir/client.err"
 
-	if [ "$scenario" = peer_kill ]; then
+	if [ "$scenario" = peer_kill_rev ]; then
+		# the same with the roles swapped: the client is killed
+		if ! wait_for_line "$dir/server.out" '^waiting' "$server_pid" ||
+			! wait_for_line "$dir/client.out" '^ready' "$client_pid"; then
+			fs_fail "$label: client/server never reached the blocking recv"
+		fi
+		kill_time=$(date +%s%N)
+		kill -9 "$client_pid" 2>/dev/null || true
+		wait "$client_pid" 2>/dev/null || true
+		fs_wait_pid "$server_pid" 5 || server_rc=$?
+		end_time=$(date +%s%N)
+		fs_log "$label: server exited $(((end_time - kill_time) / 1000000)) ms after kill -9 of the client"
+		check_side "$label" server "$scenario" "$mode" "$server_rc" "$dir"
+	elif [ "$scenario" = peer_kill ]; then
 		if ! wait_for_line "$dir/client.out" '^waiting' "$client_pid" ||
 			! wait_for_line "$dir/server.out" '^ready' "$server_pid"; then
 			fs_fail "$label: client/server never reached the blocking recv"

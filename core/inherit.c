@@ -1,0 +1,199 @@
+/* SPDX-License-Identifier: MIT */
+/* Records that survive exec() (see inherit.h). */
+#include "core/inherit.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "config/log.h"
+#include "core/fabric.h"
+#include "core/fdtable.h"
+#include "core/sock.h"
+#include "preload/real.h"
+
+#define FS_INH_NAME "fabsock-exec-state"
+#define FS_INH_MAGIC 0x66734548u /* "fsEH" */
+#define FS_INH_FDS 65536u
+
+struct fs_inh_rec {
+	uint64_t ino;
+	uint32_t kind;
+	uint32_t pad;
+};
+
+struct fs_inh_file {
+	uint32_t magic;
+	int32_t pid; /* the process whose program wrote the records */
+	struct fs_inh_rec rec[FS_INH_FDS];
+};
+
+static pthread_mutex_t fs_inh_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct fs_inh_file *fs_inh;
+static int fs_inh_fd = -1;
+
+/* Creates this process's record file. Lock held. */
+static struct fs_inh_file *fs_inh_open(void)
+{
+	int fd = memfd_create(FS_INH_NAME, 0), high;
+	void *map;
+
+	if (fd < 0)
+		return NULL;
+	if (ftruncate(fd, sizeof(struct fs_inh_file))) {
+		fs_real.close(fd);
+		return NULL;
+	}
+	map = mmap(NULL, sizeof(struct fs_inh_file), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (map == MAP_FAILED) {
+		fs_real.close(fd);
+		return NULL;
+	}
+	/* Out of the application's way, and it must survive exec: no CLOEXEC. */
+	high = fs_internal_fd(fd);
+	if (high != fd)
+		fs_real.fcntl(high, F_SETFD, 0);
+	fs_inh_fd = high;
+	fs_inh = map;
+	fs_inh->magic = FS_INH_MAGIC;
+	fs_inh->pid = (int32_t)getpid();
+	return fs_inh;
+}
+
+void fs_inherit_note(int fd, enum fs_inherit_kind kind)
+{
+	struct fs_inh_file *f = __atomic_load_n(&fs_inh, __ATOMIC_ACQUIRE);
+	struct stat st;
+
+	if (fd < 0 || (unsigned)fd >= FS_INH_FDS)
+		return;
+	if (!f) {
+		if (kind == FS_INH_NONE)
+			return;
+		pthread_mutex_lock(&fs_inh_lock);
+		f = fs_inh ? fs_inh : fs_inh_open();
+		pthread_mutex_unlock(&fs_inh_lock);
+		if (!f)
+			return;
+	}
+	if (kind == FS_INH_NONE) {
+		__atomic_store_n(&f->rec[fd].kind, FS_INH_NONE, __ATOMIC_RELEASE);
+		return;
+	}
+	if (fstat(fd, &st))
+		return;
+	f->rec[fd].ino = st.st_ino;
+	__atomic_store_n(&f->rec[fd].kind, kind, __ATOMIC_RELEASE);
+}
+
+void fs_inherit_after_fork(void)
+{
+	pthread_mutex_init(&fs_inh_lock, NULL);
+	if (fs_inh) {
+		munmap(fs_inh, sizeof(*fs_inh));
+		fs_inh = NULL;
+	}
+	if (fs_inh_fd >= 0) {
+		fs_internal_fd_close(fs_inh_fd);
+		fs_inh_fd = -1;
+	}
+}
+
+/* Sockets adopted so far in this restore: duplicates (inetd's fds 0 and
+ * 1) share the first one's state, as before exec. */
+#define FS_INH_ADOPT_MAX 64
+static struct {
+	uint64_t ino;
+	int fd;
+} fs_inh_adopted[FS_INH_ADOPT_MAX];
+static unsigned fs_inh_nadopted;
+
+/* Acts on one record of the previous program. */
+static void fs_inh_restore_one(int fd, const struct fs_inh_rec *rec)
+{
+	struct stat st;
+
+	if (fstat(fd, &st) || !S_ISSOCK(st.st_mode) || st.st_ino != rec->ino)
+		return; /* closed at exec (CLOEXEC) or reused since */
+	switch (rec->kind) {
+	case FS_INH_OFFLOADED:
+		FS_WARN("fd %d: an offloaded connection survived exec() but its stream did not; shutting it down "
+			"(set FD_CLOEXEC on it, or keep it on kernel TCP with FABSOCK_RULES)", fd);
+		fs_real.shutdown(fd, SHUT_RDWR);
+		break;
+	case FS_INH_LISTENING:
+	case FS_INH_PENDING:
+		for (unsigned i = 0; i < fs_inh_nadopted; i++) {
+			struct fs_sock *s;
+
+			if (fs_inh_adopted[i].ino != rec->ino || !(s = fs_sock_get(fs_inh_adopted[i].fd)))
+				continue;
+			fs_core_dup(s, fd);
+			fs_sock_put(s);
+			return;
+		}
+		fs_core_adopt(fd, rec->kind == FS_INH_LISTENING);
+		if (fs_inh_nadopted < FS_INH_ADOPT_MAX) {
+			fs_inh_adopted[fs_inh_nadopted].ino = rec->ino;
+			fs_inh_adopted[fs_inh_nadopted++].fd = fd;
+		}
+		break;
+	default:
+		break;
+	}
+}
+
+void fs_inherit_restore(void)
+{
+	DIR *dir = opendir("/proc/self/fd");
+	struct dirent *de;
+	int found = -1;
+
+	if (!dir)
+		return;
+	while ((de = readdir(dir))) {
+		char path[64], link[128];
+		int fd = atoi(de->d_name);
+		ssize_t n;
+
+		if (de->d_name[0] < '0' || de->d_name[0] > '9' || fd == dirfd(dir))
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		n = readlink(path, link, sizeof(link) - 1);
+		if (n <= 0)
+			continue;
+		link[n] = 0;
+		if (strncmp(link, "/memfd:" FS_INH_NAME, sizeof("/memfd:" FS_INH_NAME) - 1) == 0) {
+			found = fd;
+			break;
+		}
+	}
+	closedir(dir);
+	if (found < 0)
+		return;
+	{
+		struct fs_inh_file *f = mmap(NULL, sizeof(*f), PROT_READ, MAP_SHARED, found, 0);
+
+		if (f != MAP_FAILED) {
+			if (f->magic == FS_INH_MAGIC && f->pid == (int32_t)getpid()) {
+				fs_shm_clean_previous_program();
+				for (unsigned fd = 0; fd < FS_INH_FDS; fd++)
+					if (__atomic_load_n(&f->rec[fd].kind, __ATOMIC_ACQUIRE) != FS_INH_NONE)
+						fs_inh_restore_one((int)fd, &f->rec[fd]);
+			}
+			munmap(f, sizeof(*f));
+		}
+	}
+	/* The previous program's file (or a parent's, after vfork) is done
+	 * with here; this program makes its own when it needs one. */
+	fs_real.close(found);
+}

@@ -1,0 +1,41 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What survives exec(). fabsock's state lives in the process's memory, which
+ * exec() replaces, while a socket without FD_CLOEXEC survives into the new
+ * program (inetd-style servers, a server re-exec'ing itself, a shell given
+ * a socket). So every process that has fabsock sockets keeps a small record
+ * per fd (its state and the socket's inode) in a memfd without FD_CLOEXEC;
+ * the library in the new program finds it at start-up and:
+ *  - LISTENING: rebuilds the listener (a fresh probe twin), so the new
+ *    program's connections offload as before;
+ *  - SERVER_PENDING (accepted, not yet used): adopts it as inherited; on
+ *    first use a HELLO the client sent is consumed and refused (NAK), so
+ *    the client goes on over TCP and the new program never reads it;
+ *  - OFFLOADED: its stream's state died with the old program, so the
+ *    connection is shut down (the new program reads EOF and gets EPIPE,
+ *    the peer sees its control connection end) with a warning, never left
+ *    silently hanging.
+ * Records are only honoured by the same process (pid) that wrote them: a
+ * forked or vfork'ed child that execs does not own its parent's streams
+ * and leaves those sockets alone. The memfd leaves with the process; the
+ * new program closes it at start-up.
+ */
+#ifndef FS_CORE_INHERIT_H
+#define FS_CORE_INHERIT_H
+
+enum fs_inherit_kind {
+	FS_INH_NONE = 0,
+	FS_INH_LISTENING = 1,
+	FS_INH_PENDING = 2,
+	FS_INH_OFFLOADED = 3,
+};
+
+/* Records FD's kind (FS_INH_NONE forgets it). Cheap: one store into the
+ * mapping after the first call, plus an fstat for the inode. */
+void fs_inherit_note(int fd, enum fs_inherit_kind kind);
+/* In a forked child: the parent's records are not ours. */
+void fs_inherit_after_fork(void);
+/* At start-up: act on the records a previous program of this process left. */
+void fs_inherit_restore(void);
+
+#endif

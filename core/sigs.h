@@ -1,0 +1,33 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Which signal handlers decide EINTR. A blocking call that fabsock emulates
+ * sleeps in ppoll(), which a signal always interrupts; the kernel would
+ * have restarted the call if the handler had SA_RESTART. fabsock cannot
+ * tell which signal arrived, so it restarts only if every installed
+ * handler has SA_RESTART (EINTR is always a legal answer otherwise).
+ *
+ * Providers install handlers of their own when they open (libfabric's shm
+ * catches SIGINT, SIGTERM, SIGBUS and SIGSEGV to unlink its region, without
+ * SA_RESTART). Those are not the application's: for a signal whose handler
+ * is still the one a provider put there, the application's handler from
+ * before (the one the provider chains to) decides instead.
+ */
+#ifndef FS_CORE_SIGS_H
+#define FS_CORE_SIGS_H
+
+#include <signal.h>
+#include <stdbool.h>
+
+struct fs_sigs_snapshot {
+	struct sigaction act[NSIG];
+	bool ok[NSIG];
+};
+
+/* Around a provider's initialisation: remember what it changed. */
+void fs_sigs_before(struct fs_sigs_snapshot *snap);
+void fs_sigs_after(const struct fs_sigs_snapshot *snap);
+
+/* After EINTR in an emulated blocking call: restart it? */
+bool fs_sigs_restart(void);
+
+#endif

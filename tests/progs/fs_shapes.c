@@ -1,0 +1,614 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fs_shapes: one echo server in each of the shapes real servers take, for
+ * the lifecycle tests (issue 4), and a client that drives it.
+ *
+ *   fs_shapes server SHAPE NCONN   SHAPE: fork | prefork | threads | epoll
+ *   fs_shapes client HOST PORT NCONN PARALLEL
+ *   fs_shapes exec-server threads|epoll NCONN   listens, then execs itself
+ *             as `serve-fd FD SHAPE NCONN` with the listening socket
+ *   fs_shapes inetd PROGRAM ARGS...   accepts one connection, forks, and
+ *             the child execs PROGRAM with the connection as fds 0 and 1
+ *   fs_shapes exec-client HOST PORT   one round trip, then execs itself as
+ *             `after-exec FD`, which expects the connection to end
+ *
+ * fork: the parent accepts and forks a child per connection (the parent
+ * closes its copy at once); prefork: the parent listens and forks 4
+ * workers that all accept on the shared socket until NCONN connections
+ * were served (a shared counter); threads: a thread per connection;
+ * epoll: one thread, nonblocking sockets, edge-triggered epoll.
+ *
+ * Per connection the client sends 1 MiB of its own pattern in 32 KiB
+ * pieces, reading each piece's echo back before the next, checks every
+ * byte, then closes; the server echoes until EOF. Every process that
+ * served connections exits through exit() (so fabsock prints its stats
+ * line). The server prints `listening port=N`, then `served=N`; each side
+ * prints PASS or FAIL lines and exits nonzero on failure. Every wait is
+ * bounded (poll timeouts, a SIGALRM watchdog).
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define SH_BYTES (1u << 20)
+#define SH_PIECE (32u << 10)
+#define SH_WORKERS 4
+#define SH_WATCHDOG 120
+
+static int sh_failures;
+
+static void sh_fail(const char *format, ...)
+{
+	va_list args;
+
+	printf("FAIL [%d] ", (int)getpid());
+	va_start(args, format);
+	vprintf(format, args);
+	va_end(args);
+	printf("\n");
+	fflush(stdout);
+	__atomic_add_fetch(&sh_failures, 1, __ATOMIC_RELAXED);
+}
+
+static void sh_watchdog(int sig)
+{
+	static const char message[] = "FAIL watchdog: still running\n";
+
+	(void)sig;
+	if (write(STDOUT_FILENO, message, sizeof(message) - 1) < 0)
+		_exit(3);
+	_exit(3);
+}
+
+static unsigned char sh_byte(size_t i, unsigned salt)
+{
+	return (unsigned char)((i * 131 + salt * 29 + 7) ^ (i >> 11));
+}
+
+/* ---- server ------------------------------------------------------------ */
+
+/* Echoes until EOF on a blocking socket. Returns 0 or -1. */
+static int sh_echo_blocking(int fd)
+{
+	static __thread char buffer[SH_PIECE];
+
+	for (;;) {
+		ssize_t n = recv(fd, buffer, sizeof(buffer), 0);
+		size_t done = 0;
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n == 0)
+			return 0;
+		if (n < 0) {
+			sh_fail("server recv: %s", strerror(errno));
+			return -1;
+		}
+		while (done < (size_t)n) {
+			ssize_t m = send(fd, buffer + done, (size_t)n - done, MSG_NOSIGNAL);
+
+			if (m < 0 && errno == EINTR)
+				continue;
+			if (m <= 0) {
+				sh_fail("server send: %s", m < 0 ? strerror(errno) : "0");
+				return -1;
+			}
+			done += (size_t)m;
+		}
+	}
+}
+
+static int sh_accept(int listen_fd, int timeout_ms)
+{
+	struct pollfd p = { .fd = listen_fd, .events = POLLIN };
+	int fd;
+
+	if (poll(&p, 1, timeout_ms) <= 0)
+		return -1;
+	do
+		fd = accept(listen_fd, NULL, NULL);
+	while (fd < 0 && errno == EINTR);
+	return fd;
+}
+
+static int sh_serve_fork(int listen_fd, int nconn)
+{
+	int children = 0, status;
+
+	for (int i = 0; i < nconn; i++) {
+		int fd = sh_accept(listen_fd, 60000);
+		pid_t pid;
+
+		if (fd < 0) {
+			sh_fail("accept: %s", strerror(errno));
+			break;
+		}
+		pid = fork();
+		if (pid == 0) {
+			close(listen_fd);
+			exit(sh_echo_blocking(fd) == 0 && close(fd) == 0 ? 0 : 1);
+		}
+		if (pid < 0)
+			sh_fail("fork: %s", strerror(errno));
+		else
+			children++;
+		close(fd); /* the child has it */
+	}
+	for (int i = 0; i < children; i++)
+		if (wait(&status) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+			sh_fail("a connection's child failed (status 0x%x)", status);
+	return children;
+}
+
+static int sh_serve_prefork(int listen_fd, int nconn)
+{
+	int *served = mmap(NULL, sizeof(int), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	int status;
+
+	if (served == MAP_FAILED) {
+		sh_fail("mmap: %s", strerror(errno));
+		return 0;
+	}
+	*served = 0;
+	for (int w = 0; w < SH_WORKERS; w++) {
+		pid_t pid = fork();
+
+		if (pid == 0) {
+			int mine = 0, bad = 0;
+
+			while (__atomic_load_n(served, __ATOMIC_ACQUIRE) < nconn) {
+				int fd = sh_accept(listen_fd, 100);
+
+				if (fd < 0)
+					continue;
+				if (sh_echo_blocking(fd) < 0)
+					bad++;
+				close(fd);
+				mine++;
+				__atomic_add_fetch(served, 1, __ATOMIC_ACQ_REL);
+			}
+			printf("worker %d served %d\n", w, mine);
+			exit(bad ? 1 : 0);
+		}
+		if (pid < 0)
+			sh_fail("fork: %s", strerror(errno));
+	}
+	for (int w = 0; w < SH_WORKERS; w++)
+		if (wait(&status) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+			sh_fail("a worker failed (status 0x%x)", status);
+	return *served;
+}
+
+static void *sh_conn_thread(void *arg)
+{
+	int fd = (int)(intptr_t)arg;
+
+	sh_echo_blocking(fd);
+	close(fd);
+	return NULL;
+}
+
+static int sh_serve_threads(int listen_fd, int nconn)
+{
+	pthread_t *threads = calloc((size_t)nconn, sizeof(*threads));
+	int started = 0;
+
+	for (int i = 0; i < nconn; i++) {
+		int fd = sh_accept(listen_fd, 60000);
+
+		if (fd < 0) {
+			sh_fail("accept: %s", strerror(errno));
+			break;
+		}
+		if (pthread_create(&threads[started], NULL, sh_conn_thread, (void *)(intptr_t)fd)) {
+			sh_fail("pthread_create");
+			close(fd);
+			continue;
+		}
+		started++;
+	}
+	for (int i = 0; i < started; i++)
+		pthread_join(threads[i], NULL);
+	free(threads);
+	return started;
+}
+
+struct sh_conn {
+	int fd;
+	char pending[SH_PIECE];
+	size_t pending_from, pending_len;
+};
+
+/* Edge-triggered: reads and echoes until EAGAIN. Returns 1 at EOF/error. */
+static int sh_epoll_serve(int epfd, struct sh_conn *c)
+{
+	for (;;) {
+		ssize_t n;
+
+		while (c->pending_len) {
+			n = send(c->fd, c->pending + c->pending_from, c->pending_len, MSG_NOSIGNAL);
+			if (n < 0 && errno == EAGAIN) {
+				struct epoll_event ev = { .events = EPOLLIN | EPOLLOUT | EPOLLET, .data.ptr = c };
+
+				epoll_ctl(epfd, EPOLL_CTL_MOD, c->fd, &ev);
+				return 0;
+			}
+			if (n <= 0) {
+				sh_fail("epoll server send: %s", n < 0 ? strerror(errno) : "0");
+				return 1;
+			}
+			c->pending_from += (size_t)n;
+			c->pending_len -= (size_t)n;
+		}
+		n = recv(c->fd, c->pending, sizeof(c->pending), 0);
+		if (n < 0 && errno == EAGAIN)
+			return 0;
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			sh_fail("epoll server recv: %s", strerror(errno));
+		if (n <= 0)
+			return 1;
+		c->pending_from = 0;
+		c->pending_len = (size_t)n;
+	}
+}
+
+static int sh_serve_epoll(int listen_fd, int nconn)
+{
+	int epfd = epoll_create1(EPOLL_CLOEXEC), accepted = 0, finished = 0;
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
+
+	fcntl(listen_fd, F_SETFL, O_NONBLOCK);
+	epoll_ctl(epfd, EPOLL_CTL_ADD, listen_fd, &ev);
+	while (finished < nconn) {
+		struct epoll_event events[16];
+		int n = epoll_wait(epfd, events, 16, 60000);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			sh_fail("epoll_wait: %s", n < 0 ? strerror(errno) : "60 s without an event");
+			break;
+		}
+		for (int i = 0; i < n; i++)
+			for (int j = 0; j < i; j++)
+				if (events[i].data.ptr == events[j].data.ptr) {
+					sh_fail("epoll_wait reported one fd twice in a batch (events 0x%x, 0x%x)",
+						events[j].events, events[i].events);
+					exit(1);
+				}
+		for (int i = 0; i < n; i++) {
+			struct sh_conn *c = events[i].data.ptr;
+
+			if (!c) {
+				int fd;
+
+				while ((fd = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK)) >= 0) {
+					struct epoll_event cev = { .events = EPOLLIN | EPOLLET };
+
+					c = calloc(1, sizeof(*c));
+					c->fd = fd;
+					cev.data.ptr = c;
+					epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &cev);
+					accepted++;
+					if (sh_epoll_serve(epfd, c)) {
+						close(fd);
+						free(c);
+						finished++;
+					}
+				}
+				continue;
+			}
+			if (sh_epoll_serve(epfd, c)) {
+				close(c->fd); /* also leaves the epoll set */
+				free(c);
+				finished++;
+			}
+		}
+	}
+	close(epfd);
+	return accepted;
+}
+
+static int sh_server(const char *shape, int nconn)
+{
+	struct sockaddr_in address = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t length = sizeof(address);
+	int listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1, served;
+
+	setsockopt(listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(listen_fd, (struct sockaddr *)&address, sizeof(address)) || listen(listen_fd, 128) ||
+	    getsockname(listen_fd, (struct sockaddr *)&address, &length)) {
+		sh_fail("listen: %s", strerror(errno));
+		return 1;
+	}
+	printf("listening port=%d\n", ntohs(address.sin_port));
+	fflush(stdout);
+	if (strcmp(shape, "fork") == 0)
+		served = sh_serve_fork(listen_fd, nconn);
+	else if (strcmp(shape, "prefork") == 0)
+		served = sh_serve_prefork(listen_fd, nconn);
+	else if (strcmp(shape, "threads") == 0)
+		served = sh_serve_threads(listen_fd, nconn);
+	else if (strcmp(shape, "epoll") == 0)
+		served = sh_serve_epoll(listen_fd, nconn);
+	else {
+		sh_fail("unknown shape %s", shape);
+		return 2;
+	}
+	close(listen_fd);
+	printf("served=%d\n", served);
+	if (served != nconn)
+		sh_fail("served %d connections, expected %d", served, nconn);
+	if (!sh_failures)
+		printf("PASS server %s\n", shape);
+	return sh_failures ? 1 : 0;
+}
+
+/* ---- client ------------------------------------------------------------ */
+
+static struct addrinfo *sh_target;
+static int sh_next_salt;
+
+static int sh_one_connection(unsigned salt)
+{
+	unsigned char out[SH_PIECE], in[SH_PIECE];
+	int fd = socket(sh_target->ai_family, SOCK_STREAM, 0);
+
+	if (fd < 0 || connect(fd, sh_target->ai_addr, sh_target->ai_addrlen)) {
+		sh_fail("connect: %s", strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	for (size_t at = 0; at < SH_BYTES; at += SH_PIECE) {
+		size_t done = 0;
+
+		for (size_t i = 0; i < SH_PIECE; i++)
+			out[i] = sh_byte(at + i, salt);
+		while (done < SH_PIECE) {
+			ssize_t n = send(fd, out + done, SH_PIECE - done, MSG_NOSIGNAL);
+
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0) {
+				sh_fail("client send: %s", n < 0 ? strerror(errno) : "0");
+				close(fd);
+				return -1;
+			}
+			done += (size_t)n;
+		}
+		for (done = 0; done < SH_PIECE;) {
+			ssize_t n = recv(fd, in + done, SH_PIECE - done, 0);
+
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0) {
+				sh_fail("client recv: %s", n < 0 ? strerror(errno) : "early EOF");
+				close(fd);
+				return -1;
+			}
+			done += (size_t)n;
+		}
+		if (memcmp(in, out, SH_PIECE)) {
+			sh_fail("connection %u: echo differs in bytes %zu..%zu", salt, at, at + SH_PIECE);
+			close(fd);
+			return -1;
+		}
+	}
+	return close(fd) == 0 ? 0 : -1;
+}
+
+struct sh_client_thread {
+	int count;
+	int ok;
+};
+
+static void *sh_client_thread(void *arg)
+{
+	struct sh_client_thread *t = arg;
+
+	for (int i = 0; i < t->count; i++)
+		if (sh_one_connection((unsigned)__atomic_add_fetch(&sh_next_salt, 1, __ATOMIC_RELAXED)) == 0)
+			t->ok++;
+	return NULL;
+}
+
+static int sh_client(const char *host, const char *port, int nconn, int parallel)
+{
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
+	struct sh_client_thread *threads = calloc((size_t)parallel, sizeof(*threads));
+	pthread_t *ids = calloc((size_t)parallel, sizeof(*ids));
+	int ok = 0;
+
+	if (getaddrinfo(host, port, &hints, &sh_target)) {
+		sh_fail("cannot resolve %s %s", host, port);
+		return 1;
+	}
+	for (int i = 0; i < parallel; i++) {
+		threads[i].count = nconn / parallel + (i < nconn % parallel);
+		pthread_create(&ids[i], NULL, sh_client_thread, &threads[i]);
+	}
+	for (int i = 0; i < parallel; i++) {
+		pthread_join(ids[i], NULL);
+		ok += threads[i].ok;
+	}
+	printf("connections=%d ok=%d\n", nconn, ok);
+	if (ok != nconn)
+		sh_fail("%d of %d connections checked out", ok, nconn);
+	if (!sh_failures)
+		printf("PASS client\n");
+	return sh_failures ? 1 : 0;
+}
+
+/* ---- exec ---------------------------------------------------------------- */
+
+/* exec-server SHAPE NCONN: listens, then execs `serve-fd FD SHAPE NCONN`
+ * with the listening socket (no FD_CLOEXEC) as the new program's. */
+static int sh_exec_server(const char *self, const char *shape, const char *nconn)
+{
+	struct sockaddr_in address = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t length = sizeof(address);
+	int listen_fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+	char fd_text[16];
+
+	setsockopt(listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(listen_fd, (struct sockaddr *)&address, sizeof(address)) || listen(listen_fd, 128) ||
+	    getsockname(listen_fd, (struct sockaddr *)&address, &length)) {
+		sh_fail("listen: %s", strerror(errno));
+		return 1;
+	}
+	snprintf(fd_text, sizeof(fd_text), "%d", listen_fd);
+	execl(self, self, "serve-fd", fd_text, shape, nconn, (char *)NULL);
+	sh_fail("exec: %s", strerror(errno));
+	return 1;
+}
+
+static int sh_serve_fd(int listen_fd, const char *shape, int nconn)
+{
+	struct sockaddr_in address;
+	socklen_t length = sizeof(address);
+	int served;
+
+	if (getsockname(listen_fd, (struct sockaddr *)&address, &length)) {
+		sh_fail("the inherited fd %d is not a socket: %s", listen_fd, strerror(errno));
+		return 1;
+	}
+	printf("listening port=%d\n", ntohs(address.sin_port));
+	fflush(stdout);
+	served = strcmp(shape, "threads") == 0 ? sh_serve_threads(listen_fd, nconn) : sh_serve_epoll(listen_fd, nconn);
+	printf("served=%d\n", served);
+	if (served != nconn)
+		sh_fail("served %d connections, expected %d", served, nconn);
+	if (!sh_failures)
+		printf("PASS server %s\n", shape);
+	return sh_failures ? 1 : 0;
+}
+
+/* inetd PROGRAM ARGS...: accepts one connection, forks; the child puts it
+ * on fds 0 and 1 (no FD_CLOEXEC) and execs PROGRAM, which talks to the
+ * client through its standard input and output. */
+static int sh_inetd(char **program)
+{
+	struct sockaddr_in address = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t length = sizeof(address);
+	int listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1, fd, status = 0;
+	pid_t pid;
+
+	setsockopt(listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(listen_fd, (struct sockaddr *)&address, sizeof(address)) || listen(listen_fd, 16) ||
+	    getsockname(listen_fd, (struct sockaddr *)&address, &length)) {
+		sh_fail("listen: %s", strerror(errno));
+		return 1;
+	}
+	printf("listening port=%d\n", ntohs(address.sin_port));
+	fflush(stdout);
+	fd = sh_accept(listen_fd, 60000);
+	if (fd < 0) {
+		sh_fail("accept: %s", strerror(errno));
+		return 1;
+	}
+	pid = fork();
+	if (pid == 0) {
+		dup2(fd, 0);
+		dup2(fd, 1);
+		close(fd);
+		execvp(program[0], program);
+		_exit(127);
+	}
+	close(fd);
+	if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		sh_fail("the exec'd program failed (status 0x%x)", status);
+	if (!sh_failures)
+		printf("PASS server inetd\n");
+	return sh_failures ? 1 : 0;
+}
+
+/* exec-client HOST PORT: one offloaded echo round trip, then the process
+ * execs `after-exec FD` with the connection still open (no FD_CLOEXEC). */
+static int sh_exec_client(const char *self, const char *host, const char *port)
+{
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
+	char fd_text[16], byte = 'e';
+	int fd;
+
+	if (getaddrinfo(host, port, &hints, &sh_target)) {
+		sh_fail("cannot resolve %s %s", host, port);
+		return 1;
+	}
+	fd = socket(sh_target->ai_family, SOCK_STREAM, 0);
+	if (fd < 0 || connect(fd, sh_target->ai_addr, sh_target->ai_addrlen) || send(fd, &byte, 1, 0) != 1 ||
+	    recv(fd, &byte, 1, MSG_WAITALL) != 1) {
+		sh_fail("round trip before exec: %s", strerror(errno));
+		return 1;
+	}
+	snprintf(fd_text, sizeof(fd_text), "%d", fd);
+	printf("exec with fd %d\n", fd);
+	fflush(stdout);
+	execl(self, self, "after-exec", fd_text, (char *)NULL);
+	sh_fail("exec: %s", strerror(errno));
+	return 1;
+}
+
+/* after-exec FD: the inherited connection must end, not hang: recv
+ * returns 0 or an error within the watchdog, and a send fails or the peer
+ * goes away. */
+static int sh_after_exec(int fd)
+{
+	char byte;
+	ssize_t n;
+
+	alarm(10);
+	n = recv(fd, &byte, 1, 0);
+	printf("after exec: recv returned %zd (%s)\n", n, n < 0 ? strerror(errno) : "");
+	if (n > 0) {
+		sh_fail("data on a connection whose stream did not survive exec");
+		return 1;
+	}
+	printf("PASS after-exec\n");
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	signal(SIGALRM, sh_watchdog);
+	alarm(SH_WATCHDOG);
+	if (argc == 4 && strcmp(argv[1], "exec-server") == 0)
+		return sh_exec_server(argv[0], argv[2], argv[3]);
+	if (argc == 5 && strcmp(argv[1], "serve-fd") == 0)
+		return sh_serve_fd(atoi(argv[2]), argv[3], atoi(argv[4]));
+	if (argc >= 3 && strcmp(argv[1], "inetd") == 0)
+		return sh_inetd(argv + 2);
+	if (argc == 4 && strcmp(argv[1], "exec-client") == 0)
+		return sh_exec_client(argv[0], argv[2], argv[3]);
+	if (argc == 3 && strcmp(argv[1], "after-exec") == 0)
+		return sh_after_exec(atoi(argv[2]));
+	if (argc == 4 && strcmp(argv[1], "server") == 0)
+		return sh_server(argv[2], atoi(argv[3]));
+	if (argc == 6 && strcmp(argv[1], "client") == 0)
+		return sh_client(argv[2], argv[3], atoi(argv[4]), atoi(argv[5]));
+	fprintf(stderr, "usage: fs_shapes server fork|prefork|threads|epoll NCONN\n"
+			"       fs_shapes client HOST PORT NCONN PARALLEL\n"
+			"       fs_shapes exec-server threads|epoll NCONN\n"
+			"       fs_shapes inetd PROGRAM [ARGS...]\n"
+			"       fs_shapes exec-client HOST PORT\n");
+	return 2;
+}

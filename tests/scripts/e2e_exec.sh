@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# exec() with fabsock sockets open (issue 4; core/inherit.h):
+#  - listener: fs_shapes exec-server listens and execs itself with the
+#    listening socket; the new program serves 8 echo connections. Under
+#    fabsock all 8 must be offloaded (the new program's stats line) and
+#    checked byte for byte; under kernel TCP the same must just work.
+#  - inetd: fs_shapes inetd accepts, forks, and the child execs `cat` with
+#    the connection as stdin and stdout; a 1 MiB echo must come back exact.
+#    Under fabsock the client was told "yes" and sent a HELLO, which the new
+#    program must never see: its fabsock consumes and refuses it, and the
+#    client's stats must show that refusal (fallback_hello_nak=1).
+#  - offloaded connection across exec (fabsock only): a client with an
+#    offloaded connection execs itself; the new program's recv must end
+#    (EOF or error) within 5 s instead of hanging, with a warning, and the
+#    server's blocked recv must end within 5 s too.
+. "$(dirname "$0")/lib.sh"
+
+PROG=$FS_PROGS/fs_shapes
+[ -x "$PROG" ] || { fs_fail "$PROG is not built"; fs_done; exit 1; }
+
+stats_field() { # FILE FIELD: the value of FIELD in the last stats line
+	sed -nE "s/^.*fabsock\[[0-9]+\]: warn: stats: .*\b$2=([0-9]+).*$/\1/p" "$1" | tail -n 1
+}
+
+wait_port() { # OUTFILE -> prints the port
+	local i
+	for i in $(seq 1 100); do
+		grep -q '^listening port=' "$1" && break
+		sleep 0.05
+	done
+	sed -n 's/^listening port=//p' "$1"
+}
+
+for mode in kernel fabsock; do
+	prefix=(env)
+	[ "$mode" = fabsock ] && prefix=(env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 FABSOCK_LOG=info)
+
+	# listener across exec
+	dir=$FS_TMP/listener-$mode
+	mkdir -p "$dir"
+	fs_bg spid "${prefix[@]}" "$PROG" exec-server threads 8 >"$dir/server.out" 2>"$dir/server.err"
+	port=$(wait_port "$dir/server.out")
+	crc=0
+	srv=0
+	"${prefix[@]}" timeout 60 "$PROG" client 127.0.0.1 "$port" 8 4 >"$dir/client.out" 2>"$dir/client.err" || crc=$?
+	fs_wait_pid "$spid" 20 || srv=$?
+	if [ "$crc" -ne 0 ] || [ "$srv" -ne 0 ] || ! grep -q '^PASS server threads' "$dir/server.out"; then
+		fs_fail "listener-$mode: client $crc, server $srv: $(grep -h '^FAIL' "$dir"/*.out | head -n 3 | tr '\n' ' ')"
+	elif [ "$mode" = fabsock ] && [ "$(stats_field "$dir/server.err" offloaded)" != 8 ]; then
+		fs_fail "listener-$mode: the exec'd server offloaded $(stats_field "$dir/server.err" offloaded) of 8"
+		grep -h 'stays on kernel' "$dir/server.err" "$dir/client.err" | head -n 5 >&2 || true
+	else
+		fs_pass "listener-$mode: 8 echo connections served by the program exec'd with the listener"
+	fi
+
+	# inetd: connection on fds 0 and 1 of an exec'd cat
+	dir=$FS_TMP/inetd-$mode
+	mkdir -p "$dir"
+	fs_bg spid "${prefix[@]}" "$PROG" inetd cat >"$dir/server.out" 2>"$dir/server.err"
+	port=$(wait_port "$dir/server.out")
+	crc=0
+	srv=0
+	"${prefix[@]}" timeout 60 "$PROG" client 127.0.0.1 "$port" 1 1 >"$dir/client.out" 2>"$dir/client.err" || crc=$?
+	fs_wait_pid "$spid" 20 || srv=$?
+	if [ "$crc" -ne 0 ] || [ "$srv" -ne 0 ]; then
+		fs_fail "inetd-$mode: client $crc, server $srv: $(grep -h '^FAIL' "$dir"/*.out | head -n 3 | tr '\n' ' ')"
+		tail -n 3 "$dir/server.err" >&2 || true
+	elif [ "$mode" = fabsock ] && [ "$(stats_field "$dir/client.err" fallback_hello_nak)" != 1 ]; then
+		fs_fail "inetd-$mode: the client's HELLO was not refused (fallback_hello_nak=$(stats_field "$dir/client.err" fallback_hello_nak))"
+	else
+		fs_pass "inetd-$mode: 1 MiB echoed exactly by cat exec'd on the accepted connection"
+	fi
+done
+
+# an offloaded connection across exec
+dir=$FS_TMP/offloaded-exec
+mkdir -p "$dir"
+fs_bg spid env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 "$PROG" server threads 1 >"$dir/server.out" 2>"$dir/server.err"
+port=$(wait_port "$dir/server.out")
+start=$(date +%s%N)
+crc=0
+env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_LOG=warn timeout 20 "$PROG" exec-client 127.0.0.1 "$port" \
+	>"$dir/client.out" 2>"$dir/client.err" || crc=$?
+end=$(date +%s%N)
+fs_wait_pid "$spid" 5 || true
+ms=$(((end - start) / 1000000))
+if [ "$crc" -ne 0 ] || ! grep -q '^PASS after-exec' "$dir/client.out"; then
+	fs_fail "offloaded-exec: the exec'd program did not see the connection end (exit $crc, ${ms} ms)"
+	cat "$dir/client.out" >&2
+elif ! grep -q 'survived exec() but its stream did not' "$dir/client.err"; then
+	fs_fail "offloaded-exec: no warning about the connection that did not survive exec"
+elif ! grep -qE '^served=|Connection reset|EOF' "$dir/server.out"; then
+	fs_fail "offloaded-exec: the server's recv did not end within 5 s"
+else
+	fs_pass "offloaded-exec: the exec'd program read $(sed -n 's/^after exec: //p' "$dir/client.out") after ${ms} ms; the server ended too"
+fi
+fs_done

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Server shapes under the preload (issue 4): fs_shapes serves NCONN echo
+# connections as (fork) a child per accepted connection, (prefork) four
+# workers accepting on one shared listening socket, (threads) a thread per
+# connection, (epoll) one edge-triggered epoll loop; the client runs them
+# four at a time, 1 MiB each, checking every echoed byte. Each shape runs
+# under kernel TCP and with both ends preloaded. In fabsock mode the
+# `offloaded=N` of the client's stats line must be NCONN, and the stats
+# lines of all the server's processes (the parent, children or workers)
+# must add up to NCONN: every connection went over the fabric, in whichever
+# process served it. Afterwards no /dev/shm region of a finished process of
+# this test may be left.
+. "$(dirname "$0")/lib.sh"
+
+SHAPES_PROG=$FS_PROGS/fs_shapes
+NCONN=${NCONN:-12}
+PARALLEL=4
+
+# Sum of the offloaded=N of every stats line in FILE.
+stats_sum() {
+	sed -nE 's/^.*fabsock\[[0-9]+\]: warn: stats: offloaded=([0-9]+).*$/\1/p' "$1" | awk '{s += $1} END {print s + 0}'
+}
+stats_lines() { grep -c 'warn: stats: offloaded=' "$1" || true; }
+
+run_shape() { # MODE SHAPE
+	local mode=$1 shape=$2 label="$2-$1" dir=$FS_TMP/$2-$1 server_pid client_pid port i
+	local server_rc=0 client_rc=0 fails_before=$FS_FAILS
+	local -a prefix=(env)
+	[ "$mode" = fabsock ] && prefix=(env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1)
+	mkdir -p "$dir"
+	fs_bg server_pid "${prefix[@]}" "$SHAPES_PROG" server "$shape" "$NCONN" >"$dir/server.out" 2>"$dir/server.err"
+	for i in $(seq 1 100); do
+		grep -q '^listening port=' "$dir/server.out" && break
+		sleep 0.05
+	done
+	port=$(sed -n 's/^listening port=//p' "$dir/server.out")
+	if [ -z "$port" ]; then
+		fs_fail "$label: the server did not listen"
+		return 0
+	fi
+	fs_bg client_pid "${prefix[@]}" "$SHAPES_PROG" client 127.0.0.1 "$port" "$NCONN" "$PARALLEL" \
+		>"$dir/client.out" 2>"$dir/client.err"
+	fs_wait_pid "$client_pid" 120 || client_rc=$?
+	fs_wait_pid "$server_pid" 30 || server_rc=$?
+	if [ "$client_rc" -ne 0 ] || ! grep -q '^PASS client' "$dir/client.out"; then
+		fs_fail "$label: client exit $client_rc: $(grep -h '^FAIL' "$dir/client.out" | head -n 3 | tr '\n' ' ')"
+		tail -n 5 "$dir/client.err" >&2 || true
+	fi
+	if [ "$server_rc" -ne 0 ] || ! grep -q "^PASS server $shape" "$dir/server.out"; then
+		fs_fail "$label: server exit $server_rc: $(grep -h '^FAIL' "$dir/server.out" | head -n 3 | tr '\n' ' ')"
+		tail -n 5 "$dir/server.err" >&2 || true
+	fi
+	if [ "$mode" = fabsock ]; then
+		local client_off server_off
+		client_off=$(stats_sum "$dir/client.err")
+		server_off=$(stats_sum "$dir/server.err")
+		[ "$client_off" = "$NCONN" ] ||
+			fs_fail "$label: the client's stats say offloaded=$client_off, expected $NCONN"
+		[ "$server_off" = "$NCONN" ] ||
+			fs_fail "$label: the server's processes' stats ($(stats_lines "$dir/server.err") lines) add up to offloaded=$server_off, expected $NCONN"
+		fs_log "$label: offloaded client $client_off, server processes $server_off ($(stats_lines "$dir/server.err") stats lines)"
+	fi
+	grep -h '^worker' "$dir/server.out" 2>/dev/null | sed "s/^/    /" >&2 || true
+	[ "$FS_FAILS" -eq "$fails_before" ] && fs_pass "$label"
+	return 0
+}
+
+[ -x "$SHAPES_PROG" ] || { fs_fail "$SHAPES_PROG is not built"; fs_done; exit 1; }
+for shape in ${FS_SHAPES:-fork prefork threads epoll}; do
+	for mode in kernel fabsock; do
+		run_shape "$mode" "$shape"
+	done
+done
+
+# Every fabsock process of this test has exited: none may have left its
+# shm region behind (fabsock-<pidns>-<pid>-<random>).
+leftover=""
+for f in /dev/shm/fabsock-*; do
+	[ -e "$f" ] || continue
+	pid=$(basename "$f" | cut -d- -f3)
+	if [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null && grep -rqs "fabsock\[$pid\]" "$FS_TMP"; then
+		leftover="$leftover $f"
+	fi
+done
+if [ -n "$leftover" ]; then
+	fs_fail "shm regions left behind by finished test processes:$leftover"
+else
+	fs_pass "no /dev/shm region left by this test's processes"
+fi
+fs_done
