@@ -120,6 +120,8 @@ static int fs_post_recv(struct fs_engine_rail *er, struct fs_buf *buf)
 
 	buf->stream = NULL;
 	buf->len = buf->off = 0;
+	if (!er->open)
+		return -FI_ECANCELED; /* closed at exit while a thread still ran */
 	FS_GUARD_ENTER();
 	for (int tries = 0; tries < 1000; tries++) {
 		ret = fi_trecv(er->rail.ep, buf->mem, buf->cap, buf->desc, FI_ADDR_UNSPEC,
@@ -480,6 +482,8 @@ static int fs_post_send(struct fs_stream *s, struct fs_buf *buf, unsigned cls)
 	size_t bytes = sizeof(struct fs_wire_msg_hdr) + buf->len;
 	ssize_t ret;
 
+	if (!s->erail->open)
+		return -FI_ECANCELED; /* the rail closed at exit under a still running thread */
 	FS_GUARD_ENTER();
 	if (bytes <= rail->inject_size) {
 		ret = fi_tinject(rail->ep, buf->mem, bytes, s->peer_addr, tag);
