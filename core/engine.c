@@ -976,8 +976,15 @@ void fs_engine_shutdown(void)
 			s->error = -ECONNRESET;
 	}
 	while (e->orphans && fs_now_ns() < deadline) {
+		bool deliverable = false;
+
 		fs_engine_progress(e);
-		if (!e->orphans)
+		/* A stream whose peer is gone (error set) can deliver nothing
+		 * more, and its posted sends may never complete: do not wait
+		 * out FABSOCK_LINGER_SEC for it (the rails close below). */
+		for (struct fs_stream *s = e->orphans; s && !deliverable; s = s->orphan_next)
+			deliverable = !s->error;
+		if (!deliverable)
 			break;
 		pthread_mutex_unlock(&e->lock);
 		usleep(50);

@@ -11,6 +11,8 @@
  *             the child execs PROGRAM with the connection as fds 0 and 1
  *   fs_shapes exec-client HOST PORT   one round trip, then execs itself as
  *             `after-exec FD`, which expects the connection to end
+ *   fs_shapes sink / fs_shapes source HOST PORT   one connection streaming
+ *             until the other end dies (the peer-death test)
  *
  * fork: the parent accepts and forks a child per connection (the parent
  * closes its copy at once); prefork: the parent listens and forks 4
@@ -647,6 +649,72 @@ static int sh_after_exec(int fd)
 	return 0;
 }
 
+/* ---- peer death ---------------------------------------------------------- */
+
+/* sink: accepts one connection and reads until EOF or an error, then says
+ * which; source HOST PORT: writes until an error. The test kill -9's one of
+ * them mid-stream; the other must end by itself, promptly. */
+static int sh_sink(void)
+{
+	struct sockaddr_in address = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t length = sizeof(address);
+	int listen_fd = socket(AF_INET, SOCK_STREAM, 0), fd;
+	static char buffer[1 << 16];
+	unsigned long long total = 0;
+	ssize_t n;
+
+	if (bind(listen_fd, (struct sockaddr *)&address, sizeof(address)) || listen(listen_fd, 4) ||
+	    getsockname(listen_fd, (struct sockaddr *)&address, &length)) {
+		sh_fail("listen: %s", strerror(errno));
+		return 1;
+	}
+	printf("listening port=%d\n", ntohs(address.sin_port));
+	fd = sh_accept(listen_fd, 60000);
+	if (fd < 0)
+		return 1;
+	for (;;) {
+		n = recv(fd, buffer, sizeof(buffer), 0);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		if (!total)
+			printf("streaming\n");
+		total += (unsigned long long)n;
+	}
+	printf("sink ended: %s after %llu bytes\n", n == 0 ? "EOF" : strerror(errno), total);
+	return n == 0 || errno == ECONNRESET ? 0 : 1;
+}
+
+static int sh_source(const char *host, const char *port)
+{
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
+	static char buffer[1 << 16];
+	unsigned long long total = 0;
+	ssize_t n;
+	int fd;
+
+	if (getaddrinfo(host, port, &hints, &sh_target))
+		return 1;
+	fd = socket(sh_target->ai_family, SOCK_STREAM, 0);
+	if (fd < 0 || connect(fd, sh_target->ai_addr, sh_target->ai_addrlen)) {
+		sh_fail("connect: %s", strerror(errno));
+		return 1;
+	}
+	for (;;) {
+		n = send(fd, buffer, sizeof(buffer), MSG_NOSIGNAL);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		if (!total)
+			printf("streaming\n");
+		total += (unsigned long long)n;
+	}
+	printf("source ended: %s after %llu bytes\n", n == 0 ? "0" : strerror(errno), total);
+	return n < 0 && (errno == EPIPE || errno == ECONNRESET) ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -662,6 +730,10 @@ int main(int argc, char **argv)
 		return sh_exec_client(argv[0], argv[2], argv[3]);
 	if (argc == 3 && strcmp(argv[1], "after-exec") == 0)
 		return sh_after_exec(atoi(argv[2]));
+	if (argc == 2 && strcmp(argv[1], "sink") == 0)
+		return sh_sink();
+	if (argc == 4 && strcmp(argv[1], "source") == 0)
+		return sh_source(argv[2], argv[3]);
 	if (argc == 4 && strcmp(argv[1], "server") == 0)
 		return sh_server(argv[2], atoi(argv[3]));
 	if (argc == 6 && strcmp(argv[1], "client") == 0)
