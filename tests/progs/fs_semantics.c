@@ -1017,6 +1017,7 @@ static const struct sem_scenario scenarios[] = {
 	{ "sendfile", sendfile_server, sendfile_client },
 	{ "peer_kill_rev", peer_kill_rev_server, peer_kill_rev_client },
 	{ "exit_blocked", exit_blocked_server, exit_blocked_client },
+	{ "splice", splice_server, splice_client },
 };
 
 /* ---- main -------------------------------------------------------------- */
