@@ -176,6 +176,8 @@ static int fs_post_recv(struct fs_engine_rail *er, struct fs_buf *buf)
 
 	buf->stream = NULL;
 	buf->len = buf->off = 0;
+	if (!er->open)
+		return -FI_ECANCELED; /* closed at exit while a thread still ran */
 	FS_GUARD_ENTER();
 	for (int tries = 0; tries < 1000; tries++) {
 		/* Control messages are untagged: the provider keeps them in a
@@ -555,6 +557,8 @@ static int fs_post_send(struct fs_stream *s, struct fs_buf *buf, unsigned cls)
 	size_t bytes = sizeof(struct fs_wire_msg_hdr) + buf->len;
 	ssize_t ret;
 
+	if (!s->erail->open)
+		return -FI_ECANCELED; /* the rail closed at exit under a still running thread */
 	FS_GUARD_ENTER();
 	if (cls == FS_CLASS_CTRL) {
 		/* untagged: the tag travels in front of the header */
@@ -1084,8 +1088,15 @@ void fs_engine_shutdown(void)
 			s->error = -ECONNRESET;
 	}
 	while (e->orphans && fs_now_ns() < deadline) {
+		bool deliverable = false;
+
 		fs_engine_progress(e);
-		if (!e->orphans)
+		/* A stream whose peer is gone (error set) can deliver nothing
+		 * more, and its posted sends may never complete: do not wait
+		 * out FABSOCK_LINGER_SEC for it (the rails close below). */
+		for (struct fs_stream *s = e->orphans; s && !deliverable; s = s->orphan_next)
+			deliverable = !s->error;
+		if (!deliverable)
 			break;
 		pthread_mutex_unlock(&e->lock);
 		usleep(50);

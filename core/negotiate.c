@@ -525,9 +525,11 @@ static int fs_server_expect_hello(struct fs_sock *s, const struct fs_probe_rec *
 	return fs_kernel(s, "no HELLO arrived in time");
 }
 
-/* An accepted connection that reached this program through exec() before
- * it was used (inherit.h). The probe record went with the old program, so
- * this side does not offload it; but its client may have been told "yes"
+/* An accepted connection with no probe record to judge by: it reached this
+ * program through exec() before it was used (inherit.h; the record went
+ * with the old program), or its listener has no probe twin (the UDP port
+ * was taken; another process's twin may have answered its probe). This
+ * side does not offload it; but its client may have been told "yes"
  * and sent a HELLO (first thing on the stream, possibly a few hundred ms
  * late: a fresh client opens its fabric first), which the new program must
  * never read. So on the first receive the first bytes are awaited as the
@@ -536,7 +538,7 @@ static int fs_server_expect_hello(struct fs_sock *s, const struct fs_probe_rec *
  * took as "the server committed to TCP" (it then expects the HELLO to be
  * dropped, and a NAK would be data to it). The application's sends before
  * that go to the kernel without settling (fs_core_sendmsg). */
-static int fs_server_inherited(struct fs_sock *s, uint64_t deadline_ns)
+static int fs_server_no_record(struct fs_sock *s, uint64_t deadline_ns)
 {
 	struct fs_hello hello;
 	size_t got = 0;
@@ -549,15 +551,15 @@ static int fs_server_inherited(struct fs_sock *s, uint64_t deadline_ns)
 	if (ret == 0 && got)
 		ret = fs_peek_message(s->fd, FS_WIRE_HELLO_MAGIC, &hello,
 				      fs_now_ns() + fs_params.hello_timeout_ms * FS_MS, &got);
-	FS_DBG("fd %d: inherited across exec: %zu first bytes, decode %d", s->fd, got, ret);
+	FS_DBG("fd %d: no probe record: %zu first bytes, decode %d", s->fd, got, ret);
 	if (ret > 0) {
 		if (fs_consume(s->fd, (size_t)ret))
 			return -EIO;
-		if (!s->inherited_sent)
+		if (!s->no_record_sent)
 			return fs_server_refuse(s, hello.token, hello.nonce, FS_NAK_RESOURCES, NULL);
-		return fs_kernel(s, "accepted before exec(); the client's HELLO was dropped");
+		return fs_kernel(s, "no probe record; the client's HELLO was dropped");
 	}
-	return fs_kernel(s, "accepted before exec(): the probe record stayed with the old program");
+	return fs_kernel(s, "no probe record (accepted before exec(), or a listener without a probe twin)");
 }
 
 int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
@@ -584,11 +586,11 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 		FS_STAT_INC(fallback_rule);
 		return fs_kernel(s, "a FABSOCK_RULES rule says kernel");
 	}
-	if (s->inherited)
-		return for_send ? fs_kernel(s, "accepted before exec()") : fs_server_inherited(s, deadline_ns);
 	if (!s->listener) {
 		if (rule == FS_RULE_OFFLOAD)
 			return fs_server_expect_hello(s, NULL, true, addr, port, deadline_ns);
+		if (s->no_record)
+			return for_send ? fs_kernel(s, "no probe record") : fs_server_no_record(s, deadline_ns);
 		FS_STAT_INC(fallback_peer_plain);
 		return fs_kernel(s, "no probe listener");
 	}

@@ -21,6 +21,10 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <dirent.h>
+#include <stddef.h>
+#include <sys/stat.h>
+#include <stdio.h>
 #include <unistd.h>
 #include <uthash.h>
 
@@ -38,9 +42,15 @@
 #define FS_PROBE_RATE_PER_SEC 20000u
 #define FS_SERVICE_FDS (64 + 256)
 
+#define FS_PROBE_TABLE_USERS 64
+
 struct fs_probe_table {
 	pthread_mutex_t lock; /* process-shared, robust */
 	struct fs_probe_rec rec[FS_PROBE_TABLE_SLOTS];
+	/* A table shared by SO_REUSEPORT listeners of several processes (a
+	 * named file, see fs_probe_table_shared): which processes use it. */
+	uint32_t ready;
+	int32_t users[FS_PROBE_TABLE_USERS];
 };
 
 struct fs_listener {
@@ -50,6 +60,8 @@ struct fs_listener {
 	int refs;
 	pid_t pid; /* the process whose service thread watches udp_fd */
 	struct fs_probe_table *table;
+	bool shared_table; /* named: see fs_probe_table_shared */
+	char table_path[96];
 	uint64_t bucket_ns; /* rate limiter: start of the current second */
 	unsigned bucket_used;
 	struct fs_listener *next;
@@ -400,13 +412,176 @@ static void *fs_service_main(void *arg)
 
 /* ---- listener side ----------------------------------------------------- */
 
+static void fs_probe_table_init_lock(struct fs_probe_table *table)
+{
+	pthread_mutexattr_t ma;
+
+	pthread_mutexattr_init(&ma);
+	pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED);
+	pthread_mutexattr_setrobust(&ma, PTHREAD_MUTEX_ROBUST);
+	pthread_mutex_init(&table->lock, &ma);
+	pthread_mutexattr_destroy(&ma);
+}
+
+/*
+ * SO_REUSEPORT listeners: several sockets (often in several processes) on
+ * one address and port, the kernel spreading connections among them. Their
+ * UDP twins share the port too (SO_REUSEPORT), and the kernel spreads probes
+ * by its own hash, so the twin that answers a probe is not the listener
+ * that accepts the connection. They therefore share one probe table, a
+ * file in /dev/shm named after the network namespace and the address:
+ * whichever twin answers records there, whichever listener accepts looks
+ * there. The file lists the processes using it; the last one out removes
+ * it, and a process that finds only dead ones (SIGKILL) starts it afresh.
+ */
+static void fs_probe_tables_clean_stale(void);
+static void fs_probe_tables_atexit(void);
+static void fs_probe_table_leave(struct fs_listener *l);
+
+static struct fs_probe_table *fs_probe_table_shared(struct fs_listener *l, const struct sockaddr_storage *ss)
+{
+	uint8_t key[16];
+	uint16_t port;
+	struct stat st;
+	struct fs_probe_table *table;
+	bool creator = false;
+	int fd, free_slot = -1;
+	unsigned long netns = 0;
+
+	static int atexit_done;
+
+	fs_probe_tables_clean_stale();
+	if (!__atomic_exchange_n(&atexit_done, 1, __ATOMIC_ACQ_REL))
+		atexit(fs_probe_tables_atexit);
+	if (stat("/proc/self/ns/net", &st) == 0)
+		netns = (unsigned long)st.st_ino;
+	fs_sockaddr_key((const struct sockaddr *)ss, key, &port);
+	snprintf(l->table_path, sizeof(l->table_path),
+		 "/dev/shm/fabsock-probe-%lu-%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x-%u", netns,
+		 key[0], key[1], key[2], key[3], key[4], key[5], key[6], key[7], key[8], key[9], key[10], key[11],
+		 key[12], key[13], key[14], key[15], port);
+	fd = open(l->table_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd >= 0) {
+		creator = true;
+		if (ftruncate(fd, sizeof(*table))) {
+			fs_real.close(fd);
+			unlink(l->table_path);
+			return NULL;
+		}
+	} else {
+		fd = open(l->table_path, O_RDWR | O_CLOEXEC);
+		if (fd < 0)
+			return NULL;
+		for (int i = 0; i < 200 && (fstat(fd, &st) || (size_t)st.st_size < sizeof(*table)); i++)
+			usleep(1000);
+	}
+	table = mmap(NULL, sizeof(*table), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	fs_real.close(fd);
+	if (table == MAP_FAILED)
+		return NULL;
+	if (creator) {
+		fs_probe_table_init_lock(table);
+		__atomic_store_n(&table->ready, 1, __ATOMIC_RELEASE);
+	} else {
+		for (int i = 0; i < 200 && !__atomic_load_n(&table->ready, __ATOMIC_ACQUIRE); i++)
+			usleep(1000);
+		if (!__atomic_load_n(&table->ready, __ATOMIC_ACQUIRE)) {
+			munmap(table, sizeof(*table));
+			return NULL;
+		}
+	}
+	/* sign in, dropping processes that died without signing out */
+	for (int i = 0; i < FS_PROBE_TABLE_USERS; i++) {
+		int32_t pid = __atomic_load_n(&table->users[i], __ATOMIC_ACQUIRE);
+
+		if (pid > 0 && kill(pid, 0) && errno == ESRCH)
+			__atomic_compare_exchange_n(&table->users[i], &pid, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+	}
+	for (int i = 0; i < FS_PROBE_TABLE_USERS && free_slot < 0; i++) {
+		int32_t zero = 0;
+
+		if (__atomic_compare_exchange_n(&table->users[i], &zero, (int32_t)getpid(), 0, __ATOMIC_ACQ_REL,
+						__ATOMIC_ACQUIRE))
+			free_slot = i;
+	}
+	if (free_slot < 0)
+		FS_WARN("probe table %s: more than %d processes share it; not signed in", l->table_path,
+			FS_PROBE_TABLE_USERS);
+	l->shared_table = true;
+	FS_DBG("listener on port %u shares probe table %s%s", port, l->table_path, creator ? " (new)" : "");
+	return table;
+}
+
+/* At exit the kernel closes the listening sockets without fabsock seeing
+ * it: sign out of the shared tables so the last process removes them. */
+static void fs_probe_tables_atexit(void)
+{
+	pthread_mutex_lock(&fs_service_lock);
+	for (struct fs_listener *l = fs_service_listeners; l; l = l->next)
+		if (l->shared_table && l->pid == getpid())
+			fs_probe_table_leave(l);
+	pthread_mutex_unlock(&fs_service_lock);
+}
+
+/* Removes shared probe tables whose every user died (SIGKILL): once per
+ * process, when it first shares one. */
+static void fs_probe_tables_clean_stale(void)
+{
+	static int done;
+	DIR *dir;
+	struct dirent *de;
+
+	if (__atomic_exchange_n(&done, 1, __ATOMIC_ACQ_REL) || !(dir = opendir("/dev/shm")))
+		return;
+	while ((de = readdir(dir))) {
+		int32_t users[FS_PROBE_TABLE_USERS];
+		char path[300];
+		bool alive = false;
+		int fd;
+
+		if (strncmp(de->d_name, "fabsock-probe-", 14) != 0)
+			continue;
+		snprintf(path, sizeof(path), "/dev/shm/%s", de->d_name);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		if (pread(fd, users, sizeof(users), offsetof(struct fs_probe_table, users)) != (ssize_t)sizeof(users)) {
+			fs_real.close(fd);
+			continue; /* being created */
+		}
+		fs_real.close(fd);
+		for (int i = 0; i < FS_PROBE_TABLE_USERS && !alive; i++)
+			alive = users[i] > 0 && !(kill(users[i], 0) && errno == ESRCH);
+		if (!alive && unlink(path) == 0)
+			FS_INFO("removed stale probe table %s", de->d_name);
+	}
+	closedir(dir);
+}
+
+/* Signs this process out of a shared table; the last one removes the file. */
+static void fs_probe_table_leave(struct fs_listener *l)
+{
+	bool others = false;
+	int32_t me = (int32_t)getpid();
+
+	for (int i = 0; i < FS_PROBE_TABLE_USERS; i++) {
+		int32_t pid = __atomic_load_n(&l->table->users[i], __ATOMIC_ACQUIRE);
+
+		if (pid == me)
+			__atomic_compare_exchange_n(&l->table->users[i], &pid, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+		else if (pid > 0 && !(kill(pid, 0) && errno == ESRCH))
+			others = true;
+	}
+	if (!others)
+		unlink(l->table_path);
+}
+
 struct fs_listener *fs_listener_open(int fd)
 {
 	struct sockaddr_storage ss;
 	socklen_t len = sizeof(ss);
 	struct fs_listener *l;
 	int udp, one = 1;
-	pthread_mutexattr_t ma;
 
 	if (fs_real.getsockname(fd, (struct sockaddr *)&ss, &len))
 		return NULL;
@@ -422,7 +597,14 @@ struct fs_listener *fs_listener_open(int fd)
 		fs_real.getsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, &olen);
 		fs_real.setsockopt(udp, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof(v6only));
 	}
-	(void)one;
+	{
+		int reuseport = 0;
+		socklen_t olen = sizeof(reuseport);
+
+		if (fs_real.getsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &reuseport, &olen) == 0 && reuseport)
+			fs_real.setsockopt(udp, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+		one = reuseport;
+	}
 	if (fs_real.bind(udp, (struct sockaddr *)&ss, len)) {
 		FS_INFO("listener on port %u: UDP port taken (%s); this listener stays plain TCP",
 			ntohs(((struct sockaddr_in *)&ss)->sin_port), strerror(errno));
@@ -434,17 +616,24 @@ struct fs_listener *fs_listener_open(int fd)
 		fs_real.close(udp);
 		return NULL;
 	}
-	l->table = mmap(NULL, sizeof(*l->table), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	if (l->table == MAP_FAILED) {
-		fs_real.close(udp);
-		free(l);
-		return NULL;
+	if (one) { /* SO_REUSEPORT */
+		l->table = fs_probe_table_shared(l, &ss);
+		if (!l->table) {
+			FS_INFO("listener on port %u: cannot share a probe table (%s); this listener stays plain TCP",
+				ntohs(((struct sockaddr_in *)&ss)->sin_port), strerror(errno));
+			fs_real.close(udp);
+			free(l);
+			return NULL;
+		}
+	} else {
+		l->table = mmap(NULL, sizeof(*l->table), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+		if (l->table == MAP_FAILED) {
+			fs_real.close(udp);
+			free(l);
+			return NULL;
+		}
+		fs_probe_table_init_lock(l->table);
 	}
-	pthread_mutexattr_init(&ma);
-	pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED);
-	pthread_mutexattr_setrobust(&ma, PTHREAD_MUTEX_ROBUST);
-	pthread_mutex_init(&l->table->lock, &ma);
-	pthread_mutexattr_destroy(&ma);
 	l->udp_fd = udp;
 	l->diag_fd = fs_real.socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
 	{
@@ -486,6 +675,8 @@ void fs_listener_put(struct fs_listener *l)
 	fs_real.close(l->udp_fd);
 	if (l->diag_fd >= 0)
 		fs_real.close(l->diag_fd);
+	if (l->shared_table && l->pid == getpid())
+		fs_probe_table_leave(l);
 	munmap(l->table, sizeof(*l->table));
 	free(l);
 }

@@ -213,7 +213,7 @@ void fs_core_adopt(int fd, bool listening)
 		fs_sock_set_state(s, FS_SOCK_LISTENING);
 		FS_INFO("fd %d: listener on port %u taken over after exec", fd, port);
 	} else {
-		s->inherited = true;
+		s->no_record = true;
 		fs_sock_set_state(s, FS_SOCK_SERVER_PENDING);
 	}
 	old = fs_fdt_set(fd, s);
@@ -508,6 +508,8 @@ void fs_core_accepted(struct fs_sock *ls, int newfd, int flags)
 	if (ls->listener) {
 		fs_listener_get(ls->listener);
 		s->listener = ls->listener;
+	} else {
+		s->no_record = true; /* a twin elsewhere may have said yes: strip a HELLO */
 	}
 	old = fs_fdt_set(newfd, s);
 	if (old && old != FS_SOCK_INTERNAL)
@@ -615,9 +617,9 @@ ssize_t fs_core_sendmsg(struct fs_sock *s, const struct msghdr *msg, int flags)
 	bool nonblock = s->nonblock || (flags & MSG_DONTWAIT);
 	ssize_t ret;
 
-	if (s->inherited && fs_sock_state(s) == FS_SOCK_SERVER_PENDING) {
+	if (s->no_record && fs_sock_state(s) == FS_SOCK_SERVER_PENDING) {
 		/* sent as TCP; the first receive still looks for a HELLO */
-		s->inherited_sent = true;
+		s->no_record_sent = true;
 		return FS_PASS;
 	}
 	if ((fs_sock_state(s) == FS_SOCK_CLIENT_PENDING || fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT) && !s->shut_wr) {

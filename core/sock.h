@@ -86,8 +86,12 @@ struct fs_sock {
 	bool event_loop; /* added to an epoll set */
 	bool closed;     /* the application closed it (epoll members drop it) */
 	bool linger0;
-	bool inherited;      /* adopted after exec(): see inherit.h */
-	bool inherited_sent; /* ...and the application sent on it before receiving */
+	/* Server side with no probe record to judge by: adopted after exec()
+	 * (inherit.h), or accepted on a listener that has no probe twin. Its
+	 * client may still have sent a HELLO, which the first receive strips
+	 * (negotiate.c, fs_server_no_record). */
+	bool no_record;
+	bool no_record_sent; /* ...and the application sent on it before receiving */
 	bool shut_rd, shut_wr;
 	uint64_t rcvtimeo_ns, sndtimeo_ns;
 

@@ -345,6 +345,45 @@ FS_EXPORT int close(int fd)
 	return (int)fs_ret(ret);
 }
 
+/* close_range/closefrom: the fabsock sockets in the range close as with
+ * close(); fabsock's own internal fds are left out (an application closing
+ * "everything above 2" must not pull the engine's descriptors away); the
+ * rest goes to the kernel in as few calls as the gaps allow. Setting
+ * CLOSE_RANGE_CLOEXEC closes nothing now: the kernel does it all. */
+FS_EXPORT int close_range(unsigned int first, unsigned int last, int flags)
+{
+	unsigned int hi, start = first;
+
+	if (FS_GUARDED() || !fs_fdt_size || (flags & CLOSE_RANGE_CLOEXEC) || first > last)
+		return fs_real.close_range(first, last, flags);
+	hi = last < fs_fdt_size - 1 ? last : (unsigned int)fs_fdt_size - 1;
+	for (unsigned int fd = first; fd <= hi && fd >= first; fd++) {
+		struct fs_sock *peek = fs_fdt_peek((int)fd);
+
+		if (fs_epoll_has_members((int)fd))
+			fs_epoll_closed((int)fd);
+		if (!peek)
+			continue;
+		if (peek == FS_SOCK_INTERNAL) {
+			if (start < fd && fs_real.close_range(start, fd - 1, flags))
+				return -1;
+			start = fd + 1;
+			continue;
+		}
+		close((int)fd); /* the stream's orderly close */
+	}
+	if (start > last || start < first)
+		return 0;
+	return fs_real.close_range(start, last, flags);
+}
+
+FS_EXPORT void closefrom(int lowfd)
+{
+	if (lowfd < 0)
+		lowfd = 0;
+	close_range((unsigned int)lowfd, ~0u, 0);
+}
+
 /* After a real dup of FD to NEWFD (>= 0): the duplicate shares FD's
  * fabsock socket. Returns NEWFD, or -1 with errno set (NEWFD closed). */
 static int fs_dup_done(int fd, int newfd)

@@ -1016,6 +1016,8 @@ static const struct sem_scenario scenarios[] = {
 	{ "fork_children", fork_children_server, fork_children_client },
 	{ "sendfile", sendfile_server, sendfile_client },
 	{ "peer_kill_rev", peer_kill_rev_server, peer_kill_rev_client },
+	{ "exit_blocked", exit_blocked_server, exit_blocked_client },
+	{ "splice", splice_server, splice_client },
 };
 
 /* ---- main -------------------------------------------------------------- */

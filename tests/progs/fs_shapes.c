@@ -3,7 +3,7 @@
  * fs_shapes: one echo server in each of the shapes real servers take, for
  * the lifecycle tests (issue 4), and a client that drives it.
  *
- *   fs_shapes server SHAPE NCONN   SHAPE: fork | prefork | threads | epoll
+ *   fs_shapes server SHAPE NCONN   SHAPE: fork | prefork | reuseport | threads | epoll
  *   fs_shapes client HOST PORT NCONN PARALLEL
  *   fs_shapes exec-server threads|epoll NCONN   listens, then execs itself
  *             as `serve-fd FD SHAPE NCONN` with the listening socket
@@ -11,11 +11,14 @@
  *             the child execs PROGRAM with the connection as fds 0 and 1
  *   fs_shapes exec-client HOST PORT   one round trip, then execs itself as
  *             `after-exec FD`, which expects the connection to end
+ *   fs_shapes sink / fs_shapes source HOST PORT   one connection streaming
+ *             until the other end dies (the peer-death test)
  *
  * fork: the parent accepts and forks a child per connection (the parent
  * closes its copy at once); prefork: the parent listens and forks 4
  * workers that all accept on the shared socket until NCONN connections
- * were served (a shared counter); threads: a thread per connection;
+ * were served (a shared counter); reuseport: 4 workers each listen on
+ * their own SO_REUSEPORT socket on one port; threads: a thread per connection;
  * epoll: one thread, nonblocking sockets, edge-triggered epoll.
  *
  * Per connection the client sends 1 MiB of its own pattern in 32 KiB
@@ -200,6 +203,60 @@ static int sh_serve_prefork(int listen_fd, int nconn)
 	return *served;
 }
 
+/* reuseport: four workers, each with its own listening socket on the same
+ * port (SO_REUSEPORT; the kernel spreads connections among them). The
+ * parent's own socket only reserves the port until they all listen. */
+static int sh_serve_reuseport(int listen_fd, int nconn)
+{
+	struct sockaddr_in address;
+	socklen_t length = sizeof(address);
+	int *shared = mmap(NULL, 2 * sizeof(int), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	int *served = shared, *ready = shared + 1, status;
+
+	if (shared == MAP_FAILED || getsockname(listen_fd, (struct sockaddr *)&address, &length)) {
+		sh_fail("setup: %s", strerror(errno));
+		return 0;
+	}
+	*served = *ready = 0;
+	for (int w = 0; w < SH_WORKERS; w++) {
+		pid_t pid = fork();
+
+		if (pid == 0) {
+			int one = 1, mine = 0, bad = 0, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+			close(listen_fd);
+			setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+			if (bind(fd, (struct sockaddr *)&address, sizeof(address)) || listen(fd, 128)) {
+				sh_fail("worker %d: listen: %s", w, strerror(errno));
+				exit(1);
+			}
+			__atomic_add_fetch(ready, 1, __ATOMIC_ACQ_REL);
+			while (__atomic_load_n(served, __ATOMIC_ACQUIRE) < nconn) {
+				int conn = sh_accept(fd, 100);
+
+				if (conn < 0)
+					continue;
+				if (sh_echo_blocking(conn) < 0)
+					bad++;
+				close(conn);
+				mine++;
+				__atomic_add_fetch(served, 1, __ATOMIC_ACQ_REL);
+			}
+			printf("worker %d served %d\n", w, mine);
+			exit(bad ? 1 : 0);
+		}
+	}
+	for (int i = 0; i < 1000 && __atomic_load_n(ready, __ATOMIC_ACQUIRE) < SH_WORKERS; i++)
+		usleep(5000);
+	close(listen_fd); /* from now on only the workers' sockets take connections */
+	printf("listening port=%d\n", ntohs(address.sin_port));
+	fflush(stdout);
+	for (int w = 0; w < SH_WORKERS; w++)
+		if (wait(&status) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+			sh_fail("a worker failed (status 0x%x)", status);
+	return *served;
+}
+
 static void *sh_conn_thread(void *arg)
 {
 	int fd = (int)(intptr_t)arg;
@@ -339,14 +396,20 @@ static int sh_server(const char *shape, int nconn)
 	int listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1, served;
 
 	setsockopt(listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(listen_fd, (struct sockaddr *)&address, sizeof(address)) || listen(listen_fd, 128) ||
+	if (strcmp(shape, "reuseport") == 0)
+		setsockopt(listen_fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+	if (bind(listen_fd, (struct sockaddr *)&address, sizeof(address)) ||
+	    (strcmp(shape, "reuseport") != 0 && listen(listen_fd, 128)) ||
 	    getsockname(listen_fd, (struct sockaddr *)&address, &length)) {
 		sh_fail("listen: %s", strerror(errno));
 		return 1;
 	}
-	printf("listening port=%d\n", ntohs(address.sin_port));
+	if (strcmp(shape, "reuseport") != 0)
+		printf("listening port=%d\n", ntohs(address.sin_port));
 	fflush(stdout);
-	if (strcmp(shape, "fork") == 0)
+	if (strcmp(shape, "reuseport") == 0)
+		served = sh_serve_reuseport(listen_fd, nconn);
+	else if (strcmp(shape, "fork") == 0)
 		served = sh_serve_fork(listen_fd, nconn);
 	else if (strcmp(shape, "prefork") == 0)
 		served = sh_serve_prefork(listen_fd, nconn);
@@ -591,6 +654,72 @@ static int sh_after_exec(int fd)
 	return 0;
 }
 
+/* ---- peer death ---------------------------------------------------------- */
+
+/* sink: accepts one connection and reads until EOF or an error, then says
+ * which; source HOST PORT: writes until an error. The test kill -9's one of
+ * them mid-stream; the other must end by itself, promptly. */
+static int sh_sink(void)
+{
+	struct sockaddr_in address = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t length = sizeof(address);
+	int listen_fd = socket(AF_INET, SOCK_STREAM, 0), fd;
+	static char buffer[1 << 16];
+	unsigned long long total = 0;
+	ssize_t n;
+
+	if (bind(listen_fd, (struct sockaddr *)&address, sizeof(address)) || listen(listen_fd, 4) ||
+	    getsockname(listen_fd, (struct sockaddr *)&address, &length)) {
+		sh_fail("listen: %s", strerror(errno));
+		return 1;
+	}
+	printf("listening port=%d\n", ntohs(address.sin_port));
+	fd = sh_accept(listen_fd, 60000);
+	if (fd < 0)
+		return 1;
+	for (;;) {
+		n = recv(fd, buffer, sizeof(buffer), 0);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		if (!total)
+			printf("streaming\n");
+		total += (unsigned long long)n;
+	}
+	printf("sink ended: %s after %llu bytes\n", n == 0 ? "EOF" : strerror(errno), total);
+	return n == 0 || errno == ECONNRESET ? 0 : 1;
+}
+
+static int sh_source(const char *host, const char *port)
+{
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
+	static char buffer[1 << 16];
+	unsigned long long total = 0;
+	ssize_t n;
+	int fd;
+
+	if (getaddrinfo(host, port, &hints, &sh_target))
+		return 1;
+	fd = socket(sh_target->ai_family, SOCK_STREAM, 0);
+	if (fd < 0 || connect(fd, sh_target->ai_addr, sh_target->ai_addrlen)) {
+		sh_fail("connect: %s", strerror(errno));
+		return 1;
+	}
+	for (;;) {
+		n = send(fd, buffer, sizeof(buffer), MSG_NOSIGNAL);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		if (!total)
+			printf("streaming\n");
+		total += (unsigned long long)n;
+	}
+	printf("source ended: %s after %llu bytes\n", n == 0 ? "0" : strerror(errno), total);
+	return n < 0 && (errno == EPIPE || errno == ECONNRESET) ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -606,11 +735,15 @@ int main(int argc, char **argv)
 		return sh_exec_client(argv[0], argv[2], argv[3]);
 	if (argc == 3 && strcmp(argv[1], "after-exec") == 0)
 		return sh_after_exec(atoi(argv[2]));
+	if (argc == 2 && strcmp(argv[1], "sink") == 0)
+		return sh_sink();
+	if (argc == 4 && strcmp(argv[1], "source") == 0)
+		return sh_source(argv[2], argv[3]);
 	if (argc == 4 && strcmp(argv[1], "server") == 0)
 		return sh_server(argv[2], atoi(argv[3]));
 	if (argc == 6 && strcmp(argv[1], "client") == 0)
 		return sh_client(argv[2], argv[3], atoi(argv[4]), atoi(argv[5]));
-	fprintf(stderr, "usage: fs_shapes server fork|prefork|threads|epoll NCONN\n"
+	fprintf(stderr, "usage: fs_shapes server fork|prefork|reuseport|threads|epoll NCONN\n"
 			"       fs_shapes client HOST PORT NCONN PARALLEL\n"
 			"       fs_shapes exec-server threads|epoll NCONN\n"
 			"       fs_shapes inetd PROGRAM [ARGS...]\n"

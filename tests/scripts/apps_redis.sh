@@ -12,7 +12,9 @@
 #   - fabsock mode: `ss -tin` sampled on the port while the benchmark runs
 #     shows no TCP connection received >= 64 KiB while the server's INFO says
 #     it moved MiBs; the server's stats line (it leaves through exit() after
-#     `redis-cli shutdown nosave`) says offloaded >= 50, the benchmark's >= 50.
+#     `redis-cli shutdown nosave`) says offloaded >= 50, the benchmark's >= 50;
+#   - BGSAVE (a fork of the server) while another 50-connection benchmark
+#     runs: the save succeeds, the benchmark completes, values read back.
 # The same sampling in kernel mode must show more than 64 KiB on some
 # connection, which proves the check can fail.
 
@@ -82,6 +84,33 @@ redis_bench() {
 	return 0
 }
 
+# BGSAVE forks the server while 50 benchmark connections (offloaded in
+# fabsock mode) are busy: the save must succeed, the benchmark must finish,
+# and the server must still serve byte-exact values afterwards.
+redis_bgsave_under_load() {
+	local mode=$1 cli rc=0 i st
+	fs_bg cli timeout -s INT -k 5 120 "${APP_ENV[@]}" \
+		redis-benchmark -p "$PORT" -c 50 -n "$REQUESTS" -d 100 -t set,get --csv \
+		>"$LOG-bgsave-bench.out" 2>"$LOG-bgsave-bench.err"
+	sleep 0.3
+	st=$(rcli bgsave | tr -d '\r') || true
+	for i in $(seq 1 200); do
+		rcli info persistence | tr -d '\r' | grep -q '^rdb_bgsave_in_progress:0' && break
+		sleep 0.05
+	done
+	fs_wait_pid "$cli" 130 || rc=$?
+	if ! rcli info persistence | tr -d '\r' | grep -q '^rdb_last_bgsave_status:ok'; then
+		fs_fail "$mode: BGSAVE under load did not succeed (answer '$st'): $(rcli info persistence | tr -d '\r' | grep -E 'bgsave' | tr '\n' ' ')"
+	elif [ "$rc" -ne 0 ] || [ "$(grep -cE '^"(SET|GET)"' "$LOG-bgsave-bench.out")" -ne 2 ]; then
+		fs_fail "$mode: the benchmark running across BGSAVE failed (exit $rc)"
+	elif [ ! -s "$FS_TMP/dump-$mode.rdb" ]; then
+		fs_fail "$mode: BGSAVE reported ok but wrote no $FS_TMP/dump-$mode.rdb"
+	else
+		fs_pass "$mode: BGSAVE ('$st') forked the server while 50 benchmark connections ran; the save and the benchmark completed"
+	fi
+	redis_check_values "$mode after BGSAVE"
+}
+
 apps_run() {
 	local mode=$1 srv i in_b out_b cmds moved
 	local -a conns=() rxs=() names=() errs=()
@@ -91,6 +120,7 @@ apps_run() {
 
 	fs_bg srv timeout -s INT -k 5 170 "${APP_ENV[@]}" \
 		redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --daemonize no \
+		--dir "$FS_TMP" --dbfilename "dump-$mode.rdb" \
 		--protected-mode no >"$LOG-server.out" 2>"$LOG-server.err"
 	if ! fs_wait_listen "$PORT"; then
 		fs_fail "$mode: redis-server did not listen"
@@ -110,6 +140,8 @@ apps_run() {
 			names+=("$name") conns+=("$BENCH_CONNS") rxs+=("$BENCH_RXMAX") errs+=("$BENCH_ERR")
 		fi
 	done
+
+	redis_bgsave_under_load "$mode"
 
 	# What the server moved, by its own count.
 	in_b=$(rcli info stats | tr -d '\r' | sed -n 's/^total_net_input_bytes:\([0-9]*\)/\1/p')

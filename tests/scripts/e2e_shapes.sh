@@ -10,7 +10,7 @@
 # lines of all the server's processes (the parent, children or workers)
 # must add up to NCONN: every connection went over the fabric, in whichever
 # process served it. Afterwards no /dev/shm region of a finished process of
-# this test may be left.
+# this test, and no shared probe table of its ports, may be left.
 . "$(dirname "$0")/lib.sh"
 
 SHAPES_PROG=$FS_PROGS/fs_shapes
@@ -67,7 +67,7 @@ run_shape() { # MODE SHAPE
 }
 
 [ -x "$SHAPES_PROG" ] || { fs_fail "$SHAPES_PROG is not built"; fs_done; exit 1; }
-for shape in ${FS_SHAPES:-fork prefork threads epoll}; do
+for shape in ${FS_SHAPES:-fork prefork reuseport threads epoll}; do
 	for mode in kernel fabsock; do
 		run_shape "$mode" "$shape"
 	done
@@ -82,6 +82,14 @@ for f in /dev/shm/fabsock-*; do
 	if [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null && grep -rqs "fabsock\[$pid\]" "$FS_TMP"; then
 		leftover="$leftover $f"
 	fi
+done
+# nor a shared probe table of a port one of its listeners used
+for f in /dev/shm/fabsock-probe-*; do
+	[ -e "$f" ] || continue
+	for d in "$FS_TMP"/*-fabsock; do
+		port=$(sed -n 's/^listening port=//p' "$d/server.out" 2>/dev/null)
+		[ -n "$port" ] && [[ "$f" == *"-$port" ]] && leftover="$leftover $f"
+	done
 done
 if [ -n "$leftover" ]; then
 	fs_fail "shm regions left behind by finished test processes:$leftover"

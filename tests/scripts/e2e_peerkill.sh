@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Peer death mid-stream (issue 4): fs_shapes source streams into fs_shapes
+# sink, both under the preload (and once under kernel TCP, as the reference);
+# once data flows, one end is kill -9'ed. The survivor, blocked in send or
+# recv at that moment, must end by itself within 5 s: the source with EPIPE
+# or ECONNRESET, the sink with EOF or ECONNRESET. Three rounds each way. The
+# survivor's stats line must show the connection was offloaded, and the shm
+# regions the killed processes left must be removed by the later ones.
+. "$(dirname "$0")/lib.sh"
+
+PROG=$FS_PROGS/fs_shapes
+[ -x "$PROG" ] || { fs_fail "$PROG is not built"; fs_done; exit 1; }
+
+wait_line() { # FILE PATTERN PID
+	local i
+	for i in $(seq 1 200); do
+		grep -q "$2" "$1" 2>/dev/null && return 0
+		kill -0 "$3" 2>/dev/null || return 1
+		sleep 0.05
+	done
+	return 1
+}
+
+round() { # MODE VICTIM N
+	local mode=$1 victim=$2 n=$3 dir=$FS_TMP/$1-$2-$3 sink source port rc=0 start end survivor_out survivor_err
+	local -a prefix=(env)
+	[ "$mode" = fabsock ] && prefix=(env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1)
+	mkdir -p "$dir"
+	fs_bg sink "${prefix[@]}" "$PROG" sink >"$dir/sink.out" 2>"$dir/sink.err"
+	wait_line "$dir/sink.out" '^listening port=' "$sink" || { fs_fail "$mode $victim $n: no listener"; return; }
+	port=$(sed -n 's/^listening port=//p' "$dir/sink.out")
+	fs_bg source "${prefix[@]}" "$PROG" source 127.0.0.1 "$port" >"$dir/source.out" 2>"$dir/source.err"
+	if ! wait_line "$dir/sink.out" '^streaming' "$sink"; then
+		fs_fail "$mode $victim $n: no data flowed"
+		return
+	fi
+	sleep 0.3
+	start=$(date +%s%N)
+	[ "$mode" = fabsock ] && VICTIMS+=("$([ "$victim" = sink ] && echo "$sink" || echo "$source")")
+	if [ "$victim" = sink ]; then
+		kill -9 "$sink"
+		fs_wait_pid "$source" 5 || rc=$?
+		survivor_out=$dir/source.out survivor_err=$dir/source.err
+	else
+		kill -9 "$source"
+		fs_wait_pid "$sink" 5 || rc=$?
+		survivor_out=$dir/sink.out survivor_err=$dir/sink.err
+	fi
+	end=$(date +%s%N)
+	if [ "$rc" -ne 0 ]; then
+		fs_fail "$mode: kill -9 of the $victim (round $n): the other end exited $rc after $(((end - start) / 1000000)) ms ($(grep -h 'ended' "$survivor_out"))"
+		tail -n 3 "$survivor_err" >&2 || true
+	elif [ "$mode" = fabsock ] && ! grep -qE 'stats: offloaded=1' "$survivor_err"; then
+		fs_fail "$mode: kill -9 of the $victim (round $n): the survivor's connection was not offloaded"
+	else
+		fs_pass "$mode: kill -9 of the $victim (round $n): $(grep -h 'ended' "$survivor_out") $(((end - start) / 1000000)) ms later"
+	fi
+}
+
+VICTIMS=()
+for victim in sink source; do
+	round kernel "$victim" 1
+	for n in 1 2 3; do
+		round fabsock "$victim" "$n"
+	done
+done
+
+# A SIGKILLed process cannot remove its shm region; the next fabsock process
+# of the PID namespace that opens its shm rail does. Every victim but the
+# last was followed by such a process here.
+stale=""
+for pid in "${VICTIMS[@]:0:${#VICTIMS[@]}-1}"; do
+	for f in /dev/shm/fabsock-*-"$pid"-*; do
+		[ -e "$f" ] && stale="$stale $f"
+	done
+done
+if [ -n "$stale" ]; then
+	fs_fail "shm regions of killed processes were not cleaned:$stale"
+else
+	fs_pass "the shm regions of the $((${#VICTIMS[@]} - 1)) earlier killed processes were removed by later ones"
+fi
+fs_done
