@@ -33,6 +33,7 @@
 #define FS_CORE_ENGINE_H
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -168,6 +169,19 @@ void fs_engine_wake_all(struct fs_engine *e);
 /* A thread starts / stops sleeping on S (not as the poller). Lock held. */
 void fs_stream_sleep_begin(struct fs_engine *e, struct fs_stream *s);
 void fs_stream_sleep_end(struct fs_engine *e, struct fs_stream *s);
+
+/* One step of a spinning wait: a pause, and every fourth step a yield of
+ * the CPU. On a host with more runnable threads than cores the peer we wait
+ * for is often queued on our own core; without the yield it runs only when
+ * the scheduler preempts the spinner, milliseconds later. With nothing
+ * else runnable sched_yield() returns at once. */
+static inline void fs_spin_relax(unsigned *step)
+{
+	if ((++*step & 3) == 0)
+		sched_yield();
+	else
+		__builtin_ia32_pause();
+}
 
 /* getpid() without a system call (glibc no longer caches it): the value is
  * cached and forgotten in the child at fork. */

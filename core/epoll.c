@@ -652,6 +652,7 @@ int fs_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeo
 	uint64_t deadline = timeout_ms >= 0 ? start + (uint64_t)timeout_ms * 1000000ull : 0;
 	uint64_t spin_end = start + fs_params.spin_us * 1000ull;
 	uint64_t slice_us = 10;
+	unsigned step = 0;
 	struct epoll_event kbuf[FS_EP_BATCH];
 
 	if (maxevents <= 0)
@@ -740,5 +741,7 @@ int fs_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeo
 			return n;
 		if ((deadline && fs_now_ns() >= deadline) || timeout_ms == 0)
 			return 0;
+		if (!wait_us)
+			fs_spin_relax(&step);
 	}
 }

@@ -97,6 +97,7 @@ int fs_core_poll(struct pollfd *fds, nfds_t nfds, int64_t timeout_ns, const sigs
 	int timeout_ms = timeout_ns < 0 ? -1 : (int)((timeout_ns + 999999) / 1000000);
 	uint64_t spin_end = start + fs_params.spin_us * 1000ull;
 	uint64_t slice_us = 10;
+	unsigned step = 0;
 	bool has_ours = false, any_ours;
 	int ret;
 
@@ -192,6 +193,8 @@ int fs_core_poll(struct pollfd *fds, nfds_t nfds, int64_t timeout_ns, const sigs
 			ret = ret < 0 ? -errno : ret;
 			break;
 		}
+		if (fs_now_ns() < spin_end)
+			fs_spin_relax(&step);
 	}
 	if (kset != stack)
 		free(kset);

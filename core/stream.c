@@ -108,6 +108,7 @@ static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_read
 	uint64_t now = fs_now_ns(), start = now;
 	uint64_t spin_end = now + fs_params.spin_us * 1000ull;
 	uint64_t sleep_us = 10;
+	unsigned step = 0;
 
 	for (;;) {
 		fs_engine_progress(e);
@@ -123,7 +124,7 @@ static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_read
 			return -EAGAIN;
 		if (now < spin_end) {
 			pthread_mutex_unlock(&e->lock);
-			__builtin_ia32_pause();
+			fs_spin_relax(&step);
 			pthread_mutex_lock(&e->lock);
 			continue;
 		}
