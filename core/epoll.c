@@ -128,7 +128,8 @@ static void fs_member_free(struct fs_epoll *fe, struct fs_ep_member *m)
 	HASH_DEL(fe->by_ptr, m);
 	for (link = &fe->members; *link; link = &(*link)->next) {
 		if (*link == m) {
-			*link = m->next;
+			/* fe->members is also read without the lock (has_members) */
+			__atomic_store_n(link, m->next, __ATOMIC_RELEASE);
 			break;
 		}
 	}
@@ -292,7 +293,7 @@ static int fs_member_add(struct fs_epoll *fe, int fd, struct fs_sock *s, const s
 	}
 	HASH_ADD_PTR(fe->by_ptr, self, m);
 	m->next = fe->members;
-	fe->members = m;
+	__atomic_store_n(&fe->members, m, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&fe->lock);
 	return 0;
 }

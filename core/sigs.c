@@ -66,3 +66,18 @@ bool fs_sigs_restart(void)
 	}
 	return true;
 }
+
+void fs_sigs_after_fork(void)
+{
+	pthread_mutex_init(&fs_sigs_lock, NULL);
+	for (int sig = 1; sig < NSIG; sig++) {
+		void *provider = fs_sigs_provider[sig];
+		struct sigaction now;
+
+		if (!provider)
+			continue;
+		fs_sigs_provider[sig] = NULL;
+		if (sigaction(sig, NULL, &now) == 0 && fs_sigs_handler(&now) == provider)
+			sigaction(sig, &fs_sigs_app[sig], NULL);
+	}
+}

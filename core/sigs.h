@@ -27,6 +27,11 @@ struct fs_sigs_snapshot {
 void fs_sigs_before(struct fs_sigs_snapshot *snap);
 void fs_sigs_after(const struct fs_sigs_snapshot *snap);
 
+/* In a forked child: the parent's provider handlers act on the parent's
+ * objects (libfabric's shm one unlinks the shm regions it knows, which are
+ * the parent's): put the application's handlers back. */
+void fs_sigs_after_fork(void);
+
 /* After EINTR in an emulated blocking call: restart it? */
 bool fs_sigs_restart(void);
 
