@@ -4,7 +4,9 @@
  * sleeps in ppoll(), which a signal always interrupts; the kernel would
  * have restarted the call if the handler had SA_RESTART. fabsock cannot
  * tell which signal arrived, so it restarts only if every installed
- * handler has SA_RESTART (EINTR is always a legal answer otherwise).
+ * handler has SA_RESTART (EINTR is always a legal answer otherwise), leaving
+ * out the synchronous fault signals (SIGSEGV, SIGBUS, ...), which go to the
+ * thread that faulted, never to one asleep.
  *
  * Providers install handlers of their own when they open (libfabric's shm
  * catches SIGINT, SIGTERM, SIGBUS and SIGSEGV to unlink its region, without
