@@ -126,8 +126,8 @@ static void fs_member_free(struct fs_epoll *fe, struct fs_ep_member *m)
 	HASH_DEL(fe->by_ptr, m);
 	if (m->prev)
 		m->prev->next = m->next;
-	else
-		fe->members = m->next;
+	else /* fe->members is also read without the lock (has_members) */
+		__atomic_store_n(&fe->members, m->next, __ATOMIC_RELEASE);
 	if (m->next)
 		m->next->prev = m->prev;
 	if (m->s)
@@ -293,7 +293,7 @@ static int fs_member_add(struct fs_epoll *fe, int fd, struct fs_sock *s, const s
 	m->prev = NULL;
 	if (fe->members)
 		fe->members->prev = m;
-	fe->members = m;
+	__atomic_store_n(&fe->members, m, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&fe->lock);
 	return 0;
 }

@@ -63,10 +63,11 @@ static struct fs_inh_file *fs_inh_open(void)
 	if (high != fd)
 		fs_real.fcntl(high, F_SETFD, 0);
 	fs_inh_fd = high;
-	fs_inh = map;
-	fs_inh->magic = FS_INH_MAGIC;
-	fs_inh->pid = (int32_t)getpid();
-	return fs_inh;
+	((struct fs_inh_file *)map)->magic = FS_INH_MAGIC;
+	((struct fs_inh_file *)map)->pid = (int32_t)getpid();
+	/* published complete: readers load it without the lock */
+	__atomic_store_n(&fs_inh, (struct fs_inh_file *)map, __ATOMIC_RELEASE);
+	return map;
 }
 
 void fs_inherit_note(int fd, enum fs_inherit_kind kind)
@@ -80,7 +81,9 @@ void fs_inherit_note(int fd, enum fs_inherit_kind kind)
 		if (kind == FS_INH_NONE)
 			return;
 		pthread_mutex_lock(&fs_inh_lock);
-		f = fs_inh ? fs_inh : fs_inh_open();
+		f = __atomic_load_n(&fs_inh, __ATOMIC_ACQUIRE);
+		if (!f)
+			f = fs_inh_open();
 		pthread_mutex_unlock(&fs_inh_lock);
 		if (!f)
 			return;
@@ -100,7 +103,7 @@ void fs_inherit_after_fork(void)
 	pthread_mutex_init(&fs_inh_lock, NULL);
 	if (fs_inh) {
 		munmap(fs_inh, sizeof(*fs_inh));
-		fs_inh = NULL;
+		__atomic_store_n(&fs_inh, NULL, __ATOMIC_RELEASE);
 	}
 	if (fs_inh_fd >= 0) {
 		fs_internal_fd_close(fs_inh_fd);

@@ -2,6 +2,8 @@
 /* Signal handlers and EINTR (see sigs.h). */
 #include "core/sigs.h"
 
+#include "config/log.h"
+
 #include <pthread.h>
 #include <string.h>
 
@@ -50,7 +52,11 @@ bool fs_sigs_restart(void)
 		struct sigaction sa;
 		void *provider;
 
-		if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, NULL, &sa))
+		/* Fault signals are delivered to the thread that faulted, not to
+		 * one asleep in ppoll: their handlers (sanitizers', a provider's)
+		 * cannot be what interrupted it. */
+		if (sig == SIGKILL || sig == SIGSTOP || sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE ||
+		    sig == SIGILL || sig == SIGTRAP || sig == SIGSYS || sigaction(sig, NULL, &sa))
 			continue;
 		if (!fs_sigs_is_handler(&sa))
 			continue;
@@ -61,8 +67,25 @@ bool fs_sigs_restart(void)
 			if (!fs_sigs_is_handler(&sa))
 				continue;
 		}
-		if (!(sa.sa_flags & SA_RESTART))
+		if (!(sa.sa_flags & SA_RESTART)) {
+			FS_DBG("EINTR: signal %d has a handler without SA_RESTART", sig);
 			return false;
+		}
 	}
 	return true;
+}
+
+void fs_sigs_after_fork(void)
+{
+	pthread_mutex_init(&fs_sigs_lock, NULL);
+	for (int sig = 1; sig < NSIG; sig++) {
+		void *provider = fs_sigs_provider[sig];
+		struct sigaction now;
+
+		if (!provider)
+			continue;
+		fs_sigs_provider[sig] = NULL;
+		if (sigaction(sig, NULL, &now) == 0 && fs_sigs_handler(&now) == provider)
+			sigaction(sig, &fs_sigs_app[sig], NULL);
+	}
 }

@@ -4,7 +4,9 @@
  * sleeps in ppoll(), which a signal always interrupts; the kernel would
  * have restarted the call if the handler had SA_RESTART. fabsock cannot
  * tell which signal arrived, so it restarts only if every installed
- * handler has SA_RESTART (EINTR is always a legal answer otherwise).
+ * handler has SA_RESTART (EINTR is always a legal answer otherwise), leaving
+ * out the synchronous fault signals (SIGSEGV, SIGBUS, ...), which go to the
+ * thread that faulted, never to one asleep.
  *
  * Providers install handlers of their own when they open (libfabric's shm
  * catches SIGINT, SIGTERM, SIGBUS and SIGSEGV to unlink its region, without
@@ -26,6 +28,11 @@ struct fs_sigs_snapshot {
 /* Around a provider's initialisation: remember what it changed. */
 void fs_sigs_before(struct fs_sigs_snapshot *snap);
 void fs_sigs_after(const struct fs_sigs_snapshot *snap);
+
+/* In a forked child: the parent's provider handlers act on the parent's
+ * objects (libfabric's shm one unlinks the shm regions it knows, which are
+ * the parent's): put the application's handlers back. */
+void fs_sigs_after_fork(void);
 
 /* After EINTR in an emulated blocking call: restart it? */
 bool fs_sigs_restart(void);

@@ -26,6 +26,7 @@
 #include "core/guard.h"
 #include "core/inherit.h"
 #include "core/negotiate.h"
+#include "core/sigs.h"
 #include "core/stats.h"
 #include "preload/real.h"
 
@@ -227,6 +228,7 @@ void fs_core_atfork_child(void)
 	fs_engine_forget_after_fork();
 	fs_service_after_fork();
 	fs_inherit_after_fork();
+	fs_sigs_after_fork();
 	pthread_mutex_init(&fs_sock_free_lock, NULL);
 }
 

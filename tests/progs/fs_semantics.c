@@ -1089,7 +1089,11 @@ int main(int argc, char **argv)
 	action.sa_handler = sem_count_sigpipe;
 	sigemptyset(&action.sa_mask);
 	sigaction(SIGPIPE, &action, NULL);
-	signal(SIGALRM, sem_watchdog);
+	/* SA_RESTART spelled out: sanitizer runtimes implement signal()
+	 * without it, and the eintr scenario needs every handler restartable */
+	action.sa_handler = sem_watchdog;
+	action.sa_flags = SA_RESTART;
+	sigaction(SIGALRM, &action, NULL);
 	alarm(SEM_WATCHDOG_SECONDS);
 
 	if (is_server) {

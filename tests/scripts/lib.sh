@@ -16,11 +16,26 @@ FS_NETNS=()
 FS_FAILS=0
 FS_PASSES=0
 
+# PID and all its descendants, children first (while the tree is intact).
+fs_tree() {
+	local kid
+	for kid in $(pgrep -P "$1" 2>/dev/null); do
+		fs_tree "$kid"
+	done
+	echo "$1"
+}
+
 fs_cleanup() {
 	local pid ns
+	local -a tree=()
+	# The programs and whatever they forked (prefork workers, children).
 	for pid in "${FS_PIDS[@]:-}"; do
+		[ -n "$pid" ] && tree+=($(fs_tree "$pid"))
+	done
+	for pid in "${tree[@]:-}"; do
 		[ -n "$pid" ] && kill -9 "$pid" 2>/dev/null || true
 	done
+	FS_PIDS+=("${tree[@]:-}")
 	wait 2>/dev/null || true
 	for ns in "${FS_NETNS[@]:-}"; do
 		[ -n "$ns" ] && ip netns del "$ns" 2>/dev/null || true
