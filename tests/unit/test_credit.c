@@ -636,6 +636,7 @@ static void test_wrong_token(struct fs_stream *b)
 	CHECK(fs_stats.fabric_rx_bytes == rx);
 	CHECK(fs_stream_readable(b) == 0);
 	fs_stream_close(stranger, -1, true);
+	fs_stream_drop_app(stranger); /* the socket's last reference, as fs_sock_put drops it */
 }
 
 /* Closing both ends gracefully frees both streams well before the linger
@@ -668,6 +669,10 @@ static void test_close(struct fs_stream *a, struct fs_stream *b, const char *lab
 			label, !a_gone ? "A (closed first)" : "B");
 	CHECK(a_gone);
 	CHECK(b_gone);
+	/* the sockets' last references, as fs_sock_put drops them: the
+	 * memory of a stream goes when both the engine and the socket are done */
+	fs_stream_drop_app(a);
+	fs_stream_drop_app(b);
 }
 
 int main(void)
