@@ -628,6 +628,8 @@ ssize_t fs_core_recvmsg(struct fs_sock *s, struct msghdr *msg, int flags)
 	ssize_t ret;
 
 	if (fs_sock_state(s) != FS_SOCK_OFFLOADED) {
+		if (s->late_hello && fs_sock_state(s) == FS_SOCK_SERVER_PLAIN)
+			fs_negotiate_strip_late_hello(s, nonblock);
 		if (!fs_sock_pending(s))
 			return FS_PASS;
 		ret = fs_sock_settle(s, false, nonblock ? fs_now_ns() : deadline);
@@ -651,6 +653,8 @@ ssize_t fs_core_sendmsg(struct fs_sock *s, const struct msghdr *msg, int flags)
 	bool nonblock = s->nonblock || (flags & MSG_DONTWAIT);
 	ssize_t ret;
 
+	if (s->late_hello)
+		s->late_sent = true; /* a late HELLO is then dropped without a NAK */
 	if (s->no_record && fs_sock_state(s) == FS_SOCK_SERVER_PENDING) {
 		/* sent as TCP; the first receive still looks for a HELLO */
 		s->no_record_sent = true;

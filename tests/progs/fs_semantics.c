@@ -1019,6 +1019,7 @@ static const struct sem_scenario scenarios[] = {
 	{ "exit_blocked", exit_blocked_server, exit_blocked_client },
 	{ "splice", splice_server, splice_client },
 	{ "closefrom", closefrom_server, closefrom_client },
+	{ "banner", banner_server, banner_client },
 };
 
 /* ---- main -------------------------------------------------------------- */
