@@ -149,12 +149,23 @@ static void fs_sock_release(struct fs_sock *s)
 
 int fs_internal_fd(int fd)
 {
-	struct rlimit lim;
-	int high = 512, moved;
+	static int cached_high; /* one getrlimit per process, not per close() */
+	int high = __atomic_load_n(&cached_high, __ATOMIC_RELAXED), moved;
 
-	if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY && (rlim_t)high >= lim.rlim_cur)
-		high = (int)(lim.rlim_cur / 2);
+	if (!high) {
+		struct rlimit lim;
+
+		high = 512;
+		if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY && (rlim_t)high >= lim.rlim_cur)
+			high = (int)(lim.rlim_cur / 2);
+		__atomic_store_n(&cached_high, high, __ATOMIC_RELAXED);
+	}
 	moved = fs_real.fcntl(fd, F_DUPFD_CLOEXEC, high);
+	if (moved < 0 && errno == EINVAL) {
+		/* the limit was lowered since: ask again next time */
+		__atomic_store_n(&cached_high, 0, __ATOMIC_RELAXED);
+		return fd;
+	}
 	if (moved < 0)
 		return fd;
 	fs_real.close(fd);
