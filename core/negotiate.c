@@ -283,6 +283,8 @@ int fs_negotiate_client_hello(struct fs_sock *s, uint64_t wait_deadline_ns)
 	else
 		hello.magic = FS_WIRE_HELLO_MAGIC;
 	len = fs_wire_hello_encode(&hello, wire, sizeof(wire));
+	if (fs_params.test_hello_delay_ms)
+		usleep((useconds_t)(fs_params.test_hello_delay_ms * 1000));
 	ret = len > 0 ? fs_send_all(s->fd, wire, (size_t)len, fs_now_ns() + fs_params.hello_timeout_ms * FS_MS)
 		      : -EINVAL;
 	if (ret) {
@@ -393,8 +395,7 @@ int fs_negotiate_client_ack(struct fs_sock *s, uint64_t deadline_ns)
 
 /* ---- server ------------------------------------------------------------ */
 
-static int fs_server_refuse(struct fs_sock *s, uint64_t token, uint64_t nonce, unsigned nak,
-			    struct fs_engine *e)
+static void fs_send_nak(struct fs_sock *s, uint64_t token, uint64_t nonce, unsigned nak, struct fs_engine *e)
 {
 	struct fs_hello ack = { .magic = FS_WIRE_ACK_MAGIC, .status = (uint8_t)nak, .token = token, .nonce = nonce };
 	uint8_t wire[FS_WIRE_HELLO_MAX];
@@ -405,6 +406,12 @@ static int fs_server_refuse(struct fs_sock *s, uint64_t token, uint64_t nonce, u
 	len = fs_wire_hello_encode(&ack, wire, sizeof(wire));
 	if (len > 0)
 		fs_send_all(s->fd, wire, (size_t)len, fs_now_ns() + fs_params.hello_timeout_ms * FS_MS);
+}
+
+static int fs_server_refuse(struct fs_sock *s, uint64_t token, uint64_t nonce, unsigned nak,
+			    struct fs_engine *e)
+{
+	fs_send_nak(s, token, nonce, nak, e);
 	if (nak != FS_NAK_EVENT_LOOP)
 		FS_STAT_INC(fallback_hello_nak);
 	FS_INFO("fd %d: refused a HELLO: %s", s->fd, fs_nak_name(nak));
@@ -481,7 +488,7 @@ static int fs_server_accept_hello(struct fs_sock *s, const struct fs_hello *hell
 /* The probe said yes (or a rule vouches for the client): the first bytes
  * should be its HELLO. */
 static int fs_server_expect_hello(struct fs_sock *s, const struct fs_probe_rec *rec, bool vouched,
-				  const uint8_t addr[16], uint16_t port, uint64_t caller_deadline_ns)
+				  const uint8_t addr[16], uint16_t port, bool for_send, uint64_t caller_deadline_ns)
 {
 	struct fs_hello hello;
 	size_t got = 0;
@@ -504,6 +511,12 @@ static int fs_server_expect_hello(struct fs_sock *s, const struct fs_probe_rec *
 		if (ret == 0 && ((!got && fs_now_ns() < first_byte_deadline) || (got && fs_now_ns() < whole)))
 			return -EAGAIN;
 	} else {
+		/* A blocking receive waits for the first bytes as the application
+		 * would, however late the HELLO (a client whose first fabric open
+		 * took long). Only a send needs the margin: the client may be
+		 * waiting for this side to speak. */
+		if (!for_send)
+			first_byte_deadline = UINT64_MAX;
 		ret = fs_peek_message_ex(s->fd, FS_WIRE_HELLO_MAGIC, &hello, first_byte_deadline, &got, true);
 		if (ret == 0 && got)
 			ret = fs_peek_message(s->fd, FS_WIRE_HELLO_MAGIC, &hello,
@@ -522,7 +535,43 @@ static int fs_server_expect_hello(struct fs_sock *s, const struct fs_probe_rec *
 		return fs_kernel(s, "the first bytes were not a valid HELLO");
 	}
 	FS_STAT_INC(fallback_peer_plain);
+	if (rec) {
+		/* The client was told yes: its HELLO may still come, ahead of
+		 * anything else it sends. The first receive strips it (with no
+		 * NAK once this side has sent: the client takes that as TCP). */
+		s->late_hello = true;
+		s->late_hello_nonce = rec->nonce;
+		s->late_sent = for_send;
+	}
 	return fs_kernel(s, "no HELLO arrived in time");
+}
+
+void fs_negotiate_strip_late_hello(struct fs_sock *s, bool nonblock)
+{
+	struct fs_hello hello;
+	size_t got = 0;
+	int ret;
+
+	pthread_mutex_lock(&s->lock);
+	if (!s->late_hello) {
+		pthread_mutex_unlock(&s->lock);
+		return;
+	}
+	ret = fs_peek_message_ex(s->fd, FS_WIRE_HELLO_MAGIC, &hello, nonblock ? fs_now_ns() : UINT64_MAX, &got, true);
+	if (ret == 0 && got)
+		ret = fs_peek_message(s->fd, FS_WIRE_HELLO_MAGIC, &hello,
+				      fs_now_ns() + fs_params.hello_timeout_ms * FS_MS, &got);
+	if (ret == 0 && !got) {
+		pthread_mutex_unlock(&s->lock);
+		return; /* nothing yet: the kernel answers (EAGAIN); look again next time */
+	}
+	s->late_hello = false;
+	if (ret > 0 && hello.nonce == s->late_hello_nonce && fs_consume(s->fd, (size_t)ret) == 0) {
+		FS_INFO("fd %d: dropped the client's late HELLO", s->fd);
+		if (!s->late_sent)
+			fs_send_nak(s, hello.token, hello.nonce, FS_NAK_RESOURCES, NULL);
+	}
+	pthread_mutex_unlock(&s->lock);
 }
 
 /* An accepted connection with no probe record to judge by: it reached this
@@ -588,7 +637,7 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 	}
 	if (!s->listener) {
 		if (rule == FS_RULE_OFFLOAD)
-			return fs_server_expect_hello(s, NULL, true, addr, port, deadline_ns);
+			return fs_server_expect_hello(s, NULL, true, addr, port, for_send, deadline_ns);
 		if (s->no_record)
 			return for_send ? fs_kernel(s, "no probe record") : fs_server_no_record(s, deadline_ns);
 		FS_STAT_INC(fallback_peer_plain);
@@ -601,11 +650,11 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 		fs_listener_drain(s->listener);
 		state = fs_listener_lookup(s->listener, addr, port, &rec);
 		if (state == FS_REC_YES)
-			return fs_server_expect_hello(s, &rec, rule == FS_RULE_OFFLOAD, addr, port, deadline_ns);
+			return fs_server_expect_hello(s, &rec, rule == FS_RULE_OFFLOAD, addr, port, for_send, deadline_ns);
 		if (state == FS_REC_TCP || state == FS_REC_DONE)
 			break;
 		if (rule == FS_RULE_OFFLOAD)
-			return fs_server_expect_hello(s, NULL, true, addr, port, deadline_ns);
+			return fs_server_expect_hello(s, NULL, true, addr, port, for_send, deadline_ns);
 		/* No record yet. Bytes from the client, or the application
 		 * speaking first, settle it as TCP, unless a "yes" beats us. */
 		readable = fs_real.poll(&p, 1, 0) > 0;
@@ -621,7 +670,7 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 		if (for_send || readable) {
 			state = fs_listener_claim_tcp(s->listener, addr, port, &rec);
 			if (state == FS_REC_YES)
-				return fs_server_expect_hello(s, &rec, false, addr, port, deadline_ns);
+				return fs_server_expect_hello(s, &rec, false, addr, port, for_send, deadline_ns);
 			break;
 		}
 		if (deadline_ns && fs_now_ns() >= deadline_ns)

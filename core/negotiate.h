@@ -31,4 +31,10 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns);
 unsigned fs_negotiate_pick_provider(const struct sockaddr *local, const struct sockaddr *peer,
 				    const char **why);
 
+/* A server connection that settled as TCP although its client was told
+ * yes (no HELLO in time, or the application spoke first): strips the
+ * client's HELLO if it comes first on the stream (and refuses it, unless
+ * this side already sent). Called on receive while s->late_hello. */
+void fs_negotiate_strip_late_hello(struct fs_sock *s, bool nonblock);
+
 #endif

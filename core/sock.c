@@ -31,6 +31,9 @@
 #include "preload/real.h"
 
 #define FS_SENDFILE_CHUNK (256u << 10)
+/* How long connect() waits for the probe's answer itself (see
+ * fs_sock_after_connect). */
+#define FS_CONNECT_PROBE_WAIT_NS 300000ull
 
 __thread int fs_guard_depth;
 bool fs_core_enabled;
@@ -146,12 +149,23 @@ static void fs_sock_release(struct fs_sock *s)
 
 int fs_internal_fd(int fd)
 {
-	struct rlimit lim;
-	int high = 512, moved;
+	static int cached_high; /* one getrlimit per process, not per close() */
+	int high = __atomic_load_n(&cached_high, __ATOMIC_RELAXED), moved;
 
-	if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY && (rlim_t)high >= lim.rlim_cur)
-		high = (int)(lim.rlim_cur / 2);
+	if (!high) {
+		struct rlimit lim;
+
+		high = 512;
+		if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY && (rlim_t)high >= lim.rlim_cur)
+			high = (int)(lim.rlim_cur / 2);
+		__atomic_store_n(&cached_high, high, __ATOMIC_RELAXED);
+	}
 	moved = fs_real.fcntl(fd, F_DUPFD_CLOEXEC, high);
+	if (moved < 0 && errno == EINVAL) {
+		/* the limit was lowered since: ask again next time */
+		__atomic_store_n(&cached_high, 0, __ATOMIC_RELAXED);
+		return fd;
+	}
 	if (moved < 0)
 		return fd;
 	fs_real.close(fd);
@@ -341,8 +355,9 @@ static void fs_sock_client_watch(void *arg, bool timed_out)
 }
 
 /* The TCP connection to PEER is up: decide whether to try offloading it and
- * send the probe. Socket lock held. */
-static void fs_sock_after_connect(struct fs_sock *s)
+ * send the probe (WAIT_HERE: and briefly wait for its answer in this
+ * thread, for a blocking connect()). Socket lock held. */
+static void fs_sock_after_connect(struct fs_sock *s, bool wait_here)
 {
 	const struct sockaddr *addr = (const struct sockaddr *)&s->peer;
 	struct sockaddr_storage local;
@@ -380,6 +395,29 @@ static void fs_sock_after_connect(struct fs_sock *s)
 		goto kernel;
 	}
 	fs_sock_set_state(s, FS_SOCK_CLIENT_PENDING);
+	if (!s->skip_probe && wait_here) {
+		/* A blocking connect(): on this host the answer takes tens of
+		 * microseconds, so wait that long here and send the HELLO from
+		 * this thread, which saves two thread hand-offs per connection.
+		 * A slower answer goes on in the service thread, as below. (Not
+		 * for a nonblocking connect, whose caller must not wait.) */
+		int ret = fs_negotiate_client_hello(s, fs_now_ns() + FS_CONNECT_PROBE_WAIT_NS);
+
+		if (ret == FS_PASS) {
+			fs_sock_release(s);
+			return;
+		}
+		if (ret == 0 && fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT) {
+			fs_sock_ref(s);
+			fs_service_watch(s->fd, POLLIN, fs_now_ns() + 10000000000ull, fs_sock_client_watch, s);
+			return;
+		}
+		if (ret != -EAGAIN) {
+			/* the connection broke: the kernel socket reports it */
+			fs_sock_release(s);
+			return;
+		}
+	}
 	/* The service thread sends the HELLO as soon as the probe is answered. */
 	fs_sock_ref(s);
 	fs_service_watch(s->skip_probe ? -1 : s->probe.udp_fd, POLLIN,
@@ -410,7 +448,7 @@ static bool fs_sock_connect_done(struct fs_sock *s)
 		socklen_t plen = sizeof(peer);
 
 		if (fs_real.getpeername(s->fd, (struct sockaddr *)&peer, &plen) == 0) {
-			fs_sock_after_connect(s);
+			fs_sock_after_connect(s, false);
 			return true;
 		}
 	}
@@ -456,7 +494,7 @@ int fs_core_connect(struct fs_sock *s, const struct sockaddr *addr, socklen_t le
 		fs_service_watch(s->fd, POLLOUT, fs_now_ns() + 10000000000ull, fs_sock_connect_watch, s);
 		return -EINPROGRESS;
 	}
-	fs_sock_after_connect(s);
+	fs_sock_after_connect(s, true);
 	pthread_mutex_unlock(&s->lock);
 	return 0;
 }
@@ -537,6 +575,11 @@ int fs_sock_settle(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 			pthread_mutex_unlock(&s->lock);
 			return ret;
 		}
+		if (fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT) {
+			/* the probe was answered while connect completed */
+			ret = fs_negotiate_client_ack(s, deadline_ns);
+			break;
+		}
 		if (fs_sock_state(s) != FS_SOCK_CLIENT_PENDING) {
 			ret = FS_PASS;
 			break;
@@ -596,6 +639,8 @@ ssize_t fs_core_recvmsg(struct fs_sock *s, struct msghdr *msg, int flags)
 	ssize_t ret;
 
 	if (fs_sock_state(s) != FS_SOCK_OFFLOADED) {
+		if (s->late_hello && fs_sock_state(s) == FS_SOCK_SERVER_PLAIN)
+			fs_negotiate_strip_late_hello(s, nonblock);
 		if (!fs_sock_pending(s))
 			return FS_PASS;
 		ret = fs_sock_settle(s, false, nonblock ? fs_now_ns() : deadline);
@@ -619,6 +664,8 @@ ssize_t fs_core_sendmsg(struct fs_sock *s, const struct msghdr *msg, int flags)
 	bool nonblock = s->nonblock || (flags & MSG_DONTWAIT);
 	ssize_t ret;
 
+	if (s->late_hello)
+		s->late_sent = true; /* a late HELLO is then dropped without a NAK */
 	if (s->no_record && fs_sock_state(s) == FS_SOCK_SERVER_PENDING) {
 		/* sent as TCP; the first receive still looks for a HELLO */
 		s->no_record_sent = true;

@@ -92,6 +92,10 @@ struct fs_sock {
 	 * (negotiate.c, fs_server_no_record). */
 	bool no_record;
 	bool no_record_sent; /* ...and the application sent on it before receiving */
+	/* Settled as TCP though the client was told yes: its late HELLO is
+	 * stripped on the first receive (fs_negotiate_strip_late_hello). */
+	bool late_hello, late_sent;
+	uint64_t late_hello_nonce;
 	bool shut_rd, shut_wr;
 	uint64_t rcvtimeo_ns, sndtimeo_ns;
 

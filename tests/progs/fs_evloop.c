@@ -944,6 +944,10 @@ static int accept4_flags_server(int fd)
 	if (!ev_is_eagain(result))
 		return ev_fail("accept4 with nothing pending returned %d (%s), expected -1 EAGAIN", result,
 			       ev_error_text(result));
+	/* the script starts the client only now (the listening socket shows
+	 * up in ss before listen() has returned) */
+	printf("accept-checked\n");
+	fflush(stdout);
 	if (ev_wait_fd(listen_fd, POLLIN, EV_PEER_WAIT_MS) <= 0)
 		return ev_fail("the listening socket was not readable within %d ms", EV_PEER_WAIT_MS);
 	fd = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);

@@ -1018,6 +1018,8 @@ static const struct sem_scenario scenarios[] = {
 	{ "peer_kill_rev", peer_kill_rev_server, peer_kill_rev_client },
 	{ "exit_blocked", exit_blocked_server, exit_blocked_client },
 	{ "splice", splice_server, splice_client },
+	{ "closefrom", closefrom_server, closefrom_client },
+	{ "banner", banner_server, banner_client },
 };
 
 /* ---- main -------------------------------------------------------------- */

@@ -90,6 +90,14 @@ run_scenario() { # MODE SCENARIO
 		SUMMARY+=("$(printf '%-8s %-22s FAIL (server did not listen)' "$mode" "$scenario")")
 		return 0
 	fi
+	if [ "$scenario" = accept4_flags ]; then
+		# no connection may be pending before the server's EAGAIN checks
+		for _ in $(seq 1 200); do
+			grep -q '^accept-checked' "$dir/server.out" 2>/dev/null && break
+			kill -0 "$server_pid" 2>/dev/null || break
+			sleep 0.05
+		done
+	fi
 	fs_bg client_pid "${prefix[@]}" "$EVLOOP_PROG" client 127.0.0.1 "$port" "$scenario" \
 		>"$dir/client.out" 2>"$dir/client.err"
 	fs_wait_pid "$client_pid" "$CLIENT_LIMIT_S" || client_rc=$?
