@@ -12,6 +12,20 @@
 PROG=$FS_PROGS/fs_shapes
 [ -x "$PROG" ] || { fs_fail "$PROG is not built"; fs_done; exit 1; }
 
+# Waits up to 5 s for PID; if it is still running, records its threads'
+# stacks (gdb, when installed) in FILE before fs_wait_pid kills it.
+wait_survivor() { # PID FILE
+	local i
+	for i in $(seq 1 100); do
+		kill -0 "$1" 2>/dev/null || break
+		sleep 0.05
+	done
+	if kill -0 "$1" 2>/dev/null && command -v gdb >/dev/null; then
+		timeout 20 gdb -p "$1" -batch -ex 'thread apply all bt 12' >"$2" 2>&1 || true
+	fi
+	fs_wait_pid "$1" 1
+}
+
 wait_line() { # FILE PATTERN PID
 	local i
 	for i in $(seq 1 200); do
@@ -40,17 +54,20 @@ round() { # MODE VICTIM N
 	[ "$mode" = fabsock ] && VICTIMS+=("$([ "$victim" = sink ] && echo "$sink" || echo "$source")")
 	if [ "$victim" = sink ]; then
 		kill -9 "$sink"
-		fs_wait_pid "$source" 5 || rc=$?
+		wait_survivor "$source" "$dir/stacks" || rc=$?
 		survivor_out=$dir/source.out survivor_err=$dir/source.err
 	else
 		kill -9 "$source"
-		fs_wait_pid "$sink" 5 || rc=$?
+		wait_survivor "$sink" "$dir/stacks" || rc=$?
 		survivor_out=$dir/sink.out survivor_err=$dir/sink.err
 	fi
 	end=$(date +%s%N)
 	if [ "$rc" -ne 0 ]; then
 		fs_fail "$mode: kill -9 of the $victim (round $n): the other end exited $rc after $(((end - start) / 1000000)) ms ($(grep -h 'ended' "$survivor_out"))"
 		tail -n 3 "$survivor_err" >&2 || true
+		# where it was stuck (libfabric's shm spinlock on the dead peer's
+		# region is the known case: docs/design.md, "Peer death")
+		grep -E '^#|^Thread' "$dir/stacks" 2>/dev/null | head -n 40 >&2 || true
 	elif [ "$mode" = fabsock ] && ! grep -qE 'stats: offloaded=1' "$survivor_err"; then
 		fs_fail "$mode: kill -9 of the $victim (round $n): the survivor's connection was not offloaded"
 	else
