@@ -123,7 +123,7 @@ static void test_defaults(void)
 	CHECK(!strcmp(fs_params.rules, ""));
 	CHECK(fs_params.log_level == FS_LOG_WARN);
 	CHECK(!strcmp(fs_params.log_file, ""));
-	CHECK(fs_params.probe_timeout_ms == 50);
+	CHECK(fs_params.probe_timeout_ms == 250);
 	CHECK(fs_params.neg_cache_sec == 60);
 	CHECK(fs_params.hello_timeout_ms == 5000);
 	CHECK(fs_params.chunk_size == 65536);
@@ -152,7 +152,7 @@ static void test_uint(void)
 	CHECK(load_with("FABSOCK_NEG_CACHE_SEC", "86400") == 0 && fs_params.neg_cache_sec == 86400);
 	CHECK(load_with("FABSOCK_CHUNK_SIZE", "1048576") == 0 && fs_params.chunk_size == 1048576);
 	/* Setting one parameter leaves the others at their defaults. */
-	CHECK(fs_params.window == 8 && fs_params.probe_timeout_ms == 50);
+	CHECK(fs_params.window == 8 && fs_params.probe_timeout_ms == 250);
 
 	static const char *const bad[] = {
 		"",	 "abc",	  "12abc", "12 ",  " 12", "-1",	 "-0", "+5",	"1.5", "0x",
