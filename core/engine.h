@@ -251,17 +251,13 @@ void fs_stream_drop_app(struct fs_stream *s);
 
 uint64_t fs_now_ns(void);
 
-#endif
-
 /* poll() events (POLLIN, POLLOUT, POLLRDHUP, POLLHUP, POLLERR) that hold
- * for the stream now; runs the completion queue once first. */
-unsigned fs_stream_poll(struct fs_stream *s, int ctl_fd);
-/* The same, also returning the event generation (see ev_gen). */
-unsigned fs_stream_poll_gen(struct fs_stream *s, uint32_t *gen);
-/* The same without running the completion queue: for scans over many
- * streams that called fs_engine_progress_locked once first. */
+ * for the stream now, and its event generation (see ev_gen). It does not
+ * run the completion queue: scans over many streams progress once first. */
 unsigned fs_stream_poll_state(struct fs_stream *s, uint32_t *gen);
 /* The same with the engine lock already held. */
 unsigned fs_stream_events_locked(struct fs_stream *s, uint32_t *gen);
 /* The kernel socket showed activity: look whether the peer went away. */
 void fs_stream_note_ctl(struct fs_stream *s, int ctl_fd);
+
+#endif

@@ -524,14 +524,6 @@ void fs_stream_close(struct fs_stream *s, int ctl_fd, bool abort)
 	pthread_mutex_unlock(&e->lock);
 }
 
-unsigned fs_stream_poll(struct fs_stream *s, int ctl_fd)
-{
-	uint32_t gen;
-
-	(void)ctl_fd;
-	return fs_stream_poll_gen(s, &gen);
-}
-
 unsigned fs_stream_events_locked(struct fs_stream *s, uint32_t *gen)
 {
 	unsigned ev = 0;
@@ -559,20 +551,6 @@ unsigned fs_stream_events_locked(struct fs_stream *s, uint32_t *gen)
 	if (s->peer_fin && s->fin_queued)
 		ev |= POLLHUP;
 	*gen = s->ev_gen;
-	return ev;
-}
-
-unsigned fs_stream_poll_gen(struct fs_stream *s, uint32_t *gen)
-{
-	struct fs_engine *e = fs_engine_peek();
-	unsigned ev;
-
-	if (!e)
-		return POLLERR;
-	pthread_mutex_lock(&e->lock);
-	fs_engine_progress(e);
-	ev = fs_stream_events_locked(s, gen);
-	pthread_mutex_unlock(&e->lock);
 	return ev;
 }
 
