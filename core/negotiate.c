@@ -487,6 +487,17 @@ static int fs_server_accept_hello(struct fs_sock *s, const struct fs_hello *hell
 
 /* The probe said yes (or a rule vouches for the client): the first bytes
  * should be its HELLO. */
+/* The connection settles as TCP, but its client may still send a HELLO
+ * (NONCE: the one it must carry, 0 for any): the first receive strips it
+ * (fs_negotiate_strip_hello). SENT: this side spoke first, so the client
+ * takes the connection as TCP and expects no NAK. */
+static void fs_strip_hello_later(struct fs_sock *s, uint64_t nonce, bool sent)
+{
+	s->strip_hello = true;
+	s->strip_nonce = nonce;
+	s->strip_sent = sent;
+}
+
 static int fs_server_expect_hello(struct fs_sock *s, const struct fs_probe_rec *rec, bool vouched,
 				  const uint8_t addr[16], uint16_t port, bool for_send, uint64_t caller_deadline_ns)
 {
@@ -535,80 +546,53 @@ static int fs_server_expect_hello(struct fs_sock *s, const struct fs_probe_rec *
 		return fs_kernel(s, "the first bytes were not a valid HELLO");
 	}
 	FS_STAT_INC(fallback_peer_plain);
-	if (rec) {
-		/* The client was told yes: its HELLO may still come, ahead of
-		 * anything else it sends. The first receive strips it (with no
-		 * NAK once this side has sent: the client takes that as TCP). */
-		s->late_hello = true;
-		s->late_hello_nonce = rec->nonce;
-		s->late_sent = for_send;
-	}
+	if (rec) /* the client was told yes: its HELLO may still come */
+		fs_strip_hello_later(s, rec->nonce, for_send);
 	return fs_kernel(s, "no HELLO arrived in time");
 }
 
-void fs_negotiate_strip_late_hello(struct fs_sock *s, bool nonblock)
+int fs_negotiate_strip_hello(struct fs_sock *s, uint64_t deadline_ns)
 {
 	struct fs_hello hello;
 	size_t got = 0;
 	int ret;
 
 	pthread_mutex_lock(&s->lock);
-	if (!s->late_hello) {
+	if (!s->strip_hello) {
 		pthread_mutex_unlock(&s->lock);
-		return;
+		return 0;
 	}
-	ret = fs_peek_message_ex(s->fd, FS_WIRE_HELLO_MAGIC, &hello, nonblock ? fs_now_ns() : UINT64_MAX, &got, true);
-	if (ret == 0 && got)
-		ret = fs_peek_message(s->fd, FS_WIRE_HELLO_MAGIC, &hello,
-				      fs_now_ns() + fs_params.hello_timeout_ms * FS_MS, &got);
-	if (ret == 0 && !got) {
-		pthread_mutex_unlock(&s->lock);
-		return; /* nothing yet: the kernel answers (EAGAIN); look again next time */
-	}
-	s->late_hello = false;
-	if (ret > 0 && hello.nonce == s->late_hello_nonce && fs_consume(s->fd, (size_t)ret) == 0) {
-		FS_INFO("fd %d: dropped the client's late HELLO", s->fd);
-		if (!s->late_sent)
-			fs_send_nak(s, hello.token, hello.nonce, FS_NAK_RESOURCES, NULL);
-	}
-	pthread_mutex_unlock(&s->lock);
-}
-
-/* An accepted connection with no probe record to judge by: it reached this
- * program through exec() before it was used (inherit.h; the record went
- * with the old program), or its listener has no probe twin (the UDP port
- * was taken; another process's twin may have answered its probe). This
- * side does not offload it; but its client may have been told "yes"
- * and sent a HELLO (first thing on the stream, possibly a few hundred ms
- * late: a fresh client opens its fabric first), which the new program must
- * never read. So on the first receive the first bytes are awaited as the
- * application would await them; a complete HELLO at the head is consumed,
- * and refused (NAK) unless this side already sent data, which the client
- * took as "the server committed to TCP" (it then expects the HELLO to be
- * dropped, and a NAK would be data to it). The application's sends before
- * that go to the kernel without settling (fs_core_sendmsg). */
-static int fs_server_no_record(struct fs_sock *s, uint64_t deadline_ns)
-{
-	struct fs_hello hello;
-	size_t got = 0;
-	int ret;
-
+	/* The first bytes, awaited as the application would await them. */
 	ret = fs_peek_message_ex(s->fd, FS_WIRE_HELLO_MAGIC, &hello, deadline_ns ? deadline_ns : UINT64_MAX, &got,
 				 true);
-	if (ret == 0 && !got)
-		return -EAGAIN; /* nothing yet, and the caller cannot wait longer */
-	if (ret == 0 && got)
-		ret = fs_peek_message(s->fd, FS_WIRE_HELLO_MAGIC, &hello,
-				      fs_now_ns() + fs_params.hello_timeout_ms * FS_MS, &got);
-	FS_DBG("fd %d: no probe record: %zu first bytes, decode %d", s->fd, got, ret);
-	if (ret > 0) {
-		if (fs_consume(s->fd, (size_t)ret))
-			return -EIO;
-		if (!s->no_record_sent)
-			return fs_server_refuse(s, hello.token, hello.nonce, FS_NAK_RESOURCES, NULL);
-		return fs_kernel(s, "no probe record; the client's HELLO was dropped");
+	if (ret == 0 && got) {
+		/* the start of a HELLO: the rest follows within the HELLO
+		 * timeout, or the caller's deadline, whichever comes first */
+		uint64_t rest = fs_now_ns() + fs_params.hello_timeout_ms * FS_MS;
+		bool caller_first = deadline_ns && deadline_ns < rest;
+
+		ret = fs_peek_message(s->fd, FS_WIRE_HELLO_MAGIC, &hello, caller_first ? deadline_ns : rest, &got);
+		if (ret == 0 && caller_first) {
+			pthread_mutex_unlock(&s->lock);
+			return -EAGAIN;
+		}
 	}
-	return fs_kernel(s, "no probe record (accepted before exec(), or a listener without a probe twin)");
+	if (ret == 0 && !got) {
+		pthread_mutex_unlock(&s->lock);
+		return -EAGAIN;
+	}
+	s->strip_hello = false;
+	FS_DBG("fd %d: looking for a HELLO to strip: %zu first bytes, decode %d", s->fd, got, ret);
+	if (ret > 0 && (!s->strip_nonce || hello.nonce == s->strip_nonce) && fs_consume(s->fd, (size_t)ret) == 0) {
+		FS_INFO("fd %d: dropped the client's HELLO (this side stays on TCP)", s->fd);
+		if (!s->strip_sent)
+			fs_send_nak(s, hello.token, hello.nonce, FS_NAK_RESOURCES, NULL);
+		ret = 1;
+	} else {
+		ret = 0;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return ret;
 }
 
 int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
@@ -638,10 +622,14 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 	if (!s->listener) {
 		if (rule == FS_RULE_OFFLOAD)
 			return fs_server_expect_hello(s, NULL, true, addr, port, for_send, deadline_ns);
-		if (s->no_record)
-			return for_send ? fs_kernel(s, "no probe record") : fs_server_no_record(s, deadline_ns);
+		/* No probe record to judge by: the connection reached this
+		 * program through exec() before it was used (inherit.h; the
+		 * record went with the old program), or its listener has no
+		 * probe twin (another twin on the port may have answered). It
+		 * stays on TCP; a HELLO its client may have sent is stripped. */
+		fs_strip_hello_later(s, 0, for_send);
 		FS_STAT_INC(fallback_peer_plain);
-		return fs_kernel(s, "no probe listener");
+		return fs_kernel(s, "no probe record (accepted before exec(), or a listener without a probe twin)");
 	}
 	for (;;) {
 		struct pollfd p = { .fd = s->fd, .events = POLLIN };

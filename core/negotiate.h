@@ -31,10 +31,12 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns);
 unsigned fs_negotiate_pick_provider(const struct sockaddr *local, const struct sockaddr *peer,
 				    const char **why);
 
-/* A server connection that settled as TCP although its client was told
- * yes (no HELLO in time, or the application spoke first): strips the
- * client's HELLO if it comes first on the stream (and refuses it, unless
- * this side already sent). Called on receive while s->late_hello. */
-void fs_negotiate_strip_late_hello(struct fs_sock *s, bool nonblock);
+/* A server connection left to TCP while its client may still send a HELLO
+ * (s->strip_hello): waits for the first bytes until DEADLINE_NS (0: as the
+ * application would, without limit); a complete HELLO at the head (with
+ * s->strip_nonce unless 0) is consumed and refused with a NAK unless this
+ * side already sent. Returns 1 (stripped), 0 (the bytes are the
+ * application's, or the peer closed), -EAGAIN (nothing yet). */
+int fs_negotiate_strip_hello(struct fs_sock *s, uint64_t deadline_ns);
 
 #endif

@@ -228,8 +228,7 @@ void fs_core_adopt(int fd, bool listening)
 		fs_sock_set_state(s, FS_SOCK_LISTENING);
 		FS_INFO("fd %d: listener on port %u taken over after exec", fd, port);
 	} else {
-		s->no_record = true;
-		fs_sock_set_state(s, FS_SOCK_SERVER_PENDING);
+		fs_sock_set_state(s, FS_SOCK_SERVER_PENDING); /* no listener: see fs_negotiate_server */
 	}
 	old = fs_fdt_set(fd, s);
 	if (old && old != FS_SOCK_INTERNAL)
@@ -548,8 +547,6 @@ void fs_core_accepted(struct fs_sock *ls, int newfd, int flags)
 	if (ls->listener) {
 		fs_listener_get(ls->listener);
 		s->listener = ls->listener;
-	} else {
-		s->no_record = true; /* a twin elsewhere may have said yes: strip a HELLO */
 	}
 	old = fs_fdt_set(newfd, s);
 	if (old && old != FS_SOCK_INTERNAL)
@@ -601,7 +598,9 @@ int fs_sock_settle(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 		break;
 	}
 	if (ret == FS_PASS && fs_sock_state(s) != FS_SOCK_KERNEL) {
-		if (s->listener && s->have_peer_key) {
+		if ((s->listener && s->have_peer_key) || s->strip_hello) {
+			/* still tracked: to clear its probe record at close, or to
+			 * strip a HELLO on the first receive */
 			fs_sock_set_state(s, FS_SOCK_SERVER_PLAIN);
 			fs_sock_note_inherit(s);
 		} else
@@ -639,13 +638,17 @@ ssize_t fs_core_recvmsg(struct fs_sock *s, struct msghdr *msg, int flags)
 	ssize_t ret;
 
 	if (fs_sock_state(s) != FS_SOCK_OFFLOADED) {
-		if (s->late_hello && fs_sock_state(s) == FS_SOCK_SERVER_PLAIN)
-			fs_negotiate_strip_late_hello(s, nonblock);
-		if (!fs_sock_pending(s))
+		if (fs_sock_pending(s)) {
+			ret = fs_sock_settle(s, false, nonblock ? fs_now_ns() : deadline);
+			if (ret && ret != FS_PASS)
+				return ret == -EAGAIN && !nonblock && !deadline ? -EIO : ret;
+		}
+		if (fs_sock_state(s) != FS_SOCK_OFFLOADED) {
+			/* TCP; a HELLO its client may still send goes first */
+			if (s->strip_hello && fs_negotiate_strip_hello(s, nonblock ? fs_now_ns() : deadline) == -EAGAIN)
+				return -EAGAIN;
 			return FS_PASS;
-		ret = fs_sock_settle(s, false, nonblock ? fs_now_ns() : deadline);
-		if (ret)
-			return ret == -EAGAIN && !nonblock && !deadline ? -EIO : ret;
+		}
 	}
 	if (s->pid != fs_self_pid())
 		return fs_sock_foreign(s);
@@ -664,13 +667,8 @@ ssize_t fs_core_sendmsg(struct fs_sock *s, const struct msghdr *msg, int flags)
 	bool nonblock = s->nonblock || (flags & MSG_DONTWAIT);
 	ssize_t ret;
 
-	if (s->late_hello)
-		s->late_sent = true; /* a late HELLO is then dropped without a NAK */
-	if (s->no_record && fs_sock_state(s) == FS_SOCK_SERVER_PENDING) {
-		/* sent as TCP; the first receive still looks for a HELLO */
-		s->no_record_sent = true;
-		return FS_PASS;
-	}
+	if (s->strip_hello)
+		s->strip_sent = true; /* a HELLO still to come is then dropped without a NAK */
 	if ((fs_sock_state(s) == FS_SOCK_CLIENT_PENDING || fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT) && !s->shut_wr) {
 		/* Like TCP's send buffer: once the HELLO is out, hold the bytes in
 		 * the stream until the ACK lets them go (or sends them over TCP if

@@ -86,16 +86,12 @@ struct fs_sock {
 	bool event_loop; /* added to an epoll set */
 	bool closed;     /* the application closed it (epoll members drop it) */
 	bool linger0;
-	/* Server side with no probe record to judge by: adopted after exec()
-	 * (inherit.h), or accepted on a listener that has no probe twin. Its
-	 * client may still have sent a HELLO, which the first receive strips
-	 * (negotiate.c, fs_server_no_record). */
-	bool no_record;
-	bool no_record_sent; /* ...and the application sent on it before receiving */
-	/* Settled as TCP though the client was told yes: its late HELLO is
-	 * stripped on the first receive (fs_negotiate_strip_late_hello). */
-	bool late_hello, late_sent;
-	uint64_t late_hello_nonce;
+	/* A server connection left to TCP whose client may still send a HELLO
+	 * (told yes by a probe this side cannot see, or told yes and late):
+	 * the first receive strips it (fs_negotiate_strip_hello). strip_nonce
+	 * 0 takes any HELLO; strip_sent: this side already sent, so no NAK. */
+	bool strip_hello, strip_sent;
+	uint64_t strip_nonce;
 	bool shut_rd, shut_wr;
 	uint64_t rcvtimeo_ns, sndtimeo_ns;
 
