@@ -248,12 +248,6 @@ case_bidir() {
 
 case_many() {
 	local mode
-	# Both ends send as soon as a connection is up, while 15 others already
-	# stream on 2 cores: a server that sends before the client's probe
-	# landed commits to TCP after FABSOCK_FIRST_SEND_WAIT_MS (5 ms), which a
-	# starved client can miss (seen once in CI: 2 of 16 on TCP, cleanly).
-	# This test is about 16 offloaded streams, so it gives the probe 100 ms.
-	STREAM_EXTRA_ENV=(FABSOCK_FIRST_SEND_WAIT_MS=100)
 	for mode in $(wanted_modes); do
 		stream_check "many-16x16M-$mode" "$mode" $((16 * MIB)) $((16 * MIB)) 16 120 \
 			--streams 16 --bytes 16M --bidir --seed 31
