@@ -159,10 +159,39 @@ static int sh_serve_fork(int listen_fd, int nconn)
 	return children;
 }
 
+/* A worker of prefork/reuseport: serves connections from LISTEN_FD until
+ * the workers together served NCONN (SERVED, shared), then exits. */
+static void __attribute__((noreturn)) sh_worker(int w, int listen_fd, int *served, int nconn)
+{
+	int mine = 0, bad = 0;
+
+	while (__atomic_load_n(served, __ATOMIC_ACQUIRE) < nconn) {
+		int fd = sh_accept(listen_fd, 100);
+
+		if (fd < 0)
+			continue;
+		if (sh_echo_blocking(fd) < 0)
+			bad++;
+		close(fd);
+		mine++;
+		__atomic_add_fetch(served, 1, __ATOMIC_ACQ_REL);
+	}
+	printf("worker %d served %d\n", w, mine);
+	exit(bad ? 1 : 0);
+}
+
+static void sh_wait_workers(void)
+{
+	int status = 0;
+
+	for (int w = 0; w < SH_WORKERS; w++)
+		if (wait(&status) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+			sh_fail("a worker failed (status 0x%x)", status);
+}
+
 static int sh_serve_prefork(int listen_fd, int nconn)
 {
 	int *served = mmap(NULL, sizeof(int), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	int status;
 
 	if (served == MAP_FAILED) {
 		sh_fail("mmap: %s", strerror(errno));
@@ -177,29 +206,12 @@ static int sh_serve_prefork(int listen_fd, int nconn)
 	for (int w = 0; w < SH_WORKERS; w++) {
 		pid_t pid = fork();
 
-		if (pid == 0) {
-			int mine = 0, bad = 0;
-
-			while (__atomic_load_n(served, __ATOMIC_ACQUIRE) < nconn) {
-				int fd = sh_accept(listen_fd, 100);
-
-				if (fd < 0)
-					continue;
-				if (sh_echo_blocking(fd) < 0)
-					bad++;
-				close(fd);
-				mine++;
-				__atomic_add_fetch(served, 1, __ATOMIC_ACQ_REL);
-			}
-			printf("worker %d served %d\n", w, mine);
-			exit(bad ? 1 : 0);
-		}
+		if (pid == 0)
+			sh_worker(w, listen_fd, served, nconn);
 		if (pid < 0)
 			sh_fail("fork: %s", strerror(errno));
 	}
-	for (int w = 0; w < SH_WORKERS; w++)
-		if (wait(&status) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
-			sh_fail("a worker failed (status 0x%x)", status);
+	sh_wait_workers();
 	return *served;
 }
 
@@ -211,7 +223,7 @@ static int sh_serve_reuseport(int listen_fd, int nconn)
 	struct sockaddr_in address;
 	socklen_t length = sizeof(address);
 	int *shared = mmap(NULL, 2 * sizeof(int), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	int *served = shared, *ready = shared + 1, status;
+	int *served = shared, *ready = shared + 1;
 
 	if (shared == MAP_FAILED || getsockname(listen_fd, (struct sockaddr *)&address, &length)) {
 		sh_fail("setup: %s", strerror(errno));
@@ -222,7 +234,7 @@ static int sh_serve_reuseport(int listen_fd, int nconn)
 		pid_t pid = fork();
 
 		if (pid == 0) {
-			int one = 1, mine = 0, bad = 0, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+			int one = 1, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
 			close(listen_fd);
 			setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
@@ -231,29 +243,17 @@ static int sh_serve_reuseport(int listen_fd, int nconn)
 				exit(1);
 			}
 			__atomic_add_fetch(ready, 1, __ATOMIC_ACQ_REL);
-			while (__atomic_load_n(served, __ATOMIC_ACQUIRE) < nconn) {
-				int conn = sh_accept(fd, 100);
-
-				if (conn < 0)
-					continue;
-				if (sh_echo_blocking(conn) < 0)
-					bad++;
-				close(conn);
-				mine++;
-				__atomic_add_fetch(served, 1, __ATOMIC_ACQ_REL);
-			}
-			printf("worker %d served %d\n", w, mine);
-			exit(bad ? 1 : 0);
+			sh_worker(w, fd, served, nconn);
 		}
+		if (pid < 0)
+			sh_fail("fork: %s", strerror(errno));
 	}
 	for (int i = 0; i < 1000 && __atomic_load_n(ready, __ATOMIC_ACQUIRE) < SH_WORKERS; i++)
 		usleep(5000);
 	close(listen_fd); /* from now on only the workers' sockets take connections */
 	printf("listening port=%d\n", ntohs(address.sin_port));
 	fflush(stdout);
-	for (int w = 0; w < SH_WORKERS; w++)
-		if (wait(&status) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
-			sh_fail("a worker failed (status 0x%x)", status);
+	sh_wait_workers();
 	return *served;
 }
 

@@ -50,6 +50,8 @@ for mode in kernel fabsock; do
 	elif [ "$mode" = fabsock ] && [ "$(stats_field "$dir/server.err" offloaded)" != 8 ]; then
 		fs_fail "listener-$mode: the exec'd server offloaded $(stats_field "$dir/server.err" offloaded) of 8"
 		grep -h 'stays on kernel' "$dir/server.err" "$dir/client.err" | head -n 5 >&2 || true
+	elif [ "$mode" = fabsock ] && [ "$(stats_field "$dir/server.err" fabric_rx_bytes)" -lt $((8 << 20)) ]; then
+		fs_fail "listener-$mode: the exec'd server received $(stats_field "$dir/server.err" fabric_rx_bytes) bytes over the fabric, expected >= 8 MiB"
 	else
 		fs_pass "listener-$mode: 8 echo connections served by the program exec'd with the listener"
 	fi

@@ -8,7 +8,8 @@
 # under kernel TCP and with both ends preloaded. In fabsock mode the
 # `offloaded=N` of the client's stats line must be NCONN, and the stats
 # lines of all the server's processes (the parent, children or workers)
-# must add up to NCONN: every connection went over the fabric, in whichever
+# must add up to NCONN, and their fabric_rx_bytes to at least NCONN MiB each
+# way: every connection and every byte went over the fabric, in whichever
 # process served it. Afterwards no /dev/shm region of a finished process of
 # this test, and no shared probe table of its ports, may be left.
 . "$(dirname "$0")/lib.sh"
@@ -17,9 +18,16 @@ SHAPES_PROG=$FS_PROGS/fs_shapes
 NCONN=${NCONN:-12}
 PARALLEL=4
 
-# Sum of the offloaded=N of every stats line in FILE.
-stats_sum() {
-	sed -nE 's/^.*fabsock\[[0-9]+\]: warn: stats: offloaded=([0-9]+).*$/\1/p' "$1" | awk '{s += $1} END {print s + 0}'
+# Sum of counter FIELD (default offloaded) over every stats line in FILE.
+stats_sum() { # FILE [FIELD]
+	sed -nE "s/^.*fabsock\[[0-9]+\]: warn: stats: .*\b${2:-offloaded}=([0-9]+).*$/\1/p" "$1" |
+		awk '{s += $1} END {print s + 0}'
+}
+# The non-zero fallback counters of FILE's stats lines, summed: why some
+# connections stayed on TCP.
+stats_fallbacks() {
+	grep -h 'warn: stats:' "$1" | tr ' ' '\n' | grep -E '^(fallback_[a-z_]+|kernel)=' | grep -v '=0$' |
+		awk -F= '{s[$1] += $2} END {for (k in s) printf "%s=%d ", k, s[k]}'
 }
 stats_lines() { grep -c 'warn: stats: offloaded=' "$1" || true; }
 
@@ -52,14 +60,19 @@ run_shape() { # MODE SHAPE
 		tail -n 5 "$dir/server.err" >&2 || true
 	fi
 	if [ "$mode" = fabsock ]; then
-		local client_off server_off
+		local client_off server_off client_rx server_rx need=$((NCONN << 20))
 		client_off=$(stats_sum "$dir/client.err")
 		server_off=$(stats_sum "$dir/server.err")
+		client_rx=$(stats_sum "$dir/client.err" fabric_rx_bytes)
+		server_rx=$(stats_sum "$dir/server.err" fabric_rx_bytes)
 		[ "$client_off" = "$NCONN" ] ||
-			fs_fail "$label: the client's stats say offloaded=$client_off, expected $NCONN"
+			fs_fail "$label: the client's stats say offloaded=$client_off, expected $NCONN ($(stats_fallbacks "$dir/client.err"))"
 		[ "$server_off" = "$NCONN" ] ||
-			fs_fail "$label: the server's processes' stats ($(stats_lines "$dir/server.err") lines) add up to offloaded=$server_off, expected $NCONN"
-		fs_log "$label: offloaded client $client_off, server processes $server_off ($(stats_lines "$dir/server.err") stats lines)"
+			fs_fail "$label: the server's processes' stats ($(stats_lines "$dir/server.err") lines) add up to offloaded=$server_off, expected $NCONN ($(stats_fallbacks "$dir/server.err"))"
+		# every echoed byte came over the fabric, both ways
+		[ "$server_rx" -ge "$need" ] && [ "$client_rx" -ge "$need" ] ||
+			fs_fail "$label: fabric bytes received: server $server_rx, client $client_rx, expected >= $need each"
+		fs_log "$label: offloaded client $client_off, server processes $server_off ($(stats_lines "$dir/server.err") stats lines); fabric bytes received server $server_rx, client $client_rx"
 	fi
 	grep -h '^worker' "$dir/server.out" 2>/dev/null | sed "s/^/    /" >&2 || true
 	[ "$FS_FAILS" -eq "$fails_before" ] && fs_pass "$label"
