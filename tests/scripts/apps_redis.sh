@@ -84,6 +84,18 @@ redis_bench() {
 	return 0
 }
 
+# Passes when the stats line of process WHAT (in FILE) says it offloaded at
+# least the 50 connections of one benchmark run.
+redis_need_offloaded() { # WHAT FILE
+	local c
+	c=$(apps_offloaded "$2")
+	if [ -n "$c" ] && [ "$c" -ge 50 ]; then
+		fs_pass "fabsock $1: offloaded $c connections"
+	else
+		fs_fail "fabsock $1: offloaded ${c:-no stats line} connections (need >= 50)"
+	fi
+}
+
 # BGSAVE forks the server while 50 benchmark connections (offloaded in
 # fabsock mode) are busy: the save must succeed, the benchmark must finish,
 # and the server must still serve byte-exact values afterwards.
@@ -165,24 +177,11 @@ apps_run() {
 	for i in "${!names[@]}"; do
 		apps_check_path "$mode" "redis-benchmark ${names[$i]}" "$LOG-server.err" "${errs[$i]}" \
 			"${conns[$i]}" "${rxs[$i]}" "$moved"
-		if [ "$mode" = fabsock ]; then
-			local c
-			c=$(apps_offloaded "${errs[$i]}")
-			if [ -n "$c" ] && [ "$c" -ge 50 ]; then
-				fs_pass "fabsock redis-benchmark ${names[$i]}: the benchmark offloaded $c connections"
-			else
-				fs_fail "fabsock redis-benchmark ${names[$i]}: the benchmark offloaded ${c:-no stats line} connections (need >= 50)"
-			fi
-		fi
+		[ "$mode" = fabsock ] && redis_need_offloaded "redis-benchmark ${names[$i]}" "${errs[$i]}"
 	done
 	if [ "$mode" = fabsock ]; then
-		local s
-		s=$(apps_offloaded "$LOG-server.err")
-		if [ -n "$s" ] && [ "$s" -ge 50 ]; then
-			fs_pass "fabsock: redis-server offloaded $s connections"
-		else
-			fs_fail "fabsock: redis-server stats offloaded=${s:-no stats line} (need >= 50)"
-		fi
+		redis_need_offloaded "redis-benchmark across BGSAVE" "$LOG-bgsave-bench.err"
+		redis_need_offloaded "redis-server" "$LOG-server.err"
 		grep -h 'fabsock\[' "$LOG-server.err" "$LOG-cli.err" 2>/dev/null | grep -v ': stats:' | sort | uniq -c |
 			sort -rn | head -n 5 | sed 's/^/    note: /' >&2 || true
 	fi
