@@ -58,9 +58,27 @@ check_side() { # LABEL SIDE SCENARIO MODE RC DIR
 	return 0
 }
 
+# peer_kill(_rev): once the survivor says `waiting` (blocked in recv) and the
+# victim `ready`, kill -9 the victim; the survivor must pass within 5 s.
+kill_and_judge() { # LABEL SCENARIO MODE DIR VICTIM VICTIM_PID SURVIVOR SURVIVOR_PID
+	local label=$1 scenario=$2 mode=$3 dir=$4 victim=$5 victim_pid=$6 survivor=$7 survivor_pid=$8
+	local rc=0 kill_time end_time
+	if ! wait_for_line "$dir/$survivor.out" '^waiting' "$survivor_pid" ||
+		! wait_for_line "$dir/$victim.out" '^ready' "$victim_pid"; then
+		fs_fail "$label: client/server never reached the blocking recv"
+	fi
+	kill_time=$(date +%s%N)
+	kill -9 "$victim_pid" 2>/dev/null || true
+	wait "$victim_pid" 2>/dev/null || true
+	fs_wait_pid "$survivor_pid" 5 || rc=$?
+	end_time=$(date +%s%N)
+	fs_log "$label: $survivor exited $(((end_time - kill_time) / 1000000)) ms after kill -9 of the $victim"
+	check_side "$label" "$survivor" "$scenario" "$mode" "$rc" "$dir"
+}
+
 run_scenario() { # MODE SCENARIO
 	local mode=$1 scenario=$2 label="$2-$1" dir=$FS_TMP/$2-$1 port server_pid client_pid
-	local server_rc=0 client_rc=0 fails_before=$FS_FAILS kill_time end_time
+	local server_rc=0 client_rc=0 fails_before=$FS_FAILS
 	local -a prefix=(env)
 	[ "$mode" = fabsock ] && prefix=(env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1)
 	mkdir -p "$dir"
@@ -76,31 +94,10 @@ run_scenario() { # MODE SCENARIO
 	fs_bg client_pid "${prefix[@]}" "$SEMANTICS_PROG" client 127.0.0.1 "$port" "$scenario" \
 		>"$dir/client.out" 2>"$dir/client.err"
 
-	if [ "$scenario" = peer_kill_rev ]; then
-		# the same with the roles swapped: the client is killed
-		if ! wait_for_line "$dir/server.out" '^waiting' "$server_pid" ||
-			! wait_for_line "$dir/client.out" '^ready' "$client_pid"; then
-			fs_fail "$label: client/server never reached the blocking recv"
-		fi
-		kill_time=$(date +%s%N)
-		kill -9 "$client_pid" 2>/dev/null || true
-		wait "$client_pid" 2>/dev/null || true
-		fs_wait_pid "$server_pid" 5 || server_rc=$?
-		end_time=$(date +%s%N)
-		fs_log "$label: server exited $(((end_time - kill_time) / 1000000)) ms after kill -9 of the client"
-		check_side "$label" server "$scenario" "$mode" "$server_rc" "$dir"
-	elif [ "$scenario" = peer_kill ]; then
-		if ! wait_for_line "$dir/client.out" '^waiting' "$client_pid" ||
-			! wait_for_line "$dir/server.out" '^ready' "$server_pid"; then
-			fs_fail "$label: client/server never reached the blocking recv"
-		fi
-		kill_time=$(date +%s%N)
-		kill -9 "$server_pid" 2>/dev/null || true
-		wait "$server_pid" 2>/dev/null || true
-		fs_wait_pid "$client_pid" 5 || client_rc=$?
-		end_time=$(date +%s%N)
-		fs_log "$label: client exited $(((end_time - kill_time) / 1000000)) ms after kill -9 of the server"
-		check_side "$label" client "$scenario" "$mode" "$client_rc" "$dir"
+	if [ "$scenario" = peer_kill ]; then
+		kill_and_judge "$label" "$scenario" "$mode" "$dir" server "$server_pid" client "$client_pid"
+	elif [ "$scenario" = peer_kill_rev ]; then
+		kill_and_judge "$label" "$scenario" "$mode" "$dir" client "$client_pid" server "$server_pid"
 	else
 		fs_wait_pid "$client_pid" 45 || client_rc=$?
 		fs_wait_pid "$server_pid" 15 || server_rc=$?
