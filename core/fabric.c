@@ -166,16 +166,16 @@ static unsigned long fs_pid_namespace(void)
 /* Removes regions left by fabsock processes of this PID namespace that were
  * killed before they could clean up. Only names with our prefix, our
  * namespace and a pid that no longer exists are touched. */
-static void fs_shm_clean_stale(void)
+/* Removes the shm regions of our PID namespace whose owner pid is not
+ * alive (OWN false), or that carry this process's pid (OWN true: the
+ * previous program's, after exec). */
+static void fs_shm_clean(bool own)
 {
-	static int done;
 	char prefix[64];
 	size_t plen;
 	DIR *dir;
 	struct dirent *de;
 
-	if (__atomic_exchange_n(&done, 1, __ATOMIC_ACQ_REL))
-		return;
 	plen = (size_t)snprintf(prefix, sizeof(prefix), "fabsock-%lu-", fs_pid_namespace());
 	dir = opendir("/dev/shm");
 	if (!dir)
@@ -187,38 +187,29 @@ static void fs_shm_clean_stale(void)
 		if (strncmp(de->d_name, prefix, plen) != 0)
 			continue;
 		pid = strtol(de->d_name + plen, NULL, 10);
-		if (pid <= 0 || pid == getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+		if (own ? pid != getpid() : pid <= 0 || pid == getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
 			continue;
 		snprintf(path, sizeof(path), "/dev/shm/%s", de->d_name);
 		if (unlink(path) == 0)
-			FS_INFO("removed stale shm region %s of dead process %ld", de->d_name, pid);
+			FS_INFO("removed shm region %s of %s", de->d_name,
+				own ? "this process's previous program (exec)" : "a dead process");
 	}
 	closedir(dir);
 }
 
+static void fs_shm_clean_stale(void)
+{
+	static int done;
+
+	if (!__atomic_exchange_n(&done, 1, __ATOMIC_ACQ_REL))
+		fs_shm_clean(false);
+}
+
 void fs_shm_clean_previous_program(void)
 {
-	char prefix[64];
-	size_t plen;
-	DIR *dir;
-	struct dirent *de;
-
 	/* This pid's regions can only be the previous program's: this one has
 	 * opened no rail yet. */
-	plen = (size_t)snprintf(prefix, sizeof(prefix), "fabsock-%lu-%ld-", fs_pid_namespace(), (long)getpid());
-	dir = opendir("/dev/shm");
-	if (!dir)
-		return;
-	while ((de = readdir(dir))) {
-		char path[512];
-
-		if (strncmp(de->d_name, prefix, plen) != 0)
-			continue;
-		snprintf(path, sizeof(path), "/dev/shm/%s", de->d_name);
-		if (unlink(path) == 0)
-			FS_INFO("removed shm region %s of this process's previous program (exec)", de->d_name);
-	}
-	closedir(dir);
+	fs_shm_clean(true);
 }
 
 bool fs_rail_addr_plausible(unsigned kind, const void *addr, size_t len)
