@@ -16,76 +16,11 @@ command -v sockperf >/dev/null 2>&1 || fs_skip "sockperf is not installed (apt-g
 APP_NAME=sockperf
 MIN_MOVED=$((1 << 20))
 . "$(dirname "$0")/apps_lib.sh"
-
-# apps_run MODE TEST: one server/client pair; TEST is ping-pong or throughput.
-apps_run() {
-	local mode=$1 test=$2 port srv cli rc=0 conns rxmax log out
-	local -a extra=()
-	log="$FS_TMP/$mode-$test"
-	apps_env "$mode"
-	port=$(fs_free_port) || { fs_fail "$mode $test: no free port"; return; }
-	[ "$test" = ping-pong ] && extra=(-m 64)
-
-	fs_bg srv timeout -s INT -k 5 60 "${APP_ENV[@]}" \
-		sockperf server --tcp -i 127.0.0.1 -p "$port" >"$log-server.out" 2>"$log-server.err"
-	if ! fs_wait_listen "$port"; then
-		fs_fail "$mode $test: sockperf server did not listen"
-		sed 's/^/    /' "$log-server.err" >&2 || true
-		apps_stop "$srv"
-		return
-	fi
-	fs_bg cli timeout -s INT -k 5 $((DURATION + 30)) "${APP_ENV[@]}" \
-		sockperf "$test" --tcp -i 127.0.0.1 -p "$port" -t "$DURATION" "${extra[@]}" \
-		>"$log-client.out" 2>"$log-client.err"
-	apps_sample_while "$cli" "$port"
-	conns=$SS_CONNS rxmax=$SS_RXMAX
-	fs_wait_pid "$cli" $((DURATION + 40)) || rc=$?
-	apps_stop "$srv"
-
-	out=$(sed 's/\x1b\[[0-9;]*m//g' "$log-client.out" "$log-client.err")
-	if [ "$rc" -ne 0 ]; then
-		fs_fail "$mode $test: sockperf client exit status $rc"
-		printf '%s\n' "$out" | tail -n 8 | sed 's/^/    /' >&2
-		grep -h . "$log-server.err" | tail -n 5 | sed 's/^/    server: /' >&2 || true
-		return
-	fi
-
-	local moved
-	if [ "$test" = ping-pong ]; then
-		local avg p50 p99 msgs
-		avg=$(sed -n 's/.*avg-latency=\([0-9.][0-9.]*\).*/\1/p' <<<"$out" | tail -1)
-		p50=$(sed -n 's/.*percentile 50\.000 = *\([0-9.][0-9.]*\).*/\1/p' <<<"$out" | tail -1)
-		p99=$(sed -n 's/.*percentile 99\.000 = *\([0-9.][0-9.]*\).*/\1/p' <<<"$out" | tail -1)
-		msgs=$(sed -n 's/.*\[Total Run\].*ReceivedMessages=\([0-9][0-9]*\).*/\1/p' <<<"$out" | tail -1)
-		fs_log "$mode ping-pong: avg ${avg:-?} usec, p50 ${p50:-?}, p99 ${p99:-?} (one-way), ${msgs:-?} messages received; ss during the run: $conns connection(s), max bytes_received $rxmax"
-		if [ -z "$avg" ] || [ -z "$msgs" ] || ! awk -v a="$avg" 'BEGIN { exit !(a > 0 && a < 100000) }' ||
-			[ "$msgs" -lt 1000 ]; then
-			fs_fail "$mode ping-pong: implausible result (avg '${avg:-}' usec, '${msgs:-}' messages)"
-			return
-		fi
-		fs_pass "$mode ping-pong: $msgs round trips, avg $avg usec"
-		moved=$((msgs * 64 * 2)) # both directions
-	else
-		local total size mbps
-		total=$(sed -n 's/.*Total of \([0-9][0-9]*\) messages sent.*/\1/p' <<<"$out" | tail -1)
-		size=$(sed -n 's/.*using msg-size=\([0-9][0-9]*\).*/\1/p' <<<"$out" | head -1)
-		mbps=$(sed -n 's/.*BandWidth is \([0-9.][0-9.]*\) MBps.*/\1/p' <<<"$out" | tail -1)
-		size=${size:-14}
-		fs_log "$mode throughput: ${total:-?} messages of $size B, ${mbps:-?} MB/s; ss during the run: $conns connection(s), max bytes_received $rxmax"
-		if [ -z "$total" ] || [ -z "$mbps" ] || [ "$total" -lt 1000 ] ||
-			! awk -v m="$mbps" 'BEGIN { exit !(m > 0) }'; then
-			fs_fail "$mode throughput: implausible result ('${total:-}' messages, '${mbps:-}' MB/s)"
-			return
-		fi
-		fs_pass "$mode throughput: $total messages, $mbps MB/s"
-		moved=$((total * size))
-	fi
-	apps_check_path "$mode" "$test" "$log-server.err" "$log-client.err" "$conns" "$rxmax" "$moved"
-}
+. "$(dirname "$0")/sockperf_lib.sh"
 
 for mode in kernel fabsock; do
 	for test in ping-pong throughput; do
-		apps_run "$mode" "$test"
+		sockperf_run "$mode" blocking "$test"
 	done
 done
 fs_done
