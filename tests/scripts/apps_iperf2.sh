@@ -32,12 +32,7 @@ apps_run() {
 
 	fs_bg srv timeout -s INT -k 5 60 "${APP_ENV[@]}" \
 		iperf -s -B 127.0.0.1 -p "$port" >"$log-server.out" 2>"$log-server.err"
-	if ! fs_wait_listen "$port"; then
-		fs_fail "$mode $what: iperf server did not listen"
-		sed 's/^/    /' "$log-server.err" >&2 || true
-		apps_stop "$srv"
-		return
-	fi
+	apps_wait_server "$mode $what" "$port" "$srv" "$log" || return
 	# -y C: one CSV line per stream at the end:
 	# time,src,sport,dst,dport,id,interval,bytes,bits_per_second
 	fs_bg cli timeout -s INT -k 5 $((DURATION + 30)) "${APP_ENV[@]}" \

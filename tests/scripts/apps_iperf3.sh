@@ -54,12 +54,7 @@ apps_run() {
 
 	fs_bg srv timeout -s INT -k 5 $((DURATION + 40)) "${APP_ENV[@]}" \
 		iperf3 -s -1 -B 127.0.0.1 -p "$port" >"$log-server.out" 2>"$log-server.err"
-	if ! fs_wait_listen "$port"; then
-		fs_fail "$mode $what: iperf3 server did not listen"
-		sed 's/^/    /' "$log-server.err" >&2 || true
-		apps_stop "$srv"
-		return
-	fi
+	apps_wait_server "$mode $what" "$port" "$srv" "$log" || return
 	fs_bg cli timeout -s INT -k 5 $((DURATION + 20)) "${APP_ENV[@]}" \
 		iperf3 -c 127.0.0.1 -p "$port" -t "$DURATION" -J "$@" \
 		>"$log-client.out" 2>"$log-client.err"

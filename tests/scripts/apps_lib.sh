@@ -127,3 +127,12 @@ apps_check_path() {
 	fi
 }
 
+# After starting server PID on PORT: returns 0 once it listens; otherwise
+# fails LABEL with the server's stderr (LOG-server.err), stops it, returns 1.
+apps_wait_server() { # LABEL PORT PID LOG
+	fs_wait_listen "$2" && return 0
+	fs_fail "$1: the server did not listen"
+	sed 's/^/    /' "$4-server.err" >&2 || true
+	apps_stop "$3"
+	return 1
+}

@@ -27,12 +27,7 @@ sockperf_run() {
 
 	fs_bg srv timeout -s INT -k 5 60 "${APP_ENV[@]}" \
 		sockperf server "${server[@]}" >"$log-server.out" 2>"$log-server.err"
-	if ! fs_wait_listen "$port"; then
-		fs_fail "$label: sockperf server did not listen"
-		sed 's/^/    /' "$log-server.err" >&2 || true
-		apps_stop "$srv"
-		return
-	fi
+	apps_wait_server "$label" "$port" "$srv" "$log" || return
 	fs_bg cli timeout -s INT -k 5 $((DURATION + 30)) "${APP_ENV[@]}" \
 		sockperf "$test" --tcp -i 127.0.0.1 -p "$port" -t "$DURATION" "${extra[@]}" \
 		>"$log-client.out" 2>"$log-client.err"
