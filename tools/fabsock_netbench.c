@@ -38,6 +38,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fullio.h"
+
 enum netbench_op { OP_ECHO = 1, OP_RSS = 2, OP_SINK = 3 };
 
 #define REQUEST_SIZE 8
@@ -61,38 +63,6 @@ static double now_sec(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static int read_full(int fd, void *buf, size_t len)
-{
-	size_t done = 0;
-
-	while (done < len) {
-		ssize_t n = recv(fd, (char *)buf + done, len - done, 0);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return -1;
-		done += (size_t)n;
-	}
-	return 0;
-}
-
-static int write_full(int fd, const void *buf, size_t len)
-{
-	size_t done = 0;
-
-	while (done < len) {
-		ssize_t n = send(fd, (const char *)buf + done, len - done, MSG_NOSIGNAL);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return -1;
-		done += (size_t)n;
-	}
-	return 0;
 }
 
 /* VmRSS of a process in KiB, or -1. */
@@ -132,7 +102,7 @@ static void serve_echo(int fd, uint32_t size)
 
 	if (!buf)
 		return;
-	while (read_full(fd, buf, size) == 0 && write_full(fd, buf, size) == 0)
+	while (fullio_read(fd, buf, size) == 0 && fullio_write(fd, buf, size) == 0)
 		;
 	free(buf);
 }
@@ -141,10 +111,10 @@ static void serve_rss(int fd)
 {
 	char byte;
 
-	while (read_full(fd, &byte, 1) == 0) {
+	while (fullio_read(fd, &byte, 1) == 0) {
 		uint64_t kib = (uint64_t)rss_kib(0);
 
-		if (write_full(fd, &kib, sizeof(kib)) < 0)
+		if (fullio_write(fd, &kib, sizeof(kib)) < 0)
 			break;
 	}
 }
@@ -158,7 +128,7 @@ static void serve_sink(int fd, uint32_t size)
 	if (size == 0 || size > SINK_CHUNK)
 		size = SINK_CHUNK;
 	buf = malloc(size);
-	if (!buf || write_full(fd, &pid, sizeof(pid)) < 0) {
+	if (!buf || fullio_write(fd, &pid, sizeof(pid)) < 0) {
 		free(buf);
 		return;
 	}
@@ -180,7 +150,7 @@ static void *serve_connection(void *arg)
 	unsigned char request[REQUEST_SIZE];
 	uint32_t words[2];
 
-	if (read_full(fd, request, sizeof(request)) == 0) {
+	if (fullio_read(fd, request, sizeof(request)) == 0) {
 		memcpy(words, request, sizeof(words));
 		uint32_t op = ntohl(words[0]), size = ntohl(words[1]);
 
@@ -314,15 +284,15 @@ static int run_pingpong(uint32_t size, double seconds)
 		die("malloc");
 	memset(buf, 'x', size);
 	encode_request(request, OP_ECHO, size);
-	if (write_full(fd, request, sizeof(request)) < 0)
+	if (fullio_write(fd, request, sizeof(request)) < 0)
 		die("send request");
 	for (i = 0; i < warmup; i++)
-		if (write_full(fd, buf, size) < 0 || read_full(fd, buf, size) < 0)
+		if (fullio_write(fd, buf, size) < 0 || fullio_read(fd, buf, size) < 0)
 			die("warm-up round trip");
 	start = now_sec();
 	do {
 		t0 = now_sec();
-		if (write_full(fd, buf, size) < 0 || read_full(fd, buf, size) < 0)
+		if (fullio_write(fd, buf, size) < 0 || fullio_read(fd, buf, size) < 0)
 			die("round trip");
 		if (n == cap) {
 			cap *= 2;
@@ -351,7 +321,7 @@ static double one_connection(void)
 
 	encode_request(msg, OP_ECHO, 1);
 	msg[REQUEST_SIZE] = 'c';
-	if (write_full(fd, msg, sizeof(msg)) < 0 || read_full(fd, msg, 1) < 0)
+	if (fullio_write(fd, msg, sizeof(msg)) < 0 || fullio_read(fd, msg, 1) < 0)
 		die("connection round trip");
 	close(fd);
 	return (now_sec() - t0) * 1e6;
@@ -385,7 +355,7 @@ static long query_server_rss(int control)
 	uint64_t kib;
 	char byte = 'r';
 
-	if (write_full(control, &byte, 1) < 0 || read_full(control, &kib, sizeof(kib)) < 0)
+	if (fullio_write(control, &byte, 1) < 0 || fullio_read(control, &kib, sizeof(kib)) < 0)
 		die("server RSS query");
 	return (long)kib;
 }
@@ -406,7 +376,7 @@ static int run_hold(unsigned conns)
 	before = rss_kib(0);
 	control = connect_to();
 	encode_request(msg, OP_RSS, 0);
-	if (write_full(control, msg, REQUEST_SIZE) < 0)
+	if (fullio_write(control, msg, REQUEST_SIZE) < 0)
 		die("send request");
 	server_one = query_server_rss(control);
 	client_one = rss_kib(0);
@@ -414,7 +384,7 @@ static int run_hold(unsigned conns)
 		fds[i] = connect_to();
 		encode_request(msg, OP_ECHO, 1);
 		msg[REQUEST_SIZE] = 'h';
-		if (write_full(fds[i], msg, sizeof(msg)) < 0 || read_full(fds[i], msg, 1) < 0)
+		if (fullio_write(fds[i], msg, sizeof(msg)) < 0 || fullio_read(fds[i], msg, 1) < 0)
 			die("connection round trip");
 	}
 	nanosleep(&settle, NULL);
@@ -442,7 +412,7 @@ static int run_slowwrite(double seconds)
 	if (!block)
 		die("calloc");
 	encode_request(request, OP_SINK, SINK_CHUNK);
-	if (write_full(fd, request, sizeof(request)) < 0 || read_full(fd, &server_pid, sizeof(server_pid)) < 0)
+	if (fullio_write(fd, request, sizeof(request)) < 0 || fullio_read(fd, &server_pid, sizeof(server_pid)) < 0)
 		die("sink request");
 	start = now_sec();
 	next_sample = start;
@@ -457,7 +427,7 @@ static int run_slowwrite(double seconds)
 				peak[half][1] = s;
 			next_sample = t + 0.1;
 		}
-		if (write_full(fd, block, WRITE_BLOCK) < 0)
+		if (fullio_write(fd, block, WRITE_BLOCK) < 0)
 			die("send");
 		bytes += WRITE_BLOCK;
 	}

@@ -28,6 +28,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fullio.h"
+
 #define HELLO_SIZE 16
 #define MAX_CONNS 256
 
@@ -42,38 +44,6 @@ static void die(const char *what)
 	exit(1);
 }
 
-static int read_full(int fd, void *buf, size_t len)
-{
-	size_t done = 0;
-
-	while (done < len) {
-		ssize_t n = recv(fd, (char *)buf + done, len - done, 0);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return -1;
-		done += (size_t)n;
-	}
-	return 0;
-}
-
-static int write_full(int fd, const void *buf, size_t len)
-{
-	size_t done = 0;
-
-	while (done < len) {
-		ssize_t n = send(fd, (const char *)buf + done, len - done, MSG_NOSIGNAL);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return -1;
-		done += (size_t)n;
-	}
-	return 0;
-}
-
 /* Idle phase, recv mode: blocks in recv() until the 'q' (the client's
  * 'q' on the server, the server's echo of it on the client). */
 static void *recv_thread(void *arg)
@@ -81,11 +51,11 @@ static void *recv_thread(void *arg)
 	int fd = *(int *)arg;
 	char c;
 
-	if (read_full(fd, &c, 1) || c != 'q') {
+	if (fullio_read(fd, &c, 1) || c != 'q') {
 		fprintf(stderr, "fs_idle: fd %d: no 'q' at the end of the idle phase\n", fd);
 		exit(1);
 	}
-	if (is_server && write_full(fd, "q", 1))
+	if (is_server && fullio_write(fd, "q", 1))
 		die("echo q");
 	return NULL;
 }
@@ -121,7 +91,7 @@ static void epoll_idle(void)
 						    (now.tv_nsec - start.tv_nsec) / 1000000);
 			if (ms <= 0) {
 				for (unsigned i = 0; i < conns; i++)
-					if (write_full(fds[i], "q", 1))
+					if (fullio_write(fds[i], "q", 1))
 						die("send q");
 				sent = true;
 				continue;
@@ -140,11 +110,11 @@ static void epoll_idle(void)
 				fprintf(stderr, "fs_idle: fd %d readable during the idle phase\n", events[i].data.fd);
 				exit(1);
 			}
-			if (read_full(events[i].data.fd, &c, 1) || c != 'q') {
+			if (fullio_read(events[i].data.fd, &c, 1) || c != 'q') {
 				fprintf(stderr, "fs_idle: fd %d: no 'q' at the end\n", events[i].data.fd);
 				exit(1);
 			}
-			if (is_server && write_full(events[i].data.fd, "q", 1))
+			if (is_server && fullio_write(events[i].data.fd, "q", 1))
 				die("echo q");
 			epoll_ctl(ep, EPOLL_CTL_DEL, events[i].data.fd, NULL);
 			left--;
@@ -166,7 +136,7 @@ static void recv_idle(void)
 		while (nanosleep(&t, &t) && errno == EINTR)
 			;
 		for (unsigned i = 0; i < conns; i++)
-			if (write_full(fds[i], "q", 1))
+			if (fullio_write(fds[i], "q", 1))
 				die("send q");
 		/* the server's echo ends each recv thread */
 		for (unsigned i = 0; i < conns; i++)
@@ -205,7 +175,7 @@ static void run_server(void)
 		fds[i] = accept(ls, NULL, NULL);
 		if (fds[i] < 0)
 			die("accept");
-		if (read_full(fds[i], hello, sizeof(hello)) || write_full(fds[i], hello, sizeof(hello)))
+		if (fullio_read(fds[i], hello, sizeof(hello)) || fullio_write(fds[i], hello, sizeof(hello)))
 			die("hello");
 	}
 	close(ls);
@@ -227,7 +197,7 @@ static void run_client(void)
 		if (fds[i] < 0 || connect(fds[i], ai->ai_addr, ai->ai_addrlen))
 			die("connect");
 		snprintf(hello, sizeof(hello), "fs_idle %7u", i);
-		if (write_full(fds[i], hello, sizeof(hello)) || read_full(fds[i], back, sizeof(back)) ||
+		if (fullio_write(fds[i], hello, sizeof(hello)) || fullio_read(fds[i], back, sizeof(back)) ||
 		    memcmp(hello, back, sizeof(hello)))
 			die("hello");
 	}

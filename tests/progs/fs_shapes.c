@@ -49,6 +49,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "fullio.h"
+
 #define SH_BYTES (1u << 20)
 #define SH_PIECE (32u << 10)
 #define SH_WORKERS 4
@@ -93,7 +95,6 @@ static int sh_echo_blocking(int fd)
 
 	for (;;) {
 		ssize_t n = recv(fd, buffer, sizeof(buffer), 0);
-		size_t done = 0;
 
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -103,16 +104,9 @@ static int sh_echo_blocking(int fd)
 			sh_fail("server recv: %s", strerror(errno));
 			return -1;
 		}
-		while (done < (size_t)n) {
-			ssize_t m = send(fd, buffer + done, (size_t)n - done, MSG_NOSIGNAL);
-
-			if (m < 0 && errno == EINTR)
-				continue;
-			if (m <= 0) {
-				sh_fail("server send: %s", m < 0 ? strerror(errno) : "0");
-				return -1;
-			}
-			done += (size_t)m;
+		if (fullio_write(fd, buffer, (size_t)n)) {
+			sh_fail("server send: %s", strerror(errno));
+			return -1;
 		}
 	}
 }
@@ -447,33 +441,12 @@ static int sh_one_connection(unsigned salt)
 		return -1;
 	}
 	for (size_t at = 0; at < SH_BYTES; at += SH_PIECE) {
-		size_t done = 0;
-
 		for (size_t i = 0; i < SH_PIECE; i++)
 			out[i] = sh_byte(at + i, salt);
-		while (done < SH_PIECE) {
-			ssize_t n = send(fd, out + done, SH_PIECE - done, MSG_NOSIGNAL);
-
-			if (n < 0 && errno == EINTR)
-				continue;
-			if (n <= 0) {
-				sh_fail("client send: %s", n < 0 ? strerror(errno) : "0");
-				close(fd);
-				return -1;
-			}
-			done += (size_t)n;
-		}
-		for (done = 0; done < SH_PIECE;) {
-			ssize_t n = recv(fd, in + done, SH_PIECE - done, 0);
-
-			if (n < 0 && errno == EINTR)
-				continue;
-			if (n <= 0) {
-				sh_fail("client recv: %s", n < 0 ? strerror(errno) : "early EOF");
-				close(fd);
-				return -1;
-			}
-			done += (size_t)n;
+		if (fullio_write(fd, out, SH_PIECE) || fullio_read(fd, in, SH_PIECE)) {
+			sh_fail("connection %u: %s", salt, errno ? strerror(errno) : "early EOF");
+			close(fd);
+			return -1;
 		}
 		if (memcmp(in, out, SH_PIECE)) {
 			sh_fail("connection %u: echo differs in bytes %zu..%zu", salt, at, at + SH_PIECE);
