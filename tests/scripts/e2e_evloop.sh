@@ -92,11 +92,7 @@ run_scenario() { # MODE SCENARIO
 	fi
 	if [ "$scenario" = accept4_flags ]; then
 		# no connection may be pending before the server's EAGAIN checks
-		for _ in $(seq 1 200); do
-			grep -q '^accept-checked' "$dir/server.out" 2>/dev/null && break
-			kill -0 "$server_pid" 2>/dev/null || break
-			sleep 0.05
-		done
+		fs_wait_line "$dir/server.out" '^accept-checked' "$server_pid" || true
 	fi
 	fs_bg client_pid "${prefix[@]}" "$EVLOOP_PROG" client 127.0.0.1 "$port" "$scenario" \
 		>"$dir/client.out" 2>"$dir/client.err"

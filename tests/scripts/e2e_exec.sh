@@ -23,15 +23,6 @@ stats_field() { # FILE FIELD: the value of FIELD in the last stats line
 	sed -nE "s/^.*fabsock\[[0-9]+\]: warn: stats: .*\b$2=([0-9]+).*$/\1/p" "$1" | tail -n 1
 }
 
-wait_port() { # OUTFILE -> prints the port
-	local i
-	for i in $(seq 1 100); do
-		grep -q '^listening port=' "$1" && break
-		sleep 0.05
-	done
-	sed -n 's/^listening port=//p' "$1"
-}
-
 for mode in kernel fabsock; do
 	prefix=(env)
 	[ "$mode" = fabsock ] && prefix=(env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 FABSOCK_LOG=info)
@@ -40,7 +31,7 @@ for mode in kernel fabsock; do
 	dir=$FS_TMP/listener-$mode
 	mkdir -p "$dir"
 	fs_bg spid "${prefix[@]}" "$PROG" exec-server threads 8 >"$dir/server.out" 2>"$dir/server.err"
-	port=$(wait_port "$dir/server.out")
+	port=$(fs_listen_port "$dir/server.out" "$spid")
 	crc=0
 	srv=0
 	"${prefix[@]}" timeout 60 "$PROG" client 127.0.0.1 "$port" 8 4 >"$dir/client.out" 2>"$dir/client.err" || crc=$?
@@ -60,7 +51,7 @@ for mode in kernel fabsock; do
 	dir=$FS_TMP/inetd-$mode
 	mkdir -p "$dir"
 	fs_bg spid "${prefix[@]}" "$PROG" inetd cat >"$dir/server.out" 2>"$dir/server.err"
-	port=$(wait_port "$dir/server.out")
+	port=$(fs_listen_port "$dir/server.out" "$spid")
 	crc=0
 	srv=0
 	"${prefix[@]}" timeout 60 "$PROG" client 127.0.0.1 "$port" 1 1 >"$dir/client.out" 2>"$dir/client.err" || crc=$?
@@ -79,7 +70,7 @@ done
 dir=$FS_TMP/offloaded-exec
 mkdir -p "$dir"
 fs_bg spid env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 "$PROG" server threads 1 >"$dir/server.out" 2>"$dir/server.err"
-port=$(wait_port "$dir/server.out")
+port=$(fs_listen_port "$dir/server.out" "$spid")
 start=$(date +%s%N)
 crc=0
 env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_LOG=warn timeout 20 "$PROG" exec-client 127.0.0.1 "$port" \

@@ -16,11 +16,7 @@ dir=$FS_TMP/banner
 mkdir -p "$dir"
 fs_bg spid env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 FABSOCK_LOG=info "$PROG" server 0 banner \
 	>"$dir/server.out" 2>"$dir/server.err"
-for _ in $(seq 1 100); do
-	grep -q '^listening port=' "$dir/server.out" && break
-	sleep 0.05
-done
-port=$(sed -n 's/^listening port=//p' "$dir/server.out")
+port=$(fs_listen_port "$dir/server.out" "$spid")
 crc=0
 srv=0
 env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 FABSOCK_LOG=info FABSOCK_TEST_HELLO_DELAY_MS=3500 \

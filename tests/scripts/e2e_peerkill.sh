@@ -26,26 +26,16 @@ wait_survivor() { # PID FILE
 	fs_wait_pid "$1" 1
 }
 
-wait_line() { # FILE PATTERN PID
-	local i
-	for i in $(seq 1 200); do
-		grep -q "$2" "$1" 2>/dev/null && return 0
-		kill -0 "$3" 2>/dev/null || return 1
-		sleep 0.05
-	done
-	return 1
-}
-
 round() { # MODE VICTIM N
 	local mode=$1 victim=$2 n=$3 dir=$FS_TMP/$1-$2-$3 sink source port rc=0 start end survivor_out survivor_err
 	local -a prefix=(env)
 	[ "$mode" = fabsock ] && prefix=(env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1)
 	mkdir -p "$dir"
 	fs_bg sink "${prefix[@]}" "$PROG" sink >"$dir/sink.out" 2>"$dir/sink.err"
-	wait_line "$dir/sink.out" '^listening port=' "$sink" || { fs_fail "$mode $victim $n: no listener"; return; }
-	port=$(sed -n 's/^listening port=//p' "$dir/sink.out")
+	port=$(fs_listen_port "$dir/sink.out" "$sink")
+	[ -n "$port" ] || { fs_fail "$mode $victim $n: no listener"; return; }
 	fs_bg source "${prefix[@]}" "$PROG" source 127.0.0.1 "$port" >"$dir/source.out" 2>"$dir/source.err"
-	if ! wait_line "$dir/sink.out" '^streaming' "$sink"; then
+	if ! fs_wait_line "$dir/sink.out" '^streaming' "$sink"; then
 		fs_fail "$mode $victim $n: no data flowed"
 		return
 	fi

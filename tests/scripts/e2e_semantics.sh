@@ -27,17 +27,6 @@ stats_offloaded() {
 	sed -nE 's/^.*fabsock\[[0-9]+\]: warn: stats: offloaded=([0-9]+).*$/\1/p' "$1" | tail -n 1
 }
 
-# Waits (at most 10 s) until FILE has a line matching PATTERN while PID lives.
-wait_for_line() { # FILE PATTERN PID
-	local i
-	for i in $(seq 1 200); do
-		grep -q "$2" "$1" 2>/dev/null && return 0
-		kill -0 "$3" 2>/dev/null || { grep -q "$2" "$1" 2>/dev/null; return; }
-		sleep 0.05
-	done
-	return 1
-}
-
 # Judges one process of a scenario from its exit code and output.
 check_side() { # LABEL SIDE SCENARIO MODE RC DIR
 	local label=$1 side=$2 scenario=$3 mode=$4 rc=$5 dir=$6 connections offloaded
@@ -63,8 +52,8 @@ check_side() { # LABEL SIDE SCENARIO MODE RC DIR
 kill_and_judge() { # LABEL SCENARIO MODE DIR VICTIM VICTIM_PID SURVIVOR SURVIVOR_PID
 	local label=$1 scenario=$2 mode=$3 dir=$4 victim=$5 victim_pid=$6 survivor=$7 survivor_pid=$8
 	local rc=0 kill_time end_time
-	if ! wait_for_line "$dir/$survivor.out" '^waiting' "$survivor_pid" ||
-		! wait_for_line "$dir/$victim.out" '^ready' "$victim_pid"; then
+	if ! fs_wait_line "$dir/$survivor.out" '^waiting' "$survivor_pid" ||
+		! fs_wait_line "$dir/$victim.out" '^ready' "$victim_pid"; then
 		fs_fail "$label: client/server never reached the blocking recv"
 	fi
 	kill_time=$(date +%s%N)
@@ -84,7 +73,7 @@ run_scenario() { # MODE SCENARIO
 	mkdir -p "$dir"
 
 	fs_bg server_pid "${prefix[@]}" "$SEMANTICS_PROG" server 0 "$scenario" >"$dir/server.out" 2>"$dir/server.err"
-	if ! wait_for_line "$dir/server.out" '^listening port=' "$server_pid"; then
+	if ! fs_wait_line "$dir/server.out" '^listening port=' "$server_pid"; then
 		fs_fail "$label: the server did not listen within 10 s"
 		cat "$dir/server.out" "$dir/server.err" >&2 || true
 		fs_wait_pid "$server_pid" 1 || true

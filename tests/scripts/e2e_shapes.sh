@@ -32,17 +32,13 @@ stats_fallbacks() {
 stats_lines() { grep -c 'warn: stats: offloaded=' "$1" || true; }
 
 run_shape() { # MODE SHAPE
-	local mode=$1 shape=$2 label="$2-$1" dir=$FS_TMP/$2-$1 server_pid client_pid port i
+	local mode=$1 shape=$2 label="$2-$1" dir=$FS_TMP/$2-$1 server_pid client_pid port
 	local server_rc=0 client_rc=0 fails_before=$FS_FAILS
 	local -a prefix=(env)
 	[ "$mode" = fabsock ] && prefix=(env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1)
 	mkdir -p "$dir"
 	fs_bg server_pid "${prefix[@]}" "$SHAPES_PROG" server "$shape" "$NCONN" >"$dir/server.out" 2>"$dir/server.err"
-	for i in $(seq 1 100); do
-		grep -q '^listening port=' "$dir/server.out" && break
-		sleep 0.05
-	done
-	port=$(sed -n 's/^listening port=//p' "$dir/server.out")
+	port=$(fs_listen_port "$dir/server.out" "$server_pid")
 	if [ -z "$port" ]; then
 		fs_fail "$label: the server did not listen"
 		return 0

@@ -101,6 +101,26 @@ fs_wait_listen() {
 	return 1
 }
 
+# Waits (at most 10 s) until FILE has a line matching PATTERN while PID
+# lives (a line written just before it exited counts). Returns 0 or 1.
+fs_wait_line() { # FILE PATTERN PID
+	local i
+	for i in $(seq 1 200); do
+		grep -q "$2" "$1" 2>/dev/null && return 0
+		kill -0 "$3" 2>/dev/null || { grep -q "$2" "$1" 2>/dev/null; return; }
+		sleep 0.05
+	done
+	return 1
+}
+
+# The N of the `listening port=N` line a test program PID prints into FILE,
+# once it has; empty if it never does (within fs_wait_line's bound).
+fs_listen_port() { # FILE PID
+	if fs_wait_line "$1" '^listening port=' "$2"; then
+		sed -n 's/^listening port=//p' "$1" | head -n 1
+	fi
+}
+
 # Waits for a pid with a time bound in seconds; returns its exit status, or
 # 124 after killing it if it ran too long.
 fs_wait_pid() {
