@@ -166,6 +166,11 @@ static unsigned long fs_pid_namespace(void)
 /* Removes regions left by fabsock processes of this PID namespace that were
  * killed before they could clean up. Only names with our prefix, our
  * namespace and a pid that no longer exists are touched. */
+bool fs_pid_alive(long pid)
+{
+	return pid > 0 && !(kill((pid_t)pid, 0) && errno == ESRCH);
+}
+
 /* Removes the shm regions of our PID namespace whose owner pid is not
  * alive (OWN false), or that carry this process's pid (OWN true: the
  * previous program's, after exec). */
@@ -187,7 +192,7 @@ static void fs_shm_clean(bool own)
 		if (strncmp(de->d_name, prefix, plen) != 0)
 			continue;
 		pid = strtol(de->d_name + plen, NULL, 10);
-		if (own ? pid != getpid() : pid <= 0 || pid == getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+		if (own ? pid != getpid() : pid <= 0 || pid == getpid() || fs_pid_alive(pid))
 			continue;
 		snprintf(path, sizeof(path), "/dev/shm/%s", de->d_name);
 		if (unlink(path) == 0)

@@ -105,4 +105,8 @@ void fs_rail_av_release(struct fs_rail *rail, fi_addr_t addr);
  * process left (it could not close them). */
 void fs_shm_clean_previous_program(void);
 
+/* False only when process PID certainly does not exist (ESRCH): a live
+ * pid, or one we may not signal, counts as alive. */
+bool fs_pid_alive(long pid);
+
 #endif

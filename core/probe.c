@@ -494,7 +494,7 @@ static struct fs_probe_table *fs_probe_table_shared(struct fs_listener *l, const
 	for (int i = 0; i < FS_PROBE_TABLE_USERS; i++) {
 		int32_t pid = __atomic_load_n(&table->users[i], __ATOMIC_ACQUIRE);
 
-		if (pid > 0 && kill(pid, 0) && errno == ESRCH)
+		if (pid > 0 && !fs_pid_alive(pid))
 			__atomic_compare_exchange_n(&table->users[i], &pid, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
 	}
 	for (int i = 0; i < FS_PROBE_TABLE_USERS && free_slot < 0; i++) {
@@ -551,7 +551,7 @@ static void fs_probe_tables_clean_stale(void)
 		}
 		fs_real.close(fd);
 		for (int i = 0; i < FS_PROBE_TABLE_USERS && !alive; i++)
-			alive = users[i] > 0 && !(kill(users[i], 0) && errno == ESRCH);
+			alive = fs_pid_alive(users[i]);
 		if (!alive && unlink(path) == 0)
 			FS_INFO("removed stale probe table %s", de->d_name);
 	}
@@ -569,7 +569,7 @@ static void fs_probe_table_leave(struct fs_listener *l)
 
 		if (pid == me)
 			__atomic_compare_exchange_n(&l->table->users[i], &pid, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
-		else if (pid > 0 && !(kill(pid, 0) && errno == ESRCH))
+		else if (fs_pid_alive(pid))
 			others = true;
 	}
 	if (!others)
