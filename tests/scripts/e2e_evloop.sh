@@ -65,6 +65,7 @@ check_side() { # LABEL SIDE SCENARIO MODE RC DIR
 		fi
 	elif [ "$offloaded" != "$connections" ]; then
 		fs_fail "$label: $side stats offloaded=$offloaded, expected $connections (its connections)"
+		fs_why_tcp "$side" "$dir/$side.err"
 	fi
 	return 0
 }

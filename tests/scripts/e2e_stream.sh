@@ -186,9 +186,7 @@ check_pair() { # LABEL MODE C2S_BYTES S2C_BYTES STREAMS
 		elif [ "$offloaded" != "$expected" ]; then
 			fs_fail "$label: $side stats offloaded=$offloaded, expected $expected"
 			# the counters say why the others stayed on TCP
-			grep -h 'warn: stats:' "$dir/$side.err" | tail -n 1 | tr ' ' '\n' | grep -E '^(fallback_|kernel=|probes_)' |
-				grep -v '=0$' | tr '\n' ' ' | sed "s/^/    $side: /" >&2 || true
-			echo >&2
+			fs_why_tcp "$side" "$dir/$side.err"
 		fi
 	done
 	fs_log "$label: $(grep -h ' time_s=' "$dir/client.out" "$dir/server.out" | tr '\n' ' ')"

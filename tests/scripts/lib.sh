@@ -140,6 +140,14 @@ fs_wait_pid() {
 # Runs CMD under the preload: fs_pre cmd...
 fs_pre() { LD_PRELOAD="$FABSOCK_LIB" FABSOCK_STATS=1 "$@"; }
 
+# fs_why_tcp SIDE FILE: prints (to stderr) the nonzero fallback counters of
+# the last stats line in FILE, which say why connections stayed on TCP.
+fs_why_tcp() {
+	grep -h 'warn: stats:' "$2" 2>/dev/null | tail -n 1 | tr ' ' '\n' | grep -E '^(fallback_|kernel=|probes_)' |
+		grep -v '=0$' | tr '\n' ' ' | sed "s/^/    $1: /" >&2 || true
+	echo >&2
+}
+
 # Creates a network namespace owned by this test (deleted at exit).
 fs_netns_add() {
 	local ns=$1
