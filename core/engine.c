@@ -12,11 +12,14 @@
 #include <sys/socket.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "config/log.h"
 #include "config/params.h"
+#include "core/bell.h"
 #include "core/guard.h"
 #include "core/stats.h"
 #include "core/stream_internal.h"
@@ -140,6 +143,8 @@ struct fs_engine *fs_engine_get(void)
 			pthread_mutex_init(&e->lock, NULL);
 			e->pid = fs_self_pid();
 			e->next_id = 1;
+			e->deep_fd = -1;
+			e->active_ns = fs_now_ns();
 			fs_dlist_init(&e->pending);
 			fs_dlist_init(&e->sleeping);
 			fs_read_host_id(e->host_id);
@@ -385,6 +390,8 @@ int fs_stream_connect(struct fs_engine *e, struct fs_stream *s, uint32_t peer_id
 	if (s->peer_chunk + sizeof(struct fs_wire_msg_hdr) > er->tx_data.buf_cap)
 		s->peer_chunk = er->tx_data.buf_cap - (uint32_t)sizeof(struct fs_wire_msg_hdr);
 	s->state = FS_STREAM_OPEN;
+	e->armed_all = false; /* the new stream is not armed */
+	fs_engine_note_activity(e);
 	fs_stream_flush(e, s); /* what the application wrote before the ACK */
 	return 0;
 }
@@ -484,9 +491,104 @@ uint64_t fs_wait_slice_cap_us(uint64_t waited_ns)
 	return fs_params.sleep_max_us;
 }
 
+void fs_engine_note_activity(struct fs_engine *e)
+{
+	e->active_ns = fs_now_ns();
+	if (e->deep_waiters)
+		e->deep_wanted = true;
+}
+
+bool fs_engine_quiet(struct fs_engine *e, uint64_t now)
+{
+	if (!fs_params.doorbell || !fs_params.idle_after_ms || !e->live_streams ||
+	    now - e->active_ns < fs_params.idle_after_ms * 1000000ull)
+		return false;
+	for (unsigned kind = FS_PROV_SHM; kind < FS_PROV_MAX_; kind++)
+		if (e->rails[kind].open && e->rails[kind].tx_posted)
+			return false; /* its completion comes without a ring */
+	return !fs_engine_busy(e);
+}
+
+bool fs_engine_deep_idle(struct fs_engine *e, uint64_t now)
+{
+	return e->armed_all && fs_engine_quiet(e, now);
+}
+
+int fs_engine_deep_begin(struct fs_engine *e)
+{
+	if (e->deep_fd < 0)
+		e->deep_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (e->deep_fd >= 0)
+		e->deep_waiters++;
+	return e->deep_fd;
+}
+
+void fs_engine_deep_end(struct fs_engine *e)
+{
+	if (--e->deep_waiters == 0 && e->deep_rung) {
+		uint64_t v;
+		ssize_t n = fs_real.read(e->deep_fd, &v, sizeof(v));
+
+		(void)n;
+		e->deep_rung = false;
+	}
+	if (!e->deep_waiters)
+		e->deep_wanted = false;
+}
+
+int fs_engine_deep_sleep(struct pollfd *fds, nfds_t n, uint64_t deadline_ns, const sigset_t *sigmask,
+			 bool *slept)
+{
+	struct fs_engine *e = fs_engine_peek();
+	uint64_t now = fs_now_ns(), ns = FS_BELL_SLICE_MS * 1000000ull;
+	struct timespec ts;
+	int ret, err;
+
+	*slept = false;
+	if (!e)
+		return 0;
+	pthread_mutex_lock(&e->lock);
+	fds[n].fd = fs_engine_deep_idle(e, now) ? fs_engine_deep_begin(e) : -1;
+	pthread_mutex_unlock(&e->lock);
+	if (fds[n].fd < 0)
+		return 0;
+	fds[n].events = POLLIN;
+	fds[n].revents = 0;
+	if (deadline_ns && deadline_ns - now < ns)
+		ns = deadline_ns > now ? deadline_ns - now : 0;
+	ts.tv_sec = (time_t)(ns / 1000000000ull);
+	ts.tv_nsec = (long)(ns % 1000000000ull);
+	ret = fs_real.ppoll(fds, n + 1, &ts, sigmask);
+	err = errno;
+	pthread_mutex_lock(&e->lock);
+	fs_engine_deep_end(e);
+	pthread_mutex_unlock(&e->lock);
+	*slept = true;
+	if (ret < 0)
+		return -err;
+	return ret - (fds[n].revents ? 1 : 0);
+}
+
+/* Wakes the deep sleepers once; the fd stays readable until the last of
+ * them has left, so none misses it. */
+static void fs_engine_deep_wake(struct fs_engine *e)
+{
+	uint64_t one = 1;
+
+	e->deep_wanted = false;
+	if (e->deep_waiters && !e->deep_rung) {
+		ssize_t n = fs_real.write(e->deep_fd, &one, sizeof(one));
+
+		(void)n;
+		e->deep_rung = true;
+	}
+}
+
 void fs_stream_changed(struct fs_engine *e, struct fs_stream *s)
 {
 	s->ev_gen++;
+	if (e->deep_waiters)
+		e->deep_wanted = true;
 	if (s->sleepers && !s->wake_queued) {
 		s->wake_queued = true;
 		s->wake_next = e->wake_list;
@@ -583,6 +685,10 @@ static int fs_post_send(struct fs_stream *s, struct fs_buf *buf, unsigned cls)
 			buf->posted = 1;
 	}
 	FS_GUARD_LEAVE();
+	if (!ret && buf->posted == 1)
+		s->erail->tx_posted++;
+	if (!ret && s->peer_armed)
+		fs_bell_ring(s); /* the peer sleeps until told */
 	return (int)ret;
 }
 
@@ -786,6 +892,10 @@ static struct fs_stream *fs_rx_stream(struct fs_engine *e, struct fs_engine_rail
 static void fs_rx_header_common(struct fs_engine *e, struct fs_stream *s, const struct fs_wire_msg_hdr *hdr)
 {
 	fs_stream_changed(e, s);
+	if (s->armed) {
+		s->armed = false; /* the peer rang, or will not: it has posted */
+		e->armed_all = false;
+	}
 	if (fs_seq_after(hdr->freed, s->peer_freed) && !fs_seq_after(hdr->freed, s->tx_seq))
 		s->peer_freed = hdr->freed;
 	if (fs_seq_after(hdr->ctrl_ack, s->ctrl_acked) && !fs_seq_after(hdr->ctrl_ack, s->ctrl_sent))
@@ -815,6 +925,7 @@ static void fs_rx_data(struct fs_engine *e, struct fs_engine_rail *er, struct fs
 	slot = hdr.seq % s->window;
 	if (s->ooo[slot])
 		goto drop;
+	s->rx_msgs++;
 	fs_rx_header_common(e, s, &hdr);
 	if (s->state == FS_STREAM_CLOSED) {
 		/* The application is gone: consume it so the peer is not stalled,
@@ -892,6 +1003,8 @@ static void fs_cq_error(struct fs_engine *e, struct fs_engine_rail *er)
 	buf = err.op_context;
 	if (!buf)
 		return;
+	if (buf->role == FS_BUF_TX && buf->posted == 1 && er->tx_posted)
+		er->tx_posted--;
 	if (buf->role == FS_BUF_TX) {
 		struct fs_stream *s = buf->stream;
 
@@ -951,6 +1064,8 @@ int fs_engine_progress(struct fs_engine *e)
 
 				if (!buf)
 					continue;
+				if (buf->role == FS_BUF_TX && buf->posted == 1 && er->tx_posted)
+					er->tx_posted--;
 				buf->posted = 0;
 				if (buf->role == FS_BUF_TX)
 					fs_tx_done(e, buf);
@@ -977,6 +1092,10 @@ int fs_engine_progress(struct fs_engine *e)
 		fs_engine_reap(e);
 	if (e->wake_list)
 		fs_engine_ring(e);
+	if (handled)
+		e->active_ns = fs_now_ns();
+	if (e->deep_wanted)
+		fs_engine_deep_wake(e);
 	return handled;
 }
 

@@ -38,6 +38,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 #include <sys/uio.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
 
 #include "core/fabric.h"
 #include "core/pool.h"
@@ -57,6 +60,7 @@ struct fs_engine_rail {
 	bool open;
 	struct fs_pool rx_data, rx_ctrl, tx_data, tx_ctrl;
 	unsigned posted_data, posted_ctrl;     /* receives currently posted */
+	unsigned tx_posted;                    /* sends whose completion is due */
 	unsigned reserved_data, reserved_ctrl; /* owed to live streams */
 	unsigned streams;
 };
@@ -114,6 +118,12 @@ struct fs_stream {
 	bool wake_queued;
 	struct fs_stream *wake_next;
 
+	/* doorbell (core/bell.h) */
+	struct sockaddr_in6 bell_addr; /* the peer's doorbell; port 0: none */
+	uint32_t rx_msgs;      /* data-class messages received */
+	bool armed;            /* the peer rings our doorbell after its next message */
+	bool peer_armed;       /* we ring the peer's after our next message */
+
 	/* failure */
 	int error;             /* sticky negative errno (ECONNRESET ...) */
 	bool peer_gone;        /* control connection reported EOF/RST */
@@ -155,11 +165,40 @@ struct fs_engine {
 	bool has_poller;
 	pthread_t poller;
 	struct fs_stream *wake_list;
+	/* Idleness and the doorbell (core/bell.h). A waiter that finds the
+	 * engine deeply idle sleeps long on deep_fd, which is rung when a
+	 * progress round changes any stream (or a doorbell rings); the last
+	 * deep sleeper to leave resets it. */
+	uint64_t active_ns;    /* last completion, new stream or doorbell ring */
+	bool armed_all;        /* every stream has asked its peer for a ring */
+	unsigned deep_waiters;
+	int deep_fd;
+	bool deep_rung, deep_wanted;
 };
 
 /* The longest sleep slice for a waiter that has waited WAITED_NS: the
  * normal cap, or the deep-idle one after FABSOCK_IDLE_AFTER_MS. */
 uint64_t fs_wait_slice_cap_us(uint64_t waited_ns);
+
+/* Something happened: waiters poll at the normal pace again. Lock held. */
+void fs_engine_note_activity(struct fs_engine *e);
+/* Nothing seen for IDLE_AFTER_MS, no send in flight, nothing to flush:
+ * time to arm the doorbell (the service thread does). Lock held. */
+bool fs_engine_quiet(struct fs_engine *e, uint64_t now);
+/* True when a waiter may sleep FS_BELL_SLICE_MS: every stream is armed,
+ * nothing was seen for IDLE_AFTER_MS and no send is in flight. Lock held. */
+bool fs_engine_deep_idle(struct fs_engine *e, uint64_t now);
+/* A waiter starts / stops such a sleep; begin returns the fd to add to its
+ * poll set (-1: none, do not sleep long). Lock held. */
+int fs_engine_deep_begin(struct fs_engine *e);
+void fs_engine_deep_end(struct fs_engine *e);
+/* For poll/select/epoll waits, without the engine lock: when the engine is
+ * deeply idle, sleeps in ppoll on FDS[0..N) and the deep fd (FDS has room
+ * for N + 1) for FS_BELL_SLICE_MS at most, never past DEADLINE_NS (0: no
+ * deadline), sets *SLEPT and returns ppoll's count of FDS[0..N) or -errno.
+ * Otherwise returns 0 at once with *SLEPT false. */
+int fs_engine_deep_sleep(struct pollfd *fds, nfds_t n, uint64_t deadline_ns, const sigset_t *sigmask,
+			 bool *slept);
 
 /* Something a waiter may care about changed on S: bump its event
  * generation and ring its sleepers after this progress round. Lock held. */

@@ -692,6 +692,19 @@ int fs_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeo
 			return k < 0 ? -errno : k;
 		}
 		k = maxevents - n < FS_EP_BATCH ? maxevents - n : FS_EP_BATCH;
+		if (!n && wait_us) {
+			/* deeply idle: sleep on the epoll fd itself and the engine's
+			 * deep fd, then collect without waiting */
+			struct pollfd dp[2] = { { .fd = epfd, .events = POLLIN } };
+			bool slept;
+			int r = fs_engine_deep_sleep(dp, 1, deadline, sigmask, &slept);
+
+			if (slept) {
+				if (r < 0)
+					return r; /* EINTR: a signal, as epoll_wait would say */
+				wait_us = 0;
+			}
+		}
 		if (!n && wait_us && fs_have_pwait2) {
 			/* microsecond slices: epoll_wait's milliseconds would add a
 			 * whole one to every wake-up after the spin */

@@ -26,6 +26,7 @@
 #include "config/log.h"
 #include "config/params.h"
 #include "config/rules.h"
+#include "core/bell.h"
 #include "core/engine.h"
 #include "core/inherit.h"
 #include "core/fabric.h"
@@ -190,8 +191,21 @@ static void fs_fill_hello(struct fs_hello *h, uint32_t magic, struct fs_engine *
 	memcpy(h->host_id, e->host_id, 16);
 	h->provider = (uint8_t)(st ? provider : FS_PROV_NONE);
 	h->addr_len = er ? (uint16_t)er->rail.addr_len : 0;
+	h->bell_port = st ? fs_bell_port() : 0;
 	if (er)
 		memcpy(h->addr, er->rail.addr, er->rail.addr_len);
+}
+
+/* Where the peer of the stream on socket FD rings: the TCP peer's address
+ * and the doorbell port of its HELLO. Engine lock held. */
+static void fs_note_peer_bell(int fd, struct fs_stream *st, uint16_t port)
+{
+	struct sockaddr_storage peer;
+	socklen_t len = sizeof(peer);
+
+	if (fs_real.getpeername(fd, (struct sockaddr *)&peer, &len))
+		port = 0;
+	fs_bell_set_peer(st, (struct sockaddr *)&peer, port);
 }
 
 static int fs_kernel(struct fs_sock *s, const char *why)
@@ -380,6 +394,8 @@ int fs_negotiate_client_ack(struct fs_sock *s, uint64_t deadline_ns)
 	ret = fs_stream_connect(e, st, ack.stream_id, ack.window, ack.chunk, ack.addr, ack.addr_len);
 	if (ret)
 		fs_stream_abandon(e, st);
+	else
+		fs_note_peer_bell(s->fd, st, ack.bell_port);
 	pthread_mutex_unlock(&e->lock);
 	if (ret) {
 		/* The server believes we are offloaded: this connection cannot go
@@ -458,6 +474,8 @@ static int fs_server_accept_hello(struct fs_sock *s, const struct fs_hello *hell
 				fs_stream_abandon(e, st);
 				st = NULL;
 				nak = ret == -ENOSPC ? FS_NAK_RESOURCES : FS_NAK_PROVIDER;
+			} else {
+				fs_note_peer_bell(s->fd, st, hello->bell_port);
 			}
 		}
 	} else {

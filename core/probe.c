@@ -31,6 +31,7 @@
 #include "config/log.h"
 #include "config/params.h"
 #include "config/rules.h"
+#include "core/bell.h"
 #include "core/engine.h"
 #include "core/guard.h"
 #include "core/stats.h"
@@ -341,6 +342,9 @@ static void *fs_service_main(void *arg)
 		pfd[n].fd = fs_service_wake_fd;
 		pfd[n].events = POLLIN;
 		watch[n++] = NULL;
+		pfd[n].fd = fs_bell_fd(); /* -1 (ignored by poll) until a HELLO opened it */
+		pfd[n].events = POLLIN;
+		watch[n++] = NULL;
 		for (struct fs_listener *l = fs_service_listeners; l && n < 64; l = l->next) {
 			pfd[n].fd = l->udp_fd;
 			pfd[n].events = POLLIN;
@@ -361,15 +365,23 @@ static void *fs_service_main(void *arg)
 		e = fs_engine_peek();
 		if (e) {
 			/* Busy engine lock: someone is making progress; look again soon. */
-			bool busy = true, live = true;
+			bool busy = true, live = true, deep = false;
 
 			if (pthread_mutex_trylock(&e->lock) == 0) {
+				uint64_t now = fs_now_ns();
+
 				busy = fs_engine_busy(e);
 				live = e->live_streams != 0;
+				/* Idle: ask every peer to ring the doorbell, then sleep on it. */
+				if (!busy && fs_engine_quiet(e, now))
+					fs_bell_arm_all(e);
+				deep = fs_engine_deep_idle(e, now);
 				pthread_mutex_unlock(&e->lock);
 			}
 			if (busy)
 				timeout_ms = 0;
+			else if (deep)
+				timeout_ms = FS_BELL_SLICE_MS;
 			else if (live)
 				timeout_ms = (int)(idle_us / 1000);
 		}
@@ -392,7 +404,11 @@ static void *fs_service_main(void *arg)
 			ssize_t r = fs_real.read(fs_service_wake_fd, &v, sizeof(v));
 			(void)r;
 		}
-		for (nfds_t i = 1; i < nl; i++) {
+		if (ret > 0 && (pfd[1].revents & POLLIN)) {
+			fs_bell_drain(fs_engine_peek());
+			idle_us = 1000; /* a ring: the peer's message is on its way */
+		}
+		for (nfds_t i = 2; i < nl; i++) {
 			if (ret > 0 && (pfd[i].revents & POLLIN))
 				fs_listener_drain(watch[i]);
 			fs_listener_put(watch[i]);

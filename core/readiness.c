@@ -109,7 +109,8 @@ int fs_core_poll(struct pollfd *fds, nfds_t nfds, int64_t timeout_ns, const sigs
 		ret = fs_real.ppoll(fds, nfds, timeout_ns < 0 ? NULL : &ts, sigmask);
 		return ret < 0 ? -errno : ret;
 	}
-	kset = nfds <= FS_POLL_STACK ? stack : calloc(nfds, sizeof(*kset));
+	/* one slot more for the engine's deep fd (fs_engine_deep_sleep) */
+	kset = nfds + 1 <= FS_POLL_STACK ? stack : calloc(nfds + 1, sizeof(*kset));
 	if (!kset)
 		return -ENOMEM;
 	for (;;) {
@@ -146,7 +147,17 @@ int fs_core_poll(struct pollfd *fds, nfds_t nfds, int64_t timeout_ns, const sigs
 			(void)wait_ms;
 			ts.tv_sec = (time_t)(ns / 1000000000ull);
 			ts.tv_nsec = (long)(ns % 1000000000ull);
-			kready = fs_real.ppoll(kset, nfds, &ts, sigmask);
+			{
+				bool slept = false;
+
+				kready = ns ? fs_engine_deep_sleep(kset, nfds, deadline, sigmask, &slept) : 0;
+				if (slept && kready < 0) {
+					errno = -kready;
+					kready = -1;
+				}
+				if (!slept)
+					kready = fs_real.ppoll(kset, nfds, &ts, sigmask);
+			}
 		}
 		if (kready < 0) {
 			ret = -errno;

@@ -20,6 +20,7 @@
 #include "config/log.h"
 #include "config/params.h"
 #include "config/rules.h"
+#include "core/bell.h"
 #include "core/engine.h"
 #include "core/epoll.h"
 #include "core/fdtable.h"
@@ -240,6 +241,7 @@ void fs_core_atfork_child(void)
 {
 	fs_engine_forget_after_fork();
 	fs_service_after_fork();
+	fs_bell_after_fork();
 	fs_inherit_after_fork();
 	fs_sigs_after_fork();
 	pthread_mutex_init(&fs_sock_free_lock, NULL);

@@ -26,6 +26,7 @@
 
 #include "config/log.h"
 #include "config/params.h"
+#include "core/bell.h"
 #include "core/engine.h"
 #include "core/sigs.h"
 #include "core/probe.h"
@@ -136,14 +137,21 @@ static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_read
 		if (!*poller && s->wake_fd < 0)
 			s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 		{
-			struct pollfd pfd[2] = {
+			/* Deeply idle with every stream armed: the doorbell wakes us
+			 * (the poller through the engine's deep fd, the others through
+			 * their stream's eventfd), the slice is only a safety net. */
+			bool deep = fs_engine_deep_idle(e, now);
+			struct pollfd pfd[3] = {
 				{ .fd = ctl_fd, .events = POLLIN | POLLRDHUP },
 				{ .fd = *poller ? -1 : s->wake_fd, .events = POLLIN },
+				{ .fd = deep && *poller ? fs_engine_deep_begin(e) : -1, .events = POLLIN },
 			};
 			uint64_t ns = *poller || s->wake_fd < 0 ? sleep_us * 1000ull : 50000000ull;
 			struct timespec ts;
 			int ret;
 
+			if (deep && (pfd[2].fd >= 0 || (!*poller && s->wake_fd >= 0)))
+				ns = FS_BELL_SLICE_MS * 1000000ull;
 			if (ctl_fd < 0 || s->peer_gone)
 				pfd[0].fd = -1;
 			if (deadline_ns && deadline_ns - now < ns)
@@ -153,8 +161,10 @@ static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_read
 			if (!*poller)
 				fs_stream_sleep_begin(e, s);
 			pthread_mutex_unlock(&e->lock);
-			ret = fs_real.ppoll(pfd, 2, &ts, NULL);
+			ret = fs_real.ppoll(pfd, 3, &ts, NULL);
 			pthread_mutex_lock(&e->lock);
+			if (pfd[2].fd >= 0)
+				fs_engine_deep_end(e);
 			if (!*poller) {
 				fs_stream_sleep_end(e, s);
 				if (ret > 0 && (pfd[1].revents & POLLIN)) {
@@ -172,7 +182,10 @@ static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_read
 				fs_stream_check_ctl(s, ctl_fd);
 		}
 		if (*poller) {
-			uint64_t cap = fs_wait_slice_cap_us(fs_now_ns() - start);
+			/* idle since the later of the wait's start and the engine's
+			 * last activity: a doorbell ring means "poll briskly again" */
+			uint64_t since = e->active_ns > start ? e->active_ns : start;
+			uint64_t cap = fs_wait_slice_cap_us(fs_now_ns() - since);
 
 			sleep_us = sleep_us * 2 < cap ? sleep_us * 2 : cap;
 		}

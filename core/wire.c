@@ -45,9 +45,11 @@ enum {
 	FS_HELLO_OFF_PROVIDER = 52,
 	FS_HELLO_OFF_RESERVED = 53,
 	FS_HELLO_OFF_ADDR_LEN = 54,
-	FS_HELLO_OFF_ADDR = 56,
+	FS_HELLO_OFF_BELL_PORT = 56,
+	FS_HELLO_OFF_RESERVED2 = 58,
+	FS_HELLO_OFF_ADDR = 60,
 };
-_Static_assert(FS_HELLO_OFF_ADDR == FS_WIRE_HELLO_FIXED, "HELLO fixed part is 56 bytes");
+_Static_assert(FS_HELLO_OFF_ADDR == FS_WIRE_HELLO_FIXED, "HELLO fixed part is 60 bytes");
 _Static_assert(FS_WIRE_HELLO_MAX <= UINT16_MAX, "HELLO length must fit its u16 field");
 _Static_assert(FS_WIRE_HELLO_MAX <= INT_MAX, "HELLO length must fit the int return");
 _Static_assert(sizeof(((struct fs_hello *)0)->addr) == FS_WIRE_ADDR_MAX, "addr holds the largest address");
@@ -245,6 +247,8 @@ int fs_wire_hello_encode(const struct fs_hello *hello, uint8_t *buf, size_t len)
 	buf[FS_HELLO_OFF_PROVIDER] = hello->provider;
 	buf[FS_HELLO_OFF_RESERVED] = 0;
 	fs_put_be16(buf + FS_HELLO_OFF_ADDR_LEN, hello->addr_len);
+	fs_put_be16(buf + FS_HELLO_OFF_BELL_PORT, hello->bell_port);
+	fs_put_be16(buf + FS_HELLO_OFF_RESERVED2, 0);
 	memcpy(buf + FS_HELLO_OFF_ADDR, hello->addr, hello->addr_len);
 	fs_put_be32(buf + total - 4, fs_wire_crc32(buf, total - 4));
 	return (int)total;
@@ -291,6 +295,9 @@ static int fs_hello_check_prefix(const uint8_t *buf, size_t len, uint32_t magic)
 		return -EBADMSG;
 	if (len > FS_HELLO_OFF_ADDR_LEN + 1 && fs_get_be16(buf + FS_HELLO_OFF_ADDR_LEN) != total - FS_WIRE_HELLO_MIN)
 		return -EBADMSG;
+	if ((len > FS_HELLO_OFF_RESERVED2 && buf[FS_HELLO_OFF_RESERVED2] != 0) ||
+	    (len > FS_HELLO_OFF_RESERVED2 + 1 && buf[FS_HELLO_OFF_RESERVED2 + 1] != 0))
+		return -EBADMSG;
 	return (int)total;
 }
 
@@ -330,8 +337,58 @@ int fs_wire_hello_decode(const uint8_t *buf, size_t len, uint32_t magic, struct 
 	memcpy(hello->host_id, buf + FS_HELLO_OFF_HOST_ID, sizeof(hello->host_id));
 	hello->provider = buf[FS_HELLO_OFF_PROVIDER];
 	hello->addr_len = fs_get_be16(buf + FS_HELLO_OFF_ADDR_LEN);
+	hello->bell_port = fs_get_be16(buf + FS_HELLO_OFF_BELL_PORT);
 	memcpy(hello->addr, buf + FS_HELLO_OFF_ADDR, hello->addr_len);
 	return (int)total;
+}
+
+/* ---- doorbell ---------------------------------------------------------- */
+
+int fs_wire_bell_encode(unsigned type, const struct fs_bell_entry *ent, unsigned count, uint8_t *buf, size_t len)
+{
+	size_t total = FS_WIRE_BELL_HDR + (size_t)count * FS_WIRE_BELL_ENTRY;
+
+	if ((type != FS_BELL_ARM && type != FS_BELL_RING) || count > FS_WIRE_BELL_MAX ||
+	    (type == FS_BELL_RING && count))
+		return -EINVAL;
+	if (len < total)
+		return -EMSGSIZE;
+	fs_put_be32(buf, FS_WIRE_BELL_MAGIC);
+	buf[4] = FS_WIRE_VERSION;
+	buf[5] = (uint8_t)type;
+	fs_put_be16(buf + 6, (uint16_t)count);
+	for (unsigned i = 0; i < count; i++) {
+		uint8_t *p = buf + FS_WIRE_BELL_HDR + i * FS_WIRE_BELL_ENTRY;
+
+		fs_put_be32(p, ent[i].stream_id);
+		fs_put_be32(p + 4, ent[i].token);
+		fs_put_be32(p + 8, ent[i].data_seen);
+		fs_put_be32(p + 12, ent[i].ctrl_seen);
+	}
+	return (int)total;
+}
+
+int fs_wire_bell_decode(const uint8_t *buf, size_t len, struct fs_bell_entry *ent, unsigned *count)
+{
+	unsigned type, n;
+
+	if (len < FS_WIRE_BELL_HDR || fs_get_be32(buf) != FS_WIRE_BELL_MAGIC || buf[4] != FS_WIRE_VERSION)
+		return -EBADMSG;
+	type = buf[5];
+	n = fs_get_be16(buf + 6);
+	if ((type != FS_BELL_ARM && type != FS_BELL_RING) || (type == FS_BELL_RING && n) ||
+	    n > FS_WIRE_BELL_MAX || len != FS_WIRE_BELL_HDR + (size_t)n * FS_WIRE_BELL_ENTRY)
+		return -EBADMSG;
+	for (unsigned i = 0; i < n; i++) {
+		const uint8_t *p = buf + FS_WIRE_BELL_HDR + i * FS_WIRE_BELL_ENTRY;
+
+		ent[i].stream_id = fs_get_be32(p);
+		ent[i].token = fs_get_be32(p + 4);
+		ent[i].data_seen = fs_get_be32(p + 8);
+		ent[i].ctrl_seen = fs_get_be32(p + 12);
+	}
+	*count = n;
+	return (int)type;
 }
 
 /* ---- names ------------------------------------------------------------ */

@@ -26,8 +26,11 @@
  *  52  u8 provider (enum fs_wire_provider)
  *  53  u8 reserved (0)
  *  54  u16 addr_len (<= FS_WIRE_ADDR_MAX)
- *  56  u8[addr_len] fabric address of the sender's endpoint
- *  56+addr_len u32 CRC-32 (IEEE, as zlib) of every byte before it
+ *  56  u16 doorbell port: the sender's UDP doorbell (core/bell.h) listens
+ *      on it at the address of this TCP connection; 0 = none
+ *  58  u16 reserved (0)
+ *  60  u8[addr_len] fabric address of the sender's endpoint
+ *  60+addr_len u32 CRC-32 (IEEE, as zlib) of every byte before it
  */
 #ifndef FS_CORE_WIRE_H
 #define FS_CORE_WIRE_H
@@ -35,14 +38,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FS_WIRE_VERSION 2 /* 2: control messages untagged, tag in front */
+#define FS_WIRE_VERSION 3 /* 2: control messages untagged, tag in front; 3: doorbell port */
 #define FS_WIRE_PROBE_MAGIC 0x46534250u /* "FSBP" */
 #define FS_WIRE_HELLO_MAGIC 0x46534248u /* "FSBH" */
 #define FS_WIRE_ACK_MAGIC 0x46534241u   /* "FSBA" */
 
 #define FS_WIRE_PROBE_LEN 40
 #define FS_WIRE_ADDR_MAX 256
-#define FS_WIRE_HELLO_FIXED 56
+#define FS_WIRE_HELLO_FIXED 60
 #define FS_WIRE_HELLO_MIN (FS_WIRE_HELLO_FIXED + 4)
 #define FS_WIRE_HELLO_MAX (FS_WIRE_HELLO_FIXED + FS_WIRE_ADDR_MAX + 4)
 
@@ -88,6 +91,7 @@ struct fs_hello {
 	uint8_t host_id[16];
 	uint8_t provider;
 	uint16_t addr_len;
+	uint16_t bell_port; /* host order; 0: the sender has no doorbell */
 	uint8_t addr[FS_WIRE_ADDR_MAX];
 };
 
@@ -109,6 +113,38 @@ int fs_wire_hello_encode(const struct fs_hello *hello, uint8_t *buf, size_t len)
 int fs_wire_hello_decode(const uint8_t *buf, size_t len, uint32_t magic, struct fs_hello *hello);
 
 uint32_t fs_wire_crc32(const void *buf, size_t len);
+
+/*
+ * Doorbell datagrams (UDP, between the doorbell sockets of two processes
+ * that share offloaded streams; core/bell.h has the protocol):
+ *   0  u32 magic 'FSBB'   4  u8 version   5  u8 type (ARM/RING)
+ *   6  u16 count of entries (RING: 0)
+ *   8  count x 16 bytes:  u32 stream id at the receiver of the datagram
+ *                         u32 low 32 bits of the connection token
+ *                         u32 data-class messages the sender received on it
+ *                         u32 control messages the sender processed on it
+ */
+#define FS_WIRE_BELL_MAGIC 0x46534242u /* "FSBB" */
+#define FS_WIRE_BELL_HDR 8
+#define FS_WIRE_BELL_ENTRY 16
+#define FS_WIRE_BELL_MAX 64 /* entries per datagram */
+#define FS_WIRE_BELL_LEN_MAX (FS_WIRE_BELL_HDR + FS_WIRE_BELL_MAX * FS_WIRE_BELL_ENTRY)
+
+enum fs_bell_type { FS_BELL_ARM = 1, FS_BELL_RING = 2 };
+
+struct fs_bell_entry {
+	uint32_t stream_id;
+	uint32_t token;
+	uint32_t data_seen;
+	uint32_t ctrl_seen;
+};
+
+/* Encodes TYPE with COUNT entries into BUF. Returns bytes, or -EINVAL /
+ * -EMSGSIZE. */
+int fs_wire_bell_encode(unsigned type, const struct fs_bell_entry *ent, unsigned count, uint8_t *buf, size_t len);
+/* Decodes one datagram of LEN bytes: the type (> 0) with *COUNT entries
+ * copied to ENT (room for FS_WIRE_BELL_MAX), or -EBADMSG. */
+int fs_wire_bell_decode(const uint8_t *buf, size_t len, struct fs_bell_entry *ent, unsigned *count);
 
 const char *fs_wire_provider_name(unsigned provider);
 const char *fs_nak_name(unsigned nak);

@@ -7,7 +7,9 @@
  *   --mode recv:  one thread per connection blocked in recv(), or
  *   --mode epoll: one thread in epoll_wait() on all the connections;
  * after which the client sends one byte 'q' on each connection, the server
- * echoes it, and both exit (0 on success). The client prints "idle" on stdout
+ * echoes it, and both exit (0 on success). The client prints "wake_ms X":
+ * how long the exchange of the 'q's took, the first message after a quiet
+ * spell (what an idle waiter's sleep costs in latency). The client prints "idle" on stdout
  * when the idle phase starts, the server writes its port to --ready-file once
  * it listens.
  *
@@ -37,6 +39,20 @@ static bool is_server, use_epoll;
 static unsigned conns = 8, idle_s = 15;
 static const char *host = "127.0.0.1", *port = "0", *ready_file;
 static int fds[MAX_CONNS];
+static struct timespec q_sent; /* client: when the first 'q' went out */
+
+static void mark_q_sent(void)
+{
+	clock_gettime(CLOCK_MONOTONIC, &q_sent);
+}
+
+static void print_wake(void)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	printf("wake_ms %.3f\n", (double)(now.tv_sec - q_sent.tv_sec) * 1e3 + (double)(now.tv_nsec - q_sent.tv_nsec) / 1e6);
+}
 
 static void die(const char *what)
 {
@@ -90,6 +106,7 @@ static void epoll_idle(void)
 			ms = (long)idle_s * 1000 - ((now.tv_sec - start.tv_sec) * 1000 +
 						    (now.tv_nsec - start.tv_nsec) / 1000000);
 			if (ms <= 0) {
+				mark_q_sent();
 				for (unsigned i = 0; i < conns; i++)
 					if (fullio_write(fds[i], "q", 1))
 						die("send q");
@@ -120,6 +137,8 @@ static void epoll_idle(void)
 			left--;
 		}
 	}
+	if (!is_server)
+		print_wake();
 	close(ep);
 }
 
@@ -135,12 +154,14 @@ static void recv_idle(void)
 
 		while (nanosleep(&t, &t) && errno == EINTR)
 			;
+		mark_q_sent();
 		for (unsigned i = 0; i < conns; i++)
 			if (fullio_write(fds[i], "q", 1))
 				die("send q");
 		/* the server's echo ends each recv thread */
 		for (unsigned i = 0; i < conns; i++)
 			pthread_join(threads[i], NULL);
+		print_wake();
 	} else {
 		for (unsigned i = 0; i < conns; i++)
 			pthread_join(threads[i], NULL);

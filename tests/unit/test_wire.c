@@ -89,6 +89,7 @@ static void fs_test_fill_hello(struct fs_hello *h, uint32_t magic, uint16_t addr
 		h->host_id[i] = (uint8_t)(0xa0 + i);
 	h->provider = FS_PROV_EFA;
 	h->addr_len = addr_len;
+	h->bell_port = 0xbe11;
 	for (i = 0; i < addr_len; i++)
 		h->addr[i] = (uint8_t)(i * 7 + 3);
 }
@@ -98,7 +99,7 @@ static int fs_test_hello_equal(const struct fs_hello *a, const struct fs_hello *
 	return a->magic == b->magic && a->status == b->status && a->token == b->token &&
 	       a->nonce == b->nonce && a->stream_id == b->stream_id && a->window == b->window &&
 	       a->chunk == b->chunk && !memcmp(a->host_id, b->host_id, sizeof(a->host_id)) &&
-	       a->provider == b->provider && a->addr_len == b->addr_len &&
+	       a->provider == b->provider && a->addr_len == b->addr_len && a->bell_port == b->bell_port &&
 	       !memcmp(a->addr, b->addr, a->addr_len);
 }
 
@@ -251,7 +252,7 @@ static void test_hello_layout(void)
 	CHECK(n == FS_WIRE_HELLO_MIN + 3);
 	CHECK(!memcmp(buf, "FSBH", 4));
 	CHECK(buf[4] == FS_WIRE_VERSION && buf[5] == 0);
-	CHECK(buf[6] == 0 && buf[7] == 63);
+	CHECK(buf[6] == 0 && buf[7] == 67);
 	CHECK(!memcmp(buf + 8, "\x01\x02\x03\x04\x05\x06\x07\x08", 8));
 	CHECK(!memcmp(buf + 16, "\xf1\xe2\xd3\xc4\xb5\xa6\x97\x88", 8));
 	CHECK(!memcmp(buf + 24, "\x00\xab\xcd\xef", 4));
@@ -260,8 +261,9 @@ static void test_hello_layout(void)
 	CHECK(buf[36] == 0xa0 && buf[51] == 0xaf);
 	CHECK(buf[52] == FS_PROV_EFA && buf[53] == 0);
 	CHECK(buf[54] == 0 && buf[55] == 3);
-	CHECK(buf[56] == 3 && buf[57] == 10 && buf[58] == 17);
-	CHECK(fs_test_be32(buf + 59) == fs_test_crc32_bitwise(buf, 59));
+	CHECK(buf[56] == 0xbe && buf[57] == 0x11 && buf[58] == 0 && buf[59] == 0);
+	CHECK(buf[60] == 3 && buf[61] == 10 && buf[62] == 17);
+	CHECK(fs_test_be32(buf + 63) == fs_test_crc32_bitwise(buf, 63));
 	CHECK(fs_wire_hello_decode(buf, (size_t)n, FS_WIRE_HELLO_MAGIC, &d) == n);
 	CHECK(fs_test_hello_equal(&h, &d));
 
@@ -269,7 +271,7 @@ static void test_hello_layout(void)
 	n = fs_wire_hello_encode(&h, buf, sizeof(buf));
 	CHECK(n == FS_WIRE_HELLO_MAX);
 	CHECK(!memcmp(buf, "FSBA", 4) && buf[5] == FS_NAK_RESOURCES);
-	CHECK(buf[6] == 0x01 && buf[7] == 0x3c && buf[54] == 0x01 && buf[55] == 0x00);
+	CHECK(buf[6] == 0x01 && buf[7] == 0x40 && buf[54] == 0x01 && buf[55] == 0x00);
 }
 
 static void test_hello_round_trip(void)
@@ -398,6 +400,8 @@ static void test_hello_malformed(void)
 	FS_TEST_REFUSED(buf[52] = FS_PROV_MAX_, 16);          /* unknown provider */
 	FS_TEST_REFUSED(buf[52] = 0xff, 16);
 	FS_TEST_REFUSED(buf[53] = 1, 16);                     /* reserved */
+	FS_TEST_REFUSED(buf[58] = 1, 16);                     /* reserved after the doorbell port */
+	FS_TEST_REFUSED(buf[59] = 0x80, 16);
 	FS_TEST_REFUSED(fs_test_put_be16(buf + 54, 17), 16);  /* addr_len vs length */
 	FS_TEST_REFUSED(fs_test_put_be16(buf + 54, 15), 16);
 	FS_TEST_REFUSED(fs_test_put_be16(buf + 54, 16 + 256), 16);
@@ -633,6 +637,66 @@ static void test_names(void)
 	CHECK(!strcmp(fs_nak_name(~0u), "unknown"));
 }
 
+/* Doorbell datagrams: layout, round trip, and refusal of anything else. */
+static void test_bell(void)
+{
+	struct fs_bell_entry ent[FS_WIRE_BELL_MAX], out[FS_WIRE_BELL_MAX];
+	uint8_t buf[FS_WIRE_BELL_LEN_MAX + 8];
+	unsigned count = 99;
+	int n;
+
+	n = fs_wire_bell_encode(FS_BELL_RING, NULL, 0, buf, sizeof(buf));
+	CHECK(n == FS_WIRE_BELL_HDR);
+	CHECK(!memcmp(buf, "FSBB", 4) && buf[4] == FS_WIRE_VERSION && buf[5] == FS_BELL_RING);
+	CHECK(buf[6] == 0 && buf[7] == 0);
+	CHECK(fs_wire_bell_decode(buf, (size_t)n, out, &count) == FS_BELL_RING && count == 0);
+
+	for (unsigned i = 0; i < FS_WIRE_BELL_MAX; i++) {
+		ent[i].stream_id = 0x00abcd00u + i;
+		ent[i].token = 0xdeadbeefu ^ i;
+		ent[i].data_seen = 1000u * i;
+		ent[i].ctrl_seen = 7u * i;
+	}
+	n = fs_wire_bell_encode(FS_BELL_ARM, ent, 1, buf, sizeof(buf));
+	CHECK(n == FS_WIRE_BELL_HDR + FS_WIRE_BELL_ENTRY);
+	CHECK(buf[5] == FS_BELL_ARM && buf[6] == 0 && buf[7] == 1);
+	CHECK(!memcmp(buf + 8, "\x00\xab\xcd\x00\xde\xad\xbe\xef\x00\x00\x00\x00\x00\x00\x00\x00", 16));
+	n = fs_wire_bell_encode(FS_BELL_ARM, ent, FS_WIRE_BELL_MAX, buf, sizeof(buf));
+	CHECK(n == FS_WIRE_BELL_LEN_MAX);
+	CHECK(fs_wire_bell_decode(buf, (size_t)n, out, &count) == FS_BELL_ARM && count == FS_WIRE_BELL_MAX);
+	CHECK(!memcmp(ent, out, sizeof(ent)));
+
+	/* encoder refusals */
+	CHECK(fs_wire_bell_encode(3, NULL, 0, buf, sizeof(buf)) == -EINVAL);
+	CHECK(fs_wire_bell_encode(FS_BELL_RING, ent, 1, buf, sizeof(buf)) == -EINVAL);
+	CHECK(fs_wire_bell_encode(FS_BELL_ARM, ent, FS_WIRE_BELL_MAX + 1, buf, sizeof(buf)) == -EINVAL);
+	CHECK(fs_wire_bell_encode(FS_BELL_ARM, ent, 2, buf, FS_WIRE_BELL_HDR + FS_WIRE_BELL_ENTRY) == -EMSGSIZE);
+
+	/* decoder refusals: length, magic, version, type, count */
+	n = fs_wire_bell_encode(FS_BELL_ARM, ent, 2, buf, sizeof(buf));
+	CHECK(fs_wire_bell_decode(buf, (size_t)n - 1, out, &count) == -EBADMSG);
+	CHECK(fs_wire_bell_decode(buf, (size_t)n + 1, out, &count) == -EBADMSG);
+	CHECK(fs_wire_bell_decode(buf, 7, out, &count) == -EBADMSG);
+	buf[0] ^= 1;
+	CHECK(fs_wire_bell_decode(buf, (size_t)n, out, &count) == -EBADMSG);
+	buf[0] ^= 1;
+	buf[4]++;
+	CHECK(fs_wire_bell_decode(buf, (size_t)n, out, &count) == -EBADMSG);
+	buf[4]--;
+	buf[5] = 0;
+	CHECK(fs_wire_bell_decode(buf, (size_t)n, out, &count) == -EBADMSG);
+	buf[5] = FS_BELL_RING; /* a RING with entries */
+	CHECK(fs_wire_bell_decode(buf, (size_t)n, out, &count) == -EBADMSG);
+	buf[5] = FS_BELL_ARM;
+	buf[7] = 3; /* count disagrees with the length */
+	CHECK(fs_wire_bell_decode(buf, (size_t)n, out, &count) == -EBADMSG);
+	buf[7] = 2;
+	CHECK(fs_wire_bell_decode(buf, (size_t)n, out, &count) == FS_BELL_ARM && count == 2);
+	/* a probe is not a bell */
+	memcpy(buf, "FSBP", 4);
+	CHECK(fs_wire_bell_decode(buf, (size_t)n, out, &count) == -EBADMSG);
+}
+
 int main(void)
 {
 	test_crc32();
@@ -646,5 +710,6 @@ int main(void)
 	test_tags();
 	test_hdr();
 	test_names();
+	test_bell();
 	return fs_check_done();
 }

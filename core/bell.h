@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The doorbell: an idle process sleeps until a peer rings it, instead of
+ * polling the completion queue every few milliseconds.
+ *
+ * libfabric gives no cross-process wake-up that works on every provider
+ * (shm has none; efa's completion queues have no wait object), so fabsock
+ * brings its own: one UDP socket per process, the bell, whose port travels
+ * in the HELLO. The peer's bell is at the address of the stream's TCP
+ * connection: the same reachability the UDP probe already relies on.
+ *
+ * Protocol, per stream:
+ *  - Arm. When the engine has seen no completion for IDLE_AFTER_MS and has
+ *    no send in flight, the service thread sends each stream's peer an ARM
+ *    naming the stream and how many messages it has received on it (data
+ *    class) and processed (control class).
+ *  - The peer, on the ARM: if it has already posted more than that, it rings
+ *    at once (those messages are on their way); otherwise it marks the
+ *    stream and rings right after it next posts a message on it. One ring
+ *    per ARM.
+ *  - We disarm a stream when any message arrives on it.
+ *  - A RING wakes our service thread: it counts as activity (so every
+ *    waiter polls at the normal pace for the next IDLE_AFTER_MS: on efa the
+ *    ring may overtake the message), runs the completion queue, and wakes
+ *    the waiters that sleep deeply.
+ * With every stream armed and nothing in flight, waiters sleep in slices of
+ * FS_BELL_SLICE_MS, a safety net for a lost datagram. A stream that cannot
+ * be armed (a peer without a bell, a send that failed) keeps the process on
+ * the old polling (FABSOCK_IDLE_SLEEP_US slices). FABSOCK_DOORBELL=0 turns
+ * the whole mechanism off.
+ */
+#ifndef FS_CORE_BELL_H
+#define FS_CORE_BELL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+struct fs_engine;
+struct fs_stream;
+
+/* The longest sleep of a waiter while every stream is armed. */
+#define FS_BELL_SLICE_MS 250
+
+/* This process's doorbell port for the HELLO (opened on first use); 0 when
+ * there is none (FABSOCK_DOORBELL=0, or the socket could not be opened). */
+uint16_t fs_bell_port(void);
+/* The doorbell socket, or -1: the service thread sleeps on it. */
+int fs_bell_fd(void);
+/* The child of a fork opens its own doorbell. */
+void fs_bell_after_fork(void);
+
+/* Records where the peer of S rings: the address of the stream's TCP
+ * connection PEER, and the port of its HELLO (0: it has no doorbell). */
+void fs_bell_set_peer(struct fs_stream *s, const struct sockaddr *peer, uint16_t port);
+
+/* Arms every stream not armed yet. Engine lock held; the service thread
+ * calls it once the engine is idle. True when every stream is armed. */
+bool fs_bell_arm_all(struct fs_engine *e);
+/* The peer of S asked for a ring after our next message: ring it now. Lock
+ * held. */
+void fs_bell_ring(struct fs_stream *s);
+/* Reads every datagram waiting on the doorbell and acts on it. Takes the
+ * engine lock. */
+void fs_bell_drain(struct fs_engine *e);
+
+#endif
