@@ -21,6 +21,7 @@
 #include "config/params.h"
 #include "core/bell.h"
 #include "core/guard.h"
+#include "core/sock.h"
 #include "core/stats.h"
 #include "core/stream_internal.h"
 #include "preload/real.h"
@@ -516,8 +517,13 @@ bool fs_engine_deep_idle(struct fs_engine *e, uint64_t now)
 
 int fs_engine_deep_begin(struct fs_engine *e)
 {
-	if (e->deep_fd < 0)
-		e->deep_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (e->deep_fd < 0) {
+		int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+
+		/* internal: an application's close-all loop must not free the
+		 * number for a file we would then write to */
+		e->deep_fd = fd >= 0 ? fs_internal_fd(fd) : -1;
+	}
 	if (e->deep_fd >= 0)
 		e->deep_waiters++;
 	return e->deep_fd;
