@@ -441,7 +441,7 @@ static void fs_stream_destroy(struct fs_engine *e, struct fs_stream *s)
 			}
 	}
 	if (s->wake_fd >= 0)
-		fs_real.close(s->wake_fd);
+		fs_internal_fd_close(s->wake_fd);
 	s->wake_fd = -1;
 	s->ctl_fd = -1;
 	s->dead = true;

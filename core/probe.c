@@ -34,6 +34,7 @@
 #include "core/bell.h"
 #include "core/engine.h"
 #include "core/guard.h"
+#include "core/sock.h"
 #include "core/stats.h"
 #include "core/wire.h"
 #include "preload/real.h"
@@ -233,7 +234,7 @@ static void fs_service_ensure(void)
 	if (fs_service_pid == getpid())
 		return;
 	if (fs_service_wake_fd < 0)
-		fs_service_wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+		fs_service_wake_fd = fs_internal_fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 	pthread_attr_setstacksize(&attr, 256 * 1024);
@@ -288,7 +289,7 @@ void fs_service_after_fork(void)
 	fs_service_listeners = NULL;
 	fs_service_dirty = true;
 	if (fs_service_wake_fd >= 0) {
-		fs_real.close(fs_service_wake_fd);
+		fs_internal_fd_close(fs_service_wake_fd);
 		fs_service_wake_fd = -1;
 	}
 }

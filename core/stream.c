@@ -30,6 +30,7 @@
 #include "core/engine.h"
 #include "core/sigs.h"
 #include "core/probe.h"
+#include "core/sock.h"
 #include "core/stats.h"
 #include "core/stream_internal.h"
 #include "preload/real.h"
@@ -135,7 +136,7 @@ static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_read
 		}
 		*poller = pthread_equal(e->poller, pthread_self());
 		if (!*poller && s->wake_fd < 0)
-			s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+			s->wake_fd = fs_internal_fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 		{
 			/* Deeply idle with every stream armed: the doorbell wakes us
 			 * (the poller through the engine's deep fd, the others through
