@@ -196,7 +196,7 @@ bool fs_bell_arm_all(struct fs_engine *e)
 	unsigned next_victim = 0;
 	bool ok = true;
 
-	if (e->armed_all)
+	if (__atomic_load_n(&e->armed_all, __ATOMIC_RELAXED))
 		return true;
 	if (fs_bell_fd() < 0)
 		return false;
@@ -240,7 +240,7 @@ bool fs_bell_arm_all(struct fs_engine *e)
 		if (!fs_bell_flush(&batches[i]))
 			ok = false;
 	if (ok)
-		e->armed_all = true;
+		__atomic_store_n(&e->armed_all, true, __ATOMIC_RELAXED);
 	return ok;
 }
 

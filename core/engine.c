@@ -391,8 +391,7 @@ int fs_stream_connect(struct fs_engine *e, struct fs_stream *s, uint32_t peer_id
 	if (s->peer_chunk + sizeof(struct fs_wire_msg_hdr) > er->tx_data.buf_cap)
 		s->peer_chunk = er->tx_data.buf_cap - (uint32_t)sizeof(struct fs_wire_msg_hdr);
 	s->state = FS_STREAM_OPEN;
-	e->armed_all = false; /* the new stream is not armed */
-	fs_engine_note_activity(e);
+	fs_engine_note_activity(e); /* and the new stream is not armed */
 	fs_stream_flush(e, s); /* what the application wrote before the ACK */
 	return 0;
 }
@@ -495,14 +494,18 @@ uint64_t fs_wait_slice_cap_us(uint64_t waited_ns)
 void fs_engine_note_activity(struct fs_engine *e)
 {
 	e->active_ns = fs_now_ns();
+	/* waiters poll at the normal pace until the service thread has seen
+	 * IDLE_AFTER_MS of quiet again and re-armed */
+	__atomic_store_n(&e->armed_all, false, __ATOMIC_RELAXED);
 	if (e->deep_waiters)
 		e->deep_wanted = true;
 }
 
-bool fs_engine_quiet(struct fs_engine *e, uint64_t now)
+/* Nothing of ours in flight and nothing to flush: a ring will announce
+ * whatever happens next. */
+static bool fs_engine_settled(struct fs_engine *e)
 {
-	if (!fs_params.doorbell || !fs_params.idle_after_ms || !e->live_streams ||
-	    now - e->active_ns < fs_params.idle_after_ms * 1000000ull)
+	if (!fs_params.doorbell || !e->live_streams)
 		return false;
 	for (unsigned kind = FS_PROV_SHM; kind < FS_PROV_MAX_; kind++)
 		if (e->rails[kind].open && e->rails[kind].tx_posted)
@@ -510,9 +513,24 @@ bool fs_engine_quiet(struct fs_engine *e, uint64_t now)
 	return !fs_engine_busy(e);
 }
 
-bool fs_engine_deep_idle(struct fs_engine *e, uint64_t now)
+bool fs_engine_quiet(struct fs_engine *e, uint64_t now)
 {
-	return e->armed_all && fs_engine_quiet(e, now);
+	/* Completions are counted on the data path, the clock is read here:
+	 * the service thread dates the last change of the count. */
+	if (e->completions != e->completions_seen) {
+		e->completions_seen = e->completions;
+		e->active_ns = now;
+	}
+	if (!fs_params.idle_after_ms || now - e->active_ns < fs_params.idle_after_ms * 1000000ull)
+		return false;
+	return fs_engine_settled(e);
+}
+
+bool fs_engine_deep_idle(struct fs_engine *e)
+{
+	/* armed_all is set only once the engine was quiet, and cleared by any
+	 * arriving message, new stream or ring: no clock needed here */
+	return __atomic_load_n(&e->armed_all, __ATOMIC_RELAXED) && fs_engine_settled(e);
 }
 
 int fs_engine_deep_begin(struct fs_engine *e)
@@ -546,15 +564,17 @@ int fs_engine_deep_sleep(struct pollfd *fds, nfds_t n, uint64_t deadline_ns, con
 			 bool *slept)
 {
 	struct fs_engine *e = fs_engine_peek();
-	uint64_t now = fs_now_ns(), ns = FS_BELL_SLICE_MS * 1000000ull;
+	uint64_t now, ns = FS_BELL_SLICE_MS * 1000000ull;
 	struct timespec ts;
 	int ret, err;
 
 	*slept = false;
-	if (!e)
+	/* a lock-free look first: busy engines are never armed */
+	if (!e || !__atomic_load_n(&e->armed_all, __ATOMIC_RELAXED))
 		return 0;
+	now = fs_now_ns();
 	pthread_mutex_lock(&e->lock);
-	fds[n].fd = fs_engine_deep_idle(e, now) ? fs_engine_deep_begin(e) : -1;
+	fds[n].fd = fs_engine_deep_idle(e) ? fs_engine_deep_begin(e) : -1;
 	pthread_mutex_unlock(&e->lock);
 	if (fds[n].fd < 0)
 		return 0;
@@ -900,7 +920,7 @@ static void fs_rx_header_common(struct fs_engine *e, struct fs_stream *s, const 
 	fs_stream_changed(e, s);
 	if (s->armed) {
 		s->armed = false; /* the peer rang, or will not: it has posted */
-		e->armed_all = false;
+		__atomic_store_n(&e->armed_all, false, __ATOMIC_RELAXED);
 	}
 	if (fs_seq_after(hdr->freed, s->peer_freed) && !fs_seq_after(hdr->freed, s->tx_seq))
 		s->peer_freed = hdr->freed;
@@ -1098,8 +1118,7 @@ int fs_engine_progress(struct fs_engine *e)
 		fs_engine_reap(e);
 	if (e->wake_list)
 		fs_engine_ring(e);
-	if (handled)
-		e->active_ns = fs_now_ns();
+	e->completions += (unsigned)handled;
 	if (e->deep_wanted)
 		fs_engine_deep_wake(e);
 	return handled;

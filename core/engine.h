@@ -169,8 +169,9 @@ struct fs_engine {
 	 * engine deeply idle sleeps long on deep_fd, which is rung when a
 	 * progress round changes any stream (or a doorbell rings); the last
 	 * deep sleeper to leave resets it. */
-	uint64_t active_ns;    /* last completion, new stream or doorbell ring */
-	bool armed_all;        /* every stream has asked its peer for a ring */
+	uint64_t completions;  /* handled by progress, ever (no clock on the data path) */
+	uint64_t completions_seen, active_ns; /* the service thread's dating of them */
+	bool armed_all;        /* every stream has asked its peer for a ring (atomic) */
 	unsigned deep_waiters;
 	int deep_fd;
 	bool deep_rung, deep_wanted;
@@ -183,11 +184,12 @@ uint64_t fs_wait_slice_cap_us(uint64_t waited_ns);
 /* Something happened: waiters poll at the normal pace again. Lock held. */
 void fs_engine_note_activity(struct fs_engine *e);
 /* Nothing seen for IDLE_AFTER_MS, no send in flight, nothing to flush:
- * time to arm the doorbell (the service thread does). Lock held. */
+ * time to arm the doorbell. The service thread's alone: it dates the
+ * engine's completion count, so the data path reads no clock. Lock held. */
 bool fs_engine_quiet(struct fs_engine *e, uint64_t now);
 /* True when a waiter may sleep FS_BELL_SLICE_MS: every stream is armed,
  * nothing was seen for IDLE_AFTER_MS and no send is in flight. Lock held. */
-bool fs_engine_deep_idle(struct fs_engine *e, uint64_t now);
+bool fs_engine_deep_idle(struct fs_engine *e);
 /* A waiter starts / stops such a sleep; begin returns the fd to add to its
  * poll set (-1: none, do not sleep long). Lock held. */
 int fs_engine_deep_begin(struct fs_engine *e);

@@ -376,7 +376,7 @@ static void *fs_service_main(void *arg)
 				/* Idle: ask every peer to ring the doorbell, then sleep on it. */
 				if (!busy && fs_engine_quiet(e, now))
 					fs_bell_arm_all(e);
-				deep = fs_engine_deep_idle(e, now);
+				deep = fs_engine_deep_idle(e);
 				pthread_mutex_unlock(&e->lock);
 			}
 			if (busy)

@@ -141,7 +141,7 @@ static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_read
 			/* Deeply idle with every stream armed: the doorbell wakes us
 			 * (the poller through the engine's deep fd, the others through
 			 * their stream's eventfd), the slice is only a safety net. */
-			bool deep = fs_engine_deep_idle(e, now);
+			bool deep = fs_engine_deep_idle(e);
 			struct pollfd pfd[3] = {
 				{ .fd = ctl_fd, .events = POLLIN | POLLRDHUP },
 				{ .fd = *poller ? -1 : s->wake_fd, .events = POLLIN },
