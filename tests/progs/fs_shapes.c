@@ -632,13 +632,38 @@ static int sh_after_exec(int fd)
 /* sink: accepts one connection and reads until EOF or an error, then says
  * which; source HOST PORT: writes until an error. The test kill -9's one of
  * them mid-stream; the other must end by itself, promptly. */
+
+/* Receives (SENDING false) or sends on FD until it returns 0 or fails for
+ * another reason than EINTR; prints "streaming" once bytes flow and
+ * "WHO ended: <why> after N bytes". Returns the last result (errno kept). */
+static ssize_t sh_pump(int fd, bool sending, const char *who)
+{
+	static char buffer[1 << 16];
+	unsigned long long total = 0;
+	ssize_t n;
+	int saved;
+
+	for (;;) {
+		n = sending ? send(fd, buffer, sizeof(buffer), MSG_NOSIGNAL) : recv(fd, buffer, sizeof(buffer), 0);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		if (!total)
+			printf("streaming\n");
+		total += (unsigned long long)n;
+	}
+	saved = errno;
+	printf("%s ended: %s after %llu bytes\n", who, n == 0 ? (sending ? "0" : "EOF") : strerror(saved), total);
+	errno = saved;
+	return n;
+}
+
 static int sh_sink(void)
 {
 	struct sockaddr_in address = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	socklen_t length = sizeof(address);
 	int listen_fd = socket(AF_INET, SOCK_STREAM, 0), fd;
-	static char buffer[1 << 16];
-	unsigned long long total = 0;
 	ssize_t n;
 
 	if (bind(listen_fd, (struct sockaddr *)&address, sizeof(address)) || listen(listen_fd, 4) ||
@@ -650,25 +675,13 @@ static int sh_sink(void)
 	fd = sh_accept(listen_fd, 60000);
 	if (fd < 0)
 		return 1;
-	for (;;) {
-		n = recv(fd, buffer, sizeof(buffer), 0);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		if (!total)
-			printf("streaming\n");
-		total += (unsigned long long)n;
-	}
-	printf("sink ended: %s after %llu bytes\n", n == 0 ? "EOF" : strerror(errno), total);
+	n = sh_pump(fd, false, "sink");
 	return n == 0 || errno == ECONNRESET ? 0 : 1;
 }
 
 static int sh_source(const char *host, const char *port)
 {
 	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
-	static char buffer[1 << 16];
-	unsigned long long total = 0;
 	ssize_t n;
 	int fd;
 
@@ -679,17 +692,7 @@ static int sh_source(const char *host, const char *port)
 		sh_fail("connect: %s", strerror(errno));
 		return 1;
 	}
-	for (;;) {
-		n = send(fd, buffer, sizeof(buffer), MSG_NOSIGNAL);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		if (!total)
-			printf("streaming\n");
-		total += (unsigned long long)n;
-	}
-	printf("source ended: %s after %llu bytes\n", n == 0 ? "0" : strerror(errno), total);
+	n = sh_pump(fd, true, "source");
 	return n < 0 && (errno == EPIPE || errno == ECONNRESET) ? 0 : 1;
 }
 
