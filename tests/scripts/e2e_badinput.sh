@@ -20,10 +20,6 @@ HELLO_TIMEOUT_MS=300
 CASES="probe_flood udp_garbage spoofed garbage_after_yes truncated_hello bad_crc_hello
        oversized_hello bad_address_hello hello_without_probe"
 
-# Value of counter NAME in the last stats line of FILE ("" when absent).
-stat_of() {
-	grep -o 'stats:.*' "$1" 2>/dev/null | tail -n 1 | grep -o " $2=[0-9]*" | head -n 1 | cut -d= -f2 || true
-}
 
 PORT=$(fs_free_port) || fs_skip "no free port"
 SRV_OUT=$FS_TMP/server.out
@@ -75,7 +71,7 @@ if kill -0 "$SRV" 2>/dev/null; then
 	else
 		fs_fail "good client after the abuse (exit $rc)"
 	fi
-	off=$(stat_of "$FS_TMP/good.err" offloaded)
+	off=$(fs_stat "$FS_TMP/good.err" offloaded)
 	if [ "${off:-0}" -ge 1 ]; then
 		fs_pass "good client offloaded ($off)"
 	else
@@ -100,8 +96,8 @@ else
 fi
 sed "s/^/    server: /" "$SRV_ERR" >&2 || true
 
-bad=$(stat_of "$SRV_ERR" probes_bad)
-bad_hello=$(stat_of "$SRV_ERR" fallback_bad_hello)
+bad=$(fs_stat "$SRV_ERR" probes_bad)
+bad_hello=$(fs_stat "$SRV_ERR" fallback_bad_hello)
 if [ -z "$bad" ]; then
 	fs_fail "no stats line from the server"
 else

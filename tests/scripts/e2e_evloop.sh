@@ -29,16 +29,11 @@ SUMMARY=()
 
 mode_wanted() { [[ " $FS_MODES " == *" $1 "* ]]; }
 
-# The N of the last `fabsock[PID]: warn: stats: offloaded=N` line, or empty.
-stats_offloaded() {
-	sed -nE 's/^.*fabsock\[[0-9]+\]: warn: stats: offloaded=([0-9]+).*$/\1/p' "$1" | tail -n 1
-}
-
 # `connections=C offloaded=N` of one side, for the summary (N is - without a stats line).
 side_summary() { # DIR SIDE
 	local connections offloaded
 	connections=$(sed -n 's/^connections=//p' "$1/$2.out" 2>/dev/null)
-	offloaded=$(stats_offloaded "$1/$2.err" 2>/dev/null)
+	offloaded=$(fs_stat "$1/$2.err" offloaded)
 	printf 'connections=%s offloaded=%s' "${connections:-?}" "${offloaded:--}"
 }
 
@@ -52,7 +47,7 @@ check_side() { # LABEL SIDE SCENARIO MODE RC DIR
 	fi
 	[ "$mode" = fabsock ] || return 0
 	connections=$(sed -n 's/^connections=//p' "$dir/$side.out")
-	offloaded=$(stats_offloaded "$dir/$side.err")
+	offloaded=$(fs_stat "$dir/$side.err" offloaded)
 	if [[ "$NO_CONNECTION_SCENARIOS" == *" $scenario "* ]]; then
 		fs_log "$label: $side connections=${connections:-?} offloaded=${offloaded:-none} (not checked)"
 	elif [ -z "$offloaded" ]; then

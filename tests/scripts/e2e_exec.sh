@@ -19,9 +19,6 @@
 PROG=$FS_PROGS/fs_shapes
 [ -x "$PROG" ] || { fs_fail "$PROG is not built"; fs_done; exit 1; }
 
-stats_field() { # FILE FIELD: the value of FIELD in the last stats line
-	sed -nE "s/^.*fabsock\[[0-9]+\]: warn: stats: .*\b$2=([0-9]+).*$/\1/p" "$1" | tail -n 1
-}
 
 for mode in kernel fabsock; do
 	prefix=(env)
@@ -38,11 +35,11 @@ for mode in kernel fabsock; do
 	fs_wait_pid "$spid" 20 || srv=$?
 	if [ "$crc" -ne 0 ] || [ "$srv" -ne 0 ] || ! grep -q '^PASS server threads' "$dir/server.out"; then
 		fs_fail "listener-$mode: client $crc, server $srv: $(grep -h '^FAIL' "$dir"/*.out | head -n 3 | tr '\n' ' ')"
-	elif [ "$mode" = fabsock ] && [ "$(stats_field "$dir/server.err" offloaded)" != 8 ]; then
-		fs_fail "listener-$mode: the exec'd server offloaded $(stats_field "$dir/server.err" offloaded) of 8"
+	elif [ "$mode" = fabsock ] && [ "$(fs_stat "$dir/server.err" offloaded)" != 8 ]; then
+		fs_fail "listener-$mode: the exec'd server offloaded $(fs_stat "$dir/server.err" offloaded) of 8"
 		grep -h 'stays on kernel' "$dir/server.err" "$dir/client.err" | head -n 5 >&2 || true
-	elif [ "$mode" = fabsock ] && [ "$(stats_field "$dir/server.err" fabric_rx_bytes)" -lt $((8 << 20)) ]; then
-		fs_fail "listener-$mode: the exec'd server received $(stats_field "$dir/server.err" fabric_rx_bytes) bytes over the fabric, expected >= 8 MiB"
+	elif [ "$mode" = fabsock ] && [ "$(fs_stat "$dir/server.err" fabric_rx_bytes)" -lt $((8 << 20)) ]; then
+		fs_fail "listener-$mode: the exec'd server received $(fs_stat "$dir/server.err" fabric_rx_bytes) bytes over the fabric, expected >= 8 MiB"
 	else
 		fs_pass "listener-$mode: 8 echo connections served by the program exec'd with the listener"
 	fi
@@ -59,8 +56,8 @@ for mode in kernel fabsock; do
 	if [ "$crc" -ne 0 ] || [ "$srv" -ne 0 ]; then
 		fs_fail "inetd-$mode: client $crc, server $srv: $(grep -h '^FAIL' "$dir"/*.out | head -n 3 | tr '\n' ' ')"
 		tail -n 3 "$dir/server.err" >&2 || true
-	elif [ "$mode" = fabsock ] && [ "$(stats_field "$dir/client.err" fallback_hello_nak)" != 1 ]; then
-		fs_fail "inetd-$mode: the client's HELLO was not refused (fallback_hello_nak=$(stats_field "$dir/client.err" fallback_hello_nak))"
+	elif [ "$mode" = fabsock ] && [ "$(fs_stat "$dir/client.err" fallback_hello_nak)" != 1 ]; then
+		fs_fail "inetd-$mode: the client's HELLO was not refused (fallback_hello_nak=$(fs_stat "$dir/client.err" fallback_hello_nak))"
 	else
 		fs_pass "inetd-$mode: 1 MiB echoed exactly by cat exec'd on the accepted connection"
 	fi

@@ -38,10 +38,6 @@ cpu_ticks() {
 
 declare -A RESULT
 
-# stat_last FILE NAME: the value of NAME in the last stats line of FILE.
-stat_last() {
-	sed -n "s/.*: stats: .* $2=\([0-9]*\).*/\1/p" "$1" | tail -1
-}
 
 # idle_run MODE IOMODE: sets RESULT[MODE-IOMODE]="server% client%".
 idle_run() {
@@ -95,8 +91,8 @@ idle_run() {
 	fs_log "$what: idle cpu over ${WINDOW}s with $CONNS connections: server $sp% client $cp% of one core"
 	if [ "$mode" = fabsock ]; then
 		local so co
-		so=$(sed -n 's/.*: stats: offloaded=\([0-9]*\).*/\1/p' "$log-server.err" | sort -n | tail -1)
-		co=$(sed -n 's/.*: stats: offloaded=\([0-9]*\).*/\1/p' "$log-client.err" | sort -n | tail -1)
+		so=$(fs_stat "$log-server.err" offloaded)
+		co=$(fs_stat "$log-client.err" offloaded)
 		if [ "${so:-0}" -ge "$CONNS" ] && [ "${co:-0}" -ge "$CONNS" ]; then
 			fs_pass "$what: all $CONNS connections offloaded on both ends (server $so, client $co)"
 		else
@@ -108,9 +104,9 @@ idle_run() {
 		local side file arms rung need
 		for side in server client; do
 			file="$log-$side.err"
-			arms=$(stat_last "$file" bell_arms)
+			arms=$(fs_stat "$file" bell_arms)
 			if [ "$side" = server ]; then need=bell_rings_received; else need=bell_rings_sent; fi
-			rung=$(stat_last "$file" "$need")
+			rung=$(fs_stat "$file" "$need")
 			if [ "${arms:-0}" -ge "$CONNS" ] && [ "${rung:-0}" -ge 1 ]; then
 				fs_pass "$what: $side armed its $CONNS connections ($arms arms), $need=$rung"
 			else

@@ -32,10 +32,6 @@ FS_PASSTHROUGH_IGN=$(env -u LD_PRELOAD "$PT" --signals-only | awk '$2 == "SIG_IG
 export FS_PASSTHROUGH_IGN
 [ -n "$FS_PASSTHROUGH_IGN" ] && fs_log "inherited ignored signals: $FS_PASSTHROUGH_IGN"
 
-# stat_of FILE NAME: counter NAME of the last stats line in FILE ("" if none).
-stat_of() {
-	grep -o 'stats:.*' "$1" 2>/dev/null | tail -n 1 | grep -o " $2=[0-9]*" | head -n 1 | cut -d= -f2 || true
-}
 
 # run_pt TAG ARGS...: the program without the preload, then with it (each
 # extra environment from the array PT_ENV), same output and both passing.
@@ -61,7 +57,7 @@ run_pt() {
 		sed "s/^/    /" "$FS_TMP/$tag.diff" >&2
 		fs_fail "$tag: output differs under the preload"
 	fi
-	off=$(stat_of "$FS_TMP/$tag.pre.err" offloaded)
+	off=$(fs_stat "$FS_TMP/$tag.pre.err" offloaded)
 	if [ "${off:-0}" -ne 0 ]; then
 		fs_fail "$tag: stats say offloaded=$off in a process with no fabsock peer"
 	fi

@@ -19,10 +19,6 @@ STREAM=$FS_PROGS/fs_stream
 SRC_ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BYTES=$((4 * 1024 * 1024))
 
-# stat_of FILE NAME: counter NAME of the last stats line in FILE ("" if none).
-stat_of() {
-	grep -o 'stats:.*' "$1" 2>/dev/null | tail -n 1 | grep -o " $2=[0-9]*" | head -n 1 | cut -d= -f2 || true
-}
 # conn_field FILE KEY: KEY=value of fs_stream's "conn 0 ..." line.
 conn_field() {
 	awk -v key="$2" '$1 == "conn" && $2 == "0" { for (i = 3; i <= NF; i++) { n = index($i, "=");
@@ -31,7 +27,7 @@ conn_field() {
 # expect_stat TAG FILE NAME OP VALUE: one check of a counter (OP: eq, ge).
 expect_stat() {
 	local tag=$1 file=$2 name=$3 op=$4 want=$5 got
-	got=$(stat_of "$file" "$name")
+	got=$(fs_stat "$file" "$name")
 	if [ -z "$got" ]; then
 		fs_fail "$tag: no $name in the stats line of $(basename "$file")"
 	elif { [ "$op" = eq ] && [ "$got" -eq "$want" ]; } || { [ "$op" = ge ] && [ "$got" -ge "$want" ]; }; then
@@ -180,5 +176,5 @@ if [ -n "$window_default" ] &&
 else
 	fs_fail "f_bad_window: the warning does not name the default (${window_default:-?}): $(grep FABSOCK_WINDOW "$FS_TMP/f_bad_window/client.err" || true)"
 fi
-fs_log "f_bad_window: client offloaded=$(stat_of "$FS_TMP/f_bad_window/client.err" offloaded)"
+fs_log "f_bad_window: client offloaded=$(fs_stat "$FS_TMP/f_bad_window/client.err" offloaded)"
 fs_done

@@ -22,10 +22,6 @@ SEMANTICS_PROG=$FS_PROGS/fs_semantics
 
 mode_wanted() { [[ " $FS_MODES " == *" $1 "* ]]; }
 
-# The N of the last `fabsock[PID]: warn: stats: offloaded=N` line, or empty.
-stats_offloaded() {
-	sed -nE 's/^.*fabsock\[[0-9]+\]: warn: stats: offloaded=([0-9]+).*$/\1/p' "$1" | tail -n 1
-}
 
 # Judges one process of a scenario from its exit code and output.
 check_side() { # LABEL SIDE SCENARIO MODE RC DIR
@@ -37,7 +33,7 @@ check_side() { # LABEL SIDE SCENARIO MODE RC DIR
 	fi
 	if [ "$mode" = fabsock ]; then
 		connections=$(sed -n 's/^connections=//p' "$dir/$side.out")
-		offloaded=$(stats_offloaded "$dir/$side.err")
+		offloaded=$(fs_stat "$dir/$side.err" offloaded)
 		if [ -z "$offloaded" ]; then
 			fs_fail "$label: $side printed no 'fabsock[PID]: warn: stats: offloaded=N' line"
 		elif [ "$offloaded" != "$connections" ]; then

@@ -18,17 +18,6 @@ SHAPES_PROG=$FS_PROGS/fs_shapes
 NCONN=${NCONN:-12}
 PARALLEL=4
 
-# Sum of counter FIELD (default offloaded) over every stats line in FILE.
-stats_sum() { # FILE [FIELD]
-	sed -nE "s/^.*fabsock\[[0-9]+\]: warn: stats: .*\b${2:-offloaded}=([0-9]+).*$/\1/p" "$1" |
-		awk '{s += $1} END {print s + 0}'
-}
-# The non-zero fallback counters of FILE's stats lines, summed: why some
-# connections stayed on TCP.
-stats_fallbacks() {
-	grep -h 'warn: stats:' "$1" | tr ' ' '\n' | grep -E '^(fallback_[a-z_]+|kernel)=' | grep -v '=0$' |
-		awk -F= '{s[$1] += $2} END {for (k in s) printf "%s=%d ", k, s[k]}'
-}
 stats_lines() { grep -c 'warn: stats: offloaded=' "$1" || true; }
 
 run_shape() { # MODE SHAPE
@@ -57,14 +46,14 @@ run_shape() { # MODE SHAPE
 	fi
 	if [ "$mode" = fabsock ]; then
 		local client_off server_off client_rx server_rx need=$((NCONN << 20))
-		client_off=$(stats_sum "$dir/client.err")
-		server_off=$(stats_sum "$dir/server.err")
-		client_rx=$(stats_sum "$dir/client.err" fabric_rx_bytes)
-		server_rx=$(stats_sum "$dir/server.err" fabric_rx_bytes)
+		client_off=$(fs_stat_sum "$dir/client.err" offloaded)
+		server_off=$(fs_stat_sum "$dir/server.err" offloaded)
+		client_rx=$(fs_stat_sum "$dir/client.err" fabric_rx_bytes)
+		server_rx=$(fs_stat_sum "$dir/server.err" fabric_rx_bytes)
 		[ "$client_off" = "$NCONN" ] ||
-			fs_fail "$label: the client's stats say offloaded=$client_off, expected $NCONN ($(stats_fallbacks "$dir/client.err"))"
+			fs_fail "$label: the client's stats say offloaded=$client_off, expected $NCONN ($(fs_stats_fallbacks "$dir/client.err"))"
 		[ "$server_off" = "$NCONN" ] ||
-			fs_fail "$label: the server's processes' stats ($(stats_lines "$dir/server.err") lines) add up to offloaded=$server_off, expected $NCONN ($(stats_fallbacks "$dir/server.err"))"
+			fs_fail "$label: the server's processes' stats ($(stats_lines "$dir/server.err") lines) add up to offloaded=$server_off, expected $NCONN ($(fs_stats_fallbacks "$dir/server.err"))"
 		# every echoed byte came over the fabric, both ways
 		[ "$server_rx" -ge "$need" ] && [ "$client_rx" -ge "$need" ] ||
 			fs_fail "$label: fabric bytes received: server $server_rx, client $client_rx, expected >= $need each"

@@ -52,10 +52,6 @@ side_command() { # plain|pre [NAMESPACE]
 	return 0
 }
 
-# The N of the last `fabsock[PID]: warn: stats: offloaded=N` line, or empty.
-stats_offloaded() {
-	sed -nE 's/^.*fabsock\[[0-9]+\]: warn: stats: offloaded=([0-9]+).*$/\1/p' "$1" | tail -n 1
-}
 
 # Polls the process status every 0.2 s while either process runs (bounded)
 # and records the largest VmRSS of each in RSS_MAX_SERVER / RSS_MAX_CLIENT (KiB).
@@ -176,7 +172,7 @@ check_pair() { # LABEL MODE C2S_BYTES S2C_BYTES STREAMS
 		client_pre:client | server_pre:server) expected=0 ;;
 		*) continue ;;
 		esac
-		offloaded=$(stats_offloaded "$dir/$side.err")
+		offloaded=$(fs_stat "$dir/$side.err" offloaded)
 		if [ -z "$offloaded" ]; then
 			if [ "$mode" = fabsock ]; then
 				fs_fail "$label: $side printed no 'fabsock[PID]: warn: stats: offloaded=N' line"

@@ -140,12 +140,28 @@ fs_wait_pid() {
 # Runs CMD under the preload: fs_pre cmd...
 fs_pre() { LD_PRELOAD="$FABSOCK_LIB" FABSOCK_STATS=1 "$@"; }
 
-# fs_why_tcp SIDE FILE: prints (to stderr) the nonzero fallback counters of
-# the last stats line in FILE, which say why connections stayed on TCP.
+# fs_stat FILE NAME: the value of counter NAME in the last
+# "fabsock[PID]: warn: stats: ..." line of FILE (empty without one).
+fs_stat() {
+	sed -nE "s/^.*: stats: (.* )?$2=([0-9]+).*$/\2/p" "$1" 2>/dev/null | tail -n 1
+}
+
+# fs_stat_sum FILE NAME: counter NAME summed over every stats line of FILE
+# (one per process: prefork workers, forked children).
+fs_stat_sum() {
+	sed -nE "s/^.*: stats: (.* )?$2=([0-9]+).*$/\2/p" "$1" 2>/dev/null | awk '{s += $1} END {print s + 0}'
+}
+
+# fs_stats_fallbacks FILE: the nonzero counters that say why connections
+# stayed on TCP (fallback_*, kernel, probes_*), summed over FILE's stats lines.
+fs_stats_fallbacks() {
+	grep -h 'warn: stats:' "$1" 2>/dev/null | tr ' ' '\n' | grep -E '^(fallback_[a-z_]+|kernel|probes_[a-z_]+)=' |
+		grep -v '=0$' | awk -F= '{s[$1] += $2} END {for (k in s) printf "%s=%d ", k, s[k]}'
+}
+
+# fs_why_tcp SIDE FILE: prints fs_stats_fallbacks of FILE to stderr.
 fs_why_tcp() {
-	grep -h 'warn: stats:' "$2" 2>/dev/null | tail -n 1 | tr ' ' '\n' | grep -E '^(fallback_|kernel=|probes_)' |
-		grep -v '=0$' | tr '\n' ' ' | sed "s/^/    $1: /" >&2 || true
-	echo >&2
+	echo "    $1: $(fs_stats_fallbacks "$2")" >&2
 }
 
 # Creates a network namespace owned by this test (deleted at exit).
