@@ -831,20 +831,20 @@ static void fs_sock_forget_fd(struct fs_sock *s, int fd)
  * that fd goes; with the last one, the socket closes: an offloaded stream
  * delivers what was written and then its FIN (or resets, SO_LINGER 0),
  * and outlives the descriptor until then. */
+static int fs_fd_close_maybe(int fd, bool real_close)
+{
+	return !real_close || fs_real.close(fd) == 0 ? 0 : -errno;
+}
+
 static int fs_sock_close_fd(struct fs_sock *s, int fd, bool real_close)
 {
-	int ret;
-
 	if (__atomic_load_n(&s->event_loop, __ATOMIC_ACQUIRE))
 		fs_epoll_fd_closing(s, fd);
 	pthread_mutex_lock(&s->lock);
 	if (s->n_app_fds > 1) {
 		fs_sock_forget_fd(s, fd);
 		pthread_mutex_unlock(&s->lock);
-		if (!real_close)
-			return 0;
-		ret = fs_real.close(fd);
-		return ret ? -errno : 0;
+		return fs_fd_close_maybe(fd, real_close);
 	}
 	pthread_mutex_unlock(&s->lock);
 	if (fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT) {
@@ -878,10 +878,7 @@ static int fs_sock_close_fd(struct fs_sock *s, int fd, bool real_close)
 	fs_sock_release(s);
 	s->closed = true;
 	pthread_mutex_unlock(&s->lock);
-	if (!real_close)
-		return 0;
-	ret = fs_real.close(fd);
-	return ret ? -errno : 0;
+	return fs_fd_close_maybe(fd, real_close);
 }
 
 int fs_core_close(struct fs_sock *s, int fd)
