@@ -182,18 +182,19 @@ static int fs_post_recv(struct fs_engine_rail *er, struct fs_buf *buf)
 
 	buf->stream = NULL;
 	buf->len = buf->off = 0;
+	buf->kind = 0;
+	buf->pull = FS_PULL_NONE;
 	if (!er->open)
 		return -FI_ECANCELED; /* closed at exit while a thread still ran */
 	FS_GUARD_ENTER();
 	for (int tries = 0; tries < 1000; tries++) {
-		/* Control messages are untagged: the provider keeps them in a
-		 * queue of their own, so matching a data message never walks
-		 * past the control receives (or the other way round). */
+		/* Each class is a queue of its own (core/wire.h): data
+		 * untagged, control tagged with its one tag, nothing ignored. */
 		if (cls == FS_CLASS_CTRL)
-			ret = fi_recv(er->rail.ep, buf->mem, buf->cap, buf->desc, FI_ADDR_UNSPEC, buf);
+			ret = fi_trecv(er->rail.ep, buf->mem, buf->cap, buf->desc, FI_ADDR_UNSPEC, FS_TAG_CTRL_ALL,
+				       0, buf);
 		else
-			ret = fi_trecv(er->rail.ep, buf->mem, buf->cap, buf->desc, FI_ADDR_UNSPEC,
-				       cls << FS_TAG_CLASS_SHIFT, ~FS_TAG_CLASS_MASK, buf);
+			ret = fi_recv(er->rail.ep, buf->mem, buf->cap, buf->desc, FI_ADDR_UNSPEC, buf);
 		if (ret != -FI_EAGAIN)
 			break;
 		/* the receive queue is momentarily full: let the provider drain */
@@ -239,6 +240,74 @@ void fs_engine_repost(struct fs_engine_rail *er, struct fs_buf *buf)
 	}
 }
 
+/* ---- pulls --------------------------------------------------------------- */
+
+/* Posts a receive for exactly BUF->pull_tag into DST. */
+static int fs_post_pull(struct fs_engine_rail *er, struct fs_buf *buf, void *dst, size_t len, void *desc)
+{
+	ssize_t ret = -FI_ECANCELED;
+
+	if (!er->open)
+		return -FI_ECANCELED;
+	FS_GUARD_ENTER();
+	for (int tries = 0; tries < 1000; tries++) {
+		ret = fi_trecv(er->rail.ep, dst, len, desc, FI_ADDR_UNSPEC, buf->pull_tag, 0, buf);
+		if (ret != -FI_EAGAIN)
+			break;
+		(void)fi_cq_read(er->rail.cq, NULL, 0);
+	}
+	FS_GUARD_LEAVE();
+	if (!ret)
+		buf->pull = FS_PULL_POSTED;
+	return (int)ret;
+}
+
+int fs_engine_pull(struct fs_stream *s, struct fs_buf *buf, void *dst)
+{
+	if (dst)
+		return fs_post_pull(s->erail, buf, dst, buf->len, NULL);
+	return fs_post_pull(s->erail, buf, buf->mem + FS_WIRE_MSG_PREFIX, buf->len, buf->desc);
+}
+
+void fs_engine_pull_cancel(struct fs_stream *s, struct fs_buf *buf)
+{
+	if (!s->erail->open)
+		return;
+	FS_GUARD_ENTER();
+	(void)fi_cancel(&s->erail->rail.ep->fid, buf);
+	FS_GUARD_LEAVE();
+}
+
+void fs_engine_rx_discard(struct fs_engine_rail *er, struct fs_buf *buf)
+{
+	/* An unpulled payload would wait at the provider (and hold its
+	 * sender's buffer) forever: receive it, then reuse the buffer. */
+	if (buf->kind == FS_MSG_PULL && buf->pull == FS_PULL_NONE) {
+		buf->stream = NULL;
+		if (!fs_post_pull(er, buf, buf->mem, buf->cap, buf->desc))
+			return;
+	}
+	fs_engine_repost(er, buf);
+}
+
+/* The receive for a pulled payload completed (ERR: libfabric error). */
+static void fs_rx_pulled(struct fs_engine *e, struct fs_engine_rail *er, struct fs_buf *buf, size_t bytes, int err)
+{
+	struct fs_stream *s = buf->stream;
+
+	if (!s) {
+		fs_engine_repost(er, buf); /* a discard */
+		return;
+	}
+	if (err == FI_ECANCELED)
+		buf->pull = FS_PULL_NONE; /* the payload still waits */
+	else if (err || bytes != buf->len)
+		buf->pull = FS_PULL_FAILED;
+	else
+		buf->pull = FS_PULL_DONE;
+	fs_stream_changed(e, s);
+}
+
 int fs_engine_rail(struct fs_engine *e, unsigned kind, const struct sockaddr *local,
 		   struct fs_engine_rail **out, char *why, size_t whylen)
 {
@@ -256,12 +325,16 @@ int fs_engine_rail(struct fs_engine *e, unsigned kind, const struct sockaddr *lo
 	ret = fs_rail_open(&er->rail, kind, local, why, whylen);
 	if (ret)
 		return ret;
-	if (er->rail.max_msg_size && chunk + sizeof(struct fs_wire_msg_hdr) > er->rail.max_msg_size)
-		chunk = (uint32_t)(er->rail.max_msg_size - sizeof(struct fs_wire_msg_hdr));
-	fs_pool_init(&er->rx_data, &er->rail, FS_BUF_RX_DATA, chunk + sizeof(struct fs_wire_msg_hdr), 16,
+	if (er->rail.max_msg_size && chunk + FS_WIRE_MSG_PREFIX > er->rail.max_msg_size)
+		chunk = (uint32_t)(er->rail.max_msg_size - FS_WIRE_MSG_PREFIX);
+	/* exactly CHUNK_SIZE (buffers are rounded up): with a power of two,
+	 * payloads line up with the application's reads, so that they can be
+	 * pulled straight into its buffer */
+	er->chunk = chunk;
+	fs_pool_init(&er->rx_data, &er->rail, FS_BUF_RX_DATA, chunk + FS_WIRE_MSG_PREFIX, 16,
 		     (unsigned)er->rail.rx_depth);
 	fs_pool_init(&er->rx_ctrl, &er->rail, FS_BUF_RX_CTRL, FS_CTRL_BUF, 64, (unsigned)er->rail.rx_depth);
-	fs_pool_init(&er->tx_data, &er->rail, FS_BUF_TX, chunk + sizeof(struct fs_wire_msg_hdr), 16, 1u << 20);
+	fs_pool_init(&er->tx_data, &er->rail, FS_BUF_TX, chunk + FS_WIRE_MSG_PREFIX, 16, 1u << 20);
 	fs_pool_init(&er->tx_ctrl, &er->rail, FS_BUF_TX, FS_CTRL_BUF, 64, 1u << 20);
 	er->open = true;
 	if (fs_post_more(er, &er->rx_ctrl, &er->posted_ctrl, FS_CTRL_SLACK)) {
@@ -372,8 +445,22 @@ struct fs_stream *fs_stream_create(struct fs_engine *e, struct fs_engine_rail *e
 	return s;
 }
 
+unsigned fs_engine_pull_shift(const struct fs_engine_rail *er)
+{
+	unsigned shift = FS_WIRE_PULL_SHIFT_MIN;
+
+	/* A pull lands in the application's memory, which a provider that
+	 * wants every buffer registered (efa) cannot take: such a receiver
+	 * would pull into its bounce buffer and gain nothing. */
+	if (!fs_params.pull_min || er->rail.mr_local)
+		return 0;
+	while (shift < FS_WIRE_PULL_SHIFT_MAX && (1ull << shift) < fs_params.pull_min)
+		shift++;
+	return shift;
+}
+
 int fs_stream_connect(struct fs_engine *e, struct fs_stream *s, uint32_t peer_id, unsigned peer_window,
-		      uint32_t peer_chunk, const void *addr, size_t addr_len)
+		      uint32_t peer_chunk, unsigned peer_pull_shift, const void *addr, size_t addr_len)
 {
 	struct fs_engine_rail *er = s->erail;
 	int ret;
@@ -388,8 +475,12 @@ int fs_stream_connect(struct fs_engine *e, struct fs_stream *s, uint32_t peer_id
 	s->peer_id = peer_id;
 	s->peer_window = peer_window;
 	s->peer_chunk = peer_chunk;
-	if (s->peer_chunk + sizeof(struct fs_wire_msg_hdr) > er->tx_data.buf_cap)
-		s->peer_chunk = er->tx_data.buf_cap - (uint32_t)sizeof(struct fs_wire_msg_hdr);
+	if (s->peer_chunk + FS_WIRE_MSG_PREFIX > er->tx_data.buf_cap)
+		s->peer_chunk = er->tx_data.buf_cap - FS_WIRE_MSG_PREFIX;
+	/* The announcement goes by inject: it must fit. */
+	if (peer_pull_shift >= FS_WIRE_PULL_SHIFT_MIN && peer_pull_shift <= FS_WIRE_PULL_SHIFT_MAX &&
+	    er->rail.inject_size >= FS_WIRE_MSG_PREFIX)
+		s->peer_pull_min = 1u << peer_pull_shift;
 	s->state = FS_STREAM_OPEN;
 	fs_engine_note_activity(e); /* and the new stream is not armed */
 	fs_stream_flush(e, s); /* what the application wrote before the ACK */
@@ -404,11 +495,11 @@ static void fs_stream_destroy(struct fs_engine *e, struct fs_stream *s)
 
 	for (buf = s->rxq_head; buf; buf = next) {
 		next = buf->next;
-		fs_engine_repost(er, buf);
+		fs_engine_rx_discard(er, buf);
 	}
 	for (unsigned i = 0; i < s->window; i++)
 		if (s->ooo[i])
-			fs_engine_repost(er, s->ooo[i]);
+			fs_engine_rx_discard(er, s->ooo[i]);
 	for (buf = s->txq_head; buf; buf = next) {
 		next = buf->next;
 		fs_pool_put(buf);
@@ -470,7 +561,7 @@ int fs_stream_take_queued(struct fs_engine *e, struct fs_stream *s, int (*sink)(
 
 	for (struct fs_buf *buf = s->txq_head; buf && !ret; buf = buf->next)
 		if (buf->kind == FS_MSG_DATA && buf->len)
-			ret = sink(arg, buf->mem + sizeof(struct fs_wire_msg_hdr), buf->len);
+			ret = sink(arg, buf->mem + FS_WIRE_MSG_PREFIX, buf->len);
 	return ret;
 }
 
@@ -677,40 +768,36 @@ unsigned fs_stream_credits(const struct fs_stream *s)
 	return in_use >= s->peer_window ? 0 : s->peer_window - in_use;
 }
 
+/* The head of S's send queue could go now: credit is there, or it is the
+ * payload of a sent announcement, which needs none. */
+static bool fs_stream_can_post(const struct fs_stream *s)
+{
+	return s->txq_head && (s->txq_head->announced || fs_stream_credits(s));
+}
+
 /* Posts one message. Returns 0, -FI_EAGAIN (try later) or another error. */
 static int fs_post_send(struct fs_stream *s, struct fs_buf *buf, unsigned cls)
 {
 	struct fs_rail *rail = &s->erail->rail;
-	uint64_t tag = fs_tag_make(cls, buf->kind, s->peer_id, s->token);
-	size_t bytes = sizeof(struct fs_wire_msg_hdr) + buf->len;
+	size_t bytes = FS_WIRE_MSG_PREFIX + buf->len;
+	bool inject = bytes <= rail->inject_size;
 	ssize_t ret;
 
 	if (!s->erail->open)
 		return -FI_ECANCELED; /* the rail closed at exit under a still running thread */
+	fs_wire_ctrl_tag_encode(fs_tag_make(cls, buf->kind, s->peer_id, s->token), buf->mem);
 	FS_GUARD_ENTER();
-	if (cls == FS_CLASS_CTRL) {
-		/* untagged: the tag travels in front of the header */
-		fs_wire_ctrl_tag_encode(tag, buf->mem);
-		bytes += FS_WIRE_CTRL_TAG_LEN;
-		if (bytes <= rail->inject_size) {
-			ret = fi_inject(rail->ep, buf->mem, bytes, s->peer_addr);
-			if (!ret)
-				buf->posted = 2;
-		} else {
-			ret = fi_send(rail->ep, buf->mem, bytes, buf->desc, s->peer_addr, buf);
-			if (!ret)
-				buf->posted = 1;
-		}
-	} else if (bytes <= rail->inject_size) {
-		ret = fi_tinject(rail->ep, buf->mem, bytes, s->peer_addr, tag);
-		if (!ret)
-			buf->posted = 2; /* done: no completion will come */
-	} else {
-		ret = fi_tsend(rail->ep, buf->mem, bytes, buf->desc, s->peer_addr, tag, buf);
-		if (!ret)
-			buf->posted = 1;
-	}
+	if (cls == FS_CLASS_CTRL && inject)
+		ret = fi_tinject(rail->ep, buf->mem, bytes, s->peer_addr, FS_TAG_CTRL_ALL);
+	else if (cls == FS_CLASS_CTRL)
+		ret = fi_tsend(rail->ep, buf->mem, bytes, buf->desc, s->peer_addr, FS_TAG_CTRL_ALL, buf);
+	else if (inject)
+		ret = fi_inject(rail->ep, buf->mem, bytes, s->peer_addr);
+	else
+		ret = fi_send(rail->ep, buf->mem, bytes, buf->desc, s->peer_addr, buf);
 	FS_GUARD_LEAVE();
+	if (!ret)
+		buf->posted = inject ? 2 : 1; /* 2: done, no completion will come */
 	if (!ret && buf->posted == 1)
 		s->erail->tx_posted++;
 	if (!ret && s->peer_armed)
@@ -718,7 +805,7 @@ static int fs_post_send(struct fs_stream *s, struct fs_buf *buf, unsigned cls)
 	return (int)ret;
 }
 
-static void fs_fill_header(struct fs_stream *s, struct fs_buf *buf, uint32_t seq, unsigned cls)
+static void fs_fill_header(struct fs_stream *s, struct fs_buf *buf, uint32_t seq)
 {
 	struct fs_wire_msg_hdr hdr = {
 		.seq = seq,
@@ -727,47 +814,118 @@ static void fs_fill_header(struct fs_stream *s, struct fs_buf *buf, uint32_t seq
 		.len = buf->len,
 	};
 
-	fs_wire_hdr_encode(&hdr, buf->mem + (cls == FS_CLASS_CTRL ? FS_WIRE_CTRL_TAG_LEN : 0));
+	fs_wire_hdr_encode(&hdr, buf->mem + FS_WIRE_CTRL_TAG_LEN);
 	s->freed_reported = s->freed;
 }
 
-/* Posts queued messages while credits last. Engine lock held. */
+/* Posts BUF's announcement (its header, kind FS_MSG_PULL): the payload
+ * follows in fs_post_payload. */
+static int fs_post_announce(struct fs_stream *s, struct fs_buf *buf)
+{
+	struct fs_rail *rail = &s->erail->rail;
+	ssize_t ret;
+
+	if (!s->erail->open)
+		return -FI_ECANCELED;
+	fs_wire_ctrl_tag_encode(fs_tag_make(FS_CLASS_DATA, FS_MSG_PULL, s->peer_id, s->token), buf->mem);
+	FS_GUARD_ENTER();
+	ret = fi_inject(rail->ep, buf->mem, FS_WIRE_MSG_PREFIX, s->peer_addr);
+	FS_GUARD_LEAVE();
+	return (int)ret;
+}
+
+/* Posts the payload of an announced BUF, tagged for the peer's pull. */
+static int fs_post_payload(struct fs_stream *s, struct fs_buf *buf)
+{
+	struct fs_rail *rail = &s->erail->rail;
+	uint64_t tag = fs_tag_pull(s->peer_id, buf->seq, s->token);
+	ssize_t ret;
+
+	if (!s->erail->open)
+		return -FI_ECANCELED;
+	FS_GUARD_ENTER();
+	ret = fi_tsend(rail->ep, buf->mem + FS_WIRE_MSG_PREFIX, buf->len, buf->desc, s->peer_addr, tag, buf);
+	FS_GUARD_LEAVE();
+	if (!ret) {
+		buf->posted = 1;
+		s->erail->tx_posted++;
+		if (s->peer_armed)
+			fs_bell_ring(s);
+	}
+	return (int)ret;
+}
+
+/* Takes the head of S's send queue off it. */
+static struct fs_buf *fs_txq_pop(struct fs_stream *s)
+{
+	struct fs_buf *buf = s->txq_head;
+
+	s->txq_head = buf->next;
+	if (!s->txq_head)
+		s->txq_tail = NULL;
+	s->txq_count--;
+	buf->next = NULL;
+	return buf;
+}
+
+/* Posts queued messages while credits last. A payload of at least the
+ * peer's pull size goes in two parts: the announcement, which takes the
+ * seq and the credit, then the payload itself, tagged for the peer to
+ * pull when its application reads. Engine lock held. */
 void fs_stream_flush(struct fs_engine *e, struct fs_stream *s)
 {
 	bool had_queue = s->txq_head != NULL;
 
-	while (s->txq_head && fs_stream_credits(s) > 0 && !s->error) {
+	while (s->txq_head && !s->error) {
 		struct fs_buf *buf = s->txq_head;
 		int ret;
 
-		fs_fill_header(s, buf, s->tx_seq + 1, FS_CLASS_DATA);
-		ret = fs_post_send(s, buf, FS_CLASS_DATA);
+		if (!buf->announced) {
+			bool pull = s->peer_pull_min && buf->kind == FS_MSG_DATA && buf->len >= s->peer_pull_min;
+
+			if (!fs_stream_credits(s))
+				break;
+			fs_fill_header(s, buf, s->tx_seq + 1);
+			ret = pull ? fs_post_announce(s, buf) : fs_post_send(s, buf, FS_CLASS_DATA);
+			if (ret == -FI_EAGAIN)
+				break;
+			if (ret)
+				goto failed;
+			s->tx_seq++;
+			if (buf->kind == FS_MSG_DATA)
+				FS_STAT_ADD(fabric_tx_bytes, buf->len);
+			if (pull) {
+				buf->announced = 1;
+				buf->seq = s->tx_seq;
+			} else {
+				fs_txq_pop(s);
+				if (buf->posted == 2) {
+					if (buf->kind == FS_MSG_FIN)
+						s->fin_done = true;
+					fs_pool_put(buf);
+				} else {
+					s->tx_inflight++;
+				}
+				continue;
+			}
+		}
+		/* The announcement is out: the payload must follow, credit or not. */
+		ret = fs_post_payload(s, buf);
 		if (ret == -FI_EAGAIN)
 			break;
-		s->txq_head = buf->next;
-		if (!s->txq_head)
-			s->txq_tail = NULL;
-		s->txq_count--;
-		buf->next = NULL;
-		if (ret) {
-			FS_WARN("stream %u: sending on the %s rail failed: %s; resetting it", s->id,
-				fs_fabric_prov_name(s->erail->rail.kind), fs_fi.strerror(-ret));
-			fs_pool_put(buf);
-			s->error = -ECONNRESET;
-			fs_stream_changed(e, s);
-			FS_STAT_INC(resets);
-			break;
-		}
-		s->tx_seq++;
-		if (buf->kind == FS_MSG_DATA)
-			FS_STAT_ADD(fabric_tx_bytes, buf->len);
-		if (buf->posted == 2) {
-			if (buf->kind == FS_MSG_FIN)
-				s->fin_done = true;
-			fs_pool_put(buf);
-		} else {
-			s->tx_inflight++;
-		}
+		if (ret)
+			goto failed;
+		fs_txq_pop(s);
+		s->tx_inflight++;
+		continue;
+failed:
+		FS_WARN("stream %u: sending on the %s rail failed: %s; resetting it", s->id,
+			fs_fabric_prov_name(s->erail->rail.kind), fs_fi.strerror(-ret));
+		fs_pool_put(fs_txq_pop(s));
+		s->error = -ECONNRESET;
+		fs_stream_changed(e, s);
+		FS_STAT_INC(resets);
+		break;
 	}
 	if (s->error) {
 		struct fs_buf *buf, *next;
@@ -798,7 +956,7 @@ bool fs_engine_busy(struct fs_engine *e)
 	for (struct fs_dlist *n = e->pending.next; n != &e->pending; n = n->next) {
 		struct fs_stream *s = fs_stream_of(n, pending_link);
 
-		if (s->state != FS_STREAM_HELLO && fs_stream_credits(s))
+		if (s->state != FS_STREAM_HELLO && fs_stream_can_post(s))
 			return true;
 	}
 	return false;
@@ -866,7 +1024,7 @@ void fs_stream_maybe_credit(struct fs_engine *e, struct fs_stream *s)
 	buf->kind = FS_MSG_CREDIT;
 	buf->len = 0;
 	buf->stream = s;
-	fs_fill_header(s, buf, s->ctrl_sent + 1, FS_CLASS_CTRL);
+	fs_fill_header(s, buf, s->ctrl_sent + 1);
 	ret = fs_post_send(s, buf, FS_CLASS_CTRL);
 	if (ret) {
 		/* not sent: credits stay unreported, retried on the next read */
@@ -932,19 +1090,28 @@ static void fs_rx_header_common(struct fs_engine *e, struct fs_stream *s, const 
 		fs_stream_maybe_credit(e, s);
 }
 
-static void fs_rx_data(struct fs_engine *e, struct fs_engine_rail *er, struct fs_buf *buf, uint64_t tag,
-		       size_t bytes, fi_addr_t src)
+static void fs_rx_data(struct fs_engine *e, struct fs_engine_rail *er, struct fs_buf *buf, size_t bytes,
+		       fi_addr_t src)
 {
-	struct fs_stream *s = fs_rx_stream(e, er, tag, src);
+	uint64_t tag = bytes >= FS_WIRE_MSG_PREFIX ? fs_wire_ctrl_tag_decode(buf->mem) : 0;
+	struct fs_stream *s = NULL;
 	struct fs_wire_msg_hdr hdr;
 	unsigned kind = fs_tag_kind(tag);
 	uint32_t slot;
 
-	if (!s || bytes < sizeof(hdr) || (kind != FS_MSG_DATA && kind != FS_MSG_FIN))
+	if (bytes >= FS_WIRE_MSG_PREFIX && fs_tag_class(tag) == FS_CLASS_DATA)
+		s = fs_rx_stream(e, er, tag, src);
+	if (!s || (kind != FS_MSG_DATA && kind != FS_MSG_FIN && kind != FS_MSG_PULL))
 		goto drop;
-	fs_wire_hdr_decode(buf->mem, &hdr);
-	if (hdr.len != bytes - sizeof(hdr) || (kind == FS_MSG_FIN && hdr.len))
+	fs_wire_hdr_decode(buf->mem + FS_WIRE_CTRL_TAG_LEN, &hdr);
+	if (kind == FS_MSG_PULL) {
+		/* prefix only; the payload must fit this buffer (a pull that
+		 * cannot go to the application lands here) */
+		if (bytes != FS_WIRE_MSG_PREFIX || !hdr.len || hdr.len > buf->cap - FS_WIRE_MSG_PREFIX)
+			goto drop;
+	} else if (hdr.len != bytes - FS_WIRE_MSG_PREFIX || (kind == FS_MSG_FIN && hdr.len)) {
 		goto drop;
+	}
 	/* Credits bound what may arrive: anything outside the window is not ours. */
 	if (fs_seq_after(s->rx_expect, hdr.seq) || hdr.seq - s->rx_expect >= s->window)
 		goto drop;
@@ -953,6 +1120,11 @@ static void fs_rx_data(struct fs_engine *e, struct fs_engine_rail *er, struct fs
 		goto drop;
 	s->rx_msgs++;
 	fs_rx_header_common(e, s, &hdr);
+	buf->len = hdr.len;
+	buf->off = 0;
+	buf->seq = hdr.seq;
+	buf->kind = (uint8_t)kind;
+	buf->pull_tag = fs_tag_pull(s->id, hdr.seq, s->token);
 	if (s->state == FS_STREAM_CLOSED) {
 		/* The application is gone: consume it so the peer is not stalled,
 		 * and note the peer's FIN, which lets the orphan go. */
@@ -960,13 +1132,9 @@ static void fs_rx_data(struct fs_engine *e, struct fs_engine_rail *er, struct fs
 			s->peer_fin = true;
 		s->freed++;
 		s->rx_expect++;
-		fs_engine_repost(er, buf);
+		fs_engine_rx_discard(er, buf);
 		return;
 	}
-	buf->len = hdr.len;
-	buf->off = 0;
-	buf->seq = hdr.seq;
-	buf->kind = (uint8_t)kind;
 	buf->stream = s;
 	buf->posted = 0;
 	s->ooo[slot] = buf;
@@ -1003,7 +1171,7 @@ static void fs_rx_ctrl(struct fs_engine *e, struct fs_engine_rail *er, struct fs
 	struct fs_wire_msg_hdr hdr;
 	uint64_t tag = 0;
 
-	if (bytes >= FS_WIRE_CTRL_TAG_LEN + sizeof(hdr)) {
+	if (bytes >= FS_WIRE_MSG_PREFIX) {
 		tag = fs_wire_ctrl_tag_decode(buf->mem);
 		if (fs_tag_class(tag) == FS_CLASS_CTRL)
 			s = fs_rx_stream(e, er, tag, src);
@@ -1042,6 +1210,13 @@ static void fs_cq_error(struct fs_engine *e, struct fs_engine_rail *er)
 			FS_STAT_INC(resets);
 		}
 		fs_tx_done(e, buf);
+		return;
+	}
+	if (buf->pull == FS_PULL_POSTED) {
+		if (err.err != FI_ECANCELED)
+			FS_WARN_ONCE("pulling a payload on the %s rail failed: %s", fs_fabric_prov_name(er->rail.kind),
+				     fs_fi.strerror(err.err));
+		fs_rx_pulled(e, er, buf, 0, err.err);
 		return;
 	}
 	if (err.err != FI_ECANCELED)
@@ -1095,10 +1270,12 @@ int fs_engine_progress(struct fs_engine *e)
 				buf->posted = 0;
 				if (buf->role == FS_BUF_TX)
 					fs_tx_done(e, buf);
+				else if (buf->pull == FS_PULL_POSTED)
+					fs_rx_pulled(e, er, buf, ent[i].len, 0);
 				else if (buf->role == FS_BUF_RX_CTRL)
 					fs_rx_ctrl(e, er, buf, ent[i].len, from);
 				else
-					fs_rx_data(e, er, buf, ent[i].tag, ent[i].len, from);
+					fs_rx_data(e, er, buf, ent[i].len, from);
 			}
 			handled += (int)n;
 			if (n < FS_CQ_BATCH)
@@ -1111,7 +1288,7 @@ int fs_engine_progress(struct fs_engine *e)
 		struct fs_stream *s = fs_stream_of(n, pending_link);
 
 		next = n->next; /* a flush that empties the queue unlinks S */
-		if (fs_stream_credits(s))
+		if (fs_stream_can_post(s))
 			fs_stream_flush(e, s);
 	}
 	if (e->orphans)

@@ -59,6 +59,7 @@ struct fs_engine_rail {
 	struct fs_rail rail;
 	bool open;
 	struct fs_pool rx_data, rx_ctrl, tx_data, tx_ctrl;
+	uint32_t chunk;                        /* largest payload we accept (the HELLO's) */
 	unsigned posted_data, posted_ctrl;     /* receives currently posted */
 	unsigned tx_posted;                    /* sends whose completion is due */
 	unsigned reserved_data, reserved_ctrl; /* owed to live streams */
@@ -81,6 +82,7 @@ struct fs_stream {
 	unsigned window;      /* credits we granted the peer (our reserved receives) */
 	unsigned peer_window; /* credits the peer granted us */
 	uint32_t peer_chunk;  /* largest payload the peer accepts */
+	uint32_t peer_pull_min; /* payloads this large are announced, for the peer to pull (0: never) */
 
 	/* sending */
 	uint32_t tx_seq;       /* last data-class seq posted */
@@ -99,6 +101,7 @@ struct fs_stream {
 	size_t rx_bytes;       /* unread payload bytes in rxq */
 	uint32_t freed;        /* messages the application consumed */
 	uint32_t freed_reported;
+	bool pulling;          /* a reader waits for the payload of rxq's head (core/stream.c) */
 	bool peer_fin;         /* FIN reached the head of rxq */
 	bool fin_consumed;     /* the application has seen EOF */
 
@@ -252,9 +255,12 @@ int fs_engine_rail(struct fs_engine *e, unsigned kind, const struct sockaddr *lo
  * NULL with *nak set when resources are short. */
 struct fs_stream *fs_stream_create(struct fs_engine *e, struct fs_engine_rail *erail, uint64_t token,
 				   int *nak);
-/* Completes the handshake: peer's id, window, chunk, address. Lock held. */
+/* Completes the handshake: peer's id, window, chunk, pull shift (wire.h),
+ * address. Lock held. */
 int fs_stream_connect(struct fs_engine *e, struct fs_stream *s, uint32_t peer_id, unsigned peer_window,
-		      uint32_t peer_chunk, const void *addr, size_t addr_len);
+		      uint32_t peer_chunk, unsigned peer_pull_shift, const void *addr, size_t addr_len);
+/* The pull shift our HELLO offers for streams on ER (0: we do not pull). */
+unsigned fs_engine_pull_shift(const struct fs_engine_rail *er);
 /* Hands the payload queued on a stream that never opened to SINK, in
  * order (the bytes go to TCP instead). Lock held. */
 int fs_stream_take_queued(struct fs_engine *e, struct fs_stream *s, int (*sink)(void *arg, const void *data, size_t len),

@@ -187,9 +187,10 @@ static void fs_fill_hello(struct fs_hello *h, uint32_t magic, struct fs_engine *
 	h->magic = magic;
 	h->stream_id = st ? st->id : 0;
 	h->window = st ? st->window : 0;
-	h->chunk = er ? er->rx_data.buf_cap - (uint32_t)sizeof(struct fs_wire_msg_hdr) : 0;
+	h->chunk = er ? er->chunk : 0;
 	memcpy(h->host_id, e->host_id, 16);
 	h->provider = (uint8_t)(st ? provider : FS_PROV_NONE);
+	h->pull_shift = (uint8_t)(er ? fs_engine_pull_shift(er) : 0);
 	h->addr_len = er ? (uint16_t)er->rail.addr_len : 0;
 	h->bell_port = st ? fs_bell_port() : 0;
 	if (er)
@@ -391,7 +392,8 @@ int fs_negotiate_client_ack(struct fs_sock *s, uint64_t deadline_ns)
 		return fs_kernel(s, why);
 	}
 	pthread_mutex_lock(&e->lock);
-	ret = fs_stream_connect(e, st, ack.stream_id, ack.window, ack.chunk, ack.addr, ack.addr_len);
+	ret = fs_stream_connect(e, st, ack.stream_id, ack.window, ack.chunk, ack.pull_shift, ack.addr,
+				ack.addr_len);
 	if (ret)
 		fs_stream_abandon(e, st);
 	else
@@ -466,8 +468,8 @@ static int fs_server_accept_hello(struct fs_sock *s, const struct fs_hello *hell
 	if (fs_engine_rail(e, hello->provider, (struct sockaddr *)&local, &er, why, sizeof(why)) == 0) {
 		st = fs_stream_create(e, er, hello->token, &nak);
 		if (st) {
-			ret = fs_stream_connect(e, st, hello->stream_id, hello->window, hello->chunk, hello->addr,
-						hello->addr_len);
+			ret = fs_stream_connect(e, st, hello->stream_id, hello->window, hello->chunk,
+						hello->pull_shift, hello->addr, hello->addr_len);
 			if (ret) {
 				FS_INFO("fd %d: the client's fabric address is unusable: %s", s->fd,
 					fs_fi.strerror(ret < 0 ? -ret : ret));

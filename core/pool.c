@@ -121,6 +121,8 @@ struct fs_buf *fs_pool_get(struct fs_pool *pool)
 	buf->len = buf->off = buf->seq = 0;
 	buf->kind = 0;
 	buf->posted = 0;
+	buf->pull = FS_PULL_NONE;
+	buf->announced = 0;
 	buf->stream = NULL;
 	return buf;
 }

@@ -23,6 +23,14 @@ struct fs_pool;
 
 enum fs_buf_role { FS_BUF_RX_DATA = 1, FS_BUF_RX_CTRL = 2, FS_BUF_TX = 3 };
 
+/* A receive buffer holding an FS_MSG_PULL announcement and its payload. */
+enum fs_pull_state {
+	FS_PULL_NONE = 0,    /* the payload still waits at the sender */
+	FS_PULL_POSTED = 1,  /* a receive for it is posted (into the app or this buffer) */
+	FS_PULL_DONE = 2,    /* it arrived */
+	FS_PULL_FAILED = 3,  /* the receive ended with an error */
+};
+
 struct fs_buf {
 	struct fi_context2 ctx; /* must stay first */
 	struct fs_buf *next;    /* free list or queue link */
@@ -36,7 +44,10 @@ struct fs_buf {
 	uint8_t role;  /* enum fs_buf_role */
 	uint8_t kind;  /* enum fs_msg_kind */
 	uint8_t posted;
-	struct fs_stream *stream; /* tx: the sending stream */
+	uint8_t pull;      /* rx FS_MSG_PULL entry: enum fs_pull_state */
+	uint8_t announced; /* tx: the FS_MSG_PULL went out, the payload has not yet */
+	uint64_t pull_tag; /* rx FS_MSG_PULL entry: its payload's tag */
+	struct fs_stream *stream; /* tx: the sending stream; rx: the owner (NULL: a discard) */
 };
 
 struct fs_slab;

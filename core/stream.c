@@ -35,7 +35,7 @@
 #include "core/stream_internal.h"
 #include "preload/real.h"
 
-#define FS_HDR sizeof(struct fs_wire_msg_hdr)
+#define FS_HDR FS_WIRE_MSG_PREFIX
 
 /* Looks at the control connection: EOF or reset means the peer closed the
  * socket or its process died. */
@@ -272,7 +272,8 @@ ssize_t fs_stream_send(struct fs_stream *s, const struct iovec *iov, int iovcnt,
 			struct fs_buf *buf = s->txq_tail;
 			size_t room, n;
 
-			if (!buf || buf->kind != FS_MSG_DATA || buf->len >= s->peer_chunk) {
+			/* a buffer whose announcement went out has a fixed length */
+			if (!buf || buf->kind != FS_MSG_DATA || buf->len >= s->peer_chunk || buf->announced) {
 				if (s->txq_count >= fs_params.send_queue)
 					break;
 				buf = fs_pool_get(&s->erail->tx_data);
@@ -328,7 +329,11 @@ static bool fs_recv_ready(struct fs_stream *s, void *arg)
 {
 	struct fs_recv_want *want = arg;
 
-	if (s->peer_fin || s->error)
+	if (s->error)
+		return true;
+	if (s->pulling)
+		return false; /* another reader owns the head of the queue for now */
+	if (s->peer_fin)
 		return true;
 	if (want && want->bytes)
 		return s->rx_bytes >= want->bytes;
@@ -347,10 +352,91 @@ static void fs_recv_release(struct fs_engine *e, struct fs_stream *s)
 	fs_engine_repost(s->erail, buf);
 }
 
+static bool fs_pull_settled(struct fs_stream *s, void *arg)
+{
+	struct fs_buf *buf = arg;
+
+	return buf->pull != FS_PULL_POSTED;
+}
+
+/* Waits until the provider is done with BUF's pull receive, whose target
+ * may be the application's memory: a signal does not end the wait, and a
+ * broken or closed stream ends it only through a cancel, whose completion
+ * comes like any other. */
+static void fs_pull_wait(struct fs_engine *e, struct fs_stream *s, struct fs_buf *buf, int ctl_fd)
+{
+	bool cancelled = false;
+	unsigned step = 0;
+
+	while (buf->pull == FS_PULL_POSTED) {
+		if (!cancelled) {
+			int ret = fs_stream_wait(e, s, fs_pull_settled, buf, 0, ctl_fd);
+
+			if (ret && ret != -EINTR) {
+				fs_engine_pull_cancel(s, buf);
+				cancelled = true;
+			}
+			continue;
+		}
+		fs_engine_progress(e);
+		if (buf->pull != FS_PULL_POSTED)
+			break;
+		pthread_mutex_unlock(&e->lock);
+		fs_spin_relax(&step);
+		pthread_mutex_lock(&e->lock);
+	}
+}
+
+/* Pulls the payload that BUF (the head of the receive queue, an FS_MSG_PULL
+ * entry) announces, into DST or, when DST is NULL, into BUF, which then
+ * becomes an ordinary data entry. Returns 0, or a negative errno when the
+ * stream broke or was closed meanwhile (the entry then stays unpulled, or
+ * empty if its payload was lost). */
+static int fs_recv_pull(struct fs_engine *e, struct fs_stream *s, struct fs_buf *buf, void *dst, int ctl_fd)
+{
+	int ret = fs_engine_pull(s, buf, dst);
+
+	if (!ret) {
+		s->pulling = true;
+		fs_pull_wait(e, s, buf, ctl_fd);
+		s->pulling = false;
+		fs_stream_changed(e, s); /* readers that waited for the head */
+	}
+	if (!ret && buf->pull == FS_PULL_DONE) {
+		buf->pull = FS_PULL_NONE;
+		buf->kind = FS_MSG_DATA;
+		if (dst)
+			FS_STAT_ADD(pull_direct_bytes, buf->len);
+		else
+			FS_STAT_ADD(pull_bounce_bytes, buf->len);
+		return 0;
+	}
+	if (!ret && buf->pull == FS_PULL_NONE)
+		return s->error ? s->error : -EBADF; /* cancelled: it stays announced */
+	/* The payload is lost (the peer died under the pull, or the receive
+	 * could not be posted): the stream cannot go on. */
+	buf->pull = FS_PULL_NONE;
+	buf->kind = FS_MSG_DATA;
+	s->rx_bytes -= buf->len - buf->off;
+	buf->len = buf->off = 0;
+	if (!s->error) {
+		FS_WARN("stream %u: a payload could not be received; resetting it", s->id);
+		s->error = -ECONNRESET;
+		FS_STAT_INC(resets);
+	}
+	fs_stream_changed(e, s);
+	return s->error;
+}
+
 /* Copies from the receive queue into the iovec starting at byte DONE.
- * Consumes unless PEEK. Returns bytes copied. */
+ * Consumes unless PEEK. An announced payload is pulled straight into the
+ * application's buffer when this read takes all of it into one iovec
+ * element. When it does not fit, a read that already has bytes (and may
+ * return short: SHORT_OK) stops before it, so that the next read starts
+ * with it; otherwise it is pulled into its bounce buffer first. Returns
+ * bytes copied. */
 static size_t fs_recv_copy(struct fs_engine *e, struct fs_stream *s, const struct iovec *iov, int iovcnt,
-			   size_t done, size_t total, bool peek)
+			   size_t done, size_t total, bool peek, bool short_ok, int ctl_fd)
 {
 	size_t copied = 0;
 	struct fs_buf *buf = s->rxq_head;
@@ -358,15 +444,43 @@ static size_t fs_recv_copy(struct fs_engine *e, struct fs_stream *s, const struc
 	int i = 0;
 	size_t iov_off = done;
 
+	if (s->pulling)
+		return 0; /* another reader is pulling the head */
 	while (i < iovcnt && iov_off >= iov[i].iov_len) {
 		iov_off -= iov[i].iov_len;
 		i++;
 	}
-	while (buf && buf->kind == FS_MSG_DATA && done + copied < total && i < iovcnt) {
-		uint32_t off = peek ? peek_off : buf->off;
-		size_t avail = buf->len - off;
-		size_t space = iov[i].iov_len - iov_off;
-		size_t n = avail < space ? avail : space;
+	while (buf && (buf->kind == FS_MSG_DATA || buf->kind == FS_MSG_PULL) && done + copied < total &&
+	       i < iovcnt) {
+		uint32_t off;
+		size_t avail, space = iov[i].iov_len - iov_off, n;
+
+		if (buf->kind == FS_MSG_PULL) {
+			bool direct = !peek && buf == s->rxq_head && space >= buf->len;
+
+			if (!direct && !peek && short_ok && done + copied)
+				break;
+			if (fs_recv_pull(e, s, buf, direct ? (char *)iov[i].iov_base + iov_off : NULL, ctl_fd))
+				break;
+			if (direct) {
+				copied += buf->len;
+				iov_off += buf->len;
+				if (iov_off == iov[i].iov_len) {
+					i++;
+					iov_off = 0;
+				}
+				s->rx_bytes -= buf->len;
+				buf->off = buf->len;
+				fs_recv_release(e, s);
+				buf = s->rxq_head;
+				continue;
+			}
+			if (!buf->len)
+				break; /* lost: the stream's error says why */
+		}
+		off = peek ? peek_off : buf->off;
+		avail = buf->len - off;
+		n = avail < space ? avail : space;
 
 		memcpy((char *)iov[i].iov_base + iov_off, buf->mem + FS_HDR + off, n);
 		copied += n;
@@ -421,9 +535,9 @@ ssize_t fs_stream_recv(struct fs_stream *s, const struct iovec *iov, int iovcnt,
 		int ret;
 
 		if (peek) {
-			done = fs_recv_copy(e, s, iov, iovcnt, 0, total, true);
+			done = fs_recv_copy(e, s, iov, iovcnt, 0, total, true, false, ctl_fd);
 		} else {
-			done += fs_recv_copy(e, s, iov, iovcnt, done, total, false);
+			done += fs_recv_copy(e, s, iov, iovcnt, done, total, false, !waitall, ctl_fd);
 		}
 		if (done && (!waitall || done == total || s->peer_fin || s->error)) {
 			result = (ssize_t)done;

@@ -17,5 +17,14 @@ void fs_engine_repost(struct fs_engine_rail *er, struct fs_buf *buf);
 void fs_engine_add_orphan(struct fs_engine *e, struct fs_stream *s);
 void fs_engine_reap(struct fs_engine *e);
 struct fs_engine *fs_stream_engine(void);
+/* Posts the receive for the payload announced by BUF (an FS_MSG_PULL entry
+ * of S) into DST, or into BUF itself when DST is NULL. Returns 0 (BUF->pull
+ * is FS_PULL_POSTED until the completion) or a negative libfabric error. */
+int fs_engine_pull(struct fs_stream *s, struct fs_buf *buf, void *dst);
+/* Asks the provider to cancel that receive; its completion still comes. */
+void fs_engine_pull_cancel(struct fs_stream *s, struct fs_buf *buf);
+/* A receive buffer S no longer wants: back to the catch-all receives, after
+ * draining the payload first if it is an unpulled FS_MSG_PULL entry. */
+void fs_engine_rx_discard(struct fs_engine_rail *er, struct fs_buf *buf);
 
 #endif

@@ -43,7 +43,7 @@ enum {
 	FS_HELLO_OFF_CHUNK = 32,
 	FS_HELLO_OFF_HOST_ID = 36,
 	FS_HELLO_OFF_PROVIDER = 52,
-	FS_HELLO_OFF_RESERVED = 53,
+	FS_HELLO_OFF_PULL_SHIFT = 53,
 	FS_HELLO_OFF_ADDR_LEN = 54,
 	FS_HELLO_OFF_BELL_PORT = 56,
 	FS_HELLO_OFF_RESERVED2 = 58,
@@ -222,13 +222,18 @@ static int fs_hello_status_valid(uint32_t magic, unsigned status)
 	return status < FS_NAK_MAX_ && (magic == FS_WIRE_ACK_MAGIC || status == FS_NAK_NONE);
 }
 
+static int fs_pull_shift_valid(unsigned shift)
+{
+	return shift == 0 || (shift >= FS_WIRE_PULL_SHIFT_MIN && shift <= FS_WIRE_PULL_SHIFT_MAX);
+}
+
 int fs_wire_hello_encode(const struct fs_hello *hello, uint8_t *buf, size_t len)
 {
 	size_t total;
 
 	if (!fs_hello_magic_valid(hello->magic) || !fs_hello_status_valid(hello->magic, hello->status) ||
 	    hello->provider >= FS_PROV_MAX_ || hello->addr_len > FS_WIRE_ADDR_MAX ||
-	    hello->stream_id > FS_STREAM_ID_MAX)
+	    hello->stream_id > FS_STREAM_ID_MAX || !fs_pull_shift_valid(hello->pull_shift))
 		return -EINVAL;
 	total = FS_WIRE_HELLO_MIN + (size_t)hello->addr_len;
 	if (len < total)
@@ -245,7 +250,7 @@ int fs_wire_hello_encode(const struct fs_hello *hello, uint8_t *buf, size_t len)
 	fs_put_be32(buf + FS_HELLO_OFF_CHUNK, hello->chunk);
 	memcpy(buf + FS_HELLO_OFF_HOST_ID, hello->host_id, sizeof(hello->host_id));
 	buf[FS_HELLO_OFF_PROVIDER] = hello->provider;
-	buf[FS_HELLO_OFF_RESERVED] = 0;
+	buf[FS_HELLO_OFF_PULL_SHIFT] = hello->pull_shift;
 	fs_put_be16(buf + FS_HELLO_OFF_ADDR_LEN, hello->addr_len);
 	fs_put_be16(buf + FS_HELLO_OFF_BELL_PORT, hello->bell_port);
 	fs_put_be16(buf + FS_HELLO_OFF_RESERVED2, 0);
@@ -287,7 +292,7 @@ static int fs_hello_check_prefix(const uint8_t *buf, size_t len, uint32_t magic)
 		return -EBADMSG;
 	if (len > FS_HELLO_OFF_PROVIDER && buf[FS_HELLO_OFF_PROVIDER] >= FS_PROV_MAX_)
 		return -EBADMSG;
-	if (len > FS_HELLO_OFF_RESERVED && buf[FS_HELLO_OFF_RESERVED] != 0)
+	if (len > FS_HELLO_OFF_PULL_SHIFT && !fs_pull_shift_valid(buf[FS_HELLO_OFF_PULL_SHIFT]))
 		return -EBADMSG;
 	/* total == FIXED + addr_len + 4 and total is in range, so
 	 * addr_len <= FS_WIRE_ADDR_MAX follows from consistency. */
@@ -336,6 +341,7 @@ int fs_wire_hello_decode(const uint8_t *buf, size_t len, uint32_t magic, struct 
 	hello->chunk = fs_get_be32(buf + FS_HELLO_OFF_CHUNK);
 	memcpy(hello->host_id, buf + FS_HELLO_OFF_HOST_ID, sizeof(hello->host_id));
 	hello->provider = buf[FS_HELLO_OFF_PROVIDER];
+	hello->pull_shift = buf[FS_HELLO_OFF_PULL_SHIFT];
 	hello->addr_len = fs_get_be16(buf + FS_HELLO_OFF_ADDR_LEN);
 	hello->bell_port = fs_get_be16(buf + FS_HELLO_OFF_BELL_PORT);
 	memcpy(hello->addr, buf + FS_HELLO_OFF_ADDR, hello->addr_len);

@@ -24,7 +24,9 @@
  *  32  u32 chunk: largest payload the sender accepts per message
  *  36  u8[16] host id (boot id) of the sender
  *  52  u8 provider (enum fs_wire_provider)
- *  53  u8 reserved (0)
+ *  53  u8 pull shift: the sender wants data payloads of at least 2^shift
+ *      bytes announced and pulled (FS_MSG_PULL below); 0 = never,
+ *      else FS_WIRE_PULL_SHIFT_MIN..FS_WIRE_PULL_SHIFT_MAX
  *  54  u16 addr_len (<= FS_WIRE_ADDR_MAX)
  *  56  u16 doorbell port: the sender's UDP doorbell (core/bell.h) listens
  *      on it at the address of this TCP connection; 0 = none
@@ -38,7 +40,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FS_WIRE_VERSION 3 /* 2: control messages untagged, tag in front; 3: doorbell port */
+/* 2: control messages untagged, tag in front; 3: doorbell port; 4: pull shift */
+#define FS_WIRE_VERSION 4
 #define FS_WIRE_PROBE_MAGIC 0x46534250u /* "FSBP" */
 #define FS_WIRE_HELLO_MAGIC 0x46534248u /* "FSBH" */
 #define FS_WIRE_ACK_MAGIC 0x46534241u   /* "FSBA" */
@@ -48,6 +51,8 @@
 #define FS_WIRE_HELLO_FIXED 60
 #define FS_WIRE_HELLO_MIN (FS_WIRE_HELLO_FIXED + 4)
 #define FS_WIRE_HELLO_MAX (FS_WIRE_HELLO_FIXED + FS_WIRE_ADDR_MAX + 4)
+#define FS_WIRE_PULL_SHIFT_MIN 12 /* 4 KiB */
+#define FS_WIRE_PULL_SHIFT_MAX 24 /* 16 MiB */
 
 enum fs_probe_type { FS_PROBE_ASK = 1, FS_PROBE_YES = 2, FS_PROBE_NO = 3 };
 
@@ -90,6 +95,7 @@ struct fs_hello {
 	uint32_t chunk;
 	uint8_t host_id[16];
 	uint8_t provider;
+	uint8_t pull_shift; /* 0 or FS_WIRE_PULL_SHIFT_MIN..MAX */
 	uint16_t addr_len;
 	uint16_t bell_port; /* host order; 0: the sender has no doorbell */
 	uint8_t addr[FS_WIRE_ADDR_MAX];
@@ -150,21 +156,33 @@ const char *fs_wire_provider_name(unsigned provider);
 const char *fs_nak_name(unsigned nak);
 
 /*
- * Fabric messages are tagged. Tag bits:
- *   63..62 class: FS_CLASS_DATA (posted into large pooled buffers) or
- *          FS_CLASS_CTRL (small buffers). Receives are catch-alls per class
- *          (every other bit ignored), so matching order never matters and
- *          no message of ours can arrive unexpected while credits are kept.
+ * Every fabric message of ours starts with a 64-bit tag (little-endian) and
+ * the 16-byte header, then the payload: FS_WIRE_MSG_PREFIX bytes before it.
+ * Tag bits:
+ *   63..62 class: FS_CLASS_DATA (large pooled buffers), FS_CLASS_CTRL
+ *          (small buffers), FS_CLASS_PULL (below)
  *   61..56 kind (enum fs_msg_kind)
  *   55..32 stream id at the receiver (24 bits)
  *   31..0  low 32 bits of the connection token
- * Data-class messages are tagged sends; every one starts with struct
- * fs_wire_msg_hdr (little-endian). Control-class messages are untagged sends
- * (fi_send/fi_inject into fi_recv buffers) so that the provider matches them
- * in a queue of their own: a catch-all tagged receive queue holding both
- * classes is walked linearly, past every receive of the other class, on
- * every arrival. A control message carries the tag it would have had as its
- * first 8 bytes (little-endian), then the header.
+ * How they travel (wire version 4):
+ *  - data-class messages are untagged sends (fi_send/fi_inject) into
+ *    untagged catch-all receives;
+ *  - control-class messages are tagged sends carrying the one tag
+ *    FS_TAG_CTRL_ALL, into tagged catch-all receives for exactly that tag;
+ *  - the payload of an FS_MSG_PULL announcement is a tagged send of the
+ *    bare payload (no prefix) with fs_tag_pull(), which waits unexpected
+ *    (on shm: at the sender) until the reader posts a receive for exactly
+ *    that tag, straight into the application's buffer when it can.
+ * So every receive is a catch-all of its own queue, posting order never
+ * matters, and no message but a pulled payload arrives unexpected while
+ * credits are kept. Every tagged receive we post ignores no tag bit: shm
+ * in libfabric 1.17 matches a newly posted tagged receive against its
+ * unexpected messages with a stale ignore mask left in a recycled entry
+ * by an earlier receive, so a catch-all mask (as wire versions 2 and 3
+ * posted for data) makes any pulled payload match any other.
+ * (Version 2 moved control messages out of the data's queue: a provider
+ * walks its posted receives of one queue in order on every arrival, and
+ * the rarely consumed control receives drifted to the head of a shared one.)
  */
 #define FS_TAG_CLASS_SHIFT 62
 #define FS_TAG_KIND_SHIFT 56
@@ -172,11 +190,13 @@ const char *fs_nak_name(unsigned nak);
 #define FS_TAG_CLASS_MASK (3ull << FS_TAG_CLASS_SHIFT)
 #define FS_STREAM_ID_MAX 0xffffffu
 
-enum fs_msg_class { FS_CLASS_DATA = 0, FS_CLASS_CTRL = 1 };
+enum fs_msg_class { FS_CLASS_DATA = 0, FS_CLASS_CTRL = 1, FS_CLASS_PULL = 2 };
 enum fs_msg_kind {
 	FS_MSG_DATA = 1,   /* class DATA: payload bytes, seq numbered */
 	FS_MSG_FIN = 2,    /* class DATA: end of stream, takes a seq and a credit */
 	FS_MSG_CREDIT = 3, /* class CTRL: receiver freed messages up to hdr.freed */
+	FS_MSG_PULL = 4,   /* class DATA, header only: hdr.len payload bytes wait, tagged
+			    * fs_tag_pull(), for the reader to pull; takes a seq and a credit */
 };
 
 struct fs_wire_msg_hdr {
@@ -192,12 +212,20 @@ static inline uint64_t fs_tag_make(unsigned cls, unsigned kind, uint32_t stream,
 	return ((uint64_t)cls << FS_TAG_CLASS_SHIFT) | ((uint64_t)(kind & 0x3f) << FS_TAG_KIND_SHIFT) |
 	       ((uint64_t)(stream & FS_STREAM_ID_MAX) << FS_TAG_STREAM_SHIFT) | (token & 0xffffffffull);
 }
+/* The tag of the payload announced by FS_MSG_PULL number SEQ on STREAM. */
+static inline uint64_t fs_tag_pull(uint32_t stream, uint32_t seq, uint64_t token)
+{
+	return fs_tag_make(FS_CLASS_PULL, FS_MSG_DATA, stream, ((uint64_t)(seq & 0xffff) << 16) | (token & 0xffff));
+}
 static inline unsigned fs_tag_class(uint64_t tag) { return (unsigned)(tag >> FS_TAG_CLASS_SHIFT); }
 static inline unsigned fs_tag_kind(uint64_t tag) { return (unsigned)(tag >> FS_TAG_KIND_SHIFT) & 0x3f; }
 static inline uint32_t fs_tag_stream(uint64_t tag) { return (uint32_t)(tag >> FS_TAG_STREAM_SHIFT) & FS_STREAM_ID_MAX; }
 static inline uint32_t fs_tag_token(uint64_t tag) { return (uint32_t)tag; }
 
 #define FS_WIRE_CTRL_TAG_LEN 8
+#define FS_WIRE_MSG_PREFIX (FS_WIRE_CTRL_TAG_LEN + 16) /* tag, header */
+/* The provider tag of every control message (the real one is in front). */
+#define FS_TAG_CTRL_ALL ((uint64_t)FS_CLASS_CTRL << FS_TAG_CLASS_SHIFT)
 
 void fs_wire_hdr_encode(const struct fs_wire_msg_hdr *hdr, void *buf);
 void fs_wire_ctrl_tag_encode(uint64_t tag, void *buf);

@@ -47,6 +47,7 @@ static uint8_t io_buf[FS_TEST_MAX_IO], io_want[FS_TEST_MAX_IO];
 
 /* Totals over every successful fs_stream_send / consuming fs_stream_recv. */
 static uint64_t payload_sent, payload_received;
+static uint64_t payload_abandoned; /* sent and announced, never read: the reader closed */
 static unsigned long invariant_failures;
 
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;
@@ -245,9 +246,9 @@ static int make_pair(uint64_t token, struct fs_stream **a, struct fs_stream **b)
 	*a = fs_stream_create(engine, erail, token, &nak_a);
 	*b = fs_stream_create(engine, erail, token, &nak_b);
 	if (*a && *b) {
-		ret_a = fs_stream_connect(engine, *a, (*b)->id, (*b)->window, chunk, erail->rail.addr,
+		ret_a = fs_stream_connect(engine, *a, (*b)->id, (*b)->window, chunk, fs_engine_pull_shift(erail), erail->rail.addr,
 					  erail->rail.addr_len);
-		ret_b = fs_stream_connect(engine, *b, (*a)->id, (*a)->window, chunk, erail->rail.addr,
+		ret_b = fs_stream_connect(engine, *b, (*a)->id, (*a)->window, chunk, fs_engine_pull_shift(erail), erail->rail.addr,
 					  erail->rail.addr_len);
 	}
 	pthread_mutex_unlock(&engine->lock);
@@ -624,7 +625,7 @@ static void test_wrong_token(struct fs_stream *b)
 	pthread_mutex_lock(&engine->lock);
 	stranger = fs_stream_create(engine, erail, FS_TEST_TOKEN_2 + 1, &nak);
 	if (stranger)
-		ret = fs_stream_connect(engine, stranger, b->id, b->window, chunk, erail->rail.addr,
+		ret = fs_stream_connect(engine, stranger, b->id, b->window, chunk, fs_engine_pull_shift(erail), erail->rail.addr,
 					erail->rail.addr_len);
 	pthread_mutex_unlock(&engine->lock);
 	CHECK(stranger && ret == 0);
@@ -675,8 +676,56 @@ static void test_close(struct fs_stream *a, struct fs_stream *b, const char *lab
 	fs_stream_drop_app(b);
 }
 
+/* A reader that closes with announced payloads unread (FS_MSG_PULL) must
+ * still receive them, into its own buffers, or they would wait at the
+ * provider, holding the sender's buffers, forever: the sender's payload
+ * sends complete. */
+static void test_close_unread(struct fs_stream *a, struct fs_stream *b)
+{
+	static uint8_t big[40000];
+	struct iovec iov = { big, sizeof(big) };
+	uint64_t deadline = fs_now_ns() + 2000000000ull;
+	unsigned inflight = 0, pulls = 0;
+	uint32_t id_a = a->id, id_b = b->id;
+	bool gone = false;
+
+	for (int i = 0; i < 3; i++)
+		CHECK(fs_stream_send(a, &iov, 1, true, 0, -1) == (ssize_t)sizeof(big));
+	payload_abandoned += 3 * sizeof(big);
+	settle();
+	pthread_mutex_lock(&engine->lock);
+	for (struct fs_buf *buf = b->rxq_head; buf; buf = buf->next)
+		pulls += buf->kind == FS_MSG_PULL;
+	inflight = a->tx_inflight;
+	pthread_mutex_unlock(&engine->lock);
+	printf("close unread: %u announced payloads waiting, %u sends in flight\n", pulls, inflight);
+	CHECK(pulls == 3 && inflight == 3);
+	fs_stream_close(b, -1, false); /* unread data: a reset */
+	while (fs_now_ns() < deadline) {
+		pthread_mutex_lock(&engine->lock);
+		fs_engine_progress(engine);
+		inflight = a->tx_inflight;
+		gone = engine->streams[id_b] != b;
+		pthread_mutex_unlock(&engine->lock);
+		if (!inflight && gone)
+			break;
+		usleep(1000);
+	}
+	printf("close unread: after the reader's close, %u sends in flight, reader %s\n", inflight,
+	       gone ? "reaped" : "still there");
+	CHECK(inflight == 0 && gone);
+	fs_stream_close(a, -1, true);
+	settle();
+	pthread_mutex_lock(&engine->lock);
+	CHECK(engine->streams[id_a] != a);
+	pthread_mutex_unlock(&engine->lock);
+	fs_stream_drop_app(a);
+	fs_stream_drop_app(b);
+}
+
 int main(void)
 {
+	uint64_t direct_before, bounce_before;
 	struct fs_stream *a, *b;
 	char why[256] = "";
 	uint64_t tx_before, rx_before;
@@ -706,6 +755,8 @@ int main(void)
 
 	tx_before = fs_stats.fabric_tx_bytes;
 	rx_before = fs_stats.fabric_rx_bytes;
+	direct_before = fs_stats.pull_direct_bytes;
+	bounce_before = fs_stats.pull_bounce_bytes;
 
 	/* Default parameters. (The token is the connection's: both ends of one
 	 * connection tag with the same token.) */
@@ -722,6 +773,17 @@ int main(void)
 		test_wrong_token(b);
 		test_close(a, b, "default");
 	}
+
+	/* Random read sizes pull announced payloads both ways: straight into
+	 * the reader's buffer, and through the bounce buffer (short reads,
+	 * MSG_PEEK). */
+	printf("pulled: %llu bytes direct, %llu through the bounce buffer\n",
+	       (unsigned long long)(fs_stats.pull_direct_bytes - direct_before),
+	       (unsigned long long)(fs_stats.pull_bounce_bytes - bounce_before));
+	CHECK(fs_stats.pull_direct_bytes > direct_before && fs_stats.pull_bounce_bytes > bounce_before);
+
+	if (make_pair(FS_TEST_TOKEN_1 + 2, &a, &b) == 0)
+		test_close_unread(a, b);
 
 	/* A fresh pair for MSG_WAITALL after small writes. */
 	if (make_pair(FS_TEST_TOKEN_1 + 1, &a, &b) == 0) {
@@ -745,6 +807,20 @@ int main(void)
 		test_close(a, b, "window 2");
 	}
 
+	/* Every payload eager (FABSOCK_PULL_MIN=0): nothing is pulled. */
+	setenv("FABSOCK_PULL_MIN", "0", 1);
+	CHECK(fs_params_load() == 0);
+	direct_before = fs_stats.pull_direct_bytes;
+	bounce_before = fs_stats.pull_bounce_bytes;
+	if (make_pair(FS_TEST_TOKEN_2 + 1, &a, &b) == 0) {
+		test_transfer(a, b, 2u << 20, 1000);
+		test_quiescent(a, b);
+		test_peek(a, b, 1100);
+		test_shutdown(a, b, 1200);
+		test_close(a, b, "eager");
+	}
+	CHECK(fs_stats.pull_direct_bytes == direct_before && fs_stats.pull_bounce_bytes == bounce_before);
+
 	if (invariant_failures)
 		fprintf(stderr, "%lu invariant violations (tx_seq - peer_freed <= peer_window, "
 				"ctrl_sent - ctrl_acked <= 1, txq <= SEND_QUEUE + 1)\n",
@@ -752,8 +828,8 @@ int main(void)
 	CHECK(invariant_failures == 0);
 	CHECK(payload_sent == payload_received);
 	/* the wrong-token message counted as sent but never as received */
-	CHECK(fs_stats.fabric_tx_bytes - tx_before == payload_sent + 10);
-	CHECK(fs_stats.fabric_rx_bytes - rx_before == payload_received);
+	CHECK(fs_stats.fabric_tx_bytes - tx_before == payload_sent + payload_abandoned + 10);
+	CHECK(fs_stats.fabric_rx_bytes - rx_before == payload_received + payload_abandoned);
 	printf("payload %llu bytes; fabric_tx_bytes +%llu, fabric_rx_bytes +%llu, msgs_dropped %llu\n",
 	       (unsigned long long)payload_sent, (unsigned long long)(fs_stats.fabric_tx_bytes - tx_before),
 	       (unsigned long long)(fs_stats.fabric_rx_bytes - rx_before),

@@ -88,6 +88,7 @@ static void fs_test_fill_hello(struct fs_hello *h, uint32_t magic, uint16_t addr
 	for (i = 0; i < sizeof(h->host_id); i++)
 		h->host_id[i] = (uint8_t)(0xa0 + i);
 	h->provider = FS_PROV_EFA;
+	h->pull_shift = 14;
 	h->addr_len = addr_len;
 	h->bell_port = 0xbe11;
 	for (i = 0; i < addr_len; i++)
@@ -99,7 +100,8 @@ static int fs_test_hello_equal(const struct fs_hello *a, const struct fs_hello *
 	return a->magic == b->magic && a->status == b->status && a->token == b->token &&
 	       a->nonce == b->nonce && a->stream_id == b->stream_id && a->window == b->window &&
 	       a->chunk == b->chunk && !memcmp(a->host_id, b->host_id, sizeof(a->host_id)) &&
-	       a->provider == b->provider && a->addr_len == b->addr_len && a->bell_port == b->bell_port &&
+	       a->provider == b->provider && a->pull_shift == b->pull_shift && a->addr_len == b->addr_len &&
+	       a->bell_port == b->bell_port &&
 	       !memcmp(a->addr, b->addr, a->addr_len);
 }
 
@@ -259,7 +261,7 @@ static void test_hello_layout(void)
 	CHECK(!memcmp(buf + 28, "\x00\x00\x00\x40", 4));
 	CHECK(!memcmp(buf + 32, "\x00\x10\x00\x00", 4));
 	CHECK(buf[36] == 0xa0 && buf[51] == 0xaf);
-	CHECK(buf[52] == FS_PROV_EFA && buf[53] == 0);
+	CHECK(buf[52] == FS_PROV_EFA && buf[53] == 14);
 	CHECK(buf[54] == 0 && buf[55] == 3);
 	CHECK(buf[56] == 0xbe && buf[57] == 0x11 && buf[58] == 0 && buf[59] == 0);
 	CHECK(buf[60] == 3 && buf[61] == 10 && buf[62] == 17);
@@ -399,7 +401,9 @@ static void test_hello_malformed(void)
 	FS_TEST_REFUSED(buf[24] = 0x01, 16);                  /* stream id beyond 24 bits */
 	FS_TEST_REFUSED(buf[52] = FS_PROV_MAX_, 16);          /* unknown provider */
 	FS_TEST_REFUSED(buf[52] = 0xff, 16);
-	FS_TEST_REFUSED(buf[53] = 1, 16);                     /* reserved */
+	FS_TEST_REFUSED(buf[53] = 1, 16);                     /* pull shift below 4 KiB */
+	FS_TEST_REFUSED(buf[53] = FS_WIRE_PULL_SHIFT_MIN - 1, 16);
+	FS_TEST_REFUSED(buf[53] = FS_WIRE_PULL_SHIFT_MAX + 1, 16); /* above 16 MiB */
 	FS_TEST_REFUSED(buf[58] = 1, 16);                     /* reserved after the doorbell port */
 	FS_TEST_REFUSED(buf[59] = 0x80, 16);
 	FS_TEST_REFUSED(fs_test_put_be16(buf + 54, 17), 16);  /* addr_len vs length */
@@ -588,6 +592,9 @@ static void test_tags(void)
 	CHECK(fs_tag_make(FS_CLASS_CTRL, 0, 0, 0) == 1ull << 62);
 	CHECK(fs_tag_make(FS_CLASS_DATA, FS_MSG_FIN, 0, 0) == 2ull << 56);
 	CHECK(fs_tag_make(FS_CLASS_CTRL, FS_MSG_CREDIT, 0x10203, 0xaabbccdd) == 0x43010203aabbccddull);
+	/* a pulled payload's tag: low 16 bits of the seq, then of the token */
+	CHECK(fs_tag_pull(0x10203, 0x12345, 0x11aabbccddull) == 0x810102032345ccddull);
+	CHECK(fs_tag_class(fs_tag_pull(1, 1, 1)) == FS_CLASS_PULL);
 	CHECK((fs_tag_make(FS_CLASS_DATA, 0x3f, FS_STREAM_ID_MAX, ~0ull) & FS_TAG_CLASS_MASK) == 0);
 	{
 		/* a control message carries its tag in front, little-endian */
