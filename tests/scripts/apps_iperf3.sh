@@ -11,7 +11,9 @@
 #     TCP connection (control included: its JSON stays far below the limit)
 #     received < 64 KiB while iperf3 moved hundreds of MiB;
 #   - the processes' "stats: offloaded=N" lines say N >= 1 (the client's
-#     N >= streams + 1 is noted when lower).
+#     N >= streams + 1 is noted when lower);
+#   - at least half the bytes were pulled straight into the reader's buffer
+#     (pull_direct_bytes; FABSOCK_PULL_MIN).
 # The same sampling in kernel mode must show the data on TCP, which proves
 # the check can fail.
 
@@ -81,7 +83,15 @@ apps_run() {
 	fs_pass "$mode $what: $gbps Gbit/s"
 	apps_check_path "$mode" "$what" "$log-server.err" "$log-client.err" "$conns" "$rxmax" "$bytes"
 	if [ "$mode" = fabsock ]; then
-		local c
+		local c pulled
+		# Payloads of 64 KiB against 128 KiB reads: nearly every byte must
+		# be pulled straight into iperf3's buffer (one copy fewer).
+		pulled=$(($(fs_stat_sum "$log-server.err" pull_direct_bytes) + $(fs_stat_sum "$log-client.err" pull_direct_bytes)))
+		if [ "$pulled" -ge $((bytes / 2)) ]; then
+			fs_pass "fabsock $what: $pulled bytes pulled straight into the reader's buffer"
+		else
+			fs_fail "fabsock $what: only $pulled of $bytes bytes pulled straight into the reader's buffer"
+		fi
 		c=$(apps_offloaded "$log-client.err")
 		if [ -n "$c" ] && [ "$c" -lt $((nstreams + 1)) ]; then
 			fs_log "note: $what offloaded $c of $((nstreams + 1)) client connections (control + data)"

@@ -149,7 +149,7 @@ fs_stat() {
 # fs_stat_sum FILE NAME: counter NAME summed over every stats line of FILE
 # (one per process: prefork workers, forked children).
 fs_stat_sum() {
-	sed -nE "s/^.*: stats: (.* )?$2=([0-9]+).*$/\2/p" "$1" 2>/dev/null | awk '{s += $1} END {print s + 0}'
+	sed -nE "s/^.*: stats: (.* )?$2=([0-9]+).*$/\2/p" "$1" 2>/dev/null | awk '{s += $1} END {printf "%.0f\n", s}'
 }
 
 # fs_stats_fallbacks FILE: the nonzero counters that say why connections
