@@ -8,7 +8,8 @@
  * touched there). It owns one rail per provider in use; every stream between
  * this process and a peer process shares that peer's rail endpoint.
  *
- * Flow control (no message ever arrives without a posted receive):
+ * Flow control (no message but a pulled payload ever arrives without a
+ * posted receive; a pulled payload is one credit's worth, announced first):
  *  - every rail keeps catch-all receives posted, one class for data messages
  *    (CHUNK_SIZE buffers) and one for control messages (small buffers);
  *  - a stream reserves WINDOW data receives and one control receive on its
@@ -23,6 +24,11 @@
  *  - the sender queues at most SEND_QUEUE further messages, coalescing small
  *    writes while it waits for credit; then send blocks (or EAGAIN).
  * So a slow reader costs at most WINDOW + SEND_QUEUE buffers per stream.
+ *
+ * Pulls: a payload of at least the peer's pull size is announced by a
+ * header-only FS_MSG_PULL (which takes the seq and the credit) and sent
+ * bare, tagged fs_tag_pull(); the reader posts a receive for exactly that
+ * tag when the application reads, into its buffer if it can (stream.c).
  *
  * Messages are delivered in sequence order, never completion order.
  *
