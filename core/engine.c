@@ -147,6 +147,7 @@ struct fs_engine *fs_engine_get(void)
 			e->deep_fd = -1;
 			e->active_ns = fs_now_ns();
 			fs_dlist_init(&e->pending);
+			fs_dlist_init(&e->unpulled);
 			fs_dlist_init(&e->sleeping);
 			fs_read_host_id(e->host_id);
 			__atomic_store_n(&fs_engine_cur, e, __ATOMIC_RELEASE);
@@ -173,6 +174,20 @@ void fs_engine_forget_after_fork(void)
 	}
 }
 
+/* shm provider calls are announced to the service thread, which releases a
+ * lock a dead process left taken under one that does not return (fabric.h).
+ * PID: the peer whose region a send enters; -1 for calls on our own. */
+#define FS_PROV_ENTER(er, pid)                                      \
+	do {                                                        \
+		if ((er)->rail.kind == FS_PROV_SHM)                 \
+			fs_prov_call_begin((pid) ? (pid) : -1);     \
+	} while (0)
+#define FS_PROV_LEAVE(er)                                \
+	do {                                             \
+		if ((er)->rail.kind == FS_PROV_SHM)      \
+			fs_prov_call_end();              \
+	} while (0)
+
 /* ---- receives ---------------------------------------------------------- */
 
 static int fs_post_recv(struct fs_engine_rail *er, struct fs_buf *buf)
@@ -187,6 +202,7 @@ static int fs_post_recv(struct fs_engine_rail *er, struct fs_buf *buf)
 	if (!er->open)
 		return -FI_ECANCELED; /* closed at exit while a thread still ran */
 	FS_GUARD_ENTER();
+	FS_PROV_ENTER(er, -1);
 	for (int tries = 0; tries < 1000; tries++) {
 		/* Each class is a queue of its own (core/wire.h): data
 		 * untagged, control tagged with its one tag, nothing ignored. */
@@ -200,6 +216,7 @@ static int fs_post_recv(struct fs_engine_rail *er, struct fs_buf *buf)
 		/* the receive queue is momentarily full: let the provider drain */
 		(void)fi_cq_read(er->rail.cq, NULL, 0);
 	}
+	FS_PROV_LEAVE(er);
 	FS_GUARD_LEAVE();
 	if (ret) {
 		FS_WARN_ONCE("posting a receive on the %s rail failed: %s",
@@ -250,12 +267,14 @@ static int fs_post_pull(struct fs_engine_rail *er, struct fs_buf *buf, void *dst
 	if (!er->open)
 		return -FI_ECANCELED;
 	FS_GUARD_ENTER();
+	FS_PROV_ENTER(er, -1);
 	for (int tries = 0; tries < 1000; tries++) {
 		ret = fi_trecv(er->rail.ep, dst, len, desc, FI_ADDR_UNSPEC, buf->pull_tag, 0, buf);
 		if (ret != -FI_EAGAIN)
 			break;
 		(void)fi_cq_read(er->rail.cq, NULL, 0);
 	}
+	FS_PROV_LEAVE(er);
 	FS_GUARD_LEAVE();
 	if (!ret)
 		buf->pull = FS_PULL_POSTED;
@@ -274,12 +293,47 @@ void fs_engine_pull_cancel(struct fs_stream *s, struct fs_buf *buf)
 	if (!s->erail->open)
 		return;
 	FS_GUARD_ENTER();
+	FS_PROV_ENTER(s->erail, -1);
 	(void)fi_cancel(&s->erail->rail.ep->fid, buf);
+	FS_PROV_LEAVE(s->erail);
 	FS_GUARD_LEAVE();
+}
+
+void fs_stream_unpulled_inc(struct fs_engine *e, struct fs_stream *s)
+{
+	if (!s->unpulled++)
+		fs_dlist_add(&e->unpulled, &s->pull_link);
+}
+
+void fs_stream_unpulled_dec(struct fs_engine *e, struct fs_stream *s)
+{
+	if (s->unpulled && !--s->unpulled)
+		fs_dlist_del(&s->pull_link);
+}
+
+void fs_engine_pull_stale(struct fs_engine *e)
+{
+	for (struct fs_dlist *n = e->unpulled.next, *next; n != &e->unpulled; n = next) {
+		struct fs_stream *s = fs_stream_of(n, pull_link);
+
+		next = n->next; /* pulling them all unlinks S */
+		if (s->pulling || s->pulls_started != s->stale_mark[0] || s->rx_msgs != s->stale_mark[1]) {
+			s->stale_mark[0] = s->pulls_started;
+			s->stale_mark[1] = s->rx_msgs;
+			continue;
+		}
+		for (struct fs_buf *buf = s->rxq_head; buf; buf = buf->next)
+			if (buf->kind == FS_MSG_PULL && buf->pull == FS_PULL_NONE && !fs_engine_pull(s, buf, NULL))
+				fs_stream_unpulled_dec(e, s);
+	}
 }
 
 void fs_engine_rx_discard(struct fs_engine_rail *er, struct fs_buf *buf)
 {
+	if (buf->kind == FS_MSG_PULL && buf->pull == FS_PULL_POSTED) {
+		buf->stream = NULL; /* pulling in the background: reused when it lands */
+		return;
+	}
 	/* An unpulled payload would wait at the provider (and hold its
 	 * sender's buffer) forever: receive it, then reuse the buffer. */
 	if (buf->kind == FS_MSG_PULL && buf->pull == FS_PULL_NONE) {
@@ -299,8 +353,10 @@ static void fs_rx_pulled(struct fs_engine *e, struct fs_engine_rail *er, struct 
 		fs_engine_repost(er, buf); /* a discard */
 		return;
 	}
-	if (err == FI_ECANCELED)
+	if (err == FI_ECANCELED) {
 		buf->pull = FS_PULL_NONE; /* the payload still waits */
+		fs_stream_unpulled_inc(e, s);
+	}
 	else if (err || bytes != buf->len)
 		buf->pull = FS_PULL_FAILED;
 	else
@@ -473,6 +529,7 @@ int fs_stream_connect(struct fs_engine *e, struct fs_stream *s, uint32_t peer_id
 	if (peer_chunk < FS_PRE_ACK_CHUNK)
 		return -EPROTO;
 	s->peer_id = peer_id;
+	s->peer_pid = er->rail.kind == FS_PROV_SHM ? fs_shm_addr_pid(addr, addr_len) : 0;
 	s->peer_window = peer_window;
 	s->peer_chunk = peer_chunk;
 	if (s->peer_chunk + FS_WIRE_MSG_PREFIX > er->tx_data.buf_cap)
@@ -510,6 +567,10 @@ static void fs_stream_destroy(struct fs_engine *e, struct fs_stream *s)
 	}
 	if (fs_dlist_linked(&s->sleep_link))
 		fs_dlist_del(&s->sleep_link);
+	if (s->unpulled) {
+		s->unpulled = 0;
+		fs_dlist_del(&s->pull_link);
+	}
 	/* Buffers still posted for this stream's sends complete later and are
 	 * returned by the completion handler, which tolerates a NULL stream. */
 	er->reserved_data -= s->window;
@@ -787,6 +848,7 @@ static int fs_post_send(struct fs_stream *s, struct fs_buf *buf, unsigned cls)
 		return -FI_ECANCELED; /* the rail closed at exit under a still running thread */
 	fs_wire_ctrl_tag_encode(fs_tag_make(cls, buf->kind, s->peer_id, s->token), buf->mem);
 	FS_GUARD_ENTER();
+	FS_PROV_ENTER(s->erail, s->peer_pid);
 	if (cls == FS_CLASS_CTRL && inject)
 		ret = fi_tinject(rail->ep, buf->mem, bytes, s->peer_addr, FS_TAG_CTRL_ALL);
 	else if (cls == FS_CLASS_CTRL)
@@ -795,6 +857,7 @@ static int fs_post_send(struct fs_stream *s, struct fs_buf *buf, unsigned cls)
 		ret = fi_inject(rail->ep, buf->mem, bytes, s->peer_addr);
 	else
 		ret = fi_send(rail->ep, buf->mem, bytes, buf->desc, s->peer_addr, buf);
+	FS_PROV_LEAVE(s->erail);
 	FS_GUARD_LEAVE();
 	if (!ret)
 		buf->posted = inject ? 2 : 1; /* 2: done, no completion will come */
@@ -829,7 +892,9 @@ static int fs_post_announce(struct fs_stream *s, struct fs_buf *buf)
 		return -FI_ECANCELED;
 	fs_wire_ctrl_tag_encode(fs_tag_make(FS_CLASS_DATA, FS_MSG_PULL, s->peer_id, s->token), buf->mem);
 	FS_GUARD_ENTER();
+	FS_PROV_ENTER(s->erail, s->peer_pid);
 	ret = fi_inject(rail->ep, buf->mem, FS_WIRE_MSG_PREFIX, s->peer_addr);
+	FS_PROV_LEAVE(s->erail);
 	FS_GUARD_LEAVE();
 	return (int)ret;
 }
@@ -844,7 +909,9 @@ static int fs_post_payload(struct fs_stream *s, struct fs_buf *buf)
 	if (!s->erail->open)
 		return -FI_ECANCELED;
 	FS_GUARD_ENTER();
+	FS_PROV_ENTER(s->erail, s->peer_pid);
 	ret = fi_tsend(rail->ep, buf->mem + FS_WIRE_MSG_PREFIX, buf->len, buf->desc, s->peer_addr, tag, buf);
+	FS_PROV_LEAVE(s->erail);
 	FS_GUARD_LEAVE();
 	if (!ret) {
 		buf->posted = 1;
@@ -1154,6 +1221,8 @@ static void fs_rx_data(struct fs_engine *e, struct fs_engine_rail *er, struct fs
 		s->rx_bytes += next->len;
 		if (next->kind == FS_MSG_FIN)
 			s->peer_fin = true;
+		else if (next->kind == FS_MSG_PULL)
+			fs_stream_unpulled_inc(e, s);
 		fs_stream_changed(e, s);
 	}
 	return;
@@ -1247,10 +1316,12 @@ int fs_engine_progress(struct fs_engine *e)
 			continue;
 		for (int rounds = 0; rounds < 8; rounds++) {
 			FS_GUARD_ENTER();
+			FS_PROV_ENTER(er, -1);
 			if (er->rail.source)
 				n = fi_cq_readfrom(er->rail.cq, ent, FS_CQ_BATCH, src);
 			else
 				n = fi_cq_read(er->rail.cq, ent, FS_CQ_BATCH);
+			FS_PROV_LEAVE(er);
 			FS_GUARD_LEAVE();
 			if (n == -FI_EAVAIL) {
 				fs_cq_error(e, er);

@@ -108,6 +108,10 @@ struct fs_stream {
 	uint32_t freed;        /* messages the application consumed */
 	uint32_t freed_reported;
 	bool pulling;          /* a reader waits for the payload of rxq's head (core/stream.c) */
+	unsigned unpulled;     /* FS_MSG_PULL entries in rxq whose payload nobody asked for yet */
+	struct fs_dlist pull_link; /* on engine.unpulled while unpulled != 0 */
+	uint32_t pulls_started;    /* pulls the reader posted, ever */
+	uint32_t stale_mark[2];    /* pulls_started, rx_msgs at the service thread's last look */
 	bool peer_fin;         /* FIN reached the head of rxq */
 	bool fin_consumed;     /* the application has seen EOF */
 
@@ -132,6 +136,7 @@ struct fs_stream {
 	uint32_t rx_msgs;      /* data-class messages received */
 	bool armed;            /* the peer rings our doorbell after its next message */
 	bool peer_armed;       /* we ring the peer's after our next message */
+	long peer_pid;         /* shm: the peer's process, for a lock it died holding (fabric.h) */
 
 	/* failure */
 	int error;             /* sticky negative errno (ECONNRESET ...) */
@@ -169,6 +174,7 @@ struct fs_engine {
 	unsigned pending_tx; /* streams with queued data waiting for credit */
 	struct fs_dlist pending;  /* those streams (pending_link) */
 	struct fs_dlist sleeping; /* streams with sleepers (sleep_link) */
+	struct fs_dlist unpulled; /* streams with unpulled announcements (pull_link) */
 	/* Of the threads waiting in fs_stream_wait, one polls the completion
 	 * queue in short slices (the poller); the others sleep until rung. */
 	bool has_poller;
@@ -277,6 +283,13 @@ void fs_stream_abandon(struct fs_engine *e, struct fs_stream *s);
 /* True when the engine should be polled without delay (a send the provider
  * deferred could go now, or closing streams are flushing). Lock held. */
 bool fs_engine_busy(struct fs_engine *e);
+
+/* The service thread's look at announced payloads nobody pulls: a stream
+ * whose reader pulled nothing and received nothing since the last look has
+ * its waiting payloads pulled into their own buffers, so that the sender's
+ * buffers are not held by a slow (or gone) reader, and a sender that exits
+ * has delivered. Lock held. */
+void fs_engine_pull_stale(struct fs_engine *e);
 
 /* Runs the completion queues once. Returns completions handled. Lock held. */
 int fs_engine_progress(struct fs_engine *e);

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <uthash.h>
@@ -298,6 +299,219 @@ static struct fi_info *fs_rail_pick(struct fi_info *list, unsigned kind)
 static int fs_rail_open_inner(struct fs_rail *rail, unsigned kind, const struct sockaddr *local, char *why,
 			      size_t whylen);
 
+/* ---- a peer that died holding its shm lock ------------------------------
+ *
+ * libfabric's shm provider guards each process's region with a spin lock in
+ * that region, taken by the owner while it progresses and by every sender.
+ * A process SIGKILLed while holding it leaves every sender to it spinning
+ * inside fi_tsend forever (libfabric 1.17 has no robust lock). fabsock
+ * cannot avoid entering that call, so it undoes the damage: every shm post
+ * and completion-queue read is announced (fs_prov_call_begin/end); the
+ * service thread, seeing one call stuck for FS_STUCK_POST_MS, releases a
+ * lock that stays taken: our own region's (a dead receiver was writing a
+ * completion back to us: the case seen in e2e_peerkill) and a dead peer's,
+ * through this process's own mapping of the region.
+ *
+ * Where the lock is in a region differs between libfabric versions; in all
+ * of them it follows the region's base_addr field (the owner's mapping
+ * address). At rail open we look for that field in our own region, so the
+ * lock's offset is learnt from the running library, not assumed; if the
+ * search fails (another layout) the release is simply not done. */
+long fs_prov_call_pid;
+uint64_t fs_prov_calls;
+static size_t fs_shm_lock_off; /* 0: unknown */
+
+/* The start of this process's mapping of the /dev/shm file whose name starts
+ * with PREFIX (deleted or not), or 0. */
+static uintptr_t fs_shm_mapping(const char *prefix)
+{
+	char line[512], needle[128];
+	uintptr_t addr = 0;
+	FILE *maps = fopen("/proc/self/maps", "re");
+
+	if (!maps)
+		return 0;
+	snprintf(needle, sizeof(needle), "/dev/shm/%s", prefix);
+	while (!addr && fgets(line, sizeof(line), maps)) {
+		unsigned long start, off;
+
+		if (strstr(line, needle) && sscanf(line, "%lx-%*[0-9a-f] %*s %lx", &start, &off) == 2 && off == 0)
+			addr = start;
+	}
+	fclose(maps);
+	return addr;
+}
+
+static void fs_shm_find_lock(void)
+{
+	char prefix[64];
+	uintptr_t base;
+	pthread_spinlock_t fresh;
+
+	if (fs_shm_lock_off)
+		return;
+	snprintf(prefix, sizeof(prefix), "fabsock-%lu-%d-", fs_pid_namespace(), (int)getpid());
+	base = fs_shm_mapping(prefix);
+	if (!base || pthread_spin_init(&fresh, PTHREAD_PROCESS_SHARED))
+		return;
+	for (size_t off = 0; off + sizeof(uintptr_t) + sizeof(fresh) <= 256; off += sizeof(uintptr_t)) {
+		uintptr_t v;
+
+		memcpy(&v, (const void *)(base + off), sizeof(v));
+		if (v == base && !memcmp((const void *)(base + off + sizeof(v)), (const void *)&fresh, sizeof(fresh))) {
+			fs_shm_lock_off = off + sizeof(v);
+			break;
+		}
+	}
+	pthread_spin_destroy(&fresh);
+	if (!fs_shm_lock_off)
+		FS_INFO("shm region layout not recognised: a peer killed inside libfabric may hang its senders");
+}
+
+/* Gone, or a zombie (its memory and sockets are released, its pid not yet). */
+static bool fs_pid_dead(long pid)
+{
+	char path[64], stat[256], *paren;
+	int fd;
+	ssize_t n;
+
+	if (!fs_pid_alive(pid))
+		return true;
+	snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	n = pread(fd, stat, sizeof(stat) - 1, 0);
+	fs_real.close(fd);
+	if (n <= 0)
+		return false;
+	stat[n] = 0;
+	paren = strrchr(stat, ')');
+	return paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
+}
+
+/* True if the spin lock at ADDR stays taken (glibc: value <= 0) over 20 ms
+ * of samples: a live holder keeps it for microseconds. */
+static bool fs_lock_stuck(const volatile int *lock)
+{
+	for (int i = 0; i < 20; i++) {
+		if (__atomic_load_n(lock, __ATOMIC_RELAXED) > 0)
+			return false;
+		usleep(1000);
+	}
+	return true;
+}
+
+/* Releases the lock of the region mapped at BASE if it stays taken. */
+static bool fs_shm_unlock_if_stuck(uintptr_t base, const char *whose)
+{
+	pthread_spinlock_t *lock = (pthread_spinlock_t *)(base + fs_shm_lock_off);
+
+	if (!base || !fs_lock_stuck((const volatile int *)lock))
+		return false;
+	pthread_spin_unlock(lock);
+	FS_WARN("the shm lock of %s stayed taken while a peer process was gone; released it", whose);
+	return true;
+}
+
+bool fs_shm_release_dead(long pid)
+{
+	char prefix[64], whose[64];
+	bool done = false;
+
+	if (!fs_shm_lock_off)
+		return false;
+	/* A dead receiver may hold our own region's lock (it was writing a
+	 * completion back to us); a dead peer its own. */
+	snprintf(prefix, sizeof(prefix), "fabsock-%lu-%d-", fs_pid_namespace(), (int)getpid());
+	done = fs_shm_unlock_if_stuck(fs_shm_mapping(prefix), "this process's region");
+	if (pid > 0 && fs_pid_dead(pid)) {
+		snprintf(prefix, sizeof(prefix), "fabsock-%lu-%ld-", fs_pid_namespace(), pid);
+		snprintf(whose, sizeof(whose), "dead process %ld", pid);
+		done |= fs_shm_unlock_if_stuck(fs_shm_mapping(prefix), whose);
+	}
+	return done;
+}
+
+/* A shm provider call not returning for this long is stuck on a lock that a
+ * dead process holds. */
+#define FS_STUCK_CALL_MS 200
+
+/* Notices a provider call that has not returned for FS_STUCK_CALL_MS. */
+static void fs_shm_check_stuck(void)
+{
+	static long last;
+	static uint64_t last_count, since_ns;
+	long pid = __atomic_load_n(&fs_prov_call_pid, __ATOMIC_RELAXED);
+	uint64_t count = __atomic_load_n(&fs_prov_calls, __ATOMIC_RELAXED), now = fs_now_ns();
+
+	if (!pid || pid != last || count != last_count) {
+		last = pid;
+		last_count = count;
+		since_ns = now;
+		return;
+	}
+	if (now - since_ns < FS_STUCK_CALL_MS * 1000000ull)
+		return;
+	since_ns = now; /* at most one attempt per period */
+	fs_shm_release_dead(pid);
+}
+
+/* The watchdog is a thread of its own: the stuck call may be the service
+ * thread's (its progress posts sends too). It looks ten times a second,
+ * which costs nothing measurable even in an idle process. */
+static void *fs_shm_watchdog(void *arg)
+{
+	FS_GUARD_ENTER(); /* everything this thread does is fabsock's own */
+	for (;;) {
+		struct timespec ts = { 0, 100 * 1000000L };
+
+		nanosleep(&ts, NULL);
+		fs_shm_check_stuck();
+	}
+	return arg;
+}
+
+static void fs_shm_watchdog_start(void)
+{
+	static pid_t started;
+	pthread_t tid;
+	pthread_attr_t attr;
+	sigset_t all, old;
+
+	if (started == getpid())
+		return;
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	pthread_attr_setstacksize(&attr, 64 * 1024);
+	sigfillset(&all); /* never the application's signals */
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	FS_GUARD_ENTER();
+	if (fs_real.pthread_create(&tid, &attr, fs_shm_watchdog, NULL) == 0)
+		started = getpid();
+	else
+		FS_WARN("cannot start the shm watchdog thread; a peer killed inside libfabric may hang its senders");
+	FS_GUARD_LEAVE();
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	pthread_attr_destroy(&attr);
+}
+
+long fs_shm_addr_pid(const void *addr, size_t len)
+{
+	char name[FS_WIRE_ADDR_MAX + 1], *p;
+	unsigned long ns;
+	long pid;
+
+	if (!len || len > FS_WIRE_ADDR_MAX)
+		return 0;
+	memcpy(name, addr, len);
+	name[len] = 0;
+	p = strstr(name, "fabsock-");
+	if (!p || sscanf(p, "fabsock-%lu-%ld-", &ns, &pid) != 2 || ns != fs_pid_namespace())
+		return 0;
+	return pid;
+}
+
 /* Opens a rail, noting the signal handlers the provider installs (sigs.h). */
 int fs_rail_open(struct fs_rail *rail, unsigned kind, const struct sockaddr *local, char *why,
 		 size_t whylen)
@@ -414,6 +628,11 @@ static int fs_rail_open_inner(struct fs_rail *rail, unsigned kind, const struct 
 		goto err_ep;
 	}
 	FS_GUARD_LEAVE();
+	if (kind == FS_PROV_SHM) {
+		fs_shm_find_lock();
+		if (fs_shm_lock_off)
+			fs_shm_watchdog_start();
+	}
 	FS_INFO("opened %s rail: domain %s, inject %zu, tx %zu, rx %zu, iov %zu, mr_local %d, source %d",
 		fs_fabric_prov_name(kind), fi->domain_attr->name, rail->inject_size, rail->tx_depth,
 		rail->rx_depth, rail->iov_limit, rail->mr_local, rail->source);

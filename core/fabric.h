@@ -79,6 +79,28 @@ struct fs_rail {
 	struct fs_av_peer *peers;  /* by address: streams to one peer share its entry */
 };
 
+/* The peer of the shm provider call under way (-1: a completion-queue read,
+ * 0: none) and the number of such calls made: the service thread watches
+ * them for a call stuck on a lock a dead process holds. */
+extern long fs_prov_call_pid;
+extern uint64_t fs_prov_calls;
+static inline void fs_prov_call_begin(long pid)
+{
+	__atomic_store_n(&fs_prov_call_pid, pid, __ATOMIC_RELAXED);
+}
+static inline void fs_prov_call_end(void)
+{
+	__atomic_store_n(&fs_prov_call_pid, 0, __ATOMIC_RELAXED);
+	/* callers hold the engine lock: no locked add needed */
+	__atomic_store_n(&fs_prov_calls, __atomic_load_n(&fs_prov_calls, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+}
+/* A provider call has been stuck for a while: releases our own region's
+ * lock, and that of process PID if it is gone (or a zombie), when the lock
+ * stays taken (see fabric.c). True if it released one. */
+bool fs_shm_release_dead(long pid);
+/* The pid in one of our shm addresses (same PID namespace), else 0. */
+long fs_shm_addr_pid(const void *addr, size_t len);
+
 /* Opens a rail of KIND. LOCAL (may be NULL) is the local address of the TCP
  * connection, used to bind IP-based providers to the same interface.
  * Returns 0, or a negative errno with a one-line reason in WHY. */

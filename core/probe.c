@@ -373,6 +373,8 @@ static void *fs_service_main(void *arg)
 
 				busy = fs_engine_busy(e);
 				live = e->live_streams != 0;
+				/* payloads a slow reader leaves at the sender come over */
+				fs_engine_pull_stale(e);
 				/* Idle: ask every peer to ring the doorbell, then sleep on it. */
 				if (!busy && fs_engine_quiet(e, now))
 					fs_bell_arm_all(e);

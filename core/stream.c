@@ -387,16 +387,26 @@ static void fs_pull_wait(struct fs_engine *e, struct fs_stream *s, struct fs_buf
 	}
 }
 
-/* Pulls the payload that BUF (the head of the receive queue, an FS_MSG_PULL
- * entry) announces, into DST or, when DST is NULL, into BUF, which then
- * becomes an ordinary data entry. Returns 0, or a negative errno when the
- * stream broke or was closed meanwhile (the entry then stays unpulled, or
- * empty if its payload was lost). */
+/* Pulls the payload that BUF (an FS_MSG_PULL entry of the receive queue)
+ * announces, into DST or, when DST is NULL, into BUF, which then becomes an
+ * ordinary data entry. A pull the service thread started already (into BUF:
+ * fs_engine_pull_stale) is waited for instead. Returns 0, or a negative
+ * errno when the stream broke or was closed meanwhile (the entry then stays
+ * unpulled, or empty if its payload was lost). */
 static int fs_recv_pull(struct fs_engine *e, struct fs_stream *s, struct fs_buf *buf, void *dst, int ctl_fd)
 {
-	int ret = fs_engine_pull(s, buf, dst);
+	int ret = 0;
 
-	if (!ret) {
+	if (buf->pull == FS_PULL_NONE) {
+		ret = fs_engine_pull(s, buf, dst);
+		if (!ret) {
+			fs_stream_unpulled_dec(e, s);
+			s->pulls_started++;
+		}
+	} else {
+		dst = NULL; /* the service thread's pull lands in BUF */
+	}
+	if (!ret && buf->pull == FS_PULL_POSTED) {
 		s->pulling = true;
 		fs_pull_wait(e, s, buf, ctl_fd);
 		s->pulling = false;
@@ -456,7 +466,7 @@ static size_t fs_recv_copy(struct fs_engine *e, struct fs_stream *s, const struc
 		size_t avail, space = iov[i].iov_len - iov_off, n;
 
 		if (buf->kind == FS_MSG_PULL) {
-			bool direct = !peek && buf == s->rxq_head && space >= buf->len;
+			bool direct = !peek && buf == s->rxq_head && space >= buf->len && buf->pull == FS_PULL_NONE;
 
 			if (!direct && !peek && short_ok && done + copied)
 				break;

@@ -21,6 +21,9 @@ struct fs_engine *fs_stream_engine(void);
  * of S) into DST, or into BUF itself when DST is NULL. Returns 0 (BUF->pull
  * is FS_PULL_POSTED until the completion) or a negative libfabric error. */
 int fs_engine_pull(struct fs_stream *s, struct fs_buf *buf, void *dst);
+/* BUF's announcement leaves / rejoins the unpulled set of S. */
+void fs_stream_unpulled_dec(struct fs_engine *e, struct fs_stream *s);
+void fs_stream_unpulled_inc(struct fs_engine *e, struct fs_stream *s);
 /* Asks the provider to cancel that receive; its completion still comes. */
 void fs_engine_pull_cancel(struct fs_stream *s, struct fs_buf *buf);
 /* A receive buffer S no longer wants: back to the catch-all receives, after

@@ -676,6 +676,38 @@ static void test_close(struct fs_stream *a, struct fs_stream *b, const char *lab
 	fs_stream_drop_app(b);
 }
 
+/* A reader that does not read: after two looks of the service thread with
+ * nothing pulled or received in between, the announced payloads are pulled
+ * into their own buffers, which releases the sender's buffers (a sender
+ * that exits then has delivered); the reader still gets every byte. */
+static void test_stale_pull(struct fs_stream *a, struct fs_stream *b, uint64_t key)
+{
+	struct test_flow f;
+	uint64_t direct = fs_stats.pull_direct_bytes, bounce = fs_stats.pull_bounce_bytes;
+	unsigned inflight, unpulled;
+
+	flow_init(&f, a, b, key);
+	for (int i = 0; i < 3; i++)
+		CHECK(flow_send(&f, 40000) == 40000);
+	settle();
+	pthread_mutex_lock(&engine->lock);
+	unpulled = b->unpulled;
+	fs_engine_pull_stale(engine); /* first look: marks */
+	CHECK(b->unpulled == unpulled);
+	fs_engine_pull_stale(engine); /* nothing changed: stale */
+	pthread_mutex_unlock(&engine->lock);
+	settle();
+	pthread_mutex_lock(&engine->lock);
+	inflight = a->tx_inflight;
+	pthread_mutex_unlock(&engine->lock);
+	printf("stale pull: %u unpulled before, %u now; sender's sends in flight after: %u\n", unpulled, b->unpulled,
+	       inflight);
+	CHECK(unpulled == 3 && b->unpulled == 0 && inflight == 0);
+	flow_drain(&f, 120000);
+	CHECK(f.mismatches == 0 && f.sum_sent == f.sum_received);
+	CHECK(fs_stats.pull_direct_bytes == direct && fs_stats.pull_bounce_bytes == bounce + 120000);
+}
+
 /* A reader that closes with announced payloads unread (FS_MSG_PULL) must
  * still receive them, into its own buffers, or they would wait at the
  * provider, holding the sender's buffers, forever: the sender's payload
@@ -767,6 +799,7 @@ int main(void)
 		test_backpressure(b, a, 210, "default, reverse");
 		test_quiescent(a, b);
 		test_peek(a, b, 300);
+		test_stale_pull(a, b, 350);
 		test_waitall(a, b, 400);
 		test_quiescent(a, b);
 		test_shutdown(a, b, 500);
