@@ -320,6 +320,8 @@ static int fs_rail_open_inner(struct fs_rail *rail, unsigned kind, const struct 
 long fs_prov_call_pid;
 uint64_t fs_prov_calls;
 static size_t fs_shm_lock_off; /* 0: unknown */
+static int fs_shm_lock_free;   /* the value of a free (freshly made) lock */
+_Static_assert(sizeof(pthread_spinlock_t) == sizeof(int), "a spin lock is one int");
 
 /* The start of this process's mapping of the /dev/shm file whose name starts
  * with PREFIX (deleted or not), or 0. */
@@ -360,6 +362,7 @@ static void fs_shm_find_lock(void)
 		memcpy(&v, (const void *)(base + off), sizeof(v));
 		if (v == base && !memcmp((const void *)(base + off + sizeof(v)), (const void *)&fresh, sizeof(fresh))) {
 			fs_shm_lock_off = off + sizeof(v);
+			memcpy(&fs_shm_lock_free, (const void *)&fresh, sizeof(fs_shm_lock_free));
 			break;
 		}
 	}
@@ -390,12 +393,12 @@ static bool fs_pid_dead(long pid)
 	return paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
 }
 
-/* True if the spin lock at ADDR stays taken (glibc: value <= 0) over 20 ms
- * of samples: a live holder keeps it for microseconds. */
-static bool fs_lock_stuck(const volatile int *lock)
+/* True if the spin lock at ADDR stays taken over 20 ms of samples: a live
+ * holder keeps it for microseconds. */
+static bool fs_lock_stuck(int *lock)
 {
 	for (int i = 0; i < 20; i++) {
-		if (__atomic_load_n(lock, __ATOMIC_RELAXED) > 0)
+		if (__atomic_load_n(lock, __ATOMIC_RELAXED) == fs_shm_lock_free)
 			return false;
 		usleep(1000);
 	}
@@ -405,11 +408,13 @@ static bool fs_lock_stuck(const volatile int *lock)
 /* Releases the lock of the region mapped at BASE if it stays taken. */
 static bool fs_shm_unlock_if_stuck(uintptr_t base, const char *whose)
 {
-	pthread_spinlock_t *lock = (pthread_spinlock_t *)(base + fs_shm_lock_off);
+	int *lock = (int *)(base + fs_shm_lock_off);
 
-	if (!base || !fs_lock_stuck((const volatile int *)lock))
+	if (!base || !fs_lock_stuck(lock))
 		return false;
-	pthread_spin_unlock(lock);
+	/* What pthread_spin_unlock does, without telling a thread sanitizer
+	 * that this thread unlocks a lock it never took. */
+	__atomic_store_n(lock, fs_shm_lock_free, __ATOMIC_RELEASE);
 	FS_WARN("the shm lock of %s stayed taken while a peer process was gone; released it", whose);
 	return true;
 }
