@@ -691,17 +691,20 @@ static void test_stale_pull(struct fs_stream *a, struct fs_stream *b, uint64_t k
 		CHECK(flow_send(&f, 40000) == 40000);
 	settle();
 	pthread_mutex_lock(&engine->lock);
-	unpulled = b->unpulled;
-	fs_engine_pull_stale(engine); /* first look: marks */
-	CHECK(b->unpulled == unpulled);
-	fs_engine_pull_stale(engine); /* nothing changed: stale */
+	unpulled = 0; /* announced, whether or not the service thread pulled them already */
+	for (struct fs_buf *buf = b->rxq_head; buf; buf = buf->next)
+		unpulled += buf->kind == FS_MSG_PULL;
+	/* Two looks with nothing pulled or received in between make them
+	 * stale. (The process's service thread looks too, on its own.) */
+	for (int look = 0; look < 3 && b->unpulled; look++)
+		fs_engine_pull_stale(engine);
 	pthread_mutex_unlock(&engine->lock);
 	settle();
 	pthread_mutex_lock(&engine->lock);
 	inflight = a->tx_inflight;
 	pthread_mutex_unlock(&engine->lock);
-	printf("stale pull: %u unpulled before, %u now; sender's sends in flight after: %u\n", unpulled, b->unpulled,
-	       inflight);
+	printf("stale pull: %u announced, %u unpulled now; sender's sends in flight after: %u\n", unpulled,
+	       b->unpulled, inflight);
 	CHECK(unpulled == 3 && b->unpulled == 0 && inflight == 0);
 	flow_drain(&f, 120000);
 	CHECK(f.mismatches == 0 && f.sum_sent == f.sum_received);
@@ -730,8 +733,10 @@ static void test_close_unread(struct fs_stream *a, struct fs_stream *b)
 		pulls += buf->kind == FS_MSG_PULL;
 	inflight = a->tx_inflight;
 	pthread_mutex_unlock(&engine->lock);
+	/* (the sends may have completed already: the service thread pulls
+	 * payloads nobody reads, fs_engine_pull_stale) */
 	printf("close unread: %u announced payloads waiting, %u sends in flight\n", pulls, inflight);
-	CHECK(pulls == 3 && inflight == 3);
+	CHECK(pulls == 3);
 	fs_stream_close(b, -1, false); /* unread data: a reset */
 	while (fs_now_ns() < deadline) {
 		pthread_mutex_lock(&engine->lock);
