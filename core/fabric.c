@@ -323,9 +323,9 @@ static size_t fs_shm_lock_off; /* 0: unknown */
 static int fs_shm_lock_free;   /* the value of a free (freshly made) lock */
 _Static_assert(sizeof(pthread_spinlock_t) == sizeof(int), "a spin lock is one int");
 
-/* The start of this process's mapping of the /dev/shm file whose name starts
- * with PREFIX (deleted or not), or 0. */
-static uintptr_t fs_shm_mapping(const char *prefix)
+/* The start of this process's mapping of the shm region of process PID
+ * (deleted or not), or 0. */
+static uintptr_t fs_shm_mapping(long pid)
 {
 	char line[512], needle[128];
 	uintptr_t addr = 0;
@@ -333,7 +333,7 @@ static uintptr_t fs_shm_mapping(const char *prefix)
 
 	if (!maps)
 		return 0;
-	snprintf(needle, sizeof(needle), "/dev/shm/%s", prefix);
+	snprintf(needle, sizeof(needle), "/dev/shm/fabsock-%lu-%ld-", fs_pid_namespace(), pid);
 	while (!addr && fgets(line, sizeof(line), maps)) {
 		unsigned long start, off;
 
@@ -346,14 +346,12 @@ static uintptr_t fs_shm_mapping(const char *prefix)
 
 static void fs_shm_find_lock(void)
 {
-	char prefix[64];
 	uintptr_t base;
 	pthread_spinlock_t fresh;
 
 	if (fs_shm_lock_off)
 		return;
-	snprintf(prefix, sizeof(prefix), "fabsock-%lu-%d-", fs_pid_namespace(), (int)getpid());
-	base = fs_shm_mapping(prefix);
+	base = fs_shm_mapping(getpid());
 	if (!base || pthread_spin_init(&fresh, PTHREAD_PROCESS_SHARED))
 		return;
 	for (size_t off = 0; off + sizeof(uintptr_t) + sizeof(fresh) <= 256; off += sizeof(uintptr_t)) {
@@ -436,19 +434,17 @@ static bool fs_shm_unlock_if_stuck(uintptr_t base, const char *whose)
 
 bool fs_shm_release_dead(long pid)
 {
-	char prefix[64], whose[64];
+	char whose[64];
 	bool done = false;
 
 	if (!fs_shm_lock_off)
 		return false;
 	/* A dead receiver may hold our own region's lock (it was writing a
 	 * completion back to us); a dead peer its own. */
-	snprintf(prefix, sizeof(prefix), "fabsock-%lu-%d-", fs_pid_namespace(), (int)getpid());
-	done = fs_shm_unlock_if_stuck(fs_shm_mapping(prefix), "this process's region");
+	done = fs_shm_unlock_if_stuck(fs_shm_mapping(getpid()), "this process's region");
 	if (pid > 0 && fs_pid_dead(pid)) {
-		snprintf(prefix, sizeof(prefix), "fabsock-%lu-%ld-", fs_pid_namespace(), pid);
 		snprintf(whose, sizeof(whose), "dead process %ld", pid);
-		done |= fs_shm_unlock_if_stuck(fs_shm_mapping(prefix), whose);
+		done |= fs_shm_unlock_if_stuck(fs_shm_mapping(pid), whose);
 	}
 	return done;
 }
@@ -495,25 +491,13 @@ static void *fs_shm_watchdog(void *arg)
 static void fs_shm_watchdog_start(void)
 {
 	static pid_t started;
-	pthread_t tid;
-	pthread_attr_t attr;
-	sigset_t all, old;
 
 	if (started == getpid())
 		return;
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	pthread_attr_setstacksize(&attr, 64 * 1024);
-	sigfillset(&all); /* never the application's signals */
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	FS_GUARD_ENTER();
-	if (fs_real.pthread_create(&tid, &attr, fs_shm_watchdog, NULL) == 0)
+	if (fs_thread_start(fs_shm_watchdog, 64 * 1024) == 0)
 		started = getpid();
 	else
 		FS_WARN("cannot start the shm watchdog thread; a peer killed inside libfabric may hang its senders");
-	FS_GUARD_LEAVE();
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	pthread_attr_destroy(&attr);
 }
 
 long fs_shm_addr_pid(const void *addr, size_t len)

@@ -34,6 +34,7 @@
 #include "core/bell.h"
 #include "core/engine.h"
 #include "core/guard.h"
+#include "core/sigs.h"
 #include "core/sock.h"
 #include "core/stats.h"
 #include "core/wire.h"
@@ -227,28 +228,14 @@ static void *fs_service_main(void *arg);
 /* Starts the thread in this process if it is not running. Service lock held. */
 static void fs_service_ensure(void)
 {
-	pthread_t tid;
-	pthread_attr_t attr;
-	sigset_t all, old;
-
 	if (fs_service_pid == getpid())
 		return;
 	if (fs_service_wake_fd < 0)
 		fs_service_wake_fd = fs_internal_fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	pthread_attr_setstacksize(&attr, 256 * 1024);
-	/* The thread must never take the application's signals. */
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	FS_GUARD_ENTER();
-	if (fs_real.pthread_create(&tid, &attr, fs_service_main, NULL) == 0)
+	if (fs_thread_start(fs_service_main, 256 * 1024) == 0)
 		fs_service_pid = getpid();
 	else
 		FS_WARN("cannot start the fabsock service thread; probes go unanswered");
-	FS_GUARD_LEAVE();
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	pthread_attr_destroy(&attr);
 }
 
 void fs_service_kick(void)

@@ -3,6 +3,8 @@
 #include "core/sigs.h"
 
 #include "config/log.h"
+#include "core/guard.h"
+#include "preload/real.h"
 
 #include <pthread.h>
 #include <string.h>
@@ -88,4 +90,24 @@ void fs_sigs_after_fork(void)
 		if (sigaction(sig, NULL, &now) == 0 && fs_sigs_handler(&now) == provider)
 			sigaction(sig, &fs_sigs_app[sig], NULL);
 	}
+}
+
+int fs_thread_start(void *(*fn)(void *), size_t stack)
+{
+	pthread_t tid;
+	pthread_attr_t attr;
+	sigset_t all, old;
+	int ret;
+
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	pthread_attr_setstacksize(&attr, stack);
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	FS_GUARD_ENTER();
+	ret = fs_real.pthread_create(&tid, &attr, fn, NULL);
+	FS_GUARD_LEAVE();
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	pthread_attr_destroy(&attr);
+	return ret;
 }

@@ -19,6 +19,7 @@
 
 #include <signal.h>
 #include <stdbool.h>
+#include <stddef.h>
 
 struct fs_sigs_snapshot {
 	struct sigaction act[NSIG];
@@ -36,5 +37,10 @@ void fs_sigs_after_fork(void);
 
 /* After EINTR in an emulated blocking call: restart it? */
 bool fs_sigs_restart(void);
+
+/* Starts a detached thread of fabsock's own (service, watchdog) running
+ * FN with a stack of STACK bytes. It never takes the application's signals:
+ * all are blocked in it. Returns 0, or the error of pthread_create. */
+int fs_thread_start(void *(*fn)(void *), size_t stack);
 
 #endif
