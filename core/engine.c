@@ -259,17 +259,21 @@ void fs_engine_repost(struct fs_engine_rail *er, struct fs_buf *buf)
 
 /* ---- pulls --------------------------------------------------------------- */
 
-/* Posts a receive for exactly BUF->pull_tag into DST. */
-static int fs_post_pull(struct fs_engine_rail *er, struct fs_buf *buf, void *dst, size_t len, void *desc)
+/* Posts a receive for exactly BUF->pull_tag, of BUF->len bytes, into DST
+ * or, when DST is NULL, into BUF's own payload space. */
+static int fs_post_pull(struct fs_engine_rail *er, struct fs_buf *buf, void *dst)
 {
+	void *desc = dst ? NULL : buf->desc;
 	ssize_t ret = -FI_ECANCELED;
 
+	if (!dst)
+		dst = buf->mem + FS_WIRE_MSG_PREFIX;
 	if (!er->open)
 		return -FI_ECANCELED;
 	FS_GUARD_ENTER();
 	FS_PROV_ENTER(er, -1);
 	for (int tries = 0; tries < 1000; tries++) {
-		ret = fi_trecv(er->rail.ep, dst, len, desc, FI_ADDR_UNSPEC, buf->pull_tag, 0, buf);
+		ret = fi_trecv(er->rail.ep, dst, buf->len, desc, FI_ADDR_UNSPEC, buf->pull_tag, 0, buf);
 		if (ret != -FI_EAGAIN)
 			break;
 		(void)fi_cq_read(er->rail.cq, NULL, 0);
@@ -283,9 +287,7 @@ static int fs_post_pull(struct fs_engine_rail *er, struct fs_buf *buf, void *dst
 
 int fs_engine_pull(struct fs_stream *s, struct fs_buf *buf, void *dst)
 {
-	if (dst)
-		return fs_post_pull(s->erail, buf, dst, buf->len, NULL);
-	return fs_post_pull(s->erail, buf, buf->mem + FS_WIRE_MSG_PREFIX, buf->len, buf->desc);
+	return fs_post_pull(s->erail, buf, dst);
 }
 
 void fs_engine_pull_cancel(struct fs_stream *s, struct fs_buf *buf)
@@ -317,8 +319,9 @@ void fs_engine_pull_stale(struct fs_engine *e)
 		struct fs_stream *s = fs_stream_of(n, pull_link);
 
 		next = n->next; /* pulling them all unlinks S */
-		if (s->pulling || s->pulls_started != s->stale_mark[0] || s->rx_msgs != s->stale_mark[1]) {
-			s->stale_mark[0] = s->pulls_started;
+		/* the reader consumed nothing, nothing arrived: nobody is reading */
+		if (s->pulling || s->freed != s->stale_mark[0] || s->rx_msgs != s->stale_mark[1]) {
+			s->stale_mark[0] = s->freed;
 			s->stale_mark[1] = s->rx_msgs;
 			continue;
 		}
@@ -338,7 +341,7 @@ void fs_engine_rx_discard(struct fs_engine_rail *er, struct fs_buf *buf)
 	 * sender's buffer) forever: receive it, then reuse the buffer. */
 	if (buf->kind == FS_MSG_PULL && buf->pull == FS_PULL_NONE) {
 		buf->stream = NULL;
-		if (!fs_post_pull(er, buf, buf->mem, buf->cap, buf->desc))
+		if (!fs_post_pull(er, buf, NULL))
 			return;
 	}
 	fs_engine_repost(er, buf);
@@ -356,8 +359,7 @@ static void fs_rx_pulled(struct fs_engine *e, struct fs_engine_rail *er, struct 
 	if (err == FI_ECANCELED) {
 		buf->pull = FS_PULL_NONE; /* the payload still waits */
 		fs_stream_unpulled_inc(e, s);
-	}
-	else if (err || bytes != buf->len)
+	} else if (err || bytes != buf->len)
 		buf->pull = FS_PULL_FAILED;
 	else
 		buf->pull = FS_PULL_DONE;
@@ -836,36 +838,49 @@ static bool fs_stream_can_post(const struct fs_stream *s)
 	return s->txq_head && (s->txq_head->announced || fs_stream_credits(s));
 }
 
-/* Posts one message. Returns 0, -FI_EAGAIN (try later) or another error. */
-static int fs_post_send(struct fs_stream *s, struct fs_buf *buf, unsigned cls)
+/* Sends BYTES at DATA (inside BUF) to S's peer: tagged with TAG if TAGGED,
+ * else untagged; by inject when it fits (BUF->posted 2: done, no completion
+ * will come), else with BUF as the context (posted 1). Returns 0,
+ * -FI_EAGAIN (try later) or another error. */
+static int fs_post(struct fs_stream *s, struct fs_buf *buf, const void *data, size_t bytes, bool tagged,
+		   uint64_t tag)
 {
 	struct fs_rail *rail = &s->erail->rail;
-	size_t bytes = FS_WIRE_MSG_PREFIX + buf->len;
 	bool inject = bytes <= rail->inject_size;
 	ssize_t ret;
 
 	if (!s->erail->open)
 		return -FI_ECANCELED; /* the rail closed at exit under a still running thread */
-	fs_wire_ctrl_tag_encode(fs_tag_make(cls, buf->kind, s->peer_id, s->token), buf->mem);
 	FS_GUARD_ENTER();
 	FS_PROV_ENTER(s->erail, s->peer_pid);
-	if (cls == FS_CLASS_CTRL && inject)
-		ret = fi_tinject(rail->ep, buf->mem, bytes, s->peer_addr, FS_TAG_CTRL_ALL);
-	else if (cls == FS_CLASS_CTRL)
-		ret = fi_tsend(rail->ep, buf->mem, bytes, buf->desc, s->peer_addr, FS_TAG_CTRL_ALL, buf);
-	else if (inject)
-		ret = fi_inject(rail->ep, buf->mem, bytes, s->peer_addr);
+	if (tagged)
+		ret = inject ? fi_tinject(rail->ep, data, bytes, s->peer_addr, tag)
+			     : fi_tsend(rail->ep, data, bytes, buf->desc, s->peer_addr, tag, buf);
 	else
-		ret = fi_send(rail->ep, buf->mem, bytes, buf->desc, s->peer_addr, buf);
+		ret = inject ? fi_inject(rail->ep, data, bytes, s->peer_addr)
+			     : fi_send(rail->ep, data, bytes, buf->desc, s->peer_addr, buf);
 	FS_PROV_LEAVE(s->erail);
 	FS_GUARD_LEAVE();
-	if (!ret)
-		buf->posted = inject ? 2 : 1; /* 2: done, no completion will come */
-	if (!ret && buf->posted == 1)
+	if (ret)
+		return (int)ret;
+	buf->posted = inject ? 2 : 1;
+	if (!inject)
 		s->erail->tx_posted++;
-	if (!ret && s->peer_armed)
+	if (s->peer_armed)
 		fs_bell_ring(s); /* the peer sleeps until told */
-	return (int)ret;
+	return 0;
+}
+
+/* Posts BUF (its tag, header and payload) as one message of class CLS, or,
+ * if ANNOUNCE, only its tag and header as the FS_MSG_PULL that announces
+ * its payload (which fs_stream_flush sends next, by fs_post). */
+static int fs_post_msg(struct fs_stream *s, struct fs_buf *buf, unsigned cls, bool announce)
+{
+	unsigned kind = announce ? FS_MSG_PULL : buf->kind;
+
+	fs_wire_ctrl_tag_encode(fs_tag_make(cls, kind, s->peer_id, s->token), buf->mem);
+	return fs_post(s, buf, buf->mem, FS_WIRE_MSG_PREFIX + (announce ? 0 : buf->len), cls == FS_CLASS_CTRL,
+		       FS_TAG_CTRL_ALL);
 }
 
 static void fs_fill_header(struct fs_stream *s, struct fs_buf *buf, uint32_t seq)
@@ -879,47 +894,6 @@ static void fs_fill_header(struct fs_stream *s, struct fs_buf *buf, uint32_t seq
 
 	fs_wire_hdr_encode(&hdr, buf->mem + FS_WIRE_CTRL_TAG_LEN);
 	s->freed_reported = s->freed;
-}
-
-/* Posts BUF's announcement (its header, kind FS_MSG_PULL): the payload
- * follows in fs_post_payload. */
-static int fs_post_announce(struct fs_stream *s, struct fs_buf *buf)
-{
-	struct fs_rail *rail = &s->erail->rail;
-	ssize_t ret;
-
-	if (!s->erail->open)
-		return -FI_ECANCELED;
-	fs_wire_ctrl_tag_encode(fs_tag_make(FS_CLASS_DATA, FS_MSG_PULL, s->peer_id, s->token), buf->mem);
-	FS_GUARD_ENTER();
-	FS_PROV_ENTER(s->erail, s->peer_pid);
-	ret = fi_inject(rail->ep, buf->mem, FS_WIRE_MSG_PREFIX, s->peer_addr);
-	FS_PROV_LEAVE(s->erail);
-	FS_GUARD_LEAVE();
-	return (int)ret;
-}
-
-/* Posts the payload of an announced BUF, tagged for the peer's pull. */
-static int fs_post_payload(struct fs_stream *s, struct fs_buf *buf)
-{
-	struct fs_rail *rail = &s->erail->rail;
-	uint64_t tag = fs_tag_pull(s->peer_id, buf->seq, s->token);
-	ssize_t ret;
-
-	if (!s->erail->open)
-		return -FI_ECANCELED;
-	FS_GUARD_ENTER();
-	FS_PROV_ENTER(s->erail, s->peer_pid);
-	ret = fi_tsend(rail->ep, buf->mem + FS_WIRE_MSG_PREFIX, buf->len, buf->desc, s->peer_addr, tag, buf);
-	FS_PROV_LEAVE(s->erail);
-	FS_GUARD_LEAVE();
-	if (!ret) {
-		buf->posted = 1;
-		s->erail->tx_posted++;
-		if (s->peer_armed)
-			fs_bell_ring(s);
-	}
-	return (int)ret;
 }
 
 /* Takes the head of S's send queue off it. */
@@ -953,7 +927,7 @@ void fs_stream_flush(struct fs_engine *e, struct fs_stream *s)
 			if (!fs_stream_credits(s))
 				break;
 			fs_fill_header(s, buf, s->tx_seq + 1);
-			ret = pull ? fs_post_announce(s, buf) : fs_post_send(s, buf, FS_CLASS_DATA);
+			ret = fs_post_msg(s, buf, FS_CLASS_DATA, pull);
 			if (ret == -FI_EAGAIN)
 				break;
 			if (ret)
@@ -961,29 +935,26 @@ void fs_stream_flush(struct fs_engine *e, struct fs_stream *s)
 			s->tx_seq++;
 			if (buf->kind == FS_MSG_DATA)
 				FS_STAT_ADD(fabric_tx_bytes, buf->len);
-			if (pull) {
-				buf->announced = 1;
-				buf->seq = s->tx_seq;
-			} else {
-				fs_txq_pop(s);
-				if (buf->posted == 2) {
-					if (buf->kind == FS_MSG_FIN)
-						s->fin_done = true;
-					fs_pool_put(buf);
-				} else {
-					s->tx_inflight++;
-				}
-				continue;
-			}
+			buf->seq = s->tx_seq;
+			buf->announced = pull;
 		}
-		/* The announcement is out: the payload must follow, credit or not. */
-		ret = fs_post_payload(s, buf);
-		if (ret == -FI_EAGAIN)
-			break;
-		if (ret)
-			goto failed;
+		if (buf->announced) {
+			/* The announcement is out: the payload must follow, credit or not. */
+			ret = fs_post(s, buf, buf->mem + FS_WIRE_MSG_PREFIX, buf->len, true,
+				      fs_tag_pull(s->peer_id, buf->seq, s->token));
+			if (ret == -FI_EAGAIN)
+				break;
+			if (ret)
+				goto failed;
+		}
 		fs_txq_pop(s);
-		s->tx_inflight++;
+		if (buf->posted == 2) {
+			if (buf->kind == FS_MSG_FIN)
+				s->fin_done = true;
+			fs_pool_put(buf);
+		} else {
+			s->tx_inflight++;
+		}
 		continue;
 failed:
 		FS_WARN("stream %u: sending on the %s rail failed: %s; resetting it", s->id,
@@ -1092,7 +1063,7 @@ void fs_stream_maybe_credit(struct fs_engine *e, struct fs_stream *s)
 	buf->len = 0;
 	buf->stream = s;
 	fs_fill_header(s, buf, s->ctrl_sent + 1);
-	ret = fs_post_send(s, buf, FS_CLASS_CTRL);
+	ret = fs_post_msg(s, buf, FS_CLASS_CTRL, false);
 	if (ret) {
 		/* not sent: credits stay unreported, retried on the next read */
 		s->freed_reported -= unreported;
@@ -1110,10 +1081,14 @@ void fs_stream_maybe_credit(struct fs_engine *e, struct fs_stream *s)
 
 static void fs_orphan_check(struct fs_engine *e, struct fs_stream *s);
 
-static void fs_tx_done(struct fs_engine *e, struct fs_buf *buf)
+/* A send of ours completed (or failed). */
+static void fs_tx_done(struct fs_engine *e, struct fs_engine_rail *er, struct fs_buf *buf)
 {
 	struct fs_stream *s = buf->stream;
 
+	if (buf->posted == 1 && er->tx_posted)
+		er->tx_posted--;
+	buf->posted = 0;
 	if (s && buf->role == FS_BUF_TX && buf->kind != FS_MSG_CREDIT) {
 		fs_stream_changed(e, s);
 		s->tx_inflight--;
@@ -1266,8 +1241,6 @@ static void fs_cq_error(struct fs_engine *e, struct fs_engine_rail *er)
 	buf = err.op_context;
 	if (!buf)
 		return;
-	if (buf->role == FS_BUF_TX && buf->posted == 1 && er->tx_posted)
-		er->tx_posted--;
 	if (buf->role == FS_BUF_TX) {
 		struct fs_stream *s = buf->stream;
 
@@ -1278,7 +1251,7 @@ static void fs_cq_error(struct fs_engine *e, struct fs_engine_rail *er)
 			fs_stream_changed(e, s);
 			FS_STAT_INC(resets);
 		}
-		fs_tx_done(e, buf);
+		fs_tx_done(e, er, buf);
 		return;
 	}
 	if (buf->pull == FS_PULL_POSTED) {
@@ -1336,12 +1309,12 @@ int fs_engine_progress(struct fs_engine *e)
 
 				if (!buf)
 					continue;
-				if (buf->role == FS_BUF_TX && buf->posted == 1 && er->tx_posted)
-					er->tx_posted--;
+				if (buf->role == FS_BUF_TX) {
+					fs_tx_done(e, er, buf);
+					continue;
+				}
 				buf->posted = 0;
-				if (buf->role == FS_BUF_TX)
-					fs_tx_done(e, buf);
-				else if (buf->pull == FS_PULL_POSTED)
+				if (buf->pull == FS_PULL_POSTED)
 					fs_rx_pulled(e, er, buf, ent[i].len, 0);
 				else if (buf->role == FS_BUF_RX_CTRL)
 					fs_rx_ctrl(e, er, buf, ent[i].len, from);

@@ -110,8 +110,7 @@ struct fs_stream {
 	bool pulling;          /* a reader waits for the payload of rxq's head (core/stream.c) */
 	unsigned unpulled;     /* FS_MSG_PULL entries in rxq whose payload nobody asked for yet */
 	struct fs_dlist pull_link; /* on engine.unpulled while unpulled != 0 */
-	uint32_t pulls_started;    /* pulls the reader posted, ever */
-	uint32_t stale_mark[2];    /* pulls_started, rx_msgs at the service thread's last look */
+	uint32_t stale_mark[2];    /* freed, rx_msgs at the service thread's last look */
 	bool peer_fin;         /* FIN reached the head of rxq */
 	bool fin_consumed;     /* the application has seen EOF */
 

@@ -45,7 +45,7 @@ struct fs_buf {
 	uint8_t kind;  /* enum fs_msg_kind */
 	uint8_t posted;
 	uint8_t pull;      /* rx FS_MSG_PULL entry: enum fs_pull_state */
-	uint8_t announced; /* tx: the FS_MSG_PULL went out, the payload has not yet */
+	uint8_t announced; /* tx: its FS_MSG_PULL went out; the payload goes (went) separately */
 	uint64_t pull_tag; /* rx FS_MSG_PULL entry: its payload's tag */
 	struct fs_stream *stream; /* tx: the sending stream; rx: the owner (NULL: a discard) */
 };

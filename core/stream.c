@@ -35,7 +35,6 @@
 #include "core/stream_internal.h"
 #include "preload/real.h"
 
-#define FS_HDR FS_WIRE_MSG_PREFIX
 
 /* Looks at the control connection: EOF or reset means the peer closed the
  * socket or its process died. */
@@ -284,7 +283,7 @@ ssize_t fs_stream_send(struct fs_stream *s, const struct iovec *iov, int iovcnt,
 				fs_stream_enqueue(e, s, buf);
 			}
 			room = s->peer_chunk - buf->len;
-			n = fs_iov_copy_out(buf->mem + FS_HDR + buf->len, room < total - done ? room : total - done,
+			n = fs_iov_copy_out(buf->mem + FS_WIRE_MSG_PREFIX + buf->len, room < total - done ? room : total - done,
 					    iov, iovcnt, done);
 			buf->len += (uint32_t)n;
 			done += n;
@@ -399,10 +398,8 @@ static int fs_recv_pull(struct fs_engine *e, struct fs_stream *s, struct fs_buf 
 
 	if (buf->pull == FS_PULL_NONE) {
 		ret = fs_engine_pull(s, buf, dst);
-		if (!ret) {
+		if (!ret)
 			fs_stream_unpulled_dec(e, s);
-			s->pulls_started++;
-		}
 	} else {
 		dst = NULL; /* the service thread's pull lands in BUF */
 	}
@@ -462,29 +459,16 @@ static size_t fs_recv_copy(struct fs_engine *e, struct fs_stream *s, const struc
 	}
 	while (buf && (buf->kind == FS_MSG_DATA || buf->kind == FS_MSG_PULL) && done + copied < total &&
 	       i < iovcnt) {
+		size_t space = iov[i].iov_len - iov_off, avail, n;
+		bool direct = false; /* the payload is in the application's buffer already */
 		uint32_t off;
-		size_t avail, space = iov[i].iov_len - iov_off, n;
 
 		if (buf->kind == FS_MSG_PULL) {
-			bool direct = !peek && buf == s->rxq_head && space >= buf->len && buf->pull == FS_PULL_NONE;
-
+			direct = !peek && buf == s->rxq_head && space >= buf->len && buf->pull == FS_PULL_NONE;
 			if (!direct && !peek && short_ok && done + copied)
 				break;
 			if (fs_recv_pull(e, s, buf, direct ? (char *)iov[i].iov_base + iov_off : NULL, ctl_fd))
 				break;
-			if (direct) {
-				copied += buf->len;
-				iov_off += buf->len;
-				if (iov_off == iov[i].iov_len) {
-					i++;
-					iov_off = 0;
-				}
-				s->rx_bytes -= buf->len;
-				buf->off = buf->len;
-				fs_recv_release(e, s);
-				buf = s->rxq_head;
-				continue;
-			}
 			if (!buf->len)
 				break; /* lost: the stream's error says why */
 		}
@@ -492,7 +476,8 @@ static size_t fs_recv_copy(struct fs_engine *e, struct fs_stream *s, const struc
 		avail = buf->len - off;
 		n = avail < space ? avail : space;
 
-		memcpy((char *)iov[i].iov_base + iov_off, buf->mem + FS_HDR + off, n);
+		if (!direct)
+			memcpy((char *)iov[i].iov_base + iov_off, buf->mem + FS_WIRE_MSG_PREFIX + off, n);
 		copied += n;
 		iov_off += n;
 		if (iov_off == iov[i].iov_len) {
