@@ -11,7 +11,7 @@
 # peer_kill: once the client prints `waiting` (blocked in recv) the server is
 # kill -9'ed, and the client must exit with PASS within 5 s; peer_kill_rev is
 # the same with the client killed. The lifecycle scenarios (dup_share,
-# dup2_replace, close_exit, linger0, close_blocked, close_blocked_epoll,
+# dup2_replace, close_exit, close_exit_late, linger0, close_blocked, close_blocked_epoll,
 # threads_duplex, eintr, fork_children, sendfile) are described in
 # tests/progs/fs_semantics_lifecycle.inc. FS_MODES (default
 # "kernel fabsock") picks the modes; FS_SCENARIOS narrows the scenario list.
@@ -66,6 +66,8 @@ run_scenario() { # MODE SCENARIO
 	local server_rc=0 client_rc=0 fails_before=$FS_FAILS
 	local -a prefix=(env)
 	[ "$mode" = fabsock ] && prefix=(env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1)
+	# the writer may not wait out the late reader (fs_semantics_lifecycle.inc)
+	[ "$scenario" = close_exit_late ] && prefix+=(FABSOCK_LINGER_SEC=1)
 	mkdir -p "$dir"
 
 	fs_bg server_pid "${prefix[@]}" "$SEMANTICS_PROG" server 0 "$scenario" >"$dir/server.out" 2>"$dir/server.err"
