@@ -624,7 +624,7 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 	enum fs_rec_state state;
 	uint8_t addr[16];
 	uint16_t port;
-	bool waited = false;
+	uint64_t wait_end_ns = 0;
 
 	if (fs_real.getpeername(s->fd, (struct sockaddr *)&peer, &plen))
 		return fs_kernel(s, "not connected");
@@ -666,14 +666,20 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 		/* No record yet. Bytes from the client, or the application
 		 * speaking first, settle it as TCP, unless a "yes" beats us. */
 		readable = fs_real.poll(&p, 1, 0) > 0;
-		if (for_send && !readable && !waited && fs_params.first_send_wait_ms) {
+		if (for_send && !readable && fs_params.first_send_wait_ms) {
 			/* The client sends its probe as its connect() returns, about
-			 * when our accept() does: give it a moment to land. */
+			 * when our accept() does: give it a moment to land. Another
+			 * client's probe (or a signal) may end a poll early, so the
+			 * wait runs to its end, not to the first datagram. */
 			struct pollfd u = { .fd = fs_listener_fd(s->listener), .events = POLLIN };
+			uint64_t now = fs_now_ns();
 
-			waited = true;
-			fs_real.poll(&u, 1, (int)fs_params.first_send_wait_ms);
-			continue;
+			if (!wait_end_ns)
+				wait_end_ns = now + fs_params.first_send_wait_ms * 1000000ull;
+			if (now < wait_end_ns) {
+				fs_real.poll(&u, 1, (int)((wait_end_ns - now + 999999) / 1000000));
+				continue;
+			}
 		}
 		if (for_send || readable) {
 			state = fs_listener_claim_tcp(s->listener, addr, port, &rec);
