@@ -126,7 +126,7 @@ static void test_defaults(void)
 	CHECK(fs_params.probe_timeout_ms == 250);
 	CHECK(fs_params.neg_cache_sec == 60);
 	CHECK(fs_params.hello_timeout_ms == 5000);
-	CHECK(fs_params.chunk_size == 65536);
+	CHECK(fs_params.chunk_size == 131072);
 	CHECK(fs_params.window == 8);
 	CHECK(fs_params.send_queue == 8);
 	CHECK(fs_params.pool_max_mb == 512);
@@ -168,8 +168,8 @@ static void test_uint(void)
 
 	/* Below min where min is not 0, and a range whose min is 0. */
 	check_rejected("FABSOCK_CHUNK_SIZE", "4095",
-		       "is not a whole number in 4096..1048576; using 65536");
-	CHECK(fs_params.chunk_size == 65536);
+		       "is not a whole number in 4096..1048576; using 131072");
+	CHECK(fs_params.chunk_size == 131072);
 	check_rejected("FABSOCK_SPIN_US", "10000001", "is not a whole number in 0..10000000; using 100");
 	CHECK(fs_params.spin_us == 100);
 }
