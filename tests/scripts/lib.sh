@@ -6,6 +6,11 @@
 # namespaces it created (fs_netns_add) and removes its temporary directory.
 
 set -euo pipefail
+# An expansion error (arithmetic on "1.5", a bad substitution) abandons the
+# whole top-level command it is in, a `for` loop of scenarios say, and the
+# script went on to fs_done and "passed" with those checks skipped; errexit
+# does not catch it. In POSIX mode such an error ends the script (status 1).
+set -o posix
 
 : "${FABSOCK_LIB:?FABSOCK_LIB must name the built libfabsock.so}"
 : "${FS_PROGS:?FS_PROGS must name the directory of the test programs}"
