@@ -164,9 +164,26 @@ static unsigned long fs_pid_namespace(void)
 	return ns;
 }
 
-/* Removes regions left by fabsock processes of this PID namespace that were
- * killed before they could clean up. Only names with our prefix, our
- * namespace and a pid that no longer exists are touched. */
+/* Writes "fabsock-<pid namespace>-" into OUT: what our region names start
+ * with. Returns its length. */
+static size_t fs_shm_prefix(char *out, size_t size)
+{
+	return (size_t)snprintf(out, size, "fabsock-%lu-", fs_pid_namespace());
+}
+
+/* The owner pid in NAME if NAME is one of our region names: PREFIX (from
+ * fs_shm_prefix, PLEN bytes), then <pid>-. Else 0. */
+static long fs_shm_name_pid(const char *name, const char *prefix, size_t plen)
+{
+	char *end;
+	long pid;
+
+	if (strncmp(name, prefix, plen) != 0)
+		return 0;
+	pid = strtol(name + plen, &end, 10);
+	return end != name + plen && *end == '-' && pid > 0 ? pid : 0;
+}
+
 bool fs_pid_alive(long pid)
 {
 	return pid > 0 && !(kill((pid_t)pid, 0) && errno == ESRCH);
@@ -178,22 +195,17 @@ bool fs_pid_alive(long pid)
 static void fs_shm_clean(bool own)
 {
 	char prefix[64];
-	size_t plen;
-	DIR *dir;
+	size_t plen = fs_shm_prefix(prefix, sizeof(prefix));
+	DIR *dir = opendir("/dev/shm");
 	struct dirent *de;
 
-	plen = (size_t)snprintf(prefix, sizeof(prefix), "fabsock-%lu-", fs_pid_namespace());
-	dir = opendir("/dev/shm");
 	if (!dir)
 		return;
 	while ((de = readdir(dir))) {
 		char path[512];
-		long pid;
+		long pid = fs_shm_name_pid(de->d_name, prefix, plen);
 
-		if (strncmp(de->d_name, prefix, plen) != 0)
-			continue;
-		pid = strtol(de->d_name + plen, NULL, 10);
-		if (own ? pid != getpid() : pid <= 0 || pid == getpid() || fs_pid_alive(pid))
+		if (!pid || (own ? pid != getpid() : pid == getpid() || fs_pid_alive(pid)))
 			continue;
 		snprintf(path, sizeof(path), "/dev/shm/%s", de->d_name);
 		if (unlink(path) == 0)
@@ -256,7 +268,10 @@ static struct fi_info *fs_rail_hints(unsigned kind, const struct sockaddr *local
 		char name[96];
 		uint32_t nonce = (uint32_t)(fs_now_ns() ^ ((uint64_t)getpid() << 16));
 
-		snprintf(name, sizeof(name), "fi_shm://fabsock-%lu-%d-%08x", fs_pid_namespace(), (int)getpid(), nonce);
+		size_t plen = (size_t)snprintf(name, sizeof(name), "fi_shm://");
+
+		plen += fs_shm_prefix(name + plen, sizeof(name) - plen);
+		snprintf(name + plen, sizeof(name) - plen, "%d-%08x", (int)getpid(), nonce);
 		hints->addr_format = FI_ADDR_STR;
 		hints->src_addr = strdup(name);
 		hints->src_addrlen = hints->src_addr ? strlen(name) + 1 : 0;
@@ -306,8 +321,8 @@ static int fs_rail_open_inner(struct fs_rail *rail, unsigned kind, const struct 
  * A process SIGKILLed while holding it leaves every sender to it spinning
  * inside fi_tsend forever (libfabric 1.17 has no robust lock). fabsock
  * cannot avoid entering that call, so it undoes the damage: every shm post
- * and completion-queue read is announced (fs_prov_call_begin/end); the
- * service thread, seeing one call stuck for FS_STUCK_POST_MS, releases a
+ * and completion-queue read is announced (fs_prov_call_begin/end); a
+ * watchdog thread, seeing one call stuck for FS_STUCK_CALL_MS, releases a
  * lock that stays taken: our own region's (a dead receiver was writing a
  * completion back to us: the case seen in e2e_peerkill) and a dead peer's,
  * through this process's own mapping of the region.
@@ -327,17 +342,19 @@ _Static_assert(sizeof(pthread_spinlock_t) == sizeof(int), "a spin lock is one in
  * (deleted or not), or 0. */
 static uintptr_t fs_shm_mapping(long pid)
 {
-	char line[512], needle[128];
+	char line[512], prefix[64];
+	size_t plen = fs_shm_prefix(prefix, sizeof(prefix));
 	uintptr_t addr = 0;
 	FILE *maps = fopen("/proc/self/maps", "re");
 
 	if (!maps)
 		return 0;
-	snprintf(needle, sizeof(needle), "/dev/shm/fabsock-%lu-%ld-", fs_pid_namespace(), pid);
 	while (!addr && fgets(line, sizeof(line), maps)) {
+		const char *name = strstr(line, "/dev/shm/");
 		unsigned long start, off;
 
-		if (strstr(line, needle) && sscanf(line, "%lx-%*[0-9a-f] %*s %lx", &start, &off) == 2 && off == 0)
+		if (name && fs_shm_name_pid(name + strlen("/dev/shm/"), prefix, plen) == pid &&
+		    sscanf(line, "%lx-%*[0-9a-f] %*s %lx", &start, &off) == 2 && off == 0)
 			addr = start;
 	}
 	fclose(maps);
@@ -502,18 +519,16 @@ static void fs_shm_watchdog_start(void)
 
 long fs_shm_addr_pid(const void *addr, size_t len)
 {
-	char name[FS_WIRE_ADDR_MAX + 1], *p;
-	unsigned long ns;
-	long pid;
+	char name[FS_WIRE_ADDR_MAX + 1], prefix[64], *p;
+	size_t plen;
 
 	if (!len || len > FS_WIRE_ADDR_MAX)
 		return 0;
 	memcpy(name, addr, len);
 	name[len] = 0;
-	p = strstr(name, "fabsock-");
-	if (!p || sscanf(p, "fabsock-%lu-%ld-", &ns, &pid) != 2 || ns != fs_pid_namespace())
-		return 0;
-	return pid;
+	plen = fs_shm_prefix(prefix, sizeof(prefix));
+	p = strstr(name, prefix);
+	return p ? fs_shm_name_pid(p, prefix, plen) : 0;
 }
 
 /* Opens a rail, noting the signal handlers the provider installs (sigs.h). */
