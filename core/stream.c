@@ -35,7 +35,6 @@
 #include "core/stream_internal.h"
 #include "preload/real.h"
 
-
 /* Looks at the control connection: EOF or reset means the peer closed the
  * socket or its process died. */
 static void fs_stream_check_ctl(struct fs_stream *s, int ctl_fd)

@@ -69,10 +69,10 @@ run_scenario() { # MODE SCENARIO
 	local mode=$1 scenario=$2 label="$2-$1" dir=$FS_TMP/$2-$1 port server_pid client_pid
 	local server_rc=0 client_rc=0 fails_before=$FS_FAILS start_ns verdict
 	local -a prefix=()
-	# nb_send_full and epollout_after_drain have the server write first: it
-	# waits FIRST_SEND_WAIT_MS for the client's probe, and on a loaded
-	# machine (sanitizers, two cores) 5 ms is not always enough; these
-	# scenarios test the event loop on offloaded sockets, not that race
+	# nb_send_full, epollout_after_drain and accept4_flags have the server
+	# write first: it waits FIRST_SEND_WAIT_MS for the client's probe, and
+	# on a loaded machine (sanitizers, two cores) 5 ms is not always enough;
+	# these scenarios test the event loop on offloaded sockets, not that race
 	[ "$mode" = fabsock ] && prefix=(fs_pre env FABSOCK_FIRST_SEND_WAIT_MS=500)
 	mkdir -p "$dir"
 	start_ns=$(date +%s%N)
