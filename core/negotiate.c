@@ -128,6 +128,10 @@ static int fs_peek_message_ex(int fd, uint32_t magic, struct fs_hello *msg, uint
 			      bool stop_on_prefix)
 {
 	uint8_t buf[FS_WIRE_HELLO_MAX];
+	/* The peer's message usually follows within tens of microseconds:
+	 * spin FABSOCK_SPIN_US before sleeping, as the data path does. */
+	uint64_t spin_end = fs_now_ns() + fs_params.spin_us * 1000ull;
+	unsigned step = 0;
 
 	*got = 0;
 	for (;;) {
@@ -152,6 +156,10 @@ static int fs_peek_message_ex(int fd, uint32_t magic, struct fs_hello *msg, uint
 		/* more bytes may be on the way: wait for them, not for the same ones */
 		if (n > 0) {
 			usleep(200);
+			continue;
+		}
+		if (now < spin_end) {
+			fs_spin_relax(&step);
 			continue;
 		}
 		{
