@@ -408,6 +408,26 @@ static void fs_sock_after_connect(struct fs_sock *s, bool wait_here)
 			fs_sock_release(s);
 			return;
 		}
+		/* The ACK follows as soon as the server application reads, often
+		 * within microseconds: look for it for FABSOCK_SPIN_US (the
+		 * wait spins) before handing the socket to the service thread,
+		 * whose wake-up and lock hand-over cost more than the wait. */
+		if (ret == 0 && fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT && fs_params.spin_us) {
+			ret = fs_negotiate_client_ack(s, fs_now_ns() + fs_params.spin_us * 1000ull);
+			if (ret == 0)
+				return; /* offloaded */
+			if (ret == FS_PASS) {
+				fs_sock_release(s);
+				return;
+			}
+			if (ret != -EAGAIN) {
+				/* as the service thread's watch: the kernel socket reports it */
+				fs_negotiate_abort(s);
+				fs_sock_release(s);
+				return;
+			}
+			ret = 0;
+		}
 		if (ret == 0 && fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT) {
 			fs_sock_ref(s);
 			fs_service_watch(s->fd, POLLIN, fs_now_ns() + 10000000000ull, fs_sock_client_watch, s);
