@@ -306,10 +306,16 @@ ssize_t fs_stream_recv(struct fs_stream *s, const struct iovec *iov, int iovcnt,
 int fs_stream_shutdown_wr(struct fs_stream *s);
 /* Bytes ready to read. */
 size_t fs_stream_readable(struct fs_stream *s);
+/* What a closed stream still needs from the service thread. */
+enum fs_close_need {
+	FS_CLOSE_DONE, /* nothing: it is gone already */
+	FS_CLOSE_SOON, /* our FIN's completion or the peer's FIN: no hurry */
+	FS_CLOSE_NOW,  /* bytes (or the FIN) wait for credit to be posted */
+};
 /* The application closed the socket. CTL_FD is a duplicate of the kernel
  * socket the engine now owns and closes once our FIN is delivered (or at
  * once, with a reset, if ABORT). */
-void fs_stream_close(struct fs_stream *s, int ctl_fd, bool abort);
+enum fs_close_need fs_stream_close(struct fs_stream *s, int ctl_fd, bool abort);
 /* The owning socket object is being recycled: the stream's memory may go
  * once the engine is done with it. No locks held. */
 void fs_stream_drop_app(struct fs_stream *s);

@@ -24,6 +24,7 @@
 #include <dirent.h>
 #include <stddef.h>
 #include <sys/stat.h>
+#include <sys/timerfd.h>
 #include <stdio.h>
 #include <unistd.h>
 #include <uthash.h>
@@ -209,6 +210,9 @@ bool fs_listener_move(struct fs_listener *l, const uint8_t addr[16], uint16_t po
 static pthread_mutex_t fs_service_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct fs_listener *fs_service_listeners;
 static int fs_service_wake_fd = -1;
+/* A one-shot timer for fs_service_kick_soon, and whether it is set. */
+static int fs_service_timer_fd = -1;
+static int fs_service_timer_armed;
 static pid_t fs_service_pid;
 static bool fs_service_dirty;
 
@@ -232,6 +236,8 @@ static void fs_service_ensure(void)
 		return;
 	if (fs_service_wake_fd < 0)
 		fs_service_wake_fd = fs_internal_fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+	if (fs_service_timer_fd < 0)
+		fs_service_timer_fd = fs_internal_fd(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
 	if (fs_thread_start(fs_service_main, 256 * 1024) == 0)
 		fs_service_pid = getpid();
 	else
@@ -248,6 +254,26 @@ void fs_service_kick(void)
 	if (fs_service_wake_fd >= 0) {
 		ssize_t n = fs_real.write(fs_service_wake_fd, &one, sizeof(one));
 		(void)n;
+	}
+}
+
+void fs_service_kick_soon(void)
+{
+	struct itimerspec soon = { .it_value = { .tv_nsec = FS_SERVICE_SOON_NS } };
+
+	pthread_mutex_lock(&fs_service_lock);
+	fs_service_ensure();
+	pthread_mutex_unlock(&fs_service_lock);
+	if (fs_service_timer_fd < 0) {
+		fs_service_kick();
+		return;
+	}
+	/* One timer for every request until it fires: the thread clears the
+	 * flag before its progress round, which sees what we left for it. */
+	if (!__atomic_exchange_n(&fs_service_timer_armed, 1, __ATOMIC_ACQ_REL) &&
+	    timerfd_settime(fs_service_timer_fd, 0, &soon, NULL)) {
+		__atomic_store_n(&fs_service_timer_armed, 0, __ATOMIC_RELEASE);
+		fs_service_kick();
 	}
 }
 
@@ -279,6 +305,12 @@ void fs_service_after_fork(void)
 		fs_internal_fd_close(fs_service_wake_fd);
 		fs_service_wake_fd = -1;
 	}
+	/* the parent's timer is shared with the parent, as is its flag */
+	if (fs_service_timer_fd >= 0) {
+		fs_internal_fd_close(fs_service_timer_fd);
+		fs_service_timer_fd = -1;
+	}
+	fs_service_timer_armed = 0;
 }
 
 /* Fires the watches whose fd is ready or whose deadline passed. The poll
@@ -331,6 +363,9 @@ static void *fs_service_main(void *arg)
 		pfd[n].events = POLLIN;
 		watch[n++] = NULL;
 		pfd[n].fd = fs_bell_fd(); /* -1 (ignored by poll) until a HELLO opened it */
+		pfd[n].events = POLLIN;
+		watch[n++] = NULL;
+		pfd[n].fd = fs_service_timer_fd;
 		pfd[n].events = POLLIN;
 		watch[n++] = NULL;
 		for (struct fs_listener *l = fs_service_listeners; l && n < 64; l = l->next) {
@@ -398,7 +433,14 @@ static void *fs_service_main(void *arg)
 			fs_bell_drain(fs_engine_peek());
 			idle_us = 1000; /* a ring: the peer's message is on its way */
 		}
-		for (nfds_t i = 2; i < nl; i++) {
+		if (ret > 0 && (pfd[2].revents & POLLIN)) {
+			uint64_t v;
+			ssize_t r = fs_real.read(fs_service_timer_fd, &v, sizeof(v));
+
+			(void)r;
+			__atomic_store_n(&fs_service_timer_armed, 0, __ATOMIC_RELEASE);
+		}
+		for (nfds_t i = 3; i < nl; i++) {
 			if (ret > 0 && (pfd[i].revents & POLLIN))
 				fs_listener_drain(watch[i]);
 			fs_listener_put(watch[i]);

@@ -108,6 +108,12 @@ void fs_sockaddr_key(const struct sockaddr *sa, uint8_t addr[16], uint16_t *port
 /* Wakes the service thread (e.g. queued sends appeared); starts it if
  * needed. */
 void fs_service_kick(void);
+/* Has the service thread look within FS_SERVICE_SOON_NS, without waking it
+ * now: for work that is not urgent (a closed stream waiting for its FIN's
+ * completion or the peer's FIN), so that a connection's close does not pay
+ * for a thread wake-up on its critical path. Requests coalesce. */
+#define FS_SERVICE_SOON_NS 1000000L
+void fs_service_kick_soon(void);
 
 /* One-shot watch: the service thread calls FN(ARG, timed_out) once FD
  * reports one of EVENTS (POLLIN, POLLOUT) or DEADLINE_NS (CLOCK_MONOTONIC)

@@ -888,8 +888,16 @@ static int fs_sock_close_fd(struct fs_sock *s, int fd, bool real_close)
 			if (ctl >= 0)
 				ctl = fs_internal_fd(ctl);
 		}
-		fs_stream_close(s->stream, ctl, s->linger0);
-		fs_service_kick();
+		switch (fs_stream_close(s->stream, ctl, s->linger0)) {
+		case FS_CLOSE_NOW:
+			fs_service_kick();
+			break;
+		case FS_CLOSE_SOON:
+			fs_service_kick_soon();
+			break;
+		case FS_CLOSE_DONE:
+			break;
+		}
 	}
 	if (fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT)
 		fs_negotiate_abort(s);

@@ -604,15 +604,16 @@ int fs_stream_shutdown_wr(struct fs_stream *s)
 	return ret;
 }
 
-void fs_stream_close(struct fs_stream *s, int ctl_fd, bool abort)
+enum fs_close_need fs_stream_close(struct fs_stream *s, int ctl_fd, bool abort)
 {
 	struct fs_engine *e = fs_engine_peek();
 	uint64_t now = fs_now_ns();
+	enum fs_close_need need;
 
 	if (!e) {
 		if (ctl_fd >= 0)
 			fs_real.close(ctl_fd);
-		return;
+		return FS_CLOSE_DONE;
 	}
 	pthread_mutex_lock(&e->lock);
 	s->app_fd = -1;
@@ -643,7 +644,10 @@ void fs_stream_close(struct fs_stream *s, int ctl_fd, bool abort)
 	fs_stream_changed(e, s);
 	fs_engine_add_orphan(e, s);
 	fs_engine_progress(e); /* reaps, and rings the sleepers */
+	/* S stays readable after a reap: the socket still holds it (app_ref). */
+	need = s->txq_head ? FS_CLOSE_NOW : e->orphans ? FS_CLOSE_SOON : FS_CLOSE_DONE;
 	pthread_mutex_unlock(&e->lock);
+	return need;
 }
 
 unsigned fs_stream_events_locked(struct fs_stream *s, uint32_t *gen)
