@@ -1009,6 +1009,7 @@ static const struct sem_scenario scenarios[] = {
 	{ "dup2_replace", dup2_replace_server, dup2_replace_client },
 	{ "close_exit", close_exit_server, close_exit_client },
 	{ "close_exit_late", close_exit_late_server, close_exit_late_client },
+	{ "close_settles", close_settles_server, close_settles_client },
 	{ "linger0", linger0_server, linger0_client },
 	{ "close_blocked", close_blocked_server, close_blocked_client },
 	{ "close_blocked_epoll", close_blocked_server, close_blocked_epoll_client },

@@ -11,7 +11,7 @@
 # peer_kill: once the client prints `waiting` (blocked in recv) the server is
 # kill -9'ed, and the client must exit with PASS within 5 s; peer_kill_rev is
 # the same with the client killed. The lifecycle scenarios (dup_share,
-# dup2_replace, close_exit, close_exit_late, linger0, close_blocked, close_blocked_epoll,
+# dup2_replace, close_exit, close_exit_late, close_settles, linger0, close_blocked, close_blocked_epoll,
 # threads_duplex, eintr, fork_children, sendfile) are described in
 # tests/progs/fs_semantics_lifecycle.inc. FS_MODES (default
 # "kernel fabsock") picks the modes; FS_SCENARIOS narrows the scenario list.
