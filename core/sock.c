@@ -313,26 +313,38 @@ static uint64_t fs_timeout_ns(const struct timeval *tv)
 	return (uint64_t)tv->tv_sec * 1000000000ull + (uint64_t)tv->tv_usec * 1000ull;
 }
 
+/* Takes a client handshake as far as it goes: the HELLO once the probe is
+ * answered (waiting until HELLO_BY_NS), then the ACK (until ACK_BY_NS).
+ * Settles the socket when it ends as TCP or broken (the kernel socket
+ * reports a broken one to the application from now on). Returns what the
+ * last step returned: 0, -EAGAIN (still open), FS_PASS or -errno. Socket
+ * lock held. */
+static int fs_sock_client_step(struct fs_sock *s, uint64_t hello_by_ns, uint64_t ack_by_ns)
+{
+	int ret = 0;
+
+	if (fs_sock_state(s) == FS_SOCK_CLIENT_PENDING)
+		ret = fs_negotiate_client_hello(s, hello_by_ns);
+	if (ret == 0 && fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT)
+		ret = fs_negotiate_client_ack(s, ack_by_ns);
+	if (ret == FS_PASS) {
+		fs_sock_release(s);
+	} else if (ret < 0 && ret != -EAGAIN && fs_sock_pending(s)) {
+		fs_negotiate_abort(s);
+		fs_sock_release(s);
+	}
+	return ret;
+}
+
 /* Service thread: the probe of client socket ARG was answered or timed out. */
 static void fs_sock_client_watch(void *arg, bool timed_out)
 {
 	struct fs_sock *s = arg;
-	int ret = 0;
+	int ret;
 
 	pthread_mutex_lock(&s->lock);
-	if (fs_sock_state(s) == FS_SOCK_CLIENT_PENDING)
-		ret = fs_negotiate_client_hello(s, fs_now_ns());
-	if (ret == 0 && fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT)
-		ret = fs_negotiate_client_ack(s, fs_now_ns());
+	ret = fs_sock_client_step(s, fs_now_ns(), fs_now_ns());
 	FS_DBG("fd %d: handshake watch (timed out %d): %d, state %d", s->fd, timed_out, ret, fs_sock_state(s));
-	if (ret == FS_PASS)
-		fs_sock_release(s);
-	if (ret < 0 && ret != -EAGAIN && ret != FS_PASS && fs_sock_pending(s)) {
-		/* the connection broke during the handshake: the kernel socket
-		 * reports it to the application from now on */
-		fs_negotiate_abort(s);
-		fs_sock_release(s);
-	}
 	if (fs_sock_state(s) == FS_SOCK_CLIENT_PENDING && !s->closed) {
 		/* woken without a final answer (an fd number shared over time) */
 		pthread_mutex_unlock(&s->lock);
@@ -399,45 +411,22 @@ static void fs_sock_after_connect(struct fs_sock *s, bool wait_here)
 	if (!s->skip_probe && wait_here) {
 		/* A blocking connect(): on this host the answer takes tens of
 		 * microseconds, so wait that long here and send the HELLO from
-		 * this thread, which saves two thread hand-offs per connection.
-		 * A slower answer goes on in the service thread, as below. (Not
-		 * for a nonblocking connect, whose caller must not wait.) */
-		int ret = fs_negotiate_client_hello(s, fs_now_ns() + FS_CONNECT_PROBE_WAIT_NS);
+		 * this thread; the ACK follows as soon as the server application
+		 * reads, so look for it for FABSOCK_SPIN_US (the wait spins).
+		 * Each saves a thread hand-off, a wake-up on the connection's
+		 * critical path. What is still open goes on in the service
+		 * thread, as below. (Not for a nonblocking connect, whose caller
+		 * must not wait.) */
+		uint64_t now = fs_now_ns();
 
-		if (ret == FS_PASS) {
-			fs_sock_release(s);
-			return;
-		}
-		/* The ACK follows as soon as the server application reads, often
-		 * within microseconds: look for it for FABSOCK_SPIN_US (the
-		 * wait spins) before handing the socket to the service thread,
-		 * whose wake-up and lock hand-over cost more than the wait. */
-		if (ret == 0 && fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT && fs_params.spin_us) {
-			ret = fs_negotiate_client_ack(s, fs_now_ns() + fs_params.spin_us * 1000ull);
-			if (ret == 0)
-				return; /* offloaded */
-			if (ret == FS_PASS) {
-				fs_sock_release(s);
-				return;
-			}
-			if (ret != -EAGAIN) {
-				/* as the service thread's watch: the kernel socket reports it */
-				fs_negotiate_abort(s);
-				fs_sock_release(s);
-				return;
-			}
-			ret = 0;
-		}
-		if (ret == 0 && fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT) {
+		fs_sock_client_step(s, now + FS_CONNECT_PROBE_WAIT_NS, now + fs_params.spin_us * 1000ull);
+		if (fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT) {
 			fs_sock_ref(s);
 			fs_service_watch(s->fd, POLLIN, fs_now_ns() + 10000000000ull, fs_sock_client_watch, s);
 			return;
 		}
-		if (ret != -EAGAIN) {
-			/* the connection broke: the kernel socket reports it */
-			fs_sock_release(s);
-			return;
-		}
+		if (fs_sock_state(s) != FS_SOCK_CLIENT_PENDING)
+			return; /* offloaded, or settled as TCP */
 	}
 	/* The service thread sends the HELLO as soon as the probe is answered. */
 	fs_sock_ref(s);
