@@ -259,9 +259,7 @@ void fs_engine_repost(struct fs_engine_rail *er, struct fs_buf *buf)
 
 /* ---- pulls --------------------------------------------------------------- */
 
-/* Posts a receive for exactly BUF->pull_tag, of BUF->len bytes, into DST
- * or, when DST is NULL, into BUF's own payload space. */
-static int fs_post_pull(struct fs_engine_rail *er, struct fs_buf *buf, void *dst)
+int fs_engine_pull(struct fs_engine_rail *er, struct fs_buf *buf, void *dst)
 {
 	void *desc = dst ? NULL : buf->desc;
 	ssize_t ret = -FI_ECANCELED;
@@ -283,11 +281,6 @@ static int fs_post_pull(struct fs_engine_rail *er, struct fs_buf *buf, void *dst
 	if (!ret)
 		buf->pull = FS_PULL_POSTED;
 	return (int)ret;
-}
-
-int fs_engine_pull(struct fs_stream *s, struct fs_buf *buf, void *dst)
-{
-	return fs_post_pull(s->erail, buf, dst);
 }
 
 void fs_engine_pull_cancel(struct fs_stream *s, struct fs_buf *buf)
@@ -326,7 +319,7 @@ void fs_engine_pull_stale(struct fs_engine *e)
 			continue;
 		}
 		for (struct fs_buf *buf = s->rxq_head; buf; buf = buf->next)
-			if (buf->kind == FS_MSG_PULL && buf->pull == FS_PULL_NONE && !fs_engine_pull(s, buf, NULL))
+			if (buf->kind == FS_MSG_PULL && buf->pull == FS_PULL_NONE && !fs_engine_pull(s->erail, buf, NULL))
 				fs_stream_unpulled_dec(e, s);
 	}
 }
@@ -341,7 +334,7 @@ void fs_engine_rx_discard(struct fs_engine_rail *er, struct fs_buf *buf)
 	 * sender's buffer) forever: receive it, then reuse the buffer. */
 	if (buf->kind == FS_MSG_PULL && buf->pull == FS_PULL_NONE) {
 		buf->stream = NULL;
-		if (!fs_post_pull(er, buf, NULL))
+		if (!fs_engine_pull(er, buf, NULL))
 			return;
 	}
 	fs_engine_repost(er, buf);

@@ -396,7 +396,7 @@ static int fs_recv_pull(struct fs_engine *e, struct fs_stream *s, struct fs_buf 
 	int ret = 0;
 
 	if (buf->pull == FS_PULL_NONE) {
-		ret = fs_engine_pull(s, buf, dst);
+		ret = fs_engine_pull(s->erail, buf, dst);
 		if (!ret)
 			fs_stream_unpulled_dec(e, s);
 	} else {

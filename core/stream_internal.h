@@ -17,10 +17,11 @@ void fs_engine_repost(struct fs_engine_rail *er, struct fs_buf *buf);
 void fs_engine_add_orphan(struct fs_engine *e, struct fs_stream *s);
 void fs_engine_reap(struct fs_engine *e);
 struct fs_engine *fs_stream_engine(void);
-/* Posts the receive for the payload announced by BUF (an FS_MSG_PULL entry
- * of S) into DST, or into BUF itself when DST is NULL. Returns 0 (BUF->pull
- * is FS_PULL_POSTED until the completion) or a negative libfabric error. */
-int fs_engine_pull(struct fs_stream *s, struct fs_buf *buf, void *dst);
+/* Posts on ER the receive for exactly the payload announced by BUF (an
+ * FS_MSG_PULL entry: BUF->pull_tag, BUF->len bytes) into DST, or into BUF's
+ * own payload space when DST is NULL. Returns 0 (BUF->pull is
+ * FS_PULL_POSTED until the completion) or a negative libfabric error. */
+int fs_engine_pull(struct fs_engine_rail *er, struct fs_buf *buf, void *dst);
 /* BUF's announcement leaves / rejoins the unpulled set of S. */
 void fs_stream_unpulled_dec(struct fs_engine *e, struct fs_stream *s);
 void fs_stream_unpulled_inc(struct fs_engine *e, struct fs_stream *s);
