@@ -309,7 +309,8 @@ size_t fs_stream_readable(struct fs_stream *s);
 /* What a closed stream still needs from the service thread. */
 enum fs_close_need {
 	FS_CLOSE_DONE, /* nothing: it is gone already */
-	FS_CLOSE_SOON, /* our FIN's completion or the peer's FIN: no hurry */
+	FS_CLOSE_SOON, /* it (or an earlier closed stream) waits for a FIN's
+			* completion or the peer's FIN: no hurry */
 	FS_CLOSE_NOW,  /* bytes (or the FIN) wait for credit to be posted */
 };
 /* The application closed the socket. CTL_FD is a duplicate of the kernel

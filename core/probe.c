@@ -244,13 +244,18 @@ static void fs_service_ensure(void)
 		FS_WARN("cannot start the fabsock service thread; probes go unanswered");
 }
 
+static void fs_service_start(void)
+{
+	pthread_mutex_lock(&fs_service_lock);
+	fs_service_ensure();
+	pthread_mutex_unlock(&fs_service_lock);
+}
+
 void fs_service_kick(void)
 {
 	uint64_t one = 1;
 
-	pthread_mutex_lock(&fs_service_lock);
-	fs_service_ensure();
-	pthread_mutex_unlock(&fs_service_lock);
+	fs_service_start();
 	if (fs_service_wake_fd >= 0) {
 		ssize_t n = fs_real.write(fs_service_wake_fd, &one, sizeof(one));
 		(void)n;
@@ -261,9 +266,7 @@ void fs_service_kick_soon(void)
 {
 	struct itimerspec soon = { .it_value = { .tv_nsec = FS_SERVICE_SOON_NS } };
 
-	pthread_mutex_lock(&fs_service_lock);
-	fs_service_ensure();
-	pthread_mutex_unlock(&fs_service_lock);
+	fs_service_start();
 	if (fs_service_timer_fd < 0) {
 		fs_service_kick();
 		return;
@@ -394,7 +397,9 @@ static void *fs_service_main(void *arg)
 				uint64_t now = fs_now_ns();
 
 				busy = fs_engine_busy(e);
-				live = e->live_streams != 0;
+				/* an orphan waits for the peer's FIN or its linger
+				 * deadline: only a progress round sees either */
+				live = e->live_streams != 0 || e->orphans;
 				/* payloads a slow reader leaves at the sender come over */
 				fs_engine_pull_stale(e);
 				/* Idle: ask every peer to ring the doorbell, then sleep on it. */
