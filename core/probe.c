@@ -44,7 +44,6 @@
 #define FS_PROBE_TABLE_SLOTS 4096u
 #define FS_PROBE_REC_TTL_NS (120ull * 1000000000ull)
 #define FS_PROBE_RATE_PER_SEC 20000u
-#define FS_SERVICE_FDS (64 + 256)
 
 #define FS_PROBE_TABLE_USERS 64
 
@@ -59,7 +58,6 @@ struct fs_probe_table {
 
 struct fs_listener {
 	int udp_fd;
-	int diag_fd; /* NETLINK_SOCK_DIAG: does the connection a probe speaks for exist? */
 	uint16_t port;
 	int refs;
 	pid_t pid; /* the process whose service thread watches udp_fd */
@@ -207,6 +205,15 @@ bool fs_listener_move(struct fs_listener *l, const uint8_t addr[16], uint16_t po
 
 /* ---- service thread ---------------------------------------------------- */
 
+/* One NETLINK_SOCK_DIAG socket per process, one question at a time. The
+ * service thread and application threads drain probes at the same time: on
+ * a socket without the lock one asker read and dropped another's reply, and
+ * the other waited out its poll (100 ms, the whole of a single-threaded
+ * server) to answer unchecked. A fork child opens its own (see
+ * fs_service_after_fork), or parent and child would read each other's. */
+static pthread_mutex_t fs_diag_lock = PTHREAD_MUTEX_INITIALIZER;
+static int fs_diag_fd = -1;
+
 static pthread_mutex_t fs_service_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct fs_listener *fs_service_listeners;
 static int fs_service_wake_fd = -1;
@@ -216,16 +223,11 @@ static int fs_service_timer_armed;
 static pid_t fs_service_pid;
 static bool fs_service_dirty;
 
-struct fs_watch {
-	int fd;
-	short events;
-	uint64_t deadline_ns;
-	fs_watch_fn fn;
-	void *arg;
-};
-#define FS_WATCH_MAX 256
-static struct fs_watch fs_watches[FS_WATCH_MAX];
-static unsigned fs_watch_count;
+/* The pending watches (probe.h), newest first. The service thread alone
+ * takes them off, so one it put in its poll set is still here after the
+ * poll. */
+static struct fs_watch *fs_watch_list;
+static size_t fs_watch_count;
 
 static void *fs_service_main(void *arg);
 
@@ -280,24 +282,22 @@ void fs_service_kick_soon(void)
 	}
 }
 
-void fs_service_watch(int fd, short events, uint64_t deadline_ns, fs_watch_fn fn, void *arg)
+void fs_service_watch(struct fs_watch *w, int fd, short events, uint64_t deadline_ns, fs_watch_fn fn, void *arg)
 {
-	bool queued = false;
-
 	pthread_mutex_lock(&fs_service_lock);
-	if (fs_watch_count < FS_WATCH_MAX) {
-		fs_watches[fs_watch_count++] = (struct fs_watch){ fd, events, deadline_ns, fn, arg };
-		queued = true;
-	}
+	*w = (struct fs_watch){ .fd = fd, .events = events, .deadline_ns = deadline_ns, .fn = fn, .arg = arg };
+	w->next = fs_watch_list;
+	if (fs_watch_list)
+		fs_watch_list->prev = w;
+	fs_watch_list = w;
+	fs_watch_count++;
 	pthread_mutex_unlock(&fs_service_lock);
-	if (queued)
-		fs_service_kick();
-	else
-		fn(arg, false); /* too many at once: the caller's thread does it */
+	fs_service_kick();
 }
 
 void fs_service_after_fork(void)
 {
+	fs_watch_list = NULL; /* the parent's to fire */
 	fs_watch_count = 0;
 	/* Threads do not survive fork: the child starts its own when needed.
 	 * The parent's listeners stay the parent's to answer. */
@@ -314,77 +314,144 @@ void fs_service_after_fork(void)
 		fs_service_timer_fd = -1;
 	}
 	fs_service_timer_armed = 0;
+	pthread_mutex_init(&fs_diag_lock, NULL);
+	if (fs_diag_fd >= 0) { /* shared with the parent, as its replies would be */
+		fs_internal_fd_close(fs_diag_fd);
+		fs_diag_fd = -1;
+	}
 }
 
-/* Fires the watches whose fd is ready or whose deadline passed. The poll
- * results in PFD follow the order of fs_watches when the set was built;
- * watches are matched by fd, since others may have been added since. */
-static void fs_service_run_watches(const struct pollfd *pfd, nfds_t n)
+/* Fires the watches whose fd is ready or whose deadline passed. PFD[i]
+ * was polled for watch PW[i] (NULL: not a watch's). */
+static void fs_service_run_watches(const struct pollfd *pfd, struct fs_watch *const *pw, nfds_t n)
 {
 	uint64_t now = fs_now_ns();
+	struct fs_watch *fire = NULL, *w, *next;
 
-	for (;;) {
-		struct fs_watch fire = { .fn = NULL }; /* fd -1 is a timer: fn says "none" */
-		bool timed_out = false;
-
-		pthread_mutex_lock(&fs_service_lock);
-		for (unsigned i = 0; i < fs_watch_count && !fire.fn; i++) {
-			bool ready = false;
-
-			for (nfds_t j = 0; j < n && fs_watches[i].fd >= 0; j++)
-				if (pfd[j].fd == fs_watches[i].fd && pfd[j].revents)
-					ready = true;
-			if (ready || now >= fs_watches[i].deadline_ns) {
-				fire = fs_watches[i];
-				timed_out = !ready;
-				fs_watches[i] = fs_watches[--fs_watch_count];
-			}
-		}
-		pthread_mutex_unlock(&fs_service_lock);
-		if (!fire.fn)
-			return;
-		fire.fn(fire.arg, timed_out);
+	pthread_mutex_lock(&fs_service_lock);
+	for (nfds_t i = 0; i < n; i++)
+		if (pw[i] && pfd[i].revents)
+			pw[i]->ready = true;
+	for (w = fs_watch_list; w; w = next) {
+		next = w->next;
+		if (!w->ready && now < w->deadline_ns)
+			continue;
+		if (w->prev)
+			w->prev->next = w->next;
+		else
+			fs_watch_list = w->next;
+		if (w->next)
+			w->next->prev = w->prev;
+		fs_watch_count--;
+		w->next = fire;
+		fire = w;
 	}
+	pthread_mutex_unlock(&fs_service_lock);
+	while (fire) {
+		/* FN may queue W again, which rewrites it: read it first */
+		fs_watch_fn fn = fire->fn;
+		void *arg = fire->arg;
+		bool timed_out = !fire->ready;
+
+		w = fire;
+		fire = w->next;
+		fn(arg, timed_out);
+	}
+}
+
+/* The service thread's poll set: the wake-up fds, the listeners' probe
+ * sockets, the watches' fds. It grows with the number of watches; when it
+ * cannot, the watches left out still fire at their deadlines. */
+struct fs_service_set {
+	struct pollfd *pfd;
+	struct fs_listener **listener;
+	struct fs_watch **watch;
+	size_t cap;
+};
+
+static size_t fs_service_set_fit(struct fs_service_set *set, size_t want)
+{
+	struct pollfd *pfd;
+	struct fs_listener **listener;
+	struct fs_watch **watch;
+	size_t cap = set->cap ? set->cap : 64;
+
+	if (want <= set->cap)
+		return set->cap;
+	while (cap < want)
+		cap *= 2;
+	pfd = realloc(set->pfd, cap * sizeof(*pfd));
+	if (pfd)
+		set->pfd = pfd;
+	listener = realloc(set->listener, cap * sizeof(*listener));
+	if (listener)
+		set->listener = listener;
+	watch = realloc(set->watch, cap * sizeof(*watch));
+	if (watch)
+		set->watch = watch;
+	if (pfd && listener && watch)
+		set->cap = cap;
+	return set->cap;
 }
 
 static void *fs_service_main(void *arg)
 {
-	struct pollfd pfd[FS_SERVICE_FDS];
-	struct fs_listener *watch[FS_SERVICE_FDS];
+	struct fs_service_set set = { 0 };
 	uint64_t idle_us = 1000, next_deadline;
 	nfds_t nl;
 
 	FS_GUARD_ENTER(); /* everything this thread does is fabsock's own */
 	for (;;) {
-		nfds_t n = 0;
+		struct pollfd *pfd;
+		struct fs_listener **watch;
+		nfds_t n = 0, cap;
 		int timeout_ms = -1;
 		struct fs_engine *e;
 		int ret;
+		size_t listeners = 0;
 
 		pthread_mutex_lock(&fs_service_lock);
+		for (struct fs_listener *l = fs_service_listeners; l; l = l->next)
+			listeners++;
+		cap = fs_service_set_fit(&set, 3 + listeners + fs_watch_count);
+		if (cap < 3) { /* no memory for even the wake-up fds: try again soon */
+			pthread_mutex_unlock(&fs_service_lock);
+			fs_real.poll(NULL, 0, 10);
+			continue;
+		}
+		pfd = set.pfd;
+		watch = set.listener;
 		pfd[n].fd = fs_service_wake_fd;
 		pfd[n].events = POLLIN;
+		set.watch[n] = NULL;
 		watch[n++] = NULL;
 		pfd[n].fd = fs_bell_fd(); /* -1 (ignored by poll) until a HELLO opened it */
 		pfd[n].events = POLLIN;
+		set.watch[n] = NULL;
 		watch[n++] = NULL;
 		pfd[n].fd = fs_service_timer_fd;
 		pfd[n].events = POLLIN;
+		set.watch[n] = NULL;
 		watch[n++] = NULL;
-		for (struct fs_listener *l = fs_service_listeners; l && n < 64; l = l->next) {
+		for (struct fs_listener *l = fs_service_listeners; l && n < cap; l = l->next) {
 			pfd[n].fd = l->udp_fd;
 			pfd[n].events = POLLIN;
+			set.watch[n] = NULL;
 			watch[n++] = l;
 			fs_listener_get(l);
 		}
 		nl = n;
 		next_deadline = UINT64_MAX;
-		for (unsigned i = 0; i < fs_watch_count && n < FS_SERVICE_FDS; i++) {
-			pfd[n].fd = fs_watches[i].fd;
-			pfd[n].events = fs_watches[i].events;
+		for (struct fs_watch *w = fs_watch_list; w; w = w->next) {
+			if (w->deadline_ns < next_deadline)
+				next_deadline = w->deadline_ns;
+			if (n == cap)
+				continue; /* left to its deadline */
+			pfd[n].fd = w->fd;
+			pfd[n].events = w->events;
+			pfd[n].revents = 0;
+			set.watch[n] = w;
 			watch[n++] = NULL;
-			if (fs_watches[i].deadline_ns < next_deadline)
-				next_deadline = fs_watches[i].deadline_ns;
 		}
 		pthread_mutex_unlock(&fs_service_lock);
 
@@ -450,7 +517,7 @@ static void *fs_service_main(void *arg)
 				fs_listener_drain(watch[i]);
 			fs_listener_put(watch[i]);
 		}
-		fs_service_run_watches(pfd + nl, n - nl);
+		fs_service_run_watches(pfd + nl, set.watch + nl, n - nl);
 		e = fs_engine_peek();
 		if (e && pthread_mutex_trylock(&e->lock) == 0) {
 			int done = e->live_streams || e->orphans ? fs_engine_progress(e) : 0;
@@ -688,7 +755,6 @@ struct fs_listener *fs_listener_open(int fd)
 		fs_probe_table_init_lock(l->table);
 	}
 	l->udp_fd = udp;
-	l->diag_fd = fs_real.socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
 	{
 		int on = 1;
 
@@ -726,8 +792,6 @@ void fs_listener_put(struct fs_listener *l)
 	if (__atomic_sub_fetch(&l->refs, 1, __ATOMIC_ACQ_REL))
 		return;
 	fs_real.close(l->udp_fd);
-	if (l->diag_fd >= 0)
-		fs_real.close(l->diag_fd);
 	if (l->shared_table && l->pid == getpid())
 		fs_probe_table_leave(l);
 	munmap(l->table, sizeof(*l->table));
@@ -750,59 +814,42 @@ void fs_listener_close(struct fs_listener *l)
 	fs_service_kick();
 }
 
-/* Asks the kernel whether an established TCP connection LOCAL:LPORT <->
- * CLIENT:CPORT exists (in the accept queue or accepted): one exact socket
- * lookup over NETLINK_SOCK_DIAG. A probe is answered yes only for a real
- * connection, so forged or garbled probes cannot leave records for
- * connections that do not exist (which would deny offload to whoever later
- * uses that port). Returns 1 (exists), 0 (does not), -1 (cannot tell). */
-static int fs_listener_conn_exists(struct fs_listener *l, const uint8_t local[16], uint16_t lport,
-				   const uint8_t client[16], uint16_t cport)
+static int fs_diag_socket_locked(void)
 {
-	static const uint8_t mapped[12] = { [10] = 0xff, [11] = 0xff };
-	struct {
-		struct nlmsghdr nlh;
-		struct inet_diag_req_v2 req;
-	} msg = { 0 };
+	if (fs_diag_fd < 0) {
+		int fd = fs_real.socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+
+		if (fd >= 0)
+			fs_diag_fd = fs_internal_fd(fd);
+	}
+	return fs_diag_fd;
+}
+
+/* Sends the sock_diag request ASK and reads its answer: 1 (a connection in
+ * a live state), 0 (none), -1 (cannot tell). Called with fs_diag_lock. */
+static int fs_diag_exchange(const struct nlmsghdr *ask)
+{
 	struct sockaddr_nl kernel = { .nl_family = AF_NETLINK };
 	union {
 		struct nlmsghdr nlh;
 		char bytes[1024];
 	} reply;
-	bool v4 = memcmp(client, mapped, 12) == 0;
+	int fd = fs_diag_socket_locked();
 	ssize_t n;
 
-	if (l->diag_fd < 0)
+	if (fd < 0)
 		return -1;
-	msg.nlh.nlmsg_len = sizeof(msg);
-	msg.nlh.nlmsg_type = SOCK_DIAG_BY_FAMILY;
-	msg.nlh.nlmsg_flags = NLM_F_REQUEST;
-	msg.nlh.nlmsg_seq = (uint32_t)fs_now_ns();
-	msg.req.sdiag_family = v4 ? AF_INET : AF_INET6;
-	msg.req.sdiag_protocol = IPPROTO_TCP;
-	msg.req.idiag_states = (1u << TCP_ESTABLISHED) | (1u << TCP_SYN_RECV); /* for dumps; see below */
-	msg.req.id.idiag_sport = htons(lport);
-	msg.req.id.idiag_dport = htons(cport);
-	if (v4) {
-		memcpy(msg.req.id.idiag_src, local + 12, 4);
-		memcpy(msg.req.id.idiag_dst, client + 12, 4);
-	} else {
-		memcpy(msg.req.id.idiag_src, local, 16);
-		memcpy(msg.req.id.idiag_dst, client, 16);
-	}
-	msg.req.id.idiag_cookie[0] = INET_DIAG_NOCOOKIE;
-	msg.req.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
-	if (fs_real.sendto(l->diag_fd, &msg, sizeof(msg), MSG_NOSIGNAL, (struct sockaddr *)&kernel, sizeof(kernel)) < 0)
+	if (fs_real.sendto(fd, ask, ask->nlmsg_len, MSG_NOSIGNAL, (struct sockaddr *)&kernel, sizeof(kernel)) < 0)
 		return -1;
 	for (int tries = 0; tries < 8; tries++) {
-		struct pollfd p = { .fd = l->diag_fd, .events = POLLIN };
+		struct pollfd p = { .fd = fd, .events = POLLIN };
 
 		if (fs_real.poll(&p, 1, 100) <= 0)
 			return -1;
-		n = fs_real.recv(l->diag_fd, &reply, sizeof(reply), MSG_DONTWAIT);
+		n = fs_real.recv(fd, &reply, sizeof(reply), MSG_DONTWAIT);
 		if (n < (ssize_t)sizeof(struct nlmsghdr))
 			return -1;
-		if (reply.nlh.nlmsg_seq != msg.nlh.nlmsg_seq)
+		if (reply.nlh.nlmsg_seq != ask->nlmsg_seq)
 			continue; /* an answer to an earlier question that timed out */
 		if (reply.nlh.nlmsg_type == SOCK_DIAG_BY_FAMILY) {
 			const struct inet_diag_msg *info = NLMSG_DATA(&reply.nlh);
@@ -822,6 +869,46 @@ static int fs_listener_conn_exists(struct fs_listener *l, const uint8_t local[16
 		return -1;
 	}
 	return -1;
+}
+
+/* Asks the kernel whether an established TCP connection LOCAL:LPORT <->
+ * CLIENT:CPORT exists (in the accept queue or accepted): one exact socket
+ * lookup over NETLINK_SOCK_DIAG. A probe is answered yes only for a real
+ * connection, so forged or garbled probes cannot leave records for
+ * connections that do not exist (which would deny offload to whoever later
+ * uses that port). Returns 1 (exists), 0 (does not), -1 (cannot tell). */
+static int fs_conn_exists(const uint8_t local[16], uint16_t lport, const uint8_t client[16], uint16_t cport)
+{
+	static const uint8_t mapped[12] = { [10] = 0xff, [11] = 0xff };
+	struct {
+		struct nlmsghdr nlh;
+		struct inet_diag_req_v2 req;
+	} msg = { 0 };
+	bool v4 = memcmp(client, mapped, 12) == 0;
+	int answer;
+
+	msg.nlh.nlmsg_len = sizeof(msg);
+	msg.nlh.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+	msg.nlh.nlmsg_flags = NLM_F_REQUEST;
+	msg.nlh.nlmsg_seq = (uint32_t)fs_now_ns();
+	msg.req.sdiag_family = v4 ? AF_INET : AF_INET6;
+	msg.req.sdiag_protocol = IPPROTO_TCP;
+	msg.req.idiag_states = (1u << TCP_ESTABLISHED) | (1u << TCP_SYN_RECV); /* for dumps; see below */
+	msg.req.id.idiag_sport = htons(lport);
+	msg.req.id.idiag_dport = htons(cport);
+	if (v4) {
+		memcpy(msg.req.id.idiag_src, local + 12, 4);
+		memcpy(msg.req.id.idiag_dst, client + 12, 4);
+	} else {
+		memcpy(msg.req.id.idiag_src, local, 16);
+		memcpy(msg.req.id.idiag_dst, client, 16);
+	}
+	msg.req.id.idiag_cookie[0] = INET_DIAG_NOCOOKIE;
+	msg.req.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
+	pthread_mutex_lock(&fs_diag_lock);
+	answer = fs_diag_exchange(&msg.nlh);
+	pthread_mutex_unlock(&fs_diag_lock);
+	return answer;
 }
 
 static bool fs_listener_rate_ok(struct fs_listener *l)
@@ -876,16 +963,18 @@ static void fs_listener_answer(struct fs_listener *l, const uint8_t *pkt, ssize_
 	}
 	/* Only a connection that exists gets a record (and a yes). */
 	if (have_local) {
-		int exists = fs_listener_conn_exists(l, local, l->port, ask.client_addr, ask.client_port);
+		int exists = fs_conn_exists(local, l->port, ask.client_addr, ask.client_port);
 
 		if (exists == 0) {
 			FS_STAT_INC(probes_bad);
 			FS_DBG("probe for port %u: no such connection", ask.client_port);
 			goto reply;
 		}
-		if (exists < 0)
+		if (exists < 0) {
+			FS_STAT_INC(probes_unchecked);
 			FS_WARN_ONCE("cannot check probes against the kernel's connections (sock_diag); "
 				     "answering them unchecked");
+		}
 	}
 	if (fs_table_lock(l->table) == 0) {
 		r = fs_table_find(l->table, ask.client_addr, ask.client_port, true);

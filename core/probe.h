@@ -117,9 +117,21 @@ void fs_service_kick_soon(void);
 
 /* One-shot watch: the service thread calls FN(ARG, timed_out) once FD
  * reports one of EVENTS (POLLIN, POLLOUT) or DEADLINE_NS (CLOCK_MONOTONIC)
- * has passed. */
+ * has passed. The watch lives in its owner (a socket has one per kind), so
+ * queueing one cannot fail however many are pending: it must not be queued
+ * twice at once, and its owner must outlive it (hold a reference until FN).
+ * FN may queue the same watch again. FD -1 is a timer. */
 typedef void (*fs_watch_fn)(void *arg, bool timed_out);
-void fs_service_watch(int fd, short events, uint64_t deadline_ns, fs_watch_fn fn, void *arg);
+struct fs_watch {
+	int fd;
+	short events;
+	bool ready; /* the service thread's poll saw EVENTS */
+	uint64_t deadline_ns;
+	fs_watch_fn fn;
+	void *arg;
+	struct fs_watch *next, *prev;
+};
+void fs_service_watch(struct fs_watch *w, int fd, short events, uint64_t deadline_ns, fs_watch_fn fn, void *arg);
 void fs_service_after_fork(void);
 
 #endif

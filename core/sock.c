@@ -348,7 +348,8 @@ static void fs_sock_client_watch(void *arg, bool timed_out)
 	if (fs_sock_state(s) == FS_SOCK_CLIENT_PENDING && !s->closed) {
 		/* woken without a final answer (an fd number shared over time) */
 		pthread_mutex_unlock(&s->lock);
-		fs_service_watch(s->probe.udp_fd, POLLIN, s->probe.deadline_ns + 1000000ull, fs_sock_client_watch, s);
+		fs_service_watch(&s->client_watch, s->probe.udp_fd, POLLIN, s->probe.deadline_ns + 1000000ull,
+				 fs_sock_client_watch, s);
 		return;
 	}
 	if (fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT && !s->closed) {
@@ -358,9 +359,9 @@ static void fs_sock_client_watch(void *arg, bool timed_out)
 		 * in a tight loop. */
 		pthread_mutex_unlock(&s->lock);
 		if (timed_out)
-			fs_service_watch(s->fd, POLLIN, fs_now_ns() + 10000000000ull, fs_sock_client_watch, s);
+			fs_service_watch(&s->client_watch, s->fd, POLLIN, fs_now_ns() + 10000000000ull, fs_sock_client_watch, s);
 		else
-			fs_service_watch(-1, 0, fs_now_ns() + 1000000ull, fs_sock_client_watch, s);
+			fs_service_watch(&s->client_watch, -1, 0, fs_now_ns() + 1000000ull, fs_sock_client_watch, s);
 		return;
 	}
 	pthread_mutex_unlock(&s->lock);
@@ -422,7 +423,7 @@ static void fs_sock_after_connect(struct fs_sock *s, bool wait_here)
 		fs_sock_client_step(s, now + FS_CONNECT_PROBE_WAIT_NS, now + fs_params.spin_us * 1000ull);
 		if (fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT) {
 			fs_sock_ref(s);
-			fs_service_watch(s->fd, POLLIN, fs_now_ns() + 10000000000ull, fs_sock_client_watch, s);
+			fs_service_watch(&s->client_watch, s->fd, POLLIN, fs_now_ns() + 10000000000ull, fs_sock_client_watch, s);
 			return;
 		}
 		if (fs_sock_state(s) != FS_SOCK_CLIENT_PENDING)
@@ -430,7 +431,7 @@ static void fs_sock_after_connect(struct fs_sock *s, bool wait_here)
 	}
 	/* The service thread sends the HELLO as soon as the probe is answered. */
 	fs_sock_ref(s);
-	fs_service_watch(s->skip_probe ? -1 : s->probe.udp_fd, POLLIN,
+	fs_service_watch(&s->client_watch, s->skip_probe ? -1 : s->probe.udp_fd, POLLIN,
 			 s->skip_probe ? fs_now_ns() : s->probe.deadline_ns + 1000000ull, fs_sock_client_watch, s);
 	return;
 kernel:
@@ -477,7 +478,7 @@ static void fs_sock_connect_watch(void *arg, bool timed_out)
 	pthread_mutex_lock(&s->lock);
 	if (!s->closed && !fs_sock_connect_done(s)) {
 		pthread_mutex_unlock(&s->lock);
-		fs_service_watch(s->fd, POLLOUT, fs_now_ns() + 10000000000ull, fs_sock_connect_watch, s);
+		fs_service_watch(&s->connect_watch, s->fd, POLLOUT, fs_now_ns() + 10000000000ull, fs_sock_connect_watch, s);
 		return;
 	}
 	pthread_mutex_unlock(&s->lock);
@@ -501,7 +502,7 @@ int fs_core_connect(struct fs_sock *s, const struct sockaddr *addr, socklen_t le
 		fs_sock_set_state(s, FS_SOCK_CONNECTING);
 		pthread_mutex_unlock(&s->lock);
 		fs_sock_ref(s);
-		fs_service_watch(s->fd, POLLOUT, fs_now_ns() + 10000000000ull, fs_sock_connect_watch, s);
+		fs_service_watch(&s->connect_watch, s->fd, POLLOUT, fs_now_ns() + 10000000000ull, fs_sock_connect_watch, s);
 		return -EINPROGRESS;
 	}
 	fs_sock_after_connect(s, true);

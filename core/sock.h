@@ -99,6 +99,9 @@ struct fs_sock {
 	bool skip_probe;
 	unsigned provider; /* enum fs_wire_provider chosen at connect() */
 	struct fs_probe_client probe;
+	/* the service thread's watches: a nonblocking connect() finishing,
+	 * then the handshake (probe answer, HELLO-ACK) */
+	struct fs_watch connect_watch, client_watch;
 	uint64_t token;
 	struct sockaddr_storage peer;
 
