@@ -1393,6 +1393,7 @@ void fs_engine_reap(struct fs_engine *e)
 				FS_WARN("stream %u: closed with undelivered data after FABSOCK_LINGER_SEC; dropped",
 					s->id);
 			fs_stream_destroy(e, s);
+			FS_STAT_INC(orphans_reaped);
 			continue;
 		}
 		link = &s->orphan_next;

@@ -91,6 +91,13 @@ run_scenario() { # MODE SCENARIO
 		check_side "$label" server "$scenario" "$mode" "$server_rc" "$dir"
 		check_side "$label" client "$scenario" "$mode" "$client_rc" "$dir"
 	fi
+	if [ "$scenario" = close_settles ] && [ "$mode" = fabsock ]; then
+		# the closed stream was finished while the client made no calls
+		local reaped
+		reaped=$(fs_stat "$dir/client.err" orphans_reaped)
+		[ "${reaped:-missing}" = 1 ] ||
+			fs_fail "$label: client stats orphans_reaped=${reaped:-missing}, expected 1"
+	fi
 	grep -h '^info' "$dir/server.out" "$dir/client.out" 2>/dev/null | sed "s/^/    /" >&2 || true
 	[ "$FS_FAILS" -eq "$fails_before" ] && fs_pass "$label"
 	return 0
