@@ -168,7 +168,7 @@ struct fs_engine {
 	struct fs_stream **streams; /* by id */
 	uint32_t streams_cap;
 	uint32_t next_id;
-	uint32_t live_streams;
+	uint32_t live_streams; /* streams holding an id: open, and orphans until freed */
 	struct fs_stream *orphans;
 	unsigned pending_tx; /* streams with queued data waiting for credit */
 	struct fs_dlist pending;  /* those streams (pending_link) */

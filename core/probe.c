@@ -464,9 +464,10 @@ static void *fs_service_main(void *arg)
 				uint64_t now = fs_now_ns();
 
 				busy = fs_engine_busy(e);
-				/* an orphan waits for the peer's FIN or its linger
-				 * deadline: only a progress round sees either */
-				live = e->live_streams != 0 || e->orphans;
+				/* orphans included (live_streams): one waits for
+				 * the peer's FIN or its linger deadline, and only
+				 * a progress round sees either */
+				live = e->live_streams != 0;
 				/* payloads a slow reader leaves at the sender come over */
 				fs_engine_pull_stale(e);
 				/* Idle: ask every peer to ring the doorbell, then sleep on it. */
@@ -520,7 +521,7 @@ static void *fs_service_main(void *arg)
 		fs_service_run_watches(pfd + nl, set.watch + nl, n - nl);
 		e = fs_engine_peek();
 		if (e && pthread_mutex_trylock(&e->lock) == 0) {
-			int done = e->live_streams || e->orphans ? fs_engine_progress(e) : 0;
+			int done = e->live_streams ? fs_engine_progress(e) : 0;
 
 			pthread_mutex_unlock(&e->lock);
 			/* Back off while nothing happens: idle costs ~nothing. */
