@@ -10,7 +10,7 @@
 # the TCP_INFO counters prove where the bytes went: in mode "kernel" (and in
 # the mixed plain/preloaded modes) the receiving kernel socket counted at
 # least the payload; in mode "fabsock" both kernel sockets of every connection
-# received < 4096 bytes of a >= 1 MiB payload, and each process's exit stats
+# received < 4096 bytes of a >= 16 KiB payload, and each process's exit stats
 # line (`fabsock[PID]: warn: stats: offloaded=N ...`) has N equal to its
 # number of connections, and the server's probes_unchecked is 0. FS_MODES
 # (default "kernel fabsock") picks the modes.
@@ -149,7 +149,7 @@ check_pair() { # LABEL MODE C2S_BYTES S2C_BYTES STREAMS
 			fs_fail "$label: conn $i s2c checksum: server ${CONN[server.$i.sum_tx]} client ${CONN[client.$i.sum_rx]}"
 		case $mode in
 		fabsock)
-			if [ "$c2s" -ge "$MIB" ] || [ "$s2c" -ge "$MIB" ]; then
+			if [ "$c2s" -ge $((4 * FABRIC_PROOF_LIMIT)) ] || [ "$s2c" -ge $((4 * FABRIC_PROOF_LIMIT)) ]; then
 				for side in server client; do
 					value=${CONN[$side.$i.tcp_bytes_received]}
 					[ "$value" -lt "$FABRIC_PROOF_LIMIT" ] ||
