@@ -321,17 +321,31 @@ void fs_service_after_fork(void)
 	}
 }
 
-/* Fires the watches whose fd is ready or whose deadline passed. PFD[i]
- * was polled for watch PW[i] (NULL: not a watch's). */
-static void fs_service_run_watches(const struct pollfd *pfd, struct fs_watch *const *pw, nfds_t n)
+/* The service thread's poll set: the wake-up fds, the listeners' probe
+ * sockets, the watches' fds, and per entry whose it is. It grows with the
+ * number of watches; when it cannot, the watches left out still fire at
+ * their deadlines. */
+struct fs_service_slot {
+	struct fs_listener *listener; /* holds a reference while polled */
+	struct fs_watch *watch;
+};
+struct fs_service_set {
+	struct pollfd *pfd;
+	struct fs_service_slot *slot;
+	size_t cap;
+};
+
+/* Fires the watches whose fd is ready or whose deadline passed: the N
+ * entries of SET from FIRST were polled for watches. */
+static void fs_service_run_watches(const struct fs_service_set *set, nfds_t first, nfds_t n)
 {
 	uint64_t now = fs_now_ns();
 	struct fs_watch *fire = NULL, *w, *next;
 
 	pthread_mutex_lock(&fs_service_lock);
-	for (nfds_t i = 0; i < n; i++)
-		if (pw[i] && pfd[i].revents)
-			pw[i]->ready = true;
+	for (nfds_t i = first; i < n; i++)
+		if (set->pfd[i].revents)
+			set->slot[i].watch->ready = true;
 	for (w = fs_watch_list; w; w = next) {
 		next = w->next;
 		if (!w->ready && now < w->deadline_ns)
@@ -359,21 +373,11 @@ static void fs_service_run_watches(const struct pollfd *pfd, struct fs_watch *co
 	}
 }
 
-/* The service thread's poll set: the wake-up fds, the listeners' probe
- * sockets, the watches' fds. It grows with the number of watches; when it
- * cannot, the watches left out still fire at their deadlines. */
-struct fs_service_set {
-	struct pollfd *pfd;
-	struct fs_listener **listener;
-	struct fs_watch **watch;
-	size_t cap;
-};
-
+/* Makes room for WANT entries if it can. Returns the room there is. */
 static size_t fs_service_set_fit(struct fs_service_set *set, size_t want)
 {
 	struct pollfd *pfd;
-	struct fs_listener **listener;
-	struct fs_watch **watch;
+	struct fs_service_slot *slot;
 	size_t cap = set->cap ? set->cap : 64;
 
 	if (want <= set->cap)
@@ -383,15 +387,21 @@ static size_t fs_service_set_fit(struct fs_service_set *set, size_t want)
 	pfd = realloc(set->pfd, cap * sizeof(*pfd));
 	if (pfd)
 		set->pfd = pfd;
-	listener = realloc(set->listener, cap * sizeof(*listener));
-	if (listener)
-		set->listener = listener;
-	watch = realloc(set->watch, cap * sizeof(*watch));
-	if (watch)
-		set->watch = watch;
-	if (pfd && listener && watch)
+	slot = realloc(set->slot, cap * sizeof(*slot));
+	if (slot)
+		set->slot = slot;
+	if (pfd && slot)
 		set->cap = cap;
 	return set->cap;
+}
+
+/* Puts entry N: FD polled for EVENTS, for L or W (or neither). */
+static nfds_t fs_service_set_put(struct fs_service_set *set, nfds_t n, int fd, short events,
+				 struct fs_listener *l, struct fs_watch *w)
+{
+	set->pfd[n] = (struct pollfd){ .fd = fd, .events = events };
+	set->slot[n] = (struct fs_service_slot){ .listener = l, .watch = w };
+	return n + 1;
 }
 
 static void *fs_service_main(void *arg)
@@ -403,7 +413,6 @@ static void *fs_service_main(void *arg)
 	FS_GUARD_ENTER(); /* everything this thread does is fabsock's own */
 	for (;;) {
 		struct pollfd *pfd;
-		struct fs_listener **watch;
 		nfds_t n = 0, cap;
 		int timeout_ms = -1;
 		struct fs_engine *e;
@@ -420,24 +429,12 @@ static void *fs_service_main(void *arg)
 			continue;
 		}
 		pfd = set.pfd;
-		watch = set.listener;
-		pfd[n].fd = fs_service_wake_fd;
-		pfd[n].events = POLLIN;
-		set.watch[n] = NULL;
-		watch[n++] = NULL;
-		pfd[n].fd = fs_bell_fd(); /* -1 (ignored by poll) until a HELLO opened it */
-		pfd[n].events = POLLIN;
-		set.watch[n] = NULL;
-		watch[n++] = NULL;
-		pfd[n].fd = fs_service_timer_fd;
-		pfd[n].events = POLLIN;
-		set.watch[n] = NULL;
-		watch[n++] = NULL;
+		n = fs_service_set_put(&set, n, fs_service_wake_fd, POLLIN, NULL, NULL);
+		/* the bell: -1 (ignored by poll) until a HELLO opened it */
+		n = fs_service_set_put(&set, n, fs_bell_fd(), POLLIN, NULL, NULL);
+		n = fs_service_set_put(&set, n, fs_service_timer_fd, POLLIN, NULL, NULL);
 		for (struct fs_listener *l = fs_service_listeners; l && n < cap; l = l->next) {
-			pfd[n].fd = l->udp_fd;
-			pfd[n].events = POLLIN;
-			set.watch[n] = NULL;
-			watch[n++] = l;
+			n = fs_service_set_put(&set, n, l->udp_fd, POLLIN, l, NULL);
 			fs_listener_get(l);
 		}
 		nl = n;
@@ -445,13 +442,8 @@ static void *fs_service_main(void *arg)
 		for (struct fs_watch *w = fs_watch_list; w; w = w->next) {
 			if (w->deadline_ns < next_deadline)
 				next_deadline = w->deadline_ns;
-			if (n == cap)
-				continue; /* left to its deadline */
-			pfd[n].fd = w->fd;
-			pfd[n].events = w->events;
-			pfd[n].revents = 0;
-			set.watch[n] = w;
-			watch[n++] = NULL;
+			if (n < cap) /* else left to its deadline */
+				n = fs_service_set_put(&set, n, w->fd, w->events, NULL, w);
 		}
 		pthread_mutex_unlock(&fs_service_lock);
 
@@ -515,10 +507,10 @@ static void *fs_service_main(void *arg)
 		}
 		for (nfds_t i = 3; i < nl; i++) {
 			if (ret > 0 && (pfd[i].revents & POLLIN))
-				fs_listener_drain(watch[i]);
-			fs_listener_put(watch[i]);
+				fs_listener_drain(set.slot[i].listener);
+			fs_listener_put(set.slot[i].listener);
 		}
-		fs_service_run_watches(pfd + nl, set.watch + nl, n - nl);
+		fs_service_run_watches(&set, nl, n);
 		e = fs_engine_peek();
 		if (e && pthread_mutex_trylock(&e->lock) == 0) {
 			int done = e->live_streams ? fs_engine_progress(e) : 0;
