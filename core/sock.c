@@ -336,6 +336,31 @@ static int fs_sock_client_step(struct fs_sock *s, uint64_t hello_by_ns, uint64_t
 	return ret;
 }
 
+static void fs_sock_client_watch(void *arg, bool timed_out);
+static void fs_sock_connect_watch(void *arg, bool timed_out);
+
+/* The service thread's watches of a client socket, each holding a
+ * reference: the probe's answer (none to wait for with skip_probe), the
+ * HELLO-ACK, a nonblocking connect() finishing. The long ones look again
+ * after FS_SOCK_WATCH_NS in case no event ever comes. */
+#define FS_SOCK_WATCH_NS (10 * 1000000000ull)
+
+static void fs_sock_watch_probe(struct fs_sock *s)
+{
+	fs_service_watch(&s->client_watch, s->skip_probe ? -1 : s->probe.udp_fd, POLLIN,
+			 s->skip_probe ? fs_now_ns() : s->probe.deadline_ns + 1000000ull, fs_sock_client_watch, s);
+}
+
+static void fs_sock_watch_ack(struct fs_sock *s)
+{
+	fs_service_watch(&s->client_watch, s->fd, POLLIN, fs_now_ns() + FS_SOCK_WATCH_NS, fs_sock_client_watch, s);
+}
+
+static void fs_sock_watch_connect(struct fs_sock *s)
+{
+	fs_service_watch(&s->connect_watch, s->fd, POLLOUT, fs_now_ns() + FS_SOCK_WATCH_NS, fs_sock_connect_watch, s);
+}
+
 /* Service thread: the probe of client socket ARG was answered or timed out. */
 static void fs_sock_client_watch(void *arg, bool timed_out)
 {
@@ -348,8 +373,7 @@ static void fs_sock_client_watch(void *arg, bool timed_out)
 	if (fs_sock_state(s) == FS_SOCK_CLIENT_PENDING && !s->closed) {
 		/* woken without a final answer (an fd number shared over time) */
 		pthread_mutex_unlock(&s->lock);
-		fs_service_watch(&s->client_watch, s->probe.udp_fd, POLLIN, s->probe.deadline_ns + 1000000ull,
-				 fs_sock_client_watch, s);
+		fs_sock_watch_probe(s);
 		return;
 	}
 	if (fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT && !s->closed) {
@@ -359,7 +383,7 @@ static void fs_sock_client_watch(void *arg, bool timed_out)
 		 * in a tight loop. */
 		pthread_mutex_unlock(&s->lock);
 		if (timed_out)
-			fs_service_watch(&s->client_watch, s->fd, POLLIN, fs_now_ns() + 10000000000ull, fs_sock_client_watch, s);
+			fs_sock_watch_ack(s);
 		else
 			fs_service_watch(&s->client_watch, -1, 0, fs_now_ns() + 1000000ull, fs_sock_client_watch, s);
 		return;
@@ -423,7 +447,7 @@ static void fs_sock_after_connect(struct fs_sock *s, bool wait_here)
 		fs_sock_client_step(s, now + FS_CONNECT_PROBE_WAIT_NS, now + fs_params.spin_us * 1000ull);
 		if (fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT) {
 			fs_sock_ref(s);
-			fs_service_watch(&s->client_watch, s->fd, POLLIN, fs_now_ns() + 10000000000ull, fs_sock_client_watch, s);
+			fs_sock_watch_ack(s);
 			return;
 		}
 		if (fs_sock_state(s) != FS_SOCK_CLIENT_PENDING)
@@ -431,8 +455,7 @@ static void fs_sock_after_connect(struct fs_sock *s, bool wait_here)
 	}
 	/* The service thread sends the HELLO as soon as the probe is answered. */
 	fs_sock_ref(s);
-	fs_service_watch(&s->client_watch, s->skip_probe ? -1 : s->probe.udp_fd, POLLIN,
-			 s->skip_probe ? fs_now_ns() : s->probe.deadline_ns + 1000000ull, fs_sock_client_watch, s);
+	fs_sock_watch_probe(s);
 	return;
 kernel:
 	FS_INFO("fd %d: stays on kernel TCP: %s", s->fd, why ? why : "unknown");
@@ -478,7 +501,7 @@ static void fs_sock_connect_watch(void *arg, bool timed_out)
 	pthread_mutex_lock(&s->lock);
 	if (!s->closed && !fs_sock_connect_done(s)) {
 		pthread_mutex_unlock(&s->lock);
-		fs_service_watch(&s->connect_watch, s->fd, POLLOUT, fs_now_ns() + 10000000000ull, fs_sock_connect_watch, s);
+		fs_sock_watch_connect(s);
 		return;
 	}
 	pthread_mutex_unlock(&s->lock);
@@ -502,7 +525,7 @@ int fs_core_connect(struct fs_sock *s, const struct sockaddr *addr, socklen_t le
 		fs_sock_set_state(s, FS_SOCK_CONNECTING);
 		pthread_mutex_unlock(&s->lock);
 		fs_sock_ref(s);
-		fs_service_watch(&s->connect_watch, s->fd, POLLOUT, fs_now_ns() + 10000000000ull, fs_sock_connect_watch, s);
+		fs_sock_watch_connect(s);
 		return -EINPROGRESS;
 	}
 	fs_sock_after_connect(s, true);
