@@ -48,6 +48,7 @@
 #include <poll.h>
 #include <signal.h>
 
+#include "config/params.h"
 #include "core/fabric.h"
 #include "core/pool.h"
 
@@ -236,6 +237,13 @@ static inline void fs_spin_relax(unsigned *step)
 		sched_yield();
 	else
 		__builtin_ia32_pause();
+}
+
+/* When a spinning wait that starts at NOW (ns) goes to sleep instead:
+ * FABSOCK_SPIN_US later. */
+static inline uint64_t fs_spin_end(uint64_t now)
+{
+	return now + fs_params.spin_us * 1000ull;
 }
 
 /* getpid() without a system call (glibc no longer caches it): the value is

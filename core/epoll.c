@@ -650,7 +650,7 @@ int fs_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeo
 	struct fs_epoll *fe = fs_epoll_peek(epfd);
 	uint64_t start = fs_now_ns();
 	uint64_t deadline = timeout_ms >= 0 ? start + (uint64_t)timeout_ms * 1000000ull : 0;
-	uint64_t spin_end = start + fs_params.spin_us * 1000ull;
+	uint64_t spin_end = fs_spin_end(start);
 	uint64_t slice_us = 10;
 	unsigned step = 0;
 	struct epoll_event kbuf[FS_EP_BATCH];

@@ -130,7 +130,7 @@ static int fs_peek_message_ex(int fd, uint32_t magic, struct fs_hello *msg, uint
 	uint8_t buf[FS_WIRE_HELLO_MAX];
 	/* The peer's message usually follows within tens of microseconds:
 	 * spin FABSOCK_SPIN_US before sleeping, as the data path does. */
-	uint64_t spin_end = fs_now_ns() + fs_params.spin_us * 1000ull;
+	uint64_t spin_end = fs_spin_end(fs_now_ns());
 	unsigned step = 0;
 
 	*got = 0;

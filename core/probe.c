@@ -1109,7 +1109,7 @@ enum fs_probe_outcome fs_probe_result(struct fs_probe_client *pc, int fd, uint64
 	 * to wait polls without sleeping for FABSOCK_SPIN_US first, as a
 	 * blocking receive does. Waking from a sleep costs as much again on a
 	 * virtual machine, and that is on every connection's critical path. */
-	uint64_t spin_end = fs_now_ns() + fs_params.spin_us * 1000ull;
+	uint64_t spin_end = fs_spin_end(fs_now_ns());
 	unsigned step = 0;
 
 	*tcp_readable = false;

@@ -95,7 +95,7 @@ int fs_core_poll(struct pollfd *fds, nfds_t nfds, int64_t timeout_ns, const sigs
 	struct pollfd stack[FS_POLL_STACK], *kset;
 	uint64_t start = fs_now_ns(), deadline = timeout_ns >= 0 ? start + (uint64_t)timeout_ns : 0;
 	int timeout_ms = timeout_ns < 0 ? -1 : (int)((timeout_ns + 999999) / 1000000);
-	uint64_t spin_end = start + fs_params.spin_us * 1000ull;
+	uint64_t spin_end = fs_spin_end(start);
 	uint64_t slice_us = 10;
 	unsigned step = 0;
 	bool has_ours = false, any_ours;

@@ -444,7 +444,7 @@ static void fs_sock_after_connect(struct fs_sock *s, bool wait_here)
 		 * must not wait.) */
 		uint64_t now = fs_now_ns();
 
-		fs_sock_client_step(s, now + FS_CONNECT_PROBE_WAIT_NS, now + fs_params.spin_us * 1000ull);
+		fs_sock_client_step(s, now + FS_CONNECT_PROBE_WAIT_NS, fs_spin_end(now));
 		if (fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT) {
 			fs_sock_ref(s);
 			fs_sock_watch_ack(s);

@@ -106,7 +106,7 @@ static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_read
 			       uint64_t deadline_ns, int ctl_fd, bool *poller)
 {
 	uint64_t now = fs_now_ns(), start = now;
-	uint64_t spin_end = now + fs_params.spin_us * 1000ull;
+	uint64_t spin_end = fs_spin_end(now);
 	uint64_t sleep_us = 10;
 	unsigned step = 0;
 
