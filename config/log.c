@@ -7,14 +7,25 @@
  * interposed function by name: it can run inside any wrapper, in the
  * constructor before fs_real is resolved (it then uses the raw system call),
  * or after a fork.
+ *
+ * The descriptor is the application's to close too: programs close every fd
+ * above 2 (ssh, sshd, daemons), and the number is then reused, maybe for a
+ * TCP connection. So before each line the sink checks that the descriptor is
+ * still the file it opened (device and inode; reopened if not), never writes
+ * into a socket (stderr may be the connection itself: inetd-style servers),
+ * and never writes past RLIMIT_FSIZE (the kernel would kill the process with
+ * SIGXFSZ: sshd's sandboxed child has a limit of 0).
  */
 #include "config/log.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -29,8 +40,41 @@ int fs_log_level = FS_LOG_WARN;
  * writers; only fs_log_init changes it. */
 static int fs_log_fd = 2;
 /* The FABSOCK_LOG_FILE descriptor this module opened and must close when
- * fs_log_init runs again, or -1. */
+ * fs_log_init runs again, or -1; and the file it is (device, inode). */
 static int fs_log_owned_fd = -1;
+static dev_t fs_log_dev;
+static ino_t fs_log_ino;
+static int fs_log_reopening;
+
+void (*fs_log_fd_hook)(int fd);
+
+/* Opens FABSOCK_LOG_FILE on a high descriptor (out of the way of programs
+ * that expect the lowest free numbers), hands it to fs_log_fd_hook (core
+ * marks it as fabsock's own: an application's close-all loop skips it).
+ * Returns the fd or -1 with errno set. */
+static int fs_log_open(const char *path)
+{
+	struct stat st;
+	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644), high;
+
+	if (fd < 0)
+		return -1;
+	high = fs_real.fcntl ? fs_real.fcntl(fd, F_DUPFD_CLOEXEC, 200) : (int)syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, 200);
+	if (high >= 0) {
+		if (fs_real.close)
+			fs_real.close(fd);
+		else
+			syscall(SYS_close, fd);
+		fd = high;
+	}
+	if (fstat(fd, &st) == 0) {
+		fs_log_dev = st.st_dev;
+		fs_log_ino = st.st_ino;
+	}
+	if (fs_log_fd_hook)
+		fs_log_fd_hook(fd);
+	return fd;
+}
 
 static const char *const fs_log_level_names[] = {
 	[FS_LOG_ERROR] = "error",
@@ -67,7 +111,7 @@ void fs_log_init(void)
 
 	fs_log_owned_fd = -1;
 	if (path && path[0]) {
-		fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+		fd = fs_log_open(path);
 		if (fd >= 0)
 			fs_log_owned_fd = fd;
 		else
@@ -81,6 +125,42 @@ void fs_log_init(void)
 	if (fd < 0)
 		fs_log_write(FS_LOG_WARN, "FABSOCK_LOG_FILE=%s cannot be opened (%s); logging to stderr",
 			     path, strerror(open_errno));
+}
+
+/* The descriptor a line of LEN bytes may go to now, or -1 to drop it (see
+ * the top of this file). */
+static int fs_log_target(size_t len)
+{
+	int fd = __atomic_load_n(&fs_log_fd, __ATOMIC_RELAXED);
+	bool owned = fd == __atomic_load_n(&fs_log_owned_fd, __ATOMIC_RELAXED) && fd >= 0;
+	struct rlimit lim;
+	struct stat st;
+
+	if (owned && (fstat(fd, &st) || st.st_dev != fs_log_dev || st.st_ino != fs_log_ino)) {
+		/* closed behind our back, and perhaps reused: open the file anew
+		 * (the old number is not ours to close any more) */
+		int fresh;
+
+		if (__atomic_exchange_n(&fs_log_reopening, 1, __ATOMIC_ACQUIRE))
+			return -1;
+		fresh = fs_params.log_file[0] ? fs_log_open(fs_params.log_file) : -1;
+		if (fresh >= 0) {
+			__atomic_store_n(&fs_log_owned_fd, fresh, __ATOMIC_RELAXED);
+			__atomic_store_n(&fs_log_fd, fresh, __ATOMIC_RELAXED);
+		}
+		__atomic_store_n(&fs_log_reopening, 0, __ATOMIC_RELEASE);
+		fd = fresh;
+		if (fd < 0 || fstat(fd, &st))
+			return -1;
+	} else if (!owned && fstat(fd, &st)) {
+		return -1;
+	}
+	if (S_ISSOCK(st.st_mode))
+		return -1;
+	if (S_ISREG(st.st_mode) && getrlimit(RLIMIT_FSIZE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY &&
+	    (rlim_t)st.st_size + len > lim.rlim_cur)
+		return -1;
+	return fd;
 }
 
 void fs_log_write(int level, const char *fmt, ...)
@@ -115,10 +195,15 @@ void fs_log_write(int level, const char *fmt, ...)
 		len--;
 	line[len++] = '\n';
 
-	for (;;) {
-		ssize_t rc = fs_log_raw_write(__atomic_load_n(&fs_log_fd, __ATOMIC_RELAXED), line, len);
-		if (rc >= 0 || errno != EINTR)
-			break;
+	{
+		int fd = fs_log_target(len);
+
+		for (;;) {
+			ssize_t rc = fd >= 0 ? fs_log_raw_write(fd, line, len) : 0;
+
+			if (rc >= 0 || errno != EINTR)
+				break;
+		}
 	}
 out:
 	errno = saved_errno;

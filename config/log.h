@@ -17,6 +17,10 @@ void fs_log_init(void);
 
 void fs_log_write(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Called with every FABSOCK_LOG_FILE descriptor the sink opens (core marks
+ * it as fabsock's own). Set before fs_log_init. */
+extern void (*fs_log_fd_hook)(int fd);
+
 #define FS_LOG(level, ...)                                 \
 	do {                                               \
 		if ((level) <= fs_log_level)               \

@@ -118,6 +118,10 @@ void fs_bell_set_peer(struct fs_stream *s, const struct sockaddr *peer, uint16_t
 		return;
 	}
 	s->bell_addr.sin6_port = htons(port);
+	/* an ARM that came before the address (bell.c: fs_bell_on_arm), and a
+	 * message already posted: it asked for this ring */
+	if (s->peer_armed && (s->tx_seq || s->ctrl_sent))
+		fs_bell_ring(s);
 }
 
 /* Sends a datagram to the doorbell of S's peer. */
@@ -142,6 +146,8 @@ void fs_bell_ring(struct fs_stream *s)
 	uint8_t buf[FS_WIRE_BELL_HDR];
 	int len = fs_wire_bell_encode(FS_BELL_RING, NULL, 0, buf, sizeof(buf));
 
+	if (!s->bell_addr.sin6_port)
+		return; /* not known yet: fs_bell_set_peer rings */
 	s->peer_armed = false;
 	if (len > 0 && fs_bell_send(s, buf, (size_t)len) == 0)
 		FS_STAT_INC(bell_rings_sent);
@@ -249,8 +255,15 @@ static void fs_bell_on_arm(struct fs_engine *e, const struct fs_bell_entry *ent)
 {
 	struct fs_stream *s = ent->stream_id < e->streams_cap ? e->streams[ent->stream_id] : NULL;
 
-	if (!s || s->dead || (uint32_t)s->token != ent->token || s->state == FS_STREAM_HELLO)
+	if (!s || s->dead || (uint32_t)s->token != ent->token)
 		return;
+	/* A stream still in its handshake here: the peer (which answered it)
+	 * may arm before the HELLO-ACK is read. Nothing was posted yet; the
+	 * first message rings (the ACK gives the bell's address first). */
+	if (s->state == FS_STREAM_HELLO) {
+		s->peer_armed = true;
+		return;
+	}
 	/* Posted messages it has not seen yet are on their way: ring now. */
 	if (s->tx_seq != ent->data_seen || s->ctrl_sent != ent->ctrl_seen)
 		fs_bell_ring(s);

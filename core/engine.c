@@ -21,6 +21,8 @@
 #include "config/params.h"
 #include "core/bell.h"
 #include "core/guard.h"
+#include "core/handback.h"
+#include "core/sigs.h"
 #include "core/sock.h"
 #include "core/stats.h"
 #include "core/stream_internal.h"
@@ -32,59 +34,28 @@
 
 static pthread_mutex_t fs_engine_create_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct fs_engine *fs_engine_cur;
+/* The process is ending and its engine has been shut down: no new streams. */
+static int fs_engine_ended;
 
 /* ---- small helpers ------------------------------------------------------ */
 
 pid_t fs_pid_cache;
-static pthread_once_t fs_pid_once = PTHREAD_ONCE_INIT;
 
-static void fs_pid_forget(void)
+/* Called by fs_core_init and first thing in a forked child: the cache is
+ * never 0 after start-up, so a vfork child (which runs no fork handlers and
+ * shares this memory with its parent) never writes its own pid into it. */
+void fs_self_pid_refresh(void)
 {
-	__atomic_store_n(&fs_pid_cache, 0, __ATOMIC_RELAXED);
-}
-
-static void fs_pid_register(void)
-{
-	pthread_atfork(NULL, NULL, fs_pid_forget);
+	__atomic_store_n(&fs_pid_cache, getpid(), __ATOMIC_RELAXED);
 }
 
 pid_t fs_self_pid_slow(void)
 {
-	pid_t pid;
+	pid_t pid = getpid();
 
-	pthread_once(&fs_pid_once, fs_pid_register);
-	pid = getpid();
 	__atomic_store_n(&fs_pid_cache, pid, __ATOMIC_RELAXED);
 	return pid;
 }
-
-static inline void fs_dlist_init(struct fs_dlist *head)
-{
-	head->prev = head->next = head;
-}
-
-static inline bool fs_dlist_linked(const struct fs_dlist *node)
-{
-	return node->next != NULL;
-}
-
-static inline void fs_dlist_add(struct fs_dlist *head, struct fs_dlist *node)
-{
-	node->next = head->next;
-	node->prev = head;
-	head->next->prev = node;
-	head->next = node;
-}
-
-static inline void fs_dlist_del(struct fs_dlist *node)
-{
-	node->prev->next = node->next;
-	node->next->prev = node->prev;
-	node->prev = node->next = NULL;
-}
-
-#define fs_stream_of(node, member) \
-	((struct fs_stream *)((char *)(node) - __builtin_offsetof(struct fs_stream, member)))
 
 uint64_t fs_now_ns(void)
 {
@@ -117,11 +88,6 @@ static void fs_read_host_id(uint8_t out[16])
 	}
 }
 
-static void fs_engine_atexit(void)
-{
-	fs_engine_shutdown();
-}
-
 struct fs_engine *fs_engine_peek(void)
 {
 	struct fs_engine *e = __atomic_load_n(&fs_engine_cur, __ATOMIC_ACQUIRE);
@@ -131,7 +97,6 @@ struct fs_engine *fs_engine_peek(void)
 
 struct fs_engine *fs_engine_get(void)
 {
-	static int atexit_done;
 	struct fs_engine *e = fs_engine_peek();
 
 	if (e)
@@ -149,16 +114,17 @@ struct fs_engine *fs_engine_get(void)
 			fs_dlist_init(&e->pending);
 			fs_dlist_init(&e->unpulled);
 			fs_dlist_init(&e->sleeping);
+			fs_dlist_init(&e->switching);
 			fs_read_host_id(e->host_id);
+			if (fs_handback_page_create(e))
+				FS_WARN("cannot create the hand-back page: processes forked later cannot use "
+					"this one's offloaded sockets");
 			__atomic_store_n(&fs_engine_cur, e, __ATOMIC_RELEASE);
-			if (!atexit_done) {
-				atexit(fs_engine_atexit);
-				atexit_done = 1;
-			}
 		}
 	}
 	pthread_mutex_unlock(&fs_engine_create_lock);
-	return e;
+	/* none after the process's end has been handled (fs_engine_shutdown) */
+	return __atomic_load_n(&fs_engine_ended, __ATOMIC_ACQUIRE) ? NULL : e;
 }
 
 void fs_engine_forget_after_fork(void)
@@ -167,7 +133,6 @@ void fs_engine_forget_after_fork(void)
 	 * stay allocated (and mapped) but unreachable. */
 	struct fs_engine *e = __atomic_load_n(&fs_engine_cur, __ATOMIC_ACQUIRE);
 
-	fs_pid_forget(); /* whichever fork handler runs first */
 	if (e && e->pid != getpid()) {
 		__atomic_store_n(&fs_engine_cur, NULL, __ATOMIC_RELEASE);
 		pthread_mutex_init(&fs_engine_create_lock, NULL);
@@ -187,6 +152,8 @@ void fs_engine_forget_after_fork(void)
 		if ((er)->rail.kind == FS_PROV_SHM)      \
 			fs_prov_call_end();              \
 	} while (0)
+
+unsigned fs_fault_post_eagain;
 
 /* ---- receives ---------------------------------------------------------- */
 
@@ -278,8 +245,10 @@ int fs_engine_pull(struct fs_engine_rail *er, struct fs_buf *buf, void *dst)
 	}
 	FS_PROV_LEAVE(er);
 	FS_GUARD_LEAVE();
-	if (!ret)
+	if (!ret) {
 		buf->pull = FS_PULL_POSTED;
+		er->pulls_posted++;
+	}
 	return (int)ret;
 }
 
@@ -345,6 +314,8 @@ static void fs_rx_pulled(struct fs_engine *e, struct fs_engine_rail *er, struct 
 {
 	struct fs_stream *s = buf->stream;
 
+	if (er->pulls_posted)
+		er->pulls_posted--;
 	if (!s) {
 		fs_engine_repost(er, buf); /* a discard */
 		return;
@@ -376,6 +347,8 @@ int fs_engine_rail(struct fs_engine *e, unsigned kind, const struct sockaddr *lo
 	ret = fs_rail_open(&er->rail, kind, local, why, whylen);
 	if (ret)
 		return ret;
+	/* from now on a signal that ends the process delivers first */
+	fs_sigs_exit_install();
 	if (er->rail.max_msg_size && chunk + FS_WIRE_MSG_PREFIX > er->rail.max_msg_size)
 		chunk = (uint32_t)(er->rail.max_msg_size - FS_WIRE_MSG_PREFIX);
 	/* exactly CHUNK_SIZE (buffers are rounded up): with a power of two,
@@ -487,6 +460,8 @@ struct fs_stream *fs_stream_create(struct fs_engine *e, struct fs_engine_rail *e
 	s->ctl_fd = -1;
 	s->app_fd = -1;
 	s->wake_fd = -1;
+	s->hb_fd = -1;
+	s->fork_gen = fs_handback_fork_gen();
 	s->peer_addr = FI_ADDR_UNSPEC;
 	/* Until the peer's HELLO-ACK says otherwise, queued sends are cut to a
 	 * size every peer accepts (FABSOCK_CHUNK_SIZE is at least this). */
@@ -566,6 +541,21 @@ static void fs_stream_destroy(struct fs_engine *e, struct fs_stream *s)
 		s->unpulled = 0;
 		fs_dlist_del(&s->pull_link);
 	}
+	if (fs_dlist_linked(&s->hb_link))
+		fs_dlist_del(&s->hb_link);
+	for (buf = s->hb_ret_head; buf; buf = next) {
+		next = buf->next;
+		fs_engine_repost(er, buf);
+	}
+	for (buf = s->hb_held_head; buf; buf = next) {
+		next = buf->next;
+		fs_pool_put(buf);
+	}
+	s->hb_ret_head = s->hb_ret_tail = s->hb_held_head = s->hb_held_tail = NULL;
+	s->hb_held_count = 0;
+	if (s->hb_fd >= 0)
+		fs_internal_fd_close(s->hb_fd);
+	s->hb_fd = -1;
 	/* Buffers still posted for this stream's sends complete later and are
 	 * returned by the completion handler, which tolerates a NULL stream. */
 	er->reserved_data -= s->window;
@@ -595,6 +585,11 @@ static void fs_stream_destroy(struct fs_engine *e, struct fs_stream *s)
 	s->ooo = NULL;
 	if (!s->app_ref)
 		free(s);
+}
+
+void fs_engine_retire(struct fs_engine *e, struct fs_stream *s)
+{
+	fs_stream_destroy(e, s);
 }
 
 void fs_stream_drop_app(struct fs_stream *s)
@@ -655,7 +650,7 @@ static bool fs_engine_settled(struct fs_engine *e)
 	if (!fs_params.doorbell || !e->live_streams)
 		return false;
 	for (unsigned kind = FS_PROV_SHM; kind < FS_PROV_MAX_; kind++)
-		if (e->rails[kind].open && e->rails[kind].tx_posted)
+		if (e->rails[kind].open && (e->rails[kind].tx_posted || e->rails[kind].pulls_posted))
 			return false; /* its completion comes without a ring */
 	return !fs_engine_busy(e);
 }
@@ -678,6 +673,23 @@ bool fs_engine_deep_idle(struct fs_engine *e)
 	/* armed_all is set only once the engine was quiet, and cleared by any
 	 * arriving message, new stream or ring: no clock needed here */
 	return __atomic_load_n(&e->armed_all, __ATOMIC_RELAXED) && fs_engine_settled(e);
+}
+
+bool fs_engine_wait_deep(struct fs_engine *e, bool checked)
+{
+	bool was_armed = __atomic_load_n(&e->armed_all, __ATOMIC_RELAXED);
+
+	if (!was_armed && fs_params.wait_arm && fs_engine_settled(e)) {
+		fs_bell_arm_all(e);
+		/* A message that came after the caller last looked (and disarmed
+		 * its stream) is counted as seen in this ARM: no ring will come
+		 * for it. Only a caller that looked under this lock may sleep;
+		 * the others look once more first (armed_all, cleared by any
+		 * arrival, tells them then). */
+		if (!checked)
+			return false;
+	}
+	return fs_engine_deep_idle(e);
 }
 
 int fs_engine_deep_begin(struct fs_engine *e)
@@ -716,12 +728,13 @@ int fs_engine_deep_sleep(struct pollfd *fds, nfds_t n, uint64_t deadline_ns, con
 	int ret, err;
 
 	*slept = false;
-	/* a lock-free look first: busy engines are never armed */
-	if (!e || !__atomic_load_n(&e->armed_all, __ATOMIC_RELAXED))
+	/* a lock-free look first: without waiters' arming, busy engines are
+	 * never armed */
+	if (!e || (!fs_params.wait_arm && !__atomic_load_n(&e->armed_all, __ATOMIC_RELAXED)))
 		return 0;
 	now = fs_now_ns();
 	pthread_mutex_lock(&e->lock);
-	fds[n].fd = fs_engine_deep_idle(e) ? fs_engine_deep_begin(e) : -1;
+	fds[n].fd = fs_engine_wait_deep(e, false) ? fs_engine_deep_begin(e) : -1;
 	pthread_mutex_unlock(&e->lock);
 	if (fds[n].fd < 0)
 		return 0;
@@ -844,6 +857,10 @@ static int fs_post(struct fs_stream *s, struct fs_buf *buf, const void *data, si
 
 	if (!s->erail->open)
 		return -FI_ECANCELED; /* the rail closed at exit under a still running thread */
+	if (__builtin_expect(fs_fault_post_eagain != 0, 0)) {
+		fs_fault_post_eagain--;
+		return -FI_EAGAIN;
+	}
 	FS_GUARD_ENTER();
 	FS_PROV_ENTER(s->erail, s->peer_pid);
 	if (tagged)
@@ -854,6 +871,12 @@ static int fs_post(struct fs_stream *s, struct fs_buf *buf, const void *data, si
 			     : fi_send(rail->ep, data, bytes, buf->desc, s->peer_addr, buf);
 	FS_PROV_LEAVE(s->erail);
 	FS_GUARD_LEAVE();
+	if (ret == -FI_EAGAIN && s->peer_armed) {
+		/* The provider may need the peer to make progress first (shm
+		 * maps a new peer only when the receiver polls): a peer asleep
+		 * on its doorbell would never let this through. */
+		fs_bell_ring(s);
+	}
 	if (ret)
 		return (int)ret;
 	buf->posted = inject ? 2 : 1;
@@ -909,6 +932,7 @@ static struct fs_buf *fs_txq_pop(struct fs_stream *s)
 void fs_stream_flush(struct fs_engine *e, struct fs_stream *s)
 {
 	bool had_queue = s->txq_head != NULL;
+	unsigned queued = s->txq_count;
 
 	while (s->txq_head && !s->error) {
 		struct fs_buf *buf = s->txq_head;
@@ -972,6 +996,13 @@ failed:
 		e->pending_tx--;
 		fs_dlist_del(&s->pending_link);
 	}
+	/* Room in the send queue is writability (POLLOUT): a change the
+	 * application's wait or edge-triggered epoll must see. It also comes
+	 * from retries of sends the provider refused for a moment (-FI_EAGAIN),
+	 * long after the credit that allowed them; without this nginx, told
+	 * "not writable", waited for an EPOLLOUT that never came. */
+	if (s->txq_count < queued)
+		fs_stream_changed(e, s);
 }
 
 bool fs_engine_busy(struct fs_engine *e)
@@ -981,6 +1012,13 @@ bool fs_engine_busy(struct fs_engine *e)
 	for (struct fs_stream *s = e->orphans; s; s = s->orphan_next)
 		if (!s->error && (s->txq_head || s->tx_inflight))
 			return true;
+	/* bytes for TCP on the way back, which the kernel socket takes now */
+	for (struct fs_dlist *n = e->switching.next; n != &e->switching; n = n->next) {
+		struct fs_stream *s = fs_stream_of(n, hb_link);
+
+		if (!s->hb_out_blocked && (s->hb_ret_head || (s->hb_peer_end && s->hb_held_head)))
+			return true;
+	}
 	/* Only a send that could go now (credit there, the provider said
 	 * "again") needs fast polling; one waiting for credit or for the
 	 * HELLO-ACK waits for a message, which slower polling also finds. */
@@ -1125,6 +1163,58 @@ static void fs_rx_header_common(struct fs_engine *e, struct fs_stream *s, const 
 		fs_stream_maybe_credit(e, s);
 }
 
+/* BUF is S's next message in sequence order: where it goes. */
+static void fs_rx_deliver(struct fs_engine *e, struct fs_engine_rail *er, struct fs_stream *s, struct fs_buf *buf)
+{
+	switch (buf->kind) {
+	case FS_MSG_RETURN:
+		/* bytes of ours the peer's reader will not read: to our kernel
+		 * socket, first (handback.c); only after the peer switched */
+		if (s->hb != FS_HB_SWITCHING)
+			goto consume;
+		if (s->hb_ret_tail)
+			s->hb_ret_tail->next = buf;
+		else
+			s->hb_ret_head = buf;
+		s->hb_ret_tail = buf;
+		return;
+	case FS_MSG_RETURN_END:
+		s->hb_peer_end = true;
+		goto consume;
+	case FS_MSG_SWITCH:
+		fs_handback_peer_switch(e, s);
+		if (s->state == FS_STREAM_CLOSED && !s->hb_frozen) {
+			s->hb_rx_done = true; /* nobody reads: rx is over */
+			goto consume;
+		}
+		break; /* in order behind what a frozen reader returns */
+	default:
+		/* (a frozen reader's bytes go back to the peer: queued) */
+		if (s->state == FS_STREAM_CLOSED && !(s->hb == FS_HB_SWITCHING && s->hb_frozen)) {
+			/* The application is gone: consume it so the peer is not
+			 * stalled, and note the peer's FIN, which lets the orphan go. */
+			if (buf->kind == FS_MSG_FIN)
+				s->peer_fin = true;
+			goto consume;
+		}
+		break;
+	}
+	if (s->rxq_tail)
+		s->rxq_tail->next = buf;
+	else
+		s->rxq_head = buf;
+	s->rxq_tail = buf;
+	s->rx_bytes += buf->len;
+	if (buf->kind == FS_MSG_FIN)
+		s->peer_fin = true;
+	else if (buf->kind == FS_MSG_PULL)
+		fs_stream_unpulled_inc(e, s);
+	return;
+consume:
+	s->freed++;
+	fs_engine_rx_discard(er, buf);
+}
+
 static void fs_rx_data(struct fs_engine *e, struct fs_engine_rail *er, struct fs_buf *buf, size_t bytes,
 		       fi_addr_t src)
 {
@@ -1136,7 +1226,7 @@ static void fs_rx_data(struct fs_engine *e, struct fs_engine_rail *er, struct fs
 
 	if (bytes >= FS_WIRE_MSG_PREFIX && fs_tag_class(tag) == FS_CLASS_DATA)
 		s = fs_rx_stream(e, er, tag, src);
-	if (!s || (kind != FS_MSG_DATA && kind != FS_MSG_FIN && kind != FS_MSG_PULL))
+	if (!s || kind < FS_MSG_DATA || kind > FS_MSG_RETURN_END || kind == FS_MSG_CREDIT)
 		goto drop;
 	fs_wire_hdr_decode(buf->mem + FS_WIRE_CTRL_TAG_LEN, &hdr);
 	if (kind == FS_MSG_PULL) {
@@ -1144,7 +1234,9 @@ static void fs_rx_data(struct fs_engine *e, struct fs_engine_rail *er, struct fs
 		 * cannot go to the application lands here) */
 		if (bytes != FS_WIRE_MSG_PREFIX || !hdr.len || hdr.len > buf->cap - FS_WIRE_MSG_PREFIX)
 			goto drop;
-	} else if (hdr.len != bytes - FS_WIRE_MSG_PREFIX || (kind == FS_MSG_FIN && hdr.len)) {
+	} else if (hdr.len != bytes - FS_WIRE_MSG_PREFIX ||
+		   ((kind == FS_MSG_FIN || kind == FS_MSG_SWITCH || kind == FS_MSG_RETURN_END) && hdr.len) ||
+		   (kind == FS_MSG_RETURN && !hdr.len)) {
 		goto drop;
 	}
 	/* Credits bound what may arrive: anything outside the window is not ours. */
@@ -1160,16 +1252,6 @@ static void fs_rx_data(struct fs_engine *e, struct fs_engine_rail *er, struct fs
 	buf->seq = hdr.seq;
 	buf->kind = (uint8_t)kind;
 	buf->pull_tag = fs_tag_pull(s->id, hdr.seq, s->token);
-	if (s->state == FS_STREAM_CLOSED) {
-		/* The application is gone: consume it so the peer is not stalled,
-		 * and note the peer's FIN, which lets the orphan go. */
-		if (kind == FS_MSG_FIN)
-			s->peer_fin = true;
-		s->freed++;
-		s->rx_expect++;
-		fs_engine_rx_discard(er, buf);
-		return;
-	}
 	buf->stream = s;
 	buf->posted = 0;
 	s->ooo[slot] = buf;
@@ -1181,16 +1263,7 @@ static void fs_rx_data(struct fs_engine *e, struct fs_engine_rail *er, struct fs
 		s->ooo[s->rx_expect % s->window] = NULL;
 		s->rx_expect++;
 		next->next = NULL;
-		if (s->rxq_tail)
-			s->rxq_tail->next = next;
-		else
-			s->rxq_head = next;
-		s->rxq_tail = next;
-		s->rx_bytes += next->len;
-		if (next->kind == FS_MSG_FIN)
-			s->peer_fin = true;
-		else if (next->kind == FS_MSG_PULL)
-			fs_stream_unpulled_inc(e, s);
+		fs_rx_deliver(e, er, s, next);
 		fs_stream_changed(e, s);
 	}
 	return;
@@ -1328,6 +1401,8 @@ int fs_engine_progress(struct fs_engine *e)
 		if (fs_stream_can_post(s))
 			fs_stream_flush(e, s);
 	}
+	if (e->switching.next != &e->switching)
+		fs_handback_progress(e);
 	if (e->orphans)
 		fs_engine_reap(e);
 	if (e->wake_list)
@@ -1383,10 +1458,14 @@ void fs_engine_reap(struct fs_engine *e)
 		if (s->txq_head)
 			fs_stream_flush(e, s);
 		fs_orphan_check(e, s);
-		if (s->users) {
-			link = &s->orphan_next; /* a thread is still inside send/recv on it */
+		if (s->users || (s->hb == FS_HB_SWITCHING && now < s->close_deadline_ns)) {
+			/* a thread is still inside send/recv on it, or it is on its
+			 * way back to TCP (handback.c ends it) */
+			link = &s->orphan_next;
 			continue;
 		}
+		if (s->hb == FS_HB_DONE)
+			sent = heard = true;
 		if ((sent && heard && !s->tx_inflight) || now >= s->close_deadline_ns) {
 			*link = s->orphan_next;
 			if (!sent)
@@ -1412,17 +1491,35 @@ static bool fs_ctl_closed(int fd)
 	return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
+/* Takes the engine lock, waiting until DEADLINE_NS at most: the exit paths
+ * may run in a signal handler or in _exit() called from one, whose own
+ * thread may be the holder. Returns 0 or -ETIMEDOUT. */
+static int fs_engine_lock_until(struct fs_engine *e, uint64_t deadline_ns)
+{
+	struct timespec real;
+	uint64_t now = fs_now_ns(), left = deadline_ns > now ? deadline_ns - now : 0, at;
+
+	clock_gettime(CLOCK_REALTIME, &real);
+	at = (uint64_t)real.tv_sec * 1000000000ull + (uint64_t)real.tv_nsec + left;
+	real.tv_sec = (time_t)(at / 1000000000ull);
+	real.tv_nsec = (long)(at % 1000000000ull);
+	return pthread_mutex_timedlock(&e->lock, &real) ? -ETIMEDOUT : 0;
+}
+
 void fs_engine_shutdown(void)
 {
 	struct fs_engine *e = fs_engine_peek();
 	uint64_t deadline;
 
-	if (!e)
+	if (!e || __atomic_exchange_n(&fs_engine_ended, 1, __ATOMIC_ACQ_REL))
 		return;
-	if (fs_params.stats)
-		fs_stats_log_once();
 	deadline = fs_now_ns() + fs_params.linger_sec * 1000000000ull;
-	pthread_mutex_lock(&e->lock);
+	if (fs_engine_lock_until(e, deadline)) {
+		/* held by the thread this exit interrupted, or stuck: the peers
+		 * see the control connections end without a FIN, a reset */
+		FS_WARN("process ending: the engine stayed busy for FABSOCK_LINGER_SEC; unsent bytes are lost");
+		return;
+	}
 	fs_engine_progress(e);
 	/* Streams the application never closed end like TCP at exit: a FIN
 	 * after the data already written, unless the peer is gone already. */
@@ -1433,6 +1530,15 @@ void fs_engine_shutdown(void)
 			continue;
 		s->state = FS_STREAM_CLOSED;
 		s->close_deadline_ns = deadline;
+		/* A child forked after the offload may go on with the socket:
+		 * no FIN, back to TCP for it (handback.h). */
+		if (s->hb == FS_HB_NONE && !s->error && s->app_fd >= 0 &&
+		    fs_handback_maybe_shared(s->fork_gen, s->app_fd) && !fs_handback_start(e, s, s->app_fd))
+			FS_INFO("stream %u: process ending while a child may hold its socket", s->id);
+		if (s->hb != FS_HB_NONE) {
+			fs_engine_add_orphan(e, s);
+			continue;
+		}
 		s->peer_gone = true; /* do not wait for the peer's FIN at exit */
 		if (s->error || fs_ctl_closed(s->app_fd))
 			s->error = s->error ? s->error : -ECONNRESET;
@@ -1441,6 +1547,8 @@ void fs_engine_shutdown(void)
 		fs_engine_add_orphan(e, s);
 	}
 	for (struct fs_stream *s = e->orphans; s; s = s->orphan_next) {
+		if (s->hb == FS_HB_SWITCHING)
+			continue; /* its peer answers the hand-back */
 		s->peer_gone = true;
 		/* an orphan whose peer vanished cannot deliver anything more */
 		if (s->ctl_fd >= 0 && !s->error && fs_ctl_closed(s->ctl_fd))
@@ -1459,7 +1567,8 @@ void fs_engine_shutdown(void)
 			break;
 		pthread_mutex_unlock(&e->lock);
 		usleep(50);
-		pthread_mutex_lock(&e->lock);
+		if (fs_engine_lock_until(e, deadline))
+			return;
 	}
 	for (unsigned kind = FS_PROV_SHM; kind < FS_PROV_MAX_; kind++) {
 		struct fs_engine_rail *er = &e->rails[kind];
@@ -1471,4 +1580,32 @@ void fs_engine_shutdown(void)
 		er->open = false;
 	}
 	pthread_mutex_unlock(&e->lock);
+}
+
+void fs_engine_debug_dump(struct fs_engine *e, uint64_t now)
+{
+	static uint64_t last_ns;
+
+	if (fs_log_level < FS_LOG_DEBUG || now - last_ns < 1000000000ull)
+		return;
+	last_ns = now;
+	for (uint32_t id = 1; id < e->streams_cap; id++) {
+		struct fs_stream *s = e->streams[id];
+		unsigned rxq = 0;
+
+		if (!s)
+			continue;
+		for (struct fs_buf *b = s->rxq_head; b; b = b->next)
+			rxq++;
+		FS_DBG("dump stream %u->%u st %d tx_seq %u peer_freed %u peer_win %u txq %u inflight %u head_ann %d | "
+		       "rx_expect %u freed %u reported %u rxq %u rx_bytes %zu unpulled %u pulling %d head_kind %d "
+		       "head_pull %d | ctrl sent %u acked %u processed %u pending %d | fin q%d d%d peer_fin %d gone %d "
+		       "err %d users %u sleepers %u",
+		       s->id, s->peer_id, s->state, s->tx_seq, s->peer_freed, s->peer_window, s->txq_count, s->tx_inflight,
+		       s->txq_head ? s->txq_head->announced : -1, s->rx_expect, s->freed, s->freed_reported, rxq,
+		       s->rx_bytes, s->unpulled, s->pulling, s->rxq_head ? s->rxq_head->kind : -1,
+		       s->rxq_head ? s->rxq_head->pull : -1, s->ctrl_sent, s->ctrl_acked, s->ctrl_processed,
+		       s->credit_pending, s->fin_queued, s->fin_done, s->peer_fin, s->peer_gone, s->error, s->users,
+		       s->sleepers);
+	}
 }

@@ -47,6 +47,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include "config/params.h"
 #include "core/fabric.h"
@@ -54,10 +55,39 @@
 
 /* An intrusive doubly linked list: the engine keeps the streams that need
  * attention (queued sends, sleeping threads) on lists, so that progress and
- * wake-ups cost what is pending, not what exists. */
+ * wake-ups cost what is pending, not what exists. A node not on a list has
+ * next == NULL. */
 struct fs_dlist {
 	struct fs_dlist *prev, *next;
 };
+
+static inline void fs_dlist_init(struct fs_dlist *head)
+{
+	head->prev = head->next = head;
+}
+
+static inline bool fs_dlist_linked(const struct fs_dlist *node)
+{
+	return node->next != NULL;
+}
+
+static inline void fs_dlist_add(struct fs_dlist *head, struct fs_dlist *node)
+{
+	node->next = head->next;
+	node->prev = head;
+	head->next->prev = node;
+	head->next = node;
+}
+
+static inline void fs_dlist_del(struct fs_dlist *node)
+{
+	node->prev->next = node->next;
+	node->next->prev = node->prev;
+	node->prev = node->next = NULL;
+}
+
+#define fs_stream_of(node, member) \
+	((struct fs_stream *)((char *)(node) - __builtin_offsetof(struct fs_stream, member)))
 
 /* Largest message queued before the peer's HELLO-ACK told its chunk size. */
 #define FS_PRE_ACK_CHUNK 4096u
@@ -69,6 +99,7 @@ struct fs_engine_rail {
 	uint32_t chunk;                        /* largest payload we accept (the HELLO's) */
 	unsigned posted_data, posted_ctrl;     /* receives currently posted */
 	unsigned tx_posted;                    /* sends whose completion is due */
+	unsigned pulls_posted;                 /* payload receives whose completion is due */
 	unsigned reserved_data, reserved_ctrl; /* owed to live streams */
 	unsigned streams;
 };
@@ -144,7 +175,24 @@ struct fs_stream {
 	uint64_t peer_gone_ns;
 	bool error_reported;
 
-	int app_fd;            /* the application's fd while it is open (exit flush only) */
+	int app_fd;            /* the application's fd while it is open (exit flush, hand-back) */
+	uint32_t fork_gen;     /* fs_handback_fork_gen() when it was created */
+
+	/* Handing it back to TCP (core/handback.h). */
+	uint8_t hb;            /* enum fs_hb_state; written under the engine lock with
+	                        * fs_stream_hb_set, read without it by fs_stream_hb */
+	bool hb_frozen;        /* our reader reads TCP: what comes from the peer goes back */
+	bool hb_rx_done;       /* the peer's SWITCH was read (or, frozen, reached): rx is on TCP */
+	bool hb_end_queued;    /* our RETURN_END is queued */
+	bool hb_peer_end;      /* the peer's RETURN_END arrived: no RETURN is left to come */
+	bool hb_fin;           /* shut the kernel socket down for writing at the end */
+	bool hb_out_blocked;   /* the last write to hb_fd got EAGAIN */
+	int hb_fd;             /* our duplicate of the kernel socket, -1 */
+	uint64_t hb_waiters;   /* request slots (handback.c) waiting for the end */
+	struct fs_buf *hb_ret_head, *hb_ret_tail;   /* RETURN bytes: to TCP first */
+	struct fs_buf *hb_held_head, *hb_held_tail; /* ours after them (tx buffers) */
+	unsigned hb_held_count;
+	struct fs_dlist hb_link; /* on engine.switching */
 
 	/* Lifetime. The socket that owns the stream keeps a reference to its
 	 * memory (app_ref) until the socket object itself is recycled, so a
@@ -161,6 +209,18 @@ struct fs_stream {
 	struct fs_stream *orphan_next;
 };
 
+/* The hand-back state, read by the application's calls before they take the
+ * engine lock (whether the socket is a plain kernel socket now). */
+static inline unsigned fs_stream_hb(const struct fs_stream *s)
+{
+	return __atomic_load_n(&s->hb, __ATOMIC_ACQUIRE);
+}
+
+static inline void fs_stream_hb_set(struct fs_stream *s, unsigned hb)
+{
+	__atomic_store_n(&s->hb, (uint8_t)hb, __ATOMIC_RELEASE);
+}
+
 struct fs_engine {
 	pthread_mutex_t lock;
 	pid_t pid;
@@ -175,6 +235,11 @@ struct fs_engine {
 	struct fs_dlist pending;  /* those streams (pending_link) */
 	struct fs_dlist sleeping; /* streams with sleepers (sleep_link) */
 	struct fs_dlist unpulled; /* streams with unpulled announcements (pull_link) */
+	struct fs_dlist switching; /* streams on their way back to TCP (hb_link) */
+	/* Requests from processes forked after an offload (core/handback.h):
+	 * a page shared with them, and the eventfd they ring. */
+	struct fs_hb_page *hb_page;
+	int hb_evfd;
 	/* Of the threads waiting in fs_stream_wait, one polls the completion
 	 * queue in short slices (the poller); the others sleep until rung. */
 	bool has_poller;
@@ -205,6 +270,13 @@ bool fs_engine_quiet(struct fs_engine *e, uint64_t now);
 /* True when a waiter may sleep FS_BELL_SLICE_MS: every stream is armed,
  * nothing was seen for IDLE_AFTER_MS and no send is in flight. Lock held. */
 bool fs_engine_deep_idle(struct fs_engine *e);
+/* A waiter whose spin is over: unless something of ours is in flight, it
+ * arms every stream (FABSOCK_WAIT_ARM), so that the next message rings the
+ * doorbell instead of waiting for a polling slice. Then as
+ * fs_engine_deep_idle, except that a caller that did not check its streams
+ * under this lock hold (!CHECKED) gets false when this call armed: it must
+ * look again before it sleeps. Lock held. */
+bool fs_engine_wait_deep(struct fs_engine *e, bool checked);
 /* A waiter starts / stops such a sleep; begin returns the fd to add to its
  * poll set (-1: none, do not sleep long). Lock held. */
 int fs_engine_deep_begin(struct fs_engine *e);
@@ -247,14 +319,27 @@ static inline uint64_t fs_spin_end(uint64_t now)
 }
 
 /* getpid() without a system call (glibc no longer caches it): the value is
- * cached and forgotten in the child at fork. */
+ * cached at start-up and renewed in the child at fork (fs_self_pid_refresh).
+ * A vfork child (no fork handlers run) sees its parent's pid here. */
 extern pid_t fs_pid_cache;
 pid_t fs_self_pid_slow(void);
+void fs_self_pid_refresh(void);
 static inline pid_t fs_self_pid(void)
 {
 	pid_t pid = __atomic_load_n(&fs_pid_cache, __ATOMIC_RELAXED);
 
 	return pid ? pid : fs_self_pid_slow();
+}
+
+/* True in a child that shares its parent's memory until it execs or exits
+ * (vfork, posix_spawn, clone with CLONE_VM): everything fabsock keeps is the
+ * parent's there, while the descriptor table is the child's own copy, so a
+ * close() or dup2() in it must not touch fabsock's state (Python's
+ * subprocess closes every fd above 2 in such a child). One getpid() system
+ * call: for the calls that create, close or duplicate descriptors only. */
+static inline bool fs_vfork_child(void)
+{
+	return getpid() != fs_self_pid();
 }
 
 /* The engine of this process, created on first use (NULL on failure). */
@@ -263,7 +348,10 @@ struct fs_engine *fs_engine_get(void);
 struct fs_engine *fs_engine_peek(void);
 /* Forgets (without closing) an engine inherited across fork. */
 void fs_engine_forget_after_fork(void);
-/* At exit: flush orphans up to LINGER_SEC, close rails. */
+/* The process is ending: every stream delivers what was written and its
+ * FIN, within FABSOCK_LINGER_SEC, then the rails close (removing the shm
+ * region). Once per process; fs_engine_get() returns NULL afterwards, and
+ * calls on streams that remain fail instead of touching closed rails. */
 void fs_engine_shutdown(void);
 
 /* Opens the rail of KIND if needed. Engine lock held. */
@@ -298,6 +386,11 @@ bool fs_engine_busy(struct fs_engine *e);
  * has delivered. Lock held. */
 void fs_engine_pull_stale(struct fs_engine *e);
 
+/* At FABSOCK_LOG=debug, once a second: one line per stream with its
+ * counters (the service thread's; for diagnosing a stalled stream). Lock
+ * held. */
+void fs_engine_debug_dump(struct fs_engine *e, uint64_t now);
+
 /* Runs the completion queues once. Returns completions handled. Lock held. */
 int fs_engine_progress(struct fs_engine *e);
 /* The same, taking the engine lock; for readiness scans, which progress
@@ -323,8 +416,9 @@ enum fs_close_need {
 };
 /* The application closed the socket. CTL_FD is a duplicate of the kernel
  * socket the engine now owns and closes once our FIN is delivered (or at
- * once, with a reset, if ABORT). */
-enum fs_close_need fs_stream_close(struct fs_stream *s, int ctl_fd, bool abort);
+ * once, with a reset, if ABORT). SHARED: a process forked after the offload
+ * may still hold the socket: no FIN, the stream goes back to TCP. */
+enum fs_close_need fs_stream_close(struct fs_stream *s, int ctl_fd, bool abort, bool shared);
 /* The owning socket object is being recycled: the stream's memory may go
  * once the engine is done with it. No locks held. */
 void fs_stream_drop_app(struct fs_stream *s);

@@ -24,9 +24,20 @@
  * in slices of at most FABSOCK_SLEEP_MAX_US, looking at the streams between
  * slices.
  *
- * Kernel events name members by pointer; a member is freed at
- * EPOLL_CTL_DEL, so a translation looks the pointer up in the instance's
- * hash by value and drops events for members that are gone.
+ * Kernel events name members by a tag, never by a pointer (fs_member_tag):
+ * a slot index and its generation, under a marker no application pointer
+ * can carry (bits 63..48 are not a canonical x86-64 address). A kernel
+ * event can outlive its member (another thread's EPOLL_CTL_DEL or close()
+ * between the kernel's answer and our look at it): its tag then names a
+ * slot of another generation, and the event is dropped. (Events used to
+ * carry the member's address, looked up in a hash: a member freed in that
+ * window made the event look like one of the application's own, and Apache's
+ * event MPM dereferenced fabsock's pointer as its own: SIGSEGV.)
+ *
+ * Every instance record also keeps an eventfd in its kernel set (tag
+ * FS_EP_TAG_WAKE): a thread waiting in the kernel on an instance with no
+ * offloaded member (no reason to poll) is woken when another thread adds
+ * one, so it looks at the new member instead of sleeping out its timeout.
  *
  * Lock order: fs_epoll.lock, then fs_sock.lock, then the engine lock.
  */
@@ -36,12 +47,13 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
-#include <uthash.h>
 
 #include "config/log.h"
 #include "config/params.h"
@@ -55,8 +67,11 @@
 enum fs_ep_reg { FS_EP_REG_APP_EVENTS = 1, FS_EP_REG_CONTROL = 2 };
 
 struct fs_ep_member {
-	struct fs_ep_member *self; /* hash key */
-	UT_hash_handle hh;
+	/* index, gen and fe come first: fs_member_alloc clears what follows */
+	uint32_t index;                   /* its slot (fs_ep_slot) */
+	uint32_t gen;                     /* bumped at every release (atomic) */
+	struct fs_epoll *fe;              /* owner while in use (atomic), NULL when free */
+	struct fs_ep_member *free_next;   /* fs_ep_free */
 	struct fs_ep_member *next, *prev; /* fs_epoll.members */
 	int fd;
 	struct fs_sock *s; /* a reference; NULL for a nested epoll instance */
@@ -77,20 +92,105 @@ struct fs_epoll {
 	pthread_mutex_t lock;
 	int epfd;
 	struct fs_ep_member *members;
-	struct fs_ep_member *by_ptr;
 	uint64_t out_gen; /* bumped for every output being built */
+	int wake_fd;      /* eventfd in the kernel set (FS_EP_TAG_WAKE), or -1 */
+	unsigned kernel_sleepers; /* threads waiting on it in the kernel for long */
 };
 
+/* ---- member slots and their tags ---------------------------------------- */
+
+#define FS_EP_TAG_MARK (0xfab5ull << 48)
+#define FS_EP_TAG_MARK_MASK (0xffffull << 48)
+#define FS_EP_TAG_WAKE (FS_EP_TAG_MARK | 0xffffffffull)
+#define FS_EP_CHUNK 1024u
+#define FS_EP_CHUNKS 4096u /* 4 Mi members */
+
+static struct fs_ep_member *fs_ep_chunks[FS_EP_CHUNKS]; /* published once, never freed */
+static uint32_t fs_ep_slots_made;
+static struct fs_ep_member *fs_ep_free;
+static pthread_mutex_t fs_ep_slot_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static struct fs_ep_member *fs_member_alloc(struct fs_epoll *fe)
+{
+	struct fs_ep_member *m;
+
+	pthread_mutex_lock(&fs_ep_slot_lock);
+	m = fs_ep_free;
+	if (m) {
+		fs_ep_free = m->free_next;
+	} else if (fs_ep_slots_made < FS_EP_CHUNK * FS_EP_CHUNKS) {
+		uint32_t chunk = fs_ep_slots_made / FS_EP_CHUNK;
+
+		if (!fs_ep_chunks[chunk]) {
+			struct fs_ep_member *c = calloc(FS_EP_CHUNK, sizeof(*c));
+
+			if (c)
+				__atomic_store_n(&fs_ep_chunks[chunk], c, __ATOMIC_RELEASE);
+		}
+		if (fs_ep_chunks[chunk]) {
+			m = &fs_ep_chunks[chunk][fs_ep_slots_made % FS_EP_CHUNK];
+			m->index = fs_ep_slots_made++;
+		}
+	}
+	pthread_mutex_unlock(&fs_ep_slot_lock);
+	if (!m)
+		return NULL;
+	/* Everything after the owner: a waiter holding a stale tag may be
+	 * reading index, gen and fe (atomically) right now. */
+	memset(&m->free_next, 0, sizeof(*m) - offsetof(struct fs_ep_member, free_next));
+	__atomic_store_n(&m->fe, fe, __ATOMIC_RELEASE);
+	return m;
+}
+
+static void fs_member_release(struct fs_ep_member *m)
+{
+	__atomic_store_n(&m->fe, NULL, __ATOMIC_RELEASE);
+	__atomic_fetch_add(&m->gen, 1, __ATOMIC_ACQ_REL);
+	pthread_mutex_lock(&fs_ep_slot_lock);
+	m->free_next = fs_ep_free;
+	fs_ep_free = m;
+	pthread_mutex_unlock(&fs_ep_slot_lock);
+}
+
+static uint64_t fs_member_tag(const struct fs_ep_member *m)
+{
+	return FS_EP_TAG_MARK | ((uint64_t)(__atomic_load_n(&m->gen, __ATOMIC_RELAXED) & 0xffffu) << 32) | m->index;
+}
+
+/* The member of FE that TAG names, or NULL: not a tag of ours (*OURS
+ * false: the application's own data), or a member since gone. */
+static struct fs_ep_member *fs_member_by_tag(struct fs_epoll *fe, uint64_t tag, bool *ours)
+{
+	uint32_t index = (uint32_t)tag, chunk = index / FS_EP_CHUNK;
+	struct fs_ep_member *m, *c;
+
+	*ours = (tag & FS_EP_TAG_MARK_MASK) == FS_EP_TAG_MARK;
+	if (!*ours || tag == FS_EP_TAG_WAKE || chunk >= FS_EP_CHUNKS ||
+	    !(c = __atomic_load_n(&fs_ep_chunks[chunk], __ATOMIC_ACQUIRE)))
+		return NULL;
+	m = &c[index % FS_EP_CHUNK];
+	if (__atomic_load_n(&m->fe, __ATOMIC_ACQUIRE) != fe ||
+	    (__atomic_load_n(&m->gen, __ATOMIC_ACQUIRE) & 0xffffu) != ((tag >> 32) & 0xffffu))
+		return NULL;
+	return m;
+}
+
 static struct fs_epoll **fs_ept;
+/* Per epoll fd: threads in fs_epoll_wait_plain on it (atomic counters). */
+static uint32_t *fs_ep_plain;
 static int fs_ept_hi = -1; /* highest epfd with an instance record */
 static bool fs_have_pwait2 = true; /* kernel 5.11+; else millisecond slices */
 static pthread_mutex_t fs_ept_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static struct fs_epoll *fs_epoll_peek(int epfd)
 {
-	if (!fs_ept || epfd < 0 || (size_t)epfd >= fs_fdt_size)
+	/* the table is made once, by the first epoll_ctl, while other threads
+	 * may already be looking */
+	struct fs_epoll **table = __atomic_load_n(&fs_ept, __ATOMIC_ACQUIRE);
+
+	if (!table || epfd < 0 || (size_t)epfd >= fs_fdt_size)
 		return NULL;
-	return __atomic_load_n(&fs_ept[epfd], __ATOMIC_ACQUIRE);
+	return __atomic_load_n(&table[epfd], __ATOMIC_ACQUIRE);
 }
 
 static struct fs_epoll *fs_epoll_get_or_make(int epfd)
@@ -110,11 +210,33 @@ static struct fs_epoll *fs_epoll_get_or_make(int epfd)
 	if (fs_ept && !(fe = fs_ept[epfd])) {
 		fe = calloc(1, sizeof(*fe));
 		if (fe) {
+			struct epoll_event wake = { .events = EPOLLIN, .data.u64 = FS_EP_TAG_WAKE };
+
 			pthread_mutex_init(&fe->lock, NULL);
 			fe->epfd = epfd;
+			fe->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+			uint64_t one = 1;
+			ssize_t n;
+
+			if (fe->wake_fd >= 0) {
+				fe->wake_fd = fs_internal_fd(fe->wake_fd);
+				if (fs_real.epoll_ctl(epfd, EPOLL_CTL_ADD, fe->wake_fd, &wake)) {
+					fs_internal_fd_close(fe->wake_fd);
+					fe->wake_fd = -1;
+				}
+			}
 			__atomic_store_n(&fs_ept[epfd], fe, __ATOMIC_RELEASE);
 			if (epfd > fs_ept_hi)
 				__atomic_store_n(&fs_ept_hi, epfd, __ATOMIC_RELEASE);
+			if (fe->wake_fd >= 0 && fs_ep_plain && __atomic_load_n(&fs_ep_plain[epfd], __ATOMIC_ACQUIRE)) {
+				/* A thread waits on the instance in the kernel, unaware
+				 * of fabsock (fs_epoll_wait_plain): wake it, now that
+				 * the record it will look for is there. (Only then: the
+				 * eventfd stays readable, and so would the instance to
+				 * poll() or an outer epoll.) */
+				n = fs_real.write(fe->wake_fd, &one, sizeof(one));
+				(void)n;
+			}
 		}
 	}
 	pthread_mutex_unlock(&fs_ept_lock);
@@ -123,7 +245,6 @@ static struct fs_epoll *fs_epoll_get_or_make(int epfd)
 
 static void fs_member_free(struct fs_epoll *fe, struct fs_ep_member *m)
 {
-	HASH_DEL(fe->by_ptr, m);
 	if (m->prev)
 		m->prev->next = m->next;
 	else /* fe->members is also read without the lock (has_members) */
@@ -132,7 +253,7 @@ static void fs_member_free(struct fs_epoll *fe, struct fs_ep_member *m)
 		m->next->prev = m->prev;
 	if (m->s)
 		fs_sock_put(m->s);
-	free(m);
+	fs_member_release(m);
 }
 
 /* The application closed EPFD: forget its members. */
@@ -150,6 +271,11 @@ void fs_epoll_closed(int epfd)
 	pthread_mutex_lock(&fe->lock);
 	while (fe->members)
 		fs_member_free(fe, fe->members);
+	if (fe->wake_fd >= 0) {
+		/* under the lock: a waiter reads it only under the lock */
+		fs_internal_fd_close(fe->wake_fd);
+		fe->wake_fd = -1;
+	}
 	pthread_mutex_unlock(&fe->lock);
 }
 
@@ -180,6 +306,11 @@ void fs_epoll_fd_closing(struct fs_sock *s, int fd)
 	}
 }
 
+bool fs_epoll_known(int epfd)
+{
+	return fs_epoll_peek(epfd) != NULL;
+}
+
 bool fs_epoll_has_members(int epfd)
 {
 	struct fs_epoll *fe = fs_epoll_peek(epfd);
@@ -194,7 +325,7 @@ static int fs_kernel_ctl(struct fs_epoll *fe, int op, struct fs_ep_member *m, ui
 	if (app_data)
 		ev.data = m->data;
 	else
-		ev.data.ptr = m;
+		ev.data.u64 = fs_member_tag(m);
 	return fs_real.epoll_ctl(fe->epfd, op, m->fd, op == EPOLL_CTL_DEL ? NULL : &ev);
 }
 
@@ -232,6 +363,13 @@ static bool fs_member_fixup(struct fs_epoll *fe, struct fs_ep_member *m)
 		return true;
 	}
 	st = fs_sock_state(m->s);
+	if (st == FS_SOCK_OFFLOADED && fs_sock_must_unshare(m->s)) {
+		/* forked after the offload, or back on TCP: a kernel socket */
+		int err;
+
+		fs_sock_unshare(m->s, &err);
+		st = fs_sock_state(m->s);
+	}
 	/* Closed, or this fd of a duplicated socket closed (fabsock drops the
 	 * member then, where the kernel would keep it while another fd holds
 	 * the socket open: docs/design.md, "dup"). A socket left to the kernel
@@ -265,12 +403,11 @@ bool fs_epoll_wants(struct fs_sock *s)
  * S is NULL) to FE and to its kernel set. */
 static int fs_member_add(struct fs_epoll *fe, int fd, struct fs_sock *s, const struct epoll_event *event)
 {
-	struct fs_ep_member *m = calloc(1, sizeof(*m));
+	struct fs_ep_member *m = fs_member_alloc(fe);
 	int ret;
 
 	if (!m)
 		return -ENOMEM;
-	m->self = m;
 	m->fd = fd;
 	m->s = s;
 	m->inner_epfd = s ? -1 : fd;
@@ -281,19 +418,26 @@ static int fs_member_add(struct fs_epoll *fe, int fd, struct fs_sock *s, const s
 	if (fs_kernel_ctl(fe, EPOLL_CTL_ADD, m, fs_member_kernel_events(m, m->reg), false)) {
 		ret = -errno;
 		pthread_mutex_unlock(&fe->lock);
-		free(m);
+		fs_member_release(m);
 		return ret;
 	}
 	if (s) {
 		fs_sock_ref(s);
 		fs_core_epoll_add(s); /* close() must take it out of epoll sets */
 	}
-	HASH_ADD_PTR(fe->by_ptr, self, m);
 	m->next = fe->members;
 	m->prev = NULL;
 	if (fe->members)
 		fe->members->prev = m;
 	__atomic_store_n(&fe->members, m, __ATOMIC_RELEASE);
+	if (fe->kernel_sleepers && fe->wake_fd >= 0) {
+		/* a thread sleeps in the kernel on this instance for its whole
+		 * timeout: it must look at the new member */
+		uint64_t one = 1;
+		ssize_t n = fs_real.write(fe->wake_fd, &one, sizeof(one));
+
+		(void)n;
+	}
 	pthread_mutex_unlock(&fe->lock);
 	return 0;
 }
@@ -645,6 +789,35 @@ static int fs_epoll_scan(struct fs_epoll *fe, struct epoll_event *out, int max, 
 	return n;
 }
 
+/* Collects kernel events for EPFD into KBUF (room for K): the wait the
+ * caller decided (WAIT_US 0: none; LONG: the whole time until DEADLINE_NS,
+ * 0 = none). Returns the count or -errno. */
+static int fs_epoll_kernel_wait(int epfd, struct epoll_event *kbuf, int k, uint64_t wait_us, bool longwait,
+				uint64_t deadline_ns, const sigset_t *sigmask)
+{
+	int ret, ms;
+
+	if (longwait) {
+		uint64_t now = fs_now_ns();
+
+		ms = !deadline_ns ? -1 : deadline_ns > now ? (int)((deadline_ns - now + 999999) / 1000000ull) : 0;
+	} else if (wait_us && fs_have_pwait2) {
+		/* microsecond slices: epoll_wait's milliseconds would add a
+		 * whole one to every wake-up after the spin */
+		struct timespec ts = { (time_t)(wait_us / 1000000), (long)(wait_us % 1000000) * 1000 };
+
+		ret = fs_real.epoll_pwait2(epfd, kbuf, k, &ts, sigmask);
+		if (!(ret < 0 && errno == ENOSYS))
+			return ret < 0 ? -errno : ret;
+		fs_have_pwait2 = false;
+		ms = (int)((wait_us + 999) / 1000);
+	} else {
+		ms = (int)((wait_us + 999) / 1000);
+	}
+	ret = sigmask ? fs_real.epoll_pwait(epfd, kbuf, k, ms, sigmask) : fs_real.epoll_wait(epfd, kbuf, k, ms);
+	return ret < 0 ? -errno : ret;
+}
+
 int fs_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout_ms, const sigset_t *sigmask)
 {
 	struct fs_epoll *fe = fs_epoll_peek(epfd);
@@ -657,42 +830,41 @@ int fs_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeo
 
 	if (maxevents <= 0)
 		return -EINVAL;
+	if (!fe) {
+		/* no record (closed meanwhile): the plain call will do */
+		int k = sigmask ? fs_real.epoll_pwait(epfd, events, maxevents, timeout_ms, sigmask)
+				: fs_real.epoll_wait(epfd, events, maxevents, timeout_ms);
+
+		return k < 0 ? -errno : k;
+	}
 	for (;;) {
-		int n = 0, k, wait_ms = 0;
-		uint64_t now, wait_us, gen = 0;
+		int n, k;
+		uint64_t now, wait_us = 0, gen;
+		bool longwait = false;
 
-		if (fe) {
-			pthread_mutex_lock(&fe->lock);
-			gen = ++fe->out_gen;
-			n = fs_epoll_scan(fe, events, maxevents, gen);
-			pthread_mutex_unlock(&fe->lock);
-		}
+		pthread_mutex_lock(&fe->lock);
+		gen = ++fe->out_gen;
+		n = fs_epoll_scan(fe, events, maxevents, gen);
+		pthread_mutex_unlock(&fe->lock);
 		now = fs_now_ns();
-		wait_us = 0;
-		if (!n && now >= spin_end && (!deadline || now < deadline)) {
-			uint64_t left_us = deadline ? (deadline - now) / 1000 : slice_us;
-
-			wait_us = slice_us < left_us ? slice_us : left_us;
-			if (!wait_us)
-				wait_us = 1;
-			{
+		if (!n && (!deadline || now < deadline)) {
+			if (!fs_epoll_has_members(epfd)) {
+				/* Nothing of ours to poll: the whole time in the kernel,
+				 * counted as a kernel sleeper, so that a member another
+				 * thread adds rings the instance's wake fd. */
+				longwait = true;
+			} else if (now >= spin_end) {
+				uint64_t left_us = deadline ? (deadline - now) / 1000 : slice_us;
 				uint64_t cap = fs_wait_slice_cap_us(now - start);
 
+				wait_us = slice_us < left_us ? slice_us : left_us;
+				if (!wait_us)
+					wait_us = 1;
 				slice_us = slice_us * 2 < cap ? slice_us * 2 : cap;
 			}
 		}
-		if (!fe || !fs_epoll_has_members(epfd)) {
-			/* nothing of ours in it (any more): the plain call will do */
-			int left = deadline ? (int)((deadline > now ? deadline - now : 0) / 1000000ull) : -1;
-
-			if (n)
-				return n;
-			k = sigmask ? fs_real.epoll_pwait(epfd, events, maxevents, left, sigmask)
-				    : fs_real.epoll_wait(epfd, events, maxevents, left);
-			return k < 0 ? -errno : k;
-		}
 		k = maxevents - n < FS_EP_BATCH ? maxevents - n : FS_EP_BATCH;
-		if (!n && wait_us) {
+		if (wait_us) {
 			/* deeply idle: sleep on the epoll fd itself and the engine's
 			 * deep fd, then collect without waiting */
 			struct pollfd dp[2] = { { .fd = epfd, .events = POLLIN } };
@@ -705,36 +877,40 @@ int fs_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeo
 				wait_us = 0;
 			}
 		}
-		if (!n && wait_us && fs_have_pwait2) {
-			/* microsecond slices: epoll_wait's milliseconds would add a
-			 * whole one to every wake-up after the spin */
-			struct timespec ts = { (time_t)(wait_us / 1000000), (long)(wait_us % 1000000) * 1000 };
-
-			k = fs_real.epoll_pwait2(epfd, kbuf, k, &ts, sigmask);
-			if (k < 0 && errno == ENOSYS) {
-				fs_have_pwait2 = false;
-				continue;
-			}
+		if (longwait) {
+			pthread_mutex_lock(&fe->lock);
+			fe->kernel_sleepers++;
+			pthread_mutex_unlock(&fe->lock);
+			/* a member added before the count went up was seen by no one */
+			k = fs_epoll_has_members(epfd) ? 0
+						       : fs_epoll_kernel_wait(epfd, kbuf, k, 0, true, deadline, sigmask);
+			pthread_mutex_lock(&fe->lock);
+			fe->kernel_sleepers--;
+			pthread_mutex_unlock(&fe->lock);
 		} else {
-			wait_ms = n ? 0 : (int)((wait_us + 999) / 1000);
-			k = sigmask ? fs_real.epoll_pwait(epfd, kbuf, k, wait_ms, sigmask)
-				    : fs_real.epoll_wait(epfd, kbuf, k, wait_ms);
+			k = fs_epoll_kernel_wait(epfd, kbuf, k, n ? 0 : wait_us, false, deadline, sigmask);
 		}
-		if (k < 0) {
-			if (n)
-				return n;
-			return -errno;
-		}
+		if (k < 0)
+			return n ? n : k;
 		pthread_mutex_lock(&fe->lock);
 		for (int i = 0; i < k && n < maxevents; i++) {
-			struct fs_ep_member *m = NULL, *key = kbuf[i].data.ptr;
+			bool ours;
+			struct fs_ep_member *m = fs_member_by_tag(fe, kbuf[i].data.u64, &ours);
 			uint32_t ev;
 
-			HASH_FIND_PTR(fe->by_ptr, &key, m);
-			if (!m) {
+			if (!ours) {
 				events[n++] = kbuf[i]; /* the application's own fd */
 				continue;
 			}
+			if (kbuf[i].data.u64 == FS_EP_TAG_WAKE) {
+				uint64_t v;
+				ssize_t r = fs_real.read(fe->wake_fd, &v, sizeof(v));
+
+				(void)r;
+				continue;
+			}
+			if (!m)
+				continue; /* a member gone since the kernel answered */
 			ev = fs_member_kernel_event(fe, m, kbuf[i].events);
 			if (!ev)
 				continue;
@@ -754,7 +930,68 @@ int fs_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeo
 			return n;
 		if ((deadline && fs_now_ns() >= deadline) || timeout_ms == 0)
 			return 0;
-		if (!wait_us)
+		if (!wait_us && !longwait)
 			fs_spin_relax(&step);
 	}
+}
+
+int fs_epoll_drop_ours(struct epoll_event *events, int k)
+{
+	int kept = 0;
+
+	/* what carries a tag of ours is not the application's: the wake fd,
+	 * a member */
+	for (int i = 0; i < k; i++)
+		if ((events[i].data.u64 & FS_EP_TAG_MARK_MASK) != FS_EP_TAG_MARK)
+			events[kept++] = events[i];
+	return kept;
+}
+
+int fs_epoll_wait_plain(int epfd, struct epoll_event *events, int maxevents, int timeout_ms, const sigset_t *sigmask)
+{
+	uint64_t start = fs_now_ns();
+	uint32_t *plain = __atomic_load_n(&fs_ep_plain, __ATOMIC_ACQUIRE);
+	int k, kept;
+
+	if (!plain && epfd >= 0 && (size_t)epfd < fs_fdt_size) {
+		pthread_mutex_lock(&fs_ept_lock);
+		if (!fs_ep_plain) {
+			void *map = mmap(NULL, fs_fdt_size * sizeof(*fs_ep_plain), PROT_READ | PROT_WRITE,
+					 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+
+			if (map != MAP_FAILED)
+				__atomic_store_n(&fs_ep_plain, map, __ATOMIC_RELEASE);
+		}
+		plain = fs_ep_plain;
+		pthread_mutex_unlock(&fs_ept_lock);
+	}
+	if (plain && epfd >= 0 && (size_t)epfd < fs_fdt_size)
+		__atomic_fetch_add(&plain[epfd], 1, __ATOMIC_ACQ_REL);
+	else
+		plain = NULL;
+	/* a record made after the count went up wakes us; one made before it
+	 * is seen here */
+	if (fs_epoll_known(epfd))
+		k = 0;
+	else
+		k = sigmask ? fs_real.epoll_pwait(epfd, events, maxevents, timeout_ms, sigmask)
+			    : fs_real.epoll_wait(epfd, events, maxevents, timeout_ms);
+	if (k < 0)
+		k = -errno;
+	if (plain)
+		__atomic_fetch_sub(&plain[epfd], 1, __ATOMIC_ACQ_REL);
+	if (k < 0 || !fs_epoll_known(epfd))
+		return k;
+
+	/* Another thread gave the instance its first fabsock member while this
+	 * one waited: drop what is ours and wait the rest fabsock's way. */
+	kept = fs_epoll_drop_ours(events, k);
+	if (kept || timeout_ms == 0)
+		return kept;
+	if (timeout_ms > 0) {
+		uint64_t spent_ms = (fs_now_ns() - start) / 1000000ull;
+
+		timeout_ms = spent_ms >= (uint64_t)timeout_ms ? 0 : timeout_ms - (int)spent_ms;
+	}
+	return fs_epoll_wait(epfd, events, maxevents, timeout_ms, sigmask);
 }

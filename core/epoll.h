@@ -19,8 +19,17 @@ bool fs_epoll_wants(struct fs_sock *s);
 int fs_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event, struct fs_sock *s);
 /* epoll_wait / epoll_pwait (SIGMASK may be NULL). */
 int fs_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout_ms, const sigset_t *sigmask);
-/* Whether EPFD holds fabsock members (else the real call will do). */
+/* epoll_wait on an instance fabsock keeps no record for: the real call,
+ * unless another thread gives it a fabsock member meanwhile. */
+int fs_epoll_wait_plain(int epfd, struct epoll_event *events, int maxevents, int timeout_ms, const sigset_t *sigmask);
+/* Removes from the K kernel events those that carry fabsock's tags;
+ * returns how many are left. */
+int fs_epoll_drop_ours(struct epoll_event *events, int k);
+/* Whether EPFD holds fabsock members now. */
 bool fs_epoll_has_members(int epfd);
+/* Whether fabsock keeps a record for EPFD (it held fabsock sockets at some
+ * point): its waits and its close must come through fabsock. */
+bool fs_epoll_known(int epfd);
 /* Level readiness of EPFD's fabsock members (for poll on an epoll fd). */
 bool fs_epoll_peek_ready(int epfd);
 /* Whether the kernel says EPFD is readable once its negotiating members

@@ -14,14 +14,17 @@
 #include <dirent.h>
 #include <netinet/in.h>
 #include <dlfcn.h>
+#include <limits.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -48,6 +51,72 @@ struct fs_av_peer {
 static pthread_once_t fs_fabric_once = PTHREAD_ONCE_INIT;
 static int fs_fabric_status = -ENOENT;
 static char fs_fabric_why[160];
+static void (*fs_fabric_exit_teardown)(void);
+/* FI_SHM_DISABLE_CMA was on when libfabric was loaded (fs_fabric_do_load). */
+static bool fs_fabric_cma_off;
+
+static bool fs_env_true(const char *name)
+{
+	const char *v = getenv(name);
+
+	return v && (!strcmp(v, "1") || !strcasecmp(v, "yes") || !strcasecmp(v, "true") || !strcasecmp(v, "on"));
+}
+
+/* The PSM stand-ins (CMakeLists.txt, tools/gen-psm-stubs.sh): the file
+ * next to libfabsock.so and the soname it stands in for. */
+static const struct {
+	const char *file, *soname;
+} fs_psm_stubs[] = {
+	{ "libfabsock-psm.so", "libpsm_infinipath.so.1" },
+	{ "libfabsock-psm2.so", "libpsm2.so.2" },
+};
+static void *fs_psm_stub_handles[sizeof(fs_psm_stubs) / sizeof(fs_psm_stubs[0])];
+
+/* Loads the stand-ins found next to this library, before libfabric: the
+ * dynamic linker then satisfies libfabric's dependencies on the PSM
+ * libraries with them, by soname, and the real ones (whose constructors
+ * calibrate the clock for ~100 ms each) never load. Not when the process has
+ * the real library loaded already (it is the application's). */
+static void fs_fabric_load_stubs(void)
+{
+	Dl_info self;
+	char dir[PATH_MAX], path[PATH_MAX + 64];
+	char *slash;
+
+	if (!fs_params.stub_psm || !dladdr((void *)fs_fabric_load, &self) || !self.dli_fname)
+		return;
+	snprintf(dir, sizeof(dir), "%s", self.dli_fname);
+	slash = strrchr(dir, '/');
+	if (!slash)
+		return;
+	*slash = '\0';
+	for (size_t i = 0; i < sizeof(fs_psm_stubs) / sizeof(fs_psm_stubs[0]); i++) {
+		void *real = dlopen(fs_psm_stubs[i].soname, RTLD_NOW | RTLD_NOLOAD);
+
+		if (real) {
+			dlclose(real);
+			continue;
+		}
+		snprintf(path, sizeof(path), "%s/%s", dir, fs_psm_stubs[i].file);
+		if (access(path, R_OK) == 0)
+			fs_psm_stub_handles[i] = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	}
+}
+
+/* Unloads the stand-ins; true if there were any. */
+static bool fs_fabric_drop_stubs(void)
+{
+	bool any = false;
+
+	for (size_t i = 0; i < sizeof(fs_psm_stubs) / sizeof(fs_psm_stubs[0]); i++) {
+		if (!fs_psm_stub_handles[i])
+			continue;
+		dlclose(fs_psm_stub_handles[i]);
+		fs_psm_stub_handles[i] = NULL;
+		any = true;
+	}
+	return any;
+}
 
 static void fs_fabric_do_load(void)
 {
@@ -59,9 +128,25 @@ static void fs_fabric_do_load(void)
 	 * made fork safe before it initialised. Respect what the user set. */
 	setenv("IPATH_NO_BACKTRACE", "1", 0);
 	setenv("FI_EFA_FORK_SAFE", "1", 0);
+	/* shm moves large messages with process_vm_readv: the receiver reads
+	 * the sender's memory, which the kernel allows only into a dumpable
+	 * process. One that changed user (a worker that dropped root, memcached
+	 * -u) is not, so its peers' reads would fail with EIO; it must send
+	 * through the shared segments instead. The provider reads this when it
+	 * initialises, which is now, in the process that offloads. */
+	if (!fs_self_dumpable())
+		setenv("FI_SHM_DISABLE_CMA", "1", 0);
+	fs_fabric_cma_off = fs_env_true("FI_SHM_DISABLE_CMA");
 
+	fs_fabric_load_stubs();
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]) && !lib; i++)
 		lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+	if (!lib && fs_fabric_drop_stubs()) {
+		/* a libfabric that needs more of PSM than the stand-ins have */
+		FS_INFO("libfabric did not load with the PSM stand-ins (%s); loading it without them", dlerror());
+		for (size_t i = 0; i < sizeof(names) / sizeof(names[0]) && !lib; i++)
+			lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+	}
 	if (!lib) {
 		snprintf(fs_fabric_why, sizeof(fs_fabric_why), "cannot load libfabric: %s", dlerror());
 		return;
@@ -83,6 +168,13 @@ static void fs_fabric_do_load(void)
 	FS_FI_SYM(strerror, "fi_strerror");
 #undef FS_FI_SYM
 	fs_fabric_status = 0;
+	if (fs_fabric_exit_teardown && dlsym(RTLD_DEFAULT, "__tsan_init"))
+		atexit(fs_fabric_exit_teardown);
+}
+
+void fs_fabric_set_exit_teardown(void (*fn)(void))
+{
+	fs_fabric_exit_teardown = fn;
 }
 
 int fs_fabric_load(char *why, size_t whylen)
@@ -230,25 +322,80 @@ void fs_shm_clean_previous_program(void)
 	fs_shm_clean(true);
 }
 
-bool fs_rail_addr_plausible(unsigned kind, const void *addr, size_t len)
+/* The region name in a shm address "fi_shm://NAME" (NUL-terminated, LEN
+ * bytes with the NUL), or NULL when ADDR is not one. */
+static const char *fs_shm_addr_name(const void *addr, size_t len)
 {
 	const char *text = addr;
+
+	if (len < 10 || len > FS_WIRE_ADDR_MAX || text[len - 1] != '\0' || strlen(text) != len - 1 ||
+	    strncmp(text, "fi_shm://", 9) != 0)
+		return NULL;
+	for (size_t i = 9; i < len - 1; i++)
+		if (text[i] == '/' || text[i] < 0x21 || text[i] > 0x7e)
+			return NULL;
+	return text + 9;
+}
+
+/* The owner of the shm region NAME: a regular file in /dev/shm, not a
+ * link. Returns 0 with *UID set, or -EADDRNOTAVAIL. */
+static int fs_shm_region_owner(const char *name, uid_t *uid)
+{
 	char path[300];
 	struct stat st;
 
+	if ((size_t)snprintf(path, sizeof(path), "/dev/shm/%s", name) >= sizeof(path) || lstat(path, &st) ||
+	    !S_ISREG(st.st_mode))
+		return -EADDRNOTAVAIL;
+	*uid = st.st_uid;
+	return 0;
+}
+
+bool fs_self_dumpable(void)
+{
+	return prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) == 1;
+}
+
+int fs_rail_self_check(const struct fs_rail *rail, const char **why)
+{
+	const char *own;
+	uid_t own_uid;
+
+	*why = NULL;
+	if (rail->kind != FS_PROV_SHM)
+		return 0;
+	own = fs_shm_addr_name(rail->addr, rail->addr_len);
+	if (!own || fs_shm_region_owner(own, &own_uid) || own_uid != geteuid()) {
+		*why = "this process changed user after opening its shm rail: new peers cannot map its region";
+		return -EPERM;
+	}
+	if (!fs_fabric_cma_off && !fs_self_dumpable()) {
+		*why = "this process became non-dumpable (it changed user) after loading libfabric: "
+		       "its peers cannot read its memory";
+		return -EPERM;
+	}
+	return 0;
+}
+
+int fs_rail_peer_check(const struct fs_rail *rail, const void *addr, size_t len)
+{
+	const char *peer, *why;
+	uid_t peer_uid;
+
 	if (!len)
-		return false;
-	if (kind != FS_PROV_SHM)
-		return true; /* the provider's own insert checks the rest */
-	/* "fi_shm://NAME", NUL-terminated, and NAME's region must exist. */
-	if (len < 10 || len > 256 || text[len - 1] != '\0' || strlen(text) != len - 1 ||
-	    strncmp(text, "fi_shm://", 9) != 0)
-		return false;
-	for (size_t i = 9; i < len - 1; i++)
-		if (text[i] == '/' || text[i] < 0x21 || text[i] > 0x7e)
-			return false;
-	snprintf(path, sizeof(path), "/dev/shm/%s", text + 9);
-	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+		return -EADDRNOTAVAIL;
+	if (rail->kind != FS_PROV_SHM)
+		return 0; /* the provider's own insert checks the rest */
+	peer = fs_shm_addr_name(addr, len);
+	if (!peer || fs_shm_region_owner(peer, &peer_uid))
+		return -EADDRNOTAVAIL;
+	/* Each side maps the other's region with the rights it has now, and
+	 * regions are 0600: both must belong to the user this process runs as
+	 * (root could map the other's, the other could not map root's, and
+	 * libfabric 1.17 then crashes in its progress on the missing region). */
+	if (peer_uid != geteuid())
+		return -EPERM;
+	return fs_rail_self_check(rail, &why);
 }
 
 static struct fi_info *fs_rail_hints(unsigned kind, const struct sockaddr *local, bool source)
@@ -345,7 +492,7 @@ static uintptr_t fs_shm_mapping(long pid)
 	char line[512], prefix[64];
 	size_t plen = fs_shm_prefix(prefix, sizeof(prefix));
 	uintptr_t addr = 0;
-	FILE *maps = fopen("/proc/self/maps", "re");
+	FILE *maps = fs_real.fopen("/proc/self/maps", "re");
 
 	if (!maps)
 		return 0;
@@ -386,8 +533,7 @@ static void fs_shm_find_lock(void)
 		FS_INFO("shm region layout not recognised: a peer killed inside libfabric may hang its senders");
 }
 
-/* Gone, or a zombie (its memory and sockets are released, its pid not yet). */
-static bool fs_pid_dead(long pid)
+bool fs_pid_dead(long pid)
 {
 	char path[64], stat[256], *paren;
 	int fd;
@@ -735,8 +881,11 @@ int fs_rail_av_insert(struct fs_rail *rail, const void *addr, size_t addr_len, f
 	struct fs_av_peer *peer;
 	int ret;
 
-	if (!addr_len || addr_len > FS_WIRE_ADDR_MAX || !fs_rail_addr_plausible(rail->kind, addr, addr_len))
+	if (!addr_len || addr_len > FS_WIRE_ADDR_MAX)
 		return -EADDRNOTAVAIL;
+	ret = fs_rail_peer_check(rail, addr, addr_len);
+	if (ret)
+		return ret;
 	HASH_FIND(hh, rail->peers, addr, addr_len, peer);
 	if (peer && peer->len == addr_len) {
 		peer->refs++;

@@ -42,6 +42,12 @@ extern struct fs_fabric_api fs_fi;
 
 /* Loads libfabric once. Returns 0, or -ENOENT with a reason in WHY. */
 int fs_fabric_load(char *why, size_t whylen);
+/* The process's exit teardown, which closes rails and so must run before
+ * libfabric's destructor. Core registers it with atexit() at start; under
+ * ThreadSanitizer, whose atexit interceptor runs what a library constructor
+ * registered after the dynamic linker's destructors, fs_fabric_load
+ * registers it again once libfabric is loaded (the teardown runs once). */
+void fs_fabric_set_exit_teardown(void (*fn)(void));
 
 /* The API version fabsock asks for: ours, clamped to what the library has. */
 uint32_t fs_fabric_api_version(void);
@@ -111,13 +117,23 @@ void fs_rail_close(struct fs_rail *rail);
 /* Registers BUF for local send/receive use. */
 int fs_rail_mr_reg(struct fs_rail *rail, void *buf, size_t len, struct fid_mr **mr);
 
-/* Cheap sanity check of a peer's fabric address before the provider sees
- * it (shm accepts any bytes and would fail only on first send). */
-bool fs_rail_addr_plausible(unsigned kind, const void *addr, size_t len);
+/* Checks a peer's fabric address before the provider sees it (shm accepts
+ * any bytes and would fail only on first send): a shm address must name an
+ * existing region, and that region and ours must belong to the user this
+ * process runs as now. Returns 0, -EADDRNOTAVAIL (not a usable address) or
+ * -EPERM (another user: the connection stays on TCP). */
+int fs_rail_peer_check(const struct fs_rail *rail, const void *addr, size_t len);
+/* Whether RAIL can still take new peers as this process is now: a shm
+ * region must belong to the current user, and a process that became
+ * non-dumpable after libfabric started with cross-memory attach on cannot
+ * be read by its peers. Returns 0, or -EPERM with a reason in *WHY. */
+int fs_rail_self_check(const struct fs_rail *rail, const char **why);
+/* prctl(PR_GET_DUMPABLE) is 1: same-user processes may read our memory. */
+bool fs_self_dumpable(void);
 
-/* Looks up or inserts a peer's fabric address and takes a reference on the
- * entry: every stream to the same peer process shares one. Returns 0 or a
- * negative errno. */
+/* Looks up or inserts a peer's fabric address (checked first by
+ * fs_rail_peer_check) and takes a reference on the entry: every stream to
+ * the same peer process shares one. Returns 0 or a negative errno. */
 int fs_rail_av_insert(struct fs_rail *rail, const void *addr, size_t addr_len, fi_addr_t *out);
 /* Drops a reference; the last one removes the peer from the address vector
  * (shm allows 256 peers at a time, not 256 streams in a lifetime). */
@@ -130,5 +146,7 @@ void fs_shm_clean_previous_program(void);
 /* False only when process PID certainly does not exist (ESRCH): a live
  * pid, or one we may not signal, counts as alive. */
 bool fs_pid_alive(long pid);
+/* Gone, or a zombie (its memory and sockets are released, its pid not yet). */
+bool fs_pid_dead(long pid);
 
 #endif

@@ -18,6 +18,7 @@
 #include "config/log.h"
 #include "core/fabric.h"
 #include "core/fdtable.h"
+#include "core/probe.h"
 #include "core/sock.h"
 #include "preload/real.h"
 
@@ -28,7 +29,7 @@
 struct fs_inh_rec {
 	uint64_t ino;
 	uint32_t kind;
-	uint32_t pad;
+	int32_t table_fd1; /* PENDING: its listener's probe table fd + 1 (0: none) */
 };
 
 struct fs_inh_file {
@@ -95,7 +96,16 @@ void fs_inherit_note(int fd, enum fs_inherit_kind kind)
 	if (fstat(fd, &st))
 		return;
 	f->rec[fd].ino = st.st_ino;
+	f->rec[fd].table_fd1 = 0;
 	__atomic_store_n(&f->rec[fd].kind, kind, __ATOMIC_RELEASE);
+}
+
+void fs_inherit_note_table(int fd, int table_fd)
+{
+	struct fs_inh_file *f = __atomic_load_n(&fs_inh, __ATOMIC_ACQUIRE);
+
+	if (f && fd >= 0 && (unsigned)fd < FS_INH_FDS && table_fd >= 0)
+		f->rec[fd].table_fd1 = table_fd + 1;
 }
 
 void fs_inherit_after_fork(void)
@@ -119,6 +129,30 @@ static struct {
 	int fd;
 } fs_inh_adopted[FS_INH_ADOPT_MAX];
 static unsigned fs_inh_nadopted;
+
+/* Probe tables of the old program's listeners (by their fd then), attached
+ * once each; their fds are closed when the restore is over. */
+#define FS_INH_TABLES_MAX 16
+static struct {
+	int fd;
+	struct fs_listener *l;
+} fs_inh_tables[FS_INH_TABLES_MAX];
+static unsigned fs_inh_ntables;
+
+static struct fs_listener *fs_inh_table(int fd)
+{
+	struct fs_listener *l;
+
+	for (unsigned i = 0; i < fs_inh_ntables; i++)
+		if (fs_inh_tables[i].fd == fd)
+			return fs_inh_tables[i].l;
+	if (fs_inh_ntables == FS_INH_TABLES_MAX)
+		return NULL;
+	l = fs_listener_attach(fd);
+	fs_inh_tables[fs_inh_ntables].fd = fd;
+	fs_inh_tables[fs_inh_ntables++].l = l;
+	return l;
+}
 
 /* Acts on one record of the previous program. */
 static void fs_inh_restore_one(int fd, const struct fs_inh_rec *rec)
@@ -144,7 +178,8 @@ static void fs_inh_restore_one(int fd, const struct fs_inh_rec *rec)
 			fs_sock_put(s);
 			return;
 		}
-		fs_core_adopt(fd, rec->kind == FS_INH_LISTENING);
+		fs_core_adopt(fd, rec->kind == FS_INH_LISTENING,
+			      rec->kind == FS_INH_PENDING && rec->table_fd1 > 0 ? fs_inh_table(rec->table_fd1 - 1) : NULL);
 		if (fs_inh_nadopted < FS_INH_ADOPT_MAX) {
 			fs_inh_adopted[fs_inh_nadopted].ino = rec->ino;
 			fs_inh_adopted[fs_inh_nadopted++].fd = fd;
@@ -197,6 +232,13 @@ void fs_inherit_restore(void)
 		}
 	}
 	/* The previous program's file (or a parent's, after vfork) is done
-	 * with here; this program makes its own when it needs one. */
+	 * with here; this program makes its own when it needs one. So are the
+	 * table fds (their listeners hold the mappings). */
 	fs_real.close(found);
+	for (unsigned i = 0; i < fs_inh_ntables; i++) {
+		fs_real.close(fs_inh_tables[i].fd);
+		if (fs_inh_tables[i].l)
+			fs_listener_put(fs_inh_tables[i].l); /* the adopted sockets hold theirs */
+	}
+	fs_inh_ntables = 0;
 }

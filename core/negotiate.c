@@ -217,6 +217,15 @@ static void fs_note_peer_bell(int fd, struct fs_stream *st, uint16_t port)
 	fs_bell_set_peer(st, (struct sockaddr *)&peer, port);
 }
 
+/* The fallback counter of a refusal, on either side. */
+static void fs_count_nak(unsigned nak)
+{
+	if (nak == FS_NAK_USER)
+		FS_STAT_INC(fallback_other_user);
+	else if (nak != FS_NAK_EVENT_LOOP)
+		FS_STAT_INC(fallback_hello_nak);
+}
+
 static int fs_kernel(struct fs_sock *s, const char *why)
 {
 	FS_INFO("fd %d: stays on kernel TCP: %s", s->fd, why);
@@ -231,6 +240,11 @@ static void fs_offloaded(struct fs_sock *s, const char *side)
 	pthread_mutex_lock(&e->lock);
 	s->stream->app_fd = s->fd;
 	pthread_mutex_unlock(&e->lock);
+	/* what a process forked later needs to ask for the stream back */
+	s->hb_page = e->hb_page;
+	s->hb_evfd = e->hb_evfd;
+	s->hb_stream_id = s->stream->id;
+	s->token = s->stream->token;
 	FS_STAT_INC(offloaded);
 	FS_INFO("fd %d: offloaded (%s) over %s, stream %u -> %u, window %u", s->fd, side,
 		fs_fabric_prov_name(s->stream->erail->rail.kind), s->stream->id, s->stream->peer_id,
@@ -255,6 +269,7 @@ int fs_negotiate_client_hello(struct fs_sock *s, uint64_t wait_deadline_ns)
 	struct sockaddr_storage local;
 	socklen_t llen = sizeof(local);
 	char why[200] = "";
+	bool other_user = false;
 	int len, ret, nak;
 
 	if (!s->skip_probe) {
@@ -295,8 +310,14 @@ int fs_negotiate_client_hello(struct fs_sock *s, uint64_t wait_deadline_ns)
 	hello.nonce = s->skip_probe ? 0 : s->probe.nonce;
 	if (e) {
 		pthread_mutex_lock(&e->lock);
-		if (fs_engine_rail(e, s->provider, (struct sockaddr *)&local, &er, why, sizeof(why)) == 0)
-			st = fs_stream_create(e, er, hello.token, &nak);
+		if (fs_engine_rail(e, s->provider, (struct sockaddr *)&local, &er, why, sizeof(why)) == 0) {
+			const char *self_why;
+
+			if (fs_rail_self_check(&er->rail, &self_why) == 0)
+				st = fs_stream_create(e, er, hello.token, &nak);
+			else
+				snprintf(why, sizeof(why), "%s", self_why), other_user = true;
+		}
 		pthread_mutex_unlock(&e->lock);
 	}
 	if (!st && !why[0])
@@ -321,7 +342,10 @@ int fs_negotiate_client_hello(struct fs_sock *s, uint64_t wait_deadline_ns)
 	}
 	if (!st) {
 		FS_INFO("fd %d: sent an empty HELLO: %s", s->fd, why);
-		FS_STAT_INC(fallback_provider);
+		if (other_user)
+			FS_STAT_INC(fallback_other_user);
+		else
+			FS_STAT_INC(fallback_provider);
 	}
 	s->stream = st;
 	s->token = hello.token;
@@ -395,7 +419,7 @@ int fs_negotiate_client_ack(struct fs_sock *s, uint64_t deadline_ns)
 		fs_negotiate_abort_ex(s, true);
 		if (!st)
 			return fs_kernel(s, "this side declined (see the log line before)");
-		FS_STAT_INC(fallback_hello_nak);
+		fs_count_nak(ack.status);
 		snprintf(why, sizeof(why), "the server refused the HELLO (%s)", fs_nak_name(ack.status));
 		return fs_kernel(s, why);
 	}
@@ -438,8 +462,7 @@ static int fs_server_refuse(struct fs_sock *s, uint64_t token, uint64_t nonce, u
 			    struct fs_engine *e)
 {
 	fs_send_nak(s, token, nonce, nak, e);
-	if (nak != FS_NAK_EVENT_LOOP)
-		FS_STAT_INC(fallback_hello_nak);
+	fs_count_nak(nak);
 	FS_INFO("fd %d: refused a HELLO: %s", s->fd, fs_nak_name(nak));
 	return fs_kernel(s, "HELLO refused");
 }
@@ -473,7 +496,19 @@ static int fs_server_accept_hello(struct fs_sock *s, const struct fs_hello *hell
 	fs_real.getsockname(s->fd, (struct sockaddr *)&local, &llen);
 
 	pthread_mutex_lock(&e->lock);
-	if (fs_engine_rail(e, hello->provider, (struct sockaddr *)&local, &er, why, sizeof(why)) == 0) {
+	if (fs_engine_rail(e, hello->provider, (struct sockaddr *)&local, &er, why, sizeof(why)) != 0) {
+		FS_INFO("fd %d: %s", s->fd, why);
+	} else if (fs_rail_peer_check(&er->rail, hello->addr, hello->addr_len) == -EPERM) {
+		/* before any stream or receive is set up */
+		const char *self_why;
+
+		if (fs_rail_self_check(&er->rail, &self_why))
+			FS_INFO("fd %d: %s", s->fd, self_why);
+		else
+			FS_INFO("fd %d: the client runs as another user than this process (uid %u)", s->fd,
+				(unsigned)geteuid());
+		nak = FS_NAK_USER;
+	} else {
 		st = fs_stream_create(e, er, hello->token, &nak);
 		if (st) {
 			ret = fs_stream_connect(e, st, hello->stream_id, hello->window, hello->chunk,
@@ -483,13 +518,11 @@ static int fs_server_accept_hello(struct fs_sock *s, const struct fs_hello *hell
 					fs_fi.strerror(ret < 0 ? -ret : ret));
 				fs_stream_abandon(e, st);
 				st = NULL;
-				nak = ret == -ENOSPC ? FS_NAK_RESOURCES : FS_NAK_PROVIDER;
+				nak = ret == -ENOSPC ? FS_NAK_RESOURCES : ret == -EPERM ? FS_NAK_USER : FS_NAK_PROVIDER;
 			} else {
 				fs_note_peer_bell(s->fd, st, hello->bell_port);
 			}
 		}
-	} else {
-		FS_INFO("fd %d: %s", s->fd, why);
 	}
 	pthread_mutex_unlock(&e->lock);
 	if (!st)
@@ -565,8 +598,10 @@ static int fs_server_expect_hello(struct fs_sock *s, const struct fs_probe_rec *
 		return fs_server_accept_hello(s, &hello, ret);
 	if (s->listener)
 		fs_listener_move(s->listener, addr, port, FS_REC_YES, FS_REC_TCP);
-	if (ret == -ECONNRESET)
+	if (ret == -ECONNRESET) {
+		FS_STAT_INC(fallback_peer_closed);
 		return fs_kernel(s, "the client closed before negotiating");
+	}
 	if (ret < 0 || got) {
 		FS_STAT_INC(fallback_bad_hello);
 		FS_INFO("fd %d: %zu first bytes, decode %d, nonce %#llx, probe nonce %#llx", s->fd, got, ret,
@@ -634,8 +669,10 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 	uint16_t port;
 	uint64_t wait_end_ns = 0;
 
-	if (fs_real.getpeername(s->fd, (struct sockaddr *)&peer, &plen))
+	if (fs_real.getpeername(s->fd, (struct sockaddr *)&peer, &plen)) {
+		FS_STAT_INC(fallback_peer_closed); /* gone already (ENOTCONN) */
 		return fs_kernel(s, "not connected");
+	}
 	fs_sockaddr_key((struct sockaddr *)&peer, addr, &port);
 	memcpy(s->peer_key, addr, sizeof(s->peer_key));
 	s->peer_port = port;

@@ -19,6 +19,7 @@
 #include <linux/sock_diag.h>
 #include <netinet/tcp.h>
 #include <sys/eventfd.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <dirent.h>
@@ -35,6 +36,7 @@
 #include "core/bell.h"
 #include "core/engine.h"
 #include "core/guard.h"
+#include "core/handback.h"
 #include "core/sigs.h"
 #include "core/sock.h"
 #include "core/stats.h"
@@ -66,6 +68,8 @@ struct fs_listener {
 	char table_path[96];
 	uint64_t bucket_ns; /* rate limiter: start of the current second */
 	unsigned bucket_used;
+	bool closed; /* the application closed the listening socket (atomic) */
+	int table_fd; /* a private table's memfd (internal, CLOEXEC), or -1 */
 	struct fs_listener *next;
 };
 
@@ -222,6 +226,10 @@ static int fs_service_timer_fd = -1;
 static int fs_service_timer_armed;
 static pid_t fs_service_pid;
 static bool fs_service_dirty;
+/* A signal handler asked the service thread to run the process's end
+ * (fs_service_exit), and the eventfd it waits on for the answer. */
+static int fs_service_exit_wanted;
+static int fs_service_exit_fd = -1;
 
 /* The pending watches (probe.h), newest first. The service thread alone
  * takes them off, so one it put in its poll set is still here after the
@@ -230,6 +238,7 @@ static struct fs_watch *fs_watch_list;
 static size_t fs_watch_count;
 
 static void *fs_service_main(void *arg);
+static void fs_service_drop_closed(void);
 
 /* Starts the thread in this process if it is not running. Service lock held. */
 static void fs_service_ensure(void)
@@ -240,6 +249,8 @@ static void fs_service_ensure(void)
 		fs_service_wake_fd = fs_internal_fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 	if (fs_service_timer_fd < 0)
 		fs_service_timer_fd = fs_internal_fd(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
+	if (fs_service_exit_fd < 0)
+		fs_service_exit_fd = fs_internal_fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 	if (fs_thread_start(fs_service_main, 256 * 1024) == 0)
 		fs_service_pid = getpid();
 	else
@@ -295,6 +306,32 @@ void fs_service_watch(struct fs_watch *w, int fd, short events, uint64_t deadlin
 	fs_service_kick();
 }
 
+void fs_service_exit(void)
+{
+	uint64_t one = 1;
+	ssize_t n;
+
+	if (__atomic_load_n(&fs_service_pid, __ATOMIC_ACQUIRE) != getpid() || fs_service_wake_fd < 0 ||
+	    fs_service_exit_fd < 0) {
+		fs_core_exit(); /* no thread to hand it to: no stream either */
+		return;
+	}
+	/* Only async-signal-safe calls from here: an atomic store, write()
+	 * and poll() on eventfds. The service thread blocks every signal. */
+	__atomic_store_n(&fs_service_exit_wanted, 1, __ATOMIC_RELEASE);
+	n = fs_real.write(fs_service_wake_fd, &one, sizeof(one));
+	(void)n;
+	{
+		struct pollfd p = { .fd = fs_service_exit_fd, .events = POLLIN };
+		/* the exit path's own bound is FABSOCK_LINGER_SEC; a second more
+		 * for a thread that may first wait for a lock */
+		long ms = (long)fs_params.linger_sec * 1000 + 1000;
+
+		while (fs_real.poll(&p, 1, (int)ms) < 0 && errno == EINTR)
+			;
+	}
+}
+
 void fs_service_after_fork(void)
 {
 	fs_watch_list = NULL; /* the parent's to fire */
@@ -308,6 +345,11 @@ void fs_service_after_fork(void)
 		fs_internal_fd_close(fs_service_wake_fd);
 		fs_service_wake_fd = -1;
 	}
+	if (fs_service_exit_fd >= 0) {
+		fs_internal_fd_close(fs_service_exit_fd);
+		fs_service_exit_fd = -1;
+	}
+	fs_service_exit_wanted = 0;
 	/* the parent's timer is shared with the parent, as is its flag */
 	if (fs_service_timer_fd >= 0) {
 		fs_internal_fd_close(fs_service_timer_fd);
@@ -404,11 +446,17 @@ static nfds_t fs_service_set_put(struct fs_service_set *set, nfds_t n, int fd, s
 	return n + 1;
 }
 
+/* The service thread's poll set: wake-up eventfd, bell, timer, hand-back
+ * requests; then the listeners' probe sockets, the watches, and at most
+ * FS_SERVICE_BLOCKED kernel sockets a hand-back waits to write to. */
+#define FS_SERVICE_FIXED 4
+#define FS_SERVICE_BLOCKED 16
+
 static void *fs_service_main(void *arg)
 {
 	struct fs_service_set set = { 0 };
 	uint64_t idle_us = 1000, next_deadline;
-	nfds_t nl;
+	nfds_t nl, nw;
 
 	FS_GUARD_ENTER(); /* everything this thread does is fabsock's own */
 	for (;;) {
@@ -420,10 +468,11 @@ static void *fs_service_main(void *arg)
 		size_t listeners = 0;
 
 		pthread_mutex_lock(&fs_service_lock);
+		fs_service_drop_closed();
 		for (struct fs_listener *l = fs_service_listeners; l; l = l->next)
 			listeners++;
-		cap = fs_service_set_fit(&set, 3 + listeners + fs_watch_count);
-		if (cap < 3) { /* no memory for even the wake-up fds: try again soon */
+		cap = fs_service_set_fit(&set, FS_SERVICE_FIXED + listeners + fs_watch_count + FS_SERVICE_BLOCKED);
+		if (cap < FS_SERVICE_FIXED + FS_SERVICE_BLOCKED) { /* no memory for the fixed entries: try again soon */
 			pthread_mutex_unlock(&fs_service_lock);
 			fs_real.poll(NULL, 0, 10);
 			continue;
@@ -433,7 +482,9 @@ static void *fs_service_main(void *arg)
 		/* the bell: -1 (ignored by poll) until a HELLO opened it */
 		n = fs_service_set_put(&set, n, fs_bell_fd(), POLLIN, NULL, NULL);
 		n = fs_service_set_put(&set, n, fs_service_timer_fd, POLLIN, NULL, NULL);
-		for (struct fs_listener *l = fs_service_listeners; l && n < cap; l = l->next) {
+		/* requests for a stream back from processes forked later */
+		n = fs_service_set_put(&set, n, fs_handback_request_fd(fs_engine_peek()), POLLIN, NULL, NULL);
+		for (struct fs_listener *l = fs_service_listeners; l && n + FS_SERVICE_BLOCKED < cap; l = l->next) {
 			n = fs_service_set_put(&set, n, l->udp_fd, POLLIN, l, NULL);
 			fs_listener_get(l);
 		}
@@ -442,9 +493,10 @@ static void *fs_service_main(void *arg)
 		for (struct fs_watch *w = fs_watch_list; w; w = w->next) {
 			if (w->deadline_ns < next_deadline)
 				next_deadline = w->deadline_ns;
-			if (n < cap) /* else left to its deadline */
+			if (n + FS_SERVICE_BLOCKED < cap) /* else left to its deadline */
 				n = fs_service_set_put(&set, n, w->fd, w->events, NULL, w);
 		}
+		nw = n;
 		pthread_mutex_unlock(&fs_service_lock);
 
 		e = fs_engine_peek();
@@ -462,6 +514,15 @@ static void *fs_service_main(void *arg)
 				live = e->live_streams != 0;
 				/* payloads a slow reader leaves at the sender come over */
 				fs_engine_pull_stale(e);
+				/* TCP writes of hand-backs waiting for room */
+				{
+					int fds[FS_SERVICE_BLOCKED];
+					unsigned nb = fs_handback_blocked_fds(e, fds, FS_SERVICE_BLOCKED);
+
+					for (unsigned i = 0; i < nb; i++)
+						n = fs_service_set_put(&set, n, fds[i], POLLOUT, NULL, NULL);
+				}
+				fs_engine_debug_dump(e, now);
 				/* Idle: ask every peer to ring the doorbell, then sleep on it. */
 				if (!busy && fs_engine_quiet(e, now))
 					fs_bell_arm_all(e);
@@ -494,6 +555,16 @@ static void *fs_service_main(void *arg)
 			ssize_t r = fs_real.read(fs_service_wake_fd, &v, sizeof(v));
 			(void)r;
 		}
+		if (__atomic_load_n(&fs_service_exit_wanted, __ATOMIC_ACQUIRE)) {
+			/* a signal is ending the process: deliver, then answer */
+			uint64_t one = 1;
+			ssize_t r;
+
+			fs_core_exit();
+			r = fs_real.write(fs_service_exit_fd, &one, sizeof(one));
+			(void)r;
+			__atomic_store_n(&fs_service_exit_wanted, 0, __ATOMIC_RELEASE);
+		}
 		if (ret > 0 && (pfd[1].revents & POLLIN)) {
 			fs_bell_drain(fs_engine_peek());
 			idle_us = 1000; /* a ring: the peer's message is on its way */
@@ -505,12 +576,17 @@ static void *fs_service_main(void *arg)
 			(void)r;
 			__atomic_store_n(&fs_service_timer_armed, 0, __ATOMIC_RELEASE);
 		}
-		for (nfds_t i = 3; i < nl; i++) {
+		if (ret > 0 && (pfd[3].revents & POLLIN) && (e = fs_engine_peek())) {
+			pthread_mutex_lock(&e->lock);
+			fs_handback_serve(e);
+			pthread_mutex_unlock(&e->lock);
+		}
+		for (nfds_t i = FS_SERVICE_FIXED; i < nl; i++) {
 			if (ret > 0 && (pfd[i].revents & POLLIN))
 				fs_listener_drain(set.slot[i].listener);
 			fs_listener_put(set.slot[i].listener);
 		}
-		fs_service_run_watches(&set, nl, n);
+		fs_service_run_watches(&set, nl, nw);
 		e = fs_engine_peek();
 		if (e && pthread_mutex_trylock(&e->lock) == 0) {
 			int done = e->live_streams ? fs_engine_progress(e) : 0;
@@ -548,24 +624,95 @@ static void fs_probe_table_init_lock(struct fs_probe_table *table)
  * it, and a process that finds only dead ones (SIGKILL) starts it afresh.
  */
 static void fs_probe_tables_clean_stale(void);
-static void fs_probe_tables_atexit(void);
 static void fs_probe_table_leave(struct fs_listener *l);
+
+/* Opens the table file PATH (FLAGS: O_RDWR or O_RDONLY, maybe with
+ * O_CREAT|O_EXCL) and takes its flock: every step that creates, joins,
+ * leaves or removes a shared table runs under it, so no process sees a
+ * table half made or signs in to one being removed. The file must be ours:
+ * a regular file (no symlink), owned by our effective uid, mode 0600, no
+ * larger than a table; anything else is refused (-1, *REFUSED set). The
+ * path must still name the file opened (else -1, errno ESTALE: a leaver
+ * removed it meanwhile; try again). */
+static int fs_probe_table_lock(const char *path, int flags, struct stat *st, bool *refused)
+{
+	struct stat now;
+	int fd = open(path, flags | O_NOFOLLOW | O_CLOEXEC, 0600);
+
+	*refused = false;
+	if (fd < 0)
+		return -1;
+	if (flags & O_CREAT)
+		(void)fchmod(fd, 0600); /* whatever the umask */
+	while (flock(fd, LOCK_EX) && errno == EINTR)
+		;
+	if (fstat(fd, st) || !S_ISREG(st->st_mode) || st->st_uid != geteuid() || (st->st_mode & 07777) != 0600 ||
+	    (size_t)st->st_size > sizeof(struct fs_probe_table)) {
+		*refused = true;
+		fs_real.close(fd);
+		return -1;
+	}
+	if (stat(path, &now) || now.st_dev != st->st_dev || now.st_ino != st->st_ino) {
+		fs_real.close(fd);
+		errno = ESTALE;
+		return -1;
+	}
+	return fd;
+}
+
+/* Drops the flock and closes FD. The flock must be dropped by hand: a
+ * mapping of the file keeps its open file, and the lock, alive. */
+static void fs_probe_table_unlock(int fd)
+{
+	flock(fd, LOCK_UN);
+	fs_real.close(fd);
+}
+
+/* Signs PID in (a free or dead process's slot); false if all are taken. */
+static bool fs_probe_table_sign_in(struct fs_probe_table *table, int32_t pid)
+{
+	for (int i = 0; i < FS_PROBE_TABLE_USERS; i++) {
+		int32_t old = __atomic_load_n(&table->users[i], __ATOMIC_ACQUIRE);
+
+		if (old > 0 && old != pid && fs_pid_alive(old))
+			continue;
+		if (__atomic_compare_exchange_n(&table->users[i], &old, pid, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+			return true;
+	}
+	return false;
+}
+
+static bool fs_probe_table_in_use(const int32_t users[FS_PROBE_TABLE_USERS], int32_t except)
+{
+	for (int i = 0; i < FS_PROBE_TABLE_USERS; i++)
+		if (users[i] > 0 && users[i] != except && fs_pid_alive(users[i]))
+			return true;
+	return false;
+}
+
+/* Reads a locked table file's `ready` and `users` (not its records):
+ * true if it is a whole, ready table that no live process but EXCEPT uses. */
+static bool fs_probe_table_file_stale(int fd, const struct stat *st, int32_t except)
+{
+	int32_t users[FS_PROBE_TABLE_USERS];
+	uint32_t ready;
+
+	return (size_t)st->st_size == sizeof(struct fs_probe_table) &&
+	       pread(fd, &ready, sizeof(ready), offsetof(struct fs_probe_table, ready)) == (ssize_t)sizeof(ready) &&
+	       ready &&
+	       pread(fd, users, sizeof(users), offsetof(struct fs_probe_table, users)) == (ssize_t)sizeof(users) &&
+	       !fs_probe_table_in_use(users, except);
+}
 
 static struct fs_probe_table *fs_probe_table_shared(struct fs_listener *l, const struct sockaddr_storage *ss)
 {
 	uint8_t key[16];
 	uint16_t port;
 	struct stat st;
-	struct fs_probe_table *table;
-	bool creator = false;
-	int fd, free_slot = -1;
+	struct fs_probe_table *table = MAP_FAILED;
 	unsigned long netns = 0;
 
-	static int atexit_done;
-
 	fs_probe_tables_clean_stale();
-	if (!__atomic_exchange_n(&atexit_done, 1, __ATOMIC_ACQ_REL))
-		atexit(fs_probe_tables_atexit);
 	if (stat("/proc/self/ns/net", &st) == 0)
 		netns = (unsigned long)st.st_ino;
 	fs_sockaddr_key((const struct sockaddr *)ss, key, &port);
@@ -573,61 +720,61 @@ static struct fs_probe_table *fs_probe_table_shared(struct fs_listener *l, const
 		 "/dev/shm/fabsock-probe-%lu-%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x-%u", netns,
 		 key[0], key[1], key[2], key[3], key[4], key[5], key[6], key[7], key[8], key[9], key[10], key[11],
 		 key[12], key[13], key[14], key[15], port);
-	fd = open(l->table_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-	if (fd >= 0) {
-		creator = true;
-		if (ftruncate(fd, sizeof(*table))) {
-			fs_real.close(fd);
+	/* Bounded: each retry means another process created or removed the
+	 * file in the meantime, which takes it microseconds. */
+	for (int attempt = 0; attempt < 200; attempt++) {
+		bool refused, creator = true;
+		int fd = fs_probe_table_lock(l->table_path, O_RDWR | O_CREAT | O_EXCL, &st, &refused);
+
+		if (fd < 0 && !refused && errno == EEXIST) {
+			creator = false;
+			fd = fs_probe_table_lock(l->table_path, O_RDWR, &st, &refused);
+		}
+		if (refused) {
+			FS_WARN("probe table %s is not one this process made (owner, mode or size); the listener "
+				"stays plain TCP",
+				l->table_path);
+			return NULL;
+		}
+		if (fd < 0) {
+			if (errno != ENOENT && errno != ESTALE && errno != EEXIST)
+				return NULL;
+			usleep(1000);
+			continue;
+		}
+		if (!creator && (size_t)st.st_size < sizeof(*table)) {
+			/* its creator has not yet taken the lock, or died before */
+			fs_probe_table_unlock(fd);
+			usleep(1000);
+			continue;
+		}
+		if ((!creator || ftruncate(fd, sizeof(*table)) == 0) &&
+		    (table = mmap(NULL, sizeof(*table), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) != MAP_FAILED) {
+			if (creator || !__atomic_load_n(&table->ready, __ATOMIC_ACQUIRE)) {
+				/* new, or left unready by a creator that died mid-way */
+				fs_probe_table_init_lock(table);
+				memset(table->users, 0, sizeof(table->users));
+			}
+			if (!fs_probe_table_sign_in(table, (int32_t)getpid()))
+				FS_WARN("probe table %s: more than %d processes share it; not signed in",
+					l->table_path, FS_PROBE_TABLE_USERS);
+			/* signed in before ready: a ready table with no live user is stale */
+			__atomic_store_n(&table->ready, 1, __ATOMIC_RELEASE);
+		} else if (creator) {
 			unlink(l->table_path);
-			return NULL;
 		}
-	} else {
-		fd = open(l->table_path, O_RDWR | O_CLOEXEC);
-		if (fd < 0)
+		fs_probe_table_unlock(fd);
+		if (table == MAP_FAILED)
 			return NULL;
-		for (int i = 0; i < 200 && (fstat(fd, &st) || (size_t)st.st_size < sizeof(*table)); i++)
-			usleep(1000);
+		l->shared_table = true;
+		FS_DBG("listener on port %u shares probe table %s%s", port, l->table_path, creator ? " (new)" : "");
+		return table;
 	}
-	table = mmap(NULL, sizeof(*table), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	fs_real.close(fd);
-	if (table == MAP_FAILED)
-		return NULL;
-	if (creator) {
-		fs_probe_table_init_lock(table);
-		__atomic_store_n(&table->ready, 1, __ATOMIC_RELEASE);
-	} else {
-		for (int i = 0; i < 200 && !__atomic_load_n(&table->ready, __ATOMIC_ACQUIRE); i++)
-			usleep(1000);
-		if (!__atomic_load_n(&table->ready, __ATOMIC_ACQUIRE)) {
-			munmap(table, sizeof(*table));
-			return NULL;
-		}
-	}
-	/* sign in, dropping processes that died without signing out */
-	for (int i = 0; i < FS_PROBE_TABLE_USERS; i++) {
-		int32_t pid = __atomic_load_n(&table->users[i], __ATOMIC_ACQUIRE);
-
-		if (pid > 0 && !fs_pid_alive(pid))
-			__atomic_compare_exchange_n(&table->users[i], &pid, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
-	}
-	for (int i = 0; i < FS_PROBE_TABLE_USERS && free_slot < 0; i++) {
-		int32_t zero = 0;
-
-		if (__atomic_compare_exchange_n(&table->users[i], &zero, (int32_t)getpid(), 0, __ATOMIC_ACQ_REL,
-						__ATOMIC_ACQUIRE))
-			free_slot = i;
-	}
-	if (free_slot < 0)
-		FS_WARN("probe table %s: more than %d processes share it; not signed in", l->table_path,
-			FS_PROBE_TABLE_USERS);
-	l->shared_table = true;
-	FS_DBG("listener on port %u shares probe table %s%s", port, l->table_path, creator ? " (new)" : "");
-	return table;
+	FS_WARN("probe table %s: could not join it; the listener stays plain TCP", l->table_path);
+	return NULL;
 }
 
-/* At exit the kernel closes the listening sockets without fabsock seeing
- * it: sign out of the shared tables so the last process removes them. */
-static void fs_probe_tables_atexit(void)
+void fs_listeners_exit(void)
 {
 	pthread_mutex_lock(&fs_service_lock);
 	for (struct fs_listener *l = fs_service_listeners; l; l = l->next)
@@ -647,26 +794,21 @@ static void fs_probe_tables_clean_stale(void)
 	if (__atomic_exchange_n(&done, 1, __ATOMIC_ACQ_REL) || !(dir = opendir("/dev/shm")))
 		return;
 	while ((de = readdir(dir))) {
-		int32_t users[FS_PROBE_TABLE_USERS];
 		char path[300];
-		bool alive = false;
+		struct stat st;
+		bool refused;
 		int fd;
 
 		if (strncmp(de->d_name, "fabsock-probe-", 14) != 0)
 			continue;
 		snprintf(path, sizeof(path), "/dev/shm/%s", de->d_name);
-		fd = open(path, O_RDONLY | O_CLOEXEC);
+		fd = fs_probe_table_lock(path, O_RDONLY, &st, &refused);
 		if (fd < 0)
-			continue;
-		if (pread(fd, users, sizeof(users), offsetof(struct fs_probe_table, users)) != (ssize_t)sizeof(users)) {
-			fs_real.close(fd);
-			continue; /* being created */
-		}
-		fs_real.close(fd);
-		for (int i = 0; i < FS_PROBE_TABLE_USERS && !alive; i++)
-			alive = fs_pid_alive(users[i]);
-		if (!alive && unlink(path) == 0)
+			continue; /* gone, or not ours: not ours to remove */
+		/* a short file is being created (its creator waits for the lock) */
+		if (fs_probe_table_file_stale(fd, &st, 0) && unlink(path) == 0)
 			FS_INFO("removed stale probe table %s", de->d_name);
+		fs_probe_table_unlock(fd);
 	}
 	closedir(dir);
 }
@@ -674,19 +816,23 @@ static void fs_probe_tables_clean_stale(void)
 /* Signs this process out of a shared table; the last one removes the file. */
 static void fs_probe_table_leave(struct fs_listener *l)
 {
-	bool others = false;
 	int32_t me = (int32_t)getpid();
+	struct stat st;
+	bool refused;
+	int fd = fs_probe_table_lock(l->table_path, O_RDONLY, &st, &refused);
 
 	for (int i = 0; i < FS_PROBE_TABLE_USERS; i++) {
-		int32_t pid = __atomic_load_n(&l->table->users[i], __ATOMIC_ACQUIRE);
+		int32_t pid = me;
 
-		if (pid == me)
-			__atomic_compare_exchange_n(&l->table->users[i], &pid, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
-		else if (fs_pid_alive(pid))
-			others = true;
+		__atomic_compare_exchange_n(&l->table->users[i], &pid, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
 	}
-	if (!others)
+	if (fd < 0)
+		return; /* removed already, or replaced by a file not ours */
+	/* the file may be a newer table than ours (ours was removed and made
+	 * again): remove it only if it is unused, whichever it is */
+	if (fs_probe_table_file_stale(fd, &st, me))
 		unlink(l->table_path);
+	fs_probe_table_unlock(fd);
 }
 
 struct fs_listener *fs_listener_open(int fd)
@@ -729,6 +875,7 @@ struct fs_listener *fs_listener_open(int fd)
 		fs_real.close(udp);
 		return NULL;
 	}
+	l->table_fd = -1;
 	if (one) { /* SO_REUSEPORT */
 		l->table = fs_probe_table_shared(l, &ss);
 		if (!l->table) {
@@ -739,13 +886,30 @@ struct fs_listener *fs_listener_open(int fd)
 			return NULL;
 		}
 	} else {
-		l->table = mmap(NULL, sizeof(*l->table), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+		/* a memfd, so that a program this process execs with a connection
+		 * accepted here can look its record up (fs_listener_exec_fd) */
+		int tfd = memfd_create("fabsock-probe-table", MFD_CLOEXEC);
+
+		l->table_fd = -1;
+		if (tfd >= 0 && ftruncate(tfd, sizeof(*l->table)) == 0) {
+			l->table = mmap(NULL, sizeof(*l->table), PROT_READ | PROT_WRITE, MAP_SHARED, tfd, 0);
+			if (l->table != MAP_FAILED)
+				l->table_fd = fs_internal_fd(tfd);
+			else
+				fs_real.close(tfd);
+		} else {
+			if (tfd >= 0)
+				fs_real.close(tfd);
+			l->table = mmap(NULL, sizeof(*l->table), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+					-1, 0);
+		}
 		if (l->table == MAP_FAILED) {
 			fs_real.close(udp);
 			free(l);
 			return NULL;
 		}
 		fs_probe_table_init_lock(l->table);
+		__atomic_store_n(&l->table->ready, 1, __ATOMIC_RELEASE);
 	}
 	l->udp_fd = udp;
 	{
@@ -770,6 +934,51 @@ struct fs_listener *fs_listener_open(int fd)
 	return l;
 }
 
+int fs_listener_exec_fd(struct fs_listener *l)
+{
+	int fd = -1, out;
+
+	if (l->table_fd >= 0)
+		fd = fs_real.fcntl(l->table_fd, F_DUPFD_CLOEXEC, 0);
+	else if (l->shared_table)
+		fd = open(l->table_path, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	out = fs_internal_fd(fd);
+	if (out >= 0)
+		fs_real.fcntl(out, F_SETFD, 0); /* it survives the exec */
+	return out;
+}
+
+struct fs_listener *fs_listener_attach(int fd)
+{
+	struct fs_probe_table *table;
+	struct fs_listener *l;
+	struct stat st;
+
+	/* our own file (the old program's): a memfd, or a table in /dev/shm
+	 * this user made; nothing else is mapped */
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+	    (size_t)st.st_size != sizeof(*table)) {
+		FS_INFO("fd %d: not a probe table of this user; connections inherited with it stay on TCP", fd);
+		return NULL;
+	}
+	table = mmap(NULL, sizeof(*table), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (table == MAP_FAILED)
+		return NULL;
+	if (__atomic_load_n(&table->ready, __ATOMIC_ACQUIRE) != 1 || !(l = calloc(1, sizeof(*l)))) {
+		munmap(table, sizeof(*table));
+		return NULL;
+	}
+	l->udp_fd = -1;
+	l->table_fd = -1;
+	l->table = table;
+	l->refs = 1;
+	l->pid = getpid();
+	l->closed = true; /* it listens on nothing here */
+	return l;
+}
+
 int fs_listener_fd(struct fs_listener *l)
 {
 	return l->udp_fd;
@@ -784,27 +993,42 @@ void fs_listener_put(struct fs_listener *l)
 {
 	if (__atomic_sub_fetch(&l->refs, 1, __ATOMIC_ACQ_REL))
 		return;
-	fs_real.close(l->udp_fd);
+	if (l->udp_fd >= 0)
+		fs_real.close(l->udp_fd);
+	if (l->table_fd >= 0)
+		fs_internal_fd_close(l->table_fd);
 	if (l->shared_table && l->pid == getpid())
 		fs_probe_table_leave(l);
 	munmap(l->table, sizeof(*l->table));
 	free(l);
 }
 
-/* Called when the application closes the listening socket: stop answering. */
+/* The application closed the listening socket. Connections it accepted may
+ * still negotiate, and their probes may not have arrived yet (socat closes
+ * its listener right after accept()): the service thread keeps answering
+ * on the twin until the last of them lets go of it, then drops it
+ * (fs_service_drop_closed). */
 void fs_listener_close(struct fs_listener *l)
 {
-	pthread_mutex_lock(&fs_service_lock);
-	for (struct fs_listener **link = &fs_service_listeners; *link; link = &(*link)->next) {
-		if (*link == l) {
-			*link = l->next;
-			fs_listener_put(l);
-			break;
-		}
-	}
-	pthread_mutex_unlock(&fs_service_lock);
+	__atomic_store_n(&l->closed, true, __ATOMIC_RELEASE);
 	fs_listener_put(l);
 	fs_service_kick();
+}
+
+/* Takes closed listeners that nothing but the service list holds off the
+ * list. Service lock held. */
+static void fs_service_drop_closed(void)
+{
+	for (struct fs_listener **link = &fs_service_listeners; *link;) {
+		struct fs_listener *l = *link;
+
+		if (__atomic_load_n(&l->closed, __ATOMIC_ACQUIRE) && __atomic_load_n(&l->refs, __ATOMIC_ACQUIRE) == 1) {
+			*link = l->next;
+			fs_listener_put(l);
+			continue;
+		}
+		link = &l->next;
+	}
 }
 
 static int fs_diag_socket_locked(void)
@@ -998,6 +1222,8 @@ reply:
 
 void fs_listener_drain(struct fs_listener *l)
 {
+	if (l->udp_fd < 0)
+		return; /* attached (fs_listener_attach): another process answers */
 	for (int i = 0; i < 256; i++) {
 		uint8_t pkt[FS_WIRE_PROBE_LEN + 1], local[16] = { 0 };
 		struct sockaddr_storage from;
@@ -1051,6 +1277,8 @@ int fs_probe_start(struct fs_probe_client *pc, int fd, const struct sockaddr *pe
 	int udp;
 
 	pc->udp_fd = -1;
+	if (fs_params.test_probe_delay_ms)
+		usleep((useconds_t)(fs_params.test_probe_delay_ms * 1000));
 	if (fs_real.getsockname(fd, (struct sockaddr *)&local, &len))
 		return -errno;
 	fs_sockaddr_key((struct sockaddr *)&local, ask.client_addr, &ask.client_port);

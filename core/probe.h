@@ -58,6 +58,14 @@ void fs_listener_drain(struct fs_listener *l);
 /* The application closed the listening socket: stop answering, drop a ref. */
 void fs_listener_close(struct fs_listener *l);
 int fs_listener_fd(struct fs_listener *l);
+/* A descriptor of L's probe table that survives exec (no FD_CLOEXEC, out of
+ * the application's way), for a connection accepted from L that a program
+ * this process execs will negotiate (core/inherit.h); -1 if none. */
+int fs_listener_exec_fd(struct fs_listener *l);
+/* In that program: a listener made of the table at FD only (its own user's
+ * file of the right size, else NULL). It answers no probes (the process
+ * that listens does); its connections look their records up in it. */
+struct fs_listener *fs_listener_attach(int fd);
 /* The connection of ADDR/PORT is closed: forget its record. */
 void fs_listener_forget(struct fs_listener *l, const uint8_t addr[16], uint16_t port);
 
@@ -69,6 +77,10 @@ enum fs_rec_state fs_listener_claim_tcp(struct fs_listener *l, const uint8_t add
 /* Reads the record without changing it. */
 enum fs_rec_state fs_listener_lookup(struct fs_listener *l, const uint8_t addr[16], uint16_t port,
 				     struct fs_probe_rec *out);
+/* The process is ending: the kernel closes its listening sockets without
+ * fabsock seeing it, so sign out of the shared probe tables (the last
+ * process out removes the file). */
+void fs_listeners_exit(void);
 /* Moves a record from FROM to TO; returns true if it was in FROM. */
 bool fs_listener_move(struct fs_listener *l, const uint8_t addr[16], uint16_t port, enum fs_rec_state from,
 		      enum fs_rec_state to);
@@ -133,5 +145,9 @@ struct fs_watch {
 };
 void fs_service_watch(struct fs_watch *w, int fd, short events, uint64_t deadline_ns, fs_watch_fn fn, void *arg);
 void fs_service_after_fork(void);
+/* From a signal handler that is about to let the process die: has the
+ * service thread run fs_core_exit() and waits for it, at most
+ * FABSOCK_LINGER_SEC and a second (async-signal-safe in this thread). */
+void fs_service_exit(void);
 
 #endif

@@ -90,6 +90,24 @@ static int fs_poll_ours(struct pollfd *fds, nfds_t nfds, const struct pollfd *ke
 	return ready;
 }
 
+/* Offloaded sockets this process cannot wait on as such (forked after the
+ * offload, or back on TCP: fs_sock_unshare) become kernel ones first. */
+static void fs_poll_unshare(const struct pollfd *fds, nfds_t nfds)
+{
+	for (nfds_t i = 0; i < nfds; i++) {
+		struct fs_sock *s = fds[i].fd >= 0 ? fs_fdt_peek(fds[i].fd) : NULL;
+		int err;
+
+		if (!s || s == FS_SOCK_INTERNAL || fs_sock_state(s) != FS_SOCK_OFFLOADED || !fs_sock_must_unshare(s))
+			continue;
+		s = fs_sock_get(fds[i].fd);
+		if (s) {
+			fs_sock_unshare(s, &err);
+			fs_sock_put(s);
+		}
+	}
+}
+
 int fs_core_poll(struct pollfd *fds, nfds_t nfds, int64_t timeout_ns, const sigset_t *sigmask)
 {
 	struct pollfd stack[FS_POLL_STACK], *kset;
@@ -101,6 +119,7 @@ int fs_core_poll(struct pollfd *fds, nfds_t nfds, int64_t timeout_ns, const sigs
 	bool has_ours = false, any_ours;
 	int ret;
 
+	fs_poll_unshare(fds, nfds);
 	for (nfds_t i = 0; i < nfds && !has_ours; i++)
 		has_ours = fds[i].fd >= 0 && fs_poll_is_ours(fds[i].fd);
 	if (!has_ours) {

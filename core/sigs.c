@@ -6,6 +6,7 @@
 #include "core/guard.h"
 #include "preload/real.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <string.h>
 
@@ -14,6 +15,12 @@ static pthread_mutex_t fs_sigs_lock = PTHREAD_MUTEX_INITIALIZER;
  * application's action it replaced. */
 static void *fs_sigs_provider[NSIG];
 static struct sigaction fs_sigs_app[NSIG];
+/* Per signal: fabsock's exit handler stands in for the application's
+ * default action (atomic), and the action it hands on to after its flush. */
+static int fs_exit_managed[NSIG];
+static struct sigaction fs_exit_then[NSIG];
+/* fs_sigs_exit_install ran in this process (atomic). */
+static int fs_exit_armed;
 
 static void *fs_sigs_handler(const struct sigaction *sa)
 {
@@ -29,7 +36,7 @@ static bool fs_sigs_is_handler(const struct sigaction *sa)
 void fs_sigs_before(struct fs_sigs_snapshot *snap)
 {
 	for (int sig = 1; sig < NSIG; sig++)
-		snap->ok[sig] = sigaction(sig, NULL, &snap->act[sig]) == 0;
+		snap->ok[sig] = fs_real.sigaction(sig, NULL, &snap->act[sig]) == 0;
 }
 
 void fs_sigs_after(const struct fs_sigs_snapshot *snap)
@@ -38,7 +45,7 @@ void fs_sigs_after(const struct fs_sigs_snapshot *snap)
 	for (int sig = 1; sig < NSIG; sig++) {
 		struct sigaction now;
 
-		if (!snap->ok[sig] || sigaction(sig, NULL, &now))
+		if (!snap->ok[sig] || fs_real.sigaction(sig, NULL, &now))
 			continue;
 		if (fs_sigs_handler(&now) == fs_sigs_handler(&snap->act[sig]))
 			continue;
@@ -58,7 +65,7 @@ bool fs_sigs_restart(void)
 		 * one asleep in ppoll: their handlers (sanitizers', a provider's)
 		 * cannot be what interrupted it. */
 		if (sig == SIGKILL || sig == SIGSTOP || sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE ||
-		    sig == SIGILL || sig == SIGTRAP || sig == SIGSYS || sigaction(sig, NULL, &sa))
+		    sig == SIGILL || sig == SIGTRAP || sig == SIGSYS || fs_real.sigaction(sig, NULL, &sa))
 			continue;
 		if (!fs_sigs_is_handler(&sa))
 			continue;
@@ -87,9 +94,140 @@ void fs_sigs_after_fork(void)
 		if (!provider)
 			continue;
 		fs_sigs_provider[sig] = NULL;
-		if (sigaction(sig, NULL, &now) == 0 && fs_sigs_handler(&now) == provider)
-			sigaction(sig, &fs_sigs_app[sig], NULL);
+		if (fs_real.sigaction(sig, NULL, &now) == 0 && fs_sigs_handler(&now) == provider)
+			fs_real.sigaction(sig, &fs_sigs_app[sig], NULL);
+		/* our exit handler stays; what it hands on to after its flush is
+		 * the application's action again, not the parent's provider */
+		if (fs_exit_managed[sig])
+			fs_exit_then[sig] = fs_sigs_app[sig];
 	}
+}
+
+/* ---- delivering what was written when a signal ends the process -------
+ *
+ * Signals whose default action ends the process without a crash. A fault
+ * (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGSYS) or abort() is a crash:
+ * nothing is promised then, the peers see a reset. */
+static const int fs_exit_signals[] = {
+	SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE, SIGALRM, SIGTERM, SIGSTKFLT,
+	SIGXCPU, SIGXFSZ, SIGVTALRM, SIGPROF, SIGIO, SIGPWR,
+};
+
+static void fs_exit_signal(int sig, siginfo_t *info, void *ucontext)
+{
+	int saved = errno;
+	struct sigaction then;
+	sigset_t one;
+
+	/* the process is ending by SIG: from now on its action is the real one */
+	__atomic_store_n(&fs_exit_managed[sig], 0, __ATOMIC_RELEASE);
+	/* everything is delivered first (bounded), by a thread that may take
+	 * locks: this one may hold any of them */
+	fs_sigs_exit_hook();
+	then = fs_exit_then[sig];
+	if (fs_sigs_is_handler(&then)) {
+		/* a provider's handler (shm's unlinks its region), which puts the
+		 * application's action (the default) back and raises: its calls
+		 * are the provider's own, straight to the real functions */
+		fs_real.sigaction(sig, &then, NULL);
+		FS_GUARD_ENTER();
+		if (then.sa_flags & SA_SIGINFO)
+			then.sa_sigaction(sig, info, ucontext);
+		else
+			then.sa_handler(sig);
+		FS_GUARD_LEAVE();
+	} else {
+		struct sigaction dfl = { .sa_handler = SIG_DFL };
+
+		fs_real.sigaction(sig, &dfl, NULL);
+		raise(sig); /* pending until this handler returns: then the default */
+	}
+	sigemptyset(&one);
+	sigaddset(&one, sig);
+	pthread_sigmask(SIG_UNBLOCK, &one, NULL);
+	errno = saved;
+}
+
+static bool fs_exit_signal_wanted(int sig)
+{
+	for (size_t i = 0; i < sizeof(fs_exit_signals) / sizeof(fs_exit_signals[0]); i++)
+		if (fs_exit_signals[i] == sig)
+			return true;
+	return sig >= SIGRTMIN && sig <= SIGRTMAX;
+}
+
+/* Puts fabsock's exit handler in for SIG, handing on to THEN. Lock held. */
+static void fs_exit_take(int sig, const struct sigaction *then)
+{
+	struct sigaction ours = { .sa_sigaction = fs_exit_signal };
+
+	ours.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
+	sigfillset(&ours.sa_mask);
+	fs_exit_then[sig] = *then;
+	if (fs_real.sigaction(sig, &ours, NULL) == 0)
+		__atomic_store_n(&fs_exit_managed[sig], 1, __ATOMIC_RELEASE);
+}
+
+static bool fs_action_is_default(const struct sigaction *sa)
+{
+	return !(sa->sa_flags & SA_SIGINFO) && sa->sa_handler == SIG_DFL;
+}
+
+void fs_sigs_exit_install(void)
+{
+	pthread_mutex_lock(&fs_sigs_lock);
+	for (int sig = 1; sig < NSIG; sig++) {
+		struct sigaction now;
+		void *provider = __atomic_load_n(&fs_sigs_provider[sig], __ATOMIC_ACQUIRE);
+
+		if (fs_exit_managed[sig] || !fs_exit_signal_wanted(sig) || fs_real.sigaction(sig, NULL, &now))
+			continue;
+		/* The application's action must be the default: either it is in
+		 * place, or a provider's handler replaced it and ends with it. */
+		if (fs_action_is_default(&now) ||
+		    (provider && provider == fs_sigs_handler(&now) && fs_action_is_default(&fs_sigs_app[sig])))
+			fs_exit_take(sig, &now);
+	}
+	/* from now on the application's sigaction() calls come through here */
+	__atomic_store_n(&fs_exit_armed, 1, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&fs_sigs_lock);
+}
+
+bool fs_sigs_exit_watched(int sig)
+{
+	return __atomic_load_n(&fs_exit_armed, __ATOMIC_ACQUIRE) && sig > 0 && sig < NSIG && fs_exit_signal_wanted(sig);
+}
+
+int fs_sigs_app_sigaction(int sig, const struct sigaction *act, struct sigaction *oldact)
+{
+	int ret = 0;
+
+	pthread_mutex_lock(&fs_sigs_lock);
+	if (!fs_exit_managed[sig]) {
+		/* the application's own action is in place; one that sets the
+		 * default gets fabsock's exit handler in its stead */
+		if (fs_real.sigaction(sig, act, oldact))
+			ret = -errno;
+		else if (act && fs_action_is_default(act))
+			fs_exit_take(sig, act);
+		pthread_mutex_unlock(&fs_sigs_lock);
+		return ret;
+	}
+	if (oldact) {
+		/* the application's view: the default it had */
+		memset(oldact, 0, sizeof(*oldact));
+		oldact->sa_handler = SIG_DFL;
+	}
+	if (act && ((act->sa_flags & SA_SIGINFO) || act->sa_handler != SIG_DFL)) {
+		/* its own handler, or SIG_IGN: ours (and a provider's under it)
+		 * step aside, as they would never have been there */
+		if (fs_real.sigaction(sig, act, NULL))
+			ret = -errno;
+		else
+			__atomic_store_n(&fs_exit_managed[sig], 0, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&fs_sigs_lock);
+	return ret;
 }
 
 int fs_thread_start(void *(*fn)(void *), size_t stack)

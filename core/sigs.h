@@ -38,6 +38,30 @@ void fs_sigs_after_fork(void);
 /* After EINTR in an emulated blocking call: restart it? */
 bool fs_sigs_restart(void);
 
+/*
+ * Death by a signal whose action is the default. The kernel delivers what a
+ * process wrote to its sockets however it ends; fabsock's unsent bytes live
+ * in the process. So once a process offloads, fabsock installs a handler of
+ * its own for every signal that ends the process by default without a crash
+ * (SIGTERM, SIGINT, SIGHUP, SIGPIPE, SIGUSR1, ..., real-time signals) and
+ * whose action is still the default: it has every stream delivered (bounded
+ * by FABSOCK_LINGER_SEC, by a thread that may take locks) and then lets the
+ * default action happen, so the process still dies by that signal. The
+ * application never sees the handler: sigaction() and signal() report the
+ * default for such a signal, and installing its own handler (or SIG_IGN)
+ * puts fabsock's aside.
+ */
+/* After the first rail opened (and its provider's handlers went in). */
+void fs_sigs_exit_install(void);
+/* Whether the application's sigaction() for SIG must come through
+ * fs_sigs_app_sigaction (the exit handlers are in, and SIG is one of
+ * theirs). */
+bool fs_sigs_exit_watched(int sig);
+/* The application's sigaction() for such a signal: 0 or -errno. */
+int fs_sigs_app_sigaction(int sig, const struct sigaction *act, struct sigaction *oldact);
+/* Called by the exit handler: delivers every stream (core/sock.c). */
+void fs_sigs_exit_hook(void);
+
 /* Starts a detached thread of fabsock's own (service, watchdog) running
  * FN with a stack of STACK bytes. It never takes the application's signals:
  * all are blocked in it. Returns 0, or the error of pthread_create. */

@@ -23,7 +23,9 @@
 #include "core/bell.h"
 #include "core/engine.h"
 #include "core/epoll.h"
+#include "core/fabric.h"
 #include "core/fdtable.h"
+#include "core/handback.h"
 #include "core/guard.h"
 #include "core/inherit.h"
 #include "core/negotiate.h"
@@ -38,6 +40,11 @@
 
 __thread int fs_guard_depth;
 bool fs_core_enabled;
+
+bool fs_core_hands_off(void)
+{
+	return FS_GUARDED() || !fs_core_enabled || fs_vfork_child();
+}
 
 /* ---- allocation: type-stable, so lock-free readers may look ----------- */
 
@@ -174,6 +181,12 @@ int fs_internal_fd(int fd)
 	return moved;
 }
 
+/* The log sink's hook: its file is fabsock's own descriptor. */
+static void fs_core_mark_internal(int fd)
+{
+	fs_fdt_set(fd, FS_SOCK_INTERNAL);
+}
+
 void fs_internal_fd_close(int fd)
 {
 	struct fs_sock *expected = FS_SOCK_INTERNAL;
@@ -206,7 +219,7 @@ void fs_sock_note_inherit(struct fs_sock *s)
 		fs_inherit_note(s->app_fds[i], kind);
 }
 
-void fs_core_adopt(int fd, bool listening)
+void fs_core_adopt(int fd, bool listening, struct fs_listener *from)
 {
 	struct sockaddr_storage local;
 	socklen_t llen = sizeof(local);
@@ -229,7 +242,13 @@ void fs_core_adopt(int fd, bool listening)
 		fs_sock_set_state(s, FS_SOCK_LISTENING);
 		FS_INFO("fd %d: listener on port %u taken over after exec", fd, port);
 	} else {
-		fs_sock_set_state(s, FS_SOCK_SERVER_PENDING); /* no listener: see fs_negotiate_server */
+		/* FROM: the old program's listener's probe table, which has this
+		 * connection's record; without it, see fs_negotiate_server */
+		if (from) {
+			fs_listener_get(from);
+			s->listener = from;
+		}
+		fs_sock_set_state(s, FS_SOCK_SERVER_PENDING);
 	}
 	old = fs_fdt_set(fd, s);
 	if (old && old != FS_SOCK_INTERNAL)
@@ -239,17 +258,41 @@ void fs_core_adopt(int fd, bool listening)
 
 void fs_core_atfork_child(void)
 {
+	fs_self_pid_refresh();
 	fs_engine_forget_after_fork();
 	fs_service_after_fork();
 	fs_bell_after_fork();
 	fs_inherit_after_fork();
 	fs_sigs_after_fork();
+	fs_stats_after_fork();
+	fs_handback_after_fork();
 	pthread_mutex_init(&fs_sock_free_lock, NULL);
 }
 
-static void fs_core_atexit_stats(void)
+void fs_core_exit(void)
 {
-	fs_stats_log_once();
+	static int done;
+
+	if (!fs_core_enabled || __atomic_exchange_n(&done, 1, __ATOMIC_ACQ_REL))
+		return;
+	if (fs_params.stats)
+		fs_stats_log_once();
+	fs_engine_shutdown();
+	/* children forked earlier find what was handed back in the page;
+	 * nothing more will be */
+	fs_handback_owner_ended(fs_engine_peek(), true);
+	fs_listeners_exit();
+}
+
+static void fs_core_atexit(void)
+{
+	fs_core_exit();
+}
+
+void fs_sigs_exit_hook(void)
+{
+	if (fs_core_enabled && !fs_vfork_child())
+		fs_service_exit();
 }
 
 /* FABSOCK_PROFILE sets the polling defaults; explicit values win. */
@@ -273,17 +316,24 @@ static void fs_core_apply_profile(void)
 void fs_core_init(void)
 {
 	fs_real_init();
+	fs_self_pid_refresh();
 	fs_params_load();
 	fs_core_apply_profile();
-	fs_log_init();
-	fs_rules_load_global();
 	if (fs_fdt_init()) {
+		fs_log_init();
 		FS_WARN("cannot map the fd table; fabsock stays out of the way");
 		return;
 	}
+	fs_log_fd_hook = fs_core_mark_internal;
+	fs_log_init();
+	fs_rules_load_global();
 	pthread_atfork(NULL, NULL, fs_core_atfork_child);
-	if (fs_params.stats)
-		atexit(fs_core_atexit_stats);
+	/* Registered now, before the application's main can register its own:
+	 * handlers run last-in first-out, so every handler of the application
+	 * (which may still write and close sockets) runs before this one, and
+	 * this one before the dynamic linker runs libfabric's destructor. */
+	atexit(fs_core_atexit);
+	fs_fabric_set_exit_teardown(fs_core_atexit);
 	fs_core_enabled = fs_params.enable;
 	if (fs_core_enabled)
 		fs_inherit_restore();
@@ -653,12 +703,41 @@ bool fs_sock_pending(const struct fs_sock *s)
 	       st == FS_SOCK_CONNECTING;
 }
 
-/* A socket offloaded by the parent, used in a forked child. */
+bool fs_sock_must_unshare(const struct fs_sock *s)
+{
+	return s->pid != fs_self_pid() || (s->stream && __atomic_load_n(&s->stream->hb, __ATOMIC_ACQUIRE) == FS_HB_DONE);
+}
+
+bool fs_sock_unshare(struct fs_sock *s, int *err)
+{
+	bool foreign = s->pid != fs_self_pid();
+
+	*err = 0;
+	if (fs_sock_state(s) != FS_SOCK_OFFLOADED || !fs_sock_must_unshare(s))
+		return false;
+	if (foreign)
+		*err = fs_handback_request(s);
+	pthread_mutex_lock(&s->lock);
+	if (fs_sock_state(s) == FS_SOCK_OFFLOADED)
+		fs_sock_release(s);
+	pthread_mutex_unlock(&s->lock);
+	return true;
+}
+
+/* A socket this process cannot use as offloaded (fs_sock_unshare): the
+ * kernel's, or the hand-back's error. */
 static int fs_sock_foreign(struct fs_sock *s)
 {
-	FS_WARN_ONCE("an offloaded socket is used in a process forked after it was offloaded; "
-		      "only the process that offloaded it can use it");
-	return -EIO;
+	int err;
+
+	fs_sock_unshare(s, &err);
+	return err ? err : FS_PASS;
+}
+
+/* FS_TCP from the stream: the kernel socket answers this call. */
+static ssize_t fs_tcp_pass(ssize_t ret)
+{
+	return ret == FS_TCP ? FS_PASS : ret;
 }
 
 static uint64_t fs_deadline(uint64_t timeout_ns)
@@ -685,16 +764,19 @@ ssize_t fs_core_recvmsg(struct fs_sock *s, struct msghdr *msg, int flags)
 			return FS_PASS;
 		}
 	}
-	if (s->pid != fs_self_pid())
+	if (s->pid != fs_self_pid() || fs_stream_hb(s->stream) == FS_HB_DONE)
 		return fs_sock_foreign(s);
 	if (flags & ~(MSG_PEEK | MSG_WAITALL | MSG_DONTWAIT | MSG_NOSIGNAL | MSG_CMSG_CLOEXEC))
 		return -EOPNOTSUPP; /* MSG_OOB, MSG_TRUNC... have no fabric meaning */
-	msg->msg_flags = 0;
-	msg->msg_namelen = 0;
-	msg->msg_controllen = 0;
 	if (s->shut_rd)
 		return 0;
-	return fs_stream_recv(s->stream, msg->msg_iov, (int)msg->msg_iovlen, flags, nonblock, deadline, s->fd);
+	ret = fs_tcp_pass(fs_stream_recv(s->stream, msg->msg_iov, (int)msg->msg_iovlen, flags, nonblock, deadline, s->fd));
+	if (ret != FS_PASS) {
+		msg->msg_flags = 0;
+		msg->msg_namelen = 0;
+		msg->msg_controllen = 0;
+	}
+	return ret;
 }
 
 ssize_t fs_core_sendmsg(struct fs_sock *s, const struct msghdr *msg, int flags)
@@ -736,13 +818,23 @@ ssize_t fs_core_sendmsg(struct fs_sock *s, const struct msghdr *msg, int flags)
 		if (ret)
 			return ret;
 	}
-	if (s->pid != fs_self_pid())
+	if (s->pid != fs_self_pid() || fs_stream_hb(s->stream) == FS_HB_DONE)
 		return fs_sock_foreign(s);
+	if (msg->msg_controllen) {
+		/* ancillary data has no fabric meaning: the stream goes back to
+		 * TCP (descriptors passed with it go back first), then the kernel
+		 * sends it, as it would have */
+		fs_core_before_pass(msg);
+		fs_handback_sync(s->stream, s->fd);
+		return fs_sock_foreign(s);
+	}
 	if (s->shut_wr)
 		ret = -EPIPE;
 	else
-		ret = fs_stream_send(s->stream, msg->msg_iov, (int)msg->msg_iovlen, nonblock,
-				     fs_deadline(s->sndtimeo_ns), s->fd);
+		ret = fs_tcp_pass(fs_stream_send(s->stream, msg->msg_iov, (int)msg->msg_iovlen, nonblock,
+						 fs_deadline(s->sndtimeo_ns), s->fd));
+	if (ret == FS_PASS)
+		return ret;
 	if (ret == -EPIPE && !(flags & MSG_NOSIGNAL))
 		pthread_kill(pthread_self(), SIGPIPE);
 	return ret;
@@ -830,14 +922,15 @@ int fs_core_shutdown(struct fs_sock *s, int how)
 	}
 	if (fs_sock_state(s) != FS_SOCK_OFFLOADED)
 		return FS_PASS;
-	if (s->pid != fs_self_pid())
+	if (s->pid != fs_self_pid() || fs_stream_hb(s->stream) == FS_HB_DONE)
 		return fs_sock_foreign(s);
 	/* The kernel checks that the socket is connected and the argument. */
 	if (how == SHUT_RD || how == SHUT_RDWR)
 		s->shut_rd = true;
 	if ((how == SHUT_WR || how == SHUT_RDWR) && !s->shut_wr) {
 		s->shut_wr = true;
-		fs_stream_shutdown_wr(s->stream);
+		if (fs_stream_shutdown_wr(s->stream) == FS_TCP)
+			return FS_PASS; /* back on TCP: the kernel's own shutdown */
 		fs_service_kick();
 	}
 	return 0;
@@ -885,7 +978,8 @@ static int fs_sock_close_fd(struct fs_sock *s, int fd, bool real_close)
 		fs_sock_settle(s, true, fs_now_ns() + fs_params.linger_sec * 1000000000ull);
 	}
 	pthread_mutex_lock(&s->lock);
-	if (fs_sock_state(s) == FS_SOCK_OFFLOADED && s->pid == fs_self_pid()) {
+	if (fs_sock_state(s) == FS_SOCK_OFFLOADED && s->pid == fs_self_pid() &&
+	    __atomic_load_n(&s->stream->hb, __ATOMIC_ACQUIRE) != FS_HB_DONE) {
 		/* The engine keeps a private duplicate of the kernel socket as the
 		 * stream's control channel until the FIN is delivered. The stream
 		 * object stays attached to S (see fs_stream.app_ref): a thread
@@ -901,7 +995,7 @@ static int fs_sock_close_fd(struct fs_sock *s, int fd, bool real_close)
 			if (ctl >= 0)
 				ctl = fs_internal_fd(ctl);
 		}
-		switch (fs_stream_close(s->stream, ctl, s->linger0)) {
+		switch (fs_stream_close(s->stream, ctl, s->linger0, fs_handback_maybe_shared(s->stream->fork_gen, fd))) {
 		case FS_CLOSE_NOW:
 			fs_service_kick();
 			break;
@@ -1042,9 +1136,133 @@ int fs_core_fionread(struct fs_sock *s, int *avail)
 	 * kernel would count: settle first, without waiting. */
 	if (fs_sock_pending(s) && fs_sock_state(s) != FS_SOCK_CONNECTING && fs_sock_settle(s, false, fs_now_ns()) == FS_PASS)
 		return FS_PASS;
-	if (fs_sock_state(s) != FS_SOCK_OFFLOADED || s->pid != fs_self_pid())
+	if (fs_sock_state(s) != FS_SOCK_OFFLOADED)
 		return FS_PASS;
+	if (s->pid != fs_self_pid()) {
+		fs_sock_foreign(s);
+		return FS_PASS; /* the kernel counts from now on */
+	}
+	if (fs_stream_hb(s->stream) != FS_HB_NONE)
+		return FS_PASS; /* what is on its way over TCP */
 	n = fs_stream_readable(s->stream);
 	*avail = n > INT32_MAX ? INT32_MAX : (int)n;
 	return 0;
+}
+
+/* ---- exec, spawn, SCM_RIGHTS: the socket leaves this program ------------- */
+
+/* Hands the offloaded socket at FD back to TCP, whoever owns it. */
+static void fs_sock_hand_back_fd(int fd)
+{
+	struct fs_sock *s = fs_sock_get(fd);
+	int err;
+
+	if (!s)
+		return;
+	if (fs_sock_state(s) == FS_SOCK_OFFLOADED) {
+		if (s->pid == fs_self_pid() && fs_stream_hb(s->stream) != FS_HB_DONE)
+			fs_handback_sync(s->stream, s->fd);
+		fs_sock_unshare(s, &err);
+	}
+	fs_sock_put(s);
+}
+
+/* FD, accepted from listener L and not yet used, survives exec: the new
+ * program gets L's probe table with it, to negotiate as this one would.
+ * TABLES caches the fds made so far (per listener) in this exec. */
+struct fs_exec_tables {
+	unsigned n;
+	struct {
+		struct fs_listener *l;
+		int fd;
+	} t[16];
+};
+
+static void fs_sock_pass_table(struct fs_exec_tables *tables, struct fs_sock *s, int fd)
+{
+	int tfd = -1;
+	unsigned i;
+
+	for (i = 0; i < tables->n && tables->t[i].l != s->listener; i++)
+		;
+	if (i < tables->n)
+		tfd = tables->t[i].fd;
+	if (i == tables->n && tables->n < 16) {
+		tfd = fs_listener_exec_fd(s->listener);
+		tables->t[tables->n].l = s->listener;
+		tables->t[tables->n++].fd = tfd;
+	}
+	for (unsigned k = 0; k < s->n_app_fds; k++)
+		fs_inherit_note_table(s->app_fds[k], tfd);
+	FS_DBG("fd %d: survives exec before its first use; its listener's probe table goes along as fd %d", fd, tfd);
+}
+
+/* The table fds made for the last exec (closed if it returns). */
+static struct fs_exec_tables fs_exec_tables;
+
+void fs_core_exec_failed(void)
+{
+	if (fs_core_hands_off())
+		return;
+	for (unsigned i = 0; i < fs_exec_tables.n; i++)
+		if (fs_exec_tables.t[i].fd >= 0)
+			fs_internal_fd_close(fs_exec_tables.t[i].fd);
+	fs_exec_tables.n = 0;
+	fs_handback_owner_ended(fs_engine_peek(), false);
+}
+
+void fs_core_before_exec(bool spawn)
+{
+	struct fs_exec_tables tables = { 0 };
+
+	if (fs_core_hands_off())
+		return;
+	for (size_t fd = 0; fd < fs_fdt_size; fd++) {
+		struct fs_sock *s = fs_fdt_peek((int)fd);
+		int flags;
+
+		if (!s || s == FS_SOCK_INTERNAL)
+			continue;
+		flags = fs_real.fcntl((int)fd, F_GETFD);
+		if (!spawn && flags >= 0 && !(flags & FD_CLOEXEC)) {
+			/* what the new program finds (inherit.h): after a fork
+			 * the child has no records yet */
+			fs_sock_note_inherit(s);
+			if (fs_sock_state(s) == FS_SOCK_SERVER_PENDING && s->listener)
+				fs_sock_pass_table(&tables, s, (int)fd);
+		}
+		if (fs_sock_state(s) != FS_SOCK_OFFLOADED)
+			continue;
+		/* A socket that survives exec (no FD_CLOEXEC) is used by the new
+		 * program; every stream this process owns dies with this one,
+		 * so it goes back to TCP whatever happens to the fd (if the
+		 * exec fails, the program goes on with a kernel socket). A
+		 * spawned child only takes what survives its exec. */
+		if ((flags >= 0 && !(flags & FD_CLOEXEC)) || (!spawn && s->pid == fs_self_pid()))
+			fs_sock_hand_back_fd((int)fd); /* (its record: none, a kernel socket) */
+	}
+	fs_exec_tables = tables;
+	if (!spawn)
+		fs_handback_owner_ended(fs_engine_peek(), true); /* this program's streams end here */
+}
+
+void fs_core_before_pass(const struct msghdr *msg)
+{
+	if (fs_core_hands_off() || !msg || !msg->msg_controllen)
+		return;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR((struct msghdr *)msg); c; c = CMSG_NXTHDR((struct msghdr *)msg, c)) {
+		const int *fds = (const int *)CMSG_DATA(c);
+		size_t n;
+
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS || c->cmsg_len < CMSG_LEN(0))
+			continue;
+		n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < n; i++) {
+			int fd;
+
+			memcpy(&fd, fds + i, sizeof(fd));
+			if (fs_fdt_peek(fd) && fs_fdt_peek(fd) != FS_SOCK_INTERNAL)
+				fs_sock_hand_back_fd(fd);
+		}
+	}
 }

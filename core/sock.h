@@ -63,6 +63,7 @@ enum fs_sock_state {
 
 struct fs_stream;
 struct fs_listener;
+struct fs_hb_page;
 
 struct fs_sock {
 	/* The kernel socket as fabsock uses it for its own calls: the
@@ -113,6 +114,11 @@ struct fs_sock {
 	bool have_peer_key;
 
 	struct fs_stream *stream;
+	/* For a process forked after the offload (handback.h): the owner's
+	 * request page and eventfd, and the stream's id there. */
+	struct fs_hb_page *hb_page;
+	int hb_evfd;
+	uint32_t hb_stream_id;
 	struct fs_sock *free_next;
 };
 
@@ -135,6 +141,11 @@ static inline void fs_sock_set_state(struct fs_sock *s, enum fs_sock_state state
 
 void fs_core_init(void);
 extern bool fs_core_enabled;
+/* True when fabsock must leave a call that creates, closes or duplicates
+ * descriptors to the kernel untouched: fabsock's own calls (the guard),
+ * fabsock disabled, or a vfork child, whose descriptor table is its own
+ * while every table of fabsock's is its parent's (fs_vfork_child). */
+bool fs_core_hands_off(void);
 
 /* Takes a reference on FD's state; NULL when fabsock has none (or inside
  * fabsock). */
@@ -185,11 +196,38 @@ int fs_core_poll(struct pollfd *fds, nfds_t nfds, int64_t timeout_ns, const sigs
 int fs_core_select(int nfds, fd_set *r, fd_set *w, fd_set *x, int64_t timeout_ns, const sigset_t *sigmask);
 
 void fs_core_atfork_child(void);
+/* The process is ending (exit(), return from main, _exit(), a fatal signal
+ * with its default action): every offloaded stream delivers what the
+ * application wrote, then its FIN, within FABSOCK_LINGER_SEC, as the kernel
+ * delivers a dead process's socket buffers; then the rails close and the
+ * shared probe tables are left. Once per process. */
+void fs_core_exit(void);
 /* After exec: takes FD over as a listener (LISTENING) or as an accepted
- * connection not yet used (inherited). See inherit.h. */
-void fs_core_adopt(int fd, bool listening);
+ * connection not yet used (inherited), whose probe record is in FROM's
+ * table (fs_listener_attach; NULL: none). See inherit.h. */
+void fs_core_adopt(int fd, bool listening, struct fs_listener *from);
 /* Records S's state for each of its fds in the exec records. */
 void fs_sock_note_inherit(struct fs_sock *s);
+
+/* An offloaded socket that this process cannot use as such any more: its
+ * stream is back on TCP (handback.h), or it belongs to the process that
+ * offloaded it before this one was forked (which is asked to hand it back).
+ * Lets go of it: from then on it is the kernel's here. Returns true when it
+ * did (the caller treats the socket as a kernel one), with *ERR set to a
+ * negative errno when the hand-back failed. */
+bool fs_sock_unshare(struct fs_sock *s, int *err);
+/* True when S (offloaded) is such a socket. */
+bool fs_sock_must_unshare(const struct fs_sock *s);
+/* Before exec() (or a spawn, SPAWN: only what the child inherits): every
+ * offloaded socket that survives into the new program goes back to TCP, as
+ * does every one this process owns (its stream dies with the program). */
+void fs_core_before_exec(bool spawn);
+/* The exec after fs_core_before_exec returned (failed): what it made for
+ * the new program goes. */
+void fs_core_exec_failed(void);
+/* Before descriptors are passed with SCM_RIGHTS in MSG: offloaded ones go
+ * back to TCP, so the receiving process gets a plain kernel socket. */
+void fs_core_before_pass(const struct msghdr *msg);
 
 /* Settles a pending socket (readiness.c uses it). See sock.c. */
 int fs_sock_settle(struct fs_sock *s, bool for_send, uint64_t deadline_ns);

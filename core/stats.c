@@ -34,10 +34,18 @@ void fs_stats_print(FILE *out)
 #undef FS_STAT
 }
 
+static int fs_stats_logged;
+
 void fs_stats_log_once(void)
 {
-	static int done;
-
-	if (!__atomic_exchange_n(&done, 1, __ATOMIC_ACQ_REL))
+	if (!__atomic_exchange_n(&fs_stats_logged, 1, __ATOMIC_ACQ_REL))
 		fs_stats_log();
+}
+
+void fs_stats_after_fork(void)
+{
+	/* the child counts its own work: summed over a prefork server's
+	 * processes, the parent's counts must appear once */
+	memset(&fs_stats, 0, sizeof(fs_stats));
+	fs_stats_logged = 0;
 }

@@ -25,6 +25,8 @@ extern struct fs_stats fs_stats;
 void fs_stats_log(void);
 /* The same, at most once per process (exit paths). */
 void fs_stats_log_once(void);
+/* In a forked child: start from zero (each process reports its own). */
+void fs_stats_after_fork(void);
 /* Writes "name value help" rows. */
 void fs_stats_print(FILE *out);
 

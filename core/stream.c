@@ -28,6 +28,7 @@
 #include "config/params.h"
 #include "core/bell.h"
 #include "core/engine.h"
+#include "core/handback.h"
 #include "core/sigs.h"
 #include "core/probe.h"
 #include "core/sock.h"
@@ -44,6 +45,12 @@ static void fs_stream_check_ctl(struct fs_stream *s, int ctl_fd)
 
 	if (ctl_fd < 0 || s->peer_gone)
 		return;
+	if (s->hb != FS_HB_NONE) {
+		/* on its way back to TCP: the kernel socket carries data now */
+		if (!s->dead)
+			fs_stream_changed(fs_engine_peek(), s);
+		return;
+	}
 	n = fs_real.recv(ctl_fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
 	if (n > 0) {
 		/* Nothing may follow the handshake on the control channel. */
@@ -139,7 +146,7 @@ static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_read
 			/* Deeply idle with every stream armed: the doorbell wakes us
 			 * (the poller through the engine's deep fd, the others through
 			 * their stream's eventfd), the slice is only a safety net. */
-			bool deep = fs_engine_deep_idle(e);
+			bool deep = fs_engine_wait_deep(e, true);
 			struct pollfd pfd[3] = {
 				{ .fd = ctl_fd, .events = POLLIN | POLLRDHUP },
 				{ .fd = *poller ? -1 : s->wake_fd, .events = POLLIN },
@@ -195,6 +202,8 @@ static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_read
 
 static bool fs_send_ready(struct fs_stream *s, void *arg)
 {
+	if (s->hb != FS_HB_NONE)
+		return fs_handback_tx_tcp(s) || s->hb_held_count < fs_params.send_queue || s->error;
 	return s->txq_count < fs_params.send_queue || s->peer_gone || s->fin_queued;
 }
 
@@ -218,7 +227,7 @@ static size_t fs_iov_total(const struct iovec *iov, int iovcnt)
 }
 
 /* Copies up to LEN bytes starting at byte OFFSET of the iovec into DST. */
-static size_t fs_iov_copy_out(void *dst, size_t len, const struct iovec *iov, int iovcnt, size_t offset)
+size_t fs_iov_copy_out(void *dst, size_t len, const struct iovec *iov, int iovcnt, size_t offset)
 {
 	size_t copied = 0;
 
@@ -262,11 +271,19 @@ ssize_t fs_stream_send(struct fs_stream *s, const struct iovec *iov, int iovcnt,
 	if (s->peer_fin && !s->peer_gone)
 		fs_stream_check_ctl(s, ctl_fd);
 	for (;;) {
-		if (s->error || s->peer_gone || s->fin_queued) {
+		if (s->hb != FS_HB_NONE && !s->error && !s->fin_queued) {
+			/* on its way back to TCP (handback.h): held behind what must
+			 * reach the kernel socket first, then the kernel socket */
+			if (fs_handback_tx_tcp(s)) {
+				result = done ? (ssize_t)done : FS_TCP;
+				break;
+			}
+			done += fs_handback_hold(e, s, iov, iovcnt, done, total);
+		} else if (s->error || s->peer_gone || s->fin_queued) {
 			result = done ? (ssize_t)done : fs_send_error(s);
 			break;
 		}
-		while (done < total) {
+		while (done < total && s->hb == FS_HB_NONE) {
 			struct fs_buf *buf = s->txq_tail;
 			size_t room, n;
 
@@ -327,7 +344,7 @@ static bool fs_recv_ready(struct fs_stream *s, void *arg)
 {
 	struct fs_recv_want *want = arg;
 
-	if (s->error)
+	if (s->error || (s->hb != FS_HB_NONE && (s->hb_frozen || s->hb_rx_done)))
 		return true;
 	if (s->pulling)
 		return false; /* another reader owns the head of the queue for now */
@@ -338,8 +355,7 @@ static bool fs_recv_ready(struct fs_stream *s, void *arg)
 	return s->rxq_head != NULL;
 }
 
-/* Releases a fully read buffer: back to the provider, one more credit. */
-static void fs_recv_release(struct fs_engine *e, struct fs_stream *s)
+void fs_stream_consume_head(struct fs_engine *e, struct fs_stream *s)
 {
 	struct fs_buf *buf = s->rxq_head;
 
@@ -494,13 +510,13 @@ static size_t fs_recv_copy(struct fs_engine *e, struct fs_stream *s, const struc
 		buf->off += (uint32_t)n;
 		s->rx_bytes -= n;
 		if (buf->off == buf->len) {
-			fs_recv_release(e, s);
+			fs_stream_consume_head(e, s);
 			buf = s->rxq_head;
 		}
 	}
 	/* Zero-length data messages never happen, but never let one stall us. */
 	while (!peek && s->rxq_head && s->rxq_head->kind == FS_MSG_DATA && s->rxq_head->off == s->rxq_head->len)
-		fs_recv_release(e, s);
+		fs_stream_consume_head(e, s);
 	return copied;
 }
 
@@ -528,6 +544,11 @@ ssize_t fs_stream_recv(struct fs_stream *s, const struct iovec *iov, int iovcnt,
 		struct fs_recv_want want = { 0 };
 		int ret;
 
+		if (s->hb != FS_HB_NONE && (s->hb_frozen || s->hb_rx_done)) {
+			/* the reader is on TCP now (handback.h) */
+			result = done ? (ssize_t)done : FS_TCP;
+			break;
+		}
 		if (peek) {
 			done = fs_recv_copy(e, s, iov, iovcnt, 0, total, true, false, ctl_fd);
 		} else {
@@ -540,6 +561,17 @@ ssize_t fs_stream_recv(struct fs_stream *s, const struct iovec *iov, int iovcnt,
 		if (s->rxq_head && s->rxq_head->kind == FS_MSG_FIN) {
 			s->fin_consumed = true;
 			result = (ssize_t)done;
+			break;
+		}
+		if (s->rxq_head && s->rxq_head->kind == FS_MSG_SWITCH && !peek) {
+			/* the peer's bytes go on over TCP from here */
+			fs_stream_consume_head(e, s);
+			s->hb_rx_done = true;
+			fs_handback_progress(e);
+			continue;
+		}
+		if (s->rxq_head && s->rxq_head->kind == FS_MSG_SWITCH) {
+			result = FS_TCP; /* MSG_PEEK at the switch: the kernel's data */
 			break;
 		}
 		if (s->error) {
@@ -567,8 +599,15 @@ ssize_t fs_stream_recv(struct fs_stream *s, const struct iovec *iov, int iovcnt,
 			break;
 		}
 	}
-	if (!peek && s->state != FS_STREAM_CLOSED)
+	if (!peek && s->state != FS_STREAM_CLOSED) {
 		fs_stream_maybe_credit(e, s);
+		/* A read shorter than asked while more is readable (it stopped
+		 * before a payload to pull, or its buffer was one iovec of many):
+		 * with kernel TCP a short read means the socket is drained, and
+		 * nginx (EPOLLRDHUP) then waits for the next edge. Make one. */
+		if (result > 0 && (size_t)result < total && (s->rxq_head || s->error))
+			fs_stream_changed(e, s);
+	}
 	s->users--;
 	pthread_mutex_unlock(&e->lock);
 	return result;
@@ -598,13 +637,17 @@ int fs_stream_shutdown_wr(struct fs_stream *s)
 	pthread_mutex_lock(&e->lock);
 	if (s->state == FS_STREAM_CLOSED)
 		ret = -EBADF;
+	else if (s->hb != FS_HB_NONE && fs_handback_tx_tcp(s))
+		ret = FS_TCP; /* the kernel socket's own shutdown */
+	else if (s->hb != FS_HB_NONE)
+		s->hb_fin = true, ret = 0; /* after the bytes held for TCP */
 	else
 		ret = s->error ? 0 : fs_stream_queue_fin(e, s);
 	pthread_mutex_unlock(&e->lock);
 	return ret;
 }
 
-enum fs_close_need fs_stream_close(struct fs_stream *s, int ctl_fd, bool abort)
+enum fs_close_need fs_stream_close(struct fs_stream *s, int ctl_fd, bool abort, bool shared)
 {
 	struct fs_engine *e = fs_engine_peek();
 	uint64_t now = fs_now_ns();
@@ -617,7 +660,45 @@ enum fs_close_need fs_stream_close(struct fs_stream *s, int ctl_fd, bool abort)
 	}
 	pthread_mutex_lock(&e->lock);
 	s->app_fd = -1;
+	if (s->state == FS_STREAM_CLOSED || s->dead) {
+		/* The process's end took it over (fs_engine_shutdown: its FIN is
+		 * queued or delivered) and this close comes from an atexit
+		 * handler or a destructor that ran later. It is an orphan
+		 * already: adding it again would free it twice. */
+		pthread_mutex_unlock(&e->lock);
+		if (ctl_fd >= 0)
+			fs_real.close(ctl_fd);
+		return FS_CLOSE_DONE;
+	}
 	fs_engine_progress(e);
+	if (s->dead) {
+		/* that round ended its way back to TCP (handback.c): the kernel
+		 * socket's close is all there is */
+		pthread_mutex_unlock(&e->lock);
+		if (ctl_fd >= 0)
+			fs_real.close(ctl_fd);
+		return FS_CLOSE_DONE;
+	}
+	/* Other processes may still hold the socket (forked after the offload):
+	 * with the kernel the connection lives on for them, so no FIN: the
+	 * stream goes back to TCP (handback.h), what our reader had not read
+	 * included, for them to read. */
+	if (s->hb == FS_HB_NONE && shared && !s->error && !abort && fs_handback_start(e, s, ctl_fd) == 0)
+		FS_INFO("stream %u: closed here while a process forked later may still hold it", s->id);
+	if (s->hb != FS_HB_NONE) {
+		/* the hand-back holds its own duplicate of the kernel socket:
+		 * closing it, the last one, is the FIN */
+		s->state = FS_STREAM_CLOSED;
+		if (ctl_fd >= 0)
+			fs_real.close(ctl_fd);
+		s->ctl_fd = -1;
+		s->close_deadline_ns = now + fs_params.linger_sec * 1000000000ull;
+		fs_stream_changed(e, s);
+		fs_engine_add_orphan(e, s);
+		fs_engine_progress(e);
+		pthread_mutex_unlock(&e->lock);
+		return FS_CLOSE_NOW;
+	}
 	/* Closing with unread data resets the connection, as TCP does. */
 	if (s->rx_bytes)
 		abort = true;
@@ -658,6 +739,10 @@ unsigned fs_stream_events_locked(struct fs_stream *s, uint32_t *gen)
 		/* closed by another thread while the caller looked */
 		*gen = s->ev_gen;
 		return POLLNVAL;
+	}
+	if (s->hb != FS_HB_NONE) {
+		*gen = s->ev_gen;
+		return fs_handback_events(s);
 	}
 	if (s->peer_gone)
 		fs_stream_check_gone(s, fs_now_ns());

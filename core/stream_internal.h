@@ -1,20 +1,35 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Engine internals shared by engine.c and stream.c only. All with the
- * engine lock held.
+ * Engine internals shared by engine.c, stream.c and handback.c only. All
+ * with the engine lock held.
  */
 #ifndef FS_CORE_STREAM_INTERNAL_H
 #define FS_CORE_STREAM_INTERNAL_H
 
+#include <sys/uio.h>
+
 #include "core/engine.h"
+
+/* Fault injection for tests (engine lock held): the next N sends are
+ * refused by "the provider" with -FI_EAGAIN, as shm does when a queue is
+ * momentarily full. 0 in a real process. */
+extern unsigned fs_fault_post_eagain;
 
 unsigned fs_stream_credits(const struct fs_stream *s);
 void fs_stream_flush(struct fs_engine *e, struct fs_stream *s);
 void fs_stream_enqueue(struct fs_engine *e, struct fs_stream *s, struct fs_buf *buf);
+/* Copies up to LEN bytes starting at byte OFFSET of the iovec into DST. */
+size_t fs_iov_copy_out(void *dst, size_t len, const struct iovec *iov, int iovcnt, size_t offset);
 int fs_stream_queue_fin(struct fs_engine *e, struct fs_stream *s);
 void fs_stream_maybe_credit(struct fs_engine *e, struct fs_stream *s);
 void fs_engine_repost(struct fs_engine_rail *er, struct fs_buf *buf);
 void fs_engine_add_orphan(struct fs_engine *e, struct fs_stream *s);
+/* S is back on TCP and still open: its resources go (its memory stays for
+ * its socket until that lets go of it). */
+void fs_engine_retire(struct fs_engine *e, struct fs_stream *s);
+/* Takes the head of S's receive queue off it (read, returned or dropped):
+ * back to the provider, one more credit. */
+void fs_stream_consume_head(struct fs_engine *e, struct fs_stream *s);
 void fs_engine_reap(struct fs_engine *e);
 struct fs_engine *fs_stream_engine(void);
 /* Posts on ER the receive for exactly the payload announced by BUF (an

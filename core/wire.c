@@ -415,6 +415,7 @@ static const char *const fs_nak_names[FS_NAK_MAX_] = {
 	[FS_NAK_VERSION] = "version",
 	[FS_NAK_HOST] = "host",
 	[FS_NAK_EVENT_LOOP] = "event-loop",
+	[FS_NAK_USER] = "another user",
 };
 
 const char *fs_wire_provider_name(unsigned provider)

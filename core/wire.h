@@ -40,8 +40,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* 2: control messages untagged, tag in front; 3: doorbell port; 4: pull shift */
-#define FS_WIRE_VERSION 4
+/* 2: control messages untagged, tag in front; 3: doorbell port; 4: pull shift;
+ * 5: SWITCH, RETURN, RETURN_END (handing a stream back to TCP) */
+#define FS_WIRE_VERSION 5
 #define FS_WIRE_PROBE_MAGIC 0x46534250u /* "FSBP" */
 #define FS_WIRE_HELLO_MAGIC 0x46534248u /* "FSBH" */
 #define FS_WIRE_ACK_MAGIC 0x46534241u   /* "FSBA" */
@@ -82,7 +83,8 @@ enum fs_nak {
 	FS_NAK_VERSION = 4,
 	FS_NAK_HOST = 5,      /* shm offered but the hosts differ */
 	FS_NAK_EVENT_LOOP = 6, /* the application uses the socket nonblocking or in epoll */
-	FS_NAK_MAX_ = 7,
+	FS_NAK_USER = 7,      /* shm offered but the peers run as different users */
+	FS_NAK_MAX_ = 8,
 };
 
 struct fs_hello {
@@ -197,6 +199,12 @@ enum fs_msg_kind {
 	FS_MSG_CREDIT = 3, /* class CTRL: receiver freed messages up to hdr.freed */
 	FS_MSG_PULL = 4,   /* class DATA, header only: hdr.len payload bytes wait, tagged
 			    * fs_tag_pull(), for the reader to pull; takes a seq and a credit */
+	/* Handing the stream back to TCP (core/handback.h); class DATA, each
+	 * takes a seq and a credit: */
+	FS_MSG_SWITCH = 5,     /* header only: my bytes after this come over TCP */
+	FS_MSG_RETURN = 6,     /* payload: bytes of yours my reader will not read, for you to
+				* write to TCP before anything else */
+	FS_MSG_RETURN_END = 7, /* header only: no more RETURN */
 };
 
 struct fs_wire_msg_hdr {

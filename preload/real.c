@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 struct fs_real_syms fs_real;
+int fs_real_done;
 
 static void fs_real_missing(const char *name)
 {
@@ -25,20 +26,20 @@ static void fs_real_missing(const char *name)
 	abort();
 }
 
+/* Two threads may resolve at once (before the constructor): both store the
+ * same values, each pointer whole. */
 void fs_real_init(void)
 {
-	static int done;
-
-	if (__atomic_load_n(&done, __ATOMIC_ACQUIRE))
+	if (__atomic_load_n(&fs_real_done, __ATOMIC_ACQUIRE))
 		return;
-#define FS_SYM(ret, name, params)                                    \
-	do {                                                         \
-		void *sym = dlsym(RTLD_NEXT, #name);                 \
-		if (!sym)                                            \
-			fs_real_missing(#name);                      \
-		memcpy(&fs_real.name, &sym, sizeof(sym));            \
+#define FS_SYM(ret, name, params)                                                  \
+	do {                                                                       \
+		void *sym = dlsym(RTLD_NEXT, #name);                               \
+		if (!sym)                                                          \
+			fs_real_missing(#name);                                    \
+		__atomic_store_n((void **)(void *)&fs_real.name, sym, __ATOMIC_RELAXED); \
 	} while (0);
 #include "preload/symbols.def"
 #undef FS_SYM
-	__atomic_store_n(&done, 1, __ATOMIC_RELEASE);
+	__atomic_store_n(&fs_real_done, 1, __ATOMIC_RELEASE);
 }

@@ -5,13 +5,16 @@
  * inside fabsock that needs one of these functions calls it through fs_real,
  * never by name, so that fabsock never re-enters its own wrappers.
  *
- * fs_real_init() is idempotent and is called from the library constructor
- * before any wrapper can run; unit tests call it themselves.
+ * fs_real_init() is idempotent; the library constructor calls it, and so
+ * does the first wrapper that runs before the constructor (FS_REAL); unit
+ * tests call it themselves.
  */
 #ifndef FS_PRELOAD_REAL_H
 #define FS_PRELOAD_REAL_H
 
 #include <poll.h>
+#include <spawn.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/epoll.h>
@@ -30,8 +33,21 @@ struct fs_real_syms {
 };
 
 extern struct fs_real_syms fs_real;
+extern int fs_real_done;
 
 /* Resolves every symbol; aborts with a message if one is missing. */
 void fs_real_init(void);
+
+/* Wrappers run whenever the application calls them, which may be before
+ * fabsock's constructor: another library's constructor (libcap-ng's reads
+ * a file in postgres and sshd), or a program's own early code. Every
+ * wrapper reaches the real function through FS_REAL(name), which resolves
+ * the table on first use. After that it costs one predictable branch. */
+static inline void fs_real_ensure(void)
+{
+	if (__builtin_expect(!__atomic_load_n(&fs_real_done, __ATOMIC_ACQUIRE), 0))
+		fs_real_init();
+}
+#define FS_REAL(name) (fs_real_ensure(), fs_real.name)
 
 #endif

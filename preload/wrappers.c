@@ -20,15 +20,40 @@
 #include <unistd.h>
 
 #include "core/epoll.h"
+#include "core/fdtable.h"
 #include "core/guard.h"
+#include "core/handback.h"
+#include "core/sigs.h"
 #include "core/sock.h"
 #include "preload/real.h"
 
 #define FS_EXPORT __attribute__((visibility("default")))
 
+/* Whether fabsock has any entry for FD: a lock-free look that lets every
+ * call on an fd that is none of fabsock's go straight to the kernel. */
+static inline int fs_fdt_peek_any(int fd)
+{
+	return fs_fdt_peek(fd) != NULL;
+}
+
+#ifdef __SANITIZE_THREAD__
+/* A TSan-built library preloaded into a program that was not built with
+ * TSan: the runtime initialises from this library's constructors and, while
+ * it does, installs its signal handlers through sigaction(), which resolves
+ * to the wrapper below. Until this library's constructor has run, the signal
+ * wrappers are plain and uninstrumented and go straight to libc. */
+static int fs_preload_ready;
+#define FS_SIG_WRAPPER __attribute__((no_sanitize("thread")))
+extern int __sigaction(int sig, const struct sigaction *act, struct sigaction *oldact);
+extern sighandler_t bsd_signal(int sig, sighandler_t handler);
+#endif
+
 __attribute__((constructor(101))) static void fs_preload_init(void)
 {
 	fs_core_init();
+#ifdef __SANITIZE_THREAD__
+	__atomic_store_n(&fs_preload_ready, 1, __ATOMIC_RELEASE);
+#endif
 }
 
 static inline long fs_ret(long ret)
@@ -42,25 +67,25 @@ static inline long fs_ret(long ret)
 
 FS_EXPORT int socket(int domain, int type, int protocol)
 {
-	int fd = fs_real.socket(domain, type, protocol);
+	int fd = FS_REAL(socket)(domain, type, protocol);
 
-	if (fd >= 0)
+	if (fd >= 0 && !fs_core_hands_off())
 		fs_core_socket(fd, domain, type);
 	return fd;
 }
 
 FS_EXPORT int bind(int fd, const struct sockaddr *addr, socklen_t len)
 {
-	return fs_real.bind(fd, addr, len);
+	return FS_REAL(bind)(fd, addr, len);
 }
 
 FS_EXPORT int listen(int fd, int backlog)
 {
-	struct fs_sock *s = fs_sock_get(fd);
+	struct fs_sock *s = fs_fdt_peek_any(fd) && !fs_core_hands_off() ? fs_sock_get(fd) : NULL;
 	long ret;
 
 	if (!s)
-		return fs_real.listen(fd, backlog);
+		return FS_REAL(listen)(fd, backlog);
 	ret = fs_core_listen(s, backlog);
 	fs_sock_put(s);
 	return (int)fs_ret(ret);
@@ -68,8 +93,8 @@ FS_EXPORT int listen(int fd, int backlog)
 
 static int fs_accept_common(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 {
-	struct fs_sock *s = fs_sock_get(fd);
-	int newfd = fs_real.accept4(fd, addr, len, flags);
+	struct fs_sock *s = fs_fdt_peek_any(fd) && !fs_core_hands_off() ? fs_sock_get(fd) : NULL;
+	int newfd = FS_REAL(accept4)(fd, addr, len, flags);
 
 	if (s) {
 		if (newfd >= 0)
@@ -81,12 +106,12 @@ static int fs_accept_common(int fd, struct sockaddr *addr, socklen_t *len, int f
 
 FS_EXPORT int accept(int fd, struct sockaddr *addr, socklen_t *len)
 {
-	struct fs_sock *s = fs_sock_get(fd);
+	struct fs_sock *s = fs_fdt_peek_any(fd) && !fs_core_hands_off() ? fs_sock_get(fd) : NULL;
 	int newfd;
 
 	if (!s)
-		return fs_real.accept(fd, addr, len);
-	newfd = fs_real.accept(fd, addr, len);
+		return FS_REAL(accept)(fd, addr, len);
+	newfd = FS_REAL(accept)(fd, addr, len);
 	if (newfd >= 0)
 		fs_core_accepted(s, newfd, 0);
 	fs_sock_put(s);
@@ -100,15 +125,15 @@ FS_EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 
 FS_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
 {
-	struct fs_sock *s = fs_sock_get(fd);
+	struct fs_sock *s = fs_fdt_peek_any(fd) && !fs_core_hands_off() ? fs_sock_get(fd) : NULL;
 	long ret;
 
 	if (!s)
-		return fs_real.connect(fd, addr, len);
+		return FS_REAL(connect)(fd, addr, len);
 	ret = addr ? fs_core_connect(s, addr, len) : FS_PASS;
 	fs_sock_put(s);
 	if (ret == FS_PASS)
-		return fs_real.connect(fd, addr, len);
+		return FS_REAL(connect)(fd, addr, len);
 	return (int)fs_ret(ret);
 }
 
@@ -137,20 +162,15 @@ static ssize_t fs_recv_entry(int fd, struct msghdr *msg, int flags)
 		return fs_ret(ret_);                                                  \
 	} while (0)
 
-#include "core/fdtable.h"
-static inline int fs_fdt_peek_any(int fd)
-{
-	return fs_fdt_peek(fd) != NULL;
-}
 
 FS_EXPORT ssize_t read(int fd, void *buf, size_t len)
 {
-	FS_RECV_ONE(fd, buf, len, 0, fs_real.read(fd, buf, len));
+	FS_RECV_ONE(fd, buf, len, 0, FS_REAL(read)(fd, buf, len));
 }
 
 FS_EXPORT ssize_t recv(int fd, void *buf, size_t len, int flags)
 {
-	FS_RECV_ONE(fd, buf, len, flags, fs_real.recv(fd, buf, len, flags));
+	FS_RECV_ONE(fd, buf, len, flags, FS_REAL(recv)(fd, buf, len, flags));
 }
 
 FS_EXPORT ssize_t recvfrom(int fd, void *buf, size_t len, int flags, struct sockaddr *addr, socklen_t *alen)
@@ -160,7 +180,7 @@ FS_EXPORT ssize_t recvfrom(int fd, void *buf, size_t len, int flags, struct sock
 	ssize_t ret = fs_fdt_peek_any(fd) ? fs_recv_entry(fd, &msg, flags) : FS_PASS;
 
 	if (ret == FS_PASS)
-		return fs_real.recvfrom(fd, buf, len, flags, addr, alen);
+		return FS_REAL(recvfrom)(fd, buf, len, flags, addr, alen);
 	if (ret >= 0 && addr && alen)
 		*alen = 0; /* a connected TCP socket reports no source address */
 	return fs_ret(ret);
@@ -172,12 +192,12 @@ FS_EXPORT ssize_t readv(int fd, const struct iovec *iov, int iovcnt)
 	ssize_t ret;
 
 	if (!fs_fdt_peek_any(fd))
-		return fs_real.readv(fd, iov, iovcnt);
+		return FS_REAL(readv)(fd, iov, iovcnt);
 	if (iovcnt < 0 || iovcnt > IOV_MAX)
 		return fs_ret(-EINVAL);
 	ret = fs_recv_entry(fd, &msg, 0);
 	if (ret == FS_PASS)
-		return fs_real.readv(fd, iov, iovcnt);
+		return FS_REAL(readv)(fd, iov, iovcnt);
 	return fs_ret(ret);
 }
 
@@ -186,29 +206,29 @@ FS_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 	ssize_t ret = fs_fdt_peek_any(fd) ? fs_recv_entry(fd, msg, flags) : FS_PASS;
 
 	if (ret == FS_PASS)
-		return fs_real.recvmsg(fd, msg, flags);
+		return FS_REAL(recvmsg)(fd, msg, flags);
 	return fs_ret(ret);
 }
 
 FS_EXPORT ssize_t __read_chk(int fd, void *buf, size_t len, size_t buflen)
 {
 	if (len > buflen)
-		return fs_real.__read_chk(fd, buf, len, buflen); /* reports the overflow */
-	FS_RECV_ONE(fd, buf, len, 0, fs_real.__read_chk(fd, buf, len, buflen));
+		return FS_REAL(__read_chk)(fd, buf, len, buflen); /* reports the overflow */
+	FS_RECV_ONE(fd, buf, len, 0, FS_REAL(__read_chk)(fd, buf, len, buflen));
 }
 
 FS_EXPORT ssize_t __recv_chk(int fd, void *buf, size_t len, size_t buflen, int flags)
 {
 	if (len > buflen)
-		return fs_real.__recv_chk(fd, buf, len, buflen, flags);
-	FS_RECV_ONE(fd, buf, len, flags, fs_real.__recv_chk(fd, buf, len, buflen, flags));
+		return FS_REAL(__recv_chk)(fd, buf, len, buflen, flags);
+	FS_RECV_ONE(fd, buf, len, flags, FS_REAL(__recv_chk)(fd, buf, len, buflen, flags));
 }
 
 FS_EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t len, size_t buflen, int flags,
 				 struct sockaddr *addr, socklen_t *alen)
 {
 	if (len > buflen)
-		return fs_real.__recvfrom_chk(fd, buf, len, buflen, flags, addr, alen);
+		return FS_REAL(__recvfrom_chk)(fd, buf, len, buflen, flags, addr, alen);
 	return recvfrom(fd, buf, len, flags, addr, alen);
 }
 
@@ -238,12 +258,12 @@ static ssize_t fs_send_entry(int fd, const struct msghdr *msg, int flags)
 
 FS_EXPORT ssize_t write(int fd, const void *buf, size_t len)
 {
-	FS_SEND_ONE(fd, buf, len, 0, fs_real.write(fd, buf, len));
+	FS_SEND_ONE(fd, buf, len, 0, FS_REAL(write)(fd, buf, len));
 }
 
 FS_EXPORT ssize_t send(int fd, const void *buf, size_t len, int flags)
 {
-	FS_SEND_ONE(fd, buf, len, flags, fs_real.send(fd, buf, len, flags));
+	FS_SEND_ONE(fd, buf, len, flags, FS_REAL(send)(fd, buf, len, flags));
 }
 
 FS_EXPORT ssize_t sendto(int fd, const void *buf, size_t len, int flags, const struct sockaddr *addr,
@@ -251,7 +271,7 @@ FS_EXPORT ssize_t sendto(int fd, const void *buf, size_t len, int flags, const s
 {
 	/* On a connected TCP socket the kernel ignores the destination; many
 	 * programs written for UDP and TCP alike (sockperf) pass one anyway. */
-	FS_SEND_ONE(fd, buf, len, flags, fs_real.sendto(fd, buf, len, flags, addr, alen));
+	FS_SEND_ONE(fd, buf, len, flags, FS_REAL(sendto)(fd, buf, len, flags, addr, alen));
 }
 
 FS_EXPORT ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
@@ -260,12 +280,12 @@ FS_EXPORT ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
 	ssize_t ret;
 
 	if (!fs_fdt_peek_any(fd))
-		return fs_real.writev(fd, iov, iovcnt);
+		return FS_REAL(writev)(fd, iov, iovcnt);
 	if (iovcnt < 0 || iovcnt > IOV_MAX)
 		return fs_ret(-EINVAL);
 	ret = fs_send_entry(fd, &msg, 0);
 	if (ret == FS_PASS)
-		return fs_real.writev(fd, iov, iovcnt);
+		return FS_REAL(writev)(fd, iov, iovcnt);
 	return fs_ret(ret);
 }
 
@@ -273,13 +293,16 @@ FS_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 {
 	ssize_t ret;
 
-	/* msg_name is ignored on a connected TCP socket, as by the kernel;
-	 * ancillary data has no meaning on the fabric and goes to the kernel. */
-	if (!fs_fdt_peek_any(fd) || msg->msg_controllen)
-		return fs_real.sendmsg(fd, msg, flags);
+	/* msg_name is ignored on a connected TCP socket, as by the kernel.
+	 * Descriptors passed with SCM_RIGHTS (on any socket) must arrive as
+	 * plain kernel sockets: offloaded ones go back to TCP first. */
+	if (msg && msg->msg_controllen)
+		fs_core_before_pass(msg);
+	if (!fs_fdt_peek_any(fd))
+		return FS_REAL(sendmsg)(fd, msg, flags);
 	ret = fs_send_entry(fd, msg, flags);
 	if (ret == FS_PASS)
-		return fs_real.sendmsg(fd, msg, flags);
+		return FS_REAL(sendmsg)(fd, msg, flags);
 	return fs_ret(ret);
 }
 
@@ -291,11 +314,11 @@ FS_EXPORT ssize_t sendfile(int out_fd, int in_fd, off_t *offset, size_t count)
 	ssize_t ret;
 
 	if (!fs_fdt_peek_any(out_fd) || !(s = fs_sock_get(out_fd)))
-		return fs_real.sendfile(out_fd, in_fd, offset, count);
+		return FS_REAL(sendfile)(out_fd, in_fd, offset, count);
 	ret = fs_core_sendfile(s, in_fd, offset, count);
 	fs_sock_put(s);
 	if (ret == FS_PASS)
-		return fs_real.sendfile(out_fd, in_fd, offset, count);
+		return FS_REAL(sendfile)(out_fd, in_fd, offset, count);
 	return fs_ret(ret);
 }
 
@@ -321,7 +344,7 @@ FS_EXPORT ssize_t splice(int fd_in, loff_t *off_in, int fd_out, loff_t *off_out,
 		if (ret != FS_PASS)
 			return fs_ret(ret);
 	}
-	return fs_real.splice(fd_in, off_in, fd_out, off_out, len, flags);
+	return FS_REAL(splice)(fd_in, off_in, fd_out, off_out, len, flags);
 }
 
 /* ---- descriptor-level calls -------------------------------------------- */
@@ -331,15 +354,20 @@ FS_EXPORT int close(int fd)
 	struct fs_sock *s;
 	long ret;
 
-	if (!FS_GUARDED() && fs_epoll_has_members(fd))
+	if (!fs_fdt_peek_any(fd) && !fs_epoll_known(fd))
+		return FS_REAL(close)(fd);
+	if (fs_core_hands_off())
+		return FS_GUARDED() && fs_fdt_peek(fd) == FS_SOCK_INTERNAL ? fs_internal_fd_close(fd), 0
+									    : FS_REAL(close)(fd);
+	if (fs_epoll_known(fd))
 		fs_epoll_closed(fd);
 	if (!fs_fdt_peek_any(fd))
-		return fs_real.close(fd);
+		return FS_REAL(close)(fd);
 	if (fs_fdt_peek(fd) == FS_SOCK_INTERNAL && !FS_GUARDED())
 		return (int)fs_ret(-EBADF); /* fabsock's own: not the application's to close */
 	s = fs_sock_get(fd);
 	if (!s)
-		return fs_real.close(fd);
+		return FS_REAL(close)(fd);
 	ret = fs_core_close(s, fd);
 	fs_sock_put(s);
 	return (int)fs_ret(ret);
@@ -354,18 +382,18 @@ FS_EXPORT int close_range(unsigned int first, unsigned int last, int flags)
 {
 	unsigned int hi, start = first;
 
-	if (FS_GUARDED() || !fs_fdt_size || (flags & CLOSE_RANGE_CLOEXEC) || first > last)
-		return fs_real.close_range(first, last, flags);
+	if (!fs_fdt_size || (flags & CLOSE_RANGE_CLOEXEC) || first > last || fs_core_hands_off())
+		return FS_REAL(close_range)(first, last, flags);
 	hi = last < fs_fdt_size - 1 ? last : (unsigned int)fs_fdt_size - 1;
 	for (unsigned int fd = first; fd <= hi && fd >= first; fd++) {
 		struct fs_sock *peek = fs_fdt_peek((int)fd);
 
-		if (fs_epoll_has_members((int)fd))
+		if (fs_epoll_known((int)fd))
 			fs_epoll_closed((int)fd);
 		if (!peek)
 			continue;
 		if (peek == FS_SOCK_INTERNAL) {
-			if (start < fd && fs_real.close_range(start, fd - 1, flags))
+			if (start < fd && FS_REAL(close_range)(start, fd - 1, flags))
 				return -1;
 			start = fd + 1;
 			continue;
@@ -374,7 +402,7 @@ FS_EXPORT int close_range(unsigned int first, unsigned int last, int flags)
 	}
 	if (start > last || start < first)
 		return 0;
-	return fs_real.close_range(start, last, flags);
+	return FS_REAL(close_range)(start, last, flags);
 }
 
 FS_EXPORT void closefrom(int lowfd)
@@ -396,7 +424,7 @@ static int fs_dup_done(int fd, int newfd)
 	ret = fs_core_dup(s, newfd);
 	fs_sock_put(s);
 	if (ret) {
-		fs_real.close(newfd);
+		FS_REAL(close)(newfd);
 		return (int)fs_ret(ret);
 	}
 	return newfd;
@@ -404,9 +432,9 @@ static int fs_dup_done(int fd, int newfd)
 
 FS_EXPORT int dup(int fd)
 {
-	if (!fs_fdt_peek_any(fd))
-		return fs_real.dup(fd);
-	return fs_dup_done(fd, fs_real.dup(fd));
+	if (!fs_fdt_peek_any(fd) || fs_core_hands_off())
+		return FS_REAL(dup)(fd);
+	return fs_dup_done(fd, FS_REAL(dup)(fd));
 }
 
 /* dup2/dup3 replace NEWFD: what fabsock had there goes first, as at
@@ -416,19 +444,19 @@ static int fs_dup_replace(int fd, int newfd, int flags, bool three)
 {
 	struct fs_sock *target = fs_fdt_peek(newfd);
 
-	if (fd == newfd || (!fs_fdt_peek_any(fd) && !target && !fs_epoll_has_members(newfd)) || FS_GUARDED())
-		return three ? fs_real.dup3(fd, newfd, flags) : fs_real.dup2(fd, newfd);
-	if (fs_real.fcntl(fd, F_GETFD) < 0)
+	if (fd == newfd || (!fs_fdt_peek_any(fd) && !target && !fs_epoll_known(newfd)) || fs_core_hands_off())
+		return three ? FS_REAL(dup3)(fd, newfd, flags) : FS_REAL(dup2)(fd, newfd);
+	if (FS_REAL(fcntl)(fd, F_GETFD) < 0)
 		return -1; /* EBADF, and NEWFD stays as it was */
 	if (target == FS_SOCK_INTERNAL)
 		return (int)fs_ret(-EBADF); /* fabsock's own fd: not the application's to replace */
 	if (three && (flags & ~O_CLOEXEC))
 		return (int)fs_ret(-EINVAL);
-	if (fs_epoll_has_members(newfd))
+	if (fs_epoll_known(newfd))
 		fs_epoll_closed(newfd);
 	if (target)
 		fs_core_dup_target(newfd);
-	return fs_dup_done(fd, three ? fs_real.dup3(fd, newfd, flags) : fs_real.dup2(fd, newfd));
+	return fs_dup_done(fd, three ? FS_REAL(dup3)(fd, newfd, flags) : FS_REAL(dup2)(fd, newfd));
 }
 
 FS_EXPORT int dup2(int fd, int newfd)
@@ -443,15 +471,15 @@ FS_EXPORT int dup3(int fd, int newfd, int flags)
 
 FS_EXPORT int shutdown(int fd, int how)
 {
-	struct fs_sock *s = fs_sock_get(fd);
+	struct fs_sock *s = fs_fdt_peek_any(fd) && !fs_core_hands_off() ? fs_sock_get(fd) : NULL;
 	long ret;
 
 	if (!s)
-		return fs_real.shutdown(fd, how);
+		return FS_REAL(shutdown)(fd, how);
 	ret = fs_core_shutdown(s, how);
 	fs_sock_put(s);
 	if (ret == FS_PASS)
-		return fs_real.shutdown(fd, how);
+		return FS_REAL(shutdown)(fd, how);
 	return (int)fs_ret(ret);
 }
 
@@ -461,17 +489,17 @@ FS_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 	long ret;
 
 	if (!s)
-		return fs_real.getsockopt(fd, level, name, val, len);
+		return FS_REAL(getsockopt)(fd, level, name, val, len);
 	ret = fs_core_getsockopt(s, level, name, val, len);
 	fs_sock_put(s);
 	if (ret == FS_PASS)
-		return fs_real.getsockopt(fd, level, name, val, len);
+		return FS_REAL(getsockopt)(fd, level, name, val, len);
 	return (int)fs_ret(ret);
 }
 
 FS_EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t len)
 {
-	int ret = fs_real.setsockopt(fd, level, name, val, len);
+	int ret = FS_REAL(setsockopt)(fd, level, name, val, len);
 	struct fs_sock *s;
 
 	if (ret == 0 && (s = fs_sock_get(fd))) {
@@ -491,8 +519,8 @@ FS_EXPORT int fcntl(int fd, int cmd, ...)
 	va_start(ap, cmd);
 	arg = va_arg(ap, long); /* every command's argument fits in a long */
 	va_end(ap);
-	ret = fs_real.fcntl(fd, cmd, arg);
-	if (ret >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC))
+	ret = FS_REAL(fcntl)(fd, cmd, arg);
+	if (ret >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) && fs_fdt_peek_any(fd) && !fs_core_hands_off())
 		return fs_dup_done(fd, ret);
 	if (ret >= 0 && cmd == F_SETFL && (s = fs_sock_get(fd))) {
 		fs_core_set_nonblock(s, (arg & O_NONBLOCK) != 0);
@@ -512,19 +540,19 @@ FS_EXPORT int ioctl(int fd, unsigned long request, ...)
 	arg = va_arg(ap, void *);
 	va_end(ap);
 	if (!fs_fdt_peek_any(fd) || (request != FIONREAD && request != FIONBIO))
-		return fs_real.ioctl(fd, request, arg);
+		return FS_REAL(ioctl)(fd, request, arg);
 	s = fs_sock_get(fd);
 	if (!s)
-		return fs_real.ioctl(fd, request, arg);
+		return FS_REAL(ioctl)(fd, request, arg);
 	if (request == FIONREAD) {
 		long r = fs_core_fionread(s, arg);
 
 		fs_sock_put(s);
 		if (r == FS_PASS)
-			return fs_real.ioctl(fd, request, arg);
+			return FS_REAL(ioctl)(fd, request, arg);
 		return (int)fs_ret(r);
 	}
-	ret = fs_real.ioctl(fd, request, arg);
+	ret = FS_REAL(ioctl)(fd, request, arg);
 	if (ret == 0 && arg)
 		fs_core_set_nonblock(s, *(int *)arg != 0);
 	fs_sock_put(s);
@@ -533,12 +561,12 @@ FS_EXPORT int ioctl(int fd, unsigned long request, ...)
 
 FS_EXPORT int getpeername(int fd, struct sockaddr *addr, socklen_t *len)
 {
-	return fs_real.getpeername(fd, addr, len);
+	return FS_REAL(getpeername)(fd, addr, len);
 }
 
 FS_EXPORT int getsockname(int fd, struct sockaddr *addr, socklen_t *len)
 {
-	return fs_real.getsockname(fd, addr, len);
+	return FS_REAL(getsockname)(fd, addr, len);
 }
 
 static int64_t fs_ms_to_ns(int ms)
@@ -554,21 +582,21 @@ static int64_t fs_ts_to_ns(const struct timespec *ts)
 FS_EXPORT int poll(struct pollfd *fds, nfds_t nfds, int timeout)
 {
 	if (FS_GUARDED() || !fs_core_enabled)
-		return fs_real.poll(fds, nfds, timeout);
+		return FS_REAL(poll)(fds, nfds, timeout);
 	return (int)fs_ret(fs_core_poll(fds, nfds, fs_ms_to_ns(timeout), NULL));
 }
 
 FS_EXPORT int __poll_chk(struct pollfd *fds, nfds_t nfds, int timeout, size_t fdslen)
 {
 	if (fdslen / sizeof(*fds) < nfds || FS_GUARDED() || !fs_core_enabled)
-		return fs_real.__poll_chk(fds, nfds, timeout, fdslen); /* reports the overflow */
+		return FS_REAL(__poll_chk)(fds, nfds, timeout, fdslen); /* reports the overflow */
 	return (int)fs_ret(fs_core_poll(fds, nfds, fs_ms_to_ns(timeout), NULL));
 }
 
 FS_EXPORT int ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout, const sigset_t *sigmask)
 {
 	if (FS_GUARDED() || !fs_core_enabled)
-		return fs_real.ppoll(fds, nfds, timeout, sigmask);
+		return FS_REAL(ppoll)(fds, nfds, timeout, sigmask);
 	if (timeout && (timeout->tv_sec < 0 || timeout->tv_nsec < 0 || timeout->tv_nsec >= 1000000000L))
 		return (int)fs_ret(-EINVAL);
 	return (int)fs_ret(fs_core_poll(fds, nfds, fs_ts_to_ns(timeout), sigmask));
@@ -578,7 +606,7 @@ FS_EXPORT int __ppoll_chk(struct pollfd *fds, nfds_t nfds, const struct timespec
 			  size_t fdslen)
 {
 	if (fdslen / sizeof(*fds) < nfds || FS_GUARDED() || !fs_core_enabled)
-		return fs_real.__ppoll_chk(fds, nfds, timeout, sigmask, fdslen);
+		return FS_REAL(__ppoll_chk)(fds, nfds, timeout, sigmask, fdslen);
 	return ppoll(fds, nfds, timeout, sigmask);
 }
 
@@ -588,7 +616,7 @@ FS_EXPORT int select(int nfds, fd_set *r, fd_set *w, fd_set *x, struct timeval *
 	int ret;
 
 	if (FS_GUARDED() || !fs_core_enabled)
-		return fs_real.select(nfds, r, w, x, timeout);
+		return FS_REAL(select)(nfds, r, w, x, timeout);
 	if (timeout && (timeout->tv_sec < 0 || timeout->tv_usec < 0))
 		return (int)fs_ret(-EINVAL);
 	ns = timeout ? (int64_t)timeout->tv_sec * 1000000000 + (int64_t)timeout->tv_usec * 1000 : -1;
@@ -605,7 +633,7 @@ FS_EXPORT int pselect(int nfds, fd_set *r, fd_set *w, fd_set *x, const struct ti
 		      const sigset_t *sigmask)
 {
 	if (FS_GUARDED() || !fs_core_enabled)
-		return fs_real.pselect(nfds, r, w, x, timeout, sigmask);
+		return FS_REAL(pselect)(nfds, r, w, x, timeout, sigmask);
 	if (timeout && (timeout->tv_sec < 0 || timeout->tv_nsec < 0 || timeout->tv_nsec >= 1000000000L))
 		return (int)fs_ret(-EINVAL);
 	return (int)fs_ret(fs_core_select(nfds, r, w, x, fs_ts_to_ns(timeout), sigmask));
@@ -613,7 +641,7 @@ FS_EXPORT int pselect(int nfds, fd_set *r, fd_set *w, fd_set *x, const struct ti
 
 FS_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 {
-	struct fs_sock *s = fs_sock_get(fd);
+	struct fs_sock *s = fs_fdt_peek_any(fd) && !fs_core_hands_off() ? fs_sock_get(fd) : NULL;
 	long ret = FS_PASS;
 
 	if (s) {
@@ -627,31 +655,43 @@ FS_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 		ret = fs_epoll_ctl_nested(epfd, op, fd, event);
 	}
 	if (ret == FS_PASS)
-		return fs_real.epoll_ctl(epfd, op, fd, event);
+		return FS_REAL(epoll_ctl)(epfd, op, fd, event);
 	return (int)fs_ret(ret);
 }
 
 FS_EXPORT int epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout)
 {
-	if (FS_GUARDED() || !fs_epoll_has_members(epfd))
-		return fs_real.epoll_wait(epfd, events, maxevents, timeout);
+	if (FS_GUARDED() || !fs_core_enabled)
+		return FS_REAL(epoll_wait)(epfd, events, maxevents, timeout);
+	if (!fs_epoll_known(epfd))
+		return (int)fs_ret(fs_epoll_wait_plain(epfd, events, maxevents, timeout, NULL));
 	return (int)fs_ret(fs_epoll_wait(epfd, events, maxevents, timeout, NULL));
 }
 
 FS_EXPORT int epoll_pwait(int epfd, struct epoll_event *events, int maxevents, int timeout, const sigset_t *sigmask)
 {
-	if (FS_GUARDED() || !fs_epoll_has_members(epfd))
-		return fs_real.epoll_pwait(epfd, events, maxevents, timeout, sigmask);
+	if (FS_GUARDED() || !fs_core_enabled)
+		return FS_REAL(epoll_pwait)(epfd, events, maxevents, timeout, sigmask);
+	if (!fs_epoll_known(epfd))
+		return (int)fs_ret(fs_epoll_wait_plain(epfd, events, maxevents, timeout, sigmask));
 	return (int)fs_ret(fs_epoll_wait(epfd, events, maxevents, timeout, sigmask));
 }
 
 FS_EXPORT int epoll_pwait2(int epfd, struct epoll_event *events, int maxevents, const struct timespec *timeout,
 			   const sigset_t *sigmask)
 {
-	int ms;
+	int ms, k;
 
-	if (FS_GUARDED() || !fs_epoll_has_members(epfd))
-		return fs_real.epoll_pwait2(epfd, events, maxevents, timeout, sigmask);
+	if (FS_GUARDED() || !fs_core_enabled)
+		return FS_REAL(epoll_pwait2)(epfd, events, maxevents, timeout, sigmask);
+	if (!fs_epoll_known(epfd)) {
+		k = FS_REAL(epoll_pwait2)(epfd, events, maxevents, timeout, sigmask);
+		/* another thread gave it a fabsock member meanwhile (epoll.h) */
+		if (k <= 0 || !fs_epoll_known(epfd) || (k = fs_epoll_drop_ours(events, k)))
+			return k;
+		/* then fabsock's way (the whole timeout again: rather a wait
+		 * longer than asked than a 0 before the time is up) */
+	}
 	if (timeout && (timeout->tv_sec < 0 || timeout->tv_nsec < 0 || timeout->tv_nsec >= 1000000000L))
 		return (int)fs_ret(-EINVAL);
 	/* rounded up: never return before the caller's time is up */
@@ -663,7 +703,191 @@ FS_EXPORT int epoll_pwait2(int epfd, struct epoll_event *events, int maxevents, 
 
 FS_EXPORT pid_t fork(void)
 {
-	return fs_real.fork();
+	pid_t pid = FS_REAL(fork)();
+
+	/* the parent remembers its children: a close or an exit hands back
+	 * the streams one may still share (core/handback.h) */
+	if (pid > 0 && !fs_core_hands_off())
+		fs_handback_forked(pid);
+	return pid;
+}
+
+/* exec: this program's offloaded streams die with it, and a socket that
+ * survives into the new program must be a plain kernel socket there: they
+ * go back to TCP first (fs_core_before_exec). A spawned child takes only
+ * what survives its exec. (glibc's own execl family calls its internal
+ * execve, so each has its wrapper.) FS_EXEC runs CALL between the two. */
+#define FS_EXEC(call)                                                      \
+	do {                                                               \
+		int ret_;                                                  \
+		fs_core_before_exec(false);                                \
+		ret_ = (call);                                             \
+		fs_core_exec_failed();                                     \
+		return ret_;                                               \
+	} while (0)
+
+FS_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
+{
+	FS_EXEC(FS_REAL(execve)(path, argv, envp));
+}
+
+FS_EXPORT int execv(const char *path, char *const argv[])
+{
+	FS_EXEC(FS_REAL(execv)(path, argv));
+}
+
+FS_EXPORT int execvp(const char *file, char *const argv[])
+{
+	FS_EXEC(FS_REAL(execvp)(file, argv));
+}
+
+FS_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
+{
+	FS_EXEC(FS_REAL(execvpe)(file, argv, envp));
+}
+
+/* execl, execle, execlp: the list as a vector, as glibc builds it (ARG, the
+ * rest up to the NULL; execle's environment after it). */
+#define FS_EXECL_ARGV(arg, argv_name, envp_name, want_envp, call)          \
+	do {                                                               \
+		va_list ap_;                                               \
+		size_t n_ = 1;                                             \
+		char **envp_name = NULL;                                   \
+		va_start(ap_, arg);                                        \
+		while (va_arg(ap_, char *))                                \
+			n_++;                                              \
+		if (want_envp)                                             \
+			envp_name = va_arg(ap_, char **);                  \
+		va_end(ap_);                                               \
+		{                                                          \
+			char *argv_name[n_ + 1];                           \
+			va_start(ap_, arg);                                \
+			argv_name[0] = (char *)(arg);                      \
+			for (size_t i_ = 1; i_ <= n_; i_++)                \
+				argv_name[i_] = va_arg(ap_, char *);       \
+			va_end(ap_);                                       \
+			(void)envp_name;                                   \
+			FS_EXEC(call);                                     \
+		}                                                          \
+	} while (0)
+
+FS_EXPORT int execl(const char *path, const char *arg, ...)
+{
+	FS_EXECL_ARGV(arg, argv, envp, false, FS_REAL(execve)(path, argv, environ));
+}
+
+FS_EXPORT int execle(const char *path, const char *arg, ...)
+{
+	FS_EXECL_ARGV(arg, argv, envp, true, FS_REAL(execve)(path, argv, envp));
+}
+
+FS_EXPORT int execlp(const char *file, const char *arg, ...)
+{
+	FS_EXECL_ARGV(arg, argv, envp, false, FS_REAL(execvp)(file, argv));
+}
+
+FS_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
+{
+	FS_EXEC(FS_REAL(fexecve)(fd, argv, envp));
+}
+
+FS_EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *actions,
+			  const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
+{
+	fs_core_before_exec(true);
+	return FS_REAL(posix_spawn)(pid, path, actions, attr, argv, envp);
+}
+
+FS_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *actions,
+			   const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
+{
+	fs_core_before_exec(true);
+	return FS_REAL(posix_spawnp)(pid, file, actions, attr, argv, envp);
+}
+
+/* _exit() and _Exit() end the process without atexit handlers (a forked
+ * child's usual way out: Python's os._exit, fork-per-connection servers).
+ * The kernel still delivers what a process wrote to its sockets before it
+ * exits, however it exits; fabsock's bytes live in the process, so they go
+ * out first (fs_core_exit). exit() reaches the kernel through glibc's own
+ * _exit, not this one, after the atexit handler did the same. */
+FS_EXPORT __attribute__((noreturn)) void _exit(int status)
+{
+	if (!fs_core_hands_off())
+		fs_core_exit();
+	FS_REAL(_exit)(status);
+	__builtin_unreachable();
+}
+
+FS_EXPORT __attribute__((noreturn)) void _Exit(int status)
+{
+	if (!fs_core_hands_off())
+		fs_core_exit();
+	FS_REAL(_Exit)(status);
+	__builtin_unreachable();
+}
+
+/* Inside fabsock's own calls only: libfabric's verbs provider reads all of
+ * /proc/kallsyms twice when libfabric initialises (about 80 ms, in every
+ * process that offloads) to learn whether the kernel supports peer memory
+ * and dma-buf registrations, which fabsock never makes. It finds no file
+ * and goes on without. Every other fopen() is the real one. */
+static bool fs_fopen_refused(const char *path)
+{
+	return FS_GUARDED() && path && strcmp(path, "/proc/kallsyms") == 0;
+}
+
+FS_EXPORT FILE *fopen(const char *path, const char *mode)
+{
+	if (fs_fopen_refused(path)) {
+		errno = ENOENT;
+		return NULL;
+	}
+	return FS_REAL(fopen)(path, mode);
+}
+
+FS_EXPORT FILE *fopen64(const char *path, const char *mode)
+{
+	if (fs_fopen_refused(path)) {
+		errno = ENOENT;
+		return NULL;
+	}
+	return FS_REAL(fopen64)(path, mode);
+}
+
+/* sigaction() and signal(): a signal whose default action fabsock's exit
+ * handler stands in for (core/sigs.h) still looks like the default to the
+ * application, and its own handler replaces fabsock's. Any other signal is
+ * the kernel's business. */
+#ifndef FS_SIG_WRAPPER
+#define FS_SIG_WRAPPER
+#endif
+FS_EXPORT FS_SIG_WRAPPER int sigaction(int sig, const struct sigaction *act, struct sigaction *oldact)
+{
+#ifdef __SANITIZE_THREAD__
+	if (!__atomic_load_n(&fs_preload_ready, __ATOMIC_ACQUIRE))
+		return __sigaction(sig, act, oldact);
+#endif
+	if (FS_GUARDED() || !fs_sigs_exit_watched(sig))
+		return FS_REAL(sigaction)(sig, act, oldact);
+	return (int)fs_ret(fs_sigs_app_sigaction(sig, act, oldact));
+}
+
+FS_EXPORT FS_SIG_WRAPPER sighandler_t signal(int sig, sighandler_t handler)
+{
+	struct sigaction act = { .sa_handler = handler, .sa_flags = SA_RESTART }, old;
+
+#ifdef __SANITIZE_THREAD__
+	if (!__atomic_load_n(&fs_preload_ready, __ATOMIC_ACQUIRE))
+		return bsd_signal(sig, handler);
+#endif
+
+	if (FS_GUARDED() || !fs_sigs_exit_watched(sig))
+		return FS_REAL(signal)(sig, handler);
+	/* glibc's signal(): BSD semantics */
+	sigemptyset(&act.sa_mask);
+	sigaddset(&act.sa_mask, sig);
+	return sigaction(sig, &act, &old) ? SIG_ERR : old.sa_handler;
 }
 
 /* Threads a provider starts while fabsock is calling into it belong to the
@@ -688,13 +912,13 @@ FS_EXPORT int pthread_create(pthread_t *thread, const pthread_attr_t *attr, void
 	int ret;
 
 	if (!FS_GUARDED())
-		return fs_real.pthread_create(thread, attr, start, arg);
+		return FS_REAL(pthread_create)(thread, attr, start, arg);
 	ts = malloc(sizeof(*ts));
 	if (!ts)
 		return EAGAIN;
 	ts->start = start;
 	ts->arg = arg;
-	ret = fs_real.pthread_create(thread, attr, fs_internal_thread, ts);
+	ret = FS_REAL(pthread_create)(thread, attr, fs_internal_thread, ts);
 	if (ret)
 		free(ts);
 	return ret;

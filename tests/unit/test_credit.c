@@ -20,6 +20,7 @@
  * bounded and a 30 s alarm ends a hang.
  */
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -32,6 +33,7 @@
 #include "config/params.h"
 #include "core/engine.h"
 #include "core/stats.h"
+#include "core/stream_internal.h"
 #include "preload/real.h"
 #include "tests/unit/check.h"
 
@@ -643,7 +645,7 @@ static void test_wrong_token(struct fs_stream *b)
 	CHECK(fs_stats.msgs_dropped == dropped + 1);
 	CHECK(fs_stats.fabric_rx_bytes == rx);
 	CHECK(fs_stream_readable(b) == 0);
-	fs_stream_close(stranger, -1, true);
+	fs_stream_close(stranger, -1, true, false);
 	fs_stream_drop_app(stranger); /* the socket's last reference, as fs_sock_put drops it */
 }
 
@@ -655,9 +657,9 @@ static void test_close(struct fs_stream *a, struct fs_stream *b, const char *lab
 	uint32_t id_a = a->id, id_b = b->id;
 	bool a_gone = false, b_gone = false;
 
-	fs_stream_close(a, -1, false);
+	fs_stream_close(a, -1, false, false);
 	settle();
-	fs_stream_close(b, -1, false);
+	fs_stream_close(b, -1, false, false);
 	while (fs_now_ns() < deadline) {
 		pthread_mutex_lock(&engine->lock);
 		fs_engine_progress(engine);
@@ -718,6 +720,55 @@ static void test_stale_pull(struct fs_stream *a, struct fs_stream *b, uint64_t k
 	CHECK(fs_stats.pull_direct_bytes == direct && fs_stats.pull_bounce_bytes == bounce + 120000);
 }
 
+
+/* Edges for edge-triggered waiters (ev_gen, what fs_stream_poll_state
+ * returns with the events), where kernel TCP would give one:
+ *  - a read shorter than asked while more is readable (it stopped before
+ *    an announced payload): nginx takes a short read for "drained" and
+ *    waits for the next edge;
+ *  - room in the send queue made by a retry of sends the provider refused
+ *    for a moment (-FI_EAGAIN): the writer was told "not writable". */
+static void test_edges(struct fs_stream *a, struct fs_stream *b, uint64_t key)
+{
+	struct test_flow f;
+	uint32_t gen_before, gen_after;
+	unsigned ev;
+	ssize_t n;
+	int queued = 0;
+
+	flow_init(&f, a, b, key);
+	for (int i = 0; i < 3; i++)
+		CHECK(flow_send(&f, 40000) == 40000);
+	settle();
+	CHECK(flow_recv(&f, 30000, 0) == 30000);
+	fs_stream_poll_state(b, &gen_before);
+	n = flow_recv(&f, 20000, 0); /* the rest of the first payload, then a stop */
+	ev = fs_stream_poll_state(b, &gen_after);
+	printf("edges: a read of 20000 returned %zd; event generation %u -> %u, events %#x\n", n, gen_before,
+	       gen_after, ev);
+	CHECK(n == 10000 && gen_after != gen_before && (ev & POLLIN));
+	flow_drain(&f, 120000);
+
+	/* every post refused: the queue fills without anything going out */
+	pthread_mutex_lock(&engine->lock);
+	fs_fault_post_eagain = 1000000;
+	pthread_mutex_unlock(&engine->lock);
+	while (queued < 64 && flow_send(&f, 40000) > 0)
+		queued++;
+	ev = fs_stream_poll_state(a, &gen_before);
+	CHECK(!(ev & POLLOUT));
+	pthread_mutex_lock(&engine->lock);
+	fs_fault_post_eagain = 0;
+	pthread_mutex_unlock(&engine->lock);
+	progress(); /* the retry of refused sends */
+	ev = fs_stream_poll_state(a, &gen_after);
+	printf("edges: %d writes queued while the provider refused; after the retry generation %u -> %u, events %#x\n",
+	       queued, gen_before, gen_after, ev);
+	CHECK(queued > 0 && gen_after != gen_before && (ev & POLLOUT));
+	flow_drain(&f, f.sent);
+	CHECK(f.mismatches == 0 && f.sum_sent == f.sum_received);
+}
+
 /* A reader that closes with announced payloads unread (FS_MSG_PULL) must
  * still receive them, into its own buffers, or they would wait at the
  * provider, holding the sender's buffers, forever: the sender's payload
@@ -749,7 +800,7 @@ static void test_close_unread(struct fs_stream *a, struct fs_stream *b)
 	pthread_mutex_unlock(&engine->lock);
 	printf("close unread: %u announced payloads unpulled, %u sends in flight\n", pulls, inflight);
 	CHECK(pulls == 3 && inflight == 3);
-	fs_stream_close(b, -1, false); /* unread data: a reset */
+	fs_stream_close(b, -1, false, false); /* unread data: a reset */
 	while (fs_now_ns() < deadline) {
 		pthread_mutex_lock(&engine->lock);
 		fs_engine_progress(engine);
@@ -763,7 +814,7 @@ static void test_close_unread(struct fs_stream *a, struct fs_stream *b)
 	printf("close unread: after the reader's close, %u sends in flight, reader %s\n", inflight,
 	       gone ? "reaped" : "still there");
 	CHECK(inflight == 0 && gone);
-	fs_stream_close(a, -1, true);
+	fs_stream_close(a, -1, true, false);
 	settle();
 	pthread_mutex_lock(&engine->lock);
 	CHECK(engine->streams[id_a] != a);
@@ -825,6 +876,7 @@ int main(void)
 		       (unsigned long long)(fs_stats.pull_bounce_bytes - bounce_before));
 		CHECK(fs_stats.pull_direct_bytes > direct_before && fs_stats.pull_bounce_bytes > bounce_before);
 		test_stale_pull(a, b, 350);
+		test_edges(a, b, 360);
 		test_waitall(a, b, 400);
 		test_quiescent(a, b);
 		test_shutdown(a, b, 500);
