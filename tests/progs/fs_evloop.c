@@ -1956,6 +1956,244 @@ static int ppoll_pselect_data_client(int fd)
 	return ev_finish_client(fd);
 }
 
+
+/*
+ * member_added_while_waiting: one thread waits in epoll_wait (8 s) on a set
+ * that holds only a pipe; meanwhile the main thread has 10 bytes sent to the
+ * connection and adds it to that set. The waiting thread must report it
+ * within 3 s (an event loop whose worker threads add connections to the
+ * listener thread's set: Apache's event MPM), not sleep out its timeout.
+ */
+struct ev_waiter {
+	int epfd;
+	int count;
+	uint64_t data;
+	double elapsed_ms;
+};
+
+static void *ev_waiter_main(void *arg)
+{
+	struct ev_waiter *w = arg;
+	struct epoll_event event;
+	double t0 = ev_now_ms();
+
+	do
+		w->count = epoll_wait(w->epfd, &event, 1, 8000);
+	while (w->count < 0 && errno == EINTR);
+	w->elapsed_ms = ev_now_ms() - t0;
+	w->data = w->count > 0 ? event.data.u64 : 0;
+	return NULL;
+}
+
+static int member_added_while_waiting_client(int fd)
+{
+	enum { TAG_PIPE = 0x1, TAG_SOCKET = 0x2 };
+	struct ev_waiter w = { .epfd = ev_epoll_create() };
+	uint64_t offset = 0;
+	pthread_t thread;
+	int pipes[2] = { -1, -1 }, status = -1;
+
+	if (w.epfd < 0 || pipe(pipes) != 0 || ev_epoll_ctl(w.epfd, EPOLL_CTL_ADD, pipes[0], EPOLLIN, TAG_PIPE) < 0)
+		goto out;
+	if (pthread_create(&thread, NULL, ev_waiter_main, &w) != 0) {
+		ev_fail("pthread_create failed");
+		goto out;
+	}
+	ev_sleep_ms(200); /* the waiter is asleep in epoll_wait by now */
+	if (ev_request(fd, 10) < 0 || ev_wait_fd(fd, POLLIN, EV_EVENT_WAIT_MS) <= 0 ||
+	    ev_epoll_ctl(w.epfd, EPOLL_CTL_ADD, fd, EPOLLIN, TAG_SOCKET) < 0) {
+		pthread_join(thread, NULL);
+		goto out;
+	}
+	pthread_join(thread, NULL);
+	ev_info("the waiter returned %d event(s) after %.0f ms", w.count, w.elapsed_ms);
+	if (w.count != 1 || w.data != TAG_SOCKET || w.elapsed_ms > 3000) {
+		ev_fail("waiter: %d event(s), data 0x%llx after %.0f ms; expected the socket's within 3 s", w.count,
+			(unsigned long long)w.data, w.elapsed_ms);
+		goto out;
+	}
+	if (ev_recv_stream(fd, &offset, 10, "data") < 0)
+		goto out;
+	status = ev_finish_client(fd);
+out:
+	if (pipes[0] >= 0) {
+		close(pipes[0]);
+		close(pipes[1]);
+	}
+	if (w.epfd >= 0)
+		close(w.epfd);
+	return status;
+}
+
+/*
+ * ctl_storm: for 1.5 s one thread adds sockets to a set and deletes or
+ * closes them again while another waits on the set: every event it gets
+ * must carry data the application registered (EV_STORM_MARK | fd), never a
+ * value of its own: an event for an entry removed between the kernel's
+ * answer and its return.
+ */
+#define EV_STORM_MARK (0x5e50ull << 48)
+
+struct ev_storm {
+	int epfd;
+	int stop;
+	unsigned long events, bad;
+	uint64_t bad_data;
+};
+
+static void *ev_storm_waiter(void *arg)
+{
+	struct ev_storm *st = arg;
+	struct epoll_event events[16];
+
+	while (!__atomic_load_n(&st->stop, __ATOMIC_ACQUIRE)) {
+		int n = epoll_wait(st->epfd, events, 16, 1);
+
+		for (int i = 0; i < n; i++) {
+			st->events++;
+			if ((events[i].data.u64 & (0xffffull << 48)) != EV_STORM_MARK) {
+				st->bad++;
+				st->bad_data = events[i].data.u64;
+			}
+		}
+	}
+	return NULL;
+}
+
+static int ctl_storm_client(int fd)
+{
+	struct ev_storm st = { .epfd = ev_epoll_create() };
+	unsigned long cycles = 0;
+	pthread_t thread;
+	double end;
+
+	if (st.epfd < 0)
+		return -1;
+	if (pthread_create(&thread, NULL, ev_storm_waiter, &st) != 0) {
+		close(st.epfd);
+		return ev_fail("pthread_create failed");
+	}
+	end = ev_now_ms() + 1500;
+	while (ev_now_ms() < end) {
+		int s = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+		struct epoll_event event = { .events = EPOLLOUT, .data.u64 = EV_STORM_MARK | (uint64_t)s };
+
+		if (s < 0)
+			break;
+		/* a fresh socket is writable at once (EPOLLOUT | EPOLLHUP) */
+		epoll_ctl(st.epfd, EPOLL_CTL_ADD, s, &event);
+		if (cycles % 2)
+			epoll_ctl(st.epfd, EPOLL_CTL_DEL, s, NULL);
+		close(s);
+		cycles++;
+	}
+	__atomic_store_n(&st.stop, 1, __ATOMIC_RELEASE);
+	pthread_join(thread, NULL);
+	close(st.epfd);
+	ev_info("%lu add/remove cycles, %lu events, %lu with foreign data", cycles, st.events, st.bad);
+	if (st.bad)
+		return ev_fail("%lu events carried data the application never registered (e.g. 0x%llx)", st.bad,
+			       (unsigned long long)st.bad_data);
+	return ev_finish_client(fd);
+}
+
+
+/*
+ * listener_closed_first: the server closes its listening socket right after
+ * accept() (socat without fork, inetd-style one-shot servers) and then waits
+ * for requests with poll(); the client sends its probe only 150 ms after its
+ * connect() (the script sets FABSOCK_TEST_PROBE_DELAY_MS for this scenario),
+ * so it arrives after the close. It must still be answered at once, for
+ * the connection to offload: the script checks the offloaded counts.
+ */
+static int listener_closed_first_server(int fd)
+{
+	close(listen_fd);
+	listen_fd = -1;
+	return ev_serve(fd);
+}
+
+static int listener_closed_first_client(int fd)
+{
+	uint64_t offset = 0;
+
+	if (ev_request(fd, 1000) < 0 || ev_wait_fd(fd, POLLIN, EV_EVENT_WAIT_MS) <= 0 ||
+	    ev_recv_stream(fd, &offset, 1000, "data") < 0)
+		return -1;
+	return ev_finish_client(fd);
+}
+
+
+/*
+ * short_read_edge: the reader behaves as nginx does with EPOLLRDHUP: one
+ * edge-triggered registration, reads of 3000 bytes, and a read shorter
+ * than asked taken to mean "drained" (true of kernel TCP), after which it
+ * waits for the next edge. 2 MiB are asked for in one request and the
+ * reader starts 300 ms later, when everything the window admits has
+ * arrived and no arrival is left to make an edge; every byte must come,
+ * each wait ending within 5 s.
+ */
+static int short_read_edge_client(int fd)
+{
+	enum { READ_SIZE = 3000, TOTAL = 2 << 20 };
+	static unsigned char buffer[READ_SIZE];
+	int epfd = ev_epoll_create(), status = -1;
+	uint64_t offset = 0;
+	size_t got = 0;
+	unsigned waits = 0, short_reads = 0;
+	double longest_wait = 0;
+
+	if (epfd < 0 || ev_epoll_ctl(epfd, EPOLL_CTL_ADD, fd, EPOLLIN | EPOLLRDHUP | EPOLLET, 1) < 0 ||
+	    ev_request(fd, TOTAL) < 0)
+		goto out;
+	/* let the first chunks arrive and settle (a busy reader, as nginx
+	 * writing downstream): then no arrival is left to make an edge */
+	ev_sleep_ms(300);
+	while (got < TOTAL) {
+		struct epoll_event event;
+		int n;
+
+		double t0 = ev_now_ms();
+
+		do
+			n = epoll_wait(epfd, &event, 1, EV_EVENT_WAIT_MS);
+		while (n < 0 && errno == EINTR);
+		waits++;
+		if (ev_now_ms() - t0 > longest_wait)
+			longest_wait = ev_now_ms() - t0;
+		if (n != 1) {
+			ev_fail("no edge within %d ms after %zu of %d bytes (%u short reads)", EV_EVENT_WAIT_MS, got, TOTAL,
+				short_reads);
+			goto out;
+		}
+		for (;;) {
+			ssize_t r = recv(fd, buffer, sizeof(buffer), 0);
+
+			if (r < 0 && errno == EINTR)
+				continue;
+			if (r < 0 && errno == EAGAIN)
+				break;
+			if (r <= 0) {
+				ev_fail("recv after %zu bytes: %zd (%s)", got, r, r < 0 ? strerror(errno) : "EOF");
+				goto out;
+			}
+			if (ev_stream_check(buffer, (size_t)r, &offset, "data") < 0)
+				goto out;
+			got += (size_t)r;
+			if (r < READ_SIZE) {
+				short_reads++;
+				break; /* drained, as nginx concludes */
+			}
+		}
+	}
+	ev_info("%u waits, %u short reads, longest wait %.1f ms", waits, short_reads, longest_wait);
+	status = ev_finish_client(fd);
+out:
+	if (epfd >= 0)
+		close(epfd);
+	return status;
+}
+
 /* ---- the scenario table -------------------------------------------------- */
 
 enum ev_scenario_flags {
@@ -1993,6 +2231,10 @@ static const struct ev_scenario scenarios[] = {
 	{ "eintr", eintr_server, eintr_client, 0 },
 	{ "sigmask", sigmask_server, sigmask_client, 0 },
 	{ "epoll_pwait2", epoll_pwait2_server, epoll_pwait2_client, 0 },
+	{ "member_added_while_waiting", ev_serve, member_added_while_waiting_client, 0 },
+	{ "ctl_storm", ev_serve, ctl_storm_client, 0 },
+	{ "listener_closed_first", listener_closed_first_server, listener_closed_first_client, 0 },
+	{ "short_read_edge", ev_serve, short_read_edge_client, 0 },
 };
 
 /* ---- main -------------------------------------------------------------- */

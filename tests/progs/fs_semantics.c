@@ -980,6 +980,7 @@ static int getpeername_client(int fd)
 }
 
 #include "fs_semantics_lifecycle.inc"
+#include "fs_semantics_share.inc"
 
 struct sem_scenario {
 	const char *name;
@@ -1022,6 +1023,20 @@ static const struct sem_scenario scenarios[] = {
 	{ "splice", splice_server, splice_client },
 	{ "closefrom", closefrom_server, closefrom_client },
 	{ "banner", banner_server, banner_client },
+	{ "vfork_closeall", vfork_closeall_server, vfork_closeall_client },
+	{ "underscore_exit", underscore_exit_server, underscore_exit_client },
+	{ "close_underscore_exit", underscore_exit_server, close_underscore_exit_client },
+	{ "exit_late_close", exit_late_close_server, exit_late_close_client },
+	{ "killed_by_term", underscore_exit_server, killed_by_term_client },
+	{ "killed_by_pipe", underscore_exit_server, killed_by_pipe_client },
+	{ "handler_replaces", handler_replaces_server, handler_replaces_client },
+	{ "fork_child_reads", fork_child_reads_server, fork_child_reads_client },
+	{ "fork_split", fork_split_server, fork_split_client },
+	{ "parent_closes", parent_closes_server, parent_closes_client },
+	{ "parent_exits", parent_exits_server, parent_exits_client },
+	{ "pass_rights", pass_rights_server, pass_rights_client },
+	{ "fork_child_sandboxed", fork_child_sandboxed_server, fork_child_sandboxed_client },
+	{ "peer_forks_poll", peer_forks_poll_server, peer_forks_poll_client },
 };
 
 /* ---- main -------------------------------------------------------------- */

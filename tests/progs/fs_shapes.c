@@ -9,8 +9,9 @@
  *             as `serve-fd FD SHAPE NCONN` with the listening socket
  *   fs_shapes inetd PROGRAM ARGS...   accepts one connection, forks, and
  *             the child execs PROGRAM with the connection as fds 0 and 1
- *   fs_shapes exec-client HOST PORT   one round trip, then execs itself as
- *             `after-exec FD`, which expects the connection to end
+ *   fs_shapes exec-client HOST PORT   one round trip and 64 KiB not read
+ *             back, then execs itself as `after-exec FD`, which reads that
+ *             echo and echoes 1 MiB more on the inherited connection
  *   fs_shapes sink / fs_shapes source HOST PORT   one connection streaming
  *             until the other end dies (the peer-death test)
  *
@@ -582,11 +583,15 @@ static int sh_inetd(char **program)
 	return sh_failures ? 1 : 0;
 }
 
-/* exec-client HOST PORT: one offloaded echo round trip, then the process
- * execs `after-exec FD` with the connection still open (no FD_CLOEXEC). */
+/* exec-client HOST PORT: one offloaded echo round trip, then 64 KiB whose
+ * echo it does not wait for, then the process execs `after-exec FD` with
+ * the connection still open (no FD_CLOEXEC). */
+#define SH_EXEC_UNREAD 65536u
+
 static int sh_exec_client(const char *self, const char *host, const char *port)
 {
 	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
+	static unsigned char out[SH_EXEC_UNREAD];
 	char fd_text[16], byte = 'e';
 	int fd;
 
@@ -600,6 +605,12 @@ static int sh_exec_client(const char *self, const char *host, const char *port)
 		sh_fail("round trip before exec: %s", strerror(errno));
 		return 1;
 	}
+	for (size_t i = 0; i < sizeof(out); i++)
+		out[i] = sh_byte(i, 77);
+	if (fullio_write(fd, out, sizeof(out))) {
+		sh_fail("write before exec: %s", strerror(errno));
+		return 1;
+	}
 	snprintf(fd_text, sizeof(fd_text), "%d", fd);
 	printf("exec with fd %d\n", fd);
 	fflush(stdout);
@@ -608,21 +619,48 @@ static int sh_exec_client(const char *self, const char *host, const char *port)
 	return 1;
 }
 
-/* after-exec FD: the inherited connection must end, not hang: recv
- * returns 0 or an error within the watchdog, and a send fails or the peer
- * goes away. */
+/* after-exec FD: the inherited connection goes on as with the kernel: the
+ * echo of the 64 KiB written before exec, then a 1 MiB echo, every byte
+ * checked, then EOF after our shutdown. */
 static int sh_after_exec(int fd)
 {
+	static unsigned char out[SH_PIECE], in[SH_EXEC_UNREAD];
 	char byte;
 	ssize_t n;
 
-	alarm(10);
-	n = recv(fd, &byte, 1, 0);
-	printf("after exec: recv returned %zd (%s)\n", n, n < 0 ? strerror(errno) : "");
-	if (n > 0) {
-		sh_fail("data on a connection whose stream did not survive exec");
+	alarm(30);
+	if (fullio_read(fd, in, SH_EXEC_UNREAD)) {
+		sh_fail("after exec: reading the echo of the bytes written before exec: %s",
+			errno ? strerror(errno) : "early EOF");
 		return 1;
 	}
+	for (size_t i = 0; i < SH_EXEC_UNREAD; i++)
+		if (in[i] != sh_byte(i, 77)) {
+			sh_fail("after exec: echo byte %zu written before exec differs", i);
+			return 1;
+		}
+	for (size_t at = 0; at < SH_BYTES; at += SH_PIECE) {
+		for (size_t i = 0; i < SH_PIECE; i++)
+			out[i] = sh_byte(at + i, 78);
+		if (fullio_write(fd, out, SH_PIECE) || fullio_read(fd, in, SH_PIECE)) {
+			sh_fail("after exec: echo at %zu: %s", at, errno ? strerror(errno) : "early EOF");
+			return 1;
+		}
+		if (memcmp(in, out, SH_PIECE)) {
+			sh_fail("after exec: echo differs in bytes %zu..%zu", at, at + SH_PIECE);
+			return 1;
+		}
+	}
+	if (shutdown(fd, SHUT_WR)) {
+		sh_fail("after exec: shutdown: %s", strerror(errno));
+		return 1;
+	}
+	n = recv(fd, &byte, 1, 0);
+	if (n != 0) {
+		sh_fail("after exec: expected EOF, recv returned %zd (%s)", n, n < 0 ? strerror(errno) : "data");
+		return 1;
+	}
+	printf("after exec: %u + %u bytes echoed exactly\n", SH_EXEC_UNREAD, (unsigned)SH_BYTES);
 	printf("PASS after-exec\n");
 	return 0;
 }

@@ -20,7 +20,9 @@
 #include <linux/tcp.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <grp.h>
 #include <pthread.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -62,6 +64,7 @@ struct fs_stream_options {
 	unsigned timeout_s;
 	const char *pidfile;
 	const char *ready_file;
+	const char *setuid_user; /* server: drop to this user after listen(); client: before connecting */
 };
 
 /* What one connection did; filled by its threads, printed by main. */
@@ -745,6 +748,23 @@ static void fs_stream_report(const char *role, struct fs_stream_conn *conns, dou
 	printf("%s vm_hwm_kib=%ld vm_rss_kib=%ld\n", role, fs_status_kib("VmHWM"), fs_status_kib("VmRSS"));
 }
 
+/* Drops to USER (its primary group, no others), as servers do after they
+ * bound their port (nginx workers, memcached -u). */
+static int fs_drop_privileges(const char *user)
+{
+	struct passwd *pw = getpwnam(user);
+
+	if (!pw) {
+		fs_stream_fail("no user %s", user);
+		return -1;
+	}
+	if (setgroups(0, NULL) < 0 || setgid(pw->pw_gid) < 0 || setuid(pw->pw_uid) < 0) {
+		fs_stream_fail("dropping to user %s: %s", user, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
 static int fs_server_main(void)
 {
 	int listen_fd = fs_server_listen();
@@ -759,6 +779,8 @@ static int fs_server_main(void)
 			fs_stream_fail("writing %s: %s", options.pidfile, strerror(errno));
 	}
 	unsigned port = fs_server_port(listen_fd);
+	if (options.setuid_user && fs_drop_privileges(options.setuid_user) < 0)
+		goto result;
 	printf("listening port=%u\n", port);
 	fflush(stdout);
 	if (options.ready_file) {
@@ -876,6 +898,8 @@ static int fs_client_main(void)
 		fs_stream_fail("out of memory");
 		goto result;
 	}
+	if (options.setuid_user && fs_drop_privileges(options.setuid_user) < 0)
+		goto result;
 	result = getaddrinfo(options.host, options.port, &hints, &client_address);
 	if (result != 0) {
 		fs_stream_fail("%s port %s: %s", options.host, options.port, gai_strerror(result));
@@ -914,7 +938,8 @@ static void fs_stream_usage(void)
 		"options: --streams K  --bytes N[K|M|G]  --bidir  --echo  --reverse  --banner\n"
 		"         --max-write N  --seed S  --slow-reader  --rate N[K|M|G] (bytes/s)\n"
 		"         --ipv6  --hold-ms N  --pidfile F  --ready-file F  --runs R (server)\n"
-		"         --timeout S (watchdog, default 600)\n");
+		"         --timeout S (watchdog, default 600)\n"
+		"         --setuid USER (server: after listen(); client: before connecting)\n");
 	exit(2);
 }
 
@@ -977,6 +1002,7 @@ static void fs_stream_parse(int argc, char **argv)
 		else if (strcmp(name, "--timeout") == 0) { FS_NEEDS_VALUE(); options.timeout_s = (unsigned)fs_parse_size(name, value); }
 		else if (strcmp(name, "--pidfile") == 0) { FS_NEEDS_VALUE(); options.pidfile = value; }
 		else if (strcmp(name, "--ready-file") == 0) { FS_NEEDS_VALUE(); options.ready_file = value; }
+		else if (strcmp(name, "--setuid") == 0) { FS_NEEDS_VALUE(); options.setuid_user = value; }
 		else if (strcmp(name, "--bidir") == 0) options.bidir = true;
 		else if (strcmp(name, "--echo") == 0) options.echo = true;
 		else if (strcmp(name, "--reverse") == 0) options.reverse = true;

@@ -74,6 +74,8 @@ run_scenario() { # MODE SCENARIO
 	# on a loaded machine (sanitizers, two cores) 5 ms is not always enough;
 	# these scenarios test the event loop on offloaded sockets, not that race
 	[ "$mode" = fabsock ] && prefix=(fs_pre env FABSOCK_FIRST_SEND_WAIT_MS=500)
+	# the probe must arrive after the server closed its listening socket
+	[ "$mode" = fabsock ] && [ "$scenario" = listener_closed_first ] && prefix+=(FABSOCK_TEST_PROBE_DELAY_MS=150)
 	mkdir -p "$dir"
 	start_ns=$(date +%s%N)
 

@@ -12,8 +12,13 @@
 # kill -9'ed, and the client must exit with PASS within 5 s; peer_kill_rev is
 # the same with the client killed. The lifecycle scenarios (dup_share,
 # dup2_replace, close_exit, close_exit_late, close_settles, linger0, close_blocked, close_blocked_epoll,
-# threads_duplex, eintr, fork_children, sendfile) are described in
-# tests/progs/fs_semantics_lifecycle.inc. FS_MODES (default
+# threads_duplex, eintr, fork_children, sendfile, vfork_closeall, underscore_exit,
+# close_underscore_exit, exit_late_close, killed_by_term, killed_by_pipe,
+# handler_replaces) are described in
+# tests/progs/fs_semantics_lifecycle.inc; those where another process takes
+# the connection over (fork_child_reads, fork_split, parent_closes,
+# parent_exits, pass_rights, fork_child_sandboxed, peer_forks_poll) in tests/progs/fs_semantics_share.inc: under
+# fabsock the server must also have answered exactly one hand-back to TCP. FS_MODES (default
 # "kernel fabsock") picks the modes; FS_SCENARIOS narrows the scenario list.
 . "$(dirname "$0")/lib.sh"
 
@@ -33,7 +38,10 @@ check_side() { # LABEL SIDE SCENARIO MODE RC DIR
 	fi
 	if [ "$mode" = fabsock ]; then
 		connections=$(sed -n 's/^connections=//p' "$dir/$side.out")
-		offloaded=$(fs_stat "$dir/$side.err" offloaded)
+		# one stats line per process (children forked after the offload
+		# count nothing of their parent's)
+		offloaded=$(fs_stat_sum "$dir/$side.err" offloaded)
+		grep -q ': stats: ' "$dir/$side.err" || offloaded=
 		if [ -z "$offloaded" ]; then
 			fs_fail "$label: $side printed no 'fabsock[PID]: warn: stats: offloaded=N' line"
 		elif [ "$offloaded" != "$connections" ]; then
@@ -88,9 +96,29 @@ run_scenario() { # MODE SCENARIO
 	else
 		fs_wait_pid "$client_pid" 45 || client_rc=$?
 		fs_wait_pid "$server_pid" 15 || server_rc=$?
+		# killed_by_*: the client ends by that signal's default action,
+		# as expected (128 + the signal number), having printed PASS
+		case $scenario in
+		killed_by_term) [ "$client_rc" -eq 143 ] && client_rc=0 || fs_fail "$label: client exit $client_rc, expected death by SIGTERM (143)" ;;
+		killed_by_pipe) [ "$client_rc" -eq 141 ] && client_rc=0 || fs_fail "$label: client exit $client_rc, expected death by SIGPIPE (141)" ;;
+		esac
 		check_side "$label" server "$scenario" "$mode" "$server_rc" "$dir"
 		check_side "$label" client "$scenario" "$mode" "$client_rc" "$dir"
 	fi
+	case $scenario in
+	fork_child_reads | fork_split | parent_closes | parent_exits | pass_rights | fork_child_sandboxed | peer_forks_poll)
+		# another process took the connection over: its stream went back to
+		# TCP once (the server answered that hand-back), after the start
+		# went over the fabric
+		if [ "$mode" = fabsock ]; then
+			local hb rx
+			hb=$(fs_stat_sum "$dir/server.err" handbacks)
+			rx=$(fs_stat_sum "$dir/server.err" fabric_rx_bytes)
+			[ "$hb" = 1 ] || fs_fail "$label: server stats handbacks=$hb, expected 1"
+			[ "$rx" -ge 65536 ] || fs_fail "$label: server received $rx bytes over the fabric, expected >= 65536"
+		fi
+		;;
+	esac
 	if [ "$scenario" = close_settles ] && [ "$mode" = fabsock ]; then
 		# the closed stream was finished while the client made no calls
 		local reaped

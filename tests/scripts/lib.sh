@@ -176,3 +176,17 @@ fs_netns_add() {
 	FS_NETNS+=("$ns")
 	ip -n "$ns" link set lo up
 }
+
+# fs_lib_copy DIR: copies the library and the PSM stand-ins built next to it
+# (core/fabric.c loads them from its own directory) into DIR, readable by
+# every user, and prints the copy's path. For tests whose processes drop to
+# another user, who may not be able to read the build tree.
+fs_lib_copy() {
+	local dir=$1 f
+	mkdir -p "$dir"
+	for f in "$FABSOCK_LIB" "$(dirname "$FABSOCK_LIB")"/libfabsock-psm*.so; do
+		[ -f "$f" ] || continue
+		cp "$f" "$dir/" && chmod 755 "$dir/$(basename "$f")"
+	done
+	echo "$dir/$(basename "$FABSOCK_LIB")"
+}

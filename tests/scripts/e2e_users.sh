@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Peers of different users on one host (issue: servers that drop privileges).
+# shm only works between processes of one user, and the user that counts is
+# the one in force when the connection negotiates, after a setuid(), on both
+# ends. fs_stream moves 4 MiB each way on 2 connections, every byte checked
+# against its deterministic stream, with:
+#   server nobody (root that drops to nobody after listen(), like nginx's
+#   workers or memcached -u: not dumpable, so its peers cannot read its
+#   memory) and client nobody: offloaded;
+#   server nobody, client root; server root, client nobody: kernel TCP on
+#   both ends, counted as fallback_other_user, never a reset or a crash;
+#   server root, client root: offloaded.
+# Proof of the path: TCP_INFO bytes received by every connection's kernel
+# socket (< 4096 when offloaded, >= the payload otherwise). Needs root.
+. "$(dirname "$0")/lib.sh"
+
+[ "$(id -u)" = 0 ] || fs_skip "needs root (setuid to nobody)"
+command -v setpriv >/dev/null || fs_skip "setpriv is missing (util-linux)"
+# Both the library and the program must be readable by nobody, wherever the
+# checkout lives.
+chmod 755 "$FS_TMP"
+LIB=$(fs_lib_copy "$FS_TMP")
+cp "$FS_PROGS/fs_stream" "$FS_TMP/fs_stream"
+chmod 755 "$FS_TMP/fs_stream"
+PROG=$FS_TMP/fs_stream
+BYTES=4M
+STREAMS=2
+
+run_pair() { # SERVER_USER CLIENT_USER EXPECT(offload|tcp)
+	local su=$1 cu=$2 expect=$3 label="server $1, client $2" dir=$FS_TMP/$1-$2 spid cpid port
+	local -a sargs=()
+	mkdir -p "$dir"
+	chmod 777 "$dir"
+	[ "$su" = root ] || sargs=(--setuid "$su")
+	fs_bg spid env "LD_PRELOAD=$LIB" FABSOCK_STATS=1 "$PROG" server --port 0 --ready-file "$dir/ready" \
+		"${sargs[@]}" --streams "$STREAMS" --bytes "$BYTES" --bidir >"$dir/server.out" 2>"$dir/server.err"
+	for _ in $(seq 1 100); do [ -s "$dir/ready" ] && break; sleep 0.05; done
+	port=$(cat "$dir/ready" 2>/dev/null || true)
+	if [ -z "$port" ]; then
+		fs_fail "$label: the server did not start"
+		return 0
+	fi
+	fs_bg cpid setpriv --reuid="$cu" --regid="$(id -gn "$cu")" --init-groups -- env "LD_PRELOAD=$LIB" \
+		FABSOCK_STATS=1 "$PROG" client 127.0.0.1 "$port" --streams "$STREAMS" --bytes "$BYTES" --bidir \
+		>"$dir/client.out" 2>"$dir/client.err"
+	local crc=0 src=0
+	fs_wait_pid "$cpid" 60 || crc=$?
+	fs_wait_pid "$spid" 10 || src=$?
+	if [ "$crc" -ne 0 ] || [ "$src" -ne 0 ] || ! grep -qx 'result ok' "$dir/client.out" ||
+		! grep -qx 'result ok' "$dir/server.out"; then
+		fs_fail "$label: exit $src/$crc: $(grep -h '^result' "$dir/server.out" "$dir/client.out" | tr '\n' ' ')"
+		grep -hv 'stats:' "$dir/server.err" "$dir/client.err" | head -n 5 >&2
+		return 0
+	fi
+	local side off other rx
+	for side in server client; do
+		off=$(fs_stat "$dir/$side.err" offloaded)
+		other=$(fs_stat "$dir/$side.err" fallback_other_user)
+		rx=$(sed -nE 's/^conn .* tcp_bytes_received=([0-9]+).*/\1/p' "$dir/$side.out" | sort -n | tail -n 1)
+		if [ "$expect" = offload ]; then
+			if [ "${off:-0}" -ne "$STREAMS" ] || [ "${rx:-0}" -ge 4096 ]; then
+				fs_fail "$label: $side offloaded=${off:-none}, largest TCP receive $rx bytes (expected $STREAMS offloaded, < 4096)"
+				continue
+			fi
+		elif [ "${off:-0}" -ne 0 ] || [ "${other:-0}" -ne "$STREAMS" ] || [ "${rx:-0}" -lt 4194304 ]; then
+			fs_fail "$label: $side offloaded=${off:-none} fallback_other_user=${other:-none}, largest TCP receive $rx (expected 0, $STREAMS, >= 4 MiB)"
+			continue
+		fi
+		fs_pass "$label: $side offloaded=$off fallback_other_user=$other, TCP received at most $rx bytes per connection"
+	done
+}
+
+run_pair nobody nobody offload
+run_pair nobody root tcp
+run_pair root nobody tcp
+run_pair root root offload
+fs_done
