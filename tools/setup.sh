@@ -22,6 +22,14 @@ FABSOCK_PACKAGES=(
 	sockperf iperf iperf3 qperf      # acceptance applications and benchmarks
 	redis-server redis-tools         # redis-server and redis-benchmark
 	iproute2 procps                  # ip netns, ss; ps, pgrep
+	# the realapps suite: real servers in their packaged shape, real clients
+	nginx apache2 apache2-utils      # nginx; Apache httpd (mpm_event, mpm_prefork) and ab
+	postgresql postgresql-contrib    # PostgreSQL 15 server, psql, pgbench
+	openssh-server openssh-client    # sshd and ssh
+	memcached libmemcached-tools     # memcached, memcslap, memccapable
+	rsync socat curl wrk python3     # rsync daemon, socat, HTTP clients, Python servers
+	nftables util-linux gdb file     # TCP payload counter, setpriv, backtraces of cores
+	strace binutils                  # e2e_load's trace; objdump for the PSM stand-ins
 )
 
 cd "$(dirname -- "$(readlink -f -- "${BASH_SOURCE[0]}")")/.."
@@ -44,9 +52,20 @@ if [ "$deps" = 1 ]; then
 	echo "== apt-get update"
 	apt-get update
 	echo "== apt-get install ${FABSOCK_PACKAGES[*]}"
-	apt-get install -y "${FABSOCK_PACKAGES[@]}"
-	# The redis-server package starts a system service on port 6379; the tests
-	# start their own servers on free ports and do not need it.
+	# The server packages would start their system services (nginx and
+	# Apache both on port 80, where the second fails and fails the install);
+	# the tests start their own servers on free ports. policy-rc.d 101 tells
+	# invoke-rc.d not to start anything, for this install only.
+	policy=
+	if [ ! -e /usr/sbin/policy-rc.d ]; then
+		policy=/usr/sbin/policy-rc.d
+		printf '#!/bin/sh\nexit 101\n' >"$policy"
+		chmod 755 "$policy"
+	fi
+	rc=0
+	apt-get install -y "${FABSOCK_PACKAGES[@]}" || rc=$?
+	[ -z "$policy" ] || rm -f "$policy"
+	[ "$rc" = 0 ] || exit "$rc"
 fi
 
 if [ "$build" = 1 ]; then

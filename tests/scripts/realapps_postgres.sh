@@ -1,0 +1,217 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# Acceptance: PostgreSQL 15 in its packaged shape (a postmaster that forks a
+# backend per connection, plus its checkpointer, walwriter, autovacuum...)
+# on a private cluster (initdb under $FS_TMP, owned by postgres), listening
+# on 127.0.0.1 only, with pgbench and psql as clients over TCP (-h 127.0.0.1,
+# never the unix socket). Server and clients run as postgres, so in fabsock
+# mode every connection must offload (shm: same user).
+#   - pgbench -i -s 2 (client-side generation: 200000 rows go up by COPY);
+#   - pgbench -S -c 4 -j 2 -T 3 (select only) and pgbench -c 4 -j 2 -T 3
+#     (TPC-B): exit 0, no failed transaction, tps printed as figures;
+#   - psql: count(*) of pgbench_accounts is 200000; after TPC-B the balances
+#     of accounts, tellers and branches each sum to the sum of the history
+#     deltas, and the history holds one row per transaction pgbench counted;
+#   - psql downloads every (aid, bid, filler) row: its output must equal the
+#     rows pgbench generates (awk computes them here), byte for byte;
+#   - the server log reports no backend killed by a signal and no restart,
+#     the postmaster is the same live process after the load, shuts down
+#     cleanly on SIGINT (fast shutdown) and leaves through exit(): every
+#     backend (exits at each disconnect) and the postmaster log a stats line;
+#   - fabsock mode: server and clients offloaded >= 12 streams each, no
+#     fallback, no fabsock warning about lost bytes, and the TCP connections
+#     on the port carried only the handshakes (nftables byte counter) while
+#     the download alone moved ~18 MB.
+# Kernel mode first (the baseline), then fabsock.
+
+. "$(dirname "$0")/realapps_lib.sh"
+
+PGBIN=/usr/lib/postgresql/15/bin
+[ -x "$PGBIN/postgres" ] || PGBIN=$(dirname "$(readlink -f "$(command -v postgres 2>/dev/null || echo /nonexistent)")")
+for p in postgres initdb; do
+	[ -x "$PGBIN/$p" ] || fs_skip "PostgreSQL 15 is not installed (apt-get install postgresql)"
+done
+ra_need pgbench psql setpriv nft timeout sha256sum
+id postgres >/dev/null 2>&1 || fs_skip "no postgres user (apt-get install postgresql)"
+
+SCALE=2
+ROWS=$((SCALE * 100000))
+MIN_CONNS=12 # pgbench -i 1, -S 4+1, TPC-B 4+1, psql 4 (at least)
+TCP_LIMIT=32768
+
+PG_DATA=$FS_TMP/pgdata
+PG_SOCK=$FS_TMP/pgsock
+PG_HOME=$FS_TMP/pghome
+mkdir -p "$PG_DATA" "$PG_SOCK" "$PG_HOME"
+chown postgres:postgres "$PG_DATA" "$PG_SOCK" "$PG_HOME"
+chmod 700 "$PG_DATA"
+
+declare -A FIG_S FIG_TPCB FIG_INIT FIG_DL
+
+# The argv prefix that runs a program as postgres (its own group, no
+# supplementary groups) in the current mode (RA_ENV), with a HOME it owns.
+pg_as() {
+	ra_as_argv postgres
+	PG_AS=("${RA_AS[@]}" "${RA_ENV[@]}" "HOME=$PG_HOME")
+}
+
+# The client programs, bounded, as postgres, output in $LOG-NAME.{out,err}.
+pgc() { # LIMIT NAME PROGRAM ARGS...
+	local limit=$1 name=$2
+	shift 2
+	timeout -k 5 "$limit" "${PG_AS[@]}" "$@" >"$LOG-$name.out" 2>"$LOG-$name.err"
+}
+pg_sql() { # NAME SQL
+	pgc 60 "$1" psql -X -At -h 127.0.0.1 -p "$PORT" -U postgres -d postgres -c "$2"
+}
+
+# One pgbench -T run: PASS needs exit 0, a tps figure, no failed transaction.
+pg_bench() { # MODE NAME FIGVAR PGBENCH-ARGS...
+	local mode=$1 name=$2 fig=$3 rc=0 tps failed n
+	shift 3
+	pgc 40 "$name" pgbench -h 127.0.0.1 -p "$PORT" -U postgres "$@" postgres || rc=$?
+	tps=$(sed -nE 's/^tps = ([0-9.]+) \(without initial connection time\).*/\1/p' "$LOG-$name.out" | head -n 1)
+	failed=$(sed -nE 's/^number of failed transactions: ([0-9]+).*/\1/p' "$LOG-$name.out" | head -n 1)
+	n=$(sed -nE 's/^number of transactions actually processed: ([0-9]+).*/\1/p' "$LOG-$name.out" | head -n 1)
+	if [ "$rc" -ne 0 ] || [ -z "$tps" ] || [ "${failed:-0}" != 0 ] || [ "${n:-0}" -lt 1 ]; then
+		fs_fail "$RA_CASE $mode: pgbench $* exited $rc, tps=${tps:-none}, processed=${n:-none}, failed=${failed:-?}"
+		ra_tail 6 "$LOG-$name.out" "$LOG-$name.err"
+		return 1
+	fi
+	tps=$(printf "%.0f" "$tps")
+	eval "$fig[\$mode]=\$tps"
+	PG_LAST_N=$n
+	fs_pass "$RA_CASE $mode: pgbench $*: $n transactions, $tps tps, 0 failed"
+}
+
+pg_run() {
+	local mode=$1 srv pm pm_after rc t0 t1 got want n_tpcb=0 i
+	LOG=$FS_TMP/$mode
+	ra_env "$mode" postgres
+	pg_as
+	PORT=$(fs_free_port) || { fs_fail "$RA_CASE $mode: no free port"; return; }
+	# timeout runs in its own process group (killed at exit) and passes its
+	# SIGINT on: a fast shutdown of the postmaster.
+	fs_bg srv timeout -s INT -k 10 110 "${PG_AS[@]}" "$PGBIN/postgres" -D "$PG_DATA" -p "$PORT" -k "$PG_SOCK" \
+		-c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c logging_collector=off \
+		>"$LOG-server.log" 2>&1
+	if ! ra_wait_listen "$PORT" "$srv" 15; then
+		fs_fail "$RA_CASE $mode: the postmaster did not listen on 127.0.0.1:$PORT ($RA_LISTEN_WHY)"
+		tail -n 5 "$LOG-server.log" | sed 's/^/    /' >&2 || true
+		kill -INT "$srv" 2>/dev/null || true
+		fs_wait_pid "$srv" 20 >/dev/null || true
+		return
+	fi
+	pm=$(head -n 1 "$PG_DATA/postmaster.pid" 2>/dev/null || true)
+	ra_tcp_count_start "$PORT" || fs_fail "$RA_CASE $mode: nft counter not set up"
+
+	ra_env "$mode" pgclients
+	pg_as
+	t0=$(date +%s.%N)
+	rc=0
+	pgc 90 init pgbench -i -s "$SCALE" -h 127.0.0.1 -p "$PORT" -U postgres postgres || rc=$?
+	t1=$(date +%s.%N)
+	if [ "$rc" -eq 0 ] && grep -q '^done in' "$LOG-init.err" "$LOG-init.out" 2>/dev/null; then
+		FIG_INIT[$mode]=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
+		fs_pass "$RA_CASE $mode: pgbench -i -s $SCALE in ${FIG_INIT[$mode]} s"
+	else
+		fs_fail "$RA_CASE $mode: pgbench -i -s $SCALE exited $rc"
+		ra_tail 6 "$LOG-init.out" "$LOG-init.err"
+	fi
+
+	got=$(pg_sql count 'select count(*) from pgbench_accounts' && cat "$LOG-count.out" || true)
+	if [ "$got" = "$ROWS" ]; then
+		fs_pass "$RA_CASE $mode: psql count(*) of pgbench_accounts = $ROWS"
+	else
+		fs_fail "$RA_CASE $mode: psql count(*) of pgbench_accounts = '${got:-nothing}' (want $ROWS)"
+		ra_tail 6 "$LOG-count.out" "$LOG-count.err"
+	fi
+
+	# A ~18 MB download: every account row as pgbench generated it.
+	awk -v n="$ROWS" 'BEGIN { for (a = 1; a <= n; a++) printf "%d|%d|%84s\n", a, int((a - 1) / 100000) + 1, "" }' |
+		sha256sum | cut -d' ' -f1 >"$FS_TMP/rows.want"
+	rc=0
+	t0=$(date +%s.%N)
+	pg_sql rows 'select aid, bid, filler from pgbench_accounts order by aid' || rc=$?
+	t1=$(date +%s.%N)
+	got=$(sha256sum <"$LOG-rows.out" | cut -d' ' -f1)
+	PG_DL_BYTES=$(stat -c %s "$LOG-rows.out")
+	if [ "$rc" -eq 0 ] && [ "$got" = "$(cat "$FS_TMP/rows.want")" ]; then
+		FIG_DL[$mode]=$(awk -v s="$PG_DL_BYTES" -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", s / (b - a) / 1e6 }')
+		fs_pass "$RA_CASE $mode: psql downloaded all $ROWS rows ($PG_DL_BYTES bytes, ${FIG_DL[$mode]} MB/s), byte-exact"
+	else
+		fs_fail "$RA_CASE $mode: psql row download: exit $rc, $PG_DL_BYTES bytes, $(wc -l <"$LOG-rows.out") lines, sha256 differs from the generated rows"
+		ra_tail 6 "$LOG-rows.err"
+	fi
+
+	pg_bench "$mode" select FIG_S -S -c 4 -j 2 -T 3 || true
+	if pg_bench "$mode" tpcb FIG_TPCB -c 4 -j 2 -T 3; then n_tpcb=$PG_LAST_N; fi
+
+	# TPC-B consistency: each balance table sums to the history's deltas,
+	# and the history has one row per transaction pgbench counted.
+	want="t|t|t|$n_tpcb"
+	got=$(pg_sql consist "select (select sum(abalance) from pgbench_accounts) = h.s, (select sum(tbalance) from pgbench_tellers) = h.s, (select sum(bbalance) from pgbench_branches) = h.s, h.n from (select coalesce(sum(delta), 0) as s, count(*) as n from pgbench_history) h" &&
+		cat "$LOG-consist.out" || true)
+	if [ "$got" = "$want" ]; then
+		fs_pass "$RA_CASE $mode: after TPC-B the balances match the $n_tpcb history rows"
+	else
+		fs_fail "$RA_CASE $mode: TPC-B consistency '$got' (want '$want')"
+		ra_tail 6 "$LOG-consist.err"
+	fi
+
+	ra_tcp_payload_check "$mode" "$PG_DL_BYTES" "$TCP_LIMIT"
+	ra_tcp_count_stop
+
+	# The postmaster: the same process, alive, no backend lost to a signal.
+	pm_after=$(head -n 1 "$PG_DATA/postmaster.pid" 2>/dev/null || true)
+	if [ -n "$pm" ] && [ "$pm" = "$pm_after" ] && kill -0 "$pm" 2>/dev/null; then
+		fs_pass "$RA_CASE $mode: the postmaster (pid $pm) is alive after the load"
+	else
+		fs_fail "$RA_CASE $mode: the postmaster is gone or changed (pid ${pm:-?} before, ${pm_after:-none} after)"
+	fi
+	kill -INT "$srv" 2>/dev/null || true
+	rc=0
+	fs_wait_pid "$srv" 30 || rc=$?
+	if [ "$rc" -eq 0 ] && grep -q 'database system is shut down' "$LOG-server.log"; then
+		fs_pass "$RA_CASE $mode: fast shutdown on SIGINT, clean"
+	else
+		fs_fail "$RA_CASE $mode: the postmaster's shutdown: exit $rc"
+		tail -n 5 "$LOG-server.log" | sed 's/^/    /' >&2 || true
+	fi
+	ra_log_no_signal "$LOG-server.log" 'terminated by signal|terminated by exception|reinitializing|PANIC'
+
+	if [ "$mode" = fabsock ]; then
+		ra_offloaded postgres fabsock "$MIN_CONNS"
+		ra_offloaded pgclients fabsock "$MIN_CONNS"
+		fs_log "$RA_CASE fabsock: stats lines: server processes $(grep -c ': stats:' "$RA_DIR/postgres.fabsock.log" || true), clients $(grep -c ': stats:' "$RA_DIR/pgclients.fabsock.log" || true)"
+		if [ "$(ra_sum postgres fabsock offloaded)" != "$(ra_sum pgclients fabsock offloaded)" ]; then
+			fs_fail "$RA_CASE fabsock: the server offloaded $(ra_sum postgres fabsock offloaded) streams, the clients $(ra_sum pgclients fabsock offloaded)"
+		fi
+		for i in postgres pgclients; do
+			ra_all_offloaded "$i" fabsock
+			ra_log_clean "$i" fabsock || true
+		done
+	fi
+}
+
+# One cluster for both modes (pgbench -i recreates the tables).
+rc=0
+ra_env kernel initdb
+pg_as
+timeout -k 5 60 "${PG_AS[@]}" "$PGBIN/initdb" -D "$PG_DATA" -U postgres -A trust -E UTF8 --no-sync >"$FS_TMP/initdb.log" 2>&1 || rc=$?
+if [ "$rc" -ne 0 ]; then
+	fs_fail "$RA_CASE: initdb exited $rc"
+	tail -n 5 "$FS_TMP/initdb.log" | sed 's/^/    /' >&2
+	ra_done
+	exit
+fi
+
+for mode in kernel fabsock; do
+	pg_run "$mode"
+done
+
+ra_figure "pgbench -i -s $SCALE" s "${FIG_INIT[kernel]:-0}" "${FIG_INIT[fabsock]:-0}" lower
+ra_figure "psql download of $ROWS rows" MB/s "${FIG_DL[kernel]:-0}" "${FIG_DL[fabsock]:-0}"
+ra_figure "pgbench -S -c 4 -j 2" tps "${FIG_S[kernel]:-0}" "${FIG_S[fabsock]:-0}"
+ra_figure "pgbench TPC-B -c 4 -j 2" tps "${FIG_TPCB[kernel]:-0}" "${FIG_TPCB[fabsock]:-0}"
+ra_done
