@@ -9,12 +9,15 @@
  * after which the client sends one byte 'q' on each connection, the server
  * echoes it, and both exit (0 on success). The client prints "wake_ms X":
  * how long the exchange of the 'q's took, the first message after a quiet
- * spell (what an idle waiter's sleep costs in latency). The client prints "idle" on stdout
+ * spell (what an idle waiter's sleep costs in latency). With --delay-ms D the
+ * client waits D ms between connect() and its first byte on each connection
+ * (a client that connects ahead of use, a pool) and prints "first_ms X": the
+ * slowest of those first round trips. The client prints "idle" on stdout
  * when the idle phase starts, the server writes its port to --ready-file once
  * it listens.
  *
  *   fs_idle server [--port P] [--ready-file F] [--mode recv|epoll] [--conns N]
- *   fs_idle client HOST PORT [--mode recv|epoll] [--conns N] [--idle-s T]
+ *   fs_idle client HOST PORT [--mode recv|epoll] [--conns N] [--idle-s T] [--delay-ms D]
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -36,7 +39,7 @@
 #define MAX_CONNS 256
 
 static bool is_server, use_epoll;
-static unsigned conns = 8, idle_s = 15;
+static unsigned conns = 8, idle_s = 15, delay_ms;
 static const char *host = "127.0.0.1", *port = "0", *ready_file;
 static int fds[MAX_CONNS];
 static struct timespec q_sent; /* client: when the first 'q' went out */
@@ -210,19 +213,36 @@ static void run_client(void)
 {
 	struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM }, *ai;
 	char hello[HELLO_SIZE], back[HELLO_SIZE];
+	double first_ms = 0;
 
 	if (getaddrinfo(host, port, &hints, &ai))
 		die("getaddrinfo");
 	for (unsigned i = 0; i < conns; i++) {
+		struct timespec t0, t1;
+		double ms;
+
 		fds[i] = socket(AF_INET, SOCK_STREAM, 0);
 		if (fds[i] < 0 || connect(fds[i], ai->ai_addr, ai->ai_addrlen))
 			die("connect");
+		if (delay_ms) {
+			struct timespec t = { .tv_sec = delay_ms / 1000, .tv_nsec = (long)(delay_ms % 1000) * 1000000 };
+
+			while (nanosleep(&t, &t) && errno == EINTR)
+				;
+		}
+		clock_gettime(CLOCK_MONOTONIC, &t0);
 		snprintf(hello, sizeof(hello), "fs_idle %7u", i);
 		if (fullio_write(fds[i], hello, sizeof(hello)) || fullio_read(fds[i], back, sizeof(back)) ||
 		    memcmp(hello, back, sizeof(hello)))
 			die("hello");
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+		if (ms > first_ms)
+			first_ms = ms;
 	}
 	freeaddrinfo(ai);
+	if (delay_ms)
+		printf("first_ms %.3f\n", first_ms);
 	printf("idle\n");
 	fflush(stdout);
 	if (use_epoll)
@@ -235,7 +255,7 @@ static void run_client(void)
 static void usage(void)
 {
 	fprintf(stderr, "usage: fs_idle server [--port P] [--ready-file F] [--mode recv|epoll] [--conns N]\n"
-			"       fs_idle client HOST PORT [--mode recv|epoll] [--conns N] [--idle-s T]\n");
+			"       fs_idle client HOST PORT [--mode recv|epoll] [--conns N] [--idle-s T] [--delay-ms D]\n");
 	exit(2);
 }
 
@@ -269,6 +289,8 @@ int main(int argc, char **argv)
 			conns = (unsigned)atoi(v);
 		else if (strcmp(argv[i], "--idle-s") == 0)
 			idle_s = (unsigned)atoi(v);
+		else if (strcmp(argv[i], "--delay-ms") == 0 && !is_server)
+			delay_ms = (unsigned)atoi(v);
 		else
 			usage();
 		i++;
