@@ -1079,7 +1079,9 @@ void fs_stream_maybe_credit(struct fs_engine *e, struct fs_stream *s)
 	struct fs_buf *buf;
 	int ret;
 
-	if (!unreported || s->state != FS_STREAM_OPEN || s->error || s->peer_gone)
+	/* a closed stream on its way back to TCP still takes the peer's last
+	 * messages (RETURN, RETURN_END): they need room too */
+	if (!unreported || (s->state != FS_STREAM_OPEN && s->hb != FS_HB_SWITCHING) || s->error || s->peer_gone)
 		return;
 	if (unreported < threshold)
 		return;

@@ -576,6 +576,8 @@ static bool fs_hb_write(struct fs_engine *e, struct fs_stream *s, struct fs_buf 
 			fs_pool_put(buf);
 		}
 		fs_stream_changed(e, s);
+		if (rx) /* the peer may be waiting for this room to send the rest */
+			fs_stream_maybe_credit(e, s);
 	}
 	s->hb_out_blocked = false;
 	return true;
