@@ -640,8 +640,11 @@ static int fs_probe_table_lock(const char *path, int flags, struct stat *st, boo
 	int fd = open(path, flags | O_NOFOLLOW | O_CLOEXEC, 0600);
 
 	*refused = false;
-	if (fd < 0)
+	if (fd < 0) {
+		/* a symlink (ELOOP), or a file of another user's (EACCES) */
+		*refused = errno == ELOOP || errno == EACCES || errno == EPERM;
 		return -1;
+	}
 	if (flags & O_CREAT)
 		(void)fchmod(fd, 0600); /* whatever the umask */
 	while (flock(fd, LOCK_EX) && errno == EINTR)
@@ -731,6 +734,7 @@ static struct fs_probe_table *fs_probe_table_shared(struct fs_listener *l, const
 			fd = fs_probe_table_lock(l->table_path, O_RDWR, &st, &refused);
 		}
 		if (refused) {
+			FS_STAT_INC(probe_tables_refused);
 			FS_WARN("probe table %s is not one this process made (owner, mode or size); the listener "
 				"stays plain TCP",
 				l->table_path);

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# A probe table planted in /dev/shm by another local user (issue 16, item
+# 2). SO_REUSEPORT listeners of one port share a probe table at a
+# predictable path, /dev/shm/fabsock-probe-<netns>-<address>-<port>. As
+# nobody, plant at that path (a) an empty file, (b) a full-size file of
+# random bytes, (c) a symlink to a root-owned file; then start a root
+# SO_REUSEPORT echo server (python3, under the preload) on the port and move
+# 1 MiB through it from a root client under the preload. Each time: the
+# server neither dies nor hangs, it refuses the file (probe_tables_refused
+# = 1) and leaves it as it was (the symlink's target untouched), the
+# connection stays on kernel TCP (nothing offloaded), and the echo is
+# byte-exact (sha256). A control run with nothing planted offloads, and the
+# server leaves no table behind. Needs root.
+. "$(dirname "$0")/lib.sh"
+
+[ "$(id -u)" = 0 ] || fs_skip "needs root (a root server, a planter as nobody)"
+command -v setpriv >/dev/null || fs_skip "setpriv is missing (util-linux)"
+command -v python3 >/dev/null || fs_skip "python3 is missing"
+
+SIZE=$((1 << 20))
+NETNS=$(stat -L -c %i /proc/self/ns/net)
+TARGET=$FS_TMP/root-owned
+printf 'root data\n' >"$TARGET"
+TARGET_SUM=$(sha256sum <"$TARGET")
+
+cat >"$FS_TMP/server.py" <<'EOF'
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen(8)
+print("listening", flush=True)
+c, _ = s.accept()
+while True:
+    data = c.recv(65536)
+    if not data:
+        break
+    c.sendall(data)
+c.close()
+s.close()
+EOF
+cat >"$FS_TMP/client.py" <<'EOF'
+import hashlib, os, socket, sys, threading
+size = int(sys.argv[2])
+data = os.urandom(size)
+c = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+def send():
+    c.sendall(data)
+    c.shutdown(socket.SHUT_WR)
+t = threading.Thread(target=send)
+t.start()
+got = bytearray()
+while True:
+    b = c.recv(16384)
+    if not b:
+        break
+    got += b
+t.join()
+print("sent", hashlib.sha256(data).hexdigest(), "got", hashlib.sha256(bytes(got)).hexdigest(), len(got))
+EOF
+
+# plant KIND PATH: as nobody
+plant() {
+	case $1 in
+	empty) setpriv --reuid nobody --regid nogroup --clear-groups touch "$2" ;;
+	random) setpriv --reuid nobody --regid nogroup --clear-groups \
+		dd if=/dev/urandom of="$2" bs=1M count=2 status=none ;;
+	symlink) setpriv --reuid nobody --regid nogroup --clear-groups ln -s "$TARGET" "$2" ;;
+	esac
+}
+
+run_case() { # KIND (none|empty|random|symlink)
+	local kind=$1 port path dir=$FS_TMP/$1 spid cpid rc=0 src=0 refused off
+	mkdir -p "$dir"
+	port=$(fs_free_port) || { fs_fail "$kind: no free port"; return 0; }
+	path=/dev/shm/fabsock-probe-$NETNS-00000000000000000000ffff7f000001-$port
+	rm -f "$path"
+	[ "$kind" = none ] || plant "$kind" "$path"
+	fs_bg spid timeout -k 2 30 env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 python3 "$FS_TMP/server.py" "$port" \
+		>"$dir/server.out" 2>"$dir/server.err"
+	if ! fs_wait_line "$dir/server.out" listening "$spid"; then
+		fs_fail "$kind: the server did not listen: $(tail -n 3 "$dir/server.err" | tr '\n' ' ')"
+		rm -f "$path"
+		return 0
+	fi
+	fs_bg cpid timeout -k 2 30 env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 python3 "$FS_TMP/client.py" "$port" "$SIZE" \
+		>"$dir/client.out" 2>"$dir/client.err"
+	fs_wait_pid "$cpid" 40 || rc=$?
+	fs_wait_pid "$spid" 20 || src=$?
+	[ "$rc" = 0 ] && [ "$src" = 0 ] ||
+		fs_fail "$kind: client exit $rc, server exit $src: $(grep -hv ': stats:' "$dir/server.err" "$dir/client.err" | tail -n 3 | tr '\n' ' ')"
+	read -r _ sent _ got len <"$dir/client.out" || true
+	[ -n "${sent:-}" ] && [ "${sent:-}" = "${got:-}" ] && [ "${len:-}" = "$SIZE" ] ||
+		fs_fail "$kind: echo differs (sent ${sent:-?}, got ${got:-?}, ${len:-?} bytes)"
+	refused=$(fs_stat "$dir/server.err" probe_tables_refused)
+	off=$(fs_stat "$dir/server.err" offloaded)
+	if [ "$kind" = none ]; then
+		[ "${refused:-x}" = 0 ] && [ "${off:-x}" = 1 ] ||
+			fs_fail "$kind: server stats probe_tables_refused=${refused:-none} offloaded=${off:-none}, expected 0 and 1"
+		[ ! -e "$path" ] || fs_fail "$kind: the server left its probe table $path"
+	else
+		[ "${refused:-x}" = 1 ] && [ "${off:-x}" = 0 ] ||
+			fs_fail "$kind: server stats probe_tables_refused=${refused:-none} offloaded=${off:-none}, expected 1 and 0"
+		[ -e "$path" ] || [ -L "$path" ] || fs_fail "$kind: the planted file is gone (the server removed another user's file)"
+		[ "$(stat -c %U "$path")" = nobody ] || fs_fail "$kind: the planted file changed owner"
+		[ "$(sha256sum <"$TARGET")" = "$TARGET_SUM" ] || fs_fail "$kind: the symlink's target changed"
+		grep -q 'not one this process made' "$dir/server.err" || fs_fail "$kind: the server did not log the refusal"
+	fi
+	rm -f "$path"
+	[ "$kind" = none ] && fs_log "control: offloaded, byte-exact" || fs_log "$kind: refused, TCP, byte-exact"
+	return 0
+}
+
+for kind in none empty random symlink; do
+	fails=$FS_FAILS
+	run_case "$kind"
+	[ "$FS_FAILS" = "$fails" ] && fs_pass "$kind"
+done
+fs_done
