@@ -174,7 +174,7 @@ static int fs_probe_type_valid(unsigned type)
 
 int fs_wire_probe_encode(const struct fs_probe *probe, uint8_t *buf, size_t len)
 {
-	if (!fs_probe_type_valid(probe->type))
+	if (!fs_probe_type_valid(probe->type) || probe->wait_ms > FS_WIRE_PROBE_WAIT_MAX_MS)
 		return -EINVAL;
 	if (len < FS_WIRE_PROBE_LEN)
 		return -EMSGSIZE;
@@ -204,6 +204,8 @@ int fs_wire_probe_decode(const uint8_t *buf, size_t len, struct fs_probe *probe)
 	probe->type = buf[FS_PROBE_OFF_TYPE];
 	probe->nonce = fs_get_be64(buf + FS_PROBE_OFF_NONCE);
 	probe->wait_ms = fs_get_be32(buf + FS_PROBE_OFF_WAIT_MS);
+	if (probe->wait_ms > FS_WIRE_PROBE_WAIT_MAX_MS)
+		return -EBADMSG;
 	probe->client_port = fs_get_be16(buf + FS_PROBE_OFF_PORT);
 	memcpy(probe->client_addr, buf + FS_PROBE_OFF_ADDR, sizeof(probe->client_addr));
 	return 0;

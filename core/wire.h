@@ -57,10 +57,15 @@
 
 enum fs_probe_type { FS_PROBE_ASK = 1, FS_PROBE_YES = 2, FS_PROBE_NO = 3 };
 
+/* The largest wait a probe may announce: FABSOCK_PROBE_TIMEOUT_MS's upper
+ * bound. A server that speaks first waits that long, at most, for the
+ * client's HELLO; a probe that asks for more is refused (probes_bad). */
+#define FS_WIRE_PROBE_WAIT_MAX_MS 10000u
+
 struct fs_probe {
 	uint8_t type;         /* enum fs_probe_type */
 	uint64_t nonce;
-	uint32_t wait_ms;     /* the client's probe timeout */
+	uint32_t wait_ms;     /* the client's probe timeout, <= FS_WIRE_PROBE_WAIT_MAX_MS */
 	uint16_t client_port; /* host order */
 	uint8_t client_addr[16];
 };

@@ -32,6 +32,14 @@ static uint64_t fs_test_rand(void)
 	return x * 0x2545f4914f6cdd1dull;
 }
 
+static void test_put_be32(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)(v >> 24);
+	p[1] = (uint8_t)(v >> 16);
+	p[2] = (uint8_t)(v >> 8);
+	p[3] = (uint8_t)v;
+}
+
 static unsigned fs_test_below(unsigned n)
 {
 	return (unsigned)(fs_test_rand() % n);
@@ -189,7 +197,7 @@ static void test_probe(void)
 	for (type = FS_PROBE_ASK; type <= FS_PROBE_NO; type++) {
 		p.type = (uint8_t)type;
 		p.nonce = fs_test_rand();
-		p.wait_ms = (uint32_t)fs_test_rand();
+		p.wait_ms = (uint32_t)fs_test_below(FS_WIRE_PROBE_WAIT_MAX_MS + 1);
 		p.client_port = (uint16_t)fs_test_rand();
 		memset(&q, 0, sizeof(q));
 		CHECK(fs_wire_probe_encode(&p, buf, FS_WIRE_PROBE_LEN) == FS_WIRE_PROBE_LEN);
@@ -207,6 +215,19 @@ static void test_probe(void)
 	CHECK(fs_wire_probe_encode(&p, buf, sizeof(buf)) == -EINVAL);
 	p.type = 4;
 	CHECK(fs_wire_probe_encode(&p, buf, sizeof(buf)) == -EINVAL);
+	p.type = FS_PROBE_ASK;
+	p.wait_ms = FS_WIRE_PROBE_WAIT_MAX_MS + 1;
+	CHECK(fs_wire_probe_encode(&p, buf, sizeof(buf)) == -EINVAL);
+
+	/* The announced wait is bounded: the maximum passes, one more or the
+	 * largest u32 (a server that speaks first would wait ~49 days) not. */
+	memcpy(bad, expect, sizeof(bad));
+	test_put_be32(bad + 16, FS_WIRE_PROBE_WAIT_MAX_MS);
+	CHECK(fs_wire_probe_decode(bad, sizeof(bad), &q) == 0 && q.wait_ms == FS_WIRE_PROBE_WAIT_MAX_MS);
+	test_put_be32(bad + 16, FS_WIRE_PROBE_WAIT_MAX_MS + 1);
+	CHECK(fs_wire_probe_decode(bad, sizeof(bad), &q) == -EBADMSG);
+	test_put_be32(bad + 16, 0xffffffffu);
+	CHECK(fs_wire_probe_decode(bad, sizeof(bad), &q) == -EBADMSG);
 
 	/* Decoder refusals: length, magic, version, type, reserved. */
 	memcpy(buf, expect, sizeof(expect));
@@ -503,7 +524,7 @@ static void test_fuzz(void)
 			/* A valid probe, then maybe one change; probes must be exact length. */
 			p.type = (uint8_t)(1 + fs_test_below(3));
 			p.nonce = fs_test_rand();
-			p.wait_ms = (uint32_t)fs_test_rand();
+			p.wait_ms = (uint32_t)fs_test_below(FS_WIRE_PROBE_WAIT_MAX_MS + 1);
 			p.client_port = (uint16_t)fs_test_rand();
 			memset(p.client_addr, (int)fs_test_below(256), sizeof(p.client_addr));
 			fs_wire_probe_encode(&p, scratch, sizeof(scratch));
