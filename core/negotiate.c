@@ -82,6 +82,25 @@ unsigned fs_negotiate_pick_provider(const struct sockaddr *local, const struct s
 	return FS_PROV_NONE;
 }
 
+/* Whether a client may use PROVIDER with this side, as configured here
+ * (a HELLO names the provider; the peer only picks among ours): shm for a
+ * peer on this host if FABSOCK_SHM allows it, the FABSOCK_PROVIDER named,
+ * efa when none is named and the host has an EFA device. */
+static bool fs_negotiate_provider_allowed(const struct sockaddr *local, const struct sockaddr *peer, unsigned provider)
+{
+	uint8_t la[16], pa[16];
+	uint16_t lp, pp;
+	unsigned named = fs_fabric_prov_parse(fs_params.provider);
+
+	fs_sockaddr_key(local, la, &lp);
+	fs_sockaddr_key(peer, pa, &pp);
+	if (provider == FS_PROV_SHM)
+		return fs_params.shm && (fs_addr_is_loopback(pa) || memcmp(la, pa, 16) == 0);
+	if (named != FS_PROV_NONE || fs_params.provider[0])
+		return provider == named;
+	return provider == FS_PROV_EFA && fs_fabric_host_has_efa();
+}
+
 /* ---- blocking helpers on the kernel socket ----------------------------- */
 
 /* Writes all of BUF, waiting for room even on a nonblocking socket. */
@@ -494,6 +513,18 @@ static int fs_server_accept_hello(struct fs_sock *s, const struct fs_hello *hell
 	if (!hello->stream_id || !hello->window || !hello->chunk)
 		return fs_server_refuse(s, hello->token, hello->nonce, FS_NAK_VERSION, e);
 	fs_real.getsockname(s->fd, (struct sockaddr *)&local, &llen);
+	{
+		struct sockaddr_storage peer;
+		socklen_t plen = sizeof(peer);
+
+		if (fs_real.getpeername(s->fd, (struct sockaddr *)&peer, &plen) ||
+		    !fs_negotiate_provider_allowed((struct sockaddr *)&local, (struct sockaddr *)&peer,
+						   hello->provider)) {
+			FS_INFO("fd %d: the client asks for %s, which this side is not configured for", s->fd,
+				fs_fabric_prov_name(hello->provider));
+			return fs_server_refuse(s, hello->token, hello->nonce, FS_NAK_PROVIDER, e);
+		}
+	}
 
 	pthread_mutex_lock(&e->lock);
 	if (fs_engine_rail(e, hello->provider, (struct sockaddr *)&local, &er, why, sizeof(why)) != 0) {

@@ -23,6 +23,7 @@ STREAM_HOST=127.0.0.1
 STREAM_SERVER_NS=
 STREAM_CLIENT_NS=
 STREAM_EXTRA_ENV=()
+STREAM_CLIENT_ENV=() # the client's alone, after STREAM_EXTRA_ENV
 MIB=$((1 << 20))
 FABRIC_PROOF_LIMIT=4096
 
@@ -43,12 +44,13 @@ to_bytes() {
 # inside a network namespace when one is given. The preload goes through
 # `env` after `ip netns exec`, so neither `ip` nor the shell is preloaded,
 # and the pid of the background job is the program's own pid.
-side_command() { # plain|pre [NAMESPACE]
-	local wrap=$1 namespace=${2:-}
+side_command() { # plain|pre [NAMESPACE [client]]
+	local wrap=$1 namespace=${2:-} role=${3:-}
 	SIDE_COMMAND=(env)
 	[ -n "$namespace" ] && SIDE_COMMAND=(ip netns exec "$namespace" env)
 	if [ "$wrap" = pre ]; then
 		SIDE_COMMAND+=("LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 "${STREAM_EXTRA_ENV[@]}")
+		[ "$role" = client ] && SIDE_COMMAND+=("${STREAM_CLIENT_ENV[@]}")
 	fi
 	return 0
 }
@@ -95,7 +97,7 @@ run_pair() { # LABEL SERVER_WRAP CLIENT_WRAP LIMIT_S fs_stream-options...
 		return 1
 	fi
 	port=$(cat "$dir/ready")
-	side_command "$client_wrap" "$STREAM_CLIENT_NS"
+	side_command "$client_wrap" "$STREAM_CLIENT_NS" client
 	fs_bg RUN_CLIENT_PID "${SIDE_COMMAND[@]}" "$STREAM_PROG" client "$STREAM_HOST" "$port" \
 		--timeout "$limit" "$@" >"$dir/client.out" 2>"$dir/client.err"
 	if [ "${RUN_SAMPLE_RSS:-0}" = 1 ]; then
@@ -170,7 +172,7 @@ check_pair() { # LABEL MODE C2S_BYTES S2C_BYTES STREAMS
 	for side in server client; do
 		case $mode:$side in
 		fabsock:*) expected=$streams ;;
-		client_pre:client | server_pre:server) expected=0 ;;
+		client_pre:client | server_pre:server | refused:*) expected=0 ;;
 		*) continue ;;
 		esac
 		offloaded=$(fs_stat "$dir/$side.err" offloaded)
@@ -204,7 +206,7 @@ stream_check() { # LABEL MODE C2S S2C STREAMS LIMIT_S fs_stream-options...
 	shift 6
 	case $mode in
 	kernel) server_wrap=plain client_wrap=plain ;;
-	fabsock) server_wrap=pre client_wrap=pre ;;
+	fabsock | refused) server_wrap=pre client_wrap=pre ;;
 	client_pre) server_wrap=plain client_wrap=pre ;;
 	server_pre) server_wrap=pre client_wrap=plain ;;
 	esac
@@ -348,6 +350,20 @@ case_mixed() {
 		for banner in "" --banner; do
 			mixed_timing "timing-client_pre${banner:+-banner}" plain pre --bytes 1K $banner --seed 54
 		done
+		# Both preloaded, the client configured for a provider the server
+		# is not (tcp on loopback, shm off): the HELLO may not choose it
+		# (issue 16, item 4). The server refuses it without opening a tcp
+		# rail; the connection stays on TCP, bytes exact.
+		STREAM_EXTRA_ENV=(FABSOCK_LOG=info)
+		STREAM_CLIENT_ENV=(FABSOCK_SHM=0 FABSOCK_PROVIDER=tcp)
+		stream_check mixed-provider-not-ours refused $((4 * MIB)) $((4 * MIB)) 1 60 --bytes 4M --bidir --seed 55
+		if grep -q 'opened tcp' "$FS_TMP/mixed-provider-not-ours/server.err"; then
+			fs_fail "mixed-provider-not-ours: the server opened a tcp rail for the client's HELLO"
+		fi
+		grep -q 'which this side is not configured for' "$FS_TMP/mixed-provider-not-ours/server.err" ||
+			fs_fail "mixed-provider-not-ours: the server did not say why it refused"
+		STREAM_EXTRA_ENV=()
+		STREAM_CLIENT_ENV=()
 	fi
 }
 
