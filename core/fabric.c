@@ -11,6 +11,7 @@
 #include "core/fabric.h"
 #include "core/sigs.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <netinet/in.h>
 #include <dlfcn.h>
@@ -337,6 +338,34 @@ static const char *fs_shm_addr_name(const void *addr, size_t len)
 	return text + 9;
 }
 
+/* Whether NAME is a region name fabsock gives (fs_rail_hints): our pid
+ * namespace's prefix, a pid, '-', 8 hex digits, then only the ":<number>"
+ * fields the shm provider appends (libfabric 1.17: ":<uid>:<index>"). A HELLO
+ * that names any other file in /dev/shm (another program's segment, which
+ * libfabric would map as a peer region and crash on) is refused. */
+static bool fs_shm_region_name_ours(const char *name)
+{
+	char prefix[64];
+	size_t plen = fs_shm_prefix(prefix, sizeof(prefix));
+	long pid = fs_shm_name_pid(name, prefix, plen);
+	const char *tail;
+
+	if (!pid) /* (no kill(pid, 0) here: a seccomp sandbox may forbid it) */
+		return false;
+	tail = strchr(name + plen, '-') + 1; /* fs_shm_name_pid saw the '-' */
+	for (unsigned i = 0; i < 8; i++)
+		if (!isxdigit((unsigned char)tail[i]))
+			return false;
+	/* then what the shm provider appends: ":<number>" fields */
+	for (tail += 8; *tail; ) {
+		if (*tail++ != ':' || !isdigit((unsigned char)*tail))
+			return false;
+		while (isdigit((unsigned char)*tail))
+			tail++;
+	}
+	return true;
+}
+
 /* The owner of the shm region NAME: a regular file in /dev/shm, not a
  * link. Returns 0 with *UID set, or -EADDRNOTAVAIL. */
 static int fs_shm_region_owner(const char *name, uid_t *uid)
@@ -387,7 +416,7 @@ int fs_rail_peer_check(const struct fs_rail *rail, const void *addr, size_t len)
 	if (rail->kind != FS_PROV_SHM)
 		return 0; /* the provider's own insert checks the rest */
 	peer = fs_shm_addr_name(addr, len);
-	if (!peer || fs_shm_region_owner(peer, &peer_uid))
+	if (!peer || !fs_shm_region_name_ours(peer) || fs_shm_region_owner(peer, &peer_uid))
 		return -EADDRNOTAVAIL;
 	/* Each side maps the other's region with the rights it has now, and
 	 * regions are 0600: both must belong to the user this process runs as

@@ -520,7 +520,10 @@ static bool rp_get_yes(struct rp_ctx *ctx, const char *name, int fd, uint64_t *n
 /* ---- HELLO ------------------------------------------------------------- */
 
 /* A valid HELLO (correct CRC) offering shm with a random 16-byte address. */
-static int rp_hello_build(struct rp_ctx *ctx, uint64_t nonce, uint8_t *buf, size_t len, uint64_t *token)
+/* A HELLO for NONCE; its fabric address is ADDR (ADDR_LEN bytes), or 16
+ * random bytes when ADDR is NULL. */
+static int rp_hello_build_addr(struct rp_ctx *ctx, uint64_t nonce, uint8_t *buf, size_t len, uint64_t *token,
+			       const void *addr, size_t addr_len)
 {
 	struct fs_hello hello;
 
@@ -534,11 +537,21 @@ static int rp_hello_build(struct rp_ctx *ctx, uint64_t nonce, uint8_t *buf, size
 	hello.chunk = 65536;
 	rp_host_id(hello.host_id);
 	hello.provider = FS_PROV_SHM;
-	hello.addr_len = 16;
-	rp_fill_random(ctx, hello.addr, hello.addr_len);
+	if (addr && addr_len <= sizeof(hello.addr)) {
+		hello.addr_len = (uint16_t)addr_len;
+		memcpy(hello.addr, addr, addr_len);
+	} else {
+		hello.addr_len = 16;
+		rp_fill_random(ctx, hello.addr, hello.addr_len);
+	}
 	if (token)
 		*token = hello.token;
 	return fs_wire_hello_encode(&hello, buf, len);
+}
+
+static int rp_hello_build(struct rp_ctx *ctx, uint64_t nonce, uint8_t *buf, size_t len, uint64_t *token)
+{
+	return rp_hello_build_addr(ctx, nonce, buf, len, token, NULL, 0);
 }
 
 /* ---- cases ------------------------------------------------------------- */
@@ -914,7 +927,10 @@ static int rp_read_ack(int fd, uint8_t *buf, size_t cap, size_t *got, struct fs_
 	}
 }
 
-static int rp_case_bad_address_hello(struct rp_ctx *ctx, const char *name)
+/* After a YES, a HELLO whose fabric address is ADDR (NULL: 16 random
+ * bytes): the server must refuse it with a NAK and echo later bytes over
+ * TCP. */
+static int rp_refused_address(struct rp_ctx *ctx, const char *name, const void *addr, size_t addr_len)
 {
 	uint8_t hello[FS_WIRE_HELLO_MAX], back[FS_WIRE_HELLO_MAX];
 	struct fs_hello ack;
@@ -927,7 +943,7 @@ static int rp_case_bad_address_hello(struct rp_ctx *ctx, const char *name)
 		return -1;
 	if (!rp_get_yes(ctx, name, fd, &nonce))
 		goto out;
-	len = rp_hello_build(ctx, nonce, hello, sizeof(hello), &token);
+	len = rp_hello_build_addr(ctx, nonce, hello, sizeof(hello), &token, addr, addr_len);
 	if (len < FS_WIRE_HELLO_MIN) {
 		rp_fail(ctx, name, "cannot build a HELLO");
 		goto out;
@@ -954,7 +970,7 @@ static int rp_case_bad_address_hello(struct rp_ctx *ctx, const char *name)
 		goto out;
 	}
 	if (ack.status == FS_NAK_NONE) {
-		rp_fail(ctx, name, "HELLO with a garbage shm address was accepted (ACK status 0)");
+		rp_fail(ctx, name, "HELLO with a foreign or garbage shm address was accepted (ACK status 0)");
 		goto out;
 	}
 	if (ack.token != token) {
@@ -967,6 +983,43 @@ static int rp_case_bad_address_hello(struct rp_ctx *ctx, const char *name)
 out:
 	close(fd);
 	return 0;
+}
+
+static int rp_case_bad_address_hello(struct rp_ctx *ctx, const char *name)
+{
+	return rp_refused_address(ctx, name, NULL, 0);
+}
+
+/* A HELLO naming a file in /dev/shm that is no fabsock region, owned by
+ * the server's own user (this test runs both as one user): 4 KiB of random
+ * bytes, as another program's segment would be. libfabric would map it as
+ * a peer region and crash in fi_av_insert (issue 16, item 1). */
+static int rp_case_foreign_region_hello(struct rp_ctx *ctx, const char *name)
+{
+	char region[64], addr[80];
+	uint8_t junk[4096];
+	int fd, ret;
+
+	snprintf(region, sizeof(region), "fsrawpeer-%d-segment", (int)getpid());
+	snprintf(addr, sizeof(addr), "fi_shm://%s", region);
+	{
+		char path[96];
+
+		snprintf(path, sizeof(path), "/dev/shm/%s", region);
+		fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		rp_fill_random(ctx, junk, sizeof(junk));
+		if (fd < 0 || write(fd, junk, sizeof(junk)) != (ssize_t)sizeof(junk)) {
+			rp_fail(ctx, name, "cannot write %s: %s", path, strerror(errno));
+			if (fd >= 0)
+				close(fd);
+			unlink(path);
+			return 0;
+		}
+		close(fd);
+		ret = rp_refused_address(ctx, name, addr, strlen(addr) + 1);
+		unlink(path);
+	}
+	return ret;
 }
 
 static int rp_case_hello_without_probe(struct rp_ctx *ctx, const char *name)
@@ -1372,6 +1425,7 @@ static const struct rp_case fs_rawpeer_cases[] = {
 	{ "bad_crc_hello", rp_case_bad_crc_hello },
 	{ "oversized_hello", rp_case_oversized_hello },
 	{ "bad_address_hello", rp_case_bad_address_hello },
+	{ "foreign_region_hello", rp_case_foreign_region_hello },
 	{ "hello_without_probe", rp_case_hello_without_probe },
 };
 #define RP_CASE_COUNT (sizeof(fs_rawpeer_cases) / sizeof(fs_rawpeer_cases[0]))

@@ -4,7 +4,8 @@
 # (`fs_rawpeer serve`, FABSOCK_HELLO_TIMEOUT_MS=300) is abused by fs_rawpeer
 # speaking the probe/HELLO formats by hand without the preload: UDP garbage,
 # spoofed probes, a probe flood, non-HELLO bytes / truncated / bad-CRC /
-# oversized HELLOs after a YES, a HELLO with a garbage fabric address, a HELLO
+# oversized HELLOs after a YES, a HELLO with a garbage fabric address, one
+# naming a foreign file in /dev/shm (4 KiB of random bytes, ours), a HELLO
 # without a probe. Every case must pass, the server must stay alive, and a
 # well-behaved preloaded client must then still get 8 MiB echoed byte-exact,
 # offloaded. Finally the server exits on SIGTERM and its stats line must count
@@ -18,7 +19,7 @@ RAW=$FS_PROGS/fs_rawpeer
 [ -x "$RAW" ] || fs_skip "$RAW not built"
 HELLO_TIMEOUT_MS=300
 CASES="probe_flood udp_garbage spoofed garbage_after_yes truncated_hello bad_crc_hello
-       oversized_hello bad_address_hello hello_without_probe"
+       oversized_hello bad_address_hello foreign_region_hello hello_without_probe"
 
 
 PORT=$(fs_free_port) || fs_skip "no free port"
