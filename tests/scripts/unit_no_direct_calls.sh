@@ -5,7 +5,10 @@
 # A direct call binds to fabsock's own exported wrapper: ppoll() from the wait
 # loop once ran the whole poll emulation (and its spin) on every sleep. This
 # lists the undefined symbols of every object of the core and config
-# libraries and fails on any name from preload/symbols.def.
+# libraries and fails on any name from preload/symbols.def. It also checks
+# the library's export list against that file: every listed function has an
+# exported wrapper, and nothing else is exported but _Exit (wrappers.c
+# wraps it beside _exit, outside the table).
 set -euo pipefail
 : "${FS_BUILD:?FS_BUILD must name the build directory}"
 src=$(cd "$(dirname "$0")/../.." && pwd)
@@ -28,5 +31,23 @@ for lib in "$FS_BUILD/libfabsock_core.a" "$FS_BUILD/libfabsock_base.a"; do
 	done < <(nm -u -A "$lib" 2>/dev/null | sed -E 's/^[^:]*:([^:]*):[[:space:]]*U[[:space:]]+(.*)$/\1 \2/')
 done
 [ "$checked" -gt 0 ] || { echo "nm listed nothing"; exit 1; }
+lib_so=${FABSOCK_LIB:-$FS_BUILD/libfabsock.so}
+mapfile -t exported < <(nm -D --defined-only "$lib_so" | awk '$2 ~ /^[TtWi]$/ { print $3 }' | sort)
+[ "${#exported[@]}" -gt 20 ] || { echo "nm listed no exports of $lib_so"; exit 1; }
+for s in "${syms[@]}"; do
+	checked=$((checked + 1))
+	printf '%s\n' "${exported[@]}" | grep -qx "$s" || {
+		echo "FAIL: symbols.def lists $s, but $lib_so exports no $s"
+		fails=$((fails + 1))
+	}
+done
+for s in "${exported[@]}"; do
+	checked=$((checked + 1))
+	[ "$s" = _Exit ] && continue
+	printf '%s\n' "${syms[@]}" | grep -qx "$s" || {
+		echo "FAIL: $lib_so exports $s, which symbols.def does not list"
+		fails=$((fails + 1))
+	}
+done
 echo "$((checked - fails)) passed, $fails failed"
 [ "$fails" -eq 0 ]
