@@ -251,12 +251,18 @@ bool fs_bell_arm_all(struct fs_engine *e)
 }
 
 /* An ARM from the peer of one of our streams. Lock held. */
-static void fs_bell_on_arm(struct fs_engine *e, const struct fs_bell_entry *ent)
+static void fs_bell_on_arm(struct fs_engine *e, const struct fs_bell_entry *ent, uint16_t src_port)
 {
 	struct fs_stream *s = ent->stream_id < e->streams_cap ? e->streams[ent->stream_id] : NULL;
 
 	if (!s || s->dead || (uint32_t)s->token != ent->token)
 		return;
+	/* From the peer's doorbell port, once we know it (its address may
+	 * differ: a host with several addresses answers from its route's) */
+	if (s->bell_addr.sin6_port && s->bell_addr.sin6_port != src_port) {
+		FS_STAT_INC(msgs_dropped);
+		return;
+	}
 	/* A stream still in its handshake here: the peer (which answered it)
 	 * may arm before the HELLO-ACK is read. Nothing was posted yet; the
 	 * first message rings (the ACK gives the bell's address first). */
@@ -291,19 +297,25 @@ void fs_bell_drain(struct fs_engine *e)
 		uint8_t buf[FS_WIRE_BELL_LEN_MAX + 1];
 		struct fs_bell_entry ent[FS_WIRE_BELL_MAX];
 		unsigned count = 0;
-		ssize_t n = fs_real.recvfrom(fd, buf, sizeof(buf), MSG_DONTWAIT, NULL, NULL);
+		struct sockaddr_storage from;
+		socklen_t fromlen = sizeof(from);
+		ssize_t n = fs_real.recvfrom(fd, buf, sizeof(buf), MSG_DONTWAIT, (struct sockaddr *)&from, &fromlen);
+		uint16_t src_port;
 		int type;
 
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0)
 			break;
+		/* network order, as bell_addr keeps it */
+		src_port = from.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&from)->sin6_port
+						      : ((struct sockaddr_in *)&from)->sin_port;
 		type = fs_wire_bell_decode(buf, (size_t)n, ent, &count);
 		if (type == FS_BELL_RING) {
-			rung = true;
+			rung = true; /* carries nothing: a forged one only wakes us */
 		} else if (type == FS_BELL_ARM) {
 			for (unsigned j = 0; j < count; j++)
-				fs_bell_on_arm(e, &ent[j]);
+				fs_bell_on_arm(e, &ent[j], src_port);
 		}
 	}
 	if (rung) {
