@@ -30,6 +30,7 @@ FABSOCK_PACKAGES=(
 	rsync socat curl wrk python3     # rsync daemon, socat, HTTP clients, Python servers
 	nftables util-linux gdb file     # TCP payload counter, setpriv, backtraces of cores
 	strace binutils                  # e2e_load's trace; objdump for the PSM stand-ins
+	clang libclang-rt-dev            # clang and libFuzzer for tests/fuzz (CI's fuzz stage)
 )
 
 cd "$(dirname -- "$(readlink -f -- "${BASH_SOURCE[0]}")")/.."
