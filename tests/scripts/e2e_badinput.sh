@@ -8,8 +8,11 @@
 # naming a foreign file in /dev/shm (4 KiB of random bytes, ours), a HELLO
 # without a probe. Every case must pass, the server must stay alive, and a
 # well-behaved preloaded client must then still get 8 MiB echoed byte-exact,
-# offloaded. Finally the server exits on SIGTERM and its stats line must count
-# the abuse: probes_bad >= 1 and fallback_bad_hello >= 1.
+# offloaded. Then a flood of random, truncated and forged datagrams at the
+# server's doorbell port, after which the server must be alive, bounded in
+# memory, and a real client must offload byte-exactly again. Finally the
+# server exits on SIGTERM and its stats line must count the abuse:
+# probes_bad >= 1 and fallback_bad_hello >= 1.
 #
 # fs_stream's server cannot be the target: it checks its own 32-byte framing
 # and fails on foreign bytes, so fs_rawpeer carries a plain echo server.
@@ -80,6 +83,72 @@ if kill -0 "$SRV" 2>/dev/null; then
 	fi
 fi
 
+# The doorbell (one UDP port per process, opened by the first HELLO):
+# BELL_FLOOD datagrams of random bytes, of a right header with a random
+# type, count and length, of well-formed ARMs with random stream ids and
+# tokens, and of RINGs. The server stays alive, its memory does not grow
+# past BELL_RSS_MAX_KIB, and a real client again gets 8 MiB echoed
+# byte-exact, offloaded.
+BELL_FLOOD=20000
+BELL_RSS_MAX_KIB=32768
+bell_port=""
+if kill -0 "$SRV" 2>/dev/null; then
+	bell_port=$(ss -Huanp | awk -v pid="pid=$SRV," -v probe=":$PORT" \
+		'index($0, pid) && $4 !~ probe"$" { n = split($4, a, ":"); print a[n]; exit }')
+fi
+if [ -z "$bell_port" ]; then
+	fs_fail "doorbell flood: cannot find the server's doorbell port (ss -uanp)"
+else
+	version=$(sed -n 's/^#define FS_WIRE_VERSION \([0-9]*\).*/\1/p' "$(dirname "$0")/../../core/wire.h")
+	rss0=$(awk '/^VmRSS:/ { print $2 }' "/proc/$SRV/status")
+	timeout 60 python3 - "$bell_port" "$BELL_FLOOD" "$version" <<'PY'
+import os, random, socket, struct, sys
+port, count, version = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+random.seed(7)
+s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+for i in range(count):
+    kind = i % 4
+    if kind == 0:
+        d = os.urandom(random.randint(0, 1100))
+    elif kind == 1:
+        n = random.randint(0, 80)
+        d = b"FSBB" + bytes([version, random.randint(0, 3)]) + struct.pack(">H", n) + os.urandom(random.randint(0, n * 16 + 20))
+    elif kind == 2:
+        n = random.randint(1, 64)
+        d = b"FSBB" + bytes([version, 1]) + struct.pack(">H", n) + os.urandom(n * 16)
+    else:
+        d = b"FSBB" + bytes([version, 2]) + b"\0\0"
+    try:
+        s.sendto(d, ("::1", port))
+    except OSError:
+        try:
+            s.sendto(d, ("::ffff:127.0.0.1", port))
+        except OSError:
+            pass
+PY
+	sleep 0.5
+	if kill -0 "$SRV" 2>/dev/null; then
+		rss1=$(awk '/^VmRSS:/ { print $2 }' "/proc/$SRV/status")
+		if [ $((rss1 - rss0)) -le "$BELL_RSS_MAX_KIB" ]; then
+			fs_pass "doorbell flood ($BELL_FLOOD datagrams at port $bell_port): alive, VmRSS $rss0 -> $rss1 KiB"
+		else
+			fs_fail "doorbell flood: VmRSS grew $rss0 -> $rss1 KiB (limit +$BELL_RSS_MAX_KIB)"
+		fi
+		rc=0
+		timeout 120 env LD_PRELOAD="$FABSOCK_LIB" FABSOCK_STATS=1 \
+			"$RAW" 127.0.0.1 "$PORT" good_client --bytes 8M >"$FS_TMP/good2.out" 2>"$FS_TMP/good2.err" || rc=$?
+		off=$(fs_stat "$FS_TMP/good2.err" offloaded)
+		if [ "$rc" -eq 0 ] && grep -q "^PASS good_client" "$FS_TMP/good2.out" && [ "${off:-0}" -ge 1 ]; then
+			fs_pass "good client after the doorbell flood: 8 MiB byte-exact, offloaded ($off)"
+		else
+			fs_fail "good client after the doorbell flood: exit $rc, offloaded=${off:-no stats line}"
+			sed "s/^/    /" "$FS_TMP/good2.out" "$FS_TMP/good2.err" >&2
+		fi
+	else
+		fs_fail "server died during the doorbell flood"
+	fi
+fi
+
 if kill -0 "$SRV" 2>/dev/null; then
 	fs_pass "server alive after every case"
 	kill -TERM "$SRV"
@@ -111,6 +180,13 @@ else
 		fs_pass "server fallback_bad_hello=$bad_hello"
 	else
 		fs_fail "server fallback_bad_hello=${bad_hello:-?}, expected >= 1"
+	fi
+	# the flood reached the doorbell: its RINGs woke the server
+	rings=$(fs_stat "$SRV_ERR" bell_rings_received)
+	if [ "${rings:-0}" -ge 1 ]; then
+		fs_pass "server bell_rings_received=$rings (the flood reached its doorbell)"
+	else
+		fs_fail "server bell_rings_received=${rings:-?}: the doorbell flood never arrived"
 	fi
 fi
 fs_done
