@@ -309,11 +309,11 @@ int fs_negotiate_client_hello(struct fs_sock *s, uint64_t wait_deadline_ns)
 			FS_STAT_INC(fallback_probe_no);
 			return fs_kernel(s, "the server's listener said no");
 		case FS_PROBE_OUT_REFUSED:
-			fs_negcache_add((struct sockaddr *)&s->peer);
+			fs_negcache_add((struct sockaddr *)&s->peer, true);
 			FS_STAT_INC(fallback_probe_refused);
 			return fs_kernel(s, "no fabsock listener (probe port unreachable)");
 		default:
-			fs_negcache_add((struct sockaddr *)&s->peer);
+			fs_negcache_add((struct sockaddr *)&s->peer, false);
 			FS_STAT_INC(fallback_probe_timeout);
 			return fs_kernel(s, "no probe answer in time");
 		}

@@ -1463,12 +1463,15 @@ bool fs_negcache_hit(const struct sockaddr *peer)
 	return hit;
 }
 
-void fs_negcache_add(const struct sockaddr *peer)
+void fs_negcache_add(const struct sockaddr *peer, bool refused)
 {
 	uint8_t key[18];
 	struct fs_negcache_entry *ent;
+	uint64_t sec = fs_params.neg_cache_sec;
 
-	if (!fs_params.neg_cache_sec)
+	if (!refused && sec > FS_NEGCACHE_TIMEOUT_SEC)
+		sec = FS_NEGCACHE_TIMEOUT_SEC;
+	if (!sec)
 		return;
 	fs_negcache_key(peer, key);
 	pthread_mutex_lock(&fs_negcache_lock);
@@ -1479,6 +1482,6 @@ void fs_negcache_add(const struct sockaddr *peer)
 		fs_negcache_count++;
 	}
 	if (ent)
-		ent->expires_ns = fs_now_ns() + fs_params.neg_cache_sec * 1000000000ull;
+		ent->expires_ns = fs_now_ns() + sec * 1000000000ull;
 	pthread_mutex_unlock(&fs_negcache_lock);
 }

@@ -112,7 +112,13 @@ void fs_probe_cancel(struct fs_probe_client *pc);
 
 /* Negative cache of destinations that are not fabsock listeners. */
 bool fs_negcache_hit(const struct sockaddr *peer);
-void fs_negcache_add(const struct sockaddr *peer);
+/* Remembers PEER as plain TCP: for FABSOCK_NEG_CACHE_SEC when it said so
+ * (probe port unreachable: no fabsock listener), for at most
+ * FS_NEGCACHE_TIMEOUT_SEC when it only did not answer in time (a flood may
+ * have used up its probe budget: a legitimate client is kept off the
+ * fabric only that long). */
+#define FS_NEGCACHE_TIMEOUT_SEC 10u
+void fs_negcache_add(const struct sockaddr *peer, bool refused);
 
 /* 16-byte form (v4-mapped for IPv4) and host-order port of a sockaddr. */
 void fs_sockaddr_key(const struct sockaddr *sa, uint8_t addr[16], uint16_t *port);
