@@ -235,7 +235,8 @@ int fs_wire_hello_encode(const struct fs_hello *hello, uint8_t *buf, size_t len)
 
 	if (!fs_hello_magic_valid(hello->magic) || !fs_hello_status_valid(hello->magic, hello->status) ||
 	    hello->provider >= FS_PROV_MAX_ || hello->addr_len > FS_WIRE_ADDR_MAX ||
-	    hello->stream_id > FS_STREAM_ID_MAX || !fs_pull_shift_valid(hello->pull_shift))
+	    hello->stream_id > FS_STREAM_ID_MAX || !fs_pull_shift_valid(hello->pull_shift) ||
+	    hello->window > FS_WIRE_WINDOW_MAX || hello->chunk > FS_WIRE_CHUNK_MAX)
 		return -EINVAL;
 	total = FS_WIRE_HELLO_MIN + (size_t)hello->addr_len;
 	if (len < total)
@@ -291,6 +292,10 @@ static int fs_hello_check_prefix(const uint8_t *buf, size_t len, uint32_t magic)
 		return -EBADMSG;
 	/* Stream id: its top byte must be clear, so the first byte decides. */
 	if (len > FS_HELLO_OFF_STREAM_ID && buf[FS_HELLO_OFF_STREAM_ID] != 0)
+		return -EBADMSG;
+	if (len >= FS_HELLO_OFF_WINDOW + 4 && fs_get_be32(buf + FS_HELLO_OFF_WINDOW) > FS_WIRE_WINDOW_MAX)
+		return -EBADMSG;
+	if (len >= FS_HELLO_OFF_CHUNK + 4 && fs_get_be32(buf + FS_HELLO_OFF_CHUNK) > FS_WIRE_CHUNK_MAX)
 		return -EBADMSG;
 	if (len > FS_HELLO_OFF_PROVIDER && buf[FS_HELLO_OFF_PROVIDER] >= FS_PROV_MAX_)
 		return -EBADMSG;

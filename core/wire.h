@@ -49,6 +49,11 @@
 
 #define FS_WIRE_PROBE_LEN 40
 #define FS_WIRE_ADDR_MAX 256
+/* The largest window (messages) and chunk (bytes) a HELLO may announce: the
+ * upper bounds of FABSOCK_WINDOW and FABSOCK_CHUNK_SIZE; a HELLO with more
+ * is malformed. */
+#define FS_WIRE_WINDOW_MAX 256u
+#define FS_WIRE_CHUNK_MAX (1u << 20)
 #define FS_WIRE_HELLO_FIXED 60
 #define FS_WIRE_HELLO_MIN (FS_WIRE_HELLO_FIXED + 4)
 #define FS_WIRE_HELLO_MAX (FS_WIRE_HELLO_FIXED + FS_WIRE_ADDR_MAX + 4)

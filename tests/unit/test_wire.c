@@ -374,8 +374,51 @@ static void test_hello_encode_errors(void)
 	h.magic = FS_WIRE_HELLO_MAGIC;
 	h.stream_id = FS_STREAM_ID_MAX + 1; /* would not fit the fabric tag */
 	CHECK(fs_wire_hello_encode(&h, buf, sizeof(buf)) == -EINVAL);
+	h.stream_id = 1;
+	h.window = FS_WIRE_WINDOW_MAX + 1;
+	CHECK(fs_wire_hello_encode(&h, buf, sizeof(buf)) == -EINVAL);
+	h.window = 8;
+	h.chunk = FS_WIRE_CHUNK_MAX + 1;
+	CHECK(fs_wire_hello_encode(&h, buf, sizeof(buf)) == -EINVAL);
 	/* Decoding for a magic that is neither kind is a caller bug. */
 	CHECK(fs_wire_hello_decode(buf, 0, FS_WIRE_PROBE_MAGIC, &h) == -EINVAL);
+}
+
+/* The window and chunk a HELLO announces are bounded: the maxima pass, one
+ * more (or the largest u32) is refused as soon as the field is whole, with
+ * the CRC made right so only the bound can refuse it. */
+static void test_hello_bounds(void)
+{
+	static const struct {
+		unsigned off;
+		uint32_t max;
+	} fields[] = { { 28, FS_WIRE_WINDOW_MAX }, { 32, FS_WIRE_CHUNK_MAX } };
+	uint8_t buf[FS_WIRE_HELLO_MAX];
+	struct fs_hello h, d;
+	int n;
+
+	for (unsigned f = 0; f < 2; f++) {
+		static const uint32_t over[] = { 1, 0 };
+
+		fs_test_fill_hello(&h, FS_WIRE_HELLO_MAGIC, 16);
+		if (f == 0)
+			h.window = FS_WIRE_WINDOW_MAX;
+		else
+			h.chunk = FS_WIRE_CHUNK_MAX;
+		n = fs_wire_hello_encode(&h, buf, sizeof(buf));
+		CHECK(n == FS_WIRE_HELLO_MIN + 16);
+		CHECK(fs_wire_hello_decode(buf, (size_t)n, FS_WIRE_HELLO_MAGIC, &d) == n);
+		CHECK(f ? d.chunk == FS_WIRE_CHUNK_MAX : d.window == FS_WIRE_WINDOW_MAX);
+		for (unsigned o = 0; o < 2; o++) {
+			uint32_t v = over[o] ? fields[f].max + 1 : 0xffffffffu;
+
+			test_put_be32(buf + fields[f].off, v);
+			fs_test_reseal(buf, (size_t)n);
+			CHECK(fs_wire_hello_decode(buf, (size_t)n, FS_WIRE_HELLO_MAGIC, &d) == -EBADMSG);
+			CHECK(fs_wire_hello_decode(buf, fields[f].off + 4, FS_WIRE_HELLO_MAGIC, &d) == -EBADMSG);
+			CHECK(fs_wire_hello_decode(buf, fields[f].off + 3, FS_WIRE_HELLO_MAGIC, &d) == 0);
+		}
+	}
 }
 
 /* Builds a valid HELLO into BUF and returns its length. */
@@ -732,6 +775,7 @@ int main(void)
 	test_hello_layout();
 	test_hello_round_trip();
 	test_hello_encode_errors();
+	test_hello_bounds();
 	test_hello_malformed();
 	test_hello_corruption();
 	test_fuzz();
