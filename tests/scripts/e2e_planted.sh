@@ -11,7 +11,9 @@
 # = 1) and leaves it as it was (the symlink's target untouched), the
 # connection stays on kernel TCP (nothing offloaded), and the echo is
 # byte-exact (sha256). A control run with nothing planted offloads, and the
-# server leaves no table behind. Needs root.
+# server leaves no table behind. Then, as nobody, a HELLO naming a file
+# nobody wrote in /dev/shm, against a root server: refused, server alive.
+# Needs root.
 . "$(dirname "$0")/lib.sh"
 
 [ "$(id -u)" = 0 ] || fs_skip "needs root (a root server, a planter as nobody)"
@@ -117,4 +119,34 @@ for kind in none empty random symlink; do
 	run_case "$kind"
 	[ "$FS_FAILS" = "$fails" ] && fs_pass "$kind"
 done
+
+# A HELLO naming a region file another user made (issue 16, item 1, as
+# nobody against a root server): fs_rawpeer, run as nobody without the
+# preload, writes 4 KiB of random bytes into /dev/shm and names it in a
+# well-formed HELLO after a YES. The root server must refuse it (NAK),
+# echo later bytes over TCP, and live.
+RAW=$FS_PROGS/fs_rawpeer
+if [ -x "$RAW" ]; then
+	chmod 755 "$FS_TMP"
+	cp "$RAW" "$FS_TMP/fs_rawpeer"
+	chmod 755 "$FS_TMP/fs_rawpeer"
+	port=$(fs_free_port) || port=""
+	fs_bg rawsrv timeout -k 2 60 env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 FABSOCK_HELLO_TIMEOUT_MS=300 \
+		"$RAW" serve --port "$port" --ready-file "$FS_TMP/raw.ready" >"$FS_TMP/raw.out" 2>"$FS_TMP/raw.err"
+	for _ in $(seq 1 200); do [ -s "$FS_TMP/raw.ready" ] && break; sleep 0.05; done
+	rc=0
+	timeout 60 setpriv --reuid nobody --regid nogroup --clear-groups env -u LD_PRELOAD \
+		"$FS_TMP/fs_rawpeer" 127.0.0.1 "$port" foreign_region_hello --hello-timeout-ms 300 \
+		>"$FS_TMP/attack.out" 2>&1 || rc=$?
+	sed "s/^/    /" "$FS_TMP/attack.out" >&2
+	if [ "$rc" = 0 ] && grep -q '^PASS foreign_region_hello: NAK' "$FS_TMP/attack.out" && kill -0 "$rawsrv" 2>/dev/null; then
+		fs_pass "nobody's HELLO naming its own /dev/shm file: refused by the root server, which lives"
+	else
+		fs_fail "nobody's HELLO naming its own /dev/shm file: exit $rc, server alive: $(kill -0 "$rawsrv" 2>/dev/null && echo yes || echo no)"
+	fi
+	kill -TERM "$rawsrv" 2>/dev/null || true
+	fs_wait_pid "$rawsrv" 20 || true
+else
+	fs_fail "$RAW is not built"
+fi
 fs_done
