@@ -65,6 +65,7 @@ struct fs_stream_options {
 	const char *pidfile;
 	const char *ready_file;
 	const char *setuid_user; /* server: drop to this user after listen(); client: before connecting */
+	size_t read_size;        /* 0: reads of random sizes up to max_write; else exactly this much each */
 };
 
 /* What one connection did; filled by its threads, printed by main. */
@@ -359,8 +360,9 @@ static void fs_stream_receive_direction(struct fs_stream_conn *conn, enum fs_dir
 	uint64_t key = fs_stream_key(conn->index, direction);
 	uint64_t random_state = fs_splitmix64(key ^ 0x7ead) | 1;
 	uint64_t hash = FS_FNV1A_OFFSET;
-	size_t max_read = options.slow_reader && options.max_write > FS_STREAM_SLOW_CHUNK ? FS_STREAM_SLOW_CHUNK
-											 : options.max_write;
+	size_t max_read = options.read_size ? options.read_size
+			  : options.slow_reader && options.max_write > FS_STREAM_SLOW_CHUNK ? FS_STREAM_SLOW_CHUNK
+											     : options.max_write;
 	unsigned char *buffer = malloc(max_read);
 	unsigned char *expected = malloc(max_read);
 	double start = fs_now();
@@ -370,7 +372,7 @@ static void fs_stream_receive_direction(struct fs_stream_conn *conn, enum fs_dir
 		goto out;
 	}
 	for (;;) {
-		size_t length = fs_random_size(&random_state, max_read);
+		size_t length = options.read_size ? options.read_size : fs_random_size(&random_state, max_read);
 		ssize_t result = fs_read_some(conn->fd, buffer, length, &random_state);
 		if (result < 0) {
 			if (errno == EINTR)
@@ -936,7 +938,8 @@ static void fs_stream_usage(void)
 		"usage: fs_stream server [--port P] [--bind ADDR] [options]\n"
 		"       fs_stream client HOST PORT [options]\n"
 		"options: --streams K  --bytes N[K|M|G]  --bidir  --echo  --reverse  --banner\n"
-		"         --max-write N  --seed S  --slow-reader  --rate N[K|M|G] (bytes/s)\n"
+		"         --max-write N  --read-size N (each read exactly N)  --seed S  --slow-reader\n"
+		"         --rate N[K|M|G] (bytes/s)\n"
 		"         --ipv6  --hold-ms N  --pidfile F  --ready-file F  --runs R (server)\n"
 		"         --timeout S (watchdog, default 600)\n"
 		"         --setuid USER (server: after listen(); client: before connecting)\n");
@@ -995,6 +998,7 @@ static void fs_stream_parse(int argc, char **argv)
 		else if (strcmp(name, "--streams") == 0) { FS_NEEDS_VALUE(); options.streams = (unsigned)fs_parse_size(name, value); }
 		else if (strcmp(name, "--bytes") == 0) { FS_NEEDS_VALUE(); options.bytes = fs_parse_size(name, value); }
 		else if (strcmp(name, "--max-write") == 0) { FS_NEEDS_VALUE(); options.max_write = (size_t)fs_parse_size(name, value); }
+		else if (strcmp(name, "--read-size") == 0) { FS_NEEDS_VALUE(); options.read_size = (size_t)fs_parse_size(name, value); }
 		else if (strcmp(name, "--seed") == 0) { FS_NEEDS_VALUE(); options.seed = fs_parse_size(name, value); }
 		else if (strcmp(name, "--rate") == 0) { FS_NEEDS_VALUE(); options.slow_rate = fs_parse_size(name, value); }
 		else if (strcmp(name, "--hold-ms") == 0) { FS_NEEDS_VALUE(); options.hold_ms = (unsigned)fs_parse_size(name, value); }
@@ -1016,7 +1020,8 @@ static void fs_stream_parse(int argc, char **argv)
 #undef FS_NEEDS_VALUE
 	}
 	if (options.streams < 1 || options.streams > FS_STREAM_MAX_STREAMS || options.max_write < 1 ||
-	    options.slow_rate < 1 || options.runs < 1 || options.max_write > (1u << 30)) {
+	    options.slow_rate < 1 || options.runs < 1 || options.max_write > (1u << 30) ||
+	    options.read_size > (1u << 30)) {
 		fprintf(stderr, "fs_stream: --streams 1..%d, --max-write, --rate and --runs >= 1\n",
 			FS_STREAM_MAX_STREAMS);
 		exit(2);
