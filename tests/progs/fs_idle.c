@@ -231,7 +231,7 @@ static void run_client(void)
 				;
 		}
 		clock_gettime(CLOCK_MONOTONIC, &t0);
-		snprintf(hello, sizeof(hello), "fs_idle %7u", i);
+		snprintf(hello, sizeof(hello), "fs_idle %7u", i % 10000000u); /* 7 digits at most */
 		if (fullio_write(fds[i], hello, sizeof(hello)) || fullio_read(fds[i], back, sizeof(back)) ||
 		    memcmp(hello, back, sizeof(hello)))
 			die("hello");
