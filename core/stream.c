@@ -119,6 +119,11 @@ static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_read
 
 	for (;;) {
 		fs_engine_progress(e);
+		/* A credit whose post failed (a full transmit queue) is retried
+		 * here too: the peer may wait for it before it sends what this
+		 * wait is for, and then no header of its comes to retry it. */
+		if (s->credit_pending && s->ctrl_sent == s->ctrl_acked)
+			fs_stream_maybe_credit(e, s);
 		if (s->state == FS_STREAM_CLOSED)
 			return -EBADF; /* another thread closed the socket */
 		if (ready(s, arg))
