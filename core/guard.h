@@ -10,7 +10,12 @@
 #ifndef FS_CORE_GUARD_H
 #define FS_CORE_GUARD_H
 
-extern __thread int fs_guard_depth;
+/* initial-exec: read with one instruction, never through __tls_get_addr,
+ * which a sanitizer runtime intercepts and cannot serve before it has
+ * initialised (a wrapper called from another library's constructor: TSan
+ * died there in ssh, sshd and postgres). libfabsock.so is preloaded, so its
+ * TLS is in the static block. */
+extern __thread int fs_guard_depth __attribute__((tls_model("initial-exec")));
 
 #define FS_GUARD_ENTER() (fs_guard_depth++)
 #define FS_GUARD_LEAVE() (fs_guard_depth--)

@@ -38,7 +38,7 @@
  * fs_sock_after_connect). */
 #define FS_CONNECT_PROBE_WAIT_NS 300000ull
 
-__thread int fs_guard_depth;
+__thread int fs_guard_depth __attribute__((tls_model("initial-exec")));
 bool fs_core_enabled;
 
 bool fs_core_hands_off(void)

@@ -36,22 +36,28 @@ static inline int fs_fdt_peek_any(int fd)
 	return fs_fdt_peek(fd) != NULL;
 }
 
-#ifdef __SANITIZE_THREAD__
+#ifdef FS_SANITIZE_THREAD
 /* A TSan-built library preloaded into a program that was not built with
  * TSan: the runtime initialises from this library's constructors and, while
  * it does, installs its signal handlers through sigaction(), which resolves
  * to the wrapper below. Until this library's constructor has run, the signal
- * wrappers are plain and uninstrumented and go straight to libc. */
+ * wrappers go straight to libc, past the instrumented core. (This file is
+ * built without TSan instrumentation: CMakeLists.txt.) */
 static int fs_preload_ready;
-#define FS_SIG_WRAPPER __attribute__((no_sanitize("thread")))
 extern int __sigaction(int sig, const struct sigaction *act, struct sigaction *oldact);
 extern sighandler_t bsd_signal(int sig, sighandler_t handler);
+/* Before it (another library's constructor, the runtime's own start), a
+ * wrapper that would call into the instrumented core goes to libc: no
+ * socket of fabsock's can exist yet. */
+#define FS_BEFORE_INIT() (!__atomic_load_n(&fs_preload_ready, __ATOMIC_ACQUIRE))
+#else
+#define FS_BEFORE_INIT() 0
 #endif
 
 __attribute__((constructor(101))) static void fs_preload_init(void)
 {
 	fs_core_init();
-#ifdef __SANITIZE_THREAD__
+#ifdef FS_SANITIZE_THREAD
 	__atomic_store_n(&fs_preload_ready, 1, __ATOMIC_RELEASE);
 #endif
 }
@@ -354,7 +360,7 @@ FS_EXPORT int close(int fd)
 	struct fs_sock *s;
 	long ret;
 
-	if (!fs_fdt_peek_any(fd) && !fs_epoll_known(fd))
+	if (FS_BEFORE_INIT() || (!fs_fdt_peek_any(fd) && !fs_epoll_known(fd)))
 		return FS_REAL(close)(fd);
 	if (fs_core_hands_off())
 		return FS_GUARDED() && fs_fdt_peek(fd) == FS_SOCK_INTERNAL ? fs_internal_fd_close(fd), 0
@@ -859,13 +865,10 @@ FS_EXPORT FILE *fopen64(const char *path, const char *mode)
  * handler stands in for (core/sigs.h) still looks like the default to the
  * application, and its own handler replaces fabsock's. Any other signal is
  * the kernel's business. */
-#ifndef FS_SIG_WRAPPER
-#define FS_SIG_WRAPPER
-#endif
-FS_EXPORT FS_SIG_WRAPPER int sigaction(int sig, const struct sigaction *act, struct sigaction *oldact)
+FS_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *oldact)
 {
-#ifdef __SANITIZE_THREAD__
-	if (!__atomic_load_n(&fs_preload_ready, __ATOMIC_ACQUIRE))
+#ifdef FS_SANITIZE_THREAD
+	if (FS_BEFORE_INIT())
 		return __sigaction(sig, act, oldact);
 #endif
 	if (FS_GUARDED() || !fs_sigs_exit_watched(sig))
@@ -873,12 +876,12 @@ FS_EXPORT FS_SIG_WRAPPER int sigaction(int sig, const struct sigaction *act, str
 	return (int)fs_ret(fs_sigs_app_sigaction(sig, act, oldact));
 }
 
-FS_EXPORT FS_SIG_WRAPPER sighandler_t signal(int sig, sighandler_t handler)
+FS_EXPORT sighandler_t signal(int sig, sighandler_t handler)
 {
 	struct sigaction act = { .sa_handler = handler, .sa_flags = SA_RESTART }, old;
 
-#ifdef __SANITIZE_THREAD__
-	if (!__atomic_load_n(&fs_preload_ready, __ATOMIC_ACQUIRE))
+#ifdef FS_SANITIZE_THREAD
+	if (FS_BEFORE_INIT())
 		return bsd_signal(sig, handler);
 #endif
 

@@ -27,8 +27,9 @@ for mode in "" vfork signal; do
 	fi
 done
 
-# Real programs whose libraries' constructors call read().
-for cmd in "/usr/lib/postgresql/15/bin/postgres --version" "/usr/sbin/sshd -V"; do
+# Real programs whose libraries' constructors call read() and close()
+# (libcap-ng) or fopen() (libselinux: ssh).
+for cmd in "/usr/lib/postgresql/15/bin/postgres --version" "/usr/sbin/sshd -V" "/usr/bin/ssh -V"; do
 	set -- $cmd
 	if [ ! -x "$1" ]; then
 		fs_log "not installed: $1"
