@@ -225,6 +225,12 @@ static int fs_service_wake_fd = -1;
 static int fs_service_timer_fd = -1;
 static int fs_service_timer_armed;
 static pid_t fs_service_pid;
+/* Held by the service thread whenever it is not asleep in poll. A fork
+ * takes it first (fs_service_fork_prepare), so that the child never starts
+ * with a lock the thread held mid-work: libfabric's, the allocator's, ours.
+ * Whether this fork's prepare got it. */
+static pthread_mutex_t fs_service_busy = PTHREAD_MUTEX_INITIALIZER;
+static bool fs_service_fork_held;
 static bool fs_service_dirty;
 /* A signal handler asked the service thread to run the process's end
  * (fs_service_exit), and the eventfd it waits on for the answer. */
@@ -332,8 +338,42 @@ void fs_service_exit(void)
 	}
 }
 
+/* How long a fork waits for the service thread to finish what it is doing
+ * (a probe answer, a progress round); past it the fork goes ahead as it
+ * would without fabsock (the thread may be waiting for a lock the forking
+ * thread holds, in a signal handler say). */
+#define FS_SERVICE_FORK_WAIT_MS 500
+
+void fs_service_fork_prepare(void)
+{
+	struct timespec until;
+
+	fs_service_fork_held = false;
+	if (__atomic_load_n(&fs_service_pid, __ATOMIC_ACQUIRE) != getpid())
+		return; /* no service thread in this process */
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_nsec += FS_SERVICE_FORK_WAIT_MS * 1000000L;
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
+	}
+	fs_service_fork_held = pthread_mutex_timedlock(&fs_service_busy, &until) == 0;
+}
+
+void fs_service_fork_parent(void)
+{
+	if (fs_service_fork_held) {
+		fs_service_fork_held = false;
+		pthread_mutex_unlock(&fs_service_busy);
+	}
+}
+
 void fs_service_after_fork(void)
 {
+	/* taken by this fork's prepare, or held by the parent's thread, which
+	 * the child does not have */
+	pthread_mutex_init(&fs_service_busy, NULL);
+	fs_service_fork_held = false;
 	fs_watch_list = NULL; /* the parent's to fire */
 	fs_watch_count = 0;
 	/* Threads do not survive fork: the child starts its own when needed.
@@ -459,6 +499,7 @@ static void *fs_service_main(void *arg)
 	nfds_t nl, nw;
 
 	FS_GUARD_ENTER(); /* everything this thread does is fabsock's own */
+	pthread_mutex_lock(&fs_service_busy);
 	for (;;) {
 		struct pollfd *pfd;
 		nfds_t n = 0, cap;
@@ -543,6 +584,7 @@ static void *fs_service_main(void *arg)
 			if (timeout_ms < 0 || until < timeout_ms)
 				timeout_ms = until;
 		}
+		pthread_mutex_unlock(&fs_service_busy); /* a fork may go now */
 		if (timeout_ms == 0) {
 			struct timespec ts = { 0, 100000 }; /* 100 us */
 
@@ -550,6 +592,7 @@ static void *fs_service_main(void *arg)
 		} else {
 			ret = fs_real.poll(pfd, n, timeout_ms);
 		}
+		pthread_mutex_lock(&fs_service_busy);
 		if (ret > 0 && (pfd[0].revents & POLLIN)) {
 			uint64_t v;
 			ssize_t r = fs_real.read(fs_service_wake_fd, &v, sizeof(v));

@@ -150,6 +150,10 @@ struct fs_watch {
 	struct fs_watch *next, *prev;
 };
 void fs_service_watch(struct fs_watch *w, int fd, short events, uint64_t deadline_ns, fs_watch_fn fn, void *arg);
+/* pthread_atfork's prepare and parent handlers: a fork waits (bounded)
+ * until the service thread is asleep in poll, holding no lock. */
+void fs_service_fork_prepare(void);
+void fs_service_fork_parent(void);
 void fs_service_after_fork(void);
 /* From a signal handler that is about to let the process die: has the
  * service thread run fs_core_exit() and waits for it, at most

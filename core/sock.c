@@ -256,6 +256,16 @@ void fs_core_adopt(int fd, bool listening, struct fs_listener *from)
 	fs_sock_note_inherit(s);
 }
 
+static void fs_core_atfork_prepare(void)
+{
+	fs_service_fork_prepare();
+}
+
+static void fs_core_atfork_parent(void)
+{
+	fs_service_fork_parent();
+}
+
 void fs_core_atfork_child(void)
 {
 	fs_self_pid_refresh();
@@ -327,7 +337,7 @@ void fs_core_init(void)
 	fs_log_fd_hook = fs_core_mark_internal;
 	fs_log_init();
 	fs_rules_load_global();
-	pthread_atfork(NULL, NULL, fs_core_atfork_child);
+	pthread_atfork(fs_core_atfork_prepare, fs_core_atfork_parent, fs_core_atfork_child);
 	/* Registered now, before the application's main can register its own:
 	 * handlers run last-in first-out, so every handler of the application
 	 * (which may still write and close sockets) runs before this one, and
