@@ -115,6 +115,7 @@ struct fs_engine *fs_engine_get(void)
 			fs_dlist_init(&e->unpulled);
 			fs_dlist_init(&e->sleeping);
 			fs_dlist_init(&e->switching);
+			fs_dlist_init(&e->credit_retry);
 			fs_read_host_id(e->host_id);
 			if (fs_handback_page_create(e))
 				FS_WARN("cannot create the hand-back page: processes forked later cannot use "
@@ -537,6 +538,8 @@ static void fs_stream_destroy(struct fs_engine *e, struct fs_stream *s)
 	}
 	if (fs_dlist_linked(&s->sleep_link))
 		fs_dlist_del(&s->sleep_link);
+	if (fs_dlist_linked(&s->credit_link))
+		fs_dlist_del(&s->credit_link);
 	if (s->unpulled) {
 		s->unpulled = 0;
 		fs_dlist_del(&s->pull_link);
@@ -1098,16 +1101,41 @@ void fs_stream_maybe_credit(struct fs_engine *e, struct fs_stream *s)
 	fs_fill_header(s, buf, s->ctrl_sent + 1);
 	ret = fs_post_msg(s, buf, FS_CLASS_CTRL, false);
 	if (ret) {
-		/* not sent: credits stay unreported, retried on the next read */
+		/* Not sent (a full transmit queue): the credits stay unreported,
+		 * and every progress round retries (fs_engine_retry_credits).
+		 * The peer may be waiting for them before it sends anything, so
+		 * no header of its would come to retry it, and the reader may
+		 * be asleep in epoll_wait, not in a read. */
 		s->freed_reported -= unreported;
 		s->credit_pending = true;
+		if (!fs_dlist_linked(&s->credit_link))
+			fs_dlist_add(&e->credit_retry, &s->credit_link);
 		fs_pool_put(buf);
 		return;
 	}
 	s->ctrl_sent++;
 	s->credit_pending = false;
+	if (fs_dlist_linked(&s->credit_link))
+		fs_dlist_del(&s->credit_link);
 	if (buf->posted == 2)
 		fs_pool_put(buf);
+}
+
+/* Retries the CREDITs whose post failed; a stream leaves the list once its
+ * CREDIT went out or it can no longer send one. Engine lock held. */
+static void fs_engine_retry_credits(struct fs_engine *e)
+{
+	for (struct fs_dlist *n = e->credit_retry.next, *next; n != &e->credit_retry; n = next) {
+		struct fs_stream *s = fs_stream_of(n, credit_link);
+
+		next = n->next; /* a CREDIT that goes out unlinks S */
+		if (s->credit_pending && s->ctrl_sent == s->ctrl_acked)
+			fs_stream_maybe_credit(e, s);
+		if (fs_dlist_linked(&s->credit_link) &&
+		    (!s->credit_pending || s->error || s->peer_gone ||
+		     (s->state != FS_STREAM_OPEN && s->hb != FS_HB_SWITCHING)))
+			fs_dlist_del(&s->credit_link);
+	}
 }
 
 /* ---- completions ------------------------------------------------------- */
@@ -1403,6 +1431,8 @@ int fs_engine_progress(struct fs_engine *e)
 		if (fs_stream_can_post(s))
 			fs_stream_flush(e, s);
 	}
+	if (e->credit_retry.next != &e->credit_retry)
+		fs_engine_retry_credits(e);
 	if (e->switching.next != &e->switching)
 		fs_handback_progress(e);
 	if (e->orphans)

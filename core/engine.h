@@ -150,6 +150,7 @@ struct fs_stream {
 	uint32_t ctrl_sent, ctrl_acked; /* CREDITs we sent / peer acknowledged */
 	uint32_t ctrl_processed;        /* CREDITs from the peer we processed */
 	bool credit_pending;
+	struct fs_dlist credit_link; /* on engine.credit_retry while a failed CREDIT post waits for a retry */
 
 	/* Bumped on every change a poller may care about (data, FIN, credit,
 	 * send completion, error): edge-triggered epoll reports a change of it. */
@@ -236,6 +237,7 @@ struct fs_engine {
 	struct fs_dlist sleeping; /* streams with sleepers (sleep_link) */
 	struct fs_dlist unpulled; /* streams with unpulled announcements (pull_link) */
 	struct fs_dlist switching; /* streams on their way back to TCP (hb_link) */
+	struct fs_dlist credit_retry; /* streams whose CREDIT post failed (credit_link) */
 	/* Requests from processes forked after an offload (core/handback.h):
 	 * a page shared with them, and the eventfd they ring. */
 	struct fs_hb_page *hb_page;

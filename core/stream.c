@@ -118,12 +118,7 @@ static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_read
 	unsigned step = 0;
 
 	for (;;) {
-		fs_engine_progress(e);
-		/* A credit whose post failed (a full transmit queue) is retried
-		 * here too: the peer may wait for it before it sends what this
-		 * wait is for, and then no header of its comes to retry it. */
-		if (s->credit_pending && s->ctrl_sent == s->ctrl_acked)
-			fs_stream_maybe_credit(e, s);
+		fs_engine_progress(e); /* retries a CREDIT whose post failed, too */
 		if (s->state == FS_STREAM_CLOSED)
 			return -EBADF; /* another thread closed the socket */
 		if (ready(s, arg))
