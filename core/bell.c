@@ -42,6 +42,14 @@ static int fs_bell_open_locked(void)
 		ss.ss_family = (sa_family_t)families[i];
 		if (families[i] == AF_INET6)
 			fs_real.setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof(off));
+		{
+			/* the address each datagram came to (fs_bell_drain) */
+			int on = 1;
+
+			fs_real.setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &on, sizeof(on));
+			if (families[i] == AF_INET6)
+				fs_real.setsockopt(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, &on, sizeof(on));
+		}
 		if (fs_real.bind(fd, (struct sockaddr *)&ss, len) || fs_real.getsockname(fd, (struct sockaddr *)&ss, &len)) {
 			fs_real.close(fd);
 			continue;
@@ -101,11 +109,15 @@ void fs_bell_after_fork(void)
 	fs_bell_failed = false;
 }
 
-void fs_bell_set_peer(struct fs_stream *s, const struct sockaddr *peer, uint16_t port)
+void fs_bell_set_peer(struct fs_stream *s, const struct sockaddr *peer, const struct sockaddr *local, uint16_t port)
 {
+	uint16_t local_port;
+
 	memset(&s->bell_addr, 0, sizeof(s->bell_addr));
-	if (!port || !peer)
+	memset(s->bell_local, 0, sizeof(s->bell_local));
+	if (!port || !peer || !local)
 		return;
+	fs_sockaddr_key(local, s->bell_local, &local_port);
 	if (peer->sa_family == AF_INET6) {
 		s->bell_addr = *(const struct sockaddr_in6 *)peer;
 	} else if (peer->sa_family == AF_INET) {
@@ -124,21 +136,52 @@ void fs_bell_set_peer(struct fs_stream *s, const struct sockaddr *peer, uint16_t
 		fs_bell_ring(s);
 }
 
-/* Sends a datagram to the doorbell of S's peer. */
+/* Sends a datagram to the doorbell of S's peer, from our address of the
+ * TCP connection (the peer takes ARMs only from there; a host with several
+ * addresses would otherwise send from its route's). */
 static int fs_bell_send(const struct fs_stream *s, const uint8_t *buf, size_t len)
 {
 	const struct sockaddr_in6 *a6 = &s->bell_addr;
 	struct sockaddr_in a4 = { .sin_family = AF_INET, .sin_port = a6->sin6_port };
+	union {
+		struct cmsghdr align;
+		char bytes[CMSG_SPACE(sizeof(struct in6_pktinfo))];
+	} control;
+	struct iovec iov = { .iov_base = (void *)buf, .iov_len = len };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = &control };
+	struct cmsghdr *c = (struct cmsghdr *)&control;
 	int fd = fs_bell_fd();
 
 	if (fd < 0 || !a6->sin6_port)
 		return -1;
-	if (fs_bell_family == AF_INET6)
-		return fs_real.sendto(fd, buf, len, MSG_NOSIGNAL, (const struct sockaddr *)a6, sizeof(*a6)) < 0 ? -1 : 0;
-	if (!IN6_IS_ADDR_V4MAPPED(&a6->sin6_addr))
-		return -1;
-	memcpy(&a4.sin_addr, &a6->sin6_addr.s6_addr[12], 4);
-	return fs_real.sendto(fd, buf, len, MSG_NOSIGNAL, (const struct sockaddr *)&a4, sizeof(a4)) < 0 ? -1 : 0;
+	memset(&control, 0, sizeof(control));
+	if (fs_bell_family == AF_INET6) {
+		struct in6_pktinfo info = { 0 };
+
+		msg.msg_name = (void *)a6;
+		msg.msg_namelen = sizeof(*a6);
+		memcpy(&info.ipi6_addr, s->bell_local, 16);
+		c->cmsg_level = IPPROTO_IPV6;
+		c->cmsg_type = IPV6_PKTINFO;
+		c->cmsg_len = CMSG_LEN(sizeof(info));
+		memcpy(CMSG_DATA(c), &info, sizeof(info));
+		msg.msg_controllen = CMSG_SPACE(sizeof(info));
+	} else {
+		struct in_pktinfo info = { 0 };
+
+		if (!IN6_IS_ADDR_V4MAPPED(&a6->sin6_addr))
+			return -1;
+		memcpy(&a4.sin_addr, &a6->sin6_addr.s6_addr[12], 4);
+		msg.msg_name = &a4;
+		msg.msg_namelen = sizeof(a4);
+		memcpy(&info.ipi_spec_dst, s->bell_local + 12, 4);
+		c->cmsg_level = IPPROTO_IP;
+		c->cmsg_type = IP_PKTINFO;
+		c->cmsg_len = CMSG_LEN(sizeof(info));
+		memcpy(CMSG_DATA(c), &info, sizeof(info));
+		msg.msg_controllen = CMSG_SPACE(sizeof(info));
+	}
+	return fs_real.sendmsg(fd, &msg, MSG_NOSIGNAL) < 0 ? -1 : 0;
 }
 
 void fs_bell_ring(struct fs_stream *s)
@@ -250,16 +293,28 @@ bool fs_bell_arm_all(struct fs_engine *e)
 	return ok;
 }
 
+/* Where a doorbell datagram came from and to (v4-mapped addresses; the
+ * port in network order, as bell_addr keeps it). */
+struct fs_bell_route {
+	uint8_t src[16], dst[16];
+	uint16_t src_port;
+	bool have_dst;
+};
+
 /* An ARM from the peer of one of our streams. Lock held. */
-static void fs_bell_on_arm(struct fs_engine *e, const struct fs_bell_entry *ent, uint16_t src_port)
+static void fs_bell_on_arm(struct fs_engine *e, const struct fs_bell_entry *ent, const struct fs_bell_route *rt)
 {
 	struct fs_stream *s = ent->stream_id < e->streams_cap ? e->streams[ent->stream_id] : NULL;
 
 	if (!s || s->dead || (uint32_t)s->token != ent->token)
 		return;
-	/* From the peer's doorbell port, once we know it (its address may
-	 * differ: a host with several addresses answers from its route's) */
-	if (s->bell_addr.sin6_port && s->bell_addr.sin6_port != src_port) {
+	/* Once we know the peer's doorbell: from its port and the address of
+	 * the TCP connection's peer, to ours (fs_bell_send sends so). Before
+	 * that (a handshake under way) an ARM only marks the stream, and the
+	 * first message rings the address the HELLO-ACK gives. */
+	if (s->bell_addr.sin6_port &&
+	    (s->bell_addr.sin6_port != rt->src_port || memcmp(&s->bell_addr.sin6_addr, rt->src, 16) != 0 ||
+	     (rt->have_dst && memcmp(s->bell_local, rt->dst, 16) != 0))) {
 		FS_STAT_INC(msgs_dropped);
 		return;
 	}
@@ -275,6 +330,32 @@ static void fs_bell_on_arm(struct fs_engine *e, const struct fs_bell_entry *ent,
 		fs_bell_ring(s);
 	else
 		s->peer_armed = true;
+}
+
+/* The address a datagram came to, from its IP_PKTINFO or IPV6_PKTINFO. */
+static void fs_bell_route_dst(struct msghdr *msg, struct fs_bell_route *rt)
+{
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR(msg, c)) {
+		if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_PKTINFO &&
+		    c->cmsg_len >= CMSG_LEN(sizeof(struct in6_pktinfo))) {
+			struct in6_pktinfo info;
+
+			memcpy(&info, CMSG_DATA(c), sizeof(info));
+			memcpy(rt->dst, &info.ipi6_addr, 16);
+			rt->have_dst = true;
+			return; /* a v4 datagram on a dual-stack socket: the mapped address */
+		}
+		if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO &&
+		    c->cmsg_len >= CMSG_LEN(sizeof(struct in_pktinfo))) {
+			struct in_pktinfo info;
+
+			memcpy(&info, CMSG_DATA(c), sizeof(info));
+			memset(rt->dst, 0, 10);
+			rt->dst[10] = rt->dst[11] = 0xff;
+			memcpy(rt->dst + 12, &info.ipi_addr, 4);
+			rt->have_dst = true;
+		}
+	}
 }
 
 void fs_bell_drain(struct fs_engine *e)
@@ -298,24 +379,32 @@ void fs_bell_drain(struct fs_engine *e)
 		struct fs_bell_entry ent[FS_WIRE_BELL_MAX];
 		unsigned count = 0;
 		struct sockaddr_storage from;
-		socklen_t fromlen = sizeof(from);
-		ssize_t n = fs_real.recvfrom(fd, buf, sizeof(buf), MSG_DONTWAIT, (struct sockaddr *)&from, &fromlen);
-		uint16_t src_port;
+		union {
+			struct cmsghdr align;
+			char bytes[256];
+		} control;
+		struct iovec iov = { .iov_base = buf, .iov_len = sizeof(buf) };
+		struct msghdr msg = {
+			.msg_name = &from, .msg_namelen = sizeof(from), .msg_iov = &iov, .msg_iovlen = 1,
+			.msg_control = &control, .msg_controllen = sizeof(control),
+		};
+		ssize_t n = fs_real.recvmsg(fd, &msg, MSG_DONTWAIT);
+		struct fs_bell_route rt = { .have_dst = false };
 		int type;
 
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0)
 			break;
-		/* network order, as bell_addr keeps it */
-		src_port = from.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&from)->sin6_port
-						      : ((struct sockaddr_in *)&from)->sin_port;
+		fs_sockaddr_key((struct sockaddr *)&from, rt.src, &rt.src_port);
+		rt.src_port = htons(rt.src_port);
+		fs_bell_route_dst(&msg, &rt);
 		type = fs_wire_bell_decode(buf, (size_t)n, ent, &count);
 		if (type == FS_BELL_RING) {
 			rung = true; /* carries nothing: a forged one only wakes us */
 		} else if (type == FS_BELL_ARM) {
 			for (unsigned j = 0; j < count; j++)
-				fs_bell_on_arm(e, &ent[j], src_port);
+				fs_bell_on_arm(e, &ent[j], &rt);
 		}
 	}
 	if (rung) {

@@ -51,8 +51,12 @@ int fs_bell_fd(void);
 void fs_bell_after_fork(void);
 
 /* Records where the peer of S rings: the address of the stream's TCP
- * connection PEER, and the port of its HELLO (0: it has no doorbell). */
-void fs_bell_set_peer(struct fs_stream *s, const struct sockaddr *peer, uint16_t port);
+ * connection PEER, and the port of its HELLO (0: it has no doorbell); and
+ * LOCAL, our address of that connection. Datagrams between the two
+ * doorbells travel between the connection's two addresses, and an ARM is
+ * taken only from the peer's address and doorbell port, to our address,
+ * with the stream's token. */
+void fs_bell_set_peer(struct fs_stream *s, const struct sockaddr *peer, const struct sockaddr *local, uint16_t port);
 
 /* Arms every stream not armed yet. Engine lock held; the service thread
  * calls it once the engine is idle. True when every stream is armed. */

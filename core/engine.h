@@ -165,6 +165,7 @@ struct fs_stream {
 
 	/* doorbell (core/bell.h) */
 	struct sockaddr_in6 bell_addr; /* the peer's doorbell; port 0: none */
+	uint8_t bell_local[16]; /* our address of the TCP connection (v4-mapped): doorbell datagrams go from it and must come to it */
 	uint32_t rx_msgs;      /* data-class messages received */
 	bool armed;            /* the peer rings our doorbell after its next message */
 	bool peer_armed;       /* we ring the peer's after our next message */

@@ -228,12 +228,13 @@ static void fs_fill_hello(struct fs_hello *h, uint32_t magic, struct fs_engine *
  * and the doorbell port of its HELLO. Engine lock held. */
 static void fs_note_peer_bell(int fd, struct fs_stream *st, uint16_t port)
 {
-	struct sockaddr_storage peer;
-	socklen_t len = sizeof(peer);
+	struct sockaddr_storage peer, local;
+	socklen_t len = sizeof(peer), llen = sizeof(local);
 
-	if (fs_real.getpeername(fd, (struct sockaddr *)&peer, &len))
+	if (fs_real.getpeername(fd, (struct sockaddr *)&peer, &len) ||
+	    fs_real.getsockname(fd, (struct sockaddr *)&local, &llen))
 		port = 0;
-	fs_bell_set_peer(st, (struct sockaddr *)&peer, port);
+	fs_bell_set_peer(st, (struct sockaddr *)&peer, (struct sockaddr *)&local, port);
 }
 
 /* The fallback counter of a refusal, on either side. */

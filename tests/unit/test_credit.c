@@ -19,7 +19,9 @@
  * the wrong token is dropped; closed streams are reaped. Every loop is
  * bounded and a 30 s alarm ends a hang.
  */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -31,9 +33,11 @@
 
 #include "config/log.h"
 #include "config/params.h"
+#include "core/bell.h"
 #include "core/engine.h"
 #include "core/stats.h"
 #include "core/stream_internal.h"
+#include "core/wire.h"
 #include "preload/real.h"
 #include "tests/unit/check.h"
 
@@ -828,6 +832,100 @@ static void test_credit_retry(struct fs_stream *a, struct fs_stream *b, uint64_t
 	CHECK(f.mismatches == 0 && f.sum_sent == f.sum_received);
 }
 
+/* Sends an ARM for S (seen all it sent: no ring due) to our own doorbell
+ * on 127.0.0.1, from FD (the doorbell itself, or another socket) with
+ * source address SRC, to DST, with TOKEN. */
+static void bell_send_arm(int fd, const struct fs_stream *s, uint32_t token, const char *src, const char *dst)
+{
+	struct fs_bell_entry ent = { .stream_id = s->id, .token = token, .data_seen = s->tx_seq,
+				     .ctrl_seen = s->ctrl_sent };
+	uint8_t buf[FS_WIRE_BELL_LEN_MAX];
+	int len = fs_wire_bell_encode(FS_BELL_ARM, &ent, 1, buf, sizeof(buf));
+	struct sockaddr_in6 to = { .sin6_family = AF_INET6, .sin6_port = htons(fs_bell_port()) };
+	union {
+		struct cmsghdr align;
+		char bytes[CMSG_SPACE(sizeof(struct in6_pktinfo))];
+	} control;
+	struct iovec iov = { .iov_base = buf, .iov_len = (size_t)len };
+	struct msghdr msg = { .msg_name = &to, .msg_namelen = sizeof(to), .msg_iov = &iov, .msg_iovlen = 1,
+			      .msg_control = &control, .msg_controllen = sizeof(control) };
+	struct cmsghdr *c = (struct cmsghdr *)&control;
+	struct in6_pktinfo info = { 0 };
+	char mapped[64];
+
+	memset(&control, 0, sizeof(control));
+	snprintf(mapped, sizeof(mapped), "::ffff:%s", dst);
+	inet_pton(AF_INET6, mapped, &to.sin6_addr);
+	snprintf(mapped, sizeof(mapped), "::ffff:%s", src);
+	inet_pton(AF_INET6, mapped, &info.ipi6_addr);
+	c->cmsg_level = IPPROTO_IPV6;
+	c->cmsg_type = IPV6_PKTINFO;
+	c->cmsg_len = CMSG_LEN(sizeof(info));
+	memcpy(CMSG_DATA(c), &info, sizeof(info));
+	CHECK(len > 0 && fs_real.sendmsg(fd, &msg, 0) == len);
+}
+
+/* Whether B counts as armed by its peer after the datagrams sent so far
+ * were read (by the service thread or here), and S's drop count since. */
+static bool bell_armed_after(struct fs_stream *b)
+{
+	bool armed;
+
+	usleep(20000);
+	fs_bell_drain(engine);
+	pthread_mutex_lock(&engine->lock);
+	armed = b->peer_armed;
+	pthread_mutex_unlock(&engine->lock);
+	return armed;
+}
+
+/* Doorbell ARMs are taken only from the peer's doorbell port and the
+ * address of the TCP connection's peer, to ours, with the stream's token
+ * (issue 16). B's "TCP connection" here is 127.0.0.1 to 127.0.0.1 and its
+ * peer's doorbell is our own; 127.0.0.5 is another address of this host
+ * (all of 127/8 is). */
+static void test_bell_forged(struct fs_stream *b)
+{
+	struct sockaddr_in peer = { .sin_family = AF_INET }, local = { .sin_family = AF_INET };
+	uint16_t port = fs_bell_port();
+	uint64_t dropped = fs_stats.msgs_dropped;
+	int bell = fs_bell_fd(), stranger = fs_real.socket(AF_INET6, SOCK_DGRAM, 0), off = 0;
+	bool wrong_port, wrong_src, wrong_dst, wrong_token, right;
+
+	CHECK(port != 0 && bell >= 0 && stranger >= 0);
+	if (!port || bell < 0 || stranger < 0)
+		return;
+	fs_real.setsockopt(stranger, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof(off));
+	inet_pton(AF_INET, "127.0.0.1", &peer.sin_addr);
+	local = peer;
+	pthread_mutex_lock(&engine->lock);
+	fs_bell_set_peer(b, (struct sockaddr *)&peer, (struct sockaddr *)&local, port);
+	b->peer_armed = false;
+	pthread_mutex_unlock(&engine->lock);
+
+	bell_send_arm(stranger, b, (uint32_t)b->token, "127.0.0.1", "127.0.0.1"); /* another port */
+	wrong_port = bell_armed_after(b);
+	bell_send_arm(bell, b, (uint32_t)b->token, "127.0.0.5", "127.0.0.1"); /* another source */
+	wrong_src = bell_armed_after(b);
+	bell_send_arm(bell, b, (uint32_t)b->token, "127.0.0.1", "127.0.0.5"); /* to another address of ours */
+	wrong_dst = bell_armed_after(b);
+	bell_send_arm(bell, b, (uint32_t)b->token + 1, "127.0.0.1", "127.0.0.1");
+	wrong_token = bell_armed_after(b);
+	bell_send_arm(bell, b, (uint32_t)b->token, "127.0.0.1", "127.0.0.1");
+	right = bell_armed_after(b);
+	printf("forged ARMs taken: other port %d, other source %d, other destination %d, other token %d; "
+	       "the peer's own taken %d; dropped %llu\n",
+	       wrong_port, wrong_src, wrong_dst, wrong_token, right,
+	       (unsigned long long)(fs_stats.msgs_dropped - dropped));
+	CHECK(!wrong_port && !wrong_src && !wrong_dst && !wrong_token && right);
+	CHECK(fs_stats.msgs_dropped - dropped == 3);
+	pthread_mutex_lock(&engine->lock);
+	b->peer_armed = false;
+	fs_bell_set_peer(b, NULL, NULL, 0);
+	pthread_mutex_unlock(&engine->lock);
+	fs_real.close(stranger);
+}
+
 /* A reader that closes with announced payloads unread (FS_MSG_PULL) must
  * still receive them, into its own buffers, or they would wait at the
  * provider, holding the sender's buffers, forever: the sender's payload
@@ -937,6 +1035,7 @@ int main(void)
 		test_stale_pull(a, b, 350);
 		test_edges(a, b, 360);
 		test_credit_retry(a, b, 370);
+		test_bell_forged(b);
 		test_waitall(a, b, 400);
 		test_quiescent(a, b);
 		test_shutdown(a, b, 500);
