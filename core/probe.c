@@ -1201,9 +1201,8 @@ static void fs_listener_answer(struct fs_listener *l, const uint8_t *pkt, ssize_
 		return;
 	}
 	fs_sockaddr_key((const struct sockaddr *)from, src, &src_port);
-	/* The datagram must come from the address and port it speaks for
-	 * (fs_probe_start binds its UDP socket so). */
-	if (memcmp(src, ask.client_addr, 16) != 0 || src_port != ask.client_port) {
+	/* The datagram must come from the address it speaks for. */
+	if (memcmp(src, ask.client_addr, 16) != 0) {
 		FS_STAT_INC(probes_bad);
 		return;
 	}
@@ -1338,17 +1337,12 @@ int fs_probe_start(struct fs_probe_client *pc, int fd, const struct sockaddr *pe
 	udp = fs_real.socket(local.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (udp < 0)
 		return -errno;
-	/* Send from the TCP connection's own address and port (UDP's port
-	 * numbers are apart from TCP's), so that the server can check that
-	 * the probe speaks for this connection. SO_REUSEADDR: TCP lets one
-	 * local port serve connections to different servers, whose probes
-	 * then share it (each connected UDP socket gets its own answers).
-	 * A port some other UDP socket holds alone: no probe, TCP. */
-	{
-		int on = 1;
-
-		fs_real.setsockopt(udp, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
-	}
+	/* Send from the TCP connection's own address so the server can check
+	 * that the probe speaks for this connection. */
+	if (local.ss_family == AF_INET)
+		((struct sockaddr_in *)&local)->sin_port = 0;
+	else
+		((struct sockaddr_in6 *)&local)->sin6_port = 0;
 	if (fs_real.bind(udp, (struct sockaddr *)&local, len) || fs_real.connect(udp, peer, peerlen) ||
 	    fs_real.send(udp, pkt, sizeof(pkt), MSG_NOSIGNAL) != (ssize_t)sizeof(pkt)) {
 		int err = -errno;
