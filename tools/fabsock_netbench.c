@@ -312,17 +312,23 @@ static int run_pingpong(uint32_t size, double seconds)
 	return 0;
 }
 
-/* One connection: connect, request + 1 byte, 1 byte back, close. */
+/* One connection: connect, request + 1 byte, 1 byte back, close. The
+ * byte differs from one connection to the next, and the echo must be it. */
 static double one_connection(void)
 {
-	unsigned char msg[REQUEST_SIZE + 1];
+	static unsigned seq;
+	unsigned char msg[REQUEST_SIZE + 1], sent = (unsigned char)(seq++ * 131u + 7u);
 	double t0 = now_sec();
 	int fd = connect_to();
 
 	encode_request(msg, OP_ECHO, 1);
-	msg[REQUEST_SIZE] = 'c';
+	msg[REQUEST_SIZE] = sent;
 	if (fullio_write(fd, msg, sizeof(msg)) < 0 || fullio_read(fd, msg, 1) < 0)
 		die("connection round trip");
+	if (msg[0] != sent) {
+		fprintf(stderr, "fabsock-netbench: connection %u: echoed byte %#x, sent %#x\n", seq, msg[0], sent);
+		exit(1);
+	}
 	close(fd);
 	return (now_sec() - t0) * 1e6;
 }

@@ -5,7 +5,9 @@
 # after ~340 connections with only 8 open at once: closed streams kept
 # their receives). One fabsock-netbench server under the preload; CLIENTS
 # preloaded client processes at once, each making COUNT sequential
-# connections (connect, 9 bytes out, 1 byte back, close), so at most
+# connections (connect, 9 bytes out, 1 byte back, close; the byte differs
+# from one connection to the next and the client exits 1 unless the echo
+# is it), so at most
 # CLIENTS are open at a time and CLIENTS x (COUNT + 10) pass through the
 # server, many times what its endpoint's receive queue could hold if a
 # closed stream kept its receives. Every connection must be offloaded on

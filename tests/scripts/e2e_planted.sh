@@ -10,8 +10,9 @@
 # server neither dies nor hangs, it refuses the file (probe_tables_refused
 # = 1) and leaves it as it was (the symlink's target untouched), the
 # connection stays on kernel TCP (nothing offloaded), and the echo is
-# byte-exact (sha256). A control run with nothing planted offloads, and the
-# server leaves no table behind. Then, as nobody, a HELLO naming a file
+# byte-exact (sha256). A control run with nothing planted offloads (the
+# MiB crosses the fabric both ways: fabric_rx_bytes), and the server leaves
+# no table behind. Then, as nobody, a HELLO naming a file
 # nobody wrote in /dev/shm, against a root server: refused, server alive.
 # Needs root.
 . "$(dirname "$0")/lib.sh"
@@ -98,8 +99,14 @@ run_case() { # KIND (none|empty|random|symlink)
 	refused=$(fs_stat "$dir/server.err" probe_tables_refused)
 	off=$(fs_stat "$dir/server.err" offloaded)
 	if [ "$kind" = none ]; then
+		local srx crx
 		[ "${refused:-x}" = 0 ] && [ "${off:-x}" = 1 ] ||
 			fs_fail "$kind: server stats probe_tables_refused=${refused:-none} offloaded=${off:-none}, expected 0 and 1"
+		# the MiB went over the fabric both ways, not over the kernel connection
+		srx=$(fs_stat "$dir/server.err" fabric_rx_bytes)
+		crx=$(fs_stat "$dir/client.err" fabric_rx_bytes)
+		[ "${srx:-0}" -ge "$SIZE" ] && [ "${crx:-0}" -ge "$SIZE" ] ||
+			fs_fail "$kind: fabric bytes received: server ${srx:-none}, client ${crx:-none}, expected >= $SIZE each"
 		[ ! -e "$path" ] || fs_fail "$kind: the server left its probe table $path"
 	else
 		[ "${refused:-x}" = 1 ] && [ "${off:-x}" = 0 ] ||
