@@ -14,12 +14,27 @@
 # server exits on SIGTERM and its stats line must count the abuse:
 # probes_bad >= 1 and fallback_bad_hello >= 1.
 #
+# Run as root (as CI does), the attacker is another local user: the server
+# runs as root, the raw peer and the doorbell flood as nobody.
+#
 # fs_stream's server cannot be the target: it checks its own 32-byte framing
 # and fails on foreign bytes, so fs_rawpeer carries a plain echo server.
 . "$(dirname "$0")/lib.sh"
 
 RAW=$FS_PROGS/fs_rawpeer
 [ -x "$RAW" ] || fs_skip "$RAW not built"
+ATTACKER=(env -u LD_PRELOAD)
+ATTACKER_RAW=$RAW
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
+	chmod 755 "$FS_TMP"
+	cp "$RAW" "$FS_TMP/fs_rawpeer"
+	chmod 755 "$FS_TMP/fs_rawpeer"
+	ATTACKER=(setpriv --reuid nobody --regid nogroup --clear-groups env -u LD_PRELOAD)
+	ATTACKER_RAW=$FS_TMP/fs_rawpeer
+	fs_log "attacker: nobody; server: root"
+else
+	fs_log "attacker and server: uid $(id -u) (not root: no other user to attack as)"
+fi
 HELLO_TIMEOUT_MS=300
 CASES="probe_flood udp_garbage spoofed garbage_after_yes truncated_hello bad_crc_hello
        oversized_hello bad_address_hello foreign_region_hello hello_without_probe"
@@ -50,7 +65,7 @@ fi
 
 for case in $CASES; do
 	rc=0
-	env -u LD_PRELOAD timeout 120 "$RAW" 127.0.0.1 "$PORT" "$case" --hello-timeout-ms "$HELLO_TIMEOUT_MS" \
+	"${ATTACKER[@]}" timeout 120 "$ATTACKER_RAW" 127.0.0.1 "$PORT" "$case" --hello-timeout-ms "$HELLO_TIMEOUT_MS" \
 		>"$FS_TMP/$case.out" 2>&1 || rc=$?
 	sed "s/^/    /" "$FS_TMP/$case.out" >&2
 	if [ "$rc" -eq 0 ] && grep -q "^PASS $case" "$FS_TMP/$case.out"; then
@@ -101,7 +116,7 @@ if [ -z "$bell_port" ]; then
 else
 	version=$(sed -n 's/^#define FS_WIRE_VERSION \([0-9]*\).*/\1/p' "$(dirname "$0")/../../core/wire.h")
 	rss0=$(awk '/^VmRSS:/ { print $2 }' "/proc/$SRV/status")
-	timeout 60 python3 - "$bell_port" "$BELL_FLOOD" "$version" <<'PY'
+	"${ATTACKER[@]}" timeout 60 python3 - "$bell_port" "$BELL_FLOOD" "$version" <<'PY'
 import os, random, socket, struct, sys
 port, count, version = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 random.seed(7)
