@@ -1147,6 +1147,61 @@ out:
 	return 0;
 }
 
+/*
+ * probe_storm: well-formed probes as fast as one socket sends them, for
+ * $FS_STORM_SEC seconds (default 3, at most 60), each claiming our address
+ * and a random port, none answered by us (a rate limit's worth and more:
+ * the listener answers FS_PROBE_RATE_PER_SEC a second). Prints the count,
+ * the rate, and when the storm ended on CLOCK_MONOTONIC (seconds), for the
+ * script to measure how long a legitimate client stays off the fabric.
+ */
+static int rp_parse_uint(const char *text, unsigned long max, unsigned long *out);
+
+static int rp_case_probe_storm(struct rp_ctx *ctx, const char *name)
+{
+	struct fs_probe ask;
+	uint8_t req[FS_WIRE_PROBE_LEN];
+	const char *env = getenv("FS_STORM_SEC");
+	unsigned long seconds = 3;
+	int64_t start, end;
+	size_t sent = 0;
+	int tcp_fd, ufd, small = 4096;
+
+	if (env && (rp_parse_uint(env, 60, &seconds) != 0 || seconds == 0)) {
+		rp_fail(ctx, name, "FS_STORM_SEC=%s: 1 to 60 seconds", env);
+		return 0;
+	}
+	tcp_fd = rp_tcp_connect(ctx, name); /* for our own address */
+	if (tcp_fd < 0)
+		return -1;
+	ufd = socket(ctx->server.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (ufd < 0 || rp_probe_for(tcp_fd, 0, &ask) < 0 ||
+	    connect(ufd, (const struct sockaddr *)&ctx->server, ctx->server_len) < 0) {
+		rp_fail(ctx, name, "cannot set up the storm: %s", strerror(errno));
+		goto out;
+	}
+	setsockopt(ufd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)); /* answers: dropped */
+	start = rp_now_ms();
+	end = start + (int64_t)seconds * 1000;
+	while (rp_now_ms() < end) {
+		for (int burst = 0; burst < 256; burst++) {
+			ask.nonce = rp_rand(ctx);
+			ask.client_port = (uint16_t)(1024 + rp_rand(ctx) % 64000);
+			fs_wire_probe_encode(&ask, req, sizeof(req));
+			if (send(ufd, req, sizeof(req), MSG_DONTWAIT) == (ssize_t)sizeof(req))
+				sent++;
+		}
+	}
+	end = rp_now_ms();
+	rp_pass(ctx, name, "%zu probes in %lld ms, rate=%.0f ended_at=%.3f", sent, (long long)(end - start),
+		(double)sent * 1000.0 / (double)(end - start > 0 ? end - start : 1), (double)end / 1000.0);
+out:
+	if (ufd >= 0)
+		close(ufd);
+	close(tcp_fd);
+	return 0;
+}
+
 /* ---- the well-behaved side: run these under the preload ---------------- */
 
 /* FNV-1a 64 over a byte stream. */
@@ -1427,6 +1482,7 @@ static const struct rp_case fs_rawpeer_cases[] = {
 	{ "bad_address_hello", rp_case_bad_address_hello },
 	{ "foreign_region_hello", rp_case_foreign_region_hello },
 	{ "hello_without_probe", rp_case_hello_without_probe },
+	{ "probe_storm", rp_case_probe_storm },
 };
 #define RP_CASE_COUNT (sizeof(fs_rawpeer_cases) / sizeof(fs_rawpeer_cases[0]))
 
@@ -1542,6 +1598,8 @@ int main(int argc, char **argv)
 	for (size_t c = 0; c < RP_CASE_COUNT && !ran; c++) {
 		if (strcmp(case_name, "all") && strcmp(case_name, fs_rawpeer_cases[c].name))
 			continue;
+		if (!strcmp(case_name, "all") && !strcmp(fs_rawpeer_cases[c].name, "probe_storm"))
+			continue; /* seconds of load: only when asked for (e2e_probestorm) */
 		fs_rawpeer_cases[c].run(&ctx, fs_rawpeer_cases[c].name);
 		if (strcmp(case_name, "all"))
 			ran = true;
