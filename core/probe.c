@@ -70,6 +70,9 @@ struct fs_listener {
 	unsigned bucket_used;
 	bool closed; /* the application closed the listening socket (atomic) */
 	int table_fd; /* a private table's memfd (internal, CLOEXEC), or -1 */
+	/* the table's lock was held past FS_PROBE_TABLE_LOCK_MS: until then
+	 * (atomic), tries do not wait (fs_table_lock) */
+	uint64_t table_stuck_until_ns;
 	struct fs_listener *next;
 };
 
@@ -93,14 +96,50 @@ void fs_sockaddr_key(const struct sockaddr *sa, uint8_t addr[16], uint16_t *port
 
 /* ---- the shared record table ------------------------------------------- */
 
-static int fs_table_lock(struct fs_probe_table *t)
-{
-	int ret = pthread_mutex_lock(&t->lock);
+/* How long a table's lock may be waited for. Every holder keeps it for a
+ * lookup or two (microseconds); a process that keeps it longer (stopped
+ * under a debugger, or one of our user's processes holding it on purpose)
+ * costs each connection of the listener this much, then TCP. */
+#define FS_PROBE_TABLE_LOCK_MS 1000
 
+#define FS_PROBE_TABLE_STUCK_NS (5ull * 1000000000ull)
+
+static int fs_table_lock(struct fs_listener *l)
+{
+	struct fs_probe_table *t = l->table;
+	struct timespec until;
+	int ret;
+
+	if (__atomic_load_n(&l->table_stuck_until_ns, __ATOMIC_RELAXED) > fs_now_ns()) {
+		/* held too long a moment ago: no more waiting (the service
+		 * thread answers every listener's probes) until it has been
+		 * seen free again */
+		ret = pthread_mutex_trylock(&t->lock);
+		if (ret == EOWNERDEAD) {
+			pthread_mutex_consistent(&t->lock);
+			ret = 0;
+		}
+		if (ret == 0)
+			__atomic_store_n(&l->table_stuck_until_ns, 0, __ATOMIC_RELAXED);
+		return ret;
+	}
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += FS_PROBE_TABLE_LOCK_MS / 1000;
+	until.tv_nsec += (FS_PROBE_TABLE_LOCK_MS % 1000) * 1000000L;
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
+	}
+	ret = pthread_mutex_timedlock(&t->lock, &until);
 	if (ret == EOWNERDEAD) {
 		/* A process died holding it: records are plain data, still valid. */
 		pthread_mutex_consistent(&t->lock);
 		ret = 0;
+	}
+	if (ret == ETIMEDOUT) {
+		__atomic_store_n(&l->table_stuck_until_ns, fs_now_ns() + FS_PROBE_TABLE_STUCK_NS, __ATOMIC_RELAXED);
+		FS_WARN_ONCE("a probe table's lock was held for over %d ms: its listener's connections stay on "
+			     "kernel TCP while it is", FS_PROBE_TABLE_LOCK_MS);
 	}
 	return ret;
 }
@@ -138,7 +177,7 @@ enum fs_rec_state fs_listener_claim_tcp(struct fs_listener *l, const uint8_t add
 	struct fs_probe_rec *r;
 	enum fs_rec_state state = FS_REC_TCP;
 
-	if (fs_table_lock(l->table))
+	if (fs_table_lock(l))
 		return FS_REC_TCP;
 	r = fs_table_find(l->table, addr, port, true);
 	if (r) {
@@ -160,7 +199,7 @@ enum fs_rec_state fs_listener_lookup(struct fs_listener *l, const uint8_t addr[1
 	struct fs_probe_rec *r;
 	enum fs_rec_state state = FS_REC_NONE;
 
-	if (fs_table_lock(l->table))
+	if (fs_table_lock(l))
 		return FS_REC_NONE;
 	r = fs_table_find(l->table, addr, port, false);
 	if (r) {
@@ -176,7 +215,7 @@ void fs_listener_forget(struct fs_listener *l, const uint8_t addr[16], uint16_t 
 {
 	struct fs_probe_rec *r;
 
-	if (fs_table_lock(l->table))
+	if (fs_table_lock(l))
 		return;
 	r = fs_table_find(l->table, addr, port, false);
 	if (r) {
@@ -195,7 +234,7 @@ bool fs_listener_move(struct fs_listener *l, const uint8_t addr[16], uint16_t po
 	struct fs_probe_rec *r;
 	bool moved = false;
 
-	if (fs_table_lock(l->table))
+	if (fs_table_lock(l))
 		return false;
 	r = fs_table_find(l->table, addr, port, from == FS_REC_NONE);
 	if (r && r->state == from) {
@@ -1210,7 +1249,7 @@ static void fs_listener_answer(struct fs_listener *l, const uint8_t *pkt, ssize_
 		bool ok = false;
 
 		/* The service thread and application threads both drain probes. */
-		if (fs_table_lock(l->table) == 0) {
+		if (fs_table_lock(l) == 0) {
 			ok = fs_listener_rate_ok(l);
 			pthread_mutex_unlock(&l->table->lock);
 		}
@@ -1240,7 +1279,7 @@ static void fs_listener_answer(struct fs_listener *l, const uint8_t *pkt, ssize_
 				     "answering them unchecked");
 		}
 	}
-	if (fs_table_lock(l->table) == 0) {
+	if (fs_table_lock(l) == 0) {
 		r = fs_table_find(l->table, ask.client_addr, ask.client_port, true);
 		if (r && (r->state == FS_REC_NONE || (r->state == FS_REC_YES && r->nonce == ask.nonce))) {
 			r->state = FS_REC_YES;

@@ -12,7 +12,9 @@
 # connection stays on kernel TCP (nothing offloaded), and the echo is
 # byte-exact (sha256). A control run with nothing planted offloads (the
 # MiB crosses the fabric both ways: fabric_rx_bytes), and the server leaves
-# no table behind. Then, as nobody, a HELLO naming a file
+# no table behind. Then a live process of the server's own user holds the
+# real table's lock: connections wait at most 1 s for it, then TCP,
+# byte-exact, the server says why. Then, as nobody, a HELLO naming a file
 # nobody wrote in /dev/shm, against a root server: refused, server alive.
 # Needs root.
 . "$(dirname "$0")/lib.sh"
@@ -126,6 +128,54 @@ for kind in none empty random symlink; do
 	run_case "$kind"
 	[ "$FS_FAILS" = "$fails" ] && fs_pass "$kind"
 done
+
+# held: a live process of the server's own user takes the lock of the
+# server's real table (the mutex at the head of the file: python's ctypes)
+# and keeps it. The server must not hang: each connection waits at most
+# FS_PROBE_TABLE_LOCK_MS (1 s) for it, then stays on TCP, byte-exact, and
+# the server says why.
+cat >"$FS_TMP/holder.py" <<'EOF'
+import ctypes, mmap, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR)
+mm = mmap.mmap(fd, os.fstat(fd).st_size)
+libc = ctypes.CDLL(None)
+rc = libc.pthread_mutex_lock(ctypes.c_void_p(ctypes.addressof(ctypes.c_char.from_buffer(mm))))
+print("held", rc, flush=True)
+time.sleep(60)
+EOF
+held_case() {
+	local port path dir=$FS_TMP/held spid cpid hpid rc=0 src=0 off t0 t1
+	mkdir -p "$dir"
+	port=$(fs_free_port) || { fs_fail "held: no free port"; return 0; }
+	path=/dev/shm/fabsock-probe-$NETNS-00000000000000000000ffff7f000001-$port
+	fs_bg spid timeout -k 2 40 env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 python3 "$FS_TMP/server.py" "$port" \
+		>"$dir/server.out" 2>"$dir/server.err"
+	fs_wait_line "$dir/server.out" listening "$spid" || { fs_fail "held: the server did not listen"; return 0; }
+	[ -f "$path" ] || { fs_fail "held: the server made no table at $path"; return 0; }
+	fs_bg hpid timeout -k 2 60 python3 "$FS_TMP/holder.py" "$path" >"$dir/holder.out" 2>"$dir/holder.err"
+	fs_wait_line "$dir/holder.out" "held 0" "$hpid" ||
+		{ fs_fail "held: the holder did not take the lock: $(cat "$dir/holder.out" "$dir/holder.err")"; return 0; }
+	t0=$(date +%s%N)
+	fs_bg cpid timeout -k 2 30 env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 python3 "$FS_TMP/client.py" "$port" "$SIZE" \
+		>"$dir/client.out" 2>"$dir/client.err"
+	fs_wait_pid "$cpid" 40 || rc=$?
+	t1=$(date +%s%N)
+	kill "$hpid" 2>/dev/null || true
+	fs_wait_pid "$spid" 20 || src=$?
+	[ "$rc" = 0 ] && [ "$src" = 0 ] ||
+		fs_fail "held: client exit $rc, server exit $src (a hang is 124): $(grep -hv ': stats:' "$dir/server.err" "$dir/client.err" | tail -n 3 | tr '\n' ' ')"
+	read -r _ sent _ got len <"$dir/client.out" || true
+	[ -n "${sent:-}" ] && [ "${sent:-}" = "${got:-}" ] && [ "${len:-}" = "$SIZE" ] ||
+		fs_fail "held: echo differs (sent ${sent:-?}, got ${got:-?}, ${len:-?} bytes)"
+	off=$(fs_stat "$dir/server.err" offloaded)
+	[ "${off:-x}" = 0 ] || fs_fail "held: server offloaded=${off:-none}, expected 0 (its table was held)"
+	grep -q "probe table's lock was held" "$dir/server.err" || fs_fail "held: the server did not say why"
+	fs_log "held: the connection took $(((t1 - t0) / 1000000)) ms with the table's lock held by another process"
+	return 0
+}
+fails=$FS_FAILS
+held_case
+[ "$FS_FAILS" = "$fails" ] && fs_pass "held"
 
 # A HELLO naming a region file another user made (issue 16, item 1, as
 # nobody against a root server): fs_rawpeer, run as nobody without the
