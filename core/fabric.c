@@ -284,7 +284,9 @@ bool fs_pid_alive(long pid)
 
 /* Removes the shm regions of our PID namespace whose owner pid is not
  * alive (OWN false), or that carry this process's pid (OWN true: the
- * previous program's, after exec). */
+ * previous program's, after exec). Only files of our effective uid: a
+ * root process does not remove what another user put there under a name
+ * like ours (that user's own processes clean theirs). */
 static void fs_shm_clean(bool own)
 {
 	char prefix[64];
@@ -297,10 +299,13 @@ static void fs_shm_clean(bool own)
 	while ((de = readdir(dir))) {
 		char path[512];
 		long pid = fs_shm_name_pid(de->d_name, prefix, plen);
+		struct stat st;
 
 		if (!pid || (own ? pid != getpid() : pid == getpid() || fs_pid_alive(pid)))
 			continue;
 		snprintf(path, sizeof(path), "/dev/shm/%s", de->d_name);
+		if (lstat(path, &st) || !S_ISREG(st.st_mode) || st.st_uid != geteuid())
+			continue;
 		if (unlink(path) == 0)
 			FS_INFO("removed shm region %s of %s", de->d_name,
 				own ? "this process's previous program (exec)" : "a dead process");

@@ -1027,7 +1027,7 @@ int fs_listener_exec_fd(struct fs_listener *l)
 	if (l->table_fd >= 0)
 		fd = fs_real.fcntl(l->table_fd, F_DUPFD_CLOEXEC, 0);
 	else if (l->shared_table)
-		fd = open(l->table_path, O_RDWR | O_CLOEXEC);
+		fd = open(l->table_path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return -1;
 	out = fs_internal_fd(fd);

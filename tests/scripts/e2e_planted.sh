@@ -12,7 +12,8 @@
 # connection stays on kernel TCP (nothing offloaded), and the echo is
 # byte-exact (sha256). A control run with nothing planted offloads (the
 # MiB crosses the fabric both ways: fabric_rx_bytes), and the server leaves
-# no table behind. Then a live process of the server's own user holds the
+# no table behind; a file of nobody's named like a dead process's shm
+# region is still there afterwards. Then a live process of the server's own user holds the
 # real table's lock: connections wait at most 1 s for it, then TCP,
 # byte-exact, the server says why. Then, as nobody, a HELLO naming a file
 # nobody wrote in /dev/shm, against a root server: refused, server alive.
@@ -123,11 +124,27 @@ run_case() { # KIND (none|empty|random|symlink)
 	return 0
 }
 
+# Another user's file under the name of a dead process's shm region: a
+# root process opening its shm rail removes the regions of dead processes
+# (fs_shm_clean), and must leave this one alone (it is not root's).
+PIDNS=$(stat -L -c %i /proc/self/ns/pid)
+DEADPID=4000000
+while kill -0 "$DEADPID" 2>/dev/null; do DEADPID=$((DEADPID + 1)); done
+FOREIGN_REGION=/dev/shm/fabsock-$PIDNS-$DEADPID-0badf00d
+setpriv --reuid nobody --regid nogroup --clear-groups sh -c "printf 'nobody data\n' >$FOREIGN_REGION"
+
 for kind in none empty random symlink; do
 	fails=$FS_FAILS
 	run_case "$kind"
 	[ "$FS_FAILS" = "$fails" ] && fs_pass "$kind"
 done
+
+if [ -f "$FOREIGN_REGION" ] && [ "$(stat -c %U "$FOREIGN_REGION")" = nobody ]; then
+	fs_pass "nobody's file named like a dead process's region: left alone by root's cleanup"
+else
+	fs_fail "nobody's file $FOREIGN_REGION (named like a dead process's region) was removed by a root process"
+fi
+rm -f "$FOREIGN_REGION"
 
 # held: a live process of the server's own user takes the lock of the
 # server's real table (the mutex at the head of the file: python's ctypes)
