@@ -106,11 +106,12 @@ fs_wait_listen() {
 	return 1
 }
 
-# Waits (at most 10 s) until FILE has a line matching PATTERN while PID
-# lives (a line written just before it exited counts). Returns 0 or 1.
-fs_wait_line() { # FILE PATTERN PID
+# Waits (at most SEC seconds, 10 if not given) until FILE has a line
+# matching PATTERN while PID lives (a line written just before it exited
+# counts). Returns 0 or 1.
+fs_wait_line() { # FILE PATTERN PID [SEC]
 	local i
-	for i in $(seq 1 200); do
+	for i in $(seq 1 $((${4:-10} * 20))); do
 		grep -q "$2" "$1" 2>/dev/null && return 0
 		kill -0 "$3" 2>/dev/null || { grep -q "$2" "$1" 2>/dev/null; return; }
 		sleep 0.05

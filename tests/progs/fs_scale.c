@@ -1,0 +1,225 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fs_scale: many concurrent connections through one server process (issue
+ * 14's measure: how many streams one process offloads, and what an idle
+ * connection costs in memory on each end).
+ *
+ *   fs_scale server
+ *       One epoll loop (level-triggered, nonblocking) on 127.0.0.1, an
+ *       ephemeral port: prints "listening port=P", echoes every byte of every
+ *       connection, and on SIGTERM prints "accepted=A closed=C" and leaves by
+ *       exit(0) (so a preloaded library's exit handlers run).
+ *   fs_scale client PORT N SIZE GOFILE
+ *       Opens N connections one after another; on each, writes SIZE bytes of
+ *       a pattern keyed by the connection's index and reads the echo back,
+ *       checking every byte (FNV-1a). All N stay open; it prints
+ *       "held N setup_ms=T rss_before_kib=R0 rss_held_kib=R1" and waits until
+ *       GOFILE exists (at most 300 s), then closes them all and prints
+ *       "PASS client N" (or FAIL lines; exit 1).
+ * Plain blocking calls in the client, epoll in the server: the same program
+ * runs under kernel TCP and under the preload.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fullio.h"
+
+#define SC_MAX_CONNS 65536
+#define SC_MAX_SIZE (1u << 20)
+#define SC_GO_WAIT_SEC 300
+
+static volatile sig_atomic_t sc_stop;
+
+static void sc_on_term(int sig)
+{
+	(void)sig;
+	sc_stop = 1;
+}
+
+static double sc_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
+}
+
+static long sc_rss_kib(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	long kib = -1;
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmRSS: %ld", &kib) == 1)
+			break;
+	fclose(f);
+	return kib;
+}
+
+static int sc_server(void)
+{
+	struct sockaddr_in addr = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(addr);
+	struct sigaction sa = { .sa_handler = sc_on_term };
+	static char buf[65536];
+	struct epoll_event ev, events[256];
+	long accepted = 0, closed = 0;
+	int lfd, ep, one = 1;
+
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+	ep = epoll_create1(0);
+	if (lfd < 0 || ep < 0)
+		return perror("socket/epoll_create1"), 1;
+	setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(lfd, (struct sockaddr *)&addr, sizeof(addr)) || listen(lfd, 4096) ||
+	    getsockname(lfd, (struct sockaddr *)&addr, &len))
+		return perror("bind/listen"), 1;
+	ev.events = EPOLLIN;
+	ev.data.fd = lfd;
+	if (epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev))
+		return perror("epoll_ctl"), 1;
+	printf("listening port=%d\n", ntohs(addr.sin_port));
+	fflush(stdout);
+	while (!sc_stop) {
+		int n = epoll_wait(ep, events, 256, 200);
+
+		for (int i = 0; i < n; i++) {
+			int fd = events[i].data.fd;
+
+			if (fd == lfd) {
+				int c;
+
+				while ((c = accept4(lfd, NULL, NULL, SOCK_NONBLOCK)) >= 0) {
+					ev.events = EPOLLIN;
+					ev.data.fd = c;
+					if (epoll_ctl(ep, EPOLL_CTL_ADD, c, &ev)) {
+						perror("epoll_ctl add");
+						close(c);
+						continue;
+					}
+					accepted++;
+				}
+				continue;
+			}
+			for (;;) {
+				ssize_t r = recv(fd, buf, sizeof(buf), 0);
+
+				if (r > 0) {
+					/* echo it all (a blocking wait for room is fine:
+					 * the client reads its echo before writing more) */
+					int flags = fcntl(fd, F_GETFL);
+
+					fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+					if (fullio_write(fd, buf, (size_t)r) < 0)
+						r = -1;
+					fcntl(fd, F_SETFL, flags);
+					if (r > 0)
+						continue;
+				}
+				if (r < 0 && (errno == EAGAIN || errno == EINTR))
+					break;
+				epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL);
+				close(fd);
+				closed++;
+				break;
+			}
+		}
+	}
+	printf("accepted=%ld closed=%ld\n", accepted, closed);
+	fflush(stdout);
+	exit(0);
+}
+
+static uint8_t sc_pattern(unsigned conn, size_t off)
+{
+	uint32_t x = conn * 2654435761u + (uint32_t)off * 40503u + 17u;
+
+	return (uint8_t)(x ^ (x >> 13) ^ (x >> 24));
+}
+
+static uint64_t sc_fnv(uint64_t h, const uint8_t *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ p[i]) * 0x100000001b3ull;
+	return h;
+}
+
+static int sc_client(int port, unsigned n, size_t size, const char *gofile)
+{
+	struct sockaddr_in addr = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+				    .sin_port = htons((uint16_t)port) };
+	uint8_t *out = malloc(size), *in = malloc(size);
+	int *fds = calloc(n, sizeof(*fds));
+	long rss_before = sc_rss_kib(), rss_held;
+	unsigned fails = 0;
+	double t0 = sc_now_ms(), setup;
+
+	if (!out || !in || !fds)
+		return fprintf(stderr, "out of memory\n"), 1;
+	for (unsigned i = 0; i < n; i++) {
+		fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+		if (fds[i] < 0 || connect(fds[i], (struct sockaddr *)&addr, sizeof(addr))) {
+			printf("FAIL connection %u: %s\n", i, strerror(errno));
+			return 1;
+		}
+		for (size_t k = 0; k < size; k++)
+			out[k] = sc_pattern(i, k);
+		if (fullio_write(fds[i], out, size) || fullio_read(fds[i], in, size)) {
+			printf("FAIL connection %u: echo: %s\n", i, errno ? strerror(errno) : "EOF");
+			return 1;
+		}
+		if (sc_fnv(0xcbf29ce484222325ull, in, size) != sc_fnv(0xcbf29ce484222325ull, out, size) &&
+		    fails++ < 5)
+			printf("FAIL connection %u: the echo differs\n", i);
+	}
+	setup = sc_now_ms() - t0;
+	rss_held = sc_rss_kib();
+	printf("held %u setup_ms=%.0f rss_before_kib=%ld rss_held_kib=%ld\n", n, setup, rss_before, rss_held);
+	fflush(stdout);
+	for (int waited = 0; access(gofile, F_OK) != 0; waited++) {
+		if (waited > SC_GO_WAIT_SEC * 20) {
+			printf("FAIL nobody said go in %d s\n", SC_GO_WAIT_SEC);
+			return 1;
+		}
+		usleep(50000);
+	}
+	for (unsigned i = 0; i < n; i++)
+		close(fds[i]);
+	if (fails)
+		return 1;
+	printf("PASS client %u\n", n);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc == 2 && strcmp(argv[1], "server") == 0)
+		return sc_server();
+	if (argc == 6 && strcmp(argv[1], "client") == 0) {
+		long port = atol(argv[2]), n = atol(argv[3]), size = atol(argv[4]);
+
+		if (port <= 0 || port > 65535 || n <= 0 || n > SC_MAX_CONNS || size <= 0 || size > SC_MAX_SIZE) {
+			fprintf(stderr, "fs_scale: bad PORT, N (1..%d) or SIZE (1..%u)\n", SC_MAX_CONNS, SC_MAX_SIZE);
+			return 2;
+		}
+		return sc_client((int)port, (unsigned)n, (size_t)size, argv[5]);
+	}
+	fprintf(stderr, "usage: fs_scale server | fs_scale client PORT N SIZE GOFILE\n");
+	return 2;
+}
