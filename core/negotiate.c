@@ -626,8 +626,13 @@ static int fs_server_expect_hello(struct fs_sock *s, const struct fs_probe_rec *
 			ret = fs_peek_message(s->fd, FS_WIRE_HELLO_MAGIC, &hello,
 					      fs_now_ns() + fs_params.hello_timeout_ms * FS_MS, &got);
 	}
-	if (ret > 0 && (vouched || (rec && hello.nonce == rec->nonce)))
+	if (ret > 0 && (vouched || (rec && hello.nonce == rec->nonce))) {
+		/* the record did its work: from now on it only answers a late
+		 * probe NO, and is kept as briefly as a settled one */
+		if (s->listener)
+			fs_listener_move(s->listener, addr, port, FS_REC_YES, FS_REC_DONE);
 		return fs_server_accept_hello(s, &hello, ret);
+	}
 	if (s->listener)
 		fs_listener_move(s->listener, addr, port, FS_REC_YES, FS_REC_TCP);
 	if (ret == -ECONNRESET) {

@@ -43,8 +43,18 @@
 #include "core/wire.h"
 #include "preload/real.h"
 
-#define FS_PROBE_TABLE_SLOTS 4096u
+/* Records of connections in negotiation, and of those settled in the last
+ * FS_PROBE_SETTLED_TTL_NS: room for a burst of 16,384 connections to one
+ * listener (a table is 640 KiB of address space, resident where used). */
+#define FS_PROBE_TABLE_SLOTS 16384u
+/* A YES waits for the server to read the connection's HELLO, however long
+ * the connection sits in the accept backlog. */
 #define FS_PROBE_REC_TTL_NS (120ull * 1000000000ull)
+/* A settled connection's record (TCP, or its HELLO read) only answers a
+ * late probe NO, and a probe comes within its client's wait of the
+ * connect (at most FS_WIRE_PROBE_WAIT_MAX_MS), which came before the
+ * server settled it: kept that long and 5 s more. */
+#define FS_PROBE_SETTLED_TTL_NS ((FS_WIRE_PROBE_WAIT_MAX_MS + 5000ull) * 1000000ull)
 #define FS_PROBE_RATE_PER_SEC 20000u
 
 #define FS_PROBE_TABLE_USERS 64
@@ -144,6 +154,43 @@ static int fs_table_lock(struct fs_listener *l)
 	return ret;
 }
 
+static bool fs_rec_stale(const struct fs_probe_rec *r, uint64_t now)
+{
+	if (r->state == FS_REC_NONE)
+		return true;
+	return now - r->stamp_ns > (r->state == FS_REC_YES ? FS_PROBE_REC_TTL_NS : FS_PROBE_SETTLED_TTL_NS);
+}
+
+/* Linear probing ends a key's chain at the first empty (NONE) slot. A
+ * stale record right before an empty slot is on no live key's chain (that
+ * chain would have to pass the empty slot), so it becomes empty too, and
+ * so on backwards from EMPTY. Without it every slot ever used stayed
+ * occupied, and each lookup of a new connection walked the whole table. */
+static void fs_table_trim(struct fs_probe_table *t, unsigned empty, uint64_t now)
+{
+	for (unsigned n = 0; n < FS_PROBE_TABLE_SLOTS; n++) {
+		unsigned prev = (empty + FS_PROBE_TABLE_SLOTS - 1) % FS_PROBE_TABLE_SLOTS;
+		struct fs_probe_rec *r = &t->rec[prev];
+
+		if (r->state == FS_REC_NONE || !fs_rec_stale(r, now))
+			return;
+		memset(r, 0, sizeof(*r));
+		empty = prev;
+	}
+}
+
+/* The first empty slot of the walk from H, among its first N + 1. */
+static struct fs_probe_rec *fs_table_first_none(struct fs_probe_table *t, uint32_t h, unsigned n)
+{
+	for (unsigned i = 0; i <= n; i++) {
+		struct fs_probe_rec *r = &t->rec[(h + i) % FS_PROBE_TABLE_SLOTS];
+
+		if (r->state == FS_REC_NONE)
+			return r;
+	}
+	return NULL;
+}
+
 static struct fs_probe_rec *fs_table_find(struct fs_probe_table *t, const uint8_t addr[16], uint16_t port,
 					  bool create)
 {
@@ -152,15 +199,24 @@ static struct fs_probe_rec *fs_table_find(struct fs_probe_table *t, const uint8_
 	struct fs_probe_rec *free_slot = NULL;
 
 	for (unsigned i = 0; i < FS_PROBE_TABLE_SLOTS; i++) {
-		struct fs_probe_rec *r = &t->rec[(h + i) % FS_PROBE_TABLE_SLOTS];
-		bool stale = r->state == FS_REC_NONE || now - r->stamp_ns > FS_PROBE_REC_TTL_NS;
+		unsigned slot = (h + i) % FS_PROBE_TABLE_SLOTS;
+		struct fs_probe_rec *r = &t->rec[slot];
+		bool stale = fs_rec_stale(r, now);
 
 		if (!stale && r->port == port && memcmp(r->addr, addr, 16) == 0)
 			return r;
+		if (r->state == FS_REC_NONE) {
+			/* end of this probe chain: what ends in stale records
+			 * before it ends here now, so chains stay short */
+			fs_table_trim(t, slot, now);
+			if (free_slot && free_slot->state == FS_REC_NONE)
+				free_slot = NULL; /* trimmed: the first NONE of the walk is as good */
+			if (!free_slot)
+				free_slot = fs_table_first_none(t, h, i);
+			break;
+		}
 		if (stale && !free_slot)
 			free_slot = r;
-		if (r->state == FS_REC_NONE)
-			break; /* end of this probe chain */
 	}
 	if (!create || !free_slot)
 		return NULL;
@@ -220,7 +276,8 @@ void fs_listener_forget(struct fs_listener *l, const uint8_t addr[16], uint16_t 
 	r = fs_table_find(l->table, addr, port, false);
 	if (r) {
 		/* Keep the slot occupied (it may be inside another key's probe
-		 * chain) but make it match nothing and be reusable. */
+		 * chain) but make it match nothing and be reusable; the next
+		 * walk that ends after it empties it (fs_table_trim). */
 		memset(r->addr, 0, sizeof(r->addr));
 		r->port = 0;
 		r->stamp_ns = 0;

@@ -9,7 +9,8 @@
 # Checks, both modes: the client passes (every echo byte-exact), the server
 # accepted and closed exactly NCONN connections and lives until told to
 # stop. fabsock mode: every connection is accounted for in the client's
-# stats (offloaded + the fallback counters = NCONN), and the server answers
+# stats (offloaded + the fallback counters = NCONN), no probe was answered
+# no (the listener's probe table holds such a burst), and the server answers
 # and offloads a fresh connection after all of them closed (their streams
 # gave back what they held). Printed, not required (issue 14's targets):
 # how many were offloaded, and the RSS per idle connection on each end
@@ -78,6 +79,9 @@ run() { # MODE
 		OFF[$mode]=${off:-0}
 		[ "$sum" = "$NCONN" ] ||
 			fs_fail "$mode: the client's stats account for $sum of $NCONN connections (offloaded=${off:-none} $(fs_stats_fallbacks "$dir/client.err"))"
+		# the listener's probe table holds a burst of this many
+		[ "$(fs_stat "$dir/client.err" fallback_probe_no)" = 0 ] ||
+			fs_fail "$mode: $(fs_stat "$dir/client.err" fallback_probe_no) probes answered no (the listener's probe table was full)"
 		fs_log "$mode: offloaded $off of $NCONN; the rest: $(fs_stats_fallbacks "$dir/client.err")"
 	else
 		OFF[$mode]=0
