@@ -17,6 +17,7 @@
 #include "core/probe.h"
 #include "core/sock.h"
 #include "core/stats.h"
+#include "core/udp.h"
 #include "core/wire.h"
 #include "preload/real.h"
 
@@ -42,14 +43,7 @@ static int fs_bell_open_locked(void)
 		ss.ss_family = (sa_family_t)families[i];
 		if (families[i] == AF_INET6)
 			fs_real.setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof(off));
-		{
-			/* the address each datagram came to (fs_bell_drain) */
-			int on = 1;
-
-			fs_real.setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &on, sizeof(on));
-			if (families[i] == AF_INET6)
-				fs_real.setsockopt(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, &on, sizeof(on));
-		}
+		fs_udp_want_dest(fd, families[i]); /* where each datagram came to (fs_bell_drain) */
 		if (fs_real.bind(fd, (struct sockaddr *)&ss, len) || fs_real.getsockname(fd, (struct sockaddr *)&ss, &len)) {
 			fs_real.close(fd);
 			continue;
@@ -143,45 +137,19 @@ static int fs_bell_send(const struct fs_stream *s, const uint8_t *buf, size_t le
 {
 	const struct sockaddr_in6 *a6 = &s->bell_addr;
 	struct sockaddr_in a4 = { .sin_family = AF_INET, .sin_port = a6->sin6_port };
-	union {
-		struct cmsghdr align;
-		char bytes[CMSG_SPACE(sizeof(struct in6_pktinfo))];
-	} control;
-	struct iovec iov = { .iov_base = (void *)buf, .iov_len = len };
-	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = &control };
-	struct cmsghdr *c = (struct cmsghdr *)&control;
 	int fd = fs_bell_fd();
 
 	if (fd < 0 || !a6->sin6_port)
 		return -1;
-	memset(&control, 0, sizeof(control));
-	if (fs_bell_family == AF_INET6) {
-		struct in6_pktinfo info = { 0 };
-
-		msg.msg_name = (void *)a6;
-		msg.msg_namelen = sizeof(*a6);
-		memcpy(&info.ipi6_addr, s->bell_local, 16);
-		c->cmsg_level = IPPROTO_IPV6;
-		c->cmsg_type = IPV6_PKTINFO;
-		c->cmsg_len = CMSG_LEN(sizeof(info));
-		memcpy(CMSG_DATA(c), &info, sizeof(info));
-		msg.msg_controllen = CMSG_SPACE(sizeof(info));
-	} else {
-		struct in_pktinfo info = { 0 };
-
-		if (!IN6_IS_ADDR_V4MAPPED(&a6->sin6_addr))
-			return -1;
-		memcpy(&a4.sin_addr, &a6->sin6_addr.s6_addr[12], 4);
-		msg.msg_name = &a4;
-		msg.msg_namelen = sizeof(a4);
-		memcpy(&info.ipi_spec_dst, s->bell_local + 12, 4);
-		c->cmsg_level = IPPROTO_IP;
-		c->cmsg_type = IP_PKTINFO;
-		c->cmsg_len = CMSG_LEN(sizeof(info));
-		memcpy(CMSG_DATA(c), &info, sizeof(info));
-		msg.msg_controllen = CMSG_SPACE(sizeof(info));
-	}
-	return fs_real.sendmsg(fd, &msg, MSG_NOSIGNAL) < 0 ? -1 : 0;
+	if (fs_bell_family == AF_INET6)
+		return fs_udp_send_from(fd, buf, len, MSG_NOSIGNAL, (const struct sockaddr *)a6, sizeof(*a6),
+					s->bell_local) < 0 ? -1 : 0;
+	if (!IN6_IS_ADDR_V4MAPPED(&a6->sin6_addr))
+		return -1;
+	memcpy(&a4.sin_addr, &a6->sin6_addr.s6_addr[12], 4);
+	return fs_udp_send_from(fd, buf, len, MSG_NOSIGNAL, (const struct sockaddr *)&a4, sizeof(a4), s->bell_local) < 0
+		       ? -1
+		       : 0;
 }
 
 void fs_bell_ring(struct fs_stream *s)
@@ -332,32 +300,6 @@ static void fs_bell_on_arm(struct fs_engine *e, const struct fs_bell_entry *ent,
 		s->peer_armed = true;
 }
 
-/* The address a datagram came to, from its IP_PKTINFO or IPV6_PKTINFO. */
-static void fs_bell_route_dst(struct msghdr *msg, struct fs_bell_route *rt)
-{
-	for (struct cmsghdr *c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR(msg, c)) {
-		if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_PKTINFO &&
-		    c->cmsg_len >= CMSG_LEN(sizeof(struct in6_pktinfo))) {
-			struct in6_pktinfo info;
-
-			memcpy(&info, CMSG_DATA(c), sizeof(info));
-			memcpy(rt->dst, &info.ipi6_addr, 16);
-			rt->have_dst = true;
-			return; /* a v4 datagram on a dual-stack socket: the mapped address */
-		}
-		if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO &&
-		    c->cmsg_len >= CMSG_LEN(sizeof(struct in_pktinfo))) {
-			struct in_pktinfo info;
-
-			memcpy(&info, CMSG_DATA(c), sizeof(info));
-			memset(rt->dst, 0, 10);
-			rt->dst[10] = rt->dst[11] = 0xff;
-			memcpy(rt->dst + 12, &info.ipi_addr, 4);
-			rt->have_dst = true;
-		}
-	}
-}
-
 void fs_bell_drain(struct fs_engine *e)
 {
 	int fd = fs_bell_fd();
@@ -398,7 +340,7 @@ void fs_bell_drain(struct fs_engine *e)
 			break;
 		fs_sockaddr_key((struct sockaddr *)&from, rt.src, &rt.src_port);
 		rt.src_port = htons(rt.src_port);
-		fs_bell_route_dst(&msg, &rt);
+		rt.have_dst = fs_udp_dest(&msg, rt.dst);
 		type = fs_wire_bell_decode(buf, (size_t)n, ent, &count);
 		if (type == FS_BELL_RING) {
 			rung = true; /* carries nothing: a forged one only wakes us */

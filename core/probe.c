@@ -40,6 +40,7 @@
 #include "core/sigs.h"
 #include "core/sock.h"
 #include "core/stats.h"
+#include "core/udp.h"
 #include "core/wire.h"
 #include "preload/real.h"
 
@@ -1055,14 +1056,7 @@ struct fs_listener *fs_listener_open(int fd)
 		__atomic_store_n(&l->table->ready, 1, __ATOMIC_RELEASE);
 	}
 	l->udp_fd = udp;
-	{
-		int on = 1;
-
-		/* learn which local address each probe was sent to */
-		if (ss.ss_family == AF_INET6)
-			fs_real.setsockopt(udp, IPPROTO_IPV6, IPV6_RECVPKTINFO, &on, sizeof(on));
-		fs_real.setsockopt(udp, IPPROTO_IP, IP_PKTINFO, &on, sizeof(on));
-	}
+	fs_udp_want_dest(udp, ss.ss_family); /* which local address each probe was sent to */
 	l->refs = 1;
 	l->pid = getpid();
 	l->port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
@@ -1354,9 +1348,13 @@ static void fs_listener_answer(struct fs_listener *l, const uint8_t *pkt, ssize_
 reply:
 	reply = ask;
 	reply.type = answer;
+	/* from the address the probe came to: the client's UDP socket is
+	 * connected to it, and a listener on the wildcard address would
+	 * otherwise answer from its route's (a client of 127.0.0.2, or of a
+	 * host's second address, never heard the answer) */
 	if (fs_wire_probe_encode(&reply, out, sizeof(out)) == FS_WIRE_PROBE_LEN)
-		fs_real.sendto(l->udp_fd, out, sizeof(out), MSG_DONTWAIT | MSG_NOSIGNAL,
-			       (const struct sockaddr *)from, fromlen);
+		fs_udp_send_from(l->udp_fd, out, sizeof(out), MSG_DONTWAIT | MSG_NOSIGNAL, (const struct sockaddr *)from,
+				 fromlen, local);
 	if (answer == FS_PROBE_YES)
 		FS_STAT_INC(probes_answered_yes);
 	else
@@ -1388,22 +1386,7 @@ void fs_listener_drain(struct fs_listener *l)
 			break;
 		}
 		/* the local address the probe was sent to: the connection's */
-		for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
-			if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO) {
-				struct in_pktinfo info;
-
-				memcpy(&info, CMSG_DATA(c), sizeof(info));
-				local[10] = local[11] = 0xff;
-				memcpy(local + 12, &info.ipi_addr, 4);
-				have_local = true;
-			} else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_PKTINFO) {
-				struct in6_pktinfo info6;
-
-				memcpy(&info6, CMSG_DATA(c), sizeof(info6));
-				memcpy(local, &info6.ipi6_addr, 16);
-				have_local = true;
-			}
-		}
+		have_local = fs_udp_dest(&msg, local);
 		fs_listener_answer(l, pkt, n, &from, msg.msg_namelen, local, have_local);
 	}
 }

@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: MIT */
+/* Datagrams between a connection's own addresses (see udp.h). */
+#include "core/udp.h"
+
+#include <netinet/in.h>
+#include <string.h>
+
+#include "preload/real.h"
+
+void fs_udp_want_dest(int fd, int family)
+{
+	int on = 1;
+
+	fs_real.setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &on, sizeof(on));
+	if (family == AF_INET6)
+		fs_real.setsockopt(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, &on, sizeof(on));
+}
+
+bool fs_udp_dest(struct msghdr *msg, uint8_t out[16])
+{
+	bool found = false;
+
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR(msg, c)) {
+		if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_PKTINFO &&
+		    c->cmsg_len >= CMSG_LEN(sizeof(struct in6_pktinfo))) {
+			struct in6_pktinfo info;
+
+			memcpy(&info, CMSG_DATA(c), sizeof(info));
+			memcpy(out, &info.ipi6_addr, 16); /* an IPv4 datagram's is v4-mapped */
+			return true;
+		}
+		if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO &&
+		    c->cmsg_len >= CMSG_LEN(sizeof(struct in_pktinfo))) {
+			struct in_pktinfo info;
+
+			memcpy(&info, CMSG_DATA(c), sizeof(info));
+			memset(out, 0, 10);
+			out[10] = out[11] = 0xff;
+			memcpy(out + 12, &info.ipi_addr, 4);
+			found = true; /* an IPV6_PKTINFO after it says the same */
+		}
+	}
+	return found;
+}
+
+ssize_t fs_udp_send_from(int fd, const void *buf, size_t len, int flags, const struct sockaddr *to,
+			 socklen_t tolen, const uint8_t from[16])
+{
+	union {
+		struct cmsghdr align;
+		char bytes[CMSG_SPACE(sizeof(struct in6_pktinfo))];
+	} control;
+	struct iovec iov = { .iov_base = (void *)buf, .iov_len = len };
+	struct msghdr msg = { .msg_name = (void *)to, .msg_namelen = tolen, .msg_iov = &iov, .msg_iovlen = 1 };
+	struct cmsghdr *c = (struct cmsghdr *)&control;
+	static const uint8_t any[16];
+
+	memset(&control, 0, sizeof(control));
+	if (memcmp(from, any, 16) != 0) {
+		msg.msg_control = &control;
+		if (to->sa_family == AF_INET6) {
+			struct in6_pktinfo info = { .ipi6_ifindex = 0 };
+
+			memcpy(&info.ipi6_addr, from, 16);
+			c->cmsg_level = IPPROTO_IPV6;
+			c->cmsg_type = IPV6_PKTINFO;
+			c->cmsg_len = CMSG_LEN(sizeof(info));
+			memcpy(CMSG_DATA(c), &info, sizeof(info));
+			msg.msg_controllen = CMSG_SPACE(sizeof(info));
+		} else {
+			struct in_pktinfo info = { .ipi_ifindex = 0 };
+
+			memcpy(&info.ipi_spec_dst, from + 12, 4);
+			c->cmsg_level = IPPROTO_IP;
+			c->cmsg_type = IP_PKTINFO;
+			c->cmsg_len = CMSG_LEN(sizeof(info));
+			memcpy(CMSG_DATA(c), &info, sizeof(info));
+			msg.msg_controllen = CMSG_SPACE(sizeof(info));
+		}
+	}
+	return fs_real.sendmsg(fd, &msg, flags);
+}

@@ -1,0 +1,33 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Datagrams that travel between the two addresses of a TCP connection: the
+ * probe's answer and the doorbell's ARMs and RINGs. A socket bound to the
+ * wildcard address sends from its route's source address unless told
+ * otherwise, and the other side checks (probe: its connected UDP socket
+ * drops an answer from another address; doorbell: ARMs are taken only from
+ * the connection's peer address). Addresses are 16 bytes, IPv4 v4-mapped,
+ * as fs_sockaddr_key gives them.
+ */
+#ifndef FABSOCK_CORE_UDP_H
+#define FABSOCK_CORE_UDP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+/* Asks the kernel for each datagram's destination address (IP_PKTINFO, and
+ * IPV6_RECVPKTINFO on an AF_INET6 socket). */
+void fs_udp_want_dest(int fd, int family);
+
+/* The destination address of the datagram MSG received (from its PKTINFO
+ * control message) into OUT; false if it carries none. */
+bool fs_udp_dest(struct msghdr *msg, uint8_t out[16]);
+
+/* sendmsg() of LEN bytes at BUF to TO, from local address FROM (all zero:
+ * the kernel's choice). TO's family is the socket's. Returns what sendmsg
+ * returned. */
+ssize_t fs_udp_send_from(int fd, const void *buf, size_t len, int flags, const struct sockaddr *to,
+			 socklen_t tolen, const uint8_t from[16]);
+
+#endif
