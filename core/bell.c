@@ -321,17 +321,10 @@ void fs_bell_drain(struct fs_engine *e)
 		struct fs_bell_entry ent[FS_WIRE_BELL_MAX];
 		unsigned count = 0;
 		struct sockaddr_storage from;
-		union {
-			struct cmsghdr align;
-			char bytes[256];
-		} control;
-		struct iovec iov = { .iov_base = buf, .iov_len = sizeof(buf) };
-		struct msghdr msg = {
-			.msg_name = &from, .msg_namelen = sizeof(from), .msg_iov = &iov, .msg_iovlen = 1,
-			.msg_control = &control, .msg_controllen = sizeof(control),
-		};
-		ssize_t n = fs_real.recvmsg(fd, &msg, MSG_DONTWAIT);
-		struct fs_bell_route rt = { .have_dst = false };
+		socklen_t fromlen;
+		struct fs_bell_route rt;
+		ssize_t n = fs_udp_recv(fd, buf, sizeof(buf), &from, &fromlen, rt.dst);
+		static const uint8_t any[16];
 		int type;
 
 		if (n < 0 && errno == EINTR)
@@ -340,7 +333,7 @@ void fs_bell_drain(struct fs_engine *e)
 			break;
 		fs_sockaddr_key((struct sockaddr *)&from, rt.src, &rt.src_port);
 		rt.src_port = htons(rt.src_port);
-		rt.have_dst = fs_udp_dest(&msg, rt.dst);
+		rt.have_dst = memcmp(rt.dst, any, 16) != 0;
 		type = fs_wire_bell_decode(buf, (size_t)n, ent, &count);
 		if (type == FS_BELL_RING) {
 			rung = true; /* carries nothing: a forged one only wakes us */

@@ -1366,28 +1366,19 @@ void fs_listener_drain(struct fs_listener *l)
 	if (l->udp_fd < 0)
 		return; /* attached (fs_listener_attach): another process answers */
 	for (int i = 0; i < 256; i++) {
-		uint8_t pkt[FS_WIRE_PROBE_LEN + 1], local[16] = { 0 };
+		uint8_t pkt[FS_WIRE_PROBE_LEN + 1], local[16];
 		struct sockaddr_storage from;
-		union {
-			struct cmsghdr align;
-			char bytes[256];
-		} control;
-		struct iovec iov = { .iov_base = pkt, .iov_len = sizeof(pkt) };
-		struct msghdr msg = {
-			.msg_name = &from, .msg_namelen = sizeof(from), .msg_iov = &iov, .msg_iovlen = 1,
-			.msg_control = &control, .msg_controllen = sizeof(control),
-		};
-		bool have_local = false;
-		ssize_t n = fs_real.recvmsg(l->udp_fd, &msg, MSG_DONTWAIT);
+		socklen_t fromlen;
+		/* with the local address the probe was sent to: the connection's */
+		ssize_t n = fs_udp_recv(l->udp_fd, pkt, sizeof(pkt), &from, &fromlen, local);
+		static const uint8_t any[16];
 
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
 			break;
 		}
-		/* the local address the probe was sent to: the connection's */
-		have_local = fs_udp_dest(&msg, local);
-		fs_listener_answer(l, pkt, n, &from, msg.msg_namelen, local, have_local);
+		fs_listener_answer(l, pkt, n, &from, fromlen, local, memcmp(local, any, 16) != 0);
 	}
 }
 

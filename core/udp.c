@@ -16,7 +16,7 @@ void fs_udp_want_dest(int fd, int family)
 		fs_real.setsockopt(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, &on, sizeof(on));
 }
 
-bool fs_udp_dest(struct msghdr *msg, uint8_t out[16])
+static bool fs_udp_dest(struct msghdr *msg, uint8_t out[16])
 {
 	bool found = false;
 
@@ -41,6 +41,28 @@ bool fs_udp_dest(struct msghdr *msg, uint8_t out[16])
 		}
 	}
 	return found;
+}
+
+ssize_t fs_udp_recv(int fd, void *buf, size_t len, struct sockaddr_storage *from, socklen_t *fromlen,
+		    uint8_t dst[16])
+{
+	union {
+		struct cmsghdr align;
+		char bytes[256];
+	} control;
+	struct iovec iov = { .iov_base = buf, .iov_len = len };
+	struct msghdr msg = {
+		.msg_name = from, .msg_namelen = sizeof(*from), .msg_iov = &iov, .msg_iovlen = 1,
+		.msg_control = &control, .msg_controllen = sizeof(control),
+	};
+	ssize_t n = fs_real.recvmsg(fd, &msg, MSG_DONTWAIT);
+
+	memset(dst, 0, 16);
+	if (n >= 0) {
+		*fromlen = msg.msg_namelen;
+		fs_udp_dest(&msg, dst);
+	}
+	return n;
 }
 
 ssize_t fs_udp_send_from(int fd, const void *buf, size_t len, int flags, const struct sockaddr *to,

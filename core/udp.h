@@ -20,9 +20,11 @@
  * IPV6_RECVPKTINFO on an AF_INET6 socket). */
 void fs_udp_want_dest(int fd, int family);
 
-/* The destination address of the datagram MSG received (from its PKTINFO
- * control message) into OUT; false if it carries none. */
-bool fs_udp_dest(struct msghdr *msg, uint8_t out[16]);
+/* One datagram from FD (MSG_DONTWAIT) into BUF (LEN bytes): its length,
+ * or -1 with errno. *FROM and *FROMLEN: where it came from; DST: the
+ * address it came to (from PKTINFO), all zero if the kernel did not say. */
+ssize_t fs_udp_recv(int fd, void *buf, size_t len, struct sockaddr_storage *from, socklen_t *fromlen,
+		    uint8_t dst[16]);
 
 /* sendmsg() of LEN bytes at BUF to TO, from local address FROM (all zero:
  * the kernel's choice). TO's family is the socket's. Returns what sendmsg

@@ -23,14 +23,8 @@
 
 RAW=$FS_PROGS/fs_rawpeer
 [ -x "$RAW" ] || fs_skip "$RAW not built"
-ATTACKER=(env -u LD_PRELOAD)
-ATTACKER_RAW=$RAW
-if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
-	chmod 755 "$FS_TMP"
-	cp "$RAW" "$FS_TMP/fs_rawpeer"
-	chmod 755 "$FS_TMP/fs_rawpeer"
-	ATTACKER=(setpriv --reuid nobody --regid nogroup --clear-groups env -u LD_PRELOAD)
-	ATTACKER_RAW=$FS_TMP/fs_rawpeer
+fs_attacker "$RAW"
+if [ "$ATTACKER_RAW" != "$RAW" ]; then
 	fs_log "attacker: nobody; server: root"
 else
 	fs_log "attacker and server: uid $(id -u) (not root: no other user to attack as)"

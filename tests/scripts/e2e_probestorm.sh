@@ -26,15 +26,7 @@ BOUND_SEC=11 # FS_NEGCACHE_TIMEOUT_SEC (10) and a second for the client's own pa
 AFTER_SEC=$((BOUND_SEC + 3))
 RATE_LIMIT=20000
 
-ATTACKER=(env -u LD_PRELOAD)
-ATTACKER_RAW=$RAW
-if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
-	chmod 755 "$FS_TMP"
-	cp "$RAW" "$FS_TMP/fs_rawpeer"
-	chmod 755 "$FS_TMP/fs_rawpeer"
-	ATTACKER=(setpriv --reuid nobody --regid nogroup --clear-groups env -u LD_PRELOAD)
-	ATTACKER_RAW=$FS_TMP/fs_rawpeer
-fi
+fs_attacker "$RAW"
 
 PORT=$(fs_free_port) || fs_skip "no free port"
 fs_bg SRV env LD_PRELOAD="$FABSOCK_LIB" FABSOCK_STATS=1 "$RAW" serve --port "$PORT" \

@@ -170,6 +170,22 @@ fs_why_tcp() {
 	echo "    $1: $(fs_stats_fallbacks "$2")" >&2
 }
 
+# The attacker of the security tests: another local user where the test
+# runs as root (nobody, through setpriv), else this uid. Sets ATTACKER (the
+# command prefix, never preloaded) and ATTACKER_RAW (PROGRAM, copied where
+# nobody can run it).
+fs_attacker() { # PROGRAM
+	ATTACKER=(env -u LD_PRELOAD)
+	ATTACKER_RAW=$1
+	if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
+		chmod 755 "$FS_TMP"
+		cp "$1" "$FS_TMP/$(basename "$1")"
+		chmod 755 "$FS_TMP/$(basename "$1")"
+		ATTACKER=(setpriv --reuid nobody --regid nogroup --clear-groups env -u LD_PRELOAD)
+		ATTACKER_RAW=$FS_TMP/$(basename "$1")
+	fi
+}
+
 # Creates a network namespace owned by this test (deleted at exit).
 fs_netns_add() {
 	local ns=$1
