@@ -10,7 +10,8 @@
 # connection's own addresses. Cases, both ends under the preload, python3
 # echo client and server: (a) server on 0.0.0.0, client to 127.0.0.2;
 # (b) server on 0.0.0.0, client bound to 127.0.0.3, to 127.0.0.2;
-# (c) server on 127.0.0.2, client to it. Three exchanges each, 1.5 s idle
+# (c) server on 127.0.0.2, client to it; (d) a dual-stack server on ::,
+# clients to ::1 and to 127.0.0.2. Three exchanges each, 1.5 s idle
 # between them so that both ends arm their doorbells. Checks: every echo
 # byte-exact (sha256), both ends offloaded with no probe timeout, nothing
 # dropped (msgs_dropped=0: no doorbell datagram refused), and the doorbell
@@ -23,7 +24,11 @@ cat >"$FS_TMP/echo.py" <<'EOF'
 import hashlib, os, socket, sys, time
 mode = sys.argv[1]
 if mode == "server":
-    s = socket.socket()
+    if ":" in sys.argv[2]:  # dual-stack
+        s = socket.socket(socket.AF_INET6)
+        s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    else:
+        s = socket.socket()
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.bind((sys.argv[2], 0))
     s.listen(1)
@@ -37,7 +42,7 @@ if mode == "server":
     c.close()
 else:
     host, port, bind = sys.argv[2], int(sys.argv[3]), sys.argv[4]
-    c = socket.socket()
+    c = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     if bind != "-":
         c.bind((bind, 0))
     c.connect((host, port))
@@ -88,4 +93,10 @@ run_case() { # LABEL LISTEN_ADDR DIAL_ADDR BIND_ADDR
 run_case wildcard-to-127.0.0.2 0.0.0.0 127.0.0.2 -
 run_case wildcard-from-127.0.0.3 0.0.0.0 127.0.0.2 127.0.0.3
 run_case bound-127.0.0.2 127.0.0.2 127.0.0.2 -
+if [ -e /proc/net/if_inet6 ] && ip -6 addr show dev lo | grep -q '::1'; then
+	run_case dualstack-to-::1 :: ::1 -
+	run_case dualstack-to-127.0.0.2 :: 127.0.0.2 -
+else
+	fs_log "no IPv6 on lo: the dual-stack cases are left out"
+fi
 fs_done
