@@ -81,6 +81,8 @@ static int fs_poll_ours(struct pollfd *fds, nfds_t nfds, const struct pollfd *ke
 			if (kernel && (kernel[i].revents & (POLLIN | POLLHUP | POLLERR)))
 				fs_stream_note_ctl(s->stream, s->fd);
 			ev = fs_stream_poll_state(s->stream, &gen) & want;
+			if (kernel && (kernel[i].revents & POLLPRI) && (fds[i].events & POLLPRI))
+				ev |= POLLPRI;
 			fds[i].revents = (short)ev;
 			if (ev)
 				ready++;
@@ -142,8 +144,10 @@ int fs_core_poll(struct pollfd *fds, nfds_t nfds, int64_t timeout_ns, const sigs
 		for (nfds_t i = 0; i < nfds; i++) {
 			struct fs_sock *s = kset[i].fd >= 0 ? fs_fdt_peek(kset[i].fd) : NULL;
 
+			/* control connection only; and urgent data, which the kernel
+			 * carries (a peer's MSG_OOB took the stream back to TCP) */
 			if (s && s != FS_SOCK_INTERNAL && fs_sock_state(s) == FS_SOCK_OFFLOADED)
-				kset[i].events = POLLIN | POLLRDHUP; /* control connection only */
+				kset[i].events = (short)(POLLIN | POLLRDHUP | (fds[i].events & POLLPRI));
 		}
 		now = fs_now_ns();
 		if (now >= spin_end && (!deadline || now < deadline)) {

@@ -776,8 +776,10 @@ ssize_t fs_core_recvmsg(struct fs_sock *s, struct msghdr *msg, int flags)
 	}
 	if (s->pid != fs_self_pid() || fs_stream_hb(s->stream) == FS_HB_DONE)
 		return fs_sock_foreign(s);
+	if (flags & MSG_OOB)
+		return FS_PASS; /* a peer's urgent byte came over TCP (it took the stream back there): the kernel has it, or says EINVAL */
 	if (flags & ~(MSG_PEEK | MSG_WAITALL | MSG_DONTWAIT | MSG_NOSIGNAL | MSG_CMSG_CLOEXEC))
-		return -EOPNOTSUPP; /* MSG_OOB, MSG_TRUNC... have no fabric meaning */
+		return -EOPNOTSUPP; /* MSG_TRUNC, MSG_ERRQUEUE... have no fabric meaning */
 	if (s->shut_rd)
 		return 0;
 	ret = fs_tcp_pass(fs_stream_recv(s->stream, msg->msg_iov, (int)msg->msg_iovlen, flags, nonblock, deadline, s->fd));
@@ -830,10 +832,12 @@ ssize_t fs_core_sendmsg(struct fs_sock *s, const struct msghdr *msg, int flags)
 	}
 	if (s->pid != fs_self_pid() || fs_stream_hb(s->stream) == FS_HB_DONE)
 		return fs_sock_foreign(s);
-	if (msg->msg_controllen) {
-		/* ancillary data has no fabric meaning: the stream goes back to
-		 * TCP (descriptors passed with it go back first), then the kernel
-		 * sends it, as it would have */
+	if (msg->msg_controllen || (flags & MSG_OOB)) {
+		/* ancillary data and urgent data have no fabric meaning: the
+		 * stream goes back to TCP (descriptors passed with it go back
+		 * first), then the kernel sends it, as it would have (an urgent
+		 * byte sent as data would reach the peer's reader inline: telnet's
+		 * Data Mark, ftp's abort) */
 		fs_core_before_pass(msg);
 		fs_handback_sync(s->stream, s->fd);
 		return fs_sock_foreign(s);

@@ -1037,6 +1037,7 @@ static const struct sem_scenario scenarios[] = {
 	{ "pass_rights", pass_rights_server, pass_rights_client },
 	{ "fork_child_sandboxed", fork_child_sandboxed_server, fork_child_sandboxed_client },
 	{ "peer_forks_poll", peer_forks_poll_server, peer_forks_poll_client },
+	{ "urgent", urgent_server, urgent_client },
 };
 
 /* ---- main -------------------------------------------------------------- */

@@ -17,7 +17,8 @@
 # handler_replaces) are described in
 # tests/progs/fs_semantics_lifecycle.inc; those where another process takes
 # the connection over (fork_child_reads, fork_split, parent_closes,
-# parent_exits, pass_rights, fork_child_sandboxed, peer_forks_poll) in tests/progs/fs_semantics_share.inc: under
+# parent_exits, pass_rights, fork_child_sandboxed, peer_forks_poll; and
+# urgent, whose MSG_OOB byte takes the stream back to TCP) in tests/progs/fs_semantics_share.inc: under
 # fabsock the server must also have answered exactly one hand-back to TCP. FS_MODES (default
 # "kernel fabsock") picks the modes; FS_SCENARIOS narrows the scenario list.
 . "$(dirname "$0")/lib.sh"
@@ -106,7 +107,7 @@ run_scenario() { # MODE SCENARIO
 		check_side "$label" client "$scenario" "$mode" "$client_rc" "$dir"
 	fi
 	case $scenario in
-	fork_child_reads | fork_split | parent_closes | parent_exits | pass_rights | fork_child_sandboxed | peer_forks_poll)
+	fork_child_reads | fork_split | parent_closes | parent_exits | pass_rights | fork_child_sandboxed | peer_forks_poll | urgent)
 		# another process took the connection over: its stream went back to
 		# TCP once (the server answered that hand-back), after the start
 		# went over the fabric
