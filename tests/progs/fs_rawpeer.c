@@ -1152,7 +1152,7 @@ out:
  * $FS_STORM_SEC seconds (default 3, at most 60), each claiming our address
  * and a random port, none answered by us (a rate limit's worth and more:
  * the listener answers FS_PROBE_RATE_PER_SEC a second). Prints the count,
- * the rate, and when the storm ended on CLOCK_MONOTONIC (seconds), for the
+ * the rate, and when the storm began and ended on CLOCK_MONOTONIC (seconds), for the
  * script to measure how long a legitimate client stays off the fabric.
  */
 static int rp_parse_uint(const char *text, unsigned long max, unsigned long *out);
@@ -1193,8 +1193,9 @@ static int rp_case_probe_storm(struct rp_ctx *ctx, const char *name)
 		}
 	}
 	end = rp_now_ms();
-	rp_pass(ctx, name, "%zu probes in %lld ms, rate=%.0f ended_at=%.3f", sent, (long long)(end - start),
-		(double)sent * 1000.0 / (double)(end - start > 0 ? end - start : 1), (double)end / 1000.0);
+	rp_pass(ctx, name, "%zu probes in %lld ms, rate=%.0f started_at=%.3f ended_at=%.3f", sent,
+		(long long)(end - start), (double)sent * 1000.0 / (double)(end - start > 0 ? end - start : 1),
+		(double)start / 1000.0, (double)end / 1000.0);
 out:
 	if (ufd >= 0)
 		close(ufd);

@@ -37,10 +37,10 @@ fs_wait_listen "$PORT"
 
 cat >"$FS_TMP/client.py" <<'PY'
 import hashlib, os, socket, struct, sys, time
-port, seconds = int(sys.argv[1]), float(sys.argv[2])
+port, seconds, stop = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
 size = 65536
 end = time.monotonic() + seconds
-while time.monotonic() < end:
+while time.monotonic() < end and not os.path.exists(stop):
     began = time.monotonic()
     data = os.urandom(size)
     ok = 0
@@ -65,34 +65,45 @@ while time.monotonic() < end:
     time.sleep(max(0.0, began + 0.25 - time.monotonic()))
 PY
 
-TOTAL=$((1 + STORM_SEC + AFTER_SEC))
+TOTAL=$((30 + STORM_SEC + AFTER_SEC)) # at most; it stops when told
 fs_bg CLI timeout -k 2 $((TOTAL + 60)) env LD_PRELOAD="$FABSOCK_LIB" FABSOCK_STATS=1 \
-	python3 "$FS_TMP/client.py" "$PORT" "$TOTAL" >"$FS_TMP/client.out" 2>"$FS_TMP/client.err"
-sleep 1
+	python3 "$FS_TMP/client.py" "$PORT" "$TOTAL" "$FS_TMP/stop" >"$FS_TMP/client.out" 2>"$FS_TMP/client.err"
+# the storm begins once the client made a few connections (a slow start,
+# a sanitizer build, must not leave none before it)
+for _ in $(seq 1 300); do
+	n=$(grep -c '^conn ' "$FS_TMP/client.out" 2>/dev/null || true)
+	[ "${n:-0}" -ge 4 ] && break
+	kill -0 "$CLI" 2>/dev/null || break
+	sleep 0.1
+done
 rc=0
 "${ATTACKER[@]}" FS_STORM_SEC=$STORM_SEC timeout 60 "$ATTACKER_RAW" 127.0.0.1 "$PORT" probe_storm \
 	>"$FS_TMP/storm.out" 2>&1 || rc=$?
 sed "s/^/    /" "$FS_TMP/storm.out" >&2
+sleep "$AFTER_SEC"
+touch "$FS_TMP/stop"
 rc_cli=0
 fs_wait_pid "$CLI" $((TOTAL + 60)) || rc_cli=$?
 [ "$rc_cli" = 0 ] || fs_fail "the client exited $rc_cli: $(tail -n 3 "$FS_TMP/client.err" | tr '\n' ' ')"
 
 rate=$(sed -n 's/.* rate=\([0-9]*\) .*/\1/p' "$FS_TMP/storm.out")
 ended=$(sed -n 's/.* ended_at=\([0-9.]*\).*/\1/p' "$FS_TMP/storm.out")
-if [ "$rc" != 0 ] || [ -z "$rate" ] || [ -z "$ended" ]; then
+started=$(sed -n 's/.* started_at=\([0-9.]*\) .*/\1/p' "$FS_TMP/storm.out")
+if [ "$rc" != 0 ] || [ -z "$rate" ] || [ -z "$ended" ] || [ -z "$started" ]; then
 	fs_fail "the storm did not run (exit $rc)"
 elif [ "$rate" -le "$RATE_LIMIT" ]; then
 	fs_fail "the storm sent $rate probes a second, not above the listener's $RATE_LIMIT: nothing was measured"
 else
-	# before: connections that began before the storm; after: those that
-	# began more than BOUND_SEC after it ended
+	# before: connections that began (and sent their probe) at least 0.1 s
+	# before the storm began; after: those that began more than BOUND_SEC
+	# after it ended
 	read -r total bad before before_off during_tcp after after_off back <<<"$(awk -v end="$ended" -v bound="$BOUND_SEC" \
-		-v first="$(head -n 1 "$FS_TMP/client.out" | sed 's/.*began=\([0-9.]*\).*/\1/')" '
+		-v start="$started" '
 		/^conn / {
 			split($2, b, "="); split($3, o, "="); split($4, f, "=")
 			t = b[2]; total++
 			if (o[2] != 1 || f[2] < 0) bad++
-			if (t < first + 0.9) { before++; before_off += (f[2] == 1) }
+			if (t < start - 0.1) { before++; before_off += (f[2] == 1) }
 			else if (t <= end) { during_tcp += (f[2] == 0) }
 			if (t > end + bound) { after++; after_off += (f[2] == 1) }
 			if (t > end && f[2] == 1 && back == "") back = t - end
