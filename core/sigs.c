@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <string.h>
+#include <time.h>
 
 static pthread_mutex_t fs_sigs_lock = PTHREAD_MUTEX_INITIALIZER;
 /* Per signal: the handler a provider installed (0: none), and the
@@ -230,8 +231,25 @@ int fs_sigs_app_sigaction(int sig, const struct sigaction *act, struct sigaction
 	return ret;
 }
 
+/* What a new thread of ours starts with: its function, and a flag it sets
+ * once it runs it. */
+struct fs_thread_boot {
+	void *(*fn)(void *);
+	int running; /* atomic */
+};
+
+static void *fs_thread_boot(void *arg)
+{
+	struct fs_thread_boot *boot = arg;
+	void *(*fn)(void *) = boot->fn;
+
+	__atomic_store_n(&boot->running, 1, __ATOMIC_RELEASE); /* BOOT is the creator's: not touched after */
+	return fn(NULL);
+}
+
 int fs_thread_start(void *(*fn)(void *), size_t stack)
 {
+	struct fs_thread_boot boot = { .fn = fn, .running = 0 };
 	pthread_t tid;
 	pthread_attr_t attr;
 	sigset_t all, old;
@@ -243,9 +261,22 @@ int fs_thread_start(void *(*fn)(void *), size_t stack)
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	FS_GUARD_ENTER();
-	ret = fs_real.pthread_create(&tid, &attr, fn, NULL);
+	ret = fs_real.pthread_create(&tid, &attr, fs_thread_boot, &boot);
 	FS_GUARD_LEAVE();
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	pthread_attr_destroy(&attr);
+	/* Until the new thread runs our code it may hold locks of the runtime
+	 * that set it up (ASan's allocator does): a fork in that window left
+	 * a prefork worker hung for good in its first malloc. The creator
+	 * returns once it runs; the fork handlers (fs_service_fork_prepare)
+	 * then find it where they can wait for it. BOOT lives on this stack:
+	 * the wait has no bound but the thread's start (a created thread
+	 * runs), and no allocation may stand in for it (the thread would
+	 * free it in the very window this closes). */
+	while (ret == 0 && !__atomic_load_n(&boot.running, __ATOMIC_ACQUIRE)) {
+		struct timespec ts = { 0, 100000 };
+
+		nanosleep(&ts, NULL);
+	}
 	return ret;
 }
