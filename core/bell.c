@@ -154,8 +154,12 @@ static int fs_bell_send(const struct fs_stream *s, const uint8_t *buf, size_t le
 
 void fs_bell_ring(struct fs_stream *s)
 {
-	uint8_t buf[FS_WIRE_BELL_HDR];
-	int len = fs_wire_bell_encode(FS_BELL_RING, NULL, 0, buf, sizeof(buf));
+	/* the stream it rings for: the peer takes it only from this stream's
+	 * addresses and with its token (fs_bell_drain) */
+	struct fs_bell_entry ent = { .stream_id = s->peer_id, .token = (uint32_t)s->token, .data_seen = s->rx_msgs,
+				     .ctrl_seen = s->ctrl_processed };
+	uint8_t buf[FS_WIRE_BELL_HDR + FS_WIRE_BELL_ENTRY];
+	int len = fs_wire_bell_encode(FS_BELL_RING, &ent, 1, buf, sizeof(buf));
 
 	if (!s->bell_addr.sin6_port)
 		return; /* not known yet: fs_bell_set_peer rings */
@@ -269,23 +273,38 @@ struct fs_bell_route {
 	bool have_dst;
 };
 
-/* An ARM from the peer of one of our streams. Lock held. */
-static void fs_bell_on_arm(struct fs_engine *e, const struct fs_bell_entry *ent, const struct fs_bell_route *rt)
+/* The stream ENT names, if the datagram may speak for it: the stream's
+ * id and token, and, once we know the peer's doorbell, from its port and
+ * the address of the TCP connection's peer, to ours (fs_bell_send sends
+ * so). Before that (a handshake under way) only an ARM can come, and
+ * UNROUTED says whether to take it. Anything else is dropped and counted.
+ * Lock held. */
+static struct fs_stream *fs_bell_stream(struct fs_engine *e, const struct fs_bell_entry *ent,
+					const struct fs_bell_route *rt, bool unrouted)
 {
 	struct fs_stream *s = ent->stream_id < e->streams_cap ? e->streams[ent->stream_id] : NULL;
 
-	if (!s || s->dead || (uint32_t)s->token != ent->token)
-		return;
-	/* Once we know the peer's doorbell: from its port and the address of
-	 * the TCP connection's peer, to ours (fs_bell_send sends so). Before
-	 * that (a handshake under way) an ARM only marks the stream, and the
-	 * first message rings the address the HELLO-ACK gives. */
-	if (s->bell_addr.sin6_port &&
-	    (s->bell_addr.sin6_port != rt->src_port || memcmp(&s->bell_addr.sin6_addr, rt->src, 16) != 0 ||
-	     (rt->have_dst && memcmp(s->bell_local, rt->dst, 16) != 0))) {
-		FS_STAT_INC(msgs_dropped);
-		return;
+	if (!s || s->dead || (uint32_t)s->token != ent->token) {
+		FS_STAT_INC(msgs_dropped); /* a stream closed meanwhile, or a guess */
+		return NULL;
 	}
+	if (!s->bell_addr.sin6_port ? !unrouted
+				    : s->bell_addr.sin6_port != rt->src_port ||
+					      memcmp(&s->bell_addr.sin6_addr, rt->src, 16) != 0 ||
+					      (rt->have_dst && memcmp(s->bell_local, rt->dst, 16) != 0)) {
+		FS_STAT_INC(msgs_dropped);
+		return NULL;
+	}
+	return s;
+}
+
+/* An ARM from the peer of one of our streams. Lock held. */
+static void fs_bell_on_arm(struct fs_engine *e, const struct fs_bell_entry *ent, const struct fs_bell_route *rt)
+{
+	struct fs_stream *s = fs_bell_stream(e, ent, rt, true);
+
+	if (!s)
+		return;
 	/* A stream still in its handshake here: the peer (which answered it)
 	 * may arm before the HELLO-ACK is read. Nothing was posted yet; the
 	 * first message rings (the ACK gives the bell's address first). */
@@ -335,8 +354,13 @@ void fs_bell_drain(struct fs_engine *e)
 		rt.src_port = htons(rt.src_port);
 		rt.have_dst = memcmp(rt.dst, any, 16) != 0;
 		type = fs_wire_bell_decode(buf, (size_t)n, ent, &count);
+		if (type < 0)
+			FS_STAT_INC(msgs_dropped); /* not a doorbell datagram of this version */
 		if (type == FS_BELL_RING) {
-			rung = true; /* carries nothing: a forged one only wakes us */
+			/* for a stream of ours, from its peer's doorbell: we armed it,
+			 * so we know where that is */
+			if (fs_bell_stream(e, &ent[0], &rt, false))
+				rung = true;
 		} else if (type == FS_BELL_ARM) {
 			for (unsigned j = 0; j < count; j++)
 				fs_bell_on_arm(e, &ent[j], &rt);

@@ -19,10 +19,12 @@
  *    stream and rings right after it next posts a message on it. One ring
  *    per ARM.
  *  - We disarm a stream when any message arrives on it.
- *  - A RING wakes our service thread: it counts as activity (so every
- *    waiter polls at the normal pace for the next IDLE_AFTER_MS: on efa the
- *    ring may overtake the message), runs the completion queue, and wakes
- *    the waiters that sleep deeply.
+ *  - A RING names the stream it rings for (id and token), and is taken only
+ *    from that stream's peer doorbell, as an ARM is. It wakes our service
+ *    thread: it counts as activity (so every waiter polls at the normal
+ *    pace for the next IDLE_AFTER_MS: on efa the ring may overtake the
+ *    message), runs the completion queue, and wakes the waiters that sleep
+ *    deeply.
  * With every stream armed and nothing in flight, waiters sleep in slices of
  * FS_BELL_SLICE_MS, a safety net for a lost datagram. A stream that cannot
  * be armed (a peer without a bell, a send that failed) keeps the process on

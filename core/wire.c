@@ -362,7 +362,7 @@ int fs_wire_bell_encode(unsigned type, const struct fs_bell_entry *ent, unsigned
 	size_t total = FS_WIRE_BELL_HDR + (size_t)count * FS_WIRE_BELL_ENTRY;
 
 	if ((type != FS_BELL_ARM && type != FS_BELL_RING) || count > FS_WIRE_BELL_MAX ||
-	    (type == FS_BELL_RING && count))
+	    (type == FS_BELL_RING && count != 1))
 		return -EINVAL;
 	if (len < total)
 		return -EMSGSIZE;
@@ -389,7 +389,7 @@ int fs_wire_bell_decode(const uint8_t *buf, size_t len, struct fs_bell_entry *en
 		return -EBADMSG;
 	type = buf[5];
 	n = fs_get_be16(buf + 6);
-	if ((type != FS_BELL_ARM && type != FS_BELL_RING) || (type == FS_BELL_RING && n) ||
+	if ((type != FS_BELL_ARM && type != FS_BELL_RING) || (type == FS_BELL_RING && n != 1) ||
 	    n > FS_WIRE_BELL_MAX || len != FS_WIRE_BELL_HDR + (size_t)n * FS_WIRE_BELL_ENTRY)
 		return -EBADMSG;
 	for (unsigned i = 0; i < n; i++) {

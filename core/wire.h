@@ -41,8 +41,9 @@
 #include <stdint.h>
 
 /* 2: control messages untagged, tag in front; 3: doorbell port; 4: pull shift;
- * 5: SWITCH, RETURN, RETURN_END (handing a stream back to TCP) */
-#define FS_WIRE_VERSION 5
+ * 5: SWITCH, RETURN, RETURN_END (handing a stream back to TCP);
+ * 6: a RING names its stream (one entry) */
+#define FS_WIRE_VERSION 6
 #define FS_WIRE_PROBE_MAGIC 0x46534250u /* "FSBP" */
 #define FS_WIRE_HELLO_MAGIC 0x46534248u /* "FSBH" */
 #define FS_WIRE_ACK_MAGIC 0x46534241u   /* "FSBA" */
@@ -136,7 +137,7 @@ uint32_t fs_wire_crc32(const void *buf, size_t len);
  * Doorbell datagrams (UDP, between the doorbell sockets of two processes
  * that share offloaded streams; core/bell.h has the protocol):
  *   0  u32 magic 'FSBB'   4  u8 version   5  u8 type (ARM/RING)
- *   6  u16 count of entries (RING: 0)
+ *   6  u16 count of entries (RING: exactly 1, the stream it rings for)
  *   8  count x 16 bytes:  u32 stream id at the receiver of the datagram
  *                         u32 low 32 bits of the connection token
  *                         u32 data-class messages the sender received on it

@@ -78,7 +78,7 @@ int main(int argc, char **argv)
 
 		len = fs_wire_bell_encode(FS_BELL_ARM, ent, 3, buf, sizeof(buf));
 		put(dir, "bell", "arm3", buf, (size_t)len);
-		len = fs_wire_bell_encode(FS_BELL_RING, NULL, 0, buf, sizeof(buf));
+		len = fs_wire_bell_encode(FS_BELL_RING, ent, 1, buf, sizeof(buf));
 		put(dir, "bell", "ring", buf, (size_t)len);
 	}
 	{

@@ -832,15 +832,16 @@ static void test_credit_retry(struct fs_stream *a, struct fs_stream *b, uint64_t
 	CHECK(f.mismatches == 0 && f.sum_sent == f.sum_received);
 }
 
-/* Sends an ARM for S (seen all it sent: no ring due) to our own doorbell
- * on 127.0.0.1, from FD (the doorbell itself, or another socket) with
- * source address SRC, to DST, with TOKEN. */
-static void bell_send_arm(int fd, const struct fs_stream *s, uint32_t token, const char *src, const char *dst)
+/* Sends TYPE (an ARM: S has seen all it sent, so no ring is due; or a
+ * RING) for S to our own doorbell on 127.0.0.1, from FD (the doorbell
+ * itself, or another socket) with source address SRC, to DST, with TOKEN. */
+static void bell_send(int fd, unsigned type, const struct fs_stream *s, uint32_t token, const char *src,
+		      const char *dst)
 {
 	struct fs_bell_entry ent = { .stream_id = s->id, .token = token, .data_seen = s->tx_seq,
 				     .ctrl_seen = s->ctrl_sent };
 	uint8_t buf[FS_WIRE_BELL_LEN_MAX];
-	int len = fs_wire_bell_encode(FS_BELL_ARM, &ent, 1, buf, sizeof(buf));
+	int len = fs_wire_bell_encode(type, &ent, 1, buf, sizeof(buf));
 	struct sockaddr_in6 to = { .sin6_family = AF_INET6, .sin6_port = htons(fs_bell_port()) };
 	union {
 		struct cmsghdr align;
@@ -903,22 +904,40 @@ static void test_bell_forged(struct fs_stream *b)
 	b->peer_armed = false;
 	pthread_mutex_unlock(&engine->lock);
 
-	bell_send_arm(stranger, b, (uint32_t)b->token, "127.0.0.1", "127.0.0.1"); /* another port */
+	bell_send(stranger, FS_BELL_ARM, b, (uint32_t)b->token, "127.0.0.1", "127.0.0.1"); /* another port */
 	wrong_port = bell_armed_after(b);
-	bell_send_arm(bell, b, (uint32_t)b->token, "127.0.0.5", "127.0.0.1"); /* another source */
+	bell_send(bell, FS_BELL_ARM, b, (uint32_t)b->token, "127.0.0.5", "127.0.0.1"); /* another source */
 	wrong_src = bell_armed_after(b);
-	bell_send_arm(bell, b, (uint32_t)b->token, "127.0.0.1", "127.0.0.5"); /* to another address of ours */
+	bell_send(bell, FS_BELL_ARM, b, (uint32_t)b->token, "127.0.0.1", "127.0.0.5"); /* to another address of ours */
 	wrong_dst = bell_armed_after(b);
-	bell_send_arm(bell, b, (uint32_t)b->token + 1, "127.0.0.1", "127.0.0.1");
+	bell_send(bell, FS_BELL_ARM, b, (uint32_t)b->token + 1, "127.0.0.1", "127.0.0.1");
 	wrong_token = bell_armed_after(b);
-	bell_send_arm(bell, b, (uint32_t)b->token, "127.0.0.1", "127.0.0.1");
+	bell_send(bell, FS_BELL_ARM, b, (uint32_t)b->token, "127.0.0.1", "127.0.0.1");
 	right = bell_armed_after(b);
 	printf("forged ARMs taken: other port %d, other source %d, other destination %d, other token %d; "
 	       "the peer's own taken %d; dropped %llu\n",
 	       wrong_port, wrong_src, wrong_dst, wrong_token, right,
 	       (unsigned long long)(fs_stats.msgs_dropped - dropped));
 	CHECK(!wrong_port && !wrong_src && !wrong_dst && !wrong_token && right);
-	CHECK(fs_stats.msgs_dropped - dropped == 3);
+	CHECK(fs_stats.msgs_dropped - dropped == 4);
+
+	/* RINGs: the same four forgeries wake nobody; the peer's own does */
+	{
+		uint64_t rings = fs_stats.bell_rings_received, forged, own;
+
+		bell_send(stranger, FS_BELL_RING, b, (uint32_t)b->token, "127.0.0.1", "127.0.0.1");
+		bell_send(bell, FS_BELL_RING, b, (uint32_t)b->token, "127.0.0.5", "127.0.0.1");
+		bell_send(bell, FS_BELL_RING, b, (uint32_t)b->token, "127.0.0.1", "127.0.0.5");
+		bell_send(bell, FS_BELL_RING, b, (uint32_t)b->token + 1, "127.0.0.1", "127.0.0.1");
+		(void)bell_armed_after(b);
+		forged = fs_stats.bell_rings_received - rings;
+		bell_send(bell, FS_BELL_RING, b, (uint32_t)b->token, "127.0.0.1", "127.0.0.1");
+		(void)bell_armed_after(b);
+		own = fs_stats.bell_rings_received - rings - forged;
+		printf("forged RINGs taken: %llu of 4; the peer's own taken: %llu\n", (unsigned long long)forged,
+		       (unsigned long long)own);
+		CHECK(forged == 0 && own == 1);
+	}
 	pthread_mutex_lock(&engine->lock);
 	b->peer_armed = false;
 	fs_bell_set_peer(b, NULL, NULL, 0);

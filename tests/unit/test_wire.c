@@ -716,18 +716,22 @@ static void test_bell(void)
 	unsigned count = 99;
 	int n;
 
-	n = fs_wire_bell_encode(FS_BELL_RING, NULL, 0, buf, sizeof(buf));
-	CHECK(n == FS_WIRE_BELL_HDR);
-	CHECK(!memcmp(buf, "FSBB", 4) && buf[4] == FS_WIRE_VERSION && buf[5] == FS_BELL_RING);
-	CHECK(buf[6] == 0 && buf[7] == 0);
-	CHECK(fs_wire_bell_decode(buf, (size_t)n, out, &count) == FS_BELL_RING && count == 0);
-
 	for (unsigned i = 0; i < FS_WIRE_BELL_MAX; i++) {
 		ent[i].stream_id = 0x00abcd00u + i;
 		ent[i].token = 0xdeadbeefu ^ i;
 		ent[i].data_seen = 1000u * i;
 		ent[i].ctrl_seen = 7u * i;
 	}
+	/* a RING names the one stream it rings for */
+	n = fs_wire_bell_encode(FS_BELL_RING, ent, 1, buf, sizeof(buf));
+	CHECK(n == FS_WIRE_BELL_HDR + FS_WIRE_BELL_ENTRY);
+	CHECK(!memcmp(buf, "FSBB", 4) && buf[4] == FS_WIRE_VERSION && buf[5] == FS_BELL_RING);
+	CHECK(buf[6] == 0 && buf[7] == 1);
+	CHECK(fs_wire_bell_decode(buf, (size_t)n, out, &count) == FS_BELL_RING && count == 1);
+	CHECK(!memcmp(ent, out, sizeof(ent[0])));
+	buf[7] = 0; /* a RING without its stream (version 5's) */
+	CHECK(fs_wire_bell_decode(buf, FS_WIRE_BELL_HDR, out, &count) == -EBADMSG);
+
 	n = fs_wire_bell_encode(FS_BELL_ARM, ent, 1, buf, sizeof(buf));
 	CHECK(n == FS_WIRE_BELL_HDR + FS_WIRE_BELL_ENTRY);
 	CHECK(buf[5] == FS_BELL_ARM && buf[6] == 0 && buf[7] == 1);
@@ -739,7 +743,8 @@ static void test_bell(void)
 
 	/* encoder refusals */
 	CHECK(fs_wire_bell_encode(3, NULL, 0, buf, sizeof(buf)) == -EINVAL);
-	CHECK(fs_wire_bell_encode(FS_BELL_RING, ent, 1, buf, sizeof(buf)) == -EINVAL);
+	CHECK(fs_wire_bell_encode(FS_BELL_RING, NULL, 0, buf, sizeof(buf)) == -EINVAL);
+	CHECK(fs_wire_bell_encode(FS_BELL_RING, ent, 2, buf, sizeof(buf)) == -EINVAL);
 	CHECK(fs_wire_bell_encode(FS_BELL_ARM, ent, FS_WIRE_BELL_MAX + 1, buf, sizeof(buf)) == -EINVAL);
 	CHECK(fs_wire_bell_encode(FS_BELL_ARM, ent, 2, buf, FS_WIRE_BELL_HDR + FS_WIRE_BELL_ENTRY) == -EMSGSIZE);
 
@@ -756,7 +761,7 @@ static void test_bell(void)
 	buf[4]--;
 	buf[5] = 0;
 	CHECK(fs_wire_bell_decode(buf, (size_t)n, out, &count) == -EBADMSG);
-	buf[5] = FS_BELL_RING; /* a RING with entries */
+	buf[5] = FS_BELL_RING; /* a RING with two entries */
 	CHECK(fs_wire_bell_decode(buf, (size_t)n, out, &count) == -EBADMSG);
 	buf[5] = FS_BELL_ARM;
 	buf[7] = 3; /* count disagrees with the length */
