@@ -277,17 +277,15 @@ struct fs_bell_route {
  * id and token, and, once we know the peer's doorbell, from its port and
  * the address of the TCP connection's peer, to ours (fs_bell_send sends
  * so). Before that (a handshake under way) only an ARM can come, and
- * UNROUTED says whether to take it. Anything else is dropped and counted.
- * Lock held. */
+ * UNROUTED says whether to take it. A datagram for a stream of ours from
+ * anywhere else is dropped and counted. Lock held. */
 static struct fs_stream *fs_bell_stream(struct fs_engine *e, const struct fs_bell_entry *ent,
 					const struct fs_bell_route *rt, bool unrouted)
 {
 	struct fs_stream *s = ent->stream_id < e->streams_cap ? e->streams[ent->stream_id] : NULL;
 
-	if (!s || s->dead || (uint32_t)s->token != ent->token) {
-		FS_STAT_INC(msgs_dropped); /* a stream closed meanwhile, or a guess */
-		return NULL;
-	}
+	if (!s || s->dead || (uint32_t)s->token != ent->token)
+		return NULL; /* a stream closed meanwhile (its peer armed it late), or a guess: not counted */
 	if (!s->bell_addr.sin6_port ? !unrouted
 				    : s->bell_addr.sin6_port != rt->src_port ||
 					      memcmp(&s->bell_addr.sin6_addr, rt->src, 16) != 0 ||

@@ -191,10 +191,11 @@ else
 	else
 		fs_fail "server fallback_bad_hello=${bad_hello:-?}, expected >= 1"
 	fi
-	# the flood reached the doorbell, and it refused every datagram
-	# (garbage, bad headers, ARMs and RINGs naming no stream of its own)
+	# the flood reached the doorbell, which refused it: what does not
+	# decode counts (about half the flood; ARMs and RINGs naming no stream
+	# of its own are ignored uncounted, as a closed stream's late ARM is)
 	dropped=$(fs_stat "$SRV_ERR" msgs_dropped)
-	if [ "${dropped:-0}" -ge $((BELL_FLOOD / 2)) ]; then
+	if [ "${dropped:-0}" -ge $((BELL_FLOOD / 4)) ]; then
 		fs_pass "server msgs_dropped=$dropped (the doorbell flood arrived and was refused)"
 	else
 		fs_fail "server msgs_dropped=${dropped:-?}: the doorbell flood of $BELL_FLOOD never arrived, or was taken"

@@ -919,7 +919,7 @@ static void test_bell_forged(struct fs_stream *b)
 	       wrong_port, wrong_src, wrong_dst, wrong_token, right,
 	       (unsigned long long)(fs_stats.msgs_dropped - dropped));
 	CHECK(!wrong_port && !wrong_src && !wrong_dst && !wrong_token && right);
-	CHECK(fs_stats.msgs_dropped - dropped == 4);
+	CHECK(fs_stats.msgs_dropped - dropped == 3); /* the wrong token is not counted: a closed stream's late ARM */
 
 	/* RINGs: the same four forgeries wake nobody; the peer's own does */
 	{
