@@ -99,6 +99,13 @@ static uint64_t fnv1a(uint64_t h, const uint8_t *p, size_t len)
 	return h;
 }
 
+/* A counter the service thread may be bumping meanwhile (FS_STAT_INC is
+ * an atomic add; a plain read races with it). */
+static uint64_t stat_now(const uint64_t *counter)
+{
+	return __atomic_load_n(counter, __ATOMIC_RELAXED);
+}
+
 /* One direction of one stream pair: what was written and what was read. */
 struct test_flow {
 	struct fs_stream *tx, *rx;
@@ -629,7 +636,7 @@ static void test_shutdown(struct fs_stream *a, struct fs_stream *b, uint64_t key
 static void test_wrong_token(struct fs_stream *b)
 {
 	uint32_t chunk = (uint32_t)fs_params.chunk_size;
-	uint64_t dropped = fs_stats.msgs_dropped, rx = fs_stats.fabric_rx_bytes;
+	uint64_t dropped = stat_now(&fs_stats.msgs_dropped), rx = stat_now(&fs_stats.fabric_rx_bytes);
 	struct fs_stream *stranger;
 	uint8_t bytes[10] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 };
 	struct iovec iov = { bytes, sizeof(bytes) };
@@ -646,8 +653,8 @@ static void test_wrong_token(struct fs_stream *b)
 		return;
 	CHECK(fs_stream_send(stranger, &iov, 1, true, 0, -1) == (ssize_t)sizeof(bytes));
 	settle();
-	CHECK(fs_stats.msgs_dropped == dropped + 1);
-	CHECK(fs_stats.fabric_rx_bytes == rx);
+	CHECK(stat_now(&fs_stats.msgs_dropped) == dropped + 1);
+	CHECK(stat_now(&fs_stats.fabric_rx_bytes) == rx);
 	CHECK(fs_stream_readable(b) == 0);
 	fs_stream_close(stranger, -1, true, false);
 	fs_stream_drop_app(stranger); /* the socket's last reference, as fs_sock_put drops it */
@@ -696,7 +703,7 @@ static void test_close(struct fs_stream *a, struct fs_stream *b, const char *lab
 static void test_stale_pull(struct fs_stream *a, struct fs_stream *b, uint64_t key)
 {
 	struct test_flow f;
-	uint64_t direct = fs_stats.pull_direct_bytes, bounce = fs_stats.pull_bounce_bytes;
+	uint64_t direct = stat_now(&fs_stats.pull_direct_bytes), bounce = stat_now(&fs_stats.pull_bounce_bytes);
 	unsigned inflight, unpulled;
 
 	flow_init(&f, a, b, key);
@@ -721,7 +728,7 @@ static void test_stale_pull(struct fs_stream *a, struct fs_stream *b, uint64_t k
 	CHECK(unpulled == 3 && b->unpulled == 0 && inflight == 0);
 	flow_drain(&f, 120000);
 	CHECK(f.mismatches == 0 && f.sum_sent == f.sum_received);
-	CHECK(fs_stats.pull_direct_bytes == direct && fs_stats.pull_bounce_bytes == bounce + 120000);
+	CHECK(stat_now(&fs_stats.pull_direct_bytes) == direct && stat_now(&fs_stats.pull_bounce_bytes) == bounce + 120000);
 }
 
 
@@ -889,7 +896,7 @@ static void test_bell_forged(struct fs_stream *b)
 {
 	struct sockaddr_in peer = { .sin_family = AF_INET }, local = { .sin_family = AF_INET };
 	uint16_t port = fs_bell_port();
-	uint64_t dropped = fs_stats.msgs_dropped;
+	uint64_t dropped = stat_now(&fs_stats.msgs_dropped);
 	int bell = fs_bell_fd(), stranger = fs_real.socket(AF_INET6, SOCK_DGRAM, 0), off = 0;
 	bool wrong_port, wrong_src, wrong_dst, wrong_token, right;
 
@@ -917,23 +924,23 @@ static void test_bell_forged(struct fs_stream *b)
 	printf("forged ARMs taken: other port %d, other source %d, other destination %d, other token %d; "
 	       "the peer's own taken %d; dropped %llu\n",
 	       wrong_port, wrong_src, wrong_dst, wrong_token, right,
-	       (unsigned long long)(fs_stats.msgs_dropped - dropped));
+	       (unsigned long long)(stat_now(&fs_stats.msgs_dropped) - dropped));
 	CHECK(!wrong_port && !wrong_src && !wrong_dst && !wrong_token && right);
-	CHECK(fs_stats.msgs_dropped - dropped == 3); /* the wrong token is not counted: a closed stream's late ARM */
+	CHECK(stat_now(&fs_stats.msgs_dropped) - dropped == 3); /* the wrong token is not counted: a closed stream's late ARM */
 
 	/* RINGs: the same four forgeries wake nobody; the peer's own does */
 	{
-		uint64_t rings = fs_stats.bell_rings_received, forged, own;
+		uint64_t rings = stat_now(&fs_stats.bell_rings_received), forged, own;
 
 		bell_send(stranger, FS_BELL_RING, b, (uint32_t)b->token, "127.0.0.1", "127.0.0.1");
 		bell_send(bell, FS_BELL_RING, b, (uint32_t)b->token, "127.0.0.5", "127.0.0.1");
 		bell_send(bell, FS_BELL_RING, b, (uint32_t)b->token, "127.0.0.1", "127.0.0.5");
 		bell_send(bell, FS_BELL_RING, b, (uint32_t)b->token + 1, "127.0.0.1", "127.0.0.1");
 		(void)bell_armed_after(b);
-		forged = fs_stats.bell_rings_received - rings;
+		forged = stat_now(&fs_stats.bell_rings_received) - rings;
 		bell_send(bell, FS_BELL_RING, b, (uint32_t)b->token, "127.0.0.1", "127.0.0.1");
 		(void)bell_armed_after(b);
-		own = fs_stats.bell_rings_received - rings - forged;
+		own = stat_now(&fs_stats.bell_rings_received) - rings - forged;
 		printf("forged RINGs taken: %llu of 4; the peer's own taken: %llu\n", (unsigned long long)forged,
 		       (unsigned long long)own);
 		CHECK(forged == 0 && own == 1);
@@ -1029,10 +1036,10 @@ int main(void)
 	if (ret)
 		return fs_check_done();
 
-	tx_before = fs_stats.fabric_tx_bytes;
-	rx_before = fs_stats.fabric_rx_bytes;
-	direct_before = fs_stats.pull_direct_bytes;
-	bounce_before = fs_stats.pull_bounce_bytes;
+	tx_before = stat_now(&fs_stats.fabric_tx_bytes);
+	rx_before = stat_now(&fs_stats.fabric_rx_bytes);
+	direct_before = stat_now(&fs_stats.pull_direct_bytes);
+	bounce_before = stat_now(&fs_stats.pull_bounce_bytes);
 
 	/* Default parameters. (The token is the connection's: both ends of one
 	 * connection tag with the same token.) */
@@ -1048,9 +1055,9 @@ int main(void)
 		 * reads, MSG_PEEK). Counted before the stale-pull test, which
 		 * bounces payloads of its own. */
 		printf("pulled: %llu bytes direct, %llu through the bounce buffer\n",
-		       (unsigned long long)(fs_stats.pull_direct_bytes - direct_before),
-		       (unsigned long long)(fs_stats.pull_bounce_bytes - bounce_before));
-		CHECK(fs_stats.pull_direct_bytes > direct_before && fs_stats.pull_bounce_bytes > bounce_before);
+		       (unsigned long long)(stat_now(&fs_stats.pull_direct_bytes) - direct_before),
+		       (unsigned long long)(stat_now(&fs_stats.pull_bounce_bytes) - bounce_before));
+		CHECK(stat_now(&fs_stats.pull_direct_bytes) > direct_before && stat_now(&fs_stats.pull_bounce_bytes) > bounce_before);
 		test_stale_pull(a, b, 350);
 		test_edges(a, b, 360);
 		test_credit_retry(a, b, 370);
@@ -1090,8 +1097,8 @@ int main(void)
 	/* Every payload eager (FABSOCK_PULL_MIN=0): nothing is pulled. */
 	setenv("FABSOCK_PULL_MIN", "0", 1);
 	CHECK(fs_params_load() == 0);
-	direct_before = fs_stats.pull_direct_bytes;
-	bounce_before = fs_stats.pull_bounce_bytes;
+	direct_before = stat_now(&fs_stats.pull_direct_bytes);
+	bounce_before = stat_now(&fs_stats.pull_bounce_bytes);
 	if (make_pair(FS_TEST_TOKEN_2 + 1, &a, &b) == 0) {
 		test_transfer(a, b, 2u << 20, 1000);
 		test_quiescent(a, b);
@@ -1099,7 +1106,7 @@ int main(void)
 		test_shutdown(a, b, 1200);
 		test_close(a, b, "eager");
 	}
-	CHECK(fs_stats.pull_direct_bytes == direct_before && fs_stats.pull_bounce_bytes == bounce_before);
+	CHECK(stat_now(&fs_stats.pull_direct_bytes) == direct_before && stat_now(&fs_stats.pull_bounce_bytes) == bounce_before);
 
 	if (invariant_failures)
 		fprintf(stderr, "%lu invariant violations (tx_seq - peer_freed <= peer_window, "
@@ -1108,12 +1115,12 @@ int main(void)
 	CHECK(invariant_failures == 0);
 	CHECK(payload_sent == payload_received);
 	/* the wrong-token message counted as sent but never as received */
-	CHECK(fs_stats.fabric_tx_bytes - tx_before == payload_sent + payload_abandoned + 10);
-	CHECK(fs_stats.fabric_rx_bytes - rx_before == payload_received + payload_abandoned);
+	CHECK(stat_now(&fs_stats.fabric_tx_bytes) - tx_before == payload_sent + payload_abandoned + 10);
+	CHECK(stat_now(&fs_stats.fabric_rx_bytes) - rx_before == payload_received + payload_abandoned);
 	printf("payload %llu bytes; fabric_tx_bytes +%llu, fabric_rx_bytes +%llu, msgs_dropped %llu\n",
-	       (unsigned long long)payload_sent, (unsigned long long)(fs_stats.fabric_tx_bytes - tx_before),
-	       (unsigned long long)(fs_stats.fabric_rx_bytes - rx_before),
-	       (unsigned long long)fs_stats.msgs_dropped);
+	       (unsigned long long)payload_sent, (unsigned long long)(stat_now(&fs_stats.fabric_tx_bytes) - tx_before),
+	       (unsigned long long)(stat_now(&fs_stats.fabric_rx_bytes) - rx_before),
+	       (unsigned long long)stat_now(&fs_stats.msgs_dropped));
 
 	fs_engine_shutdown();
 	CHECK(engine->orphans == NULL);
