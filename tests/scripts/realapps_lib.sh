@@ -243,6 +243,26 @@ ra_log_clean() {
 
 # ra_tail N FILE...: the last N lines of the FILEs but fabsock's stats
 # lines, indented, on stderr (what a failing program said).
+# ra_stacks_if_running PID SEC NAME...: waits up to SEC seconds for PID;
+# if it still runs then, prints the stacks (gdb, every thread, frames only)
+# of every process called NAME, for a hang to be diagnosable from the log.
+ra_stacks_if_running() {
+	local pid=$1 sec=$2 i p name
+	shift 2
+	for i in $(seq 1 $((sec * 10))); do
+		kill -0 "$pid" 2>/dev/null || return 0
+		sleep 0.1
+	done
+	command -v gdb >/dev/null || return 0
+	for name in "$@"; do
+		for p in $(pgrep -x "$name" 2>/dev/null); do
+			echo "    --- stacks of $name $p (still running after ${sec}s)" >&2
+			timeout 20 gdb -p "$p" -batch -ex 'thread apply all bt 25' 2>/dev/null |
+				grep -E '^(#|Thread)' | cut -c1-200 | head -n 80 | sed 's/^/    /' >&2 || true
+		done
+	done
+}
+
 ra_tail() {
 	local n=$1
 	shift

@@ -69,7 +69,12 @@ pg_sql() { # NAME SQL
 pg_bench() { # MODE NAME FIGVAR PGBENCH-ARGS...
 	local mode=$1 name=$2 fig=$3 rc=0 tps failed n
 	shift 3
-	pgc 40 "$name" pgbench -h 127.0.0.1 -p "$PORT" -U postgres "$@" postgres || rc=$?
+	pgc 40 "$name" pgbench -h 127.0.0.1 -p "$PORT" -U postgres "$@" postgres &
+	local pid=$!
+	# a pgbench -T 3 still running after 30 s hangs: its stacks and the
+	# server's go to the log before the timeout kills it (seen once, ASan)
+	ra_stacks_if_running "$pid" 30 pgbench postgres
+	wait "$pid" || rc=$?
 	tps=$(sed -nE 's/^tps = ([0-9.]+) \(without initial connection time\).*/\1/p' "$LOG-$name.out" | head -n 1)
 	failed=$(sed -nE 's/^number of failed transactions: ([0-9]+).*/\1/p' "$LOG-$name.out" | head -n 1)
 	n=$(sed -nE 's/^number of transactions actually processed: ([0-9]+).*/\1/p' "$LOG-$name.out" | head -n 1)
