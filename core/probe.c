@@ -455,6 +455,8 @@ void fs_service_fork_prepare(void)
 		until.tv_nsec -= 1000000000L;
 	}
 	fs_service_fork_held = pthread_mutex_timedlock(&fs_service_busy, &until) == 0;
+	if (!fs_service_fork_held)
+		FS_STAT_INC(forks_unquiesced); /* an atomic add: fine in a fork from a signal handler */
 }
 
 void fs_service_fork_parent(void)
