@@ -37,6 +37,7 @@
 #include "core/engine.h"
 #include "core/stats.h"
 #include "core/stream_internal.h"
+#include "core/udp.h"
 #include "core/wire.h"
 #include "preload/real.h"
 #include "tests/unit/check.h"
@@ -850,27 +851,16 @@ static void bell_send(int fd, unsigned type, const struct fs_stream *s, uint32_t
 	uint8_t buf[FS_WIRE_BELL_LEN_MAX];
 	int len = fs_wire_bell_encode(type, &ent, 1, buf, sizeof(buf));
 	struct sockaddr_in6 to = { .sin6_family = AF_INET6, .sin6_port = htons(fs_bell_port()) };
-	union {
-		struct cmsghdr align;
-		char bytes[CMSG_SPACE(sizeof(struct in6_pktinfo))];
-	} control;
-	struct iovec iov = { .iov_base = buf, .iov_len = (size_t)len };
-	struct msghdr msg = { .msg_name = &to, .msg_namelen = sizeof(to), .msg_iov = &iov, .msg_iovlen = 1,
-			      .msg_control = &control, .msg_controllen = sizeof(control) };
-	struct cmsghdr *c = (struct cmsghdr *)&control;
-	struct in6_pktinfo info = { 0 };
+	struct in6_addr from;
 	char mapped[64];
 
-	memset(&control, 0, sizeof(control));
 	snprintf(mapped, sizeof(mapped), "::ffff:%s", dst);
 	inet_pton(AF_INET6, mapped, &to.sin6_addr);
 	snprintf(mapped, sizeof(mapped), "::ffff:%s", src);
-	inet_pton(AF_INET6, mapped, &info.ipi6_addr);
-	c->cmsg_level = IPPROTO_IPV6;
-	c->cmsg_type = IPV6_PKTINFO;
-	c->cmsg_len = CMSG_LEN(sizeof(info));
-	memcpy(CMSG_DATA(c), &info, sizeof(info));
-	CHECK(len > 0 && fs_real.sendmsg(fd, &msg, 0) == len);
+	inet_pton(AF_INET6, mapped, &from);
+	/* the doorbell's own sender (core/udp.c), with a chosen source */
+	CHECK(len > 0 && fs_udp_send_from(fd, buf, (size_t)len, 0, (struct sockaddr *)&to, sizeof(to),
+					   (const uint8_t *)&from) == len);
 }
 
 /* Whether B counts as armed by its peer after the datagrams sent so far
