@@ -29,7 +29,9 @@
 #include "preload/real.h"
 
 #define FS_CTRL_BUF 64u
-#define FS_CTRL_SLACK 16u
+/* Control receives a rail keeps posted, shared by all its streams: a CREDIT
+ * is handled and its buffer re-posted in the progress round it lands in. */
+#define FS_CTRL_POSTED 64u
 #define FS_CQ_BATCH 16
 
 static pthread_mutex_t fs_engine_create_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -167,6 +169,7 @@ static int fs_post_recv(struct fs_engine_rail *er, struct fs_buf *buf)
 	buf->len = buf->off = 0;
 	buf->kind = 0;
 	buf->pull = FS_PULL_NONE;
+	buf->held = 0;
 	if (!er->open)
 		return -FI_ECANCELED; /* closed at exit while a thread still ran */
 	FS_GUARD_ENTER();
@@ -192,10 +195,25 @@ static int fs_post_recv(struct fs_engine_rail *er, struct fs_buf *buf)
 		return (int)ret;
 	}
 	buf->posted = 1;
+	if (cls == FS_CLASS_CTRL)
+		er->posted_ctrl++;
+	else
+		er->posted_data++;
 	return 0;
 }
 
-/* Posts receives until POSTED reaches TARGET. Returns 0 or -ENOSPC. */
+/* A catch-all receive completed (or was cancelled): it left the provider. */
+static void fs_recv_landed(struct fs_engine_rail *er, struct fs_buf *buf)
+{
+	buf->posted = 0;
+	if (buf->role == FS_BUF_RX_CTRL)
+		er->posted_ctrl--;
+	else
+		er->posted_data--;
+}
+
+/* Posts receives from POOL until POSTED reaches TARGET. Returns 0 or
+ * -ENOSPC (pool or memory limit) / -EIO. */
 static int fs_post_more(struct fs_engine_rail *er, struct fs_pool *pool, unsigned *posted, unsigned target)
 {
 	while (*posted < target) {
@@ -207,22 +225,73 @@ static int fs_post_more(struct fs_engine_rail *er, struct fs_pool *pool, unsigne
 			fs_pool_put(buf);
 			return -EIO;
 		}
-		(*posted)++;
 	}
 	return 0;
 }
 
-/* A consumed or dropped receive buffer goes straight back to the provider. */
+/* How many data receives the rail keeps posted now: a window's worth per
+ * stream, up to RX_POSTED (clamped to the provider's receive queue). */
+static unsigned fs_data_want(const struct fs_engine_rail *er)
+{
+	uint64_t want = ((uint64_t)er->streams + 1) * (unsigned)fs_params.window;
+
+	return want < er->data_target ? (unsigned)want : er->data_target;
+}
+
+/* A receive buffer the engine or a reader is done with: a copy is freed, a
+ * shared data receive goes back to the provider while the rail wants it
+ * (else to its pool), a control receive goes back. */
 void fs_engine_repost(struct fs_engine_rail *er, struct fs_buf *buf)
 {
-	if (fs_post_recv(er, buf)) {
-		/* Could not re-post: the buffer leaves the posted set. */
-		if (buf->role == FS_BUF_RX_CTRL)
-			er->posted_ctrl--;
-		else
-			er->posted_data--;
-		fs_pool_put(buf);
+	if (buf->role == FS_BUF_RX_COPY) {
+		if (buf->own_mem)
+			free(buf->mem);
+		free(buf);
+		return;
 	}
+	if (buf->held) {
+		buf->held = 0;
+		er->held_data--;
+	}
+	if (buf->role == FS_BUF_RX_DATA && er->posted_data >= fs_data_want(er)) {
+		fs_pool_put(buf);
+		return;
+	}
+	if (fs_post_recv(er, buf))
+		fs_pool_put(buf); /* could not re-post: the buffer leaves the posted set */
+}
+
+/* BUF, a shared data receive that just completed with a message for a
+ * stream, is about to go into the stream's queue. Returns what goes there:
+ * BUF itself (kept, and a fresh receive posted in its place), or a copy of
+ * its BYTES in memory of its own (BUF re-posted), once RX_POSTED shared
+ * buffers are kept already. NULL: no memory for a copy (BUF re-posted, the
+ * message is lost). */
+static struct fs_buf *fs_rx_keep(struct fs_engine_rail *er, struct fs_buf *buf, size_t bytes)
+{
+	struct fs_buf *copy;
+
+	if (er->held_data < er->data_target) {
+		buf->held = 1;
+		er->held_data++;
+		(void)fs_post_more(er, &er->rx_data, &er->posted_data, fs_data_want(er));
+		return buf;
+	}
+	copy = malloc(sizeof(*copy) + bytes);
+	if (copy) {
+		*copy = *buf;
+		copy->pool = NULL;
+		copy->desc = NULL;
+		copy->mem = (uint8_t *)(copy + 1);
+		copy->cap = (uint32_t)bytes;
+		copy->role = FS_BUF_RX_COPY;
+		copy->held = copy->own_mem = 0;
+		copy->next = NULL;
+		memcpy(copy->mem, buf->mem, bytes);
+		FS_STAT_INC(rx_copied);
+	}
+	fs_engine_repost(er, buf);
+	return copy;
 }
 
 /* ---- pulls --------------------------------------------------------------- */
@@ -232,10 +301,27 @@ int fs_engine_pull(struct fs_engine_rail *er, struct fs_buf *buf, void *dst)
 	void *desc = dst ? NULL : buf->desc;
 	ssize_t ret = -FI_ECANCELED;
 
-	if (!dst)
-		dst = buf->mem + FS_WIRE_MSG_PREFIX;
 	if (!er->open)
 		return -FI_ECANCELED;
+	if (!dst && buf->cap < FS_WIRE_MSG_PREFIX + (size_t)buf->len) {
+		/* a copied-out announcement gets room for its payload now; only
+		 * providers without FI_MR_LOCAL pull (fs_engine_pull_shift) */
+		uint8_t *mem = buf->role == FS_BUF_RX_COPY && !er->rail.mr_local
+				       ? malloc(FS_WIRE_MSG_PREFIX + (size_t)buf->len)
+				       : NULL;
+
+		if (!mem)
+			return -FI_ENOMEM;
+		memcpy(mem, buf->mem, FS_WIRE_MSG_PREFIX);
+		if (buf->own_mem)
+			free(buf->mem);
+		buf->mem = mem;
+		buf->cap = FS_WIRE_MSG_PREFIX + buf->len;
+		buf->own_mem = 1;
+		desc = NULL;
+	}
+	if (!dst)
+		dst = buf->mem + FS_WIRE_MSG_PREFIX;
 	FS_GUARD_ENTER();
 	FS_PROV_ENTER(er, -1);
 	for (int tries = 0; tries < 1000; tries++) {
@@ -356,13 +442,21 @@ int fs_engine_rail(struct fs_engine *e, unsigned kind, const struct sockaddr *lo
 	 * payloads line up with the application's reads, so that they can be
 	 * pulled straight into its buffer */
 	er->chunk = chunk;
-	fs_pool_init(&er->rx_data, &er->rail, FS_BUF_RX_DATA, chunk + FS_WIRE_MSG_PREFIX, 16,
-		     (unsigned)er->rail.rx_depth);
-	fs_pool_init(&er->rx_ctrl, &er->rail, FS_BUF_RX_CTRL, FS_CTRL_BUF, 64, (unsigned)er->rail.rx_depth);
+	/* The provider's receive queue holds the posted data and control
+	 * receives; the data pool, those posted and as many kept by streams. */
+	er->data_target = (unsigned)fs_params.rx_posted;
+	if (er->rail.rx_depth < FS_CTRL_POSTED + 2)
+		er->data_target = 1;
+	else if (er->data_target > er->rail.rx_depth - FS_CTRL_POSTED - 1)
+		er->data_target = (unsigned)er->rail.rx_depth - FS_CTRL_POSTED - 1;
+	er->held_data = 0;
+	fs_pool_init(&er->rx_data, &er->rail, FS_BUF_RX_DATA, chunk + FS_WIRE_MSG_PREFIX, 16, 2 * er->data_target);
+	fs_pool_init(&er->rx_ctrl, &er->rail, FS_BUF_RX_CTRL, FS_CTRL_BUF, 64, FS_CTRL_POSTED);
 	fs_pool_init(&er->tx_data, &er->rail, FS_BUF_TX, chunk + FS_WIRE_MSG_PREFIX, 16, 1u << 20);
 	fs_pool_init(&er->tx_ctrl, &er->rail, FS_BUF_TX, FS_CTRL_BUF, 64, 1u << 20);
 	er->open = true;
-	if (fs_post_more(er, &er->rx_ctrl, &er->posted_ctrl, FS_CTRL_SLACK)) {
+	if (fs_post_more(er, &er->rx_ctrl, &er->posted_ctrl,
+			 er->rail.rx_depth < FS_CTRL_POSTED + 2 ? 1 : FS_CTRL_POSTED)) {
 		snprintf(why, whylen, "%s rail: cannot post receives", fs_fabric_prov_name(kind));
 		fs_pool_fini(&er->rx_data);
 		fs_pool_fini(&er->rx_ctrl);
@@ -415,32 +509,12 @@ struct fs_stream *fs_stream_create(struct fs_engine *e, struct fs_engine_rail *e
 {
 	struct fs_stream *s = calloc(1, sizeof(*s));
 	unsigned window = (unsigned)fs_params.window;
-	unsigned depth = (unsigned)er->rail.rx_depth;
-	unsigned spare;
 
 	*nak = FS_NAK_RESOURCES;
 	if (!s)
 		return NULL;
-	/* Shrink the window to what the receive queue can still hold. */
-	spare = depth > er->reserved_data + er->reserved_ctrl + FS_CTRL_SLACK + 1
-			? depth - er->reserved_data - er->reserved_ctrl - FS_CTRL_SLACK - 1
-			: 0;
-	if (window > spare)
-		window = spare;
-	if (window < 2) {
-		FS_WARN_ONCE("the %s receive queue (%u entries) is full; new streams stay on TCP",
-			     fs_fabric_prov_name(er->rail.kind), depth);
-		free(s);
-		return NULL;
-	}
 	s->ooo = calloc(window, sizeof(*s->ooo));
 	if (!s->ooo) {
-		free(s);
-		return NULL;
-	}
-	if (fs_post_more(er, &er->rx_data, &er->posted_data, er->reserved_data + window) ||
-	    fs_post_more(er, &er->rx_ctrl, &er->posted_ctrl, er->reserved_ctrl + 1 + FS_CTRL_SLACK)) {
-		free(s->ooo);
 		free(s);
 		return NULL;
 	}
@@ -450,9 +524,19 @@ struct fs_stream *fs_stream_create(struct fs_engine *e, struct fs_engine_rail *e
 		free(s);
 		return NULL;
 	}
-	er->reserved_data += window;
-	er->reserved_ctrl += 1;
 	er->streams++;
+	/* Receives are shared (engine.h): a new stream only tops them up. A
+	 * rail that cannot post any data receive takes no stream. */
+	if (fs_post_more(er, &er->rx_data, &er->posted_data, fs_data_want(er)) && !er->posted_data) {
+		FS_WARN_ONCE("no receive can be posted on the %s rail; new streams stay on TCP",
+			     fs_fabric_prov_name(er->rail.kind));
+		er->streams--;
+		e->streams[s->id] = NULL;
+		e->live_streams--;
+		free(s->ooo);
+		free(s);
+		return NULL;
+	}
 	s->erail = er;
 	s->window = window;
 	s->token = token;
@@ -561,8 +645,6 @@ static void fs_stream_destroy(struct fs_engine *e, struct fs_stream *s)
 	s->hb_fd = -1;
 	/* Buffers still posted for this stream's sends complete later and are
 	 * returned by the completion handler, which tolerates a NULL stream. */
-	er->reserved_data -= s->window;
-	er->reserved_ctrl -= 1;
 	er->streams--;
 	if (s->id < e->streams_cap && e->streams[s->id] == s) {
 		e->streams[s->id] = NULL;
@@ -1260,9 +1342,11 @@ static void fs_rx_data(struct fs_engine *e, struct fs_engine_rail *er, struct fs
 		goto drop;
 	fs_wire_hdr_decode(buf->mem + FS_WIRE_CTRL_TAG_LEN, &hdr);
 	if (kind == FS_MSG_PULL) {
-		/* prefix only; the payload must fit this buffer (a pull that
-		 * cannot go to the application lands here) */
-		if (bytes != FS_WIRE_MSG_PREFIX || !hdr.len || hdr.len > buf->cap - FS_WIRE_MSG_PREFIX)
+		/* prefix only; the payload must fit a receive buffer (a pull that
+		 * cannot go to the application lands in one), and only a
+		 * receiver that asked for pulls gets announcements */
+		if (bytes != FS_WIRE_MSG_PREFIX || !hdr.len || hdr.len > buf->cap - FS_WIRE_MSG_PREFIX ||
+		    !fs_engine_pull_shift(er))
 			goto drop;
 	} else if (hdr.len != bytes - FS_WIRE_MSG_PREFIX ||
 		   ((kind == FS_MSG_FIN || kind == FS_MSG_SWITCH || kind == FS_MSG_RETURN_END) && hdr.len) ||
@@ -1275,6 +1359,17 @@ static void fs_rx_data(struct fs_engine *e, struct fs_engine_rail *er, struct fs
 	slot = hdr.seq % s->window;
 	if (s->ooo[slot])
 		goto drop;
+	buf = fs_rx_keep(er, buf, bytes);
+	if (!buf) {
+		/* no memory to copy it out: the byte stream has a hole */
+		if (!s->error) {
+			FS_WARN("stream %u: no memory for a received message; resetting it", s->id);
+			s->error = -ECONNRESET;
+			FS_STAT_INC(resets);
+		}
+		fs_stream_changed(e, s);
+		return;
+	}
 	s->rx_msgs++;
 	fs_rx_header_common(e, s, &hdr);
 	buf->len = hdr.len;
@@ -1360,15 +1455,11 @@ static void fs_cq_error(struct fs_engine *e, struct fs_engine_rail *er)
 	if (err.err != FI_ECANCELED)
 		FS_WARN_ONCE("a receive failed on the %s rail: %s", fs_fabric_prov_name(er->rail.kind),
 			     fs_fi.strerror(err.err));
-	if (err.err == FI_ECANCELED) {
-		if (buf->role == FS_BUF_RX_CTRL)
-			er->posted_ctrl--;
-		else
-			er->posted_data--;
+	fs_recv_landed(er, buf);
+	if (err.err == FI_ECANCELED)
 		fs_pool_put(buf);
-	} else {
+	else
 		fs_engine_repost(er, buf);
-	}
 }
 
 int fs_engine_progress(struct fs_engine *e)
@@ -1409,10 +1500,12 @@ int fs_engine_progress(struct fs_engine *e)
 					fs_tx_done(e, er, buf);
 					continue;
 				}
-				buf->posted = 0;
-				if (buf->pull == FS_PULL_POSTED)
+				if (buf->pull == FS_PULL_POSTED) {
 					fs_rx_pulled(e, er, buf, ent[i].len, 0);
-				else if (buf->role == FS_BUF_RX_CTRL)
+					continue;
+				}
+				fs_recv_landed(er, buf);
+				if (buf->role == FS_BUF_RX_CTRL)
 					fs_rx_ctrl(e, er, buf, ent[i].len, from);
 				else
 					fs_rx_data(e, er, buf, ent[i].len, from);

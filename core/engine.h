@@ -8,22 +8,31 @@
  * touched there). It owns one rail per provider in use; every stream between
  * this process and a peer process shares that peer's rail endpoint.
  *
- * Flow control (no message but a pulled payload ever arrives without a
- * posted receive; a pulled payload is one credit's worth, announced first):
- *  - every rail keeps catch-all receives posted, one class for data messages
- *    (CHUNK_SIZE buffers) and one for control messages (small buffers);
- *  - a stream reserves WINDOW data receives and one control receive on its
- *    rail when it is created, and grants its peer WINDOW credits in the
- *    handshake: the peer may have at most WINDOW data messages (DATA or FIN)
- *    in flight or unread on it;
- *  - a data buffer is re-posted only after the application consumed it; the
- *    consumed count ("freed") goes back to the sender piggybacked on data in
- *    the other direction, or in a CREDIT control message, at most one of
- *    which is unacknowledged per stream (the sender acknowledges CREDITs in
- *    its data headers), so control messages need one reserved buffer each;
+ * Flow control and shared receives (issue 14):
+ *  - every rail keeps catch-all receives posted, shared by all of its
+ *    streams: data (CHUNK_SIZE buffers, at most RX_POSTED of them however
+ *    many streams there are) and control (small buffers, a fixed number);
+ *  - a stream grants its peer WINDOW credits in the handshake: the peer may
+ *    have at most WINDOW data messages (DATA, PULL or FIN) in flight or
+ *    unread on it, so a stream buffers at most WINDOW x CHUNK_SIZE bytes;
+ *  - a data message lands in a shared receive. While fewer than RX_POSTED
+ *    shared buffers sit in streams' queues on the rail, the buffer stays in
+ *    its stream's queue (no copy) and a fresh one is posted in its place;
+ *    beyond that the message is copied out into memory of its own and the
+ *    shared buffer goes back at once. So the engine's progress, never a
+ *    reader, returns shared receives: a reader that does not read holds
+ *    memory of its own stream only;
+ *  - more messages than posted receives at one moment wait at the provider
+ *    as unexpected messages (shm keeps the command, the data stays in the
+ *    sender's buffer) until the same progress round re-posts;
+ *  - the consumed count ("freed") goes back to the sender piggybacked on
+ *    data in the other direction, or in a CREDIT control message, at most
+ *    one of which is unacknowledged per stream (the sender acknowledges
+ *    CREDITs in its data headers);
  *  - the sender queues at most SEND_QUEUE further messages, coalescing small
  *    writes while it waits for credit; then send blocks (or EAGAIN).
- * So a slow reader costs at most WINDOW + SEND_QUEUE buffers per stream.
+ * So a slow reader costs at most WINDOW + SEND_QUEUE buffers per stream,
+ * and the posted receives of a rail do not grow with its streams.
  *
  * Pulls: a payload of at least the peer's pull size is announced by a
  * header-only FS_MSG_PULL (which takes the seq and the credit) and sent
@@ -97,10 +106,11 @@ struct fs_engine_rail {
 	bool open;
 	struct fs_pool rx_data, rx_ctrl, tx_data, tx_ctrl;
 	uint32_t chunk;                        /* largest payload we accept (the HELLO's) */
-	unsigned posted_data, posted_ctrl;     /* receives currently posted */
+	unsigned posted_data, posted_ctrl;     /* catch-all receives at the provider now */
+	unsigned data_target;                  /* data receives kept posted (RX_POSTED, clamped) */
+	unsigned held_data;                    /* data receives kept in streams' queues */
 	unsigned tx_posted;                    /* sends whose completion is due */
 	unsigned pulls_posted;                 /* payload receives whose completion is due */
-	unsigned reserved_data, reserved_ctrl; /* owed to live streams */
 	unsigned streams;
 };
 
@@ -117,7 +127,7 @@ struct fs_stream {
 	enum fs_stream_state state;
 	struct fs_engine_rail *erail;
 	fi_addr_t peer_addr;
-	unsigned window;      /* credits we granted the peer (our reserved receives) */
+	unsigned window;      /* credits we granted the peer */
 	unsigned peer_window; /* credits the peer granted us */
 	uint32_t peer_chunk;  /* largest payload the peer accepts */
 	uint32_t peer_pull_min; /* payloads this large are announced, for the peer to pull (0: never) */

@@ -21,7 +21,9 @@
 struct fs_stream;
 struct fs_pool;
 
-enum fs_buf_role { FS_BUF_RX_DATA = 1, FS_BUF_RX_CTRL = 2, FS_BUF_TX = 3 };
+/* FS_BUF_RX_COPY: a data message copied out of a shared receive buffer into
+ * memory of its own (engine.c, "shared receives"); it belongs to no pool. */
+enum fs_buf_role { FS_BUF_RX_DATA = 1, FS_BUF_RX_CTRL = 2, FS_BUF_TX = 3, FS_BUF_RX_COPY = 4 };
 
 /* A receive buffer holding an FS_MSG_PULL announcement and its payload. */
 enum fs_pull_state {
@@ -46,6 +48,8 @@ struct fs_buf {
 	uint8_t posted;
 	uint8_t pull;      /* rx FS_MSG_PULL entry: enum fs_pull_state */
 	uint8_t announced; /* tx: its FS_MSG_PULL went out; the payload goes (went) separately */
+	uint8_t held;      /* rx data: a shared receive kept in a stream's queue */
+	uint8_t own_mem;   /* rx copy: MEM was allocated apart from the buffer (free it) */
 	uint64_t pull_tag; /* rx FS_MSG_PULL entry: its payload's tag */
 	struct fs_stream *stream; /* tx: the sending stream; rx: the owner (NULL: a discard) */
 };

@@ -16,7 +16,10 @@
  * invariants tx_seq - peer_freed <= peer_window and ctrl_sent - ctrl_acked
  * <= 1 after every step, and freed == messages received at quiescence; the
  * fabric byte counters move by exactly the payload; a message tagged with
- * the wrong token is dropped; closed streams are reaped. Every loop is
+ * the wrong token is dropped; closed streams are reaped; shared receives:
+ * a stalled reader holds at most RX_POSTED of them (the rest is copied
+ * out) while another pair moves, and 400 pairs live on one rail at once
+ * (the receive queue used to bound them to about 56). Every loop is
  * bounded and a 30 s alarm ends a hang.
  */
 #include <arpa/inet.h>
@@ -996,6 +999,88 @@ static void test_close_unread(struct fs_stream *a, struct fs_stream *b)
 	fs_stream_drop_app(b);
 }
 
+/* Shared receives (core/engine.h): with room for two shared data receives
+ * on the rail, a reader that does not read holds at most two of them, its
+ * further messages are copied out, and another pair still moves every byte
+ * (the provider holds what finds no posted receive until the engine
+ * re-posts). Then the stalled reader reads all of its bytes. */
+static void test_shared_stalled(uint64_t token, uint64_t key)
+{
+	struct fs_stream *a, *b, *c, *d;
+	uint64_t copied = stat_now(&fs_stats.rx_copied);
+	unsigned saved, held;
+	struct test_flow stalled;
+	ssize_t n = 0;
+
+	pthread_mutex_lock(&engine->lock);
+	saved = erail->data_target;
+	erail->data_target = 2;
+	pthread_mutex_unlock(&engine->lock);
+	if (make_pair(token, &a, &b) == 0) {
+		if (make_pair(token + 1, &c, &d) == 0) {
+			flow_init(&stalled, a, b, key);
+			for (int i = 0; i < 64 && (n = flow_send(&stalled, 1000 + 700 * (size_t)i)) > 0; i++)
+				settle();
+			CHECK(n == -EAGAIN || n > 0);
+			settle();
+			pthread_mutex_lock(&engine->lock);
+			held = erail->held_data;
+			pthread_mutex_unlock(&engine->lock);
+			printf("shared receives: %llu bytes wait for a stalled reader, %u shared buffers kept, "
+			       "%llu messages copied out\n",
+			       (unsigned long long)stalled.sent, held,
+			       (unsigned long long)(stat_now(&fs_stats.rx_copied) - copied));
+			CHECK(held <= 2);
+			CHECK(stat_now(&fs_stats.rx_copied) > copied);
+			test_transfer(c, d, 1u << 20, key + 1);
+			flow_drain(&stalled, stalled.sent);
+			CHECK(stalled.mismatches == 0 && stalled.sum_sent == stalled.sum_received);
+			test_close(c, d, "shared, moving");
+		}
+		test_close(a, b, "shared, stalled");
+	}
+	pthread_mutex_lock(&engine->lock);
+	erail->data_target = saved;
+	pthread_mutex_unlock(&engine->lock);
+}
+
+/* Many streams on one rail at once, far more than the provider's receive
+ * queue holds windows for (shm: 1024 entries, WINDOW 8): each pair echoes a
+ * few hundred bytes both ways, byte-exact, then all close. */
+#define FS_TEST_PAIRS 400
+static void test_many_streams(uint64_t token, uint64_t key)
+{
+	static struct fs_stream *ends[FS_TEST_PAIRS][2];
+	static struct test_flow fwd[FS_TEST_PAIRS], back[FS_TEST_PAIRS];
+	unsigned made = 0, exact = 0;
+
+	for (unsigned i = 0; i < FS_TEST_PAIRS; i++) {
+		if (make_pair(token + i, &ends[i][0], &ends[i][1]))
+			break;
+		made++;
+	}
+	CHECK(made == FS_TEST_PAIRS);
+	for (unsigned i = 0; i < made; i++) {
+		flow_init(&fwd[i], ends[i][0], ends[i][1], key + 2 * i);
+		flow_init(&back[i], ends[i][1], ends[i][0], key + 2 * i + 1);
+		CHECK(flow_send(&fwd[i], 300 + i) == (ssize_t)(300 + i));
+		CHECK(flow_send(&back[i], 700 - i) == (ssize_t)(700 - i));
+	}
+	settle();
+	for (unsigned i = 0; i < made; i++) {
+		flow_drain(&fwd[i], fwd[i].sent);
+		flow_drain(&back[i], back[i].sent);
+		exact += fwd[i].mismatches == 0 && back[i].mismatches == 0 && fwd[i].sum_sent == fwd[i].sum_received &&
+			 back[i].sum_sent == back[i].sum_received;
+	}
+	printf("many streams: %u pairs (%u streams) on one rail, %u echoed byte-exact, %u data receives posted\n",
+	       made, 2 * made, exact, erail->posted_data);
+	CHECK(exact == made);
+	CHECK(erail->posted_data <= erail->data_target);
+	for (unsigned i = 0; i < made; i++)
+		test_close(ends[i][0], ends[i][1], "many");
+}
+
 int main(void)
 {
 	uint64_t direct_before, bounce_before;
@@ -1061,6 +1146,9 @@ int main(void)
 
 	if (make_pair(FS_TEST_TOKEN_1 + 2, &a, &b) == 0)
 		test_close_unread(a, b);
+
+	test_shared_stalled(FS_TEST_TOKEN_1 + 3, 470);
+	test_many_streams(FS_TEST_TOKEN_1 + 10, 100000);
 
 	/* A fresh pair for MSG_WAITALL after small writes. */
 	if (make_pair(FS_TEST_TOKEN_1 + 1, &a, &b) == 0) {
