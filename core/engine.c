@@ -666,6 +666,8 @@ static void fs_stream_destroy(struct fs_engine *e, struct fs_stream *s)
 	s->wake_fd = -1;
 	s->ctl_fd = -1;
 	s->dead = true;
+	if (s->peer_id)
+		FS_STAT_INC(streams_freed); /* it was connected: offloaded */
 	free(s->ooo);
 	s->ooo = NULL;
 	if (!s->app_ref)
@@ -1570,6 +1572,16 @@ void fs_engine_add_orphan(struct fs_engine *e, struct fs_stream *s)
 
 /* Frees orphans that are done: our FIN delivered and the peer's FIN seen,
  * or the peer gone, or their linger time over. */
+/* True once the process of S's peer (on this host: shm, same PID namespace)
+ * no longer exists; looked at most every 100 ms per stream. */
+static bool fs_orphan_peer_exited(struct fs_stream *s, uint64_t now)
+{
+	if (s->peer_pid <= 0 || now < s->peer_check_ns)
+		return false;
+	s->peer_check_ns = now + 100000000ull;
+	return kill((pid_t)s->peer_pid, 0) < 0 && errno == ESRCH;
+}
+
 void fs_engine_reap(struct fs_engine *e)
 {
 	uint64_t now = fs_now_ns();
@@ -1591,6 +1603,14 @@ void fs_engine_reap(struct fs_engine *e)
 		}
 		if (s->hb == FS_HB_DONE)
 			sent = heard = true;
+		/* Heard the peer out, and its process on this host has exited:
+		 * what we still owe it and could not post (our FIN, on shm into
+		 * a region nobody drains any more) can never be delivered, and
+		 * the application is done with it. The kernel drops such a
+		 * socket too. (Sends already posted must complete first: their
+		 * completions name the stream.) */
+		if (heard && !sent && !s->tx_inflight && fs_orphan_peer_exited(s, now))
+			sent = true;
 		if ((sent && heard && !s->tx_inflight) || now >= s->close_deadline_ns) {
 			*link = s->orphan_next;
 			if (!sent)

@@ -180,6 +180,7 @@ struct fs_stream {
 	bool armed;            /* the peer rings our doorbell after its next message */
 	bool peer_armed;       /* we ring the peer's after our next message */
 	long peer_pid;         /* shm: the peer's process, for a lock it died holding (fabric.h) */
+	uint64_t peer_check_ns; /* orphan: when to look again whether that process exited */
 
 	/* failure */
 	int error;             /* sticky negative errno (ECONNRESET ...) */
