@@ -12,7 +12,11 @@
  *   fs_scale client PORT N SIZE GOFILE
  *       Opens N connections one after another; on each, writes SIZE bytes of
  *       a pattern keyed by the connection's index and reads the echo back,
- *       checking every byte (FNV-1a). All N stay open; it prints
+ *       checking every byte (FNV-1a). After the first N/10 (N >= 100) it
+ *       prints "part M rss_kib=R" and waits until GOFILE.part exists (so a
+ *       caller can read the server's memory there too: what a connection
+ *       costs is the slope between the two points, what is left is the
+ *       process's fixed overhead). All N stay open; it prints
  *       "held N setup_ms=T rss_before_kib=R0 rss_held_kib=R1" and waits until
  *       GOFILE exists (at most 300 s), then closes them all and prints
  *       "PASS client N" (or FAIL lines; exit 1).
@@ -160,15 +164,29 @@ static uint64_t sc_fnv(uint64_t h, const uint8_t *p, size_t n)
 	return h;
 }
 
+/* Waits until PATH exists (at most SC_GO_WAIT_SEC). */
+static int sc_wait_file(const char *path)
+{
+	for (int waited = 0; access(path, F_OK) != 0; waited++) {
+		if (waited > SC_GO_WAIT_SEC * 20) {
+			printf("FAIL nobody said go (%s) in %d s\n", path, SC_GO_WAIT_SEC);
+			return -1;
+		}
+		usleep(50000);
+	}
+	return 0;
+}
+
 static int sc_client(int port, unsigned n, size_t size, const char *gofile)
 {
+	char partfile[4096];
 	struct sockaddr_in addr = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
 				    .sin_port = htons((uint16_t)port) };
 	uint8_t *out = malloc(size), *in = malloc(size);
 	int *fds = calloc(n, sizeof(*fds));
 	long rss_before = sc_rss_kib(), rss_held;
 	unsigned fails = 0;
-	double t0 = sc_now_ms(), setup;
+	double t0 = sc_now_ms(), setup, paused = 0;
 
 	if (!out || !in || !fds)
 		return fprintf(stderr, "out of memory\n"), 1;
@@ -187,18 +205,22 @@ static int sc_client(int port, unsigned n, size_t size, const char *gofile)
 		if (sc_fnv(0xcbf29ce484222325ull, in, size) != sc_fnv(0xcbf29ce484222325ull, out, size) &&
 		    fails++ < 5)
 			printf("FAIL connection %u: the echo differs\n", i);
+		if (n >= 100 && i + 1 == n / 10) {
+			printf("part %u rss_kib=%ld\n", i + 1, sc_rss_kib());
+			fflush(stdout);
+			snprintf(partfile, sizeof(partfile), "%s.part", gofile);
+			paused = sc_now_ms();
+			if (sc_wait_file(partfile))
+				return 1;
+			paused = sc_now_ms() - paused;
+		}
 	}
-	setup = sc_now_ms() - t0;
+	setup = sc_now_ms() - t0 - paused;
 	rss_held = sc_rss_kib();
 	printf("held %u setup_ms=%.0f rss_before_kib=%ld rss_held_kib=%ld\n", n, setup, rss_before, rss_held);
 	fflush(stdout);
-	for (int waited = 0; access(gofile, F_OK) != 0; waited++) {
-		if (waited > SC_GO_WAIT_SEC * 20) {
-			printf("FAIL nobody said go in %d s\n", SC_GO_WAIT_SEC);
-			return 1;
-		}
-		usleep(50000);
-	}
+	if (sc_wait_file(gofile))
+		return 1;
 	for (unsigned i = 0; i < n; i++)
 		close(fds[i]);
 	if (fails)

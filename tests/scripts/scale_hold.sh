@@ -26,7 +26,7 @@ ulimit -n $((NCONN + 1024)) 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 
 rss() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status" 2>/dev/null || echo 0; }
 
-declare -A OFF PERCONN_C PERCONN_S SETUP
+declare -A OFF PERCONN_C PERCONN_S SETUP SLOPE_C SLOPE_S FIXED_C FIXED_S
 run() { # MODE
 	local mode=$1 dir=$FS_TMP/$1 srv cli port rc=0 src=0 s0 s1 line fails=$FS_FAILS
 	local -a pre=(env -u LD_PRELOAD)
@@ -38,6 +38,21 @@ run() { # MODE
 	s0=$(rss "$srv")
 	fs_bg cli timeout -k 2 600 "${pre[@]}" "$PROG" client "$port" "$NCONN" "$SIZE" "$dir/go" \
 		>"$dir/client.out" 2>"$dir/client.err"
+	# a tenth of the way: the server's memory there too (the slope from
+	# there to all of them is what a connection costs)
+	local m=0 cpart=0 spart=0
+	if [ "$NCONN" -ge 100 ]; then
+		if ! fs_wait_line "$dir/client.out" '^part ' "$cli" 540; then
+			fs_fail "$mode: the client did not reach a tenth of $NCONN connections: $(grep -h '^FAIL' "$dir/client.out" | head -n 2 | tr '\n' ' ')"
+			touch "$dir/go.part" "$dir/go"
+			return 0
+		fi
+		sleep 0.5
+		spart=$(rss "$srv")
+		m=$(sed -n 's/^part \([0-9]*\) .*/\1/p' "$dir/client.out")
+		cpart=$(sed -n 's/^part .*rss_kib=\([0-9]*\).*/\1/p' "$dir/client.out")
+		touch "$dir/go.part"
+	fi
 	if ! fs_wait_line "$dir/client.out" '^held ' "$cli" 540; then
 		fs_fail "$mode: the client did not hold $NCONN connections: $(grep -h '^FAIL' "$dir/client.out" | head -n 2 | tr '\n' ' ') $(tail -n 2 "$dir/client.err" | tr '\n' ' ')"
 		touch "$dir/go"
@@ -71,6 +86,13 @@ run() { # MODE
 	SETUP[$mode]=$(sed 's/.*setup_ms=\([0-9]*\).*/\1/' <<<"$line")
 	PERCONN_C[$mode]=$(awk -v a="$c0" -v b="$c1" -v n="$NCONN" 'BEGIN { printf "%.2f", (b - a) / n }')
 	PERCONN_S[$mode]=$(awk -v a="$s0" -v b="$s1" -v n="$NCONN" 'BEGIN { printf "%.2f", (b - a) / n }')
+	if [ "$m" -gt 0 ] && [ "$m" -lt "$NCONN" ]; then
+		# slope between a tenth and all of them; the rest is fixed
+		SLOPE_C[$mode]=$(awk -v a="$cpart" -v b="$c1" -v n=$((NCONN - m)) 'BEGIN { printf "%.2f", (b - a) / n }')
+		SLOPE_S[$mode]=$(awk -v a="$spart" -v b="$s1" -v n=$((NCONN - m)) 'BEGIN { printf "%.2f", (b - a) / n }')
+		FIXED_C[$mode]=$(awk -v r0="$c0" -v r="$cpart" -v m="$m" -v k="${SLOPE_C[$mode]}" 'BEGIN { printf "%.0f", r - r0 - m * k }')
+		FIXED_S[$mode]=$(awk -v r0="$s0" -v r="$spart" -v m="$m" -v k="${SLOPE_S[$mode]}" 'BEGIN { printf "%.0f", r - r0 - m * k }')
+	fi
 	if [ "$mode" = fabsock ]; then
 		local off sum
 		off=$(fs_stat "$dir/client.err" offloaded)
@@ -109,5 +131,9 @@ printf '%-44s | %10s | %10s\n' "offloaded" - "${OFF[fabsock]:-?}" >&2
 printf '%-44s | %10s | %10s\n' "setup, one after another (ms)" "${SETUP[kernel]:-?}" "${SETUP[fabsock]:-?}" >&2
 printf '%-44s | %10s | %10s\n' "RSS per idle connection, client (KiB)" "${PERCONN_C[kernel]:-?}" "${PERCONN_C[fabsock]:-?}" >&2
 printf '%-44s | %10s | %10s\n' "RSS per idle connection, server (KiB)" "${PERCONN_S[kernel]:-?}" "${PERCONN_S[fabsock]:-?}" >&2
+printf '%-44s | %10s | %10s\n' "  slope from N/10 to N, client (KiB)" "${SLOPE_C[kernel]:-?}" "${SLOPE_C[fabsock]:-?}" >&2
+printf '%-44s | %10s | %10s\n' "  slope from N/10 to N, server (KiB)" "${SLOPE_S[kernel]:-?}" "${SLOPE_S[fabsock]:-?}" >&2
+printf '%-44s | %10s | %10s\n' "fixed overhead, client (KiB)" "${FIXED_C[kernel]:-?}" "${FIXED_C[fabsock]:-?}" >&2
+printf '%-44s | %10s | %10s\n' "fixed overhead, server (KiB)" "${FIXED_S[kernel]:-?}" "${FIXED_S[fabsock]:-?}" >&2
 fs_log "issue 14 target for memory (reported, not required): <= 2 KiB per idle connection above the kernel on each end"
 fs_done
