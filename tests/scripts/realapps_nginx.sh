@@ -42,7 +42,9 @@ wrk_run() {
 	FIG["wrk $user $mode"]=$WRK_RPS
 	sleep 0.2 # the access log of the last requests
 	access_count "$dir/access.log"
-	# 499: at most one per connection; anything else is an error.
+	access_abandoned "$dir/access.log" "${WRK_REQ:-0}" "$WRK_CONNS"
+	# 499 (or a short 200 at the very end): at most one per connection;
+	# anything else is an error.
 	bad=$AL_BAD
 	[ "$AL_499" -le "$WRK_CONNS" ] || bad=$((bad + AL_499))
 	WRK_CONNS_SEEN=$AL_CONNS

@@ -16,8 +16,9 @@
 #   2. wrk -c 4 on the small file for 3 s: keep-alive to the front, one short
 #      upstream connection per request (thousands in a few seconds), checked
 #      through wrk's error counters and both access logs ($connection,
-#      $status, $upstream_status; 499 allowed for at most one request per
-#      connection, abandoned when wrk's time is up);
+#      $status, $upstream_status; 499, or a short 200 among the last lines,
+#      allowed for at most one request per connection, abandoned when wrk's
+#      time is up: access_abandoned);
 #   3. CURL_AFTER more 4 MB downloads after the storm of short connections.
 # Also: no "exited on signal" in either error log, both masters alive after
 # the load and stopped gracefully (SIGQUIT; the stats lines are written at
@@ -101,6 +102,7 @@ wrk_run() {
 	sleep 0.3 # the access log lines of the last requests
 	# 499: at most one per connection; anything else is an error.
 	access_count "$FDIR/access.log"
+	access_abandoned "$FDIR/access.log" "${WRK_REQ:-0}" "$WRK_CONNS"
 	flines=$AL_LINES fbad=$AL_BAD n499=$AL_499 WRK_FCONNS=$AL_CONNS
 	[ "$n499" -le "$WRK_CONNS" ] || fbad=$((fbad + n499))
 	access_count "$BDIR/access.log"
