@@ -1182,9 +1182,8 @@ static int fs_diag_socket_locked(void)
 }
 
 /* Sends the sock_diag request ASK and reads its answer: 1 (a connection in
- * a live state; with INODE, in any state, its inode stored), 0 (none), -1
- * (cannot tell). Called with fs_diag_lock. */
-static int fs_diag_exchange(const struct nlmsghdr *ask, uint32_t *inode)
+ * a live state), 0 (none), -1 (cannot tell). Called with fs_diag_lock. */
+static int fs_diag_exchange(const struct nlmsghdr *ask)
 {
 	struct sockaddr_nl kernel = { .nl_family = AF_NETLINK };
 	union {
@@ -1213,12 +1212,6 @@ static int fs_diag_exchange(const struct nlmsghdr *ask, uint32_t *inode)
 
 			if (n < (ssize_t)NLMSG_LENGTH(sizeof(*info)))
 				return -1;
-			if (inode) {
-				/* asked for the socket: any state; 0 once no
-				 * descriptor holds it (closed, TIME_WAIT) */
-				*inode = info->idiag_inode;
-				return 1;
-			}
 			/* An exact lookup ignores idiag_states: judge the state here.
 			 * SYN_RECV: the client's last handshake ACK and its probe may
 			 * be processed out of order. Closing states are gone. */
@@ -1240,8 +1233,7 @@ static int fs_diag_exchange(const struct nlmsghdr *ask, uint32_t *inode)
  * connection, so forged or garbled probes cannot leave records for
  * connections that do not exist (which would deny offload to whoever later
  * uses that port). Returns 1 (exists), 0 (does not), -1 (cannot tell). */
-static int fs_diag_lookup(const uint8_t local[16], uint16_t lport, const uint8_t client[16], uint16_t cport,
-			  uint32_t *inode)
+static int fs_conn_exists(const uint8_t local[16], uint16_t lport, const uint8_t client[16], uint16_t cport)
 {
 	static const uint8_t mapped[12] = { [10] = 0xff, [11] = 0xff };
 	struct {
@@ -1270,30 +1262,9 @@ static int fs_diag_lookup(const uint8_t local[16], uint16_t lport, const uint8_t
 	msg.req.id.idiag_cookie[0] = INET_DIAG_NOCOOKIE;
 	msg.req.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
 	pthread_mutex_lock(&fs_diag_lock);
-	answer = fs_diag_exchange(&msg.nlh, inode);
+	answer = fs_diag_exchange(&msg.nlh);
 	pthread_mutex_unlock(&fs_diag_lock);
 	return answer;
-}
-
-static int fs_conn_exists(const uint8_t local[16], uint16_t lport, const uint8_t client[16], uint16_t cport)
-{
-	return fs_diag_lookup(local, lport, client, cport, NULL);
-}
-
-int fs_conn_peer_inode(int fd, uint32_t *inode)
-{
-	struct sockaddr_storage me, peer;
-	socklen_t mlen = sizeof(me), plen = sizeof(peer);
-	uint8_t maddr[16], paddr[16];
-	uint16_t mport, pport;
-
-	if (fs_real.getsockname(fd, (struct sockaddr *)&me, &mlen) || fs_real.getpeername(fd, (struct sockaddr *)&peer, &plen) ||
-	    (me.ss_family != AF_INET && me.ss_family != AF_INET6))
-		return -1;
-	fs_sockaddr_key((struct sockaddr *)&me, maddr, &mport);
-	fs_sockaddr_key((struct sockaddr *)&peer, paddr, &pport);
-	/* the peer's socket: its local end is our remote one */
-	return fs_diag_lookup(paddr, pport, maddr, mport, inode);
 }
 
 static bool fs_listener_rate_ok(struct fs_listener *l)
