@@ -113,6 +113,11 @@ run() { # MODE
 		local soff sfreed
 		soff=$(fs_stat "$dir/server.err" offloaded)
 		sfreed=$(fs_stat "$dir/server.err" streams_freed)
+		# the echoed bytes went over the fabric, not the kernel connection
+		local srx
+		srx=$(fs_stat "$dir/server.err" fabric_rx_bytes)
+		[ "${srx:-0}" -ge $((NCONN * SIZE)) ] ||
+			fs_fail "$mode: the server received ${srx:-0} payload bytes over the fabric, expected >= $((NCONN * SIZE))"
 		[ -n "$soff" ] && [ "$soff" = "$sfreed" ] && [ "$soff" -ge "$NCONN" ] ||
 			fs_fail "$mode: server offloaded ${soff:-?} streams and freed ${sfreed:-?}; its log: $(grep -v ': stats:' "$dir/server.err" | sed 's/stream [0-9]*/stream N/' | sort | uniq -c | sort -rn | head -n 3 | tr '\n' ' ')"
 		fs_log "$mode: offloaded $off of $NCONN; the rest: $(fs_stats_fallbacks "$dir/client.err")"
