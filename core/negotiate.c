@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
 #include <unistd.h>
@@ -206,8 +207,77 @@ static int fs_consume(int fd, size_t len)
 	return 0;
 }
 
+/* Whether the kernel says process PID holds socket INODE as its
+ * descriptor PEER_FD: 1 yes, 0 no (no such process or descriptor, or
+ * another file), -1 it will not say (a process that changed user is not
+ * dumpable, and the kernel shows its descriptors to no one of its user but
+ * root). One readlink. */
+static int fs_pid_fd_is(long pid, uint32_t peer_fd, uint32_t inode)
+{
+	char path[64], link[64], want[32];
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "/proc/%ld/fd/%u", pid, peer_fd);
+	snprintf(want, sizeof(want), "socket:[%u]", inode);
+	n = readlink(path, link, sizeof(link) - 1);
+	if (n < 0 && (errno == EACCES || errno == EPERM))
+		return -1;
+	return n >= 0 && (size_t)n == strlen(want) && memcmp(link, want, (size_t)n) == 0;
+}
+
+/* After fs_rail_peer_check (issue 16): asks the kernel whether the process
+ * named in the shm address ADDR holds, as its descriptor PEER_FD, the socket
+ * at the other end of our TCP connection FD. PROBE_INODE is that socket's
+ * inode as sock_diag gave it when the client's probe came (0: unknown, then
+ * it is asked now). 0: confirmed, or the kernel will not say (a peer that
+ * changed user hides its descriptors; one that closed its end already;
+ * counted as peers_unconfirmed: the owner check stands); -EPERM: it says
+ * otherwise. Other providers: 0. The server asks it of a client's HELLO,
+ * where a refusal leaves the connection on TCP. */
+static int fs_peer_confirm(const struct fs_rail *rail, const void *addr, size_t len, int fd, uint32_t peer_fd,
+			   uint32_t probe_inode)
+{
+	uint32_t inode = 0;
+	long pid;
+	int found, is;
+
+	if (rail->kind != FS_PROV_SHM)
+		return 0;
+	pid = fs_shm_addr_pid(addr, len); /* fs_rail_peer_check: a name of our PID namespace */
+	if (pid <= 0)
+		return -EPERM;
+	if (probe_inode) {
+		/* the common case: one readlink */
+		is = fs_pid_fd_is(pid, peer_fd, probe_inode);
+		if (is == 1)
+			return 0;
+		if (is < 0) {
+			FS_STAT_INC(peers_unconfirmed);
+			return 0;
+		}
+		/* not that socket: the client may have closed its end since it
+		 * probed; ask the kernel what its end is now */
+	}
+	found = fs_conn_peer_inode(fd, &inode);
+	if (found == 0)
+		return -EPERM; /* the other end is not in this network namespace */
+	if (found < 0 || !inode) {
+		/* sock_diag is not ours to use (a sandbox), or the peer closed
+		 * its end already (wrote and closed: the connection is ending):
+		 * the owner check stands */
+		FS_STAT_INC(peers_unconfirmed);
+		return 0;
+	}
+	is = fs_pid_fd_is(pid, peer_fd, inode);
+	if (is < 0) {
+		FS_STAT_INC(peers_unconfirmed);
+		return 0;
+	}
+	return is ? 0 : -EPERM;
+}
+
 static void fs_fill_hello(struct fs_hello *h, uint32_t magic, struct fs_engine *e, struct fs_stream *st,
-			  unsigned provider)
+			  unsigned provider, int fd)
 {
 	struct fs_engine_rail *er = st ? st->erail : NULL;
 
@@ -220,6 +290,7 @@ static void fs_fill_hello(struct fs_hello *h, uint32_t magic, struct fs_engine *
 	h->pull_shift = (uint8_t)(er ? fs_engine_pull_shift(er) : 0);
 	h->addr_len = er ? (uint16_t)er->rail.addr_len : 0;
 	h->bell_port = st ? fs_bell_port() : 0;
+	h->sock_fd = fd >= 0 ? (uint32_t)fd : 0;
 	if (er)
 		memcpy(h->addr, er->rail.addr, er->rail.addr_len);
 }
@@ -343,7 +414,7 @@ int fs_negotiate_client_hello(struct fs_sock *s, uint64_t wait_deadline_ns)
 	if (!st && !why[0])
 		snprintf(why, sizeof(why), "no resources for a new stream");
 	if (e)
-		fs_fill_hello(&hello, FS_WIRE_HELLO_MAGIC, e, st, s->provider);
+		fs_fill_hello(&hello, FS_WIRE_HELLO_MAGIC, e, st, s->provider, s->fd);
 	else
 		hello.magic = FS_WIRE_HELLO_MAGIC;
 	len = fs_wire_hello_encode(&hello, wire, sizeof(wire));
@@ -444,6 +515,10 @@ int fs_negotiate_client_ack(struct fs_sock *s, uint64_t deadline_ns)
 		return fs_kernel(s, why);
 	}
 	pthread_mutex_lock(&e->lock);
+	/* (The server's descriptor is not confirmed here: it may be closed
+	 * and reused already, a server that answers, writes and closes, and
+	 * a refusal now could only reset a connection the server has taken
+	 * to the fabric. The owner check of fs_rail_peer_check stands.) */
 	ret = fs_stream_connect(e, st, ack.stream_id, ack.window, ack.chunk, ack.pull_shift, ack.addr,
 				ack.addr_len);
 	if (ret)
@@ -488,7 +563,8 @@ static int fs_server_refuse(struct fs_sock *s, uint64_t token, uint64_t nonce, u
 }
 
 /* Answers a complete HELLO of LEN bytes (already checked for our nonce). */
-static int fs_server_accept_hello(struct fs_sock *s, const struct fs_hello *hello, int len)
+static int fs_server_accept_hello(struct fs_sock *s, const struct fs_hello *hello, int len,
+				  const struct fs_probe_rec *rec)
 {
 	struct fs_engine *e;
 	struct fs_engine_rail *er;
@@ -498,7 +574,7 @@ static int fs_server_accept_hello(struct fs_sock *s, const struct fs_hello *hell
 	struct sockaddr_storage local;
 	socklen_t llen = sizeof(local);
 	char why[200] = "";
-	int nak = FS_NAK_PROVIDER, ret, alen;
+	int nak = FS_NAK_PROVIDER, ret, alen, chk = -1;
 
 	if (fs_consume(s->fd, (size_t)len))
 		return -EIO;
@@ -530,7 +606,7 @@ static int fs_server_accept_hello(struct fs_sock *s, const struct fs_hello *hell
 	pthread_mutex_lock(&e->lock);
 	if (fs_engine_rail(e, hello->provider, (struct sockaddr *)&local, &er, why, sizeof(why)) != 0) {
 		FS_INFO("fd %d: %s", s->fd, why);
-	} else if (fs_rail_peer_check(&er->rail, hello->addr, hello->addr_len) == -EPERM) {
+	} else if ((chk = fs_rail_peer_check(&er->rail, hello->addr, hello->addr_len)) == -EPERM) {
 		/* before any stream or receive is set up */
 		const char *self_why;
 
@@ -540,6 +616,11 @@ static int fs_server_accept_hello(struct fs_sock *s, const struct fs_hello *hell
 			FS_INFO("fd %d: the client runs as another user than this process (uid %u)", s->fd,
 				(unsigned)geteuid());
 		nak = FS_NAK_USER;
+	} else if (!chk && fs_peer_confirm(&er->rail, hello->addr, hello->addr_len, s->fd, hello->sock_fd,
+							rec ? rec->client_inode : 0)) {
+		FS_INFO("fd %d: the kernel says the client's fabric address names a process that does not hold "
+			"this connection", s->fd);
+		nak = FS_NAK_PEER;
 	} else {
 		st = fs_stream_create(e, er, hello->token, &nak);
 		if (st) {
@@ -560,7 +641,7 @@ static int fs_server_accept_hello(struct fs_sock *s, const struct fs_hello *hell
 	if (!st)
 		return fs_server_refuse(s, hello->token, hello->nonce, (unsigned)nak, e);
 
-	fs_fill_hello(&ack, FS_WIRE_ACK_MAGIC, e, st, hello->provider);
+	fs_fill_hello(&ack, FS_WIRE_ACK_MAGIC, e, st, hello->provider, s->fd);
 	ack.token = hello->token;
 	ack.nonce = hello->nonce;
 	alen = fs_wire_hello_encode(&ack, wire, sizeof(wire));
@@ -631,7 +712,7 @@ static int fs_server_expect_hello(struct fs_sock *s, const struct fs_probe_rec *
 		 * probe NO, and is kept as briefly as a settled one */
 		if (s->listener)
 			fs_listener_move(s->listener, addr, port, FS_REC_YES, FS_REC_DONE);
-		return fs_server_accept_hello(s, &hello, ret);
+		return fs_server_accept_hello(s, &hello, ret, rec);
 	}
 	if (s->listener)
 		fs_listener_move(s->listener, addr, port, FS_REC_YES, FS_REC_TCP);

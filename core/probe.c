@@ -1182,8 +1182,10 @@ static int fs_diag_socket_locked(void)
 }
 
 /* Sends the sock_diag request ASK and reads its answer: 1 (a connection in
- * a live state), 0 (none), -1 (cannot tell). Called with fs_diag_lock. */
-static int fs_diag_exchange(const struct nlmsghdr *ask)
+ * a live state, or with ANY_STATE in any state), 0 (none), -1 (cannot tell).
+ * A socket found stores its inode in *INODE (0 once no descriptor holds
+ * it: closed, TIME_WAIT). Called with fs_diag_lock. */
+static int fs_diag_exchange(const struct nlmsghdr *ask, uint32_t *inode, bool any_state)
 {
 	struct sockaddr_nl kernel = { .nl_family = AF_NETLINK };
 	union {
@@ -1212,6 +1214,9 @@ static int fs_diag_exchange(const struct nlmsghdr *ask)
 
 			if (n < (ssize_t)NLMSG_LENGTH(sizeof(*info)))
 				return -1;
+			*inode = info->idiag_inode;
+			if (any_state)
+				return 1;
 			/* An exact lookup ignores idiag_states: judge the state here.
 			 * SYN_RECV: the client's last handshake ACK and its probe may
 			 * be processed out of order. Closing states are gone. */
@@ -1233,8 +1238,10 @@ static int fs_diag_exchange(const struct nlmsghdr *ask)
  * connection, so forged or garbled probes cannot leave records for
  * connections that do not exist (which would deny offload to whoever later
  * uses that port). Returns 1 (exists), 0 (does not), -1 (cannot tell). */
-static int fs_conn_exists(const uint8_t local[16], uint16_t lport, const uint8_t client[16], uint16_t cport)
+static int fs_diag_lookup(const uint8_t local[16], uint16_t lport, const uint8_t client[16], uint16_t cport,
+			  uint32_t *inode, bool any_state)
 {
+	uint32_t ignored;
 	static const uint8_t mapped[12] = { [10] = 0xff, [11] = 0xff };
 	struct {
 		struct nlmsghdr nlh;
@@ -1262,9 +1269,52 @@ static int fs_conn_exists(const uint8_t local[16], uint16_t lport, const uint8_t
 	msg.req.id.idiag_cookie[0] = INET_DIAG_NOCOOKIE;
 	msg.req.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
 	pthread_mutex_lock(&fs_diag_lock);
-	answer = fs_diag_exchange(&msg.nlh);
+	answer = fs_diag_exchange(&msg.nlh, inode ? inode : &ignored, any_state);
 	pthread_mutex_unlock(&fs_diag_lock);
 	return answer;
+}
+
+/* A client on this host (its address is ours: the listener's own, or
+ * loopback) has its end of the connection in this network namespace. */
+static bool fs_client_local(const uint8_t local[16], const uint8_t client[16])
+{
+	static const uint8_t v4_loop[13] = { [10] = 0xff, [11] = 0xff, [12] = 127 };
+	static const uint8_t v6_loop[16] = { [15] = 1 };
+
+	return memcmp(local, client, 16) == 0 || memcmp(client, v4_loop, 13) == 0 ||
+	       memcmp(client, v6_loop, 16) == 0;
+}
+
+/* Whether the connection LOCAL:LPORT <-> CLIENT:CPORT exists, as
+ * fs_diag_lookup. For a client on this host the kernel is asked for the
+ * client's end instead (ESTABLISHED once its connect() returned, which is
+ * when it probes): the same one lookup proves the connection and gives the
+ * inode of the client's socket (*CLIENT_INODE, else 0), which the HELLO's
+ * shm address is later checked against (fs_negotiate: one readlink). */
+static int fs_conn_exists(const uint8_t local[16], uint16_t lport, const uint8_t client[16], uint16_t cport,
+			  uint32_t *client_inode)
+{
+	*client_inode = 0;
+	if (fs_client_local(local, client) && fs_diag_lookup(client, cport, local, lport, client_inode, false) == 1)
+		return 1;
+	*client_inode = 0;
+	return fs_diag_lookup(local, lport, client, cport, NULL, false);
+}
+
+int fs_conn_peer_inode(int fd, uint32_t *inode)
+{
+	struct sockaddr_storage me, peer;
+	socklen_t mlen = sizeof(me), plen = sizeof(peer);
+	uint8_t maddr[16], paddr[16];
+	uint16_t mport, pport;
+
+	if (fs_real.getsockname(fd, (struct sockaddr *)&me, &mlen) || fs_real.getpeername(fd, (struct sockaddr *)&peer, &plen) ||
+	    (me.ss_family != AF_INET && me.ss_family != AF_INET6))
+		return -1;
+	fs_sockaddr_key((struct sockaddr *)&me, maddr, &mport);
+	fs_sockaddr_key((struct sockaddr *)&peer, paddr, &pport);
+	/* the peer's socket: its local end is our remote one */
+	return fs_diag_lookup(paddr, pport, maddr, mport, inode, true);
 }
 
 static bool fs_listener_rate_ok(struct fs_listener *l)
@@ -1287,6 +1337,7 @@ static void fs_listener_answer(struct fs_listener *l, const uint8_t *pkt, ssize_
 	uint16_t src_port;
 	struct fs_probe_rec *r;
 	uint8_t answer = FS_PROBE_NO;
+	uint32_t client_inode = 0;
 
 	if (len != FS_WIRE_PROBE_LEN || fs_wire_probe_decode(pkt, (size_t)len, &ask) || ask.type != FS_PROBE_ASK) {
 		FS_STAT_INC(probes_bad);
@@ -1319,7 +1370,7 @@ static void fs_listener_answer(struct fs_listener *l, const uint8_t *pkt, ssize_
 	}
 	/* Only a connection that exists gets a record (and a yes). */
 	if (have_local) {
-		int exists = fs_conn_exists(local, l->port, ask.client_addr, ask.client_port);
+		int exists = fs_conn_exists(local, l->port, ask.client_addr, ask.client_port, &client_inode);
 
 		if (exists == 0) {
 			FS_STAT_INC(probes_bad);
@@ -1338,6 +1389,7 @@ static void fs_listener_answer(struct fs_listener *l, const uint8_t *pkt, ssize_
 			r->state = FS_REC_YES;
 			r->nonce = ask.nonce;
 			r->wait_ms = ask.wait_ms;
+			r->client_inode = client_inode;
 			r->stamp_ns = fs_now_ns();
 			answer = FS_PROBE_YES;
 		} else if (r) {

@@ -44,6 +44,9 @@ struct fs_probe_rec {
 	uint64_t stamp_ns; /* CLOCK_MONOTONIC when the state was set */
 	uint8_t addr[16];
 	uint16_t port;
+	/* the inode of the client's socket, when its end is on this host
+	 * (sock_diag when the probe came); 0: unknown */
+	uint32_t client_inode;
 };
 
 struct fs_listener;
@@ -122,6 +125,12 @@ void fs_negcache_add(const struct sockaddr *peer, bool refused);
 
 /* 16-byte form (v4-mapped for IPv4) and host-order port of a sockaddr. */
 void fs_sockaddr_key(const struct sockaddr *sa, uint8_t addr[16], uint16_t *port);
+
+/* The inode of the socket at the other end of the TCP connection FD, if
+ * that end lives in this network namespace: one exact sock_diag lookup.
+ * 1: found (*INODE set; 0 when no descriptor holds it any more), 0: no
+ * such socket, -1: cannot tell. */
+int fs_conn_peer_inode(int fd, uint32_t *inode);
 
 /* Wakes the service thread (e.g. queued sends appeared); starts it if
  * needed. */

@@ -47,9 +47,10 @@ enum {
 	FS_HELLO_OFF_ADDR_LEN = 54,
 	FS_HELLO_OFF_BELL_PORT = 56,
 	FS_HELLO_OFF_RESERVED2 = 58,
-	FS_HELLO_OFF_ADDR = 60,
+	FS_HELLO_OFF_SOCK_FD = 60,
+	FS_HELLO_OFF_ADDR = 64,
 };
-_Static_assert(FS_HELLO_OFF_ADDR == FS_WIRE_HELLO_FIXED, "HELLO fixed part is 60 bytes");
+_Static_assert(FS_HELLO_OFF_ADDR == FS_WIRE_HELLO_FIXED, "HELLO fixed part is 64 bytes");
 _Static_assert(FS_WIRE_HELLO_MAX <= UINT16_MAX, "HELLO length must fit its u16 field");
 _Static_assert(FS_WIRE_HELLO_MAX <= INT_MAX, "HELLO length must fit the int return");
 _Static_assert(sizeof(((struct fs_hello *)0)->addr) == FS_WIRE_ADDR_MAX, "addr holds the largest address");
@@ -236,7 +237,7 @@ int fs_wire_hello_encode(const struct fs_hello *hello, uint8_t *buf, size_t len)
 	if (!fs_hello_magic_valid(hello->magic) || !fs_hello_status_valid(hello->magic, hello->status) ||
 	    hello->provider >= FS_PROV_MAX_ || hello->addr_len > FS_WIRE_ADDR_MAX ||
 	    hello->stream_id > FS_STREAM_ID_MAX || !fs_pull_shift_valid(hello->pull_shift) ||
-	    hello->window > FS_WIRE_WINDOW_MAX || hello->chunk > FS_WIRE_CHUNK_MAX)
+	    hello->window > FS_WIRE_WINDOW_MAX || hello->chunk > FS_WIRE_CHUNK_MAX || hello->sock_fd > FS_WIRE_FD_MAX)
 		return -EINVAL;
 	total = FS_WIRE_HELLO_MIN + (size_t)hello->addr_len;
 	if (len < total)
@@ -256,6 +257,7 @@ int fs_wire_hello_encode(const struct fs_hello *hello, uint8_t *buf, size_t len)
 	buf[FS_HELLO_OFF_PULL_SHIFT] = hello->pull_shift;
 	fs_put_be16(buf + FS_HELLO_OFF_ADDR_LEN, hello->addr_len);
 	fs_put_be16(buf + FS_HELLO_OFF_BELL_PORT, hello->bell_port);
+	fs_put_be32(buf + FS_HELLO_OFF_SOCK_FD, hello->sock_fd);
 	fs_put_be16(buf + FS_HELLO_OFF_RESERVED2, 0);
 	memcpy(buf + FS_HELLO_OFF_ADDR, hello->addr, hello->addr_len);
 	fs_put_be32(buf + total - 4, fs_wire_crc32(buf, total - 4));
@@ -310,6 +312,9 @@ static int fs_hello_check_prefix(const uint8_t *buf, size_t len, uint32_t magic)
 	if ((len > FS_HELLO_OFF_RESERVED2 && buf[FS_HELLO_OFF_RESERVED2] != 0) ||
 	    (len > FS_HELLO_OFF_RESERVED2 + 1 && buf[FS_HELLO_OFF_RESERVED2 + 1] != 0))
 		return -EBADMSG;
+	/* a descriptor number: its top bit must be clear (FS_WIRE_FD_MAX) */
+	if (len > FS_HELLO_OFF_SOCK_FD && buf[FS_HELLO_OFF_SOCK_FD] > (FS_WIRE_FD_MAX >> 24))
+		return -EBADMSG;
 	return (int)total;
 }
 
@@ -351,6 +356,7 @@ int fs_wire_hello_decode(const uint8_t *buf, size_t len, uint32_t magic, struct 
 	hello->pull_shift = buf[FS_HELLO_OFF_PULL_SHIFT];
 	hello->addr_len = fs_get_be16(buf + FS_HELLO_OFF_ADDR_LEN);
 	hello->bell_port = fs_get_be16(buf + FS_HELLO_OFF_BELL_PORT);
+	hello->sock_fd = fs_get_be32(buf + FS_HELLO_OFF_SOCK_FD);
 	memcpy(hello->addr, buf + FS_HELLO_OFF_ADDR, hello->addr_len);
 	return (int)total;
 }
@@ -423,6 +429,7 @@ static const char *const fs_nak_names[FS_NAK_MAX_] = {
 	[FS_NAK_HOST] = "host",
 	[FS_NAK_EVENT_LOOP] = "event-loop",
 	[FS_NAK_USER] = "another user",
+	[FS_NAK_PEER] = "a fabric address not of the connection's process",
 };
 
 const char *fs_wire_provider_name(unsigned provider)

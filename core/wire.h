@@ -31,8 +31,11 @@
  *  56  u16 doorbell port: the sender's UDP doorbell (core/bell.h) listens
  *      on it at the address of this TCP connection; 0 = none
  *  58  u16 reserved (0)
- *  60  u8[addr_len] fabric address of the sender's endpoint
- *  60+addr_len u32 CRC-32 (IEEE, as zlib) of every byte before it
+ *  60  u32 the sender's descriptor of this TCP connection (<= FS_WIRE_FD_MAX):
+ *      with the pid in a shm address, the kernel confirms that this process
+ *      holds this connection (/proc/PID/fd/FD names its socket)
+ *  64  u8[addr_len] fabric address of the sender's endpoint
+ *  64+addr_len u32 CRC-32 (IEEE, as zlib) of every byte before it
  */
 #ifndef FS_CORE_WIRE_H
 #define FS_CORE_WIRE_H
@@ -42,8 +45,8 @@
 
 /* 2: control messages untagged, tag in front; 3: doorbell port; 4: pull shift;
  * 5: SWITCH, RETURN, RETURN_END (handing a stream back to TCP);
- * 6: a RING names its stream (one entry) */
-#define FS_WIRE_VERSION 6
+ * 6: a RING names its stream (one entry); 7: the sender's descriptor in HELLOs */
+#define FS_WIRE_VERSION 7
 #define FS_WIRE_PROBE_MAGIC 0x46534250u /* "FSBP" */
 #define FS_WIRE_HELLO_MAGIC 0x46534248u /* "FSBH" */
 #define FS_WIRE_ACK_MAGIC 0x46534241u   /* "FSBA" */
@@ -55,7 +58,9 @@
  * is malformed. */
 #define FS_WIRE_WINDOW_MAX 256u
 #define FS_WIRE_CHUNK_MAX (1u << 20)
-#define FS_WIRE_HELLO_FIXED 60
+#define FS_WIRE_HELLO_FIXED 64
+/* A HELLO's descriptor number: a non-negative int. */
+#define FS_WIRE_FD_MAX 0x7fffffffu
 #define FS_WIRE_HELLO_MIN (FS_WIRE_HELLO_FIXED + 4)
 #define FS_WIRE_HELLO_MAX (FS_WIRE_HELLO_FIXED + FS_WIRE_ADDR_MAX + 4)
 #define FS_WIRE_PULL_SHIFT_MIN 12 /* 4 KiB */
@@ -95,7 +100,8 @@ enum fs_nak {
 	FS_NAK_HOST = 5,      /* shm offered but the hosts differ */
 	FS_NAK_EVENT_LOOP = 6, /* the application uses the socket nonblocking or in epoll */
 	FS_NAK_USER = 7,      /* shm offered but the peers run as different users */
-	FS_NAK_MAX_ = 8,
+	FS_NAK_PEER = 8,      /* the kernel says the shm address's process does not hold this connection */
+	FS_NAK_MAX_ = 9,
 };
 
 struct fs_hello {
@@ -111,6 +117,7 @@ struct fs_hello {
 	uint8_t pull_shift; /* 0 or FS_WIRE_PULL_SHIFT_MIN..MAX */
 	uint16_t addr_len;
 	uint16_t bell_port; /* host order; 0: the sender has no doorbell */
+	uint32_t sock_fd;   /* the sender's descriptor of the connection */
 	uint8_t addr[FS_WIRE_ADDR_MAX];
 };
 

@@ -44,7 +44,7 @@ int main(int argc, char **argv)
 		static const char shm[] = "fi_shm://fabsock-4026531836-1234-0badcafe:0:0";
 		struct fs_hello h = { .magic = FS_WIRE_HELLO_MAGIC, .token = 0x1111222233334444ull, .nonce = 42,
 				      .stream_id = 1, .window = 8, .chunk = 131072, .provider = FS_PROV_SHM,
-				      .pull_shift = 16, .bell_port = 45000 };
+				      .pull_shift = 16, .bell_port = 45000, .sock_fd = 7 };
 
 		h.addr_len = sizeof(shm);
 		memcpy(h.addr, shm, sizeof(shm));

@@ -218,8 +218,31 @@ if [ -x "$RAW" ]; then
 	else
 		fs_fail "nobody's HELLO naming its own /dev/shm file: exit $rc, server alive: $(kill -0 "$rawsrv" 2>/dev/null && echo yes || echo no)"
 	fi
+	# A HELLO naming a real region of our own user, the server's own
+	# (issue 16: the kernel confirms the pid in a region name): after a
+	# good client has made the server open its shm rail, a root client
+	# names the root server's region. The owner and the name pass; the
+	# kernel says that process does not hold this connection: NAK.
+	rc=0
+	timeout 60 env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 "$RAW" 127.0.0.1 "$port" good_client --bytes 64K \
+		>"$FS_TMP/good.out" 2>"$FS_TMP/good.err" || rc=$?
+	[ "$rc" = 0 ] && [ "$(fs_stat "$FS_TMP/good.err" offloaded)" = 1 ] ||
+		fs_fail "a good client before the stolen-region HELLO: exit $rc, offloaded $(fs_stat "$FS_TMP/good.err" offloaded)"
+	rc=0
+	timeout 60 env -u LD_PRELOAD "$RAW" 127.0.0.1 "$port" stolen_region_hello --hello-timeout-ms 300 \
+		>"$FS_TMP/stolen.out" 2>&1 || rc=$?
+	sed "s/^/    /" "$FS_TMP/stolen.out" >&2
+	if [ "$rc" = 0 ] && grep -q '^PASS stolen_region_hello: NAK' "$FS_TMP/stolen.out" && kill -0 "$rawsrv" 2>/dev/null; then
+		fs_pass "a HELLO naming the server's own region (same user): refused, the server lives"
+	else
+		fs_fail "a HELLO naming the server's own region (same user): exit $rc, server alive: $(kill -0 "$rawsrv" 2>/dev/null && echo yes || echo no)"
+	fi
 	kill -TERM "$rawsrv" 2>/dev/null || true
 	fs_wait_pid "$rawsrv" 20 || true
+	# the good client's descriptor was confirmed by the kernel, not let
+	# through unconfirmed
+	[ "$(fs_stat "$FS_TMP/raw.err" peers_unconfirmed)" = 0 ] ||
+		fs_fail "the raw server let $(fs_stat "$FS_TMP/raw.err" peers_unconfirmed) peers through unconfirmed"
 else
 	fs_fail "$RAW is not built"
 fi

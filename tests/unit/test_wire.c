@@ -59,6 +59,14 @@ static uint32_t fs_test_crc32_bitwise(const uint8_t *p, size_t len)
 	return ~crc;
 }
 
+static void fs_test_put_be32(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)(v >> 24);
+	p[1] = (uint8_t)(v >> 16);
+	p[2] = (uint8_t)(v >> 8);
+	p[3] = (uint8_t)v;
+}
+
 static uint32_t fs_test_be32(const uint8_t *p)
 {
 	return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
@@ -99,6 +107,7 @@ static void fs_test_fill_hello(struct fs_hello *h, uint32_t magic, uint16_t addr
 	h->pull_shift = 14;
 	h->addr_len = addr_len;
 	h->bell_port = 0xbe11;
+	h->sock_fd = 0x12345678;
 	for (i = 0; i < addr_len; i++)
 		h->addr[i] = (uint8_t)(i * 7 + 3);
 }
@@ -109,7 +118,7 @@ static int fs_test_hello_equal(const struct fs_hello *a, const struct fs_hello *
 	       a->nonce == b->nonce && a->stream_id == b->stream_id && a->window == b->window &&
 	       a->chunk == b->chunk && !memcmp(a->host_id, b->host_id, sizeof(a->host_id)) &&
 	       a->provider == b->provider && a->pull_shift == b->pull_shift && a->addr_len == b->addr_len &&
-	       a->bell_port == b->bell_port &&
+	       a->bell_port == b->bell_port && a->sock_fd == b->sock_fd &&
 	       !memcmp(a->addr, b->addr, a->addr_len);
 }
 
@@ -275,7 +284,7 @@ static void test_hello_layout(void)
 	CHECK(n == FS_WIRE_HELLO_MIN + 3);
 	CHECK(!memcmp(buf, "FSBH", 4));
 	CHECK(buf[4] == FS_WIRE_VERSION && buf[5] == 0);
-	CHECK(buf[6] == 0 && buf[7] == 67);
+	CHECK(buf[6] == 0 && buf[7] == 71);
 	CHECK(!memcmp(buf + 8, "\x01\x02\x03\x04\x05\x06\x07\x08", 8));
 	CHECK(!memcmp(buf + 16, "\xf1\xe2\xd3\xc4\xb5\xa6\x97\x88", 8));
 	CHECK(!memcmp(buf + 24, "\x00\xab\xcd\xef", 4));
@@ -285,16 +294,26 @@ static void test_hello_layout(void)
 	CHECK(buf[52] == FS_PROV_EFA && buf[53] == 14);
 	CHECK(buf[54] == 0 && buf[55] == 3);
 	CHECK(buf[56] == 0xbe && buf[57] == 0x11 && buf[58] == 0 && buf[59] == 0);
-	CHECK(buf[60] == 3 && buf[61] == 10 && buf[62] == 17);
-	CHECK(fs_test_be32(buf + 63) == fs_test_crc32_bitwise(buf, 63));
+	CHECK(!memcmp(buf + 60, "\x12\x34\x56\x78", 4));
+	CHECK(buf[64] == 3 && buf[65] == 10 && buf[66] == 17);
+	CHECK(fs_test_be32(buf + 67) == fs_test_crc32_bitwise(buf, 67));
 	CHECK(fs_wire_hello_decode(buf, (size_t)n, FS_WIRE_HELLO_MAGIC, &d) == n);
 	CHECK(fs_test_hello_equal(&h, &d));
+	/* a descriptor number with its top bit set is malformed */
+	buf[60] = 0x80;
+	fs_test_put_be32(buf + 67, fs_test_crc32_bitwise(buf, 67));
+	CHECK(fs_wire_hello_decode(buf, (size_t)n, FS_WIRE_HELLO_MAGIC, &d) == -EBADMSG);
+	buf[60] = 0x7f;
+	fs_test_put_be32(buf + 67, fs_test_crc32_bitwise(buf, 67));
+	CHECK(fs_wire_hello_decode(buf, (size_t)n, FS_WIRE_HELLO_MAGIC, &d) == n && d.sock_fd == 0x7f345678);
+	h.sock_fd = FS_WIRE_FD_MAX + 1u;
+	CHECK(fs_wire_hello_encode(&h, buf, sizeof(buf)) == -EINVAL);
 
 	fs_test_fill_hello(&h, FS_WIRE_ACK_MAGIC, FS_WIRE_ADDR_MAX);
 	n = fs_wire_hello_encode(&h, buf, sizeof(buf));
 	CHECK(n == FS_WIRE_HELLO_MAX);
 	CHECK(!memcmp(buf, "FSBA", 4) && buf[5] == FS_NAK_RESOURCES);
-	CHECK(buf[6] == 0x01 && buf[7] == 0x40 && buf[54] == 0x01 && buf[55] == 0x00);
+	CHECK(buf[6] == 0x01 && buf[7] == 0x44 && buf[54] == 0x01 && buf[55] == 0x00);
 }
 
 static void test_hello_round_trip(void)
