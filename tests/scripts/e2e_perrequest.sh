@@ -15,13 +15,25 @@
 # fail, the server must answer a last client afterwards, and nothing may
 # log a full receive queue. Kernel TCP runs the same load first, for the
 # figures side by side.
+# Issue 14's measure of it: COUNT makes 8 x 2510 + 11 = 20,091 connections
+# through the one server process, and nothing may leak: the server frees
+# every stream it offloaded (streams_freed), holds as many descriptors and
+# threads after the load as before it, its memory does not grow with the
+# count (VmRSS after all of them against after the first tenth, at most
+# LEAK_KIB more), and /dev/shm holds no more files than before.
 . "$(dirname "$0")/lib.sh"
 
 NETBENCH=${FS_BUILD:-}/tools/fabsock-netbench
 [ -x "$NETBENCH" ] || { fs_fail "no $NETBENCH (FS_BUILD must name the build directory)"; fs_done; exit 1; }
 CLIENTS=8
-COUNT=400
-WARMUP=10 # fabsock-netbench connect makes 10 untimed connections first
+COUNT=${FS_PERREQUEST_COUNT:-2500}
+WARMUP=10     # fabsock-netbench connect makes 10 untimed connections first
+LEAK_KIB=4096 # VmRSS growth allowed over the last nine tenths of the load
+
+fds() { find "/proc/$1/fd" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
+threads() { awk '/^Threads:/ { print $2 }' "/proc/$1/status" 2>/dev/null || echo 0; }
+rss() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status" 2>/dev/null || echo 0; }
+shm_files() { find /dev/shm -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
 
 run() { # MODE
 	local mode=$1 dir=$FS_TMP/$1 srv port i rc total=0 fails=$FS_FAILS
@@ -32,41 +44,73 @@ run() { # MODE
 	for _ in $(seq 1 200); do [ -s "$dir/ready" ] && break; sleep 0.05; done
 	port=$(cat "$dir/ready" 2>/dev/null || true)
 	[ -n "$port" ] || { fs_fail "$mode: the server did not start"; return 0; }
-	for i in $(seq 1 "$CLIENTS"); do
-		fs_bg "pid_$i" timeout -k 2 120 "${pre[@]}" "$NETBENCH" connect 127.0.0.1 "$port" --count "$COUNT" \
-			>"$dir/client$i.out" 2>"$dir/client$i.err"
-		pids+=("$(eval echo "\$pid_$i")")
+	# the server's own resources once it has served one connection (its
+	# engine and fabric are open then), and /dev/shm's files
+	timeout 30 "${pre[@]}" "$NETBENCH" connect 127.0.0.1 "$port" --count 1 >"$dir/first.out" 2>"$dir/first.err" ||
+		fs_fail "$mode: the first connection failed"
+	sleep 0.2
+	local fd0 th0 rss1 rss2 shm0 fd1 th1
+	fd0=$(fds "$srv") th0=$(threads "$srv") shm0=$(shm_files)
+	# a first tenth of the load, then the rest: what grows between the two
+	# grows with the count
+	for phase in 1 2; do
+		local n=$((COUNT / 10))
+		[ "$phase" = 2 ] && n=$((COUNT - COUNT / 10))
+		pids=()
+		for i in $(seq 1 "$CLIENTS"); do
+			fs_bg "pid_$i" timeout -k 2 300 "${pre[@]}" "$NETBENCH" connect 127.0.0.1 "$port" --count "$n" \
+				>"$dir/client$i.$phase.out" 2>"$dir/client$i.$phase.err"
+			pids+=("$(eval echo "\$pid_$i")")
+		done
+		for i in $(seq 1 "$CLIENTS"); do
+			rc=0
+			fs_wait_pid "${pids[$((i - 1))]}" 330 || rc=$?
+			if [ "$rc" -ne 0 ] || ! grep -q "^connections=$n " "$dir/client$i.$phase.out"; then
+				fs_fail "$mode: client $i (phase $phase) exit $rc: $(tail -n 2 "$dir/client$i.$phase.err" | tr '\n' ' ')"
+			fi
+		done
+		sleep 1 # the last streams' FINs reach the server's engine, which frees them
+		[ "$phase" = 1 ] && rss1=$(rss "$srv")
 	done
-	for i in $(seq 1 "$CLIENTS"); do
-		rc=0
-		fs_wait_pid "${pids[$((i - 1))]}" 150 || rc=$?
-		if [ "$rc" -ne 0 ] || ! grep -q "^connections=$COUNT " "$dir/client$i.out"; then
-			fs_fail "$mode: client $i exit $rc: $(tail -n 2 "$dir/client$i.err" | tr '\n' ' ')"
-		fi
-	done
+	rss2=$(rss "$srv") fd1=$(fds "$srv") th1=$(threads "$srv")
+	[ "$fd1" -le "$fd0" ] || fs_fail "$mode: the server held $fd0 descriptors before the load and $fd1 after it"
+	[ "$th1" -le "$th0" ] || fs_fail "$mode: the server ran $th0 threads before the load and $th1 after it"
+	[ "$rss2" -le $((rss1 + LEAK_KIB)) ] ||
+		fs_fail "$mode: the server's VmRSS grew from $rss1 KiB (a tenth of the load) to $rss2 KiB (all of it)"
+	[ "$(shm_files)" -le "$shm0" ] ||
+		fs_fail "$mode: /dev/shm held $shm0 files before the load and $(shm_files) after it"
+	fs_log "$mode: server descriptors $fd0 -> $fd1, threads $th0 -> $th1, VmRSS ${rss1} KiB at a tenth -> ${rss2} KiB"
 	# the server still answers afterwards
 	rc=0
 	timeout 30 "${pre[@]}" "$NETBENCH" connect 127.0.0.1 "$port" --count 1 >"$dir/last.out" 2>"$dir/last.err" || rc=$?
 	[ "$rc" -eq 0 ] || fs_fail "$mode: the server no longer answers a new client (exit $rc)"
+	sleep 1 # the last stream's FIN reaches the server's engine, which frees it
 	kill -TERM "$srv" 2>/dev/null || true
 	rc=0
 	fs_wait_pid "$srv" 30 || rc=$?
 	[ "$rc" -eq 0 ] || fs_fail "$mode: server exit $rc"
-	rate=$(awk -F'per_sec=' '/^connections=/ { split($2, a, " "); s += a[1] } END { printf "%.0f", s }' "$dir"/client*.out)
+	rate=$(awk -F'per_sec=' '/^connections=/ { split($2, a, " "); s += a[1] } END { printf "%.0f", s }' "$dir"/client*.2.out)
 	RATE[$mode]=$rate
 	if [ "$mode" = fabsock ]; then
-		local off kern want=$((COUNT + WARMUP))
-		for i in $(seq 1 "$CLIENTS"); do
-			off=$(fs_stat "$dir/client$i.err" offloaded)
-			kern=$(fs_stat "$dir/client$i.err" kernel)
-			[ "${off:-x}" = "$want" ] && [ "${kern:-x}" = 0 ] ||
-				fs_fail "$mode: client $i offloaded=${off:-none} kernel=${kern:-none}, expected $want and 0 ($(fs_stats_fallbacks "$dir/client$i.err"))"
+		local off kern freed want phase
+		for phase in 1 2; do
+			want=$((COUNT / 10 + WARMUP))
+			[ "$phase" = 2 ] && want=$((COUNT - COUNT / 10 + WARMUP))
+			for i in $(seq 1 "$CLIENTS"); do
+				off=$(fs_stat "$dir/client$i.$phase.err" offloaded)
+				kern=$(fs_stat "$dir/client$i.$phase.err" kernel)
+				[ "${off:-x}" = "$want" ] && [ "${kern:-x}" = 0 ] ||
+					fs_fail "$mode: client $i (phase $phase) offloaded=${off:-none} kernel=${kern:-none}, expected $want and 0 ($(fs_stats_fallbacks "$dir/client$i.$phase.err"))"
+			done
 		done
-		want=$((CLIENTS * (COUNT + WARMUP) + WARMUP + 1))
+		# the load, and the first and the last client (1 + WARMUP each)
+		want=$((CLIENTS * (COUNT + 2 * WARMUP) + 2 * (WARMUP + 1)))
 		off=$(fs_stat "$dir/server.err" offloaded)
 		kern=$(fs_stat "$dir/server.err" kernel)
+		freed=$(fs_stat "$dir/server.err" streams_freed)
 		[ "${off:-x}" = "$want" ] && [ "${kern:-x}" = 0 ] ||
 			fs_fail "$mode: server offloaded=${off:-none} kernel=${kern:-none}, expected $want and 0 ($(fs_stats_fallbacks "$dir/server.err"))"
+		[ "${freed:-x}" = "${off:-y}" ] || fs_fail "$mode: the server offloaded ${off:-?} streams and freed ${freed:-?}"
 		if grep -qi 'queue.*full\|full.*queue' "$dir"/*.err; then
 			fs_fail "$mode: a receive queue filled up: $(grep -hi 'full' "$dir"/*.err | head -n 1)"
 		fi
@@ -79,5 +123,5 @@ declare -A RATE
 for mode in kernel fabsock; do
 	run "$mode"
 done
-fs_log "connection per request, $CLIENTS clients x $COUNT: kernel ${RATE[kernel]:-?} conn/s, fabsock ${RATE[fabsock]:-?} conn/s"
+fs_log "connection per request, $CLIENTS clients x $COUNT (the last nine tenths): kernel ${RATE[kernel]:-?} conn/s, fabsock ${RATE[fabsock]:-?} conn/s"
 fs_done
