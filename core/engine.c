@@ -687,6 +687,8 @@ void fs_stream_drop_app(struct fs_stream *s)
 		return; /* the engine is gone with its streams (exit) */
 	pthread_mutex_lock(&e->lock);
 	s->app_ref = false;
+	while (s->watchers) /* none should be left: their members held the socket */
+		fs_stream_watch_del(s->watchers);
 	if (s->dead)
 		free(s);
 	pthread_mutex_unlock(&e->lock);
@@ -857,9 +859,33 @@ static void fs_engine_deep_wake(struct fs_engine *e)
 	}
 }
 
+void fs_stream_watch_add(struct fs_stream *s, struct fs_stream_watch *w)
+{
+	w->next = s->watchers;
+	s->watchers = w;
+	__atomic_store_n(&w->stream, s, __ATOMIC_RELAXED);
+}
+
+void fs_stream_watch_del(struct fs_stream_watch *w)
+{
+	struct fs_stream *s = w->stream;
+
+	if (!s)
+		return;
+	for (struct fs_stream_watch **p = &s->watchers; *p; p = &(*p)->next)
+		if (*p == w) {
+			*p = w->next;
+			break;
+		}
+	w->next = NULL;
+	__atomic_store_n(&w->stream, NULL, __ATOMIC_RELAXED);
+}
+
 void fs_stream_changed(struct fs_engine *e, struct fs_stream *s)
 {
 	s->ev_gen++;
+	for (struct fs_stream_watch *w = s->watchers; w; w = w->next)
+		w->fn(w);
 	if (e->deep_waiters)
 		e->deep_wanted = true;
 	if (s->sleepers && !s->wake_queued) {

@@ -120,6 +120,18 @@ enum fs_stream_state {
 	FS_STREAM_CLOSED,  /* application closed it; flushing, then freed */
 };
 
+struct fs_stream;
+
+/* Someone told of every change a poller may care about (fs_stream_changed):
+ * an epoll member keeps its instance's ready list this way (core/epoll.c),
+ * so epoll_wait looks at the streams that changed, not at all of them. FN
+ * runs under the engine lock and may take no lock but a leaf of its own. */
+struct fs_stream_watch {
+	struct fs_stream_watch *next;    /* on the stream's watchers */
+	struct fs_stream *stream;        /* watched; NULL: none (or it went) */
+	void (*fn)(struct fs_stream_watch *w);
+};
+
 struct fs_stream {
 	uint32_t id;      /* our receive id: peers tag messages to us with it */
 	uint32_t peer_id; /* the id we tag our messages with */
@@ -165,6 +177,7 @@ struct fs_stream {
 	/* Bumped on every change a poller may care about (data, FIN, credit,
 	 * send completion, error): edge-triggered epoll reports a change of it. */
 	uint32_t ev_gen;
+	struct fs_stream_watch *watchers; /* told of every ev_gen change */
 	/* Threads asleep on this stream (not the engine's poller) and the
 	 * eventfd they sleep on; whoever makes progress rings it. */
 	unsigned sleepers;
@@ -306,6 +319,10 @@ int fs_engine_deep_sleep(struct pollfd *fds, nfds_t n, uint64_t deadline_ns, con
 /* Something a waiter may care about changed on S: bump its event
  * generation and ring its sleepers after this progress round. Lock held. */
 void fs_stream_changed(struct fs_engine *e, struct fs_stream *s);
+/* W starts / stops watching S (engine lock held). A stream dropped by its
+ * socket (fs_stream_drop_app) forgets its watchers: W->stream becomes NULL. */
+void fs_stream_watch_add(struct fs_stream *s, struct fs_stream_watch *w);
+void fs_stream_watch_del(struct fs_stream_watch *w);
 /* Rings the sleepers of every stream (the poller is leaving). Lock held. */
 void fs_engine_wake_all(struct fs_engine *e);
 /* A thread starts / stops sleeping on S (not as the poller). Lock held. */

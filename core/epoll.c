@@ -54,6 +54,7 @@
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
+#include <uthash.h>
 
 #include "config/log.h"
 #include "config/params.h"
@@ -86,16 +87,45 @@ struct fs_ep_member {
 	 * kernel event for it merges into that entry, not a second one). */
 	uint64_t out_gen;
 	int out_index;
+	/* An offloaded member watches its stream (engine lock) and is put on
+	 * its instance's ready list (fs_epoll.rlock) when the stream changes,
+	 * or after it was reported level-triggered. */
+	struct fs_stream_watch watch;
+	struct fs_ep_member *rnext, *rprev;
+	bool queued;
+	/* fs_epoll.by_key: found by (fd, socket) without a walk (epoll_ctl,
+	 * close: a program with thousands of members calls them per request) */
+	uint64_t key[2];
+	UT_hash_handle hh;
 };
 
 struct fs_epoll {
 	pthread_mutex_t lock;
 	int epfd;
 	struct fs_ep_member *members;
+	struct fs_ep_member *by_key; /* the same members, by (fd, socket) */
 	uint64_t out_gen; /* bumped for every output being built */
 	int wake_fd;      /* eventfd in the kernel set (FS_EP_TAG_WAKE), or -1 */
 	unsigned kernel_sleepers; /* threads waiting on it in the kernel for long */
+	/* The ready list: offloaded members to look at (their stream changed,
+	 * or they were reported level-triggered), oldest first. rlock is a
+	 * leaf: taken under fe->lock, and under the engine lock by
+	 * fs_stream_changed. */
+	pthread_mutex_t rlock;
+	struct fs_ep_member *rhead, *rtail;
+	/* When only the ready list is looked at (fs_epoll_scan_ready): no
+	 * member was added since the last full scan, every member then was an
+	 * offloaded one watching its stream, the process is the one that made
+	 * them, and that scan is recent (FS_EP_FULL_EVERY_NS: a change no
+	 * stream told of, a peer's grace running out, is found that late at
+	 * most). A wait never sleeps without a full scan first. */
+	bool need_full;
+	unsigned unsettled;
+	uint64_t full_ns;
+	pid_t full_pid;
 };
+
+#define FS_EP_FULL_EVERY_NS 10000000ull
 
 /* ---- member slots and their tags ---------------------------------------- */
 
@@ -213,6 +243,8 @@ static struct fs_epoll *fs_epoll_get_or_make(int epfd)
 			struct epoll_event wake = { .events = EPOLLIN, .data.u64 = FS_EP_TAG_WAKE };
 
 			pthread_mutex_init(&fe->lock, NULL);
+			pthread_mutex_init(&fe->rlock, NULL);
+			fe->need_full = true;
 			fe->epfd = epfd;
 			fe->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 			uint64_t one = 1;
@@ -243,8 +275,103 @@ static struct fs_epoll *fs_epoll_get_or_make(int epfd)
 	return fe;
 }
 
+/* ---- the ready list ------------------------------------------------------ */
+
+static void fs_ready_unlink_locked(struct fs_epoll *fe, struct fs_ep_member *m)
+{
+	if (!m->queued)
+		return;
+	if (m->rprev)
+		m->rprev->rnext = m->rnext;
+	else
+		fe->rhead = m->rnext;
+	if (m->rnext)
+		m->rnext->rprev = m->rprev;
+	else
+		fe->rtail = m->rprev;
+	m->rnext = m->rprev = NULL;
+	m->queued = false;
+}
+
+static void fs_ready_push(struct fs_epoll *fe, struct fs_ep_member *m)
+{
+	pthread_mutex_lock(&fe->rlock);
+	if (!m->queued) {
+		m->queued = true;
+		m->rnext = NULL;
+		m->rprev = fe->rtail;
+		if (fe->rtail)
+			fe->rtail->rnext = m;
+		else
+			fe->rhead = m;
+		fe->rtail = m;
+	}
+	pthread_mutex_unlock(&fe->rlock);
+}
+
+/* fs_stream_changed, under the engine lock: look at the member next time. */
+static void fs_member_stream_changed(struct fs_stream_watch *w)
+{
+	struct fs_ep_member *m = (struct fs_ep_member *)((char *)w - offsetof(struct fs_ep_member, watch));
+
+	fs_ready_push(__atomic_load_n(&m->fe, __ATOMIC_ACQUIRE), m);
+}
+
+/* Makes offloaded member M watch its socket's stream (and be looked at
+ * once), or stop watching one it no longer has. fe->lock held. */
+static void fs_member_watch(struct fs_epoll *fe, struct fs_ep_member *m)
+{
+	struct fs_stream *st = m->s && fs_sock_state(m->s) == FS_SOCK_OFFLOADED ? m->s->stream : NULL;
+	struct fs_engine *e;
+
+	if (__atomic_load_n(&m->watch.stream, __ATOMIC_RELAXED) == st)
+		return;
+	e = fs_engine_peek();
+	if (!e)
+		return;
+	pthread_mutex_lock(&e->lock);
+	fs_stream_watch_del(&m->watch);
+	if (st) {
+		m->watch.fn = fs_member_stream_changed;
+		fs_stream_watch_add(st, &m->watch);
+	}
+	pthread_mutex_unlock(&e->lock);
+	if (st)
+		fs_ready_push(fe, m);
+}
+
+static void fs_member_key(uint64_t key[2], int fd, const struct fs_sock *s)
+{
+	key[0] = (uint32_t)fd;
+	key[1] = (uintptr_t)s;
+}
+
+/* FE's member for FD of socket S (NULL: a nested instance). fe->lock held. */
+static struct fs_ep_member *fs_member_find(struct fs_epoll *fe, int fd, const struct fs_sock *s)
+{
+	struct fs_ep_member *m;
+	uint64_t key[2];
+
+	fs_member_key(key, fd, s);
+	HASH_FIND(hh, fe->by_key, key, sizeof(key), m);
+	return m;
+}
+
 static void fs_member_free(struct fs_epoll *fe, struct fs_ep_member *m)
 {
+	HASH_DELETE(hh, fe->by_key, m);
+	if (__atomic_load_n(&m->watch.stream, __ATOMIC_RELAXED)) {
+		struct fs_engine *e = fs_engine_peek();
+
+		if (e) {
+			pthread_mutex_lock(&e->lock);
+			fs_stream_watch_del(&m->watch);
+			pthread_mutex_unlock(&e->lock);
+		}
+	}
+	pthread_mutex_lock(&fe->rlock);
+	fs_ready_unlink_locked(fe, m);
+	pthread_mutex_unlock(&fe->rlock);
 	if (m->prev)
 		m->prev->next = m->next;
 	else /* fe->members is also read without the lock (has_members) */
@@ -290,15 +417,12 @@ void fs_epoll_fd_closing(struct fs_sock *s, int fd)
 
 	for (int epfd = 0; epfd <= hi; epfd++) {
 		struct fs_epoll *fe = fs_epoll_peek(epfd);
-		struct fs_ep_member *m, *next;
+		struct fs_ep_member *m;
 
 		if (!fe || !__atomic_load_n(&fe->members, __ATOMIC_ACQUIRE))
 			continue;
 		pthread_mutex_lock(&fe->lock);
-		for (m = fe->members; m; m = next) {
-			next = m->next;
-			if (m->s != s || m->fd != fd)
-				continue;
+		while ((m = fs_member_find(fe, fd, s))) {
 			fs_real.epoll_ctl(fe->epfd, EPOLL_CTL_DEL, fd, NULL);
 			fs_member_free(fe, m);
 		}
@@ -389,6 +513,7 @@ static bool fs_member_fixup(struct fs_epoll *fe, struct fs_ep_member *m)
 		fs_kernel_ctl(fe, EPOLL_CTL_MOD, m, fs_member_kernel_events(m, want), false);
 		m->reg = want;
 	}
+	fs_member_watch(fe, m);
 	return true;
 }
 
@@ -429,7 +554,10 @@ static int fs_member_add(struct fs_epoll *fe, int fd, struct fs_sock *s, const s
 	m->prev = NULL;
 	if (fe->members)
 		fe->members->prev = m;
+	fs_member_key(m->key, fd, s);
+	HASH_ADD(hh, fe->by_key, key, sizeof(m->key), m);
 	__atomic_store_n(&fe->members, m, __ATOMIC_RELEASE);
+	fe->need_full = true; /* the next look fixes it up, and watches its stream */
 	if (fe->kernel_sleepers && fe->wake_fd >= 0) {
 		/* a thread sleeps in the kernel on this instance for its whole
 		 * timeout: it must look at the new member */
@@ -541,9 +669,7 @@ int fs_epoll_ctl_nested(int epfd, int op, int fd, struct epoll_event *event)
 		if (!fe)
 			return FS_PASS;
 		pthread_mutex_lock(&fe->lock);
-		for (m = fe->members; m; m = m->next)
-			if (!m->s && m->inner_epfd == fd)
-				break;
+		m = fs_member_find(fe, fd, NULL);
 		if (!m) {
 			pthread_mutex_unlock(&fe->lock);
 			return FS_PASS;
@@ -593,9 +719,9 @@ int fs_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event, struct fs_
 	pthread_mutex_lock(&fe->lock);
 	/* at most one member is this open socket: the kernel refuses a
 	 * second EPOLL_CTL_ADD of one fd */
-	for (m = fe->members; m && !found; m = m->next)
-		if (m->fd == fd && m->s == s && !s->closed)
-			found = m;
+	m = fs_member_find(fe, fd, s);
+	if (m && !s->closed)
+		found = m;
 	if (!found) {
 		pthread_mutex_unlock(&fe->lock);
 		return FS_PASS; /* the kernel answers (ENOENT, or a kernel entry) */
@@ -613,6 +739,10 @@ int fs_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event, struct fs_
 			m->data = event->data;
 			m->disarmed = false;
 			m->reported_once = false;
+			if (m->watch.stream)
+				fs_ready_push(fe, m); /* look at it with its new events */
+			else
+				fe->need_full = true;
 			/* an offloaded member's kernel entry watches the control
 			 * connection only, whatever the application asks for: it
 			 * does not change, so spare the system call */
@@ -727,6 +857,16 @@ static void fs_member_reported(struct fs_ep_member *m, uint64_t gen, int index)
 	m->out_index = index;
 }
 
+/* After M was looked at (EV: what it reported): a level-triggered member
+ * that reported stays on the ready list (it is ready until the application
+ * takes what is there, as the kernel's epoll keeps it); an edge-triggered
+ * or one-shot one waits for its stream's next change. */
+static void fs_member_requeue(struct fs_epoll *fe, struct fs_ep_member *m, uint32_t ev)
+{
+	if (ev && !(m->events & EPOLLET) && !m->disarmed)
+		fs_ready_push(fe, m);
+}
+
 /* One pass over the members; fills OUT, the output GEN. fe->lock held. The
  * completion queue runs once for the whole pass, and the offloaded members
  * are looked at under one engine lock, not one each: with many members
@@ -738,6 +878,7 @@ static int fs_epoll_scan(struct fs_epoll *fe, struct epoll_event *out, int max, 
 	struct fs_engine *e = fs_engine_peek();
 	struct fs_ep_member *m, *next;
 	bool any_offloaded = false;
+	unsigned unsettled = 0;
 	int n = 0;
 
 	if (fe->members)
@@ -749,6 +890,8 @@ static int fs_epoll_scan(struct fs_epoll *fe, struct epoll_event *out, int max, 
 		next = m->next;
 		if (!fs_member_fixup(fe, m))
 			continue;
+		if (!m->s || fs_sock_state(m->s) != FS_SOCK_OFFLOADED || !m->watch.stream)
+			unsettled++;
 		if (!m->s) {
 			ev = fs_member_ready(m);
 			if (ev) {
@@ -769,14 +912,25 @@ static int fs_epoll_scan(struct fs_epoll *fe, struct epoll_event *out, int max, 
 		if (fs_sock_state(m->s) == FS_SOCK_OFFLOADED)
 			any_offloaded = true;
 	}
+	/* a full pass (the output did not fill up first) says whether the
+	 * ready list alone will do next time */
+	fe->need_full = m != NULL;
+	fe->unsettled = unsettled;
+	fe->full_ns = fs_now_ns();
+	fe->full_pid = fs_self_pid();
 	if (!any_offloaded || !e)
 		return n;
 	pthread_mutex_lock(&e->lock);
-	for (m = fe->members; m && n < max; m = m->next) {
+	for (m = fe->members; m; m = m->next) {
 		uint32_t ev;
 
 		if (!m->s || fs_sock_state(m->s) != FS_SOCK_OFFLOADED)
 			continue;
+		if (n >= max) {
+			/* no room to look: look next time */
+			fs_ready_push(fe, m);
+			continue;
+		}
 		ev = fs_member_ready_in(m, true);
 		if (ev) {
 			out[n].events = ev;
@@ -784,9 +938,93 @@ static int fs_epoll_scan(struct fs_epoll *fe, struct epoll_event *out, int max, 
 			fs_member_reported(m, gen, n);
 			n++;
 		}
+		fs_member_requeue(fe, m, ev);
 	}
 	pthread_mutex_unlock(&e->lock);
 	return n;
+}
+
+/* The ready list alone (fs_epoll.need_full and what goes with it): the
+ * members whose streams changed since they were looked at, and those
+ * reported level-triggered last time. fe->lock held. The list is taken
+ * whole and looked at in batches (one engine lock each), up to MAX events;
+ * what is left goes back to its front. A member is off every list while it
+ * is looked at, so a change of its stream meanwhile queues it again. */
+static int fs_epoll_scan_ready(struct fs_epoll *fe, struct epoll_event *out, int max, uint64_t gen)
+{
+	struct fs_engine *e = fs_engine_peek();
+	struct fs_ep_member *batch[FS_EP_BATCH];
+	struct fs_ep_member *head, *tail;
+	int n = 0;
+
+	if (!e)
+		return 0;
+	fs_engine_progress_locked();
+	pthread_mutex_lock(&fe->rlock);
+	head = fe->rhead;
+	tail = fe->rtail;
+	fe->rhead = fe->rtail = NULL;
+	pthread_mutex_unlock(&fe->rlock);
+	while (head && n < max) {
+		int nb = 0;
+
+		pthread_mutex_lock(&fe->rlock);
+		while (head && nb < FS_EP_BATCH && nb < max - n) {
+			struct fs_ep_member *m = head;
+
+			head = m->rnext;
+			if (head)
+				head->rprev = NULL;
+			m->rnext = m->rprev = NULL;
+			m->queued = false;
+			batch[nb++] = m;
+		}
+		pthread_mutex_unlock(&fe->rlock);
+		for (int i = 0; i < nb; i++) {
+			/* closed, forked, or handed back: a full scan sorts it out */
+			if (!fs_member_fixup(fe, batch[i]) || !batch[i]->s ||
+			    fs_sock_state(batch[i]->s) != FS_SOCK_OFFLOADED) {
+				batch[i] = NULL;
+				fe->need_full = true;
+			}
+		}
+		pthread_mutex_lock(&e->lock);
+		for (int i = 0; i < nb; i++) {
+			struct fs_ep_member *m = batch[i];
+			uint32_t ev;
+
+			if (!m)
+				continue;
+			ev = fs_member_ready_in(m, true);
+			if (ev) {
+				out[n].events = ev;
+				out[n].data = m->data;
+				fs_member_reported(m, gen, n);
+				n++;
+			}
+			fs_member_requeue(fe, m, ev);
+		}
+		pthread_mutex_unlock(&e->lock);
+	}
+	if (head) {
+		/* no room for them: first in line next time */
+		pthread_mutex_lock(&fe->rlock);
+		tail->rnext = fe->rhead;
+		if (fe->rhead)
+			fe->rhead->rprev = tail;
+		else
+			fe->rtail = tail;
+		fe->rhead = head;
+		pthread_mutex_unlock(&fe->rlock);
+	}
+	return n;
+}
+
+/* Whether FE's next look may be at its ready list alone. fe->lock held. */
+static bool fs_epoll_ready_list_will_do(const struct fs_epoll *fe, uint64_t now)
+{
+	return !fe->need_full && !fe->unsettled && now - fe->full_ns < FS_EP_FULL_EVERY_NS &&
+	       fe->full_pid == fs_self_pid();
 }
 
 /* Collects kernel events for EPFD into KBUF (room for K): the wait the
@@ -826,6 +1064,7 @@ int fs_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeo
 	uint64_t spin_end = fs_spin_end(start);
 	uint64_t slice_us = 10;
 	unsigned step = 0;
+	bool full_done = false;
 	struct epoll_event kbuf[FS_EP_BATCH];
 
 	if (maxevents <= 0)
@@ -840,11 +1079,20 @@ int fs_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeo
 	for (;;) {
 		int n, k;
 		uint64_t now, wait_us = 0, gen;
-		bool longwait = false;
+		bool longwait = false, full;
 
 		pthread_mutex_lock(&fe->lock);
 		gen = ++fe->out_gen;
-		n = fs_epoll_scan(fe, events, maxevents, gen);
+		now = fs_now_ns();
+		full = !fs_epoll_ready_list_will_do(fe, now);
+		n = full ? fs_epoll_scan(fe, events, maxevents, gen) : fs_epoll_scan_ready(fe, events, maxevents, gen);
+		if (!n && !full && !full_done && now >= spin_end) {
+			/* never go to sleep on the ready list's word alone (then it
+			 * and a full scan every FS_EP_FULL_EVERY_NS) */
+			full = true;
+			n = fs_epoll_scan(fe, events, maxevents, gen);
+		}
+		full_done |= full;
 		pthread_mutex_unlock(&fe->lock);
 		now = fs_now_ns();
 		if (!n && (!deadline || now < deadline)) {
