@@ -10,7 +10,7 @@ command -v timeout >/dev/null 2>&1 || fs_skip "timeout is missing"
 [ -f "$FABSOCK_LIB" ] || fs_skip "no library at $FABSOCK_LIB"
 
 DURATION=3
-SS_LIMIT=65536       # fabsock mode: most bytes one TCP connection may receive
+SS_LIMIT=${SS_LIMIT:-65536} # fabsock mode: most bytes one TCP connection may receive
 : "${MIN_MOVED:?set MIN_MOVED (bytes the program must move) before sourcing}"
 
 # Programs run as: fs_bg PID timeout ... env VARS program. The env(1) applies
