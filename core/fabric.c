@@ -248,12 +248,22 @@ bool fs_fabric_host_has_efa(void)
  * programs' regions. Ours: fabsock-<pid namespace>-<pid>-<random>. */
 static unsigned long fs_pid_namespace(void)
 {
+	/* A process's pid namespace is fixed (unshare(CLONE_NEWPID) and setns
+	 * move only its later children): read once per process, as every
+	 * HELLO both sides check asks for it. */
+	static unsigned long cached_ns;
+	static pid_t cached_pid;
 	char link[64] = "";
-	ssize_t n = readlink("/proc/self/ns/pid", link, sizeof(link) - 1);
 	unsigned long ns = 0;
+	ssize_t n;
 
-	if (n > 0)
-		sscanf(link, "pid:[%lu]", &ns);
+	if (__atomic_load_n(&cached_pid, __ATOMIC_ACQUIRE) == fs_self_pid())
+		return __atomic_load_n(&cached_ns, __ATOMIC_RELAXED);
+	n = readlink("/proc/self/ns/pid", link, sizeof(link) - 1);
+	if (n > 0 && sscanf(link, "pid:[%lu]", &ns) == 1 && ns) {
+		__atomic_store_n(&cached_ns, ns, __ATOMIC_RELAXED);
+		__atomic_store_n(&cached_pid, fs_self_pid(), __ATOMIC_RELEASE);
+	}
 	return ns;
 }
 
@@ -393,15 +403,19 @@ bool fs_self_dumpable(void)
 int fs_rail_self_check(const struct fs_rail *rail, const char **why)
 {
 	const char *own;
-	uid_t own_uid;
+	uid_t own_uid, euid;
 
 	*why = NULL;
 	if (rail->kind != FS_PROV_SHM)
 		return 0;
-	own = fs_shm_addr_name(rail->addr, rail->addr_len);
-	if (!own || fs_shm_region_owner(own, &own_uid) || own_uid != geteuid()) {
-		*why = "this process changed user after opening its shm rail: new peers cannot map its region";
-		return -EPERM;
+	euid = geteuid();
+	if (__atomic_load_n(&((struct fs_rail *)rail)->self_region_euid, __ATOMIC_RELAXED) != (uint64_t)euid + 1) {
+		own = fs_shm_addr_name(rail->addr, rail->addr_len);
+		if (!own || fs_shm_region_owner(own, &own_uid) || own_uid != euid) {
+			*why = "this process changed user after opening its shm rail: new peers cannot map its region";
+			return -EPERM;
+		}
+		__atomic_store_n(&((struct fs_rail *)rail)->self_region_euid, (uint64_t)euid + 1, __ATOMIC_RELAXED);
 	}
 	if (!fs_fabric_cma_off && !fs_self_dumpable()) {
 		*why = "this process became non-dumpable (it changed user) after loading libfabric: "

@@ -83,6 +83,9 @@ struct fs_rail {
 	uint64_t next_key; /* requested MR keys must be unique per domain */
 	unsigned av_count, av_max; /* distinct peers in the address vector */
 	struct fs_av_peer *peers;  /* by address: streams to one peer share its entry */
+	/* fs_rail_self_check found the region ours under this effective uid
+	 * (+1; 0: not yet): only a change of user can change its answer. */
+	uint64_t self_region_euid;
 };
 
 /* The peer of the shm provider call under way (-1: a completion-queue read,
