@@ -57,6 +57,13 @@
  * server settled it: kept that long and 5 s more. */
 #define FS_PROBE_SETTLED_TTL_NS ((FS_WIRE_PROBE_WAIT_MAX_MS + 5000ull) * 1000000ull)
 #define FS_PROBE_RATE_PER_SEC 20000u
+#define FS_PROBE_RCVBUF (4 << 20)
+/* A client sends its probe again FS_PROBE_RESEND_FIRST_MS after the first
+ * one if no answer came (a datagram dropped in a burst), then after twice
+ * as long each time, within its probe timeout. The server answers a
+ * repeated probe as it answered the first (same record, same nonce). */
+#define FS_PROBE_RESEND_FIRST_MS 30u
+#define FS_PROBE_RESENDS_MAX 4u
 
 #define FS_PROBE_TABLE_USERS 64
 
@@ -1010,6 +1017,17 @@ struct fs_listener *fs_listener_open(int fd)
 			fs_real.setsockopt(udp, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
 		one = reuseport;
 	}
+	{
+		/* Room for a burst: wrk -c 1000 probes 1000 connections at once,
+		 * and the default buffer (208 KiB, about 270 small datagrams)
+		 * dropped some, whose clients then waited out their probe timeout
+		 * and stayed on TCP. A privileged process is not held to
+		 * net.core.rmem_max (the client also sends its probe again). */
+		int rcvbuf = FS_PROBE_RCVBUF;
+
+		if (fs_real.setsockopt(udp, SOL_SOCKET, SO_RCVBUFFORCE, &rcvbuf, sizeof(rcvbuf)))
+			fs_real.setsockopt(udp, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+	}
 	if (fs_real.bind(udp, (struct sockaddr *)&ss, len)) {
 		FS_INFO("listener on port %u: UDP port taken (%s); this listener stays plain TCP",
 			ntohs(((struct sockaddr_in *)&ss)->sin_port), strerror(errno));
@@ -1478,6 +1496,9 @@ int fs_probe_start(struct fs_probe_client *pc, int fd, const struct sockaddr *pe
 	pc->udp_fd = udp;
 	pc->nonce = ask.nonce;
 	pc->deadline_ns = fs_now_ns() + fs_params.probe_timeout_ms * 1000000ull;
+	memcpy(pc->pkt, pkt, sizeof(pkt));
+	pc->resends = 0;
+	pc->resend_ns = fs_now_ns() + FS_PROBE_RESEND_FIRST_MS * 1000000ull;
 	{
 		struct timespec rt;
 		int on = 1;
@@ -1521,8 +1542,19 @@ enum fs_probe_outcome fs_probe_result(struct fs_probe_client *pc, int fd, uint64
 		};
 		uint64_t now = fs_now_ns(), until = deadline_ns < pc->deadline_ns ? deadline_ns : pc->deadline_ns;
 		bool spin = now < spin_end && now < until;
-		int timeout_ms = spin ? 0 : until > now ? (int)((until - now + 999999) / 1000000) : 0;
-		int ret = fs_real.poll(pfd, 2, timeout_ms);
+		int timeout_ms, ret;
+
+		if (now >= pc->resend_ns && pc->resends < FS_PROBE_RESENDS_MAX) {
+			/* no answer yet: the first datagram may have been dropped */
+			fs_real.send(pc->udp_fd, pc->pkt, sizeof(pc->pkt), MSG_NOSIGNAL | MSG_DONTWAIT);
+			pc->resends++;
+			FS_STAT_INC(probes_resent);
+			pc->resend_ns = now + ((uint64_t)FS_PROBE_RESEND_FIRST_MS << pc->resends) * 1000000ull;
+		}
+		if (pc->resends < FS_PROBE_RESENDS_MAX && pc->resend_ns < until)
+			until = pc->resend_ns;
+		timeout_ms = spin ? 0 : until > now ? (int)((until - now + 999999) / 1000000) : 0;
+		ret = fs_real.poll(pfd, 2, timeout_ms);
 
 		if (ret == 0 && spin) {
 			fs_spin_relax(&step);

@@ -35,6 +35,8 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "core/wire.h"
+
 enum fs_rec_state { FS_REC_NONE = 0, FS_REC_YES = 1, FS_REC_TCP = 2, FS_REC_DONE = 3 };
 
 struct fs_probe_rec {
@@ -102,6 +104,9 @@ struct fs_probe_client {
 	uint64_t nonce;
 	uint64_t deadline_ns;      /* CLOCK_MONOTONIC */
 	uint64_t deadline_real_ns; /* the same in CLOCK_REALTIME, for arrival stamps */
+	uint8_t pkt[FS_WIRE_PROBE_LEN]; /* the ASK, sent again while no answer comes */
+	unsigned resends;
+	uint64_t resend_ns;             /* CLOCK_MONOTONIC: when to send it again */
 };
 
 /* Sends the ASK for TCP socket FD connected to PEER. Returns 0 or -errno. */
