@@ -855,9 +855,22 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 		p.events = POLLIN;
 		fs_real.poll(&p, 1, 5);
 	}
-	if (for_send)
+	if (for_send) {
 		FS_STAT_INC(fallback_server_first);
-	else
-		FS_STAT_INC(fallback_peer_plain);
-	return fs_kernel(s, for_send ? "the server application spoke first" : "the client did not probe");
+		return fs_kernel(s, "the server application spoke first");
+	}
+	{
+		/* Readable with no record: a client without fabsock sent bytes,
+		 * or a client closed before it could probe (nginx dropping an
+		 * upstream connection it no longer needs): nothing but the FIN
+		 * came, and that is not a connection lost to TCP. */
+		char byte;
+
+		if (fs_real.recv(s->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0) {
+			FS_STAT_INC(fallback_peer_closed);
+			return fs_kernel(s, "the client closed before negotiating");
+		}
+	}
+	FS_STAT_INC(fallback_peer_plain);
+	return fs_kernel(s, "the client did not probe");
 }
