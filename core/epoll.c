@@ -1064,7 +1064,6 @@ int fs_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeo
 	uint64_t spin_end = fs_spin_end(start);
 	uint64_t slice_us = 10;
 	unsigned step = 0;
-	bool full_done = false;
 	struct epoll_event kbuf[FS_EP_BATCH];
 
 	if (maxevents <= 0)
@@ -1086,13 +1085,16 @@ int fs_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeo
 		now = fs_now_ns();
 		full = !fs_epoll_ready_list_will_do(fe, now);
 		n = full ? fs_epoll_scan(fe, events, maxevents, gen) : fs_epoll_scan_ready(fe, events, maxevents, gen);
-		if (!n && !full && !full_done && now >= spin_end) {
-			/* never go to sleep on the ready list's word alone (then it
-			 * and a full scan every FS_EP_FULL_EVERY_NS) */
+		if (!n && !full && now >= spin_end) {
+			/* Never go to sleep on the ready list's word alone: a
+			 * member's first report may not come with a change of its
+			 * stream, and a sleep can last the caller's whole timeout
+			 * (a proxy under ASan waited 60 s for an upstream answer
+			 * that had arrived). While busy, the full scan every
+			 * FS_EP_FULL_EVERY_NS bounds what the list misses. */
 			full = true;
 			n = fs_epoll_scan(fe, events, maxevents, gen);
 		}
-		full_done |= full;
 		pthread_mutex_unlock(&fe->lock);
 		now = fs_now_ns();
 		if (!n && (!deadline || now < deadline)) {
