@@ -867,6 +867,24 @@ static void fs_member_requeue(struct fs_epoll *fe, struct fs_ep_member *m, uint3
 		fs_ready_push(fe, m);
 }
 
+/* Looks at offloaded member M (engine lock held): its events, if any, go
+ * to OUT[N] of the output GEN, and it is queued again as
+ * fs_member_requeue says. Returns the new count. */
+static int fs_member_look(struct fs_epoll *fe, struct fs_ep_member *m, struct epoll_event *out, int n,
+			  uint64_t gen)
+{
+	uint32_t ev = fs_member_ready_in(m, true);
+
+	if (ev) {
+		out[n].events = ev;
+		out[n].data = m->data;
+		fs_member_reported(m, gen, n);
+		n++;
+	}
+	fs_member_requeue(fe, m, ev);
+	return n;
+}
+
 /* One pass over the members; fills OUT, the output GEN. fe->lock held. The
  * completion queue runs once for the whole pass, and the offloaded members
  * are looked at under one engine lock, not one each: with many members
@@ -922,8 +940,6 @@ static int fs_epoll_scan(struct fs_epoll *fe, struct epoll_event *out, int max, 
 		return n;
 	pthread_mutex_lock(&e->lock);
 	for (m = fe->members; m; m = m->next) {
-		uint32_t ev;
-
 		if (!m->s || fs_sock_state(m->s) != FS_SOCK_OFFLOADED)
 			continue;
 		if (n >= max) {
@@ -931,14 +947,7 @@ static int fs_epoll_scan(struct fs_epoll *fe, struct epoll_event *out, int max, 
 			fs_ready_push(fe, m);
 			continue;
 		}
-		ev = fs_member_ready_in(m, true);
-		if (ev) {
-			out[n].events = ev;
-			out[n].data = m->data;
-			fs_member_reported(m, gen, n);
-			n++;
-		}
-		fs_member_requeue(fe, m, ev);
+		n = fs_member_look(fe, m, out, n, gen);
 	}
 	pthread_mutex_unlock(&e->lock);
 	return n;
@@ -991,18 +1000,9 @@ static int fs_epoll_scan_ready(struct fs_epoll *fe, struct epoll_event *out, int
 		pthread_mutex_lock(&e->lock);
 		for (int i = 0; i < nb; i++) {
 			struct fs_ep_member *m = batch[i];
-			uint32_t ev;
 
-			if (!m)
-				continue;
-			ev = fs_member_ready_in(m, true);
-			if (ev) {
-				out[n].events = ev;
-				out[n].data = m->data;
-				fs_member_reported(m, gen, n);
-				n++;
-			}
-			fs_member_requeue(fe, m, ev);
+			if (m)
+				n = fs_member_look(fe, m, out, n, gen);
 		}
 		pthread_mutex_unlock(&e->lock);
 	}
