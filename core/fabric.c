@@ -517,10 +517,10 @@ static int fs_rail_open_inner(struct fs_rail *rail, unsigned kind, const struct 
  * inside fi_tsend forever (libfabric 1.17 has no robust lock). fabsock
  * cannot avoid entering that call, so it undoes the damage: every shm post
  * and completion-queue read is announced (fs_prov_call_begin/end); a
- * watchdog thread, seeing one call stuck for FS_STUCK_CALL_MS, releases a
- * lock that stays taken: our own region's (a dead receiver was writing a
- * completion back to us: the case seen in e2e_peerkill) and a dead peer's,
- * through this process's own mapping of the region.
+ * watchdog thread, seeing one call stuck for FS_STUCK_CALL_MS while a peer
+ * is dead, releases a lock that stays taken: the dead peer's, and our own
+ * region's (a dead receiver was writing a completion back to us: the case
+ * seen in e2e_peerkill), through this process's own mapping of the region.
  *
  * Where the lock is in a region differs between libfabric versions; in all
  * of them it follows the region's base_addr field (the owner's mapping
@@ -617,11 +617,14 @@ __attribute__((no_sanitize("thread"), noinline)) static void fs_lock_word_store(
 	*w = v;
 }
 
-/* True if the spin lock at ADDR stays taken over 20 ms of samples: a live
- * holder keeps it for microseconds. */
-static bool fs_lock_stuck(int *lock)
+/* True if the spin lock at ADDR is taken at every one of SAMPLES looks
+ * 1 ms apart. A live holder keeps it for microseconds, but one that the
+ * scheduler has set aside may keep it for tens of milliseconds on a loaded
+ * machine: a lock is only ever released when a peer is known dead, and our
+ * own region's (which live peers take too) only after a long look. */
+static bool fs_lock_stuck(int *lock, int samples)
 {
-	for (int i = 0; i < 20; i++) {
+	for (int i = 0; i < samples; i++) {
 		if (fs_lock_word_load(lock) == fs_shm_lock_free)
 			return false;
 		usleep(1000);
@@ -630,11 +633,11 @@ static bool fs_lock_stuck(int *lock)
 }
 
 /* Releases the lock of the region mapped at BASE if it stays taken. */
-static bool fs_shm_unlock_if_stuck(uintptr_t base, const char *whose)
+static bool fs_shm_unlock_if_stuck(uintptr_t base, const char *whose, int samples)
 {
 	int *lock = (int *)(base + fs_shm_lock_off);
 
-	if (!base || !fs_lock_stuck(lock))
+	if (!base || !fs_lock_stuck(lock, samples))
 		return false;
 	/* What pthread_spin_unlock does, without telling a thread sanitizer
 	 * that this thread unlocks a lock it never took. */
@@ -643,20 +646,56 @@ static bool fs_shm_unlock_if_stuck(uintptr_t base, const char *whose)
 	return true;
 }
 
+/* The last FS_PEER_RING peers that provider calls were made to: written
+ * under the engine lock, read by the watchdog (a stale read only delays a
+ * release to its next look). */
+#define FS_PEER_RING 16
+long fs_prov_last_peer;
+static long fs_prov_peer_ring[FS_PEER_RING];
+static unsigned fs_prov_peer_next;
+
+void fs_prov_note_peer(long pid)
+{
+	__atomic_store_n(&fs_prov_last_peer, pid, __ATOMIC_RELAXED);
+	for (unsigned i = 0; i < FS_PEER_RING; i++)
+		if (__atomic_load_n(&fs_prov_peer_ring[i], __ATOMIC_RELAXED) == pid)
+			return;
+	__atomic_store_n(&fs_prov_peer_ring[fs_prov_peer_next++ % FS_PEER_RING], pid, __ATOMIC_RELAXED);
+}
+
+/* A recent peer that is gone, or 0. */
+static long fs_recent_peer_dead(void)
+{
+	for (unsigned i = 0; i < FS_PEER_RING; i++) {
+		long pid = __atomic_load_n(&fs_prov_peer_ring[i], __ATOMIC_RELAXED);
+
+		if (pid > 0 && pid != getpid() && fs_pid_dead(pid))
+			return pid;
+	}
+	return 0;
+}
+
 bool fs_shm_release_dead(long pid)
 {
 	char whose[64];
 	bool done = false;
+	long gone;
 
 	if (!fs_shm_lock_off)
 		return false;
+	/* Only a dead process can hold a lock for good. Without one, the call
+	 * is slow, not stuck (its thread, or the lock's holder, waits for a
+	 * core), and releasing a lock a live process holds would corrupt the
+	 * region under it. */
+	gone = pid > 0 && fs_pid_dead(pid) ? pid : fs_recent_peer_dead();
+	if (!gone)
+		return false;
+	snprintf(whose, sizeof(whose), "dead process %ld", gone);
+	done = fs_shm_unlock_if_stuck(fs_shm_mapping(gone), whose, 20);
 	/* A dead receiver may hold our own region's lock (it was writing a
-	 * completion back to us); a dead peer its own. */
-	done = fs_shm_unlock_if_stuck(fs_shm_mapping(getpid()), "this process's region");
-	if (pid > 0 && fs_pid_dead(pid)) {
-		snprintf(whose, sizeof(whose), "dead process %ld", pid);
-		done |= fs_shm_unlock_if_stuck(fs_shm_mapping(pid), whose);
-	}
+	 * completion back to us); so may a live peer, set aside by the
+	 * scheduler: half a second of looks tells them apart. */
+	done |= fs_shm_unlock_if_stuck(fs_shm_mapping(getpid()), "this process's region", 500);
 	return done;
 }
 

@@ -93,9 +93,15 @@ struct fs_rail {
  * them for a call stuck on a lock a dead process holds. */
 extern long fs_prov_call_pid;
 extern uint64_t fs_prov_calls;
+/* The last peer a call was made to; fs_prov_note_peer keeps the last few
+ * in a ring, where the watchdog looks for a dead one (fabric.c). */
+extern long fs_prov_last_peer;
+void fs_prov_note_peer(long pid);
 static inline void fs_prov_call_begin(long pid)
 {
 	__atomic_store_n(&fs_prov_call_pid, pid, __ATOMIC_RELAXED);
+	if (pid > 0 && pid != fs_prov_last_peer)
+		fs_prov_note_peer(pid);
 }
 static inline void fs_prov_call_end(void)
 {
@@ -103,9 +109,9 @@ static inline void fs_prov_call_end(void)
 	/* callers hold the engine lock: no locked add needed */
 	__atomic_store_n(&fs_prov_calls, __atomic_load_n(&fs_prov_calls, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
 }
-/* A provider call has been stuck for a while: releases our own region's
- * lock, and that of process PID if it is gone (or a zombie), when the lock
- * stays taken (see fabric.c). True if it released one. */
+/* A provider call has been stuck for a while: if process PID, or another
+ * peer called lately, is gone (or a zombie), releases its region's lock and
+ * our own when they stay taken (see fabric.c). True if it released one. */
 bool fs_shm_release_dead(long pid);
 /* The pid in one of our shm addresses (same PID namespace), else 0. */
 long fs_shm_addr_pid(const void *addr, size_t len);
