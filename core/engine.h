@@ -200,6 +200,7 @@ struct fs_stream {
 	bool peer_gone;        /* control connection reported EOF/RST */
 	uint64_t peer_gone_ns;
 	bool error_reported;
+	bool wrote_after_gone; /* the one write the kernel accepts after the peer closed */
 
 	int app_fd;            /* the application's fd while it is open (exit flush, hand-back) */
 	uint32_t fork_gen;     /* fs_handback_fork_gen() when it was created */

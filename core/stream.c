@@ -279,6 +279,15 @@ ssize_t fs_stream_send(struct fs_stream *s, const struct iovec *iov, int iovcnt,
 				break;
 			}
 			done += fs_handback_hold(e, s, iov, iovcnt, done, total);
+		} else if (s->peer_gone && !s->error && !s->fin_queued && !s->wrote_after_gone && !done) {
+			/* The kernel accepts the first write after the peer closed
+			 * (the peer answers it with a reset) and fails the next ones
+			 * with EPIPE: a client that finds its idle keep-alive
+			 * connection closed learns it from the read that follows,
+			 * not from a SIGPIPE. The bytes go where the kernel's go. */
+			s->wrote_after_gone = true;
+			result = (ssize_t)total;
+			break;
 		} else if (s->error || s->peer_gone || s->fin_queued) {
 			result = done ? (ssize_t)done : fs_send_error(s);
 			break;
@@ -324,6 +333,8 @@ ssize_t fs_stream_send(struct fs_stream *s, const struct iovec *iov, int iovcnt,
 			}
 		}
 	}
+	if (result > 0 && s->peer_fin)
+		s->wrote_after_gone = true; /* sent after the FIN: that was the one */
 	queued = s->txq_head != NULL;
 	s->users--;
 	pthread_mutex_unlock(&e->lock);
