@@ -34,11 +34,13 @@ LEAK_KIB=4096 # VmRSS growth allowed over the last nine tenths of the load
 fds() { find "/proc/$1/fd" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
 threads() { awk '/^Threads:/ { print $2 }' "/proc/$1/status" 2>/dev/null || echo 0; }
 rss() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status" 2>/dev/null || echo 0; }
-shm_files() { find /dev/shm -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
+# /dev/shm files named for process PID (other tests run beside this one:
+# only this test's processes' files are counted)
+shm_files() { find /dev/shm -mindepth 1 -maxdepth 1 -name "fabsock-*-$1-*" 2>/dev/null | wc -l; }
 
 run() { # MODE
 	local mode=$1 dir=$FS_TMP/$1 srv port i rc total=0 fails=$FS_FAILS
-	local -a pre=(env -u LD_PRELOAD) pids=()
+	local -a pre=(env -u LD_PRELOAD) pids=() clients=()
 	[ "$mode" = fabsock ] && pre=(env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1)
 	mkdir -p "$dir"
 	fs_bg srv "${pre[@]}" "$NETBENCH" server --port 0 --ready-file "$dir/ready" >"$dir/server.out" 2>"$dir/server.err"
@@ -51,7 +53,7 @@ run() { # MODE
 		fs_fail "$mode: the first connection failed"
 	sleep 0.2
 	local fd0 th0 rss1 rss2 shm0 fd1 th1
-	fd0=$(fds "$srv") th0=$(threads "$srv") shm0=$(shm_files)
+	fd0=$(fds "$srv") th0=$(threads "$srv") shm0=$(shm_files "$srv")
 	# a first tenth of the load, then the rest: what grows between the two
 	# grows with the count
 	for phase in 1 2; do
@@ -59,9 +61,12 @@ run() { # MODE
 		[ "$phase" = 2 ] && n=$((COUNT - COUNT / 10))
 		pids=()
 		for i in $(seq 1 "$CLIENTS"); do
-			fs_bg "pid_$i" timeout -k 2 300 "${pre[@]}" "$NETBENCH" connect 127.0.0.1 "$port" --count "$n" \
+			# (no timeout wrapper: the recorded pid is the client, whose /dev/shm
+			# files are counted below; fs_wait_pid bounds it)
+			fs_bg "pid_$i" "${pre[@]}" "$NETBENCH" connect 127.0.0.1 "$port" --count "$n" \
 				>"$dir/client$i.$phase.out" 2>"$dir/client$i.$phase.err"
 			pids+=("$(eval echo "\$pid_$i")")
+			clients+=("$(eval echo "\$pid_$i")")
 		done
 		for i in $(seq 1 "$CLIENTS"); do
 			rc=0
@@ -82,8 +87,11 @@ run() { # MODE
 		[ "$rss2" -le $((rss1 + LEAK_KIB)) ] ||
 			fs_fail "$mode: the server's VmRSS grew from $rss1 KiB (a tenth of the load) to $rss2 KiB (all of it)"
 	fi
-	[ "$(shm_files)" -le "$shm0" ] ||
-		fs_fail "$mode: /dev/shm held $shm0 files before the load and $(shm_files) after it"
+	[ "$(shm_files "$srv")" -le "$shm0" ] ||
+		fs_fail "$mode: /dev/shm held $shm0 files of the server before the load and $(shm_files "$srv") after it"
+	local left=0
+	for i in "${clients[@]}"; do left=$((left + $(shm_files "$i"))); done
+	[ "$left" -eq 0 ] || fs_fail "$mode: /dev/shm holds $left files of the ${#clients[@]} clients, which have exited"
 	fs_log "$mode: server descriptors $fd0 -> $fd1, threads $th0 -> $th1, VmRSS ${rss1} KiB at a tenth -> ${rss2} KiB"
 	# the server still answers afterwards
 	rc=0
