@@ -434,6 +434,16 @@ int fs_rail_peer_check(const struct fs_rail *rail, const void *addr, size_t len)
 		return -EADDRNOTAVAIL;
 	if (rail->kind != FS_PROV_SHM)
 		return 0; /* the provider's own insert checks the rest */
+	if (len <= FS_WIRE_ADDR_MAX) {
+		struct fs_av_peer *known;
+
+		/* In the address vector: its region passed the checks below when
+		 * it was inserted, and only its owner, which is our user, could
+		 * have replaced the file since (/dev/shm is sticky). */
+		HASH_FIND(hh, rail->peers, addr, len, known);
+		if (known && known->len == len)
+			return fs_rail_self_check(rail, &why);
+	}
 	peer = fs_shm_addr_name(addr, len);
 	if (!peer || !fs_shm_region_name_ours(peer) || fs_shm_region_owner(peer, &peer_uid))
 		return -EADDRNOTAVAIL;
@@ -970,15 +980,21 @@ int fs_rail_av_insert(struct fs_rail *rail, const void *addr, size_t addr_len, f
 
 	if (!addr_len || addr_len > FS_WIRE_ADDR_MAX)
 		return -EADDRNOTAVAIL;
-	ret = fs_rail_peer_check(rail, addr, addr_len);
-	if (ret)
-		return ret;
 	HASH_FIND(hh, rail->peers, addr, addr_len, peer);
 	if (peer && peer->len == addr_len) {
+		const char *why;
+
+		/* checked when it was inserted; our own side may have changed */
+		ret = fs_rail_self_check(rail, &why);
+		if (ret)
+			return ret;
 		peer->refs++;
 		*out = peer->fi_addr;
 		return 0;
 	}
+	ret = fs_rail_peer_check(rail, addr, addr_len);
+	if (ret)
+		return ret;
 	if (rail->av_count >= rail->av_max && fs_rail_av_evict_idle(rail))
 		return -ENOSPC;
 	peer = calloc(1, sizeof(*peer));

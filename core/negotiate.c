@@ -533,7 +533,7 @@ int fs_negotiate_client_ack(struct fs_sock *s, uint64_t deadline_ns)
 		FS_WARN("fd %d: cannot reach the server's fabric address: %s", s->fd, strerror(-ret));
 		return -ECONNRESET;
 	}
-	s->pid = getpid();
+	s->pid = fs_self_pid();
 	fs_offloaded(s, "client");
 	return 0;
 }
@@ -654,7 +654,7 @@ static int fs_server_accept_hello(struct fs_sock *s, const struct fs_hello *hell
 		return ret;
 	}
 	s->stream = st;
-	s->pid = getpid();
+	s->pid = fs_self_pid();
 	fs_offloaded(s, "server");
 	return 0;
 }

@@ -353,7 +353,7 @@ static void fs_service_drop_closed(void);
 /* Starts the thread in this process if it is not running. Service lock held. */
 static void fs_service_ensure(void)
 {
-	if (fs_service_pid == getpid())
+	if (fs_service_pid == fs_self_pid())
 		return;
 	if (fs_service_wake_fd < 0)
 		fs_service_wake_fd = fs_internal_fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
@@ -362,13 +362,16 @@ static void fs_service_ensure(void)
 	if (fs_service_exit_fd < 0)
 		fs_service_exit_fd = fs_internal_fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 	if (fs_thread_start(fs_service_main, 256 * 1024) == 0)
-		fs_service_pid = getpid();
+		__atomic_store_n(&fs_service_pid, fs_self_pid(), __ATOMIC_RELEASE);
 	else
 		FS_WARN("cannot start the fabsock service thread; probes go unanswered");
 }
 
 static void fs_service_start(void)
 {
+	/* running in this process already: the common case, no lock */
+	if (__atomic_load_n(&fs_service_pid, __ATOMIC_ACQUIRE) == fs_self_pid())
+		return;
 	pthread_mutex_lock(&fs_service_lock);
 	fs_service_ensure();
 	pthread_mutex_unlock(&fs_service_lock);
@@ -403,7 +406,7 @@ void fs_service_kick_soon(void)
 	}
 }
 
-void fs_service_watch(struct fs_watch *w, int fd, short events, uint64_t deadline_ns, fs_watch_fn fn, void *arg)
+static void fs_service_queue(struct fs_watch *w, int fd, short events, uint64_t deadline_ns, fs_watch_fn fn, void *arg)
 {
 	pthread_mutex_lock(&fs_service_lock);
 	*w = (struct fs_watch){ .fd = fd, .events = events, .deadline_ns = deadline_ns, .fn = fn, .arg = arg };
@@ -413,7 +416,18 @@ void fs_service_watch(struct fs_watch *w, int fd, short events, uint64_t deadlin
 	fs_watch_list = w;
 	fs_watch_count++;
 	pthread_mutex_unlock(&fs_service_lock);
+}
+
+void fs_service_watch(struct fs_watch *w, int fd, short events, uint64_t deadline_ns, fs_watch_fn fn, void *arg)
+{
+	fs_service_queue(w, fd, events, deadline_ns, fn, arg);
 	fs_service_kick();
+}
+
+void fs_service_watch_soon(struct fs_watch *w, int fd, short events, uint64_t deadline_ns, fs_watch_fn fn, void *arg)
+{
+	fs_service_queue(w, fd, events, deadline_ns, fn, arg);
+	fs_service_kick_soon();
 }
 
 void fs_service_exit(void)
@@ -1472,7 +1486,7 @@ int fs_probe_start(struct fs_probe_client *pc, int fd, const struct sockaddr *pe
 		return -errno;
 	fs_sockaddr_key((struct sockaddr *)&local, ask.client_addr, &ask.client_port);
 	if (getrandom(&ask.nonce, sizeof(ask.nonce), GRND_NONBLOCK) != sizeof(ask.nonce))
-		ask.nonce = fs_now_ns() ^ ((uint64_t)getpid() << 32);
+		ask.nonce = fs_now_ns() ^ ((uint64_t)fs_self_pid() << 32);
 	ask.wait_ms = (uint32_t)fs_params.probe_timeout_ms;
 	if (fs_wire_probe_encode(&ask, pkt, sizeof(pkt)) != FS_WIRE_PROBE_LEN)
 		return -EINVAL;

@@ -164,6 +164,12 @@ struct fs_watch {
 	struct fs_watch *next, *prev;
 };
 void fs_service_watch(struct fs_watch *w, int fd, short events, uint64_t deadline_ns, fs_watch_fn fn, void *arg);
+/* The same, looked at within FS_SERVICE_SOON_NS instead of at once: for a
+ * watch that is only a safety net (the application's own next call on the
+ * socket usually finishes the work first), so that queueing it costs no
+ * thread wake-up. */
+void fs_service_watch_soon(struct fs_watch *w, int fd, short events, uint64_t deadline_ns, fs_watch_fn fn,
+			   void *arg);
 /* pthread_atfork's prepare and parent handlers: a fork waits (bounded)
  * until the service thread is asleep in poll, holding no lock. */
 void fs_service_fork_prepare(void);

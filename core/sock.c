@@ -74,7 +74,7 @@ static struct fs_sock *fs_sock_alloc(int fd, int family)
 	s->app_fds[0] = fd;
 	s->n_app_fds = 1;
 	s->family = family;
-	s->pid = getpid();
+	s->pid = fs_self_pid();
 	fs_sock_set_state(s, FS_SOCK_FRESH);
 	s->probe.udp_fd = -1;
 	__atomic_store_n(&s->refs, 1, __ATOMIC_RELEASE); /* the fd table's reference */
@@ -416,6 +416,14 @@ static void fs_sock_watch_ack(struct fs_sock *s)
 	fs_service_watch(&s->client_watch, s->fd, POLLIN, fs_now_ns() + FS_SOCK_WATCH_NS, fs_sock_client_watch, s);
 }
 
+/* After a blocking connect(): the application's next call on the socket
+ * reads the ACK itself, as a rule; the watch only covers one that waits
+ * without calling, so it costs no thread wake-up now. */
+static void fs_sock_watch_ack_soon(struct fs_sock *s)
+{
+	fs_service_watch_soon(&s->client_watch, s->fd, POLLIN, fs_now_ns() + FS_SOCK_WATCH_NS, fs_sock_client_watch, s);
+}
+
 static void fs_sock_watch_connect(struct fs_sock *s)
 {
 	fs_service_watch(&s->connect_watch, s->fd, POLLOUT, fs_now_ns() + FS_SOCK_WATCH_NS, fs_sock_connect_watch, s);
@@ -507,7 +515,7 @@ static void fs_sock_after_connect(struct fs_sock *s, bool wait_here)
 		fs_sock_client_step(s, now + FS_CONNECT_PROBE_WAIT_NS, fs_spin_end(now));
 		if (fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT) {
 			fs_sock_ref(s);
-			fs_sock_watch_ack(s);
+			fs_sock_watch_ack_soon(s);
 			return;
 		}
 		if (fs_sock_state(s) != FS_SOCK_CLIENT_PENDING)
