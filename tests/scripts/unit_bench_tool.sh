@@ -28,7 +28,9 @@ BENCH_SAMPLES=(
 	[iperf3_1,kernel]="10" [iperf3_1,fabsock]="29.9"
 	[redis_get,kernel]="failed|failed" [redis_get,fabsock]="150000"
 	[idle_recv,fabsock]="0.80|1.20|0.90" [mem_conn_client,fabsock]="-1.5|2.5"
-	[slow_growth,fabsock]="5.0")
+	[slow_growth,fabsock]="5.0"
+	[scale_mem_client,kernel]="0.02" [scale_mem_client,fabsock]="1.14"
+	[scale_mem_server,kernel]="0.00" [scale_mem_server,fabsock]="2.39")
 bench_finalize
 expect "median of 3" "${BENCH_CELL[lat_p50,kernel]}" 11
 expect "median of the numbers, failed run left out (even count)" "${BENCH_CELL[lat_p50,fabsock]}" 2
@@ -45,6 +47,10 @@ expect "absolute f <= 4 missed" "$(bench_target_met slow_growth)" no
 expect "report-only row" "$(bench_target_met mem_conn_client)" reported
 expect "row without a target" "$(bench_target_met lat_p99)" -
 expect "target text" "$(bench_target_text lat_p50)" "<= 0.2x kernel"
+expect "fd <= 2 met (1.12 above the kernel)" "$(bench_target_met scale_mem_client)" yes
+expect "fd <= 2 missed (2.39 above the kernel)" "$(bench_target_met scale_mem_server)" no
+expect "fd target text" "$(bench_target_text scale_mem_client)" "<= kernel + 2 KiB"
+expect "scale row named with its count" "${BENCH_NAME[scale_mem_server]}" "RSS per idle connection at 10000, server"
 expect "size label" "$(bench_size_label 262144)" "256 KiB"
 
 # Charts from a results.json with a gap (fabsock failed at 4 KiB).
