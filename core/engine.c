@@ -417,20 +417,13 @@ static void fs_rx_pulled(struct fs_engine *e, struct fs_engine_rail *er, struct 
 	fs_stream_changed(e, s);
 }
 
-int fs_engine_rail(struct fs_engine *e, unsigned kind, const struct sockaddr *local,
-		   struct fs_engine_rail **out, char *why, size_t whylen)
+/* Opens endpoint ER of KIND (its rail, pools and first receives). */
+static int fs_engine_ep_open(struct fs_engine_rail *er, unsigned kind, const struct sockaddr *local, char *why,
+			     size_t whylen)
 {
-	struct fs_engine_rail *er;
 	uint32_t chunk = (uint32_t)fs_params.chunk_size;
 	int ret;
 
-	if (kind <= FS_PROV_NONE || kind >= FS_PROV_MAX_)
-		return -EINVAL;
-	er = &e->rails[kind];
-	if (er->open) {
-		*out = er;
-		return 0;
-	}
 	ret = fs_rail_open(&er->rail, kind, local, why, whylen);
 	if (ret)
 		return ret;
@@ -467,8 +460,93 @@ int fs_engine_rail(struct fs_engine *e, unsigned kind, const struct sockaddr *lo
 		er->posted_ctrl = 0;
 		return -EIO;
 	}
+	return 0;
+}
+
+int fs_engine_rail(struct fs_engine *e, unsigned kind, const struct sockaddr *local,
+		   struct fs_engine_rail **out, char *why, size_t whylen)
+{
+	struct fs_engine_rail *er;
+	int ret;
+
+	if (kind <= FS_PROV_NONE || kind >= FS_PROV_MAX_)
+		return -EINVAL;
+	er = &e->rails[kind];
+	if (!er->open) {
+		ret = fs_engine_ep_open(er, kind, local, why, whylen);
+		if (ret)
+			return ret;
+	}
 	*out = er;
 	return 0;
+}
+
+int fs_engine_rail_for(struct fs_engine *e, unsigned kind, const struct sockaddr *local, const void *peer,
+		       size_t peer_len, struct fs_engine_rail **out, char *why, size_t whylen)
+{
+	struct fs_engine_rail *first, *er, *last = NULL;
+	int ret = fs_engine_rail(e, kind, local, &first, why, whylen);
+
+	if (ret)
+		return ret;
+	*out = first;
+	/* the peer's endpoint, if one of ours knows it: no new slot, and its
+	 * streams keep to one pair of regions */
+	for (er = first; er && peer; er = er->next_ep)
+		if (fs_rail_av_knows(&er->rail, peer, peer_len)) {
+			*out = er;
+			return 0;
+		}
+	for (er = first; er; er = er->next_ep) {
+		if (fs_rail_av_room(&er->rail, er->hello_pending)) {
+			*out = er;
+			return 0;
+		}
+		last = er;
+	}
+	/* All full. Refused here, before the HELLO or the ACK names an
+	 * endpoint: a client that found no slot after the server's ACK could
+	 * only reset the connection. */
+	if (last->ep_index + 1 >= FS_ENGINE_MAX_EPS) {
+		snprintf(why, whylen, "all %u endpoints of the %s rail hold their most peers (%u each)",
+			 FS_ENGINE_MAX_EPS, fs_fabric_prov_name(kind), last->rail.av_max);
+		return -ENOSPC;
+	}
+	er = calloc(1, sizeof(*er));
+	if (!er) {
+		snprintf(why, whylen, "out of memory for another endpoint");
+		return -ENOSPC;
+	}
+	/* Its own region, named like the first with a fresh nonce. */
+	if (fs_engine_ep_open(er, kind, local, why, whylen)) {
+		free(er);
+		return -ENOSPC;
+	}
+	er->ep_index = last->ep_index + 1;
+	last->next_ep = er;
+	FS_STAT_INC(endpoints_extra);
+	FS_INFO("opened endpoint %u of the %s rail: the address vectors of the first %u hold %u peers each",
+		er->ep_index, fs_fabric_prov_name(kind), er->ep_index, last->rail.av_max);
+	*out = er;
+	return 0;
+}
+
+struct fs_engine_rail *fs_engine_ep_first(struct fs_engine *e)
+{
+	for (unsigned kind = FS_PROV_SHM; kind < FS_PROV_MAX_; kind++)
+		if (e->rails[kind].open)
+			return &e->rails[kind];
+	return NULL;
+}
+
+struct fs_engine_rail *fs_engine_ep_next(struct fs_engine *e, struct fs_engine_rail *er)
+{
+	if (er->next_ep)
+		return er->next_ep;
+	for (unsigned kind = er->rail.kind + 1; kind < FS_PROV_MAX_; kind++)
+		if (e->rails[kind].open)
+			return &e->rails[kind];
+	return NULL;
 }
 
 /* ---- streams ----------------------------------------------------------- */
@@ -525,12 +603,15 @@ struct fs_stream *fs_stream_create(struct fs_engine *e, struct fs_engine_rail *e
 		return NULL;
 	}
 	er->streams++;
+	er->hello_pending++;
+	s->av_pending = true;
 	/* Receives are shared (engine.h): a new stream only tops them up. A
 	 * rail that cannot post any data receive takes no stream. */
 	if (fs_post_more(er, &er->rx_data, &er->posted_data, fs_data_want(er)) && !er->posted_data) {
 		FS_WARN_ONCE("no receive can be posted on the %s rail; new streams stay on TCP",
 			     fs_fabric_prov_name(er->rail.kind));
 		er->streams--;
+		er->hello_pending--;
 		e->streams[s->id] = NULL;
 		e->live_streams--;
 		free(s->ooo);
@@ -576,6 +657,10 @@ int fs_stream_connect(struct fs_engine *e, struct fs_stream *s, uint32_t peer_id
 	struct fs_engine_rail *er = s->erail;
 	int ret;
 
+	if (s->av_pending) {
+		s->av_pending = false;
+		er->hello_pending--;
+	}
 	if (!peer_id || peer_id > FS_STREAM_ID_MAX || peer_window < 1 || peer_chunk < 1)
 		return -EPROTO;
 	ret = fs_rail_av_insert(&er->rail, addr, addr_len, &s->peer_addr);
@@ -605,6 +690,10 @@ static void fs_stream_destroy(struct fs_engine *e, struct fs_stream *s)
 	struct fs_engine_rail *er = s->erail;
 	struct fs_buf *buf, *next;
 
+	if (s->av_pending) {
+		s->av_pending = false;
+		er->hello_pending--;
+	}
 	for (buf = s->rxq_head; buf; buf = next) {
 		next = buf->next;
 		fs_engine_rx_discard(er, buf);
@@ -738,8 +827,8 @@ static bool fs_engine_settled(struct fs_engine *e)
 {
 	if (!fs_params.doorbell || !e->live_streams)
 		return false;
-	for (unsigned kind = FS_PROV_SHM; kind < FS_PROV_MAX_; kind++)
-		if (e->rails[kind].open && (e->rails[kind].tx_posted || e->rails[kind].pulls_posted))
+	for (struct fs_engine_rail *er = fs_engine_ep_first(e); er; er = fs_engine_ep_next(e, er))
+		if (er->tx_posted || er->pulls_posted)
 			return false; /* its completion comes without a ring */
 	return !fs_engine_busy(e);
 }
@@ -1494,14 +1583,11 @@ int fs_engine_progress(struct fs_engine *e)
 {
 	int handled = 0;
 
-	for (unsigned kind = FS_PROV_SHM; kind < FS_PROV_MAX_; kind++) {
-		struct fs_engine_rail *er = &e->rails[kind];
+	for (struct fs_engine_rail *er = fs_engine_ep_first(e); er; er = fs_engine_ep_next(e, er)) {
 		struct fi_cq_tagged_entry ent[FS_CQ_BATCH];
 		fi_addr_t src[FS_CQ_BATCH];
 		ssize_t n;
 
-		if (!er->open)
-			continue;
 		for (int rounds = 0; rounds < 8; rounds++) {
 			FS_GUARD_ENTER();
 			FS_PROV_ENTER(er, -1);
@@ -1744,11 +1830,16 @@ void fs_engine_shutdown(void)
 	for (unsigned kind = FS_PROV_SHM; kind < FS_PROV_MAX_; kind++) {
 		struct fs_engine_rail *er = &e->rails[kind];
 
-		if (!er->open)
-			continue;
-		/* Closing the endpoint removes the shm region from /dev/shm. */
-		fs_rail_close(&er->rail);
-		er->open = false;
+		while (er && er->open) {
+			struct fs_engine_rail *next = er->next_ep;
+
+			/* Closing an endpoint removes its shm region from /dev/shm.
+			 * (The extra ones stay allocated: a stream left behind
+			 * still points at its endpoint, which says closed.) */
+			fs_rail_close(&er->rail);
+			er->open = false;
+			er = next;
+		}
 	}
 	pthread_mutex_unlock(&e->lock);
 }

@@ -112,7 +112,20 @@ struct fs_engine_rail {
 	unsigned tx_posted;                    /* sends whose completion is due */
 	unsigned pulls_posted;                 /* payload receives whose completion is due */
 	unsigned streams;
+	/* More endpoints of the same kind, opened when this one's address
+	 * vector is full (shm: 256 peer processes per endpoint); each has its
+	 * own address, queues and completions. A stream stays on the one it
+	 * was made on. */
+	struct fs_engine_rail *next_ep;
+	unsigned ep_index;      /* 0: e->rails[kind] itself */
+	unsigned hello_pending; /* streams made here whose peer is not inserted yet */
 };
+
+/* Every open endpoint of every kind, in order:
+ * for (er = fs_engine_ep_first(e); er; er = fs_engine_ep_next(e, er)) */
+struct fs_engine;
+struct fs_engine_rail *fs_engine_ep_first(struct fs_engine *e);
+struct fs_engine_rail *fs_engine_ep_next(struct fs_engine *e, struct fs_engine_rail *er);
 
 enum fs_stream_state {
 	FS_STREAM_HELLO,   /* created, waiting for the handshake to finish */
@@ -200,6 +213,7 @@ struct fs_stream {
 	bool peer_gone;        /* control connection reported EOF/RST */
 	uint64_t peer_gone_ns;
 	bool error_reported;
+	bool av_pending;       /* counted in erail->hello_pending */
 	bool wrote_after_gone; /* the one write the kernel accepts after the peer closed */
 
 	int app_fd;            /* the application's fd while it is open (exit flush, hand-back) */
@@ -386,6 +400,14 @@ void fs_engine_forget_after_fork(void);
  * calls on streams that remain fail instead of touching closed rails. */
 void fs_engine_shutdown(void);
 
+/* An endpoint of KIND for a stream to the peer at PEER (NULL: not known
+ * yet, a client before the HELLO-ACK): one whose address vector holds the
+ * peer or has room for it, the first endpoints first; opens another when
+ * all are full; -ENOSPC (WHY says so) when FS_ENGINE_MAX_EPS are open and
+ * full, so that the socket stays on TCP. Engine lock held. */
+#define FS_ENGINE_MAX_EPS 16
+int fs_engine_rail_for(struct fs_engine *e, unsigned kind, const struct sockaddr *local, const void *peer,
+		       size_t peer_len, struct fs_engine_rail **out, char *why, size_t whylen);
 /* Opens the rail of KIND if needed. Engine lock held. */
 int fs_engine_rail(struct fs_engine *e, unsigned kind, const struct sockaddr *local,
 		   struct fs_engine_rail **out, char *why, size_t whylen);

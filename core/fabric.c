@@ -844,6 +844,8 @@ static int fs_rail_open_inner(struct fs_rail *rail, unsigned kind, const struct 
 	rail->mr_prov_key = (fi->domain_attr->mr_mode & FI_MR_PROV_KEY) != 0;
 	rail->source = (fi->caps & FI_SOURCE) != 0;
 	rail->av_max = kind == FS_PROV_SHM ? 256 : 65536;
+	if (fs_params.test_av_max && fs_params.test_av_max < rail->av_max)
+		rail->av_max = (unsigned)fs_params.test_av_max;
 	/* Keys only need to be unique within this domain; start away from 0. */
 	rail->next_key = 0x10000u + ((uint64_t)getpid() << 20);
 
@@ -1014,6 +1016,31 @@ int fs_rail_av_insert(struct fs_rail *rail, const void *addr, size_t addr_len, f
 	rail->av_count++;
 	*out = peer->fi_addr;
 	return 0;
+}
+
+bool fs_rail_av_knows(const struct fs_rail *rail, const void *addr, size_t addr_len)
+{
+	struct fs_av_peer *peer;
+
+	if (!addr || !addr_len || addr_len > FS_WIRE_ADDR_MAX)
+		return false;
+	HASH_FIND(hh, rail->peers, addr, addr_len, peer);
+	return peer && peer->len == addr_len;
+}
+
+bool fs_rail_av_room(const struct fs_rail *rail, unsigned pending)
+{
+	struct fs_av_peer *peer, *tmp;
+	unsigned room = rail->av_count < rail->av_max ? rail->av_max - rail->av_count : 0;
+
+	if (room > pending)
+		return true;
+	/* full: a peer no stream uses would make way (fs_rail_av_evict_idle) */
+	HASH_ITER(hh, rail->peers, peer, tmp) {
+		if (!peer->refs && ++room > pending)
+			return true;
+	}
+	return false;
 }
 
 void fs_rail_av_release(struct fs_rail *rail, fi_addr_t addr)

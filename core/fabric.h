@@ -147,6 +147,11 @@ int fs_rail_av_insert(struct fs_rail *rail, const void *addr, size_t addr_len, f
 /* Drops a reference; the last one removes the peer from the address vector
  * (shm allows 256 peers at a time, not 256 streams in a lifetime). */
 void fs_rail_av_release(struct fs_rail *rail, fi_addr_t addr);
+/* ADDR is in the address vector already (a stream to it needs no slot). */
+bool fs_rail_av_knows(const struct fs_rail *rail, const void *addr, size_t addr_len);
+/* The address vector can take a new peer after PENDING more (inserted, or
+ * made room for by evicting a peer no stream uses). */
+bool fs_rail_av_room(const struct fs_rail *rail, unsigned pending);
 
 /* After exec: removes the shm regions the previous program of this
  * process left (it could not close them). */

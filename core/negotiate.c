@@ -401,7 +401,7 @@ int fs_negotiate_client_hello(struct fs_sock *s, uint64_t wait_deadline_ns)
 	hello.nonce = s->skip_probe ? 0 : s->probe.nonce;
 	if (e) {
 		pthread_mutex_lock(&e->lock);
-		if (fs_engine_rail(e, s->provider, (struct sockaddr *)&local, &er, why, sizeof(why)) == 0) {
+		if (fs_engine_rail_for(e, s->provider, (struct sockaddr *)&local, NULL, 0, &er, why, sizeof(why)) == 0) {
 			const char *self_why;
 
 			if (fs_rail_self_check(&er->rail, &self_why) == 0)
@@ -604,8 +604,11 @@ static int fs_server_accept_hello(struct fs_sock *s, const struct fs_hello *hell
 	}
 
 	pthread_mutex_lock(&e->lock);
-	if (fs_engine_rail(e, hello->provider, (struct sockaddr *)&local, &er, why, sizeof(why)) != 0) {
+	if ((ret = fs_engine_rail_for(e, hello->provider, (struct sockaddr *)&local, hello->addr, hello->addr_len, &er,
+				      why, sizeof(why))) != 0) {
 		FS_INFO("fd %d: %s", s->fd, why);
+		if (ret == -ENOSPC)
+			nak = FS_NAK_RESOURCES;
 	} else if ((chk = fs_rail_peer_check(&er->rail, hello->addr, hello->addr_len)) == -EPERM) {
 		/* before any stream or receive is set up */
 		const char *self_why;

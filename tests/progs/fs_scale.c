@@ -29,6 +29,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdint.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +41,7 @@
 #include "fullio.h"
 
 #define SC_MAX_CONNS 65536
+#define SC_MAX_PORTS 1024
 #define SC_MAX_SIZE (1u << 20)
 #define SC_GO_WAIT_SEC 300
 
@@ -177,11 +179,12 @@ static int sc_wait_file(const char *path)
 	return 0;
 }
 
-static int sc_client(int port, unsigned n, size_t size, const char *gofile)
+/* Connection I goes to PORTS[I % NPORTS]: with several servers, one client
+ * process has as many peer processes. */
+static int sc_client(const int *ports, unsigned nports, unsigned n, size_t size, const char *gofile)
 {
 	char partfile[4096];
-	struct sockaddr_in addr = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
-				    .sin_port = htons((uint16_t)port) };
+	struct sockaddr_in addr = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	uint8_t *out = malloc(size), *in = malloc(size);
 	int *fds = calloc(n, sizeof(*fds));
 	long rss_before = sc_rss_kib(), rss_held;
@@ -191,6 +194,7 @@ static int sc_client(int port, unsigned n, size_t size, const char *gofile)
 	if (!out || !in || !fds)
 		return fprintf(stderr, "out of memory\n"), 1;
 	for (unsigned i = 0; i < n; i++) {
+		addr.sin_port = htons((uint16_t)ports[i % nports]);
 		fds[i] = socket(AF_INET, SOCK_STREAM, 0);
 		if (fds[i] < 0 || connect(fds[i], (struct sockaddr *)&addr, sizeof(addr))) {
 			printf("FAIL connection %u: %s\n", i, strerror(errno));
@@ -234,14 +238,30 @@ int main(int argc, char **argv)
 	if (argc == 2 && strcmp(argv[1], "server") == 0)
 		return sc_server();
 	if (argc == 6 && strcmp(argv[1], "client") == 0) {
-		long port = atol(argv[2]), n = atol(argv[3]), size = atol(argv[4]);
+		static int ports[SC_MAX_PORTS];
+		long n = atol(argv[3]), size = atol(argv[4]);
+		unsigned nports = 0;
+		bool bad = false;
+		char *p = argv[2], *end;
 
-		if (port <= 0 || port > 65535 || n <= 0 || n > SC_MAX_CONNS || size <= 0 || size > SC_MAX_SIZE) {
-			fprintf(stderr, "fs_scale: bad PORT, N (1..%d) or SIZE (1..%u)\n", SC_MAX_CONNS, SC_MAX_SIZE);
+		for (;;) {
+			long port = strtol(p, &end, 10);
+
+			if (end == p || port <= 0 || port > 65535 || nports == SC_MAX_PORTS)
+				bad = true;
+			else
+				ports[nports++] = (int)port;
+			if (bad || *end != ',')
+				break;
+			p = end + 1;
+		}
+		if (bad || *end || n <= 0 || n > SC_MAX_CONNS || size <= 0 || size > SC_MAX_SIZE) {
+			fprintf(stderr, "fs_scale: bad PORT[,PORT...] (at most %d), N (1..%d) or SIZE (1..%u)\n",
+				SC_MAX_PORTS, SC_MAX_CONNS, SC_MAX_SIZE);
 			return 2;
 		}
-		return sc_client((int)port, (unsigned)n, (size_t)size, argv[5]);
+		return sc_client(ports, nports, (unsigned)n, (size_t)size, argv[5]);
 	}
-	fprintf(stderr, "usage: fs_scale server | fs_scale client PORT N SIZE GOFILE\n");
+	fprintf(stderr, "usage: fs_scale server | fs_scale client PORT[,PORT...] N SIZE GOFILE\n");
 	return 2;
 }
