@@ -1114,6 +1114,8 @@ int fs_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeo
 			}
 		}
 		k = maxevents - n < FS_EP_BATCH ? maxevents - n : FS_EP_BATCH;
+		if (!k)
+			return n; /* full from our members alone (a kernel call with no room fails EINVAL) */
 		if (wait_us) {
 			/* deeply idle: sleep on the epoll fd itself and the engine's
 			 * deep fd, then collect without waiting */
