@@ -8,7 +8,11 @@
 # mode every connection must offload (shm: same user).
 #   - pgbench -i -s 2 (client-side generation: 200000 rows go up by COPY);
 #   - pgbench -S -c 4 -j 2 -T 3 (select only) and pgbench -c 4 -j 2 -T 3
-#     (TPC-B): exit 0, no failed transaction, tps printed as figures;
+#     (TPC-B): exit 0, no failed transaction, tps printed as figures
+#     (RA_PG_CLIENTS sets -c: scale_postgres_c300 runs 300 clients, so that
+#     pgbench talks to 300 backend processes, past shm's 256 peers per
+#     endpoint; max_connections and -T grow to match, and the time pgbench
+#     took to connect them all is a figure);
 #   - psql: count(*) of pgbench_accounts is 200000; after TPC-B the balances
 #     of accounts, tellers and branches each sum to the sum of the history
 #     deltas, and the history holds one row per transaction pgbench counted;
@@ -36,8 +40,15 @@ id postgres >/dev/null 2>&1 || fs_skip "no postgres user (apt-get install postgr
 
 SCALE=2
 ROWS=$((SCALE * 100000))
-MIN_CONNS=12 # pgbench -i 1, -S 4+1, TPC-B 4+1, psql 4 (at least)
-TCP_LIMIT=32768
+CLIENTS=${RA_PG_CLIENTS:-4}
+MIN_CONNS=$((2 * CLIENTS + 4)) # pgbench -i 1, -S C+1, TPC-B C+1, psql 4 (at least)
+# the handshakes: a probe-table look-up's HELLO and ACK per connection
+TCP_LIMIT=$((32768 + CLIENTS * 2 * 640))
+# pgbench -T counts the connection phase too: with a backend process per
+# connection (each opening its fabric endpoint under fabsock) 300 clients
+# need seconds before the first transaction
+DURATION=$((3 + CLIENTS / 40))
+SRV_LIMIT=$((110 + CLIENTS / 2)) # seconds for the whole run of one mode
 
 PG_DATA=$FS_TMP/pgdata
 PG_SOCK=$FS_TMP/pgsock
@@ -46,7 +57,7 @@ mkdir -p "$PG_DATA" "$PG_SOCK" "$PG_HOME"
 chown postgres:postgres "$PG_DATA" "$PG_SOCK" "$PG_HOME"
 chmod 700 "$PG_DATA"
 
-declare -A FIG_S FIG_TPCB FIG_INIT FIG_DL
+declare -A FIG_S FIG_TPCB FIG_INIT FIG_DL FIG_CONN
 
 # The argv prefix that runs a program as postgres (its own group, no
 # supplementary groups) in the current mode (RA_ENV), with a HOME it owns.
@@ -69,15 +80,16 @@ pg_sql() { # NAME SQL
 pg_bench() { # MODE NAME FIGVAR PGBENCH-ARGS...
 	local mode=$1 name=$2 fig=$3 rc=0 tps failed n
 	shift 3
-	pgc 40 "$name" pgbench -h 127.0.0.1 -p "$PORT" -U postgres "$@" postgres &
+	pgc $((40 + CLIENTS / 4)) "$name" pgbench -h 127.0.0.1 -p "$PORT" -U postgres "$@" postgres &
 	local pid=$!
 	# a pgbench -T 3 still running after 30 s hangs: its stacks and the
 	# server's go to the log before the timeout kills it (seen once, ASan)
-	ra_stacks_if_running "$pid" 30 pgbench postgres
+	ra_stacks_if_running "$pid" $((30 + CLIENTS / 4)) pgbench postgres
 	wait "$pid" || rc=$?
 	tps=$(sed -nE 's/^tps = ([0-9.]+) \(without initial connection time\).*/\1/p' "$LOG-$name.out" | head -n 1)
 	failed=$(sed -nE 's/^number of failed transactions: ([0-9]+).*/\1/p' "$LOG-$name.out" | head -n 1)
 	n=$(sed -nE 's/^number of transactions actually processed: ([0-9]+).*/\1/p' "$LOG-$name.out" | head -n 1)
+	PG_LAST_CONN_MS=$(sed -nE 's/^initial connection time = ([0-9.]+) ms.*/\1/p' "$LOG-$name.out" | head -n 1)
 	if [ "$rc" -ne 0 ] || [ -z "$tps" ] || [ "${failed:-0}" != 0 ] || [ "${n:-0}" -lt 1 ]; then
 		fs_fail "$RA_CASE $mode: pgbench $* exited $rc, tps=${tps:-none}, processed=${n:-none}, failed=${failed:-?}"
 		ra_tail 6 "$LOG-$name.out" "$LOG-$name.err"
@@ -97,8 +109,8 @@ pg_run() {
 	PORT=$(fs_free_port) || { fs_fail "$RA_CASE $mode: no free port"; return; }
 	# timeout runs in its own process group (killed at exit) and passes its
 	# SIGINT on: a fast shutdown of the postmaster.
-	fs_bg srv timeout -s INT -k 10 110 "${PG_AS[@]}" "$PGBIN/postgres" -D "$PG_DATA" -p "$PORT" -k "$PG_SOCK" \
-		-c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c logging_collector=off \
+	fs_bg srv timeout -s INT -k 10 "$SRV_LIMIT" "${PG_AS[@]}" "$PGBIN/postgres" -D "$PG_DATA" -p "$PORT" -k "$PG_SOCK" \
+		-c max_connections=$((CLIENTS + 20)) -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c logging_collector=off \
 		>"$LOG-server.log" 2>&1
 	if ! ra_wait_listen "$PORT" "$srv" 15; then
 		fs_fail "$RA_CASE $mode: the postmaster did not listen on 127.0.0.1:$PORT ($RA_LISTEN_WHY)"
@@ -149,8 +161,9 @@ pg_run() {
 		ra_tail 6 "$LOG-rows.err"
 	fi
 
-	pg_bench "$mode" select FIG_S -S -c 4 -j 2 -T 3 || true
-	if pg_bench "$mode" tpcb FIG_TPCB -c 4 -j 2 -T 3; then n_tpcb=$PG_LAST_N; fi
+	pg_bench "$mode" select FIG_S -S -c "$CLIENTS" -j 2 -T "$DURATION" || true
+	FIG_CONN[$mode]=$PG_LAST_CONN_MS
+	if pg_bench "$mode" tpcb FIG_TPCB -c "$CLIENTS" -j 2 -T "$DURATION"; then n_tpcb=$PG_LAST_N; fi
 
 	# TPC-B consistency: each balance table sums to the history's deltas,
 	# and the history has one row per transaction pgbench counted.
@@ -217,6 +230,7 @@ done
 
 ra_figure "pgbench -i -s $SCALE" s "${FIG_INIT[kernel]:-0}" "${FIG_INIT[fabsock]:-0}" lower
 ra_figure "psql download of $ROWS rows" MB/s "${FIG_DL[kernel]:-0}" "${FIG_DL[fabsock]:-0}"
-ra_figure "pgbench -S -c 4 -j 2" tps "${FIG_S[kernel]:-0}" "${FIG_S[fabsock]:-0}"
-ra_figure "pgbench TPC-B -c 4 -j 2" tps "${FIG_TPCB[kernel]:-0}" "${FIG_TPCB[fabsock]:-0}"
+ra_figure "pgbench -S -c $CLIENTS -j 2" tps "${FIG_S[kernel]:-0}" "${FIG_S[fabsock]:-0}"
+ra_figure "pgbench -S -c $CLIENTS: connecting them all" ms "${FIG_CONN[kernel]:-0}" "${FIG_CONN[fabsock]:-0}" lower
+ra_figure "pgbench TPC-B -c $CLIENTS -j 2" tps "${FIG_TPCB[kernel]:-0}" "${FIG_TPCB[fabsock]:-0}"
 ra_done
