@@ -801,7 +801,7 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 	rule = fs_rules_match(&fs_rules_global, FS_SIDE_SERVER, (struct sockaddr *)&peer, s->local_port);
 	if (rule == FS_RULE_KERNEL) {
 		if (s->listener)
-			fs_listener_claim_tcp(s->listener, addr, port, NULL);
+			fs_listener_claim_tcp(s->listener, addr, port, s->accepted_ns, NULL);
 		FS_STAT_INC(fallback_rule);
 		return fs_kernel(s, "a FABSOCK_RULES rule says kernel");
 	}
@@ -822,7 +822,10 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 		bool readable;
 
 		fs_listener_drain(s->listener);
+		rec = (struct fs_probe_rec){ 0 };
 		state = fs_listener_lookup(s->listener, addr, port, &rec);
+		if (fs_probe_rec_stale(&rec, s->accepted_ns))
+			state = FS_REC_NONE; /* an earlier connection's, from the same client port */
 		if (state == FS_REC_YES)
 			return fs_server_expect_hello(s, &rec, rule == FS_RULE_OFFLOAD, addr, port, for_send, deadline_ns);
 		if (state == FS_REC_TCP || state == FS_REC_DONE)
@@ -848,7 +851,7 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 			}
 		}
 		if (for_send || readable) {
-			state = fs_listener_claim_tcp(s->listener, addr, port, &rec);
+			state = fs_listener_claim_tcp(s->listener, addr, port, s->accepted_ns, &rec);
 			if (state == FS_REC_YES)
 				return fs_server_expect_hello(s, &rec, false, addr, port, for_send, deadline_ns);
 			break;

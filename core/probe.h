@@ -75,10 +75,15 @@ struct fs_listener *fs_listener_attach(int fd);
 void fs_listener_forget(struct fs_listener *l, const uint8_t addr[16], uint16_t port);
 
 /* Server side, first use of an accepted connection from ADDR/PORT (16-byte
- * v6 or v4-mapped, host-order port). If no record exists, writes TCP.
- * Returns the state now recorded and copies the record into OUT. */
+ * v6 or v4-mapped, host-order port), accepted at ACCEPTED_NS (0: unknown).
+ * If no record exists, or only one settled before ACCEPTED_NS (an earlier
+ * connection's from the same client port), writes TCP. Returns the state
+ * now recorded and copies the record into OUT. */
 enum fs_rec_state fs_listener_claim_tcp(struct fs_listener *l, const uint8_t addr[16], uint16_t port,
-					struct fs_probe_rec *out);
+					uint64_t accepted_ns, struct fs_probe_rec *out);
+/* A settled record (TCP, DONE) older than the connection accepted at
+ * ACCEPTED_NS belongs to an earlier connection from the same client port. */
+bool fs_probe_rec_stale(const struct fs_probe_rec *r, uint64_t accepted_ns);
 /* Reads the record without changing it. */
 enum fs_rec_state fs_listener_lookup(struct fs_listener *l, const uint8_t addr[16], uint16_t port,
 				     struct fs_probe_rec *out);

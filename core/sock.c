@@ -645,6 +645,7 @@ void fs_core_accepted(struct fs_sock *ls, int newfd, int flags)
 	if (!s)
 		return;
 	fs_sock_set_state(s, FS_SOCK_SERVER_PENDING);
+	s->accepted_ns = fs_now_ns();
 	s->nonblock = (flags & SOCK_NONBLOCK) != 0;
 	s->local_port = ls->local_port;
 	if (ls->listener) {

@@ -66,6 +66,9 @@ struct fs_listener;
 struct fs_hb_page;
 
 struct fs_sock {
+	/* Server side: when accept() returned it (a probe record settled
+	 * before then is an earlier connection's from the same client port). */
+	uint64_t accepted_ns;
 	/* The kernel socket as fabsock uses it for its own calls: the
 	 * application's fd, or, once the socket has been duplicated (dup,
 	 * dup2, dup3, F_DUPFD), a private duplicate (fd_private) so that the
