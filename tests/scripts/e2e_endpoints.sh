@@ -78,19 +78,32 @@ if start_servers 1 "$dir" FABSOCK_TEST_AV_MAX=2 FABSOCK_LOG=info; then
 	[ "$FS_FAILS" = 0 ] && fs_pass "server case: 7 client processes on 4 endpoints of 2 peers, all offloaded, bytes over the fabric"
 fi
 
-# --- one client, more server processes than its endpoint holds -----------
-fails=$FS_FAILS
-dir=$FS_TMP/client
-mkdir -p "$dir"
-if start_servers 5 "$dir"; then
+# one_client CASE SERVERS AV_MAX CONNS: SERVERS fs_scale servers, one client
+# process with FABSOCK_TEST_AV_MAX=AV_MAX opening CONNS connections round
+# robin over them (all held at once). Leaves the client's stats in
+# $dir/c.err, and fails CASE unless the client passed (every echo
+# byte-exact, no connection reset) and its offloaded streams' bytes went
+# over the fabric.
+one_client() {
+	local name=$1 servers=$2 avmax=$3 conns=$4 rc=0 off tx
+	dir=$FS_TMP/$name
+	mkdir -p "$dir"
+	start_servers "$servers" "$dir" || return 1
 	touch "$dir/go"
-	rc=0
-	timeout -k 2 60 env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 FABSOCK_TEST_AV_MAX=2 "$PROG" client "$PORTS" 10 \
-		"$SIZE" "$dir/go" >"$dir/c.out" 2>"$dir/c.err" || rc=$?
-	[ "$rc" = 0 ] && grep -q '^PASS client 10$' "$dir/c.out" ||
-		fs_fail "client case: client exit $rc: $(grep -h '^FAIL' "$dir/c.out" | head -n 2 | tr '\n' ' ')"
+	timeout -k 2 120 env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 FABSOCK_TEST_AV_MAX="$avmax" "$PROG" client \
+		"$PORTS" "$conns" "$SIZE" "$dir/go" >"$dir/c.out" 2>"$dir/c.err" || rc=$?
+	[ "$rc" = 0 ] && grep -q "^PASS client $conns\$" "$dir/c.out" ||
+		fs_fail "$name case: client exit $rc (a connection reset?): $(grep -h '^FAIL' "$dir/c.out" | head -n 2 | tr '\n' ' ')"
 	sleep 0.5
 	stop_servers
+	off=$(fs_stat "$dir/c.err" offloaded) tx=$(fs_stat "$dir/c.err" fabric_tx_bytes)
+	[ "${tx:-0}" -ge $((${off:-0} * SIZE)) ] ||
+		fs_fail "$name case: ${tx:-0} bytes went over the fabric for ${off:-0} offloaded connections of $SIZE bytes"
+}
+
+# --- one client, more server processes than its endpoint holds -----------
+fails=$FS_FAILS
+if one_client client 5 2 10; then
 	extra=$(fs_stat "$dir/c.err" endpoints_extra) off=$(fs_stat "$dir/c.err" offloaded)
 	[ "${extra:-0}" -ge 2 ] || fs_fail "client case: the client opened ${extra:-no} extra endpoints, expected >= 2 (5 peers, 2 each)"
 	[ "${off:-0}" = 10 ] || fs_fail "client case: the client offloaded ${off:-0} of 10 ($(fs_stats_fallbacks "$dir/c.err"))"
@@ -101,17 +114,7 @@ fi
 
 # --- the most endpoints: the next peer stays on TCP, nothing resets ------
 fails=$FS_FAILS
-dir=$FS_TMP/limit
-mkdir -p "$dir"
-if start_servers 17 "$dir"; then
-	touch "$dir/go"
-	rc=0
-	timeout -k 2 120 env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 FABSOCK_TEST_AV_MAX=1 "$PROG" client "$PORTS" 17 \
-		"$SIZE" "$dir/go" >"$dir/c.out" 2>"$dir/c.err" || rc=$?
-	[ "$rc" = 0 ] && grep -q '^PASS client 17$' "$dir/c.out" ||
-		fs_fail "limit case: client exit $rc (a connection reset?): $(grep -h '^FAIL' "$dir/c.out" | head -n 2 | tr '\n' ' ')"
-	sleep 0.5
-	stop_servers
+if one_client limit 17 1 17; then
 	extra=$(fs_stat "$dir/c.err" endpoints_extra) off=$(fs_stat "$dir/c.err" offloaded)
 	fb=$(fs_stat "$dir/c.err" fallback_provider)
 	[ "${extra:-0}" = 15 ] || fs_fail "limit case: ${extra:-no} extra endpoints, expected 15 (16 in all)"
