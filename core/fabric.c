@@ -434,16 +434,11 @@ int fs_rail_peer_check(const struct fs_rail *rail, const void *addr, size_t len)
 		return -EADDRNOTAVAIL;
 	if (rail->kind != FS_PROV_SHM)
 		return 0; /* the provider's own insert checks the rest */
-	if (len <= FS_WIRE_ADDR_MAX) {
-		struct fs_av_peer *known;
-
-		/* In the address vector: its region passed the checks below when
-		 * it was inserted, and only its owner, which is our user, could
-		 * have replaced the file since (/dev/shm is sticky). */
-		HASH_FIND(hh, rail->peers, addr, len, known);
-		if (known && known->len == len)
-			return fs_rail_self_check(rail, &why);
-	}
+	/* In the address vector: its region passed the checks below when it
+	 * was inserted, and only its owner, which is our user, could have
+	 * replaced the file since (/dev/shm is sticky). */
+	if (fs_rail_av_knows(rail, addr, len))
+		return fs_rail_self_check(rail, &why);
 	peer = fs_shm_addr_name(addr, len);
 	if (!peer || !fs_shm_region_name_ours(peer) || fs_shm_region_owner(peer, &peer_uid))
 		return -EADDRNOTAVAIL;
