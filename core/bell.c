@@ -310,8 +310,13 @@ static void fs_bell_on_arm(struct fs_engine *e, const struct fs_bell_entry *ent,
 		s->peer_armed = true;
 		return;
 	}
+	fs_bell_armed_by(s, ent->data_seen, ent->ctrl_seen);
+}
+
+void fs_bell_armed_by(struct fs_stream *s, uint32_t data_seen, uint32_t ctrl_seen)
+{
 	/* Posted messages it has not seen yet are on their way: ring now. */
-	if (s->tx_seq != ent->data_seen || s->ctrl_sent != ent->ctrl_seen)
+	if (s->tx_seq != data_seen || s->ctrl_sent != ctrl_seen)
 		fs_bell_ring(s);
 	else
 		s->peer_armed = true;
@@ -357,8 +362,16 @@ void fs_bell_drain(struct fs_engine *e)
 		if (type == FS_BELL_RING) {
 			/* for a stream of ours, from its peer's doorbell: we armed it,
 			 * so we know where that is */
-			if (fs_bell_stream(e, &ent[0], &rt, false))
+			struct fs_stream *s = fs_bell_stream(e, &ent[0], &rt, false);
+
+			if (s) {
+				/* The peer is disarmed now. Its message may still be on
+				 * the way (or none came: an ARM carried by a message
+				 * counts unread messages as unseen): arming again must
+				 * send a new ARM, not count this one. */
+				s->armed = false;
 				rung = true;
+			}
 		} else if (type == FS_BELL_ARM) {
 			for (unsigned j = 0; j < count; j++)
 				fs_bell_on_arm(e, &ent[j], &rt);

@@ -66,6 +66,10 @@ bool fs_bell_arm_all(struct fs_engine *e);
 /* The peer of S asked for a ring after our next message: ring it now. Lock
  * held. */
 void fs_bell_ring(struct fs_stream *s);
+/* The peer of S armed it (by datagram, or by FS_MSG_ARM on a message),
+ * having seen DATA_SEEN data and CTRL_SEEN control messages of ours: ring
+ * now if we posted more, else after our next message. Lock held. */
+void fs_bell_armed_by(struct fs_stream *s, uint32_t data_seen, uint32_t ctrl_seen);
 /* Reads every datagram waiting on the doorbell and acts on it. Takes the
  * engine lock. */
 void fs_bell_drain(struct fs_engine *e);

@@ -833,6 +833,11 @@ static bool fs_engine_settled(struct fs_engine *e)
 	return !fs_engine_busy(e);
 }
 
+bool fs_engine_waiters_arm(struct fs_engine *e)
+{
+	return fs_engine_arms_early(e) && fs_engine_settled(e);
+}
+
 bool fs_engine_quiet(struct fs_engine *e, uint64_t now)
 {
 	/* Completions are counted on the data path, the clock is read here:
@@ -853,11 +858,41 @@ bool fs_engine_deep_idle(struct fs_engine *e)
 	return __atomic_load_n(&e->armed_all, __ATOMIC_RELAXED) && fs_engine_settled(e);
 }
 
+#define FS_QUICK_WAITS 8
+
+void fs_engine_wait_done(struct fs_engine *e, bool late)
+{
+	if (!e)
+		return;
+	if (late) {
+		__atomic_store_n(&e->quick_waits, 0, __ATOMIC_RELAXED);
+		if (!__atomic_load_n(&e->sleepy, __ATOMIC_RELAXED))
+			__atomic_store_n(&e->sleepy, true, __ATOMIC_RELAXED);
+		return;
+	}
+	if (!__atomic_load_n(&e->sleepy, __ATOMIC_RELAXED))
+		return;
+	if (__atomic_add_fetch(&e->quick_waits, 1, __ATOMIC_RELAXED) >= FS_QUICK_WAITS)
+		__atomic_store_n(&e->sleepy, false, __ATOMIC_RELAXED);
+}
+
+uint64_t fs_wait_spin_end(const struct fs_engine *e, uint64_t now)
+{
+	if (e && fs_params.spin_us > FS_SLEEPY_SPIN_US && fs_engine_arms_early(e))
+		return now + FS_SLEEPY_SPIN_US * 1000ull;
+	return fs_spin_end(now);
+}
+
+bool fs_engine_arms_early(const struct fs_engine *e)
+{
+	return fs_params.doorbell && (fs_params.wait_arm || __atomic_load_n(&e->sleepy, __ATOMIC_RELAXED));
+}
+
 bool fs_engine_wait_deep(struct fs_engine *e, bool checked)
 {
 	bool was_armed = __atomic_load_n(&e->armed_all, __ATOMIC_RELAXED);
 
-	if (!was_armed && fs_params.wait_arm && fs_engine_settled(e)) {
+	if (!was_armed && fs_engine_arms_early(e) && fs_engine_settled(e)) {
 		fs_bell_arm_all(e);
 		/* A message that came after the caller last looked (and disarmed
 		 * its stream) is counted as seen in this ARM: no ring will come
@@ -903,19 +938,22 @@ int fs_engine_deep_sleep(struct pollfd *fds, nfds_t n, uint64_t deadline_ns, con
 	struct fs_engine *e = fs_engine_peek();
 	uint64_t now, ns = FS_BELL_SLICE_MS * 1000000ull;
 	struct timespec ts;
+	bool was_armed, armed_now;
 	int ret, err;
 
 	*slept = false;
 	/* a lock-free look first: without waiters' arming, busy engines are
 	 * never armed */
-	if (!e || (!fs_params.wait_arm && !__atomic_load_n(&e->armed_all, __ATOMIC_RELAXED)))
+	if (!e || (!fs_engine_arms_early(e) && !__atomic_load_n(&e->armed_all, __ATOMIC_RELAXED)))
 		return 0;
 	now = fs_now_ns();
 	pthread_mutex_lock(&e->lock);
+	was_armed = __atomic_load_n(&e->armed_all, __ATOMIC_RELAXED);
 	fds[n].fd = fs_engine_wait_deep(e, false) ? fs_engine_deep_begin(e) : -1;
+	armed_now = !was_armed && __atomic_load_n(&e->armed_all, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&e->lock);
 	if (fds[n].fd < 0)
-		return 0;
+		return armed_now ? -EAGAIN : 0;
 	fds[n].events = POLLIN;
 	fds[n].revents = 0;
 	if (deadline_ns && deadline_ns - now < ns)
@@ -1092,13 +1130,34 @@ static int fs_post(struct fs_stream *s, struct fs_buf *buf, const void *data, si
 /* Posts BUF (its tag, header and payload) as one message of class CLS, or,
  * if ANNOUNCE, only its tag and header as the FS_MSG_PULL that announces
  * its payload (which fs_stream_flush sends next, by fs_post). */
+/* Whether S's next message may carry our ARM (FS_MSG_ARM), which saves a
+ * waiter of a sleepy engine its ARM datagram: both ends have a doorbell,
+ * the stream is not armed yet, and our reader has taken every message that
+ * came (the peer takes the header's freed as what we have seen: with
+ * messages unread it would ring at once for nothing). */
+static bool fs_stream_arm_inline(const struct fs_stream *s)
+{
+	struct fs_engine *e = fs_engine_peek();
+
+	return !s->armed && s->freed == s->rx_msgs && s->bell_addr.sin6_port && e && fs_engine_arms_early(e) &&
+	       s->state != FS_STREAM_HELLO && fs_bell_fd() >= 0;
+}
+
 static int fs_post_msg(struct fs_stream *s, struct fs_buf *buf, unsigned cls, bool announce)
 {
 	unsigned kind = announce ? FS_MSG_PULL : buf->kind;
+	bool arm = fs_stream_arm_inline(s);
+	int ret;
 
-	fs_wire_ctrl_tag_encode(fs_tag_make(cls, kind, s->peer_id, s->token), buf->mem);
-	return fs_post(s, buf, buf->mem, FS_WIRE_MSG_PREFIX + (announce ? 0 : buf->len), cls == FS_CLASS_CTRL,
-		       FS_TAG_CTRL_ALL);
+	fs_wire_ctrl_tag_encode(fs_tag_make(cls, kind | (arm ? FS_MSG_ARM : 0), s->peer_id, s->token), buf->mem);
+	ret = fs_post(s, buf, buf->mem, FS_WIRE_MSG_PREFIX + (announce ? 0 : buf->len), cls == FS_CLASS_CTRL,
+		      FS_TAG_CTRL_ALL);
+	if (!ret && arm) {
+		s->armed = true;
+		FS_STAT_INC(bell_arms);
+		FS_STAT_INC(bell_arms_inline);
+	}
+	return ret;
 }
 
 static void fs_fill_header(struct fs_stream *s, struct fs_buf *buf, uint32_t seq)
@@ -1375,7 +1434,9 @@ static struct fs_stream *fs_rx_stream(struct fs_engine *e, struct fs_engine_rail
 	return s;
 }
 
-static void fs_rx_header_common(struct fs_engine *e, struct fs_stream *s, const struct fs_wire_msg_hdr *hdr)
+/* The header of a message on S; ARM: it carries the peer's ARM. */
+static void fs_rx_header_common(struct fs_engine *e, struct fs_stream *s, const struct fs_wire_msg_hdr *hdr,
+				bool arm)
 {
 	fs_stream_changed(e, s);
 	if (s->armed) {
@@ -1386,6 +1447,8 @@ static void fs_rx_header_common(struct fs_engine *e, struct fs_stream *s, const 
 		s->peer_freed = hdr->freed;
 	if (fs_seq_after(hdr->ctrl_ack, s->ctrl_acked) && !fs_seq_after(hdr->ctrl_ack, s->ctrl_sent))
 		s->ctrl_acked = hdr->ctrl_ack;
+	if (arm)
+		fs_bell_armed_by(s, hdr->freed, hdr->ctrl_ack);
 	if (s->txq_head)
 		fs_stream_flush(e, s);
 	if (s->credit_pending && s->ctrl_sent == s->ctrl_acked)
@@ -1450,7 +1513,8 @@ static void fs_rx_data(struct fs_engine *e, struct fs_engine_rail *er, struct fs
 	uint64_t tag = bytes >= FS_WIRE_MSG_PREFIX ? fs_wire_ctrl_tag_decode(buf->mem) : 0;
 	struct fs_stream *s = NULL;
 	struct fs_wire_msg_hdr hdr;
-	unsigned kind = fs_tag_kind(tag);
+	unsigned kind = fs_tag_kind(tag) & ~FS_MSG_ARM;
+	bool arm = fs_tag_kind(tag) & FS_MSG_ARM;
 	uint32_t slot;
 
 	if (bytes >= FS_WIRE_MSG_PREFIX && fs_tag_class(tag) == FS_CLASS_DATA)
@@ -1488,7 +1552,7 @@ static void fs_rx_data(struct fs_engine *e, struct fs_engine_rail *er, struct fs
 		return;
 	}
 	s->rx_msgs++;
-	fs_rx_header_common(e, s, &hdr);
+	fs_rx_header_common(e, s, &hdr, arm);
 	buf->len = hdr.len;
 	buf->off = 0;
 	buf->seq = hdr.seq;
@@ -1528,7 +1592,7 @@ static void fs_rx_ctrl(struct fs_engine *e, struct fs_engine_rail *er, struct fs
 		if (fs_tag_class(tag) == FS_CLASS_CTRL)
 			s = fs_rx_stream(e, er, tag, src);
 	}
-	if (!s || fs_tag_kind(tag) != FS_MSG_CREDIT) {
+	if (!s || (fs_tag_kind(tag) & ~FS_MSG_ARM) != FS_MSG_CREDIT) {
 		FS_STAT_INC(msgs_dropped);
 		fs_engine_repost(er, buf);
 		return;
@@ -1536,7 +1600,7 @@ static void fs_rx_ctrl(struct fs_engine *e, struct fs_engine_rail *er, struct fs
 	fs_wire_hdr_decode(buf->mem + FS_WIRE_CTRL_TAG_LEN, &hdr);
 	fs_engine_repost(er, buf);
 	s->ctrl_processed++;
-	fs_rx_header_common(e, s, &hdr);
+	fs_rx_header_common(e, s, &hdr, fs_tag_kind(tag) & FS_MSG_ARM);
 }
 
 static void fs_cq_error(struct fs_engine *e, struct fs_engine_rail *er)

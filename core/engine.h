@@ -294,6 +294,11 @@ struct fs_engine {
 	uint64_t completions;  /* handled by progress, ever (no clock on the data path) */
 	uint64_t completions_seen, active_ns; /* the service thread's dating of them */
 	bool armed_all;        /* every stream has asked its peer for a ring (atomic) */
+	/* Waits outlast their spin here (atomic; fs_engine_wait_done): the
+	 * process waits on its peers more than it computes, so its messages
+	 * ask to be rung and its waiters arm once their spin is over. */
+	bool sleepy;
+	uint8_t quick_waits;   /* waits in a row that their spin ended (atomic) */
 	unsigned deep_waiters;
 	int deep_fd;
 	bool deep_rung, deep_wanted;
@@ -319,6 +324,16 @@ bool fs_engine_deep_idle(struct fs_engine *e);
  * under this lock hold (!CHECKED) gets false when this call armed: it must
  * look again before it sleeps. Lock held. */
 bool fs_engine_wait_deep(struct fs_engine *e, bool checked);
+/* A blocking wait (recv, send, poll, select, epoll_wait) got what it
+ * waited for; LATE: only after its spin was over. One late wait makes the
+ * engine sleepy, FS_QUICK_WAITS quick ones in a row end it. No lock. */
+void fs_engine_wait_done(struct fs_engine *e, bool late);
+/* Waiters arm at the end of their spin: FABSOCK_WAIT_ARM, or sleepy. */
+bool fs_engine_arms_early(const struct fs_engine *e);
+/* Waiters arm early and nothing of ours is in flight: while one of them
+ * sleeps deeply, the service thread may sleep as long as in deep idle.
+ * Lock held. */
+bool fs_engine_waiters_arm(struct fs_engine *e);
 /* A waiter starts / stops such a sleep; begin returns the fd to add to its
  * poll set (-1: none, do not sleep long). Lock held. */
 int fs_engine_deep_begin(struct fs_engine *e);
@@ -327,7 +342,9 @@ void fs_engine_deep_end(struct fs_engine *e);
  * deeply idle, sleeps in ppoll on FDS[0..N) and the deep fd (FDS has room
  * for N + 1) for FS_BELL_SLICE_MS at most, never past DEADLINE_NS (0: no
  * deadline), sets *SLEPT and returns ppoll's count of FDS[0..N) or -errno.
- * Otherwise returns 0 at once with *SLEPT false. */
+ * Otherwise returns 0 at once with *SLEPT false; and -EAGAIN when this
+ * call has just armed every stream: the caller looks at its set once more
+ * (a message may have come before the ARM) and may then sleep deeply. */
 int fs_engine_deep_sleep(struct pollfd *fds, nfds_t n, uint64_t deadline_ns, const sigset_t *sigmask,
 			 bool *slept);
 
@@ -363,6 +380,13 @@ static inline uint64_t fs_spin_end(uint64_t now)
 {
 	return now + fs_params.spin_us * 1000ull;
 }
+/* Where a blocking wait that started at NOW stops spinning: after SPIN_US,
+ * or after FS_SLEEPY_SPIN_US when E is sleepy (its waits outlast the spin
+ * anyway, and on a machine with more waiters than cores every spin takes
+ * a core from a process with work). Waits are still judged late or quick
+ * by SPIN_US (fs_engine_wait_done), so that quick answers end it. */
+#define FS_SLEEPY_SPIN_US 10u
+uint64_t fs_wait_spin_end(const struct fs_engine *e, uint64_t now);
 
 /* getpid() without a system call (glibc no longer caches it): the value is
  * cached at start-up and renewed in the child at fork (fs_self_pid_refresh).

@@ -1056,12 +1056,21 @@ static int fs_epoll_kernel_wait(int epfd, struct epoll_event *kbuf, int k, uint6
 	return ret < 0 ? -errno : ret;
 }
 
+/* An epoll_wait that may block returns N > 0 events: tells the engine
+ * whether its spin was over (fs_engine_wait_done). */
+static int fs_epoll_waited(int n, int timeout_ms, uint64_t late_at)
+{
+	if (timeout_ms)
+		fs_engine_wait_done(fs_engine_peek(), fs_now_ns() >= late_at);
+	return n;
+}
+
 int fs_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout_ms, const sigset_t *sigmask)
 {
 	struct fs_epoll *fe = fs_epoll_peek(epfd);
 	uint64_t start = fs_now_ns();
 	uint64_t deadline = timeout_ms >= 0 ? start + (uint64_t)timeout_ms * 1000000ull : 0;
-	uint64_t spin_end = fs_spin_end(start);
+	uint64_t late_at = fs_spin_end(start), spin_end = fs_wait_spin_end(fs_engine_peek(), start);
 	uint64_t slice_us = 10;
 	unsigned step = 0;
 	struct epoll_event kbuf[FS_EP_BATCH];
@@ -1115,7 +1124,7 @@ int fs_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeo
 		}
 		k = maxevents - n < FS_EP_BATCH ? maxevents - n : FS_EP_BATCH;
 		if (!k)
-			return n; /* full from our members alone (a kernel call with no room fails EINVAL) */
+			return fs_epoll_waited(n, timeout_ms, late_at); /* full from our members alone (a kernel call with no room fails EINVAL) */
 		if (wait_us) {
 			/* deeply idle: sleep on the epoll fd itself and the engine's
 			 * deep fd, then collect without waiting */
@@ -1127,6 +1136,8 @@ int fs_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeo
 				if (r < 0)
 					return r; /* EINTR: a signal, as epoll_wait would say */
 				wait_us = 0;
+			} else if (r == -EAGAIN) {
+				wait_us = 0; /* just armed: look again, then sleep */
 			}
 		}
 		if (longwait) {
@@ -1179,7 +1190,7 @@ int fs_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeo
 		}
 		pthread_mutex_unlock(&fe->lock);
 		if (n)
-			return n;
+			return fs_epoll_waited(n, timeout_ms, late_at);
 		if ((deadline && fs_now_ns() >= deadline) || timeout_ms == 0)
 			return 0;
 		if (!wait_us && !longwait)

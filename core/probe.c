@@ -695,7 +695,10 @@ static void *fs_service_main(void *arg)
 				/* Idle: ask every peer to ring the doorbell, then sleep on it. */
 				if (!busy && fs_engine_quiet(e, now))
 					fs_bell_arm_all(e);
-				deep = fs_engine_deep_idle(e);
+				/* A sleepy engine's waiter sleeping deeply armed
+				 * every stream: with nothing in flight, this thread
+				 * is needed for a ring or a watch only. */
+				deep = fs_engine_deep_idle(e) || (e->deep_waiters && fs_engine_waiters_arm(e));
 				pthread_mutex_unlock(&e->lock);
 			}
 			if (busy)

@@ -115,7 +115,7 @@ int fs_core_poll(struct pollfd *fds, nfds_t nfds, int64_t timeout_ns, const sigs
 	struct pollfd stack[FS_POLL_STACK], *kset;
 	uint64_t start = fs_now_ns(), deadline = timeout_ns >= 0 ? start + (uint64_t)timeout_ns : 0;
 	int timeout_ms = timeout_ns < 0 ? -1 : (int)((timeout_ns + 999999) / 1000000);
-	uint64_t spin_end = fs_spin_end(start);
+	uint64_t late_at = fs_spin_end(start), spin_end = fs_wait_spin_end(fs_engine_peek(), start);
 	uint64_t slice_us = 10;
 	unsigned step = 0;
 	bool has_ours = false, any_ours;
@@ -178,6 +178,8 @@ int fs_core_poll(struct pollfd *fds, nfds_t nfds, int64_t timeout_ns, const sigs
 					errno = -kready;
 					kready = -1;
 				}
+				if (!slept && kready == -EAGAIN)
+					ts.tv_sec = ts.tv_nsec = 0; /* just armed: look again, then sleep */
 				if (!slept)
 					kready = fs_real.ppoll(kset, nfds, &ts, sigmask);
 			}
@@ -212,6 +214,8 @@ int fs_core_poll(struct pollfd *fds, nfds_t nfds, int64_t timeout_ns, const sigs
 				total++;
 		}
 		total += ours;
+		if (total && timeout_ms)
+			fs_engine_wait_done(fs_engine_peek(), fs_now_ns() >= late_at);
 		if (total || (deadline && fs_now_ns() >= deadline) || timeout_ms == 0) {
 			ret = total;
 			break;

@@ -113,7 +113,7 @@ static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_read
 			       uint64_t deadline_ns, int ctl_fd, bool *poller)
 {
 	uint64_t now = fs_now_ns(), start = now;
-	uint64_t spin_end = fs_spin_end(now);
+	uint64_t late_at = fs_spin_end(now), spin_end = fs_wait_spin_end(e, now);
 	uint64_t sleep_us = 10;
 	unsigned step = 0;
 
@@ -121,8 +121,10 @@ static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_read
 		fs_engine_progress(e); /* retries a CREDIT whose post failed, too */
 		if (s->state == FS_STREAM_CLOSED)
 			return -EBADF; /* another thread closed the socket */
-		if (ready(s, arg))
+		if (ready(s, arg)) {
+			fs_engine_wait_done(e, fs_now_ns() >= late_at);
 			return 0;
+		}
 		now = fs_now_ns();
 		fs_stream_check_gone(s, now);
 		if (s->error)

@@ -45,8 +45,9 @@
 
 /* 2: control messages untagged, tag in front; 3: doorbell port; 4: pull shift;
  * 5: SWITCH, RETURN, RETURN_END (handing a stream back to TCP);
- * 6: a RING names its stream (one entry); 7: the sender's descriptor in HELLOs */
-#define FS_WIRE_VERSION 7
+ * 6: a RING names its stream (one entry); 7: the sender's descriptor in HELLOs;
+ * 8: FS_MSG_ARM, an ARM carried by a message */
+#define FS_WIRE_VERSION 8
 #define FS_WIRE_PROBE_MAGIC 0x46534250u /* "FSBP" */
 #define FS_WIRE_HELLO_MAGIC 0x46534248u /* "FSBH" */
 #define FS_WIRE_ACK_MAGIC 0x46534241u   /* "FSBA" */
@@ -224,6 +225,10 @@ enum fs_msg_kind {
 				* write to TCP before anything else */
 	FS_MSG_RETURN_END = 7, /* header only: no more RETURN */
 };
+/* Or-ed into the kind of a DATA- or CTRL-class message: the sender asks to
+ * be rung after the receiver's next message on the stream, as a doorbell
+ * ARM whose "seen" counts are the header's freed and ctrl_ack. */
+#define FS_MSG_ARM 0x20u
 
 struct fs_wire_msg_hdr {
 	uint32_t seq;      /* DATA/FIN: per-stream message number from 1; CREDIT: ctrl number from 1 */

@@ -20,6 +20,15 @@
  *       "held N setup_ms=T rss_before_kib=R0 rss_held_kib=R1" and waits until
  *       GOFILE exists (at most 300 s), then closes them all and prints
  *       "PASS client N" (or FAIL lines; exit 1).
+ *   fs_scale paced PORT[,PORT...] N ROUNDS GAP_US
+ *       Opens N connections (as the client does), then ROUNDS times: on
+ *       each connection in turn one 64-byte request and its echo, checked;
+ *       then GAP_US of sleep. A process that waits on its peers more than
+ *       it computes, like the hundreds of PostgreSQL backends pgbench
+ *       drives: the doorbell carries every wake-up. Prints
+ *       "paced rounds=R conns=N max_rtt_ms=X slow=S" (S: round trips over
+ *       SC_SLOW_MS, which a lost ring shows as: an armed sleeper's safety
+ *       slice is 250 ms) and "PASS paced" (or FAIL lines; exit 1).
  * Plain blocking calls in the client, epoll in the server: the same program
  * runs under kernel TCP and under the preload.
  */
@@ -233,6 +242,79 @@ static int sc_client(const int *ports, unsigned nports, unsigned n, size_t size,
 	return 0;
 }
 
+#define SC_PACED_SIZE 64
+#define SC_SLOW_MS 100.0
+
+static int sc_paced(const int *ports, unsigned nports, unsigned n, unsigned rounds, unsigned gap_us)
+{
+	struct sockaddr_in addr = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	int *fds = calloc(n, sizeof(*fds));
+	double max_rtt = 0;
+	unsigned slow = 0, fails = 0;
+
+	if (!fds)
+		return perror("calloc"), 1;
+	for (unsigned i = 0; i < n; i++) {
+		addr.sin_port = htons((uint16_t)ports[i % nports]);
+		fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+		if (fds[i] < 0 || connect(fds[i], (struct sockaddr *)&addr, sizeof(addr))) {
+			printf("FAIL connect %u: %s\n", i, strerror(errno));
+			return 1;
+		}
+	}
+	for (unsigned r = 0; r < rounds && !fails; r++) {
+		for (unsigned i = 0; i < n && !fails; i++) {
+			uint8_t out[SC_PACED_SIZE], in[SC_PACED_SIZE];
+			double t0 = sc_now_ms(), rtt;
+
+			for (size_t k = 0; k < sizeof(out); k++)
+				out[k] = sc_pattern(i * 65536u + r, k);
+			if (fullio_write(fds[i], out, sizeof(out)) || fullio_read(fds[i], in, sizeof(in))) {
+				printf("FAIL round %u connection %u: %s\n", r, i, strerror(errno));
+				fails++;
+				break;
+			}
+			rtt = sc_now_ms() - t0;
+			if (sc_fnv(0xcbf29ce484222325ull, in, sizeof(in)) != sc_fnv(0xcbf29ce484222325ull, out, sizeof(out))) {
+				printf("FAIL round %u connection %u: the echo differs\n", r, i);
+				fails++;
+			}
+			if (rtt > max_rtt)
+				max_rtt = rtt;
+			if (rtt > SC_SLOW_MS)
+				slow++;
+		}
+		usleep(gap_us);
+	}
+	for (unsigned i = 0; i < n; i++)
+		close(fds[i]);
+	free(fds);
+	printf("paced rounds=%u conns=%u max_rtt_ms=%.3f slow=%u\n", rounds, n, max_rtt, slow);
+	if (fails)
+		return 1;
+	printf("PASS paced\n");
+	return 0;
+}
+
+/* PORT[,PORT...] into PORTS; the count, or 0 when malformed. */
+static unsigned sc_ports(char *p, int *ports)
+{
+	unsigned nports = 0;
+	char *end;
+
+	for (;;) {
+		long port = strtol(p, &end, 10);
+
+		if (end == p || port <= 0 || port > 65535 || nports == SC_MAX_PORTS)
+			return 0;
+		ports[nports++] = (int)port;
+		if (*end != ',')
+			break;
+		p = end + 1;
+	}
+	return *end ? 0 : nports;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 2 && strcmp(argv[1], "server") == 0)
@@ -240,28 +322,27 @@ int main(int argc, char **argv)
 	if (argc == 6 && strcmp(argv[1], "client") == 0) {
 		static int ports[SC_MAX_PORTS];
 		long n = atol(argv[3]), size = atol(argv[4]);
-		unsigned nports = 0;
-		bool bad = false;
-		char *p = argv[2], *end;
+		unsigned nports = sc_ports(argv[2], ports);
 
-		for (;;) {
-			long port = strtol(p, &end, 10);
-
-			if (end == p || port <= 0 || port > 65535 || nports == SC_MAX_PORTS)
-				bad = true;
-			else
-				ports[nports++] = (int)port;
-			if (bad || *end != ',')
-				break;
-			p = end + 1;
-		}
-		if (bad || *end || n <= 0 || n > SC_MAX_CONNS || size <= 0 || size > SC_MAX_SIZE) {
+		if (!nports || n <= 0 || n > SC_MAX_CONNS || size <= 0 || size > SC_MAX_SIZE) {
 			fprintf(stderr, "fs_scale: bad PORT[,PORT...] (at most %d), N (1..%d) or SIZE (1..%u)\n",
 				SC_MAX_PORTS, SC_MAX_CONNS, SC_MAX_SIZE);
 			return 2;
 		}
 		return sc_client(ports, nports, (unsigned)n, (size_t)size, argv[5]);
 	}
-	fprintf(stderr, "usage: fs_scale server | fs_scale client PORT[,PORT...] N SIZE GOFILE\n");
+	if (argc == 6 && strcmp(argv[1], "paced") == 0) {
+		static int ports[SC_MAX_PORTS];
+		long n = atol(argv[3]), rounds = atol(argv[4]), gap = atol(argv[5]);
+		unsigned nports = sc_ports(argv[2], ports);
+
+		if (!nports || n <= 0 || n > SC_MAX_CONNS || rounds <= 0 || rounds > 1000000 || gap < 0 || gap > 1000000) {
+			fprintf(stderr, "fs_scale: bad PORT[,PORT...], N, ROUNDS (1..1000000) or GAP_US (0..1000000)\n");
+			return 2;
+		}
+		return sc_paced(ports, nports, (unsigned)n, (unsigned)rounds, (unsigned)gap);
+	}
+	fprintf(stderr, "usage: fs_scale server | fs_scale client PORT[,PORT...] N SIZE GOFILE | "
+			"fs_scale paced PORT[,PORT...] N ROUNDS GAP_US\n");
 	return 2;
 }

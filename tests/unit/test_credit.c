@@ -945,6 +945,111 @@ static void test_bell_forged(struct fs_stream *b)
 	fs_real.close(stranger);
 }
 
+static bool peer_armed(struct fs_stream *s)
+{
+	bool v;
+
+	pthread_mutex_lock(&engine->lock);
+	v = s->peer_armed;
+	pthread_mutex_unlock(&engine->lock);
+	return v;
+}
+
+/* An ARM carried by a message (FS_MSG_ARM; a sleepy engine's waiters arm
+ * so): the receiver takes it as an ARM whose "seen" counts are the
+ * header's, and rings after its next message, or at once when it has
+ * posted more than the sender had read. Only a sleepy engine flags, and
+ * only with nothing unread (else the peer would ring for nothing). A and B
+ * ring our own doorbell here. */
+static void test_bell_inline(struct fs_stream *a, struct fs_stream *b, uint64_t key)
+{
+	struct sockaddr_in lo = { .sin_family = AF_INET };
+	uint16_t port = fs_bell_port();
+	struct test_flow ab, ba;
+	uint64_t flagged = stat_now(&fs_stats.bell_arms_inline), rings, before;
+	bool was_sleepy = engine->sleepy, a_armed;
+
+	CHECK(port != 0);
+	if (!port)
+		return;
+	test_quiescent(a, b);
+	inet_pton(AF_INET, "127.0.0.1", &lo.sin_addr);
+	flow_init(&ab, a, b, key);
+	flow_init(&ba, b, a, key + 1);
+	pthread_mutex_lock(&engine->lock);
+	fs_bell_set_peer(a, (struct sockaddr *)&lo, (struct sockaddr *)&lo, port);
+	fs_bell_set_peer(b, (struct sockaddr *)&lo, (struct sockaddr *)&lo, port);
+	a->armed = b->armed = a->peer_armed = b->peer_armed = false;
+	pthread_mutex_unlock(&engine->lock);
+
+	/* not sleepy: a message carries no ARM */
+	__atomic_store_n(&engine->sleepy, false, __ATOMIC_RELAXED);
+	CHECK(flow_send(&ab, 100) == 100);
+	progress();
+	CHECK(stat_now(&fs_stats.bell_arms_inline) == flagged && !peer_armed(b));
+	flow_drain(&ab, ab.sent);
+	settle(); /* B's CREDIT read: A has seen all B sent */
+
+	/* sleepy: A's message arms A; B takes it, with nothing of its own unseen */
+	__atomic_store_n(&engine->sleepy, true, __ATOMIC_RELAXED);
+	CHECK(flow_send(&ab, 100) == 100);
+	pthread_mutex_lock(&engine->lock);
+	a_armed = a->armed;
+	pthread_mutex_unlock(&engine->lock);
+	CHECK(a_armed && stat_now(&fs_stats.bell_arms_inline) == flagged + 1);
+	progress();
+	CHECK(peer_armed(b));
+	flow_drain(&ab, ab.sent);
+	pthread_mutex_lock(&engine->lock);
+	CHECK(b->ctrl_sent == a->ctrl_processed); /* B's reads sent no CREDIT A has not seen */
+	pthread_mutex_unlock(&engine->lock);
+	/* B's next message rings A (and arms B in turn) */
+	rings = stat_now(&fs_stats.bell_rings_sent);
+	CHECK(flow_send(&ba, 100) == 100);
+	CHECK(stat_now(&fs_stats.bell_rings_sent) == rings + 1 && !peer_armed(b));
+	CHECK(stat_now(&fs_stats.bell_arms_inline) == flagged + 2);
+	progress();
+	CHECK(peer_armed(a));
+	flow_drain(&ba, ba.sent);
+	settle();
+
+	/* crossing: B posts before it reads A's ARM, so it rings at once */
+	pthread_mutex_lock(&engine->lock);
+	a->peer_armed = b->peer_armed = false;
+	pthread_mutex_unlock(&engine->lock);
+	CHECK(flow_send(&ab, 100) == 100); /* flagged: A was disarmed by B's message */
+	CHECK(stat_now(&fs_stats.bell_arms_inline) == flagged + 3);
+	CHECK(flow_send(&ba, 100) == 100); /* B is still armed: not flagged */
+	CHECK(stat_now(&fs_stats.bell_arms_inline) == flagged + 3);
+	rings = stat_now(&fs_stats.bell_rings_sent);
+	progress();
+	CHECK(stat_now(&fs_stats.bell_rings_sent) == rings + 1 && !peer_armed(b));
+	flow_drain(&ab, ab.sent);
+	flow_drain(&ba, ba.sent);
+	settle();
+
+	/* a message unread at B: B's message carries no ARM */
+	CHECK(flow_send(&ab, 100) == 100);
+	progress();
+	before = stat_now(&fs_stats.bell_arms_inline);
+	CHECK(flow_send(&ba, 100) == 100);
+	CHECK(stat_now(&fs_stats.bell_arms_inline) == before);
+	flow_drain(&ab, ab.sent);
+	flow_drain(&ba, ba.sent);
+	printf("ARMs carried by messages: %llu\n",
+	       (unsigned long long)(stat_now(&fs_stats.bell_arms_inline) - flagged));
+
+	__atomic_store_n(&engine->sleepy, was_sleepy, __ATOMIC_RELAXED);
+	pthread_mutex_lock(&engine->lock);
+	a->armed = b->armed = a->peer_armed = b->peer_armed = false;
+	fs_bell_set_peer(a, NULL, NULL, 0);
+	fs_bell_set_peer(b, NULL, NULL, 0);
+	pthread_mutex_unlock(&engine->lock);
+	CHECK(ab.mismatches == 0 && ab.sum_sent == ab.sum_received);
+	CHECK(ba.mismatches == 0 && ba.sum_sent == ba.sum_received);
+	test_quiescent(a, b);
+}
+
 /* A reader that closes with announced payloads unread (FS_MSG_PULL) must
  * still receive them, into its own buffers, or they would wait at the
  * provider, holding the sender's buffers, forever: the sender's payload
@@ -1137,6 +1242,7 @@ int main(void)
 		test_edges(a, b, 360);
 		test_credit_retry(a, b, 370);
 		test_bell_forged(b);
+		test_bell_inline(a, b, 380);
 		test_waitall(a, b, 400);
 		test_quiescent(a, b);
 		test_shutdown(a, b, 500);

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Processes that wait on their peers more than they compute (pgbench's
+# hundreds of PostgreSQL backends): SERVERS fs_scale echo servers (epoll)
+# and CLIENTS paced clients, each with one connection to every server,
+# doing ROUNDS rounds of a 64-byte request and its echo per connection
+# with GAP_US of sleep between rounds. Every wait outlasts its spin, so
+# both ends turn sleepy: their messages carry the ARM (bell_arms_inline)
+# and every wake-up is a doorbell ring. Checked: every echo byte-exact,
+# every connection offloaded on both ends with the bytes over the fabric,
+# ARMs carried and rings received on both ends, and no round trip over
+# 100 ms but for MAX_SLOW scheduling hiccups (a lost ring costs an armed
+# sleeper its 250 ms safety slice).
+. "$(dirname "$0")/lib.sh"
+
+PROG=$FS_PROGS/fs_scale
+[ -x "$PROG" ] || { fs_fail "$PROG is not built"; fs_done; exit 1; }
+SERVERS=6 CLIENTS=3 ROUNDS=150 GAP_US=2000 MAX_SLOW=2
+
+dir=$FS_TMP/paced
+mkdir -p "$dir"
+spids=() ports=()
+for s in $(seq 1 "$SERVERS"); do
+	fs_bg p env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 "$PROG" server >"$dir/s$s.out" 2>"$dir/s$s.err"
+	spids+=("$p")
+	port=$(fs_listen_port "$dir/s$s.out" "$p")
+	[ -n "$port" ] || { fs_fail "server $s did not listen"; fs_done; exit 1; }
+	ports+=("$port")
+done
+list=$(IFS=,; echo "${ports[*]}")
+cpids=()
+for c in $(seq 1 "$CLIENTS"); do
+	fs_bg p env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 "$PROG" paced "$list" "$SERVERS" "$ROUNDS" "$GAP_US" \
+		>"$dir/c$c.out" 2>"$dir/c$c.err"
+	cpids+=("$p")
+done
+slow=0
+for c in $(seq 1 "$CLIENTS"); do
+	rc=0
+	fs_wait_pid "${cpids[$((c - 1))]}" 120 || rc=$?
+	[ "$rc" = 0 ] && grep -q '^PASS paced$' "$dir/c$c.out" ||
+		fs_fail "client $c exit $rc: $(grep -h '^FAIL' "$dir/c$c.out" | head -n 2 | tr '\n' ' ')"
+	grep -h '^paced ' "$dir/c$c.out" >&2 || true
+	slow=$((slow + $(sed -n 's/^paced .* slow=\([0-9]*\).*/\1/p' "$dir/c$c.out" | head -n 1)))
+	off=$(fs_stat "$dir/c$c.err" offloaded)
+	[ "${off:-0}" = "$SERVERS" ] || fs_fail "client $c offloaded ${off:-0} of $SERVERS ($(fs_stats_fallbacks "$dir/c$c.err"))"
+done
+[ "$slow" -le "$MAX_SLOW" ] || fs_fail "$slow round trips took over 100 ms (a lost doorbell ring?)"
+for p in "${spids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+for s in $(seq 1 "$SERVERS"); do
+	rc=0
+	fs_wait_pid "${spids[$((s - 1))]}" 60 || rc=$?
+	[ "$rc" = 0 ] || fs_fail "server $s exit $rc"
+	off=$(fs_stat "$dir/s$s.err" offloaded) rx=$(fs_stat "$dir/s$s.err" fabric_rx_bytes)
+	[ "${off:-0}" = "$CLIENTS" ] || fs_fail "server $s offloaded ${off:-0} of $CLIENTS ($(fs_stats_fallbacks "$dir/s$s.err"))"
+	[ "${rx:-0}" -ge $((CLIENTS * ROUNDS * 64)) ] ||
+		fs_fail "server $s: ${rx:-0} bytes over the fabric, expected >= $((CLIENTS * ROUNDS * 64))"
+done
+cat "$dir"/s*.err >"$dir/servers.err"
+cat "$dir"/c*.err >"$dir/clients.err"
+for side in servers clients; do
+	inl=$(fs_stat_sum "$dir/$side.err" bell_arms_inline) rung=$(fs_stat_sum "$dir/$side.err" bell_rings_received)
+	arms=$(fs_stat_sum "$dir/$side.err" bell_arms)
+	fs_log "$side: bell_arms=$arms bell_arms_inline=$inl bell_rings_received=$rung"
+	[ "${inl:-0}" -ge 1 ] || fs_fail "$side: no ARM carried by a message (bell_arms_inline=${inl:-0})"
+	[ "${rung:-0}" -ge 1 ] || fs_fail "$side: no doorbell ring received"
+done
+[ "$FS_FAILS" = 0 ] &&
+	fs_pass "$CLIENTS paced clients x $SERVERS servers, $ROUNDS rounds: byte-exact, offloaded, woken by rings, $slow slow"
+fs_done
