@@ -298,7 +298,7 @@ struct fs_engine {
 	 * process waits on its peers more than it computes, so its messages
 	 * ask to be rung and its waiters arm once their spin is over. */
 	bool sleepy;
-	uint8_t quick_waits;   /* waits in a row that their spin ended (atomic) */
+	uint8_t wait_score;    /* late waits raise it, quick ones lower it (atomic) */
 	unsigned deep_waiters;
 	int deep_fd;
 	bool deep_rung, deep_wanted;
@@ -324,10 +324,11 @@ bool fs_engine_deep_idle(struct fs_engine *e);
  * under this lock hold (!CHECKED) gets false when this call armed: it must
  * look again before it sleeps. Lock held. */
 bool fs_engine_wait_deep(struct fs_engine *e, bool checked);
-/* A blocking wait (recv, send, poll, select, epoll_wait) got what it
- * waited for; LATE: only after its spin was over. One late wait makes the
- * engine sleepy, FS_QUICK_WAITS quick ones in a row end it. No lock. */
-void fs_engine_wait_done(struct fs_engine *e, bool late);
+/* A wait (recv, send, poll, select, epoll_wait) got EVENTS (> 0) things
+ * it waited for; LATE: only after its spin was over. The engine is sleepy
+ * while late waits for one or two events are more than about one in five.
+ * No lock. */
+void fs_engine_wait_done(struct fs_engine *e, bool late, int events);
 /* Waiters arm at the end of their spin: FABSOCK_WAIT_ARM, or sleepy. */
 bool fs_engine_arms_early(const struct fs_engine *e);
 /* Waiters arm early and nothing of ours is in flight: while one of them

@@ -1056,12 +1056,11 @@ static int fs_epoll_kernel_wait(int epfd, struct epoll_event *kbuf, int k, uint6
 	return ret < 0 ? -errno : ret;
 }
 
-/* An epoll_wait that may block returns N > 0 events: tells the engine
- * whether its spin was over (fs_engine_wait_done). */
-static int fs_epoll_waited(int n, int timeout_ms, uint64_t late_at)
+/* An epoll_wait returns N > 0 events: tells the engine whether it waited
+ * past its spin for them (fs_engine_wait_done). */
+static int fs_epoll_waited(int n, uint64_t late_at)
 {
-	if (timeout_ms)
-		fs_engine_wait_done(fs_engine_peek(), fs_now_ns() >= late_at);
+	fs_engine_wait_done(fs_engine_peek(), fs_now_ns() >= late_at, n);
 	return n;
 }
 
@@ -1124,7 +1123,7 @@ int fs_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeo
 		}
 		k = maxevents - n < FS_EP_BATCH ? maxevents - n : FS_EP_BATCH;
 		if (!k)
-			return fs_epoll_waited(n, timeout_ms, late_at); /* full from our members alone (a kernel call with no room fails EINVAL) */
+			return fs_epoll_waited(n, late_at); /* full from our members alone (a kernel call with no room fails EINVAL) */
 		if (wait_us) {
 			/* deeply idle: sleep on the epoll fd itself and the engine's
 			 * deep fd, then collect without waiting */
@@ -1190,7 +1189,7 @@ int fs_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeo
 		}
 		pthread_mutex_unlock(&fe->lock);
 		if (n)
-			return fs_epoll_waited(n, timeout_ms, late_at);
+			return fs_epoll_waited(n, late_at);
 		if ((deadline && fs_now_ns() >= deadline) || timeout_ms == 0)
 			return 0;
 		if (!wait_us && !longwait)

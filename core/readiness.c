@@ -214,8 +214,8 @@ int fs_core_poll(struct pollfd *fds, nfds_t nfds, int64_t timeout_ns, const sigs
 				total++;
 		}
 		total += ours;
-		if (total && timeout_ms)
-			fs_engine_wait_done(fs_engine_peek(), fs_now_ns() >= late_at);
+		if (total)
+			fs_engine_wait_done(fs_engine_peek(), fs_now_ns() >= late_at, total);
 		if (total || (deadline && fs_now_ns() >= deadline) || timeout_ms == 0) {
 			ret = total;
 			break;

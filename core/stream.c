@@ -122,7 +122,7 @@ static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_read
 		if (s->state == FS_STREAM_CLOSED)
 			return -EBADF; /* another thread closed the socket */
 		if (ready(s, arg)) {
-			fs_engine_wait_done(e, fs_now_ns() >= late_at);
+			fs_engine_wait_done(e, fs_now_ns() >= late_at, 1);
 			return 0;
 		}
 		now = fs_now_ns();
