@@ -322,22 +322,12 @@ void fs_bell_armed_by(struct fs_stream *s, uint32_t data_seen, uint32_t ctrl_see
 		s->peer_armed = true;
 }
 
-void fs_bell_drain(struct fs_engine *e)
+/* Reads and acts on up to 256 datagrams; true if one was a RING for us.
+ * Lock held. */
+static bool fs_bell_read(struct fs_engine *e, int fd)
 {
-	int fd = fs_bell_fd();
 	bool rung = false;
 
-	if (fd < 0)
-		return;
-	if (!e) {
-		/* no engine (yet, or after fork): nothing to ring; empty the socket */
-		uint8_t buf[FS_WIRE_BELL_LEN_MAX];
-
-		for (unsigned i = 0; i < 256 && fs_real.recvfrom(fd, buf, sizeof(buf), MSG_DONTWAIT, NULL, NULL) >= 0; i++)
-			;
-		return;
-	}
-	pthread_mutex_lock(&e->lock);
 	for (unsigned i = 0; i < 256; i++) {
 		uint8_t buf[FS_WIRE_BELL_LEN_MAX + 1];
 		struct fs_bell_entry ent[FS_WIRE_BELL_MAX];
@@ -380,7 +370,34 @@ void fs_bell_drain(struct fs_engine *e)
 	if (rung) {
 		FS_STAT_INC(bell_rings_received);
 		fs_engine_note_activity(e);
-		fs_engine_progress(e);
 	}
+	return rung;
+}
+
+void fs_bell_drain(struct fs_engine *e)
+{
+	int fd = fs_bell_fd();
+
+	if (fd < 0)
+		return;
+	if (!e) {
+		/* no engine (yet, or after fork): nothing to ring; empty the socket */
+		uint8_t buf[FS_WIRE_BELL_LEN_MAX];
+
+		for (unsigned i = 0; i < 256 && fs_real.recvfrom(fd, buf, sizeof(buf), MSG_DONTWAIT, NULL, NULL) >= 0; i++)
+			;
+		return;
+	}
+	pthread_mutex_lock(&e->lock);
+	if (fs_bell_read(e, fd))
+		fs_engine_progress(e);
 	pthread_mutex_unlock(&e->lock);
+}
+
+void fs_bell_take_arms(struct fs_engine *e)
+{
+	int fd = fs_bell_fd();
+
+	if (fd >= 0)
+		(void)fs_bell_read(e, fd);
 }

@@ -73,5 +73,9 @@ void fs_bell_armed_by(struct fs_stream *s, uint32_t data_seen, uint32_t ctrl_see
 /* Reads every datagram waiting on the doorbell and acts on it. Takes the
  * engine lock. */
 void fs_bell_drain(struct fs_engine *e);
+/* The same with the engine lock held, from a send: the ARMs are acted on
+ * (so that this send rings whom it owes), a RING only noted (the caller's
+ * next progress round reads what it announced). */
+void fs_bell_take_arms(struct fs_engine *e);
 
 #endif

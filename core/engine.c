@@ -925,6 +925,11 @@ bool fs_engine_wait_deep(struct fs_engine *e, bool checked)
 	return fs_engine_deep_idle(e);
 }
 
+bool fs_engine_bell_watched(const struct fs_engine *e)
+{
+	return e->deep_waiters || !__atomic_load_n(&e->service_bell_off, __ATOMIC_RELAXED);
+}
+
 int fs_engine_deep_begin(struct fs_engine *e)
 {
 	if (e->deep_fd < 0) {
@@ -976,11 +981,14 @@ int fs_engine_deep_sleep(struct pollfd *fds, nfds_t n, uint64_t deadline_ns, con
 		return armed_now ? -EAGAIN : 0;
 	fds[n].events = POLLIN;
 	fds[n].revents = 0;
+	fds[n + 1].fd = fs_bell_fd();
+	fds[n + 1].events = POLLIN;
+	fds[n + 1].revents = 0;
 	if (deadline_ns && deadline_ns - now < ns)
 		ns = deadline_ns > now ? deadline_ns - now : 0;
 	ts.tv_sec = (time_t)(ns / 1000000000ull);
 	ts.tv_nsec = (long)(ns % 1000000000ull);
-	ret = fs_real.ppoll(fds, n + 1, &ts, sigmask);
+	ret = fs_real.ppoll(fds, n + 2, &ts, sigmask);
 	err = errno;
 	pthread_mutex_lock(&e->lock);
 	fs_engine_deep_end(e);
@@ -988,7 +996,9 @@ int fs_engine_deep_sleep(struct pollfd *fds, nfds_t n, uint64_t deadline_ns, con
 	*slept = true;
 	if (ret < 0)
 		return -err;
-	return ret - (fds[n].revents ? 1 : 0);
+	if (fds[n + 1].revents)
+		fs_bell_drain(e); /* a ring: read it here, not through the service thread */
+	return ret - (fds[n].revents ? 1 : 0) - (fds[n + 1].revents ? 1 : 0);
 }
 
 /* Wakes the deep sleepers once; the fd stays readable until the last of
@@ -1113,7 +1123,13 @@ static int fs_post(struct fs_stream *s, struct fs_buf *buf, const void *data, si
 {
 	struct fs_rail *rail = &s->erail->rail;
 	bool inject = bytes <= rail->inject_size;
+	struct fs_engine *e;
 	ssize_t ret;
+
+	/* Nobody watches the doorbell (fs_engine_bell_watched): an ARM for
+	 * this stream may be waiting there, and this message must ring. */
+	if (!s->peer_armed && (e = fs_engine_peek()) && !fs_engine_bell_watched(e))
+		fs_bell_take_arms(e);
 
 	if (!s->erail->open)
 		return -FI_ECANCELED; /* the rail closed at exit under a still running thread */

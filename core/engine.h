@@ -299,7 +299,8 @@ struct fs_engine {
 	 * ask to be rung and its waiters arm once their spin is over. */
 	bool sleepy;
 	uint8_t wait_score;    /* late waits raise it, quick ones lower it (atomic) */
-	unsigned deep_waiters;
+	unsigned deep_waiters; /* they watch the doorbell too */
+	bool service_bell_off; /* the service thread sleeps without the doorbell (atomic) */
 	int deep_fd;
 	bool deep_rung, deep_wanted;
 };
@@ -335,13 +336,19 @@ bool fs_engine_arms_early(const struct fs_engine *e);
  * sleeps deeply, the service thread may sleep as long as in deep idle.
  * Lock held. */
 bool fs_engine_waiters_arm(struct fs_engine *e);
+/* Someone reads the doorbell when a datagram comes: a deep sleeper, or the
+ * service thread. The service thread leaves it to deep sleepers (one
+ * wake-up per ring instead of two); when the last of them wakes, nobody
+ * does until the service thread's next round, and a send reads it first
+ * (fs_post). Lock held. */
+bool fs_engine_bell_watched(const struct fs_engine *e);
 /* A waiter starts / stops such a sleep; begin returns the fd to add to its
  * poll set (-1: none, do not sleep long). Lock held. */
 int fs_engine_deep_begin(struct fs_engine *e);
 void fs_engine_deep_end(struct fs_engine *e);
 /* For poll/select/epoll waits, without the engine lock: when the engine is
- * deeply idle, sleeps in ppoll on FDS[0..N) and the deep fd (FDS has room
- * for N + 1) for FS_BELL_SLICE_MS at most, never past DEADLINE_NS (0: no
+ * deeply idle, sleeps in ppoll on FDS[0..N), the deep fd and the doorbell
+ * (FDS has room for N + 2; a ring is read here) for FS_BELL_SLICE_MS at most, never past DEADLINE_NS (0: no
  * deadline), sets *SLEPT and returns ppoll's count of FDS[0..N) or -errno.
  * Otherwise returns 0 at once with *SLEPT false; and -EAGAIN when this
  * call has just armed every stream: the caller looks at its set once more

@@ -1127,7 +1127,7 @@ int fs_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeo
 		if (wait_us) {
 			/* deeply idle: sleep on the epoll fd itself and the engine's
 			 * deep fd, then collect without waiting */
-			struct pollfd dp[2] = { { .fd = epfd, .events = POLLIN } };
+			struct pollfd dp[3] = { { .fd = epfd, .events = POLLIN } };
 			bool slept;
 			int r = fs_engine_deep_sleep(dp, 1, deadline, sigmask, &slept);
 

@@ -625,6 +625,7 @@ static void *fs_service_main(void *arg)
 	struct fs_service_set set = { 0 };
 	uint64_t idle_us = 1000, next_deadline;
 	nfds_t nl, nw;
+	bool bell_off = false;
 
 	FS_GUARD_ENTER(); /* everything this thread does is fabsock's own */
 	pthread_mutex_lock(&fs_service_busy);
@@ -699,6 +700,12 @@ static void *fs_service_main(void *arg)
 				 * every stream: with nothing in flight, this thread
 				 * is needed for a ring or a watch only. */
 				deep = fs_engine_deep_idle(e) || (e->deep_waiters && fs_engine_waiters_arm(e));
+				/* deep sleepers watch the doorbell: one wake-up per
+				 * ring, theirs (fs_engine_bell_watched) */
+				bell_off = deep && e->deep_waiters;
+				__atomic_store_n(&e->service_bell_off, bell_off, __ATOMIC_RELAXED);
+				if (bell_off)
+					pfd[1].fd = -1;
 				pthread_mutex_unlock(&e->lock);
 			}
 			if (busy)
@@ -724,6 +731,10 @@ static void *fs_service_main(void *arg)
 			ret = fs_real.poll(pfd, n, timeout_ms);
 		}
 		pthread_mutex_lock(&fs_service_busy);
+		if (bell_off && (e = fs_engine_peek())) {
+			__atomic_store_n(&e->service_bell_off, false, __ATOMIC_RELAXED);
+			bell_off = false;
+		}
 		if (ret > 0 && (pfd[0].revents & POLLIN)) {
 			uint64_t v;
 			ssize_t r = fs_real.read(fs_service_wake_fd, &v, sizeof(v));

@@ -130,8 +130,8 @@ int fs_core_poll(struct pollfd *fds, nfds_t nfds, int64_t timeout_ns, const sigs
 		ret = fs_real.ppoll(fds, nfds, timeout_ns < 0 ? NULL : &ts, sigmask);
 		return ret < 0 ? -errno : ret;
 	}
-	/* one slot more for the engine's deep fd (fs_engine_deep_sleep) */
-	kset = nfds + 1 <= FS_POLL_STACK ? stack : calloc(nfds + 1, sizeof(*kset));
+	/* two slots more: the engine's deep fd and the doorbell (fs_engine_deep_sleep) */
+	kset = nfds + 2 <= FS_POLL_STACK ? stack : calloc(nfds + 2, sizeof(*kset));
 	if (!kset)
 		return -ENOMEM;
 	for (;;) {

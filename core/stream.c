@@ -149,10 +149,12 @@ static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_read
 			 * (the poller through the engine's deep fd, the others through
 			 * their stream's eventfd), the slice is only a safety net. */
 			bool deep = fs_engine_wait_deep(e, true);
-			struct pollfd pfd[3] = {
+			struct pollfd pfd[4] = {
 				{ .fd = ctl_fd, .events = POLLIN | POLLRDHUP },
 				{ .fd = *poller ? -1 : s->wake_fd, .events = POLLIN },
 				{ .fd = deep && *poller ? fs_engine_deep_begin(e) : -1, .events = POLLIN },
+				/* a deep sleeper reads a ring itself (fs_engine_bell_watched) */
+				{ .fd = -1, .events = POLLIN },
 			};
 			uint64_t ns = *poller || s->wake_fd < 0 ? sleep_us * 1000ull : 50000000ull;
 			struct timespec ts;
@@ -169,10 +171,14 @@ static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_read
 			if (!*poller)
 				fs_stream_sleep_begin(e, s);
 			pthread_mutex_unlock(&e->lock);
-			ret = fs_real.ppoll(pfd, 3, &ts, NULL);
+			if (pfd[2].fd >= 0)
+				pfd[3].fd = fs_bell_fd();
+			ret = fs_real.ppoll(pfd, 4, &ts, NULL);
 			pthread_mutex_lock(&e->lock);
 			if (pfd[2].fd >= 0)
 				fs_engine_deep_end(e);
+			if (ret > 0 && (pfd[3].revents & POLLIN))
+				fs_bell_take_arms(e); /* and the progress round below reads what a ring announced */
 			if (!*poller) {
 				fs_stream_sleep_end(e, s);
 				if (ret > 0 && (pfd[1].revents & POLLIN)) {
