@@ -111,7 +111,16 @@ struct fs_engine *fs_engine_get(void)
 			pthread_mutex_init(&e->lock, NULL);
 			e->pid = fs_self_pid();
 			e->next_id = 1;
+			/* made with the engine, not at the first deep sleep: a
+			 * sleepy process sleeps deeply within its first requests,
+			 * and its descriptors stay what they were after the first
+			 * connection (e2e_perrequest) */
 			e->deep_fd = -1;
+			{
+				int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+
+				e->deep_fd = fd >= 0 ? fs_internal_fd(fd) : -1;
+			}
 			e->active_ns = fs_now_ns();
 			fs_dlist_init(&e->pending);
 			fs_dlist_init(&e->unpulled);
