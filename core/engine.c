@@ -1172,9 +1172,6 @@ static int fs_post(struct fs_stream *s, struct fs_buf *buf, const void *data, si
 	return 0;
 }
 
-/* Posts BUF (its tag, header and payload) as one message of class CLS, or,
- * if ANNOUNCE, only its tag and header as the FS_MSG_PULL that announces
- * its payload (which fs_stream_flush sends next, by fs_post). */
 /* Whether S's next message may carry our ARM (FS_MSG_ARM), which saves a
  * waiter of a sleepy engine its ARM datagram: both ends have a doorbell,
  * the stream is not armed yet, and our reader has taken every message that
@@ -1188,6 +1185,9 @@ static bool fs_stream_arm_inline(const struct fs_stream *s)
 	       s->state != FS_STREAM_HELLO && fs_bell_fd() >= 0;
 }
 
+/* Posts BUF (its tag, header and payload) as one message of class CLS, or,
+ * if ANNOUNCE, only its tag and header as the FS_MSG_PULL that announces
+ * its payload (which fs_stream_flush sends next, by fs_post). */
 static int fs_post_msg(struct fs_stream *s, struct fs_buf *buf, unsigned cls, bool announce)
 {
 	unsigned kind = announce ? FS_MSG_PULL : buf->kind;

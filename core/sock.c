@@ -606,16 +606,44 @@ int fs_core_listen(struct fs_sock *s, int backlog)
 	struct sockaddr_storage local;
 	socklen_t llen = sizeof(local);
 	uint8_t key[16];
-	uint16_t port;
-	int ret = fs_real.listen(s->fd, backlog);
+	uint16_t port = 0;
+	struct fs_listener *early = NULL;
+	bool tried = false;
+	int ret;
 
-	if (ret)
-		return -errno;
+	/* A bound socket gets its probe port before it listens: a client that
+	 * connects the moment the port listens (one that retries until it
+	 * can: a test harness, a supervisor's health check) would otherwise
+	 * find the probe port closed, and take this host for one without
+	 * fabsock (the negative cache keeps it so for a while). Seen in CI:
+	 * e2e_load's client on TCP. */
+	pthread_mutex_lock(&s->lock);
+	if (fs_sock_state(s) == FS_SOCK_FRESH && !fs_real.getsockname(s->fd, (struct sockaddr *)&local, &llen)) {
+		fs_sockaddr_key((struct sockaddr *)&local, key, &port);
+		if (port && fs_rules_match(&fs_rules_global, FS_SIDE_SERVER, NULL, port) != FS_RULE_KERNEL) {
+			early = fs_listener_open(s->fd);
+			tried = true; /* a refusal (a planted table, a taken UDP port) stands */
+		}
+	}
+	pthread_mutex_unlock(&s->lock);
+	ret = fs_real.listen(s->fd, backlog);
+	if (!ret && fs_params.test_listen_delay_ms)
+		usleep((useconds_t)(fs_params.test_listen_delay_ms * 1000));
+	if (ret) {
+		int err = errno;
+
+		if (early)
+			fs_listener_close(early);
+		return -err;
+	}
 	pthread_mutex_lock(&s->lock);
 	if (fs_sock_state(s) == FS_SOCK_LISTENING) { /* listen() again: backlog change */
 		pthread_mutex_unlock(&s->lock);
+		if (early)
+			fs_listener_close(early); /* another thread listened meanwhile */
 		return 0;
 	}
+	llen = sizeof(local);
 	if (fs_sock_state(s) != FS_SOCK_FRESH || fs_real.getsockname(s->fd, (struct sockaddr *)&local, &llen))
 		goto plain;
 	fs_sockaddr_key((struct sockaddr *)&local, key, &port);
@@ -623,7 +651,8 @@ int fs_core_listen(struct fs_sock *s, int backlog)
 		FS_INFO("listener on port %u: a FABSOCK_RULES rule says kernel", port);
 		goto plain;
 	}
-	s->listener = fs_listener_open(s->fd);
+	s->listener = tried ? early : fs_listener_open(s->fd);
+	early = NULL;
 	s->local_port = port;
 	fs_sock_set_state(s, FS_SOCK_LISTENING);
 	fs_sock_note_inherit(s);
@@ -632,6 +661,8 @@ int fs_core_listen(struct fs_sock *s, int backlog)
 plain:
 	fs_sock_release(s);
 	pthread_mutex_unlock(&s->lock);
+	if (early)
+		fs_listener_close(early);
 	return 0;
 }
 
