@@ -27,7 +27,6 @@
 #include "preload/real.h"
 
 #define FS_POLL_STACK 64
-#define FS_POLL_BATCH 256 /* offloaded sockets looked at without a malloc */
 
 static bool fs_poll_is_ours(int fd)
 {
@@ -40,33 +39,19 @@ static bool fs_poll_is_ours(int fd)
 }
 
 /* Fills REVENTS of the offloaded entries; returns how many are ready.
- * KERNEL holds the kernel's answers for this round (may be NULL). The
- * completion-queue round and every stream's look are one engine lock hold:
- * pgbench's poll() of 150 offloaded sockets took and dropped it 150 times
- * per turn, against its other thread doing the same. */
+ * KERNEL holds the kernel's answers for this round (may be NULL). */
 static int fs_poll_ours(struct pollfd *fds, nfds_t nfds, const struct pollfd *kernel, bool *any_ours)
 {
-	struct fs_sock *stack[FS_POLL_BATCH], **socks = stack;
-	nfds_t *index = NULL, istack[FS_POLL_BATCH], n = 0;
-	struct fs_engine *e = fs_engine_peek();
 	int ready = 0;
 
 	*any_ours = false;
-	if (nfds > FS_POLL_BATCH) {
-		socks = malloc(nfds * sizeof(*socks));
-		index = malloc(nfds * sizeof(*index));
-		if (!socks || !index) {
-			/* no memory: one lock hold per socket, as before */
-			free(socks);
-			free(index);
-			socks = NULL;
-			index = NULL;
-		}
-	} else {
-		index = istack;
-	}
+	/* One completion-queue round for the whole set; members then only look
+	 * at their stream's state. */
+	fs_engine_progress_locked();
 	for (nfds_t i = 0; i < nfds; i++) {
 		struct fs_sock *s;
+		uint32_t gen;
+		unsigned ev, want = (unsigned)fds[i].events | POLLERR | POLLHUP;
 
 		if (fds[i].fd < 0 || !fs_poll_is_ours(fds[i].fd))
 			continue;
@@ -95,49 +80,15 @@ static int fs_poll_ours(struct pollfd *fds, nfds_t nfds, const struct pollfd *ke
 			*any_ours = true;
 			if (kernel && (kernel[i].revents & (POLLIN | POLLHUP | POLLERR)))
 				fs_stream_note_ctl(s->stream, s->fd);
-			if (socks) {
-				socks[n] = s;
-				index[n++] = i;
-				continue; /* looked at below, under one lock hold */
-			}
-			{
-				uint32_t gen;
-				unsigned ev = fs_stream_poll_state(s->stream, &gen) & ((unsigned)fds[i].events | POLLERR | POLLHUP);
-
-				if (kernel && (kernel[i].revents & POLLPRI) && (fds[i].events & POLLPRI))
-					ev |= POLLPRI;
-				fds[i].revents = (short)ev;
-				if (ev)
-					ready++;
-			}
-		}
-		fs_sock_put(s);
-	}
-	/* One completion-queue round for the whole set; members then only look
-	 * at their stream's state. */
-	if (e) {
-		pthread_mutex_lock(&e->lock);
-		fs_engine_progress(e);
-		for (nfds_t k = 0; k < n; k++) {
-			nfds_t i = index[k];
-			uint32_t gen;
-			unsigned ev = fs_stream_events_locked(socks[k]->stream, &gen) &
-				      ((unsigned)fds[i].events | POLLERR | POLLHUP);
-
+			ev = fs_stream_poll_state(s->stream, &gen) & want;
 			if (kernel && (kernel[i].revents & POLLPRI) && (fds[i].events & POLLPRI))
 				ev |= POLLPRI;
 			fds[i].revents = (short)ev;
 			if (ev)
 				ready++;
 		}
-		pthread_mutex_unlock(&e->lock);
+		fs_sock_put(s);
 	}
-	for (nfds_t k = 0; k < n; k++)
-		fs_sock_put(socks[k]);
-	if (socks != stack)
-		free(socks);
-	if (index != istack)
-		free(index);
 	return ready;
 }
 
