@@ -97,6 +97,15 @@ struct fs_engine *fs_engine_peek(void)
 	return e && e->pid == fs_self_pid() ? e : NULL;
 }
 
+/* The eventfd deep sleepers wait on; internal: an application's close-all
+ * loop must not free the number for a file we would then write to. */
+static void fs_engine_deep_fd_open(struct fs_engine *e)
+{
+	int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+
+	e->deep_fd = fd >= 0 ? fs_internal_fd(fd) : -1;
+}
+
 struct fs_engine *fs_engine_get(void)
 {
 	struct fs_engine *e = fs_engine_peek();
@@ -116,11 +125,7 @@ struct fs_engine *fs_engine_get(void)
 			 * and its descriptors stay what they were after the first
 			 * connection (e2e_perrequest) */
 			e->deep_fd = -1;
-			{
-				int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-
-				e->deep_fd = fd >= 0 ? fs_internal_fd(fd) : -1;
-			}
+			fs_engine_deep_fd_open(e);
 			e->active_ns = fs_now_ns();
 			fs_dlist_init(&e->pending);
 			fs_dlist_init(&e->unpulled);
@@ -941,13 +946,8 @@ bool fs_engine_bell_watched(const struct fs_engine *e)
 
 int fs_engine_deep_begin(struct fs_engine *e)
 {
-	if (e->deep_fd < 0) {
-		int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-
-		/* internal: an application's close-all loop must not free the
-		 * number for a file we would then write to */
-		e->deep_fd = fd >= 0 ? fs_internal_fd(fd) : -1;
-	}
+	if (e->deep_fd < 0)
+		fs_engine_deep_fd_open(e); /* its making at engine creation failed */
 	if (e->deep_fd >= 0)
 		e->deep_waiters++;
 	return e->deep_fd;
