@@ -840,9 +840,9 @@ static uint32_t fs_member_kernel_event(struct fs_epoll *fe, struct fs_ep_member 
 		return fs_member_ready(m);
 	if (m->disarmed)
 		return 0;
-	/* Still negotiating: a client that has not sent its HELLO cannot take
-	 * bytes yet, so do not invite a writer to spin. */
-	if (fs_sock_state(s) == FS_SOCK_CLIENT_PENDING)
+	/* Still negotiating: a client that cannot take bytes yet (no HELLO
+	 * sent, or its hold full) does not invite a writer to spin. */
+	if (!fs_sock_writable_early(s))
 		kev &= ~(uint32_t)EPOLLOUT;
 	kev &= m->events | EPOLLERR | EPOLLHUP;
 	if (kev && (m->events & EPOLLONESHOT))

@@ -206,9 +206,9 @@ int fs_core_poll(struct pollfd *fds, nfds_t nfds, int64_t timeout_ns, const sigs
 			    !fs_epoll_kernel_readable(fds[i].fd))
 				kset[i].revents &= ~POLLIN; /* only handshake bytes were there */
 			fds[i].revents = kset[i].revents;
-			/* a client that has not sent its HELLO cannot take bytes yet:
-			 * do not invite a nonblocking writer to spin */
-			if (s && s != FS_SOCK_INTERNAL && fs_sock_state(s) == FS_SOCK_CLIENT_PENDING)
+			/* a client that cannot take bytes yet (no HELLO sent, or
+			 * its hold full): do not invite a nonblocking writer to spin */
+			if (s && s != FS_SOCK_INTERNAL && !fs_sock_writable_early(s))
 				fds[i].revents &= ~POLLOUT;
 			if (fds[i].revents)
 				total++;

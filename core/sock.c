@@ -831,6 +831,67 @@ ssize_t fs_core_recvmsg(struct fs_sock *s, struct msghdr *msg, int flags)
 	return ret;
 }
 
+bool fs_sock_writable_early(const struct fs_sock *s)
+{
+	enum fs_sock_state st = fs_sock_state(s);
+
+	return st != FS_SOCK_CLIENT_PENDING && !(st == FS_SOCK_CLIENT_HELLO_SENT && s->hold_full);
+}
+
+/* A send on a socket that has not settled. A client whose connection is up
+ * holds the bytes in its stream until the HELLO-ACK lets them go, like
+ * TCP's send buffer: the server application need not have read yet. A
+ * nonblocking send never waits for the server (it answers the HELLO on its
+ * first read, which may come seconds later): -EAGAIN while the probe is
+ * unanswered or the hold is full, and the socket is not reported writable
+ * until it settles (fs_sock_writable_early). A blocking one waits for the
+ * ACK as long as SO_SNDTIMEO allows. The server side settles as before
+ * (its wait is bounded by FABSOCK_FIRST_SEND_WAIT_MS and the probe's
+ * timeout). Returns bytes held (> 0), 0 when the socket is offloaded now
+ * (send on its stream), FS_PASS, -EAGAIN or -errno. */
+static ssize_t fs_sock_send_early(struct fs_sock *s, const struct msghdr *msg, bool nonblock)
+{
+	uint64_t deadline = nonblock ? fs_now_ns() : fs_deadline(s->sndtimeo_ns);
+	ssize_t ret;
+	bool up;
+
+	if (fs_sock_state(s) == FS_SOCK_CONNECTING) {
+		/* the connection may be up before the service thread noticed */
+		pthread_mutex_lock(&s->lock);
+		up = fs_sock_connect_done(s);
+		pthread_mutex_unlock(&s->lock);
+		if (!up)
+			return FS_PASS; /* the kernel answers for a connection not yet up */
+	}
+	if ((fs_sock_state(s) == FS_SOCK_CLIENT_PENDING || fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT) &&
+	    !s->shut_wr) {
+		pthread_mutex_lock(&s->lock);
+		ret = 0;
+		if (fs_sock_state(s) == FS_SOCK_CLIENT_PENDING)
+			ret = fs_negotiate_client_hello(s, deadline ? deadline : UINT64_MAX);
+		if (ret == FS_PASS) {
+			fs_sock_release(s);
+			pthread_mutex_unlock(&s->lock);
+			return FS_PASS;
+		}
+		if (ret == 0 && fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT)
+			ret = s->stream ? fs_stream_send(s->stream, msg->msg_iov, (int)msg->msg_iovlen, true, 0, s->fd)
+					: -EAGAIN; /* an empty HELLO: the kernel's, once the NAK is read */
+		if (ret > 0 || ret == -EAGAIN)
+			s->hold_full = ret == -EAGAIN;
+		pthread_mutex_unlock(&s->lock);
+		if (ret > 0)
+			return ret;
+		if (nonblock && (ret == -EAGAIN || ret == 0))
+			return -EAGAIN;
+	}
+	if (fs_sock_state(s) == FS_SOCK_OFFLOADED)
+		return 0;
+	if (!fs_sock_pending(s))
+		return FS_PASS;
+	return fs_sock_settle(s, true, fs_sock_state(s) == FS_SOCK_SERVER_PENDING ? 0 : deadline);
+}
+
 ssize_t fs_core_sendmsg(struct fs_sock *s, const struct msghdr *msg, int flags)
 {
 	bool nonblock = s->nonblock || (flags & MSG_DONTWAIT);
@@ -838,35 +899,8 @@ ssize_t fs_core_sendmsg(struct fs_sock *s, const struct msghdr *msg, int flags)
 
 	if (s->strip_hello)
 		s->strip_sent = true; /* a HELLO still to come is then dropped without a NAK */
-	if ((fs_sock_state(s) == FS_SOCK_CLIENT_PENDING || fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT) && !s->shut_wr) {
-		/* Like TCP's send buffer: once the HELLO is out, hold the bytes in
-		 * the stream until the ACK lets them go (or sends them over TCP if
-		 * the server refuses), without waiting for the server application. */
-		pthread_mutex_lock(&s->lock);
-		ret = 0;
-		if (fs_sock_state(s) == FS_SOCK_CLIENT_PENDING)
-			ret = fs_negotiate_client_hello(s, nonblock ? fs_now_ns() : UINT64_MAX);
-		if (ret == -EAGAIN) {
-			/* probe unanswered: a nonblocking writer comes back later */
-			pthread_mutex_unlock(&s->lock);
-			return -EAGAIN;
-		}
-		if (ret == FS_PASS) {
-			fs_sock_release(s);
-			pthread_mutex_unlock(&s->lock);
-			return FS_PASS;
-		}
-		ret = -EAGAIN;
-		if (fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT && s->stream)
-			ret = fs_stream_send(s->stream, msg->msg_iov, (int)msg->msg_iovlen, true, 0, s->fd);
-		pthread_mutex_unlock(&s->lock);
-		if (ret > 0)
-			return ret;
-	}
 	if (fs_sock_state(s) != FS_SOCK_OFFLOADED) {
-		if (!fs_sock_pending(s))
-			return FS_PASS;
-		ret = fs_sock_settle(s, true, 0);
+		ret = fs_sock_send_early(s, msg, nonblock);
 		if (ret)
 			return ret;
 	}
@@ -901,12 +935,19 @@ ssize_t fs_core_sendfile(struct fs_sock *s, int in_fd, off_t *offset, size_t cou
 	size_t total = 0;
 	ssize_t ret = 0;
 
-	if (fs_sock_pending(s) && fs_sock_state(s) != FS_SOCK_CONNECTING) {
+	if (fs_sock_state(s) == FS_SOCK_SERVER_PENDING) {
 		ret = fs_sock_settle(s, true, 0);
 		if (ret)
 			return ret;
+	} else if (fs_sock_state(s) == FS_SOCK_CONNECTING) {
+		pthread_mutex_lock(&s->lock);
+		fs_sock_connect_done(s);
+		pthread_mutex_unlock(&s->lock);
 	}
-	if (fs_sock_state(s) != FS_SOCK_OFFLOADED)
+	/* a client still negotiating: the chunks go through fs_core_sendmsg,
+	 * which holds them until the ACK without waiting for the server */
+	if (fs_sock_state(s) != FS_SOCK_OFFLOADED && fs_sock_state(s) != FS_SOCK_CLIENT_PENDING &&
+	    fs_sock_state(s) != FS_SOCK_CLIENT_HELLO_SENT)
 		return FS_PASS; /* the kernel's socket: its own sendfile */
 	if (pos < 0) {
 		/* A pipe cannot be read back into on a partial send. */

@@ -97,6 +97,10 @@ struct fs_sock {
 	bool strip_hello, strip_sent;
 	uint64_t strip_nonce;
 	bool shut_rd, shut_wr;
+	/* A client before the HELLO-ACK whose stream could hold no more of
+	 * what the application wrote: not writable until it settles
+	 * (fs_sock_writable_early). */
+	bool hold_full;
 	uint64_t rcvtimeo_ns, sndtimeo_ns;
 
 	/* client */
@@ -235,5 +239,9 @@ void fs_core_before_pass(const struct msghdr *msg);
 /* Settles a pending socket (readiness.c uses it). See sock.c. */
 int fs_sock_settle(struct fs_sock *s, bool for_send, uint64_t deadline_ns);
 bool fs_sock_pending(const struct fs_sock *s);
+/* Whether a socket still negotiating may report itself writable: not a
+ * client that cannot take bytes yet (no HELLO sent, or its hold full), so
+ * that a nonblocking writer is not invited to spin on EAGAIN. */
+bool fs_sock_writable_early(const struct fs_sock *s);
 
 #endif

@@ -836,6 +836,127 @@ out:
 }
 
 /*
+ * late_reader_et, late_reader_poll: a client writes on a fresh nonblocking
+ * connection whose server does not read for EV_LATE_READ_MS (a busy server,
+ * one that accepts many connections before serving them). Every send must
+ * return at once - bytes taken or -1 EAGAIN - never wait for the server:
+ * under fabsock the server's answer to the handshake comes with its first
+ * read, and a send that waited for it stalled the client's whole event loop
+ * (wrk against nginx: a thread stuck for seconds). The client sends
+ * EV_LATE_BYTES of the test stream in 16 KiB writes, waiting for EPOLLOUT
+ * with EPOLLET (late_reader_et) or POLLOUT with level-triggered poll()
+ * (late_reader_poll) whenever a send says EAGAIN; no single send may take
+ * EV_LATE_CALL_MS or more, and a level-triggered writer must not be invited
+ * to spin (at most EV_LATE_EAGAIN_MAX sends answered EAGAIN). The server
+ * then reads and checks every byte and answers 'k'.
+ */
+#define EV_LATE_READ_MS 2500
+#define EV_LATE_CALL_MS 1000
+#define EV_LATE_BYTES (4u << 20)
+#define EV_LATE_EAGAIN_MAX 2000
+
+static int late_reader_server(int fd)
+{
+	uint64_t offset = 0;
+	ev_sleep_ms(EV_LATE_READ_MS);
+	if (ev_recv_stream(fd, &offset, EV_LATE_BYTES, "late reader") < 0)
+		return -1;
+	return ev_send_byte(fd, 'k');
+}
+
+static int late_reader_writer(bool edge_triggered)
+{
+	enum { TAG = 0x44 };
+	uint64_t offset = 0;
+	double worst_ms = 0, start = ev_now_ms(), deadline = start + EV_PEER_WAIT_MS;
+	unsigned eagains = 0, waits = 0;
+	int epfd = -1, error, status = -1;
+	int fd = socket(server_address->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return ev_fail("socket: %s", strerror(errno));
+	if (connect(fd, server_address->ai_addr, server_address->ai_addrlen) < 0 && errno != EINPROGRESS) {
+		ev_fail("nonblocking connect: %s", strerror(errno));
+		goto out;
+	}
+	if (edge_triggered) {
+		epfd = ev_epoll_create();
+		if (epfd < 0 || ev_epoll_ctl(epfd, EPOLL_CTL_ADD, fd, EPOLLOUT | EPOLLIN | EPOLLET, TAG) < 0)
+			goto out;
+	}
+	while (offset < EV_LATE_BYTES) {
+		size_t chunk = EV_LATE_BYTES - offset < 16384 ? (size_t)(EV_LATE_BYTES - offset) : 16384;
+		size_t at = offset % EV_PATTERN_PERIOD;
+		double before = ev_now_ms(), took;
+		ssize_t result = send(fd, pattern_table + at, chunk, MSG_NOSIGNAL);
+
+		took = ev_now_ms() - before;
+		if (took > worst_ms)
+			worst_ms = took;
+		if (took >= EV_LATE_CALL_MS) {
+			ev_fail("a nonblocking send at byte %llu took %.0f ms (returned %s): it waited for the server",
+				(unsigned long long)offset, took, ev_error_text(result));
+			goto out;
+		}
+		if (result > 0) {
+			offset += (uint64_t)result;
+			continue;
+		}
+		if (!ev_is_eagain(result) && !(result < 0 && errno == ENOTCONN) && !(result < 0 && errno == EINTR)) {
+			ev_fail("send at byte %llu: %s", (unsigned long long)offset, ev_error_text(result));
+			goto out;
+		}
+		if (result < 0 && errno != EINTR)
+			eagains++;
+		if (eagains > EV_LATE_EAGAIN_MAX) {
+			ev_fail("%u sends answered EAGAIN within %.0f ms: the writer was invited to spin", eagains,
+				ev_now_ms() - start);
+			goto out;
+		}
+		if (ev_now_ms() > deadline) {
+			ev_fail("only %llu of %u bytes sent within %d ms", (unsigned long long)offset, EV_LATE_BYTES,
+				EV_PEER_WAIT_MS);
+			goto out;
+		}
+		waits++;
+		if (edge_triggered) {
+			struct epoll_event event;
+			if (ev_epoll_wait(epfd, &event, 1, ev_remaining_ms(deadline)) < 0)
+				goto out;
+		} else if (ev_wait_fd(fd, POLLOUT, ev_remaining_ms(deadline)) < 0) {
+			goto out;
+		}
+	}
+	if (ev_so_error(fd, &error) < 0 || error != 0) {
+		ev_fail("SO_ERROR %d after sending", error);
+		goto out;
+	}
+	connection_count++;
+	ev_info("sent %u bytes in %.0f ms: %u EAGAIN, %u waits, slowest send %.1f ms", EV_LATE_BYTES,
+		ev_now_ms() - start, eagains, waits, worst_ms);
+	if (ev_expect_byte(fd, 'k') < 0)
+		goto out;
+	status = 0;
+out:
+	if (epfd >= 0)
+		close(epfd);
+	close(fd);
+	return status;
+}
+
+static int late_reader_et_client(int fd)
+{
+	(void)fd;
+	return late_reader_writer(true);
+}
+
+static int late_reader_poll_client(int fd)
+{
+	(void)fd;
+	return late_reader_writer(false);
+}
+
+/*
  * nb_connect_refused (client only): the client learns a free port by binding
  * a socket to port 0 and closing it; a nonblocking connect there returns -1
  * EINPROGRESS (an immediate -1 ECONNREFUSED is accepted too), epoll reports
@@ -2214,6 +2335,8 @@ static const struct ev_scenario scenarios[] = {
 	{ "ppoll_pselect_data", ev_serve, ppoll_pselect_data_client, 0 },
 	{ "nb_send_full", send_full_reader, nb_send_full_client, 0 },
 	{ "nb_connect", nb_connect_server, nb_connect_client, EV_CLIENT_CONNECTS_ITSELF },
+	{ "late_reader_et", late_reader_server, late_reader_et_client, EV_CLIENT_CONNECTS_ITSELF },
+	{ "late_reader_poll", late_reader_server, late_reader_poll_client, EV_CLIENT_CONNECTS_ITSELF },
 	{ "nb_connect_refused", nb_connect_refused_server, nb_connect_refused_client,
 	  EV_CLIENT_CONNECTS_ITSELF | EV_SERVER_ACCEPTS_ITSELF },
 	{ "accept4_flags", accept4_flags_server, accept4_flags_client, EV_SERVER_ACCEPTS_ITSELF },
