@@ -462,6 +462,8 @@ void fs_negotiate_abort_ex(struct fs_sock *s, bool to_tcp)
 		pthread_mutex_lock(&e->lock);
 		if (to_tcp && fs_stream_take_queued(e, s->stream, fs_send_held, s))
 			FS_WARN("fd %d: could not pass held bytes to TCP", s->fd);
+		else if (to_tcp && s->shut_wr)
+			fs_real.shutdown(s->fd, SHUT_WR); /* shut down before the answer: after the held bytes */
 		fs_stream_abandon(e, s->stream);
 		pthread_mutex_unlock(&e->lock);
 	}

@@ -855,6 +855,8 @@ static ssize_t fs_sock_send_early(struct fs_sock *s, const struct msghdr *msg, b
 	ssize_t ret;
 	bool up;
 
+	if (s->shut_wr && fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT)
+		return -EPIPE; /* shut down before the ACK (fs_sock_shutdown_early) */
 	if (fs_sock_state(s) == FS_SOCK_CONNECTING) {
 		/* the connection may be up before the service thread noticed */
 		pthread_mutex_lock(&s->lock);
@@ -901,6 +903,8 @@ ssize_t fs_core_sendmsg(struct fs_sock *s, const struct msghdr *msg, int flags)
 		s->strip_sent = true; /* a HELLO still to come is then dropped without a NAK */
 	if (fs_sock_state(s) != FS_SOCK_OFFLOADED) {
 		ret = fs_sock_send_early(s, msg, nonblock);
+		if (ret == -EPIPE && !(flags & MSG_NOSIGNAL))
+			pthread_kill(pthread_self(), SIGPIPE);
 		if (ret)
 			return ret;
 	}
@@ -1003,12 +1007,57 @@ int fs_core_splice(struct fs_sock *s, bool out)
 	return -EINVAL;
 }
 
+/* shutdown(SHUT_WR or SHUT_RDWR) of a client before the HELLO-ACK, which
+ * must not wait for the server any more than a send does (the kernel's
+ * shutdown never waits): the FIN is queued behind the held bytes and goes
+ * with them when the ACK comes, or as the kernel's shutdown after them if
+ * the connection stays TCP (fs_negotiate_abort_ex). After an empty HELLO
+ * the kernel's own shutdown follows it at once. The wait for the probe's
+ * answer (if not in yet) is bounded by FABSOCK_PROBE_TIMEOUT_MS. Returns 0
+ * (done), FS_PASS, -errno, or 1: not a case for here, settle first. */
+static int fs_sock_shutdown_early(struct fs_sock *s, int how)
+{
+	int ret = 0;
+
+	if (fs_sock_state(s) == FS_SOCK_CONNECTING) {
+		pthread_mutex_lock(&s->lock);
+		fs_sock_connect_done(s);
+		pthread_mutex_unlock(&s->lock);
+	}
+	if (fs_sock_state(s) != FS_SOCK_CLIENT_PENDING && fs_sock_state(s) != FS_SOCK_CLIENT_HELLO_SENT)
+		return 1;
+	pthread_mutex_lock(&s->lock);
+	if (fs_sock_state(s) == FS_SOCK_CLIENT_PENDING)
+		ret = fs_negotiate_client_hello(s, UINT64_MAX);
+	if (ret == FS_PASS) {
+		fs_sock_release(s);
+	} else if (ret == 0 && fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT) {
+		if (!s->stream) {
+			ret = FS_PASS; /* nothing held: the NAK is read later, as usual */
+		} else if (s->shut_wr || fs_stream_shutdown_wr(s->stream) == 0) {
+			s->shut_wr = true;
+			s->shut_rd = s->shut_rd || how == SHUT_RDWR;
+		} else {
+			ret = 1; /* no buffer for the FIN: settle first */
+		}
+	} else if (ret == 0) {
+		ret = 1;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return ret;
+}
+
 int fs_core_shutdown(struct fs_sock *s, int how)
 {
 	int ret;
 
 	if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR)
 		return -EINVAL;
+	if (fs_sock_pending(s) && how != SHUT_RD) {
+		ret = fs_sock_shutdown_early(s, how);
+		if (ret <= 0)
+			return ret;
+	}
 	if (fs_sock_pending(s)) {
 		/* Settle first, so the peer's view stays consistent. */
 		ret = fs_sock_settle(s, true, 0);

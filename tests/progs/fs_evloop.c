@@ -957,6 +957,52 @@ static int late_reader_poll_client(int fd)
 }
 
 /*
+ * late_reader_shut: the same late server; the client writes
+ * EV_LATE_SHUT_BYTES, then shutdown(SHUT_WR), which must return at once
+ * (the kernel's never waits for the peer), then a send fails EPIPE. The
+ * server, EV_LATE_READ_MS later, reads every byte and then EOF, answers
+ * 'k' and closes; the client reads 'k' and EOF.
+ */
+#define EV_LATE_SHUT_BYTES 20000
+
+static int late_reader_shut_server(int fd)
+{
+	uint64_t offset = 0;
+	ev_sleep_ms(EV_LATE_READ_MS);
+	if (ev_recv_stream(fd, &offset, EV_LATE_SHUT_BYTES, "late reader") < 0 || ev_expect_eof(fd) < 0)
+		return -1;
+	return ev_send_byte(fd, 'k');
+}
+
+static int late_reader_shut_client(int fd)
+{
+	uint64_t offset = 0;
+	double before, took;
+	ssize_t result;
+
+	before = ev_now_ms();
+	if (ev_send_stream(fd, &offset, EV_LATE_SHUT_BYTES) < 0)
+		return -1;
+	took = ev_now_ms() - before;
+	if (took >= EV_LATE_CALL_MS)
+		return ev_fail("sending %d bytes took %.0f ms: it waited for the server", EV_LATE_SHUT_BYTES, took);
+	before = ev_now_ms();
+	if (shutdown(fd, SHUT_WR) < 0)
+		return ev_fail("shutdown(SHUT_WR): %s", strerror(errno));
+	took = ev_now_ms() - before;
+	if (took >= EV_LATE_CALL_MS)
+		return ev_fail("shutdown(SHUT_WR) took %.0f ms: it waited for the server", took);
+	result = send(fd, "x", 1, MSG_NOSIGNAL);
+	if (!(result < 0 && errno == EPIPE))
+		return ev_fail("send after shutdown(SHUT_WR) returned %zd (%s), expected -1 EPIPE", result,
+			       ev_error_text(result));
+	ev_info("sent %d bytes and shut down in %.1f ms", EV_LATE_SHUT_BYTES, took);
+	if (ev_expect_byte(fd, 'k') < 0)
+		return -1;
+	return ev_expect_eof(fd);
+}
+
+/*
  * nb_connect_refused (client only): the client learns a free port by binding
  * a socket to port 0 and closing it; a nonblocking connect there returns -1
  * EINPROGRESS (an immediate -1 ECONNREFUSED is accepted too), epoll reports
@@ -2337,6 +2383,7 @@ static const struct ev_scenario scenarios[] = {
 	{ "nb_connect", nb_connect_server, nb_connect_client, EV_CLIENT_CONNECTS_ITSELF },
 	{ "late_reader_et", late_reader_server, late_reader_et_client, EV_CLIENT_CONNECTS_ITSELF },
 	{ "late_reader_poll", late_reader_server, late_reader_poll_client, EV_CLIENT_CONNECTS_ITSELF },
+	{ "late_reader_shut", late_reader_shut_server, late_reader_shut_client, 0 },
 	{ "nb_connect_refused", nb_connect_refused_server, nb_connect_refused_client,
 	  EV_CLIENT_CONNECTS_ITSELF | EV_SERVER_ACCEPTS_ITSELF },
 	{ "accept4_flags", accept4_flags_server, accept4_flags_client, EV_SERVER_ACCEPTS_ITSELF },
