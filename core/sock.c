@@ -831,6 +831,21 @@ ssize_t fs_core_recvmsg(struct fs_sock *s, struct msghdr *msg, int flags)
 	return ret;
 }
 
+/* A socket in CONNECTING whose connect() finished before the service
+ * thread noticed moves on now (fs_sock_connect_done). Returns false while
+ * the connection is not up yet. */
+static bool fs_sock_connect_advance(struct fs_sock *s)
+{
+	bool up;
+
+	if (fs_sock_state(s) != FS_SOCK_CONNECTING)
+		return true;
+	pthread_mutex_lock(&s->lock);
+	up = fs_sock_connect_done(s);
+	pthread_mutex_unlock(&s->lock);
+	return up;
+}
+
 bool fs_sock_writable_early(const struct fs_sock *s)
 {
 	enum fs_sock_state st = fs_sock_state(s);
@@ -853,18 +868,11 @@ static ssize_t fs_sock_send_early(struct fs_sock *s, const struct msghdr *msg, b
 {
 	uint64_t deadline = nonblock ? fs_now_ns() : fs_deadline(s->sndtimeo_ns);
 	ssize_t ret;
-	bool up;
 
 	if (s->shut_wr && fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT)
 		return -EPIPE; /* shut down before the ACK (fs_sock_shutdown_early) */
-	if (fs_sock_state(s) == FS_SOCK_CONNECTING) {
-		/* the connection may be up before the service thread noticed */
-		pthread_mutex_lock(&s->lock);
-		up = fs_sock_connect_done(s);
-		pthread_mutex_unlock(&s->lock);
-		if (!up)
-			return FS_PASS; /* the kernel answers for a connection not yet up */
-	}
+	if (!fs_sock_connect_advance(s))
+		return FS_PASS; /* the kernel answers for a connection not yet up */
 	if ((fs_sock_state(s) == FS_SOCK_CLIENT_PENDING || fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT) &&
 	    !s->shut_wr) {
 		pthread_mutex_lock(&s->lock);
@@ -894,6 +902,45 @@ static ssize_t fs_sock_send_early(struct fs_sock *s, const struct msghdr *msg, b
 	return fs_sock_settle(s, true, fs_sock_state(s) == FS_SOCK_SERVER_PENDING ? 0 : deadline);
 }
 
+/* How many iovec entries a blocking send's rest may span (fs_sock_send_rest);
+ * beyond them the send returns a partial count. */
+#define FS_SEND_REST_IOV 64
+
+/* A blocking send whose first DONE bytes of MSG the pre-ACK hold took: the
+ * kernel's would not return before it sent everything, and programs count
+ * on that (write() != len is an error to them), so send the rest where the
+ * connection goes (fs_core_sendmsg waits for the ACK, bounded by
+ * SO_SNDTIMEO; over TCP if it stays TCP). Returns the count sent, at least
+ * DONE: an error after DONE bytes is the next call's, as the kernel's is. */
+static ssize_t fs_sock_send_rest(struct fs_sock *s, const struct msghdr *msg, int flags, size_t done)
+{
+	struct iovec rest[FS_SEND_REST_IOV];
+	struct msghdr m = *msg;
+	size_t skip = done;
+	ssize_t ret;
+	int n = 0;
+
+	for (size_t i = 0; i < msg->msg_iovlen && n < FS_SEND_REST_IOV; i++) {
+		if (skip >= msg->msg_iov[i].iov_len) {
+			skip -= msg->msg_iov[i].iov_len;
+			continue;
+		}
+		rest[n].iov_base = (char *)msg->msg_iov[i].iov_base + skip;
+		rest[n++].iov_len = msg->msg_iov[i].iov_len - skip;
+		skip = 0;
+	}
+	if (!n)
+		return (ssize_t)done;
+	m.msg_iov = rest;
+	m.msg_iovlen = (size_t)n;
+	ret = fs_core_sendmsg(s, &m, flags | MSG_NOSIGNAL);
+	if (ret == FS_PASS) {
+		/* it went to TCP: the held bytes went first (fs_negotiate_abort_ex) */
+		ret = fs_real.sendmsg(s->fd, &m, flags | MSG_NOSIGNAL);
+	}
+	return (ssize_t)done + (ret > 0 ? ret : 0);
+}
+
 ssize_t fs_core_sendmsg(struct fs_sock *s, const struct msghdr *msg, int flags)
 {
 	bool nonblock = s->nonblock || (flags & MSG_DONTWAIT);
@@ -902,9 +949,17 @@ ssize_t fs_core_sendmsg(struct fs_sock *s, const struct msghdr *msg, int flags)
 	if (s->strip_hello)
 		s->strip_sent = true; /* a HELLO still to come is then dropped without a NAK */
 	if (fs_sock_state(s) != FS_SOCK_OFFLOADED) {
+		size_t total = 0;
+
 		ret = fs_sock_send_early(s, msg, nonblock);
 		if (ret == -EPIPE && !(flags & MSG_NOSIGNAL))
 			pthread_kill(pthread_self(), SIGPIPE);
+		if (ret > 0 && !nonblock) {
+			for (size_t i = 0; i < msg->msg_iovlen; i++)
+				total += msg->msg_iov[i].iov_len;
+			if ((size_t)ret < total)
+				return fs_sock_send_rest(s, msg, flags, (size_t)ret);
+		}
 		if (ret)
 			return ret;
 	}
@@ -943,10 +998,8 @@ ssize_t fs_core_sendfile(struct fs_sock *s, int in_fd, off_t *offset, size_t cou
 		ret = fs_sock_settle(s, true, 0);
 		if (ret)
 			return ret;
-	} else if (fs_sock_state(s) == FS_SOCK_CONNECTING) {
-		pthread_mutex_lock(&s->lock);
-		fs_sock_connect_done(s);
-		pthread_mutex_unlock(&s->lock);
+	} else {
+		fs_sock_connect_advance(s);
 	}
 	/* a client still negotiating: the chunks go through fs_core_sendmsg,
 	 * which holds them until the ACK without waiting for the server */
@@ -1019,11 +1072,7 @@ static int fs_sock_shutdown_early(struct fs_sock *s, int how)
 {
 	int ret = 0;
 
-	if (fs_sock_state(s) == FS_SOCK_CONNECTING) {
-		pthread_mutex_lock(&s->lock);
-		fs_sock_connect_done(s);
-		pthread_mutex_unlock(&s->lock);
-	}
+	fs_sock_connect_advance(s);
 	if (fs_sock_state(s) != FS_SOCK_CLIENT_PENDING && fs_sock_state(s) != FS_SOCK_CLIENT_HELLO_SENT)
 		return 1;
 	pthread_mutex_lock(&s->lock);

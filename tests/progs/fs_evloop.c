@@ -1003,6 +1003,41 @@ static int late_reader_shut_client(int fd)
 }
 
 /*
+ * late_reader_blocking: the same late server; the client, switched to
+ * blocking, sends EV_LATE_BLOCK_BYTES in one send(), which must return the
+ * whole count, as the kernel's does (programs treat a short blocking write
+ * as an error), although fabsock holds only part of it before the server's
+ * first read; the server checks every byte.
+ */
+#define EV_LATE_BLOCK_BYTES 200000
+
+static int late_reader_blocking_server(int fd)
+{
+	uint64_t offset = 0;
+	ev_sleep_ms(EV_LATE_READ_MS);
+	if (ev_recv_stream(fd, &offset, EV_LATE_BLOCK_BYTES, "late reader") < 0)
+		return -1;
+	return ev_send_byte(fd, 'k');
+}
+
+static int late_reader_blocking_client(int fd)
+{
+	static unsigned char data[EV_LATE_BLOCK_BYTES];
+	int flags = fcntl(fd, F_GETFL);
+	ssize_t result;
+
+	if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0)
+		return ev_fail("fcntl: %s", strerror(errno));
+	for (size_t i = 0; i < sizeof(data); i++)
+		data[i] = pattern_table[i % EV_PATTERN_PERIOD];
+	result = send(fd, data, sizeof(data), MSG_NOSIGNAL);
+	if (result != (ssize_t)sizeof(data))
+		return ev_fail("a blocking send of %zu bytes returned %zd (%s), expected all of them", sizeof(data),
+			       result, ev_error_text(result));
+	return ev_expect_byte(fd, 'k');
+}
+
+/*
  * nb_connect_refused (client only): the client learns a free port by binding
  * a socket to port 0 and closing it; a nonblocking connect there returns -1
  * EINPROGRESS (an immediate -1 ECONNREFUSED is accepted too), epoll reports
@@ -2384,6 +2419,7 @@ static const struct ev_scenario scenarios[] = {
 	{ "late_reader_et", late_reader_server, late_reader_et_client, EV_CLIENT_CONNECTS_ITSELF },
 	{ "late_reader_poll", late_reader_server, late_reader_poll_client, EV_CLIENT_CONNECTS_ITSELF },
 	{ "late_reader_shut", late_reader_shut_server, late_reader_shut_client, 0 },
+	{ "late_reader_blocking", late_reader_blocking_server, late_reader_blocking_client, 0 },
 	{ "nb_connect_refused", nb_connect_refused_server, nb_connect_refused_client,
 	  EV_CLIENT_CONNECTS_ITSELF | EV_SERVER_ACCEPTS_ITSELF },
 	{ "accept4_flags", accept4_flags_server, accept4_flags_client, EV_SERVER_ACCEPTS_ITSELF },
