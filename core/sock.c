@@ -1166,8 +1166,12 @@ static int fs_sock_close_fd(struct fs_sock *s, int fd, bool real_close)
 		return fs_fd_close_maybe(fd, real_close);
 	}
 	pthread_mutex_unlock(&s->lock);
-	if (fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT) {
-		/* Bytes may be held for the ACK: settle, as TCP would deliver them. */
+	if (fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT && s->stream && fs_stream_holds(s->stream)) {
+		/* Bytes held for the ACK: settle, as TCP would deliver them. With
+		 * nothing held the kernel's close is all there is to do (a client
+		 * that connects and closes - a health check, the losing
+		 * connection of a happy-eyeballs race - must not wait for the
+		 * server's first read): the server sees the connection closed. */
 		fs_sock_settle(s, true, fs_now_ns() + fs_params.linger_sec * 1000000000ull);
 	}
 	pthread_mutex_lock(&s->lock);

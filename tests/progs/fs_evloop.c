@@ -1038,6 +1038,33 @@ static int late_reader_blocking_client(int fd)
 }
 
 /*
+ * late_reader_close: the same late server; the client closes its fresh
+ * connection without writing (a health check, the losing connection of a
+ * happy-eyeballs race). close() must return at once, as the kernel's does;
+ * the server, EV_LATE_READ_MS later, reads EOF. (Nothing was carried: the
+ * offloaded count is not checked, see e2e_evloop.sh.)
+ */
+static int late_reader_close_server(int fd)
+{
+	ev_sleep_ms(EV_LATE_READ_MS);
+	return ev_expect_eof(fd);
+}
+
+static int late_reader_close_client(int fd)
+{
+	double before = ev_now_ms(), took;
+
+	if (close(fd) < 0)
+		return ev_fail("close: %s", strerror(errno));
+	took = ev_now_ms() - before;
+	if (took >= EV_LATE_CALL_MS)
+		return ev_fail("close of a connection that carried nothing took %.0f ms: it waited for the server",
+			       took);
+	ev_info("close took %.1f ms", took);
+	return 0;
+}
+
+/*
  * nb_connect_refused (client only): the client learns a free port by binding
  * a socket to port 0 and closing it; a nonblocking connect there returns -1
  * EINPROGRESS (an immediate -1 ECONNREFUSED is accepted too), epoll reports
@@ -2420,6 +2447,7 @@ static const struct ev_scenario scenarios[] = {
 	{ "late_reader_poll", late_reader_server, late_reader_poll_client, EV_CLIENT_CONNECTS_ITSELF },
 	{ "late_reader_shut", late_reader_shut_server, late_reader_shut_client, 0 },
 	{ "late_reader_blocking", late_reader_blocking_server, late_reader_blocking_client, 0 },
+	{ "late_reader_close", late_reader_close_server, late_reader_close_client, EV_CLIENT_CLOSES_FD },
 	{ "nb_connect_refused", nb_connect_refused_server, nb_connect_refused_client,
 	  EV_CLIENT_CONNECTS_ITSELF | EV_SERVER_ACCEPTS_ITSELF },
 	{ "accept4_flags", accept4_flags_server, accept4_flags_client, EV_SERVER_ACCEPTS_ITSELF },
