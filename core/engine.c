@@ -1872,6 +1872,18 @@ static int fs_engine_lock_until(struct fs_engine *e, uint64_t deadline_ns)
 	return pthread_mutex_timedlock(&e->lock, &real) ? -ETIMEDOUT : 0;
 }
 
+bool fs_stream_holds(struct fs_stream *s, uint64_t deadline_ns)
+{
+	struct fs_engine *e = fs_engine_peek();
+	bool held;
+
+	if (!e || fs_engine_lock_until(e, deadline_ns))
+		return false;
+	held = s->txq_head != NULL;
+	pthread_mutex_unlock(&e->lock);
+	return held;
+}
+
 void fs_engine_shutdown(void)
 {
 	struct fs_engine *e = fs_engine_peek();

@@ -518,8 +518,10 @@ unsigned fs_stream_poll_state(struct fs_stream *s, uint32_t *gen);
 /* The same with the engine lock already held. */
 unsigned fs_stream_events_locked(struct fs_stream *s, uint32_t *gen);
 /* Whether the stream has messages not yet posted (before the HELLO-ACK:
- * what the application wrote, held for it). */
-bool fs_stream_holds(struct fs_stream *s);
+ * what the application wrote, held for it). Waits for the engine lock until
+ * DEADLINE_NS at most (the exit paths may run where the holder is the
+ * interrupted thread): false if it could not look. */
+bool fs_stream_holds(struct fs_stream *s, uint64_t deadline_ns);
 /* The kernel socket showed activity: look whether the peer went away. */
 void fs_stream_note_ctl(struct fs_stream *s, int ctl_fd);
 

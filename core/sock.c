@@ -279,12 +279,43 @@ void fs_core_atfork_child(void)
 	pthread_mutex_init(&fs_sock_free_lock, NULL);
 }
 
+unsigned fs_sock_hello_sent;
+
+/* The process ends (exit, _exit, a fatal signal) with bytes held for a
+ * HELLO-ACK: a client that wrote and ended before the server read, a forked
+ * child's usual _exit() after its reply. The kernel delivers what a process
+ * wrote before it ended; so wait for those ACKs (FABSOCK_LINGER_SEC in all)
+ * and the engine's shutdown then delivers the bytes, or they went over TCP
+ * with a refusal. A socket whose lock is taken (the exit interrupted a
+ * call on it) is left, as are a parent's sockets in a forked child. */
+static void fs_sock_exit_held(void)
+{
+	uint64_t deadline;
+
+	if (!__atomic_load_n(&fs_sock_hello_sent, __ATOMIC_RELAXED))
+		return;
+	deadline = fs_now_ns() + fs_params.linger_sec * 1000000000ull;
+	for (size_t fd = 0; fd < fs_fdt_size; fd++) {
+		struct fs_sock *s = fs_fdt_peek((int)fd);
+
+		if (!s || s == FS_SOCK_INTERNAL || fs_sock_state(s) != FS_SOCK_CLIENT_HELLO_SENT ||
+		    s->pid != fs_self_pid() || pthread_mutex_trylock(&s->lock))
+			continue;
+		if (fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT && s->stream && fs_stream_holds(s->stream, deadline) &&
+		    fs_negotiate_client_ack(s, deadline) == -EAGAIN)
+			FS_WARN("fd %d: process ending: no HELLO-ACK within FABSOCK_LINGER_SEC; the bytes held for it "
+				"are lost", s->fd);
+		pthread_mutex_unlock(&s->lock);
+	}
+}
+
 void fs_core_exit(void)
 {
 	static int done;
 
 	if (!fs_core_enabled || __atomic_exchange_n(&done, 1, __ATOMIC_ACQ_REL))
 		return;
+	fs_sock_exit_held();
 	if (fs_params.stats)
 		fs_stats_log_once();
 	fs_engine_shutdown();
@@ -1166,7 +1197,8 @@ static int fs_sock_close_fd(struct fs_sock *s, int fd, bool real_close)
 		return fs_fd_close_maybe(fd, real_close);
 	}
 	pthread_mutex_unlock(&s->lock);
-	if (fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT && s->stream && fs_stream_holds(s->stream)) {
+	if (fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT && s->stream &&
+	    fs_stream_holds(s->stream, fs_now_ns() + fs_params.linger_sec * 1000000000ull)) {
 		/* Bytes held for the ACK: settle, as TCP would deliver them. With
 		 * nothing held the kernel's close is all there is to do (a client
 		 * that connects and closes - a health check, the losing

@@ -797,19 +797,6 @@ unsigned fs_stream_poll_state(struct fs_stream *s, uint32_t *gen)
 	return ev;
 }
 
-bool fs_stream_holds(struct fs_stream *s)
-{
-	struct fs_engine *e = fs_engine_peek();
-	bool held;
-
-	if (!e)
-		return false;
-	pthread_mutex_lock(&e->lock);
-	held = s->txq_head != NULL;
-	pthread_mutex_unlock(&e->lock);
-	return held;
-}
-
 /* Checks the control connection after poll() reported it readable/hung up. */
 void fs_stream_note_ctl(struct fs_stream *s, int ctl_fd)
 {

@@ -1065,6 +1065,33 @@ static int late_reader_close_client(int fd)
 }
 
 /*
+ * late_reader_exit: the same late server; the client writes
+ * EV_LATE_SHUT_BYTES and ends with _exit() at once, without closing (a
+ * forked child's usual way out). The kernel delivers what a process wrote
+ * before it ended: the server, EV_LATE_READ_MS later, reads every byte and
+ * then EOF. The client prints its own verdict before it ends.
+ */
+static int late_reader_exit_server(int fd)
+{
+	uint64_t offset = 0;
+	ev_sleep_ms(EV_LATE_READ_MS);
+	if (ev_recv_stream(fd, &offset, EV_LATE_SHUT_BYTES, "late reader") < 0)
+		return -1;
+	return ev_expect_eof(fd);
+}
+
+static int late_reader_exit_client(int fd)
+{
+	uint64_t offset = 0;
+
+	if (ev_send_stream(fd, &offset, EV_LATE_SHUT_BYTES) < 0)
+		return -1;
+	printf("PASS %s\nconnections=%d\n", scenario_name, connection_count);
+	fflush(stdout);
+	_exit(0);
+}
+
+/*
  * nb_connect_refused (client only): the client learns a free port by binding
  * a socket to port 0 and closing it; a nonblocking connect there returns -1
  * EINPROGRESS (an immediate -1 ECONNREFUSED is accepted too), epoll reports
@@ -2448,6 +2475,7 @@ static const struct ev_scenario scenarios[] = {
 	{ "late_reader_shut", late_reader_shut_server, late_reader_shut_client, 0 },
 	{ "late_reader_blocking", late_reader_blocking_server, late_reader_blocking_client, 0 },
 	{ "late_reader_close", late_reader_close_server, late_reader_close_client, EV_CLIENT_CLOSES_FD },
+	{ "late_reader_exit", late_reader_exit_server, late_reader_exit_client, EV_CLIENT_CLOSES_FD },
 	{ "nb_connect_refused", nb_connect_refused_server, nb_connect_refused_client,
 	  EV_CLIENT_CONNECTS_ITSELF | EV_SERVER_ACCEPTS_ITSELF },
 	{ "accept4_flags", accept4_flags_server, accept4_flags_client, EV_SERVER_ACCEPTS_ITSELF },
