@@ -18,6 +18,7 @@
 
 #include <errno.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
@@ -225,6 +226,19 @@ static int fs_pid_fd_is(long pid, uint32_t peer_fd, uint32_t inode)
 	return n >= 0 && (size_t)n == strlen(want) && memcmp(link, want, (size_t)n) == 0;
 }
 
+/* Whether the peer of TCP connection FD closed its end (its FIN came):
+ * sock_diag may still show that end's inode, and its descriptor number may
+ * name another file by now. */
+static bool fs_conn_peer_finished(int fd)
+{
+	struct tcp_info ti;
+	socklen_t len = sizeof(ti);
+
+	if (fs_real.getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len))
+		return false;
+	return ti.tcpi_state == TCP_CLOSE_WAIT || ti.tcpi_state == TCP_LAST_ACK || ti.tcpi_state == TCP_CLOSE;
+}
+
 /* After fs_rail_peer_check (issue 16): asks the kernel whether the process
  * named in the shm address ADDR holds, as its descriptor PEER_FD, the socket
  * at the other end of our TCP connection FD. PROBE_INODE is that socket's
@@ -259,17 +273,21 @@ static int fs_peer_confirm(const struct fs_rail *rail, const void *addr, size_t 
 		 * probed; ask the kernel what its end is now */
 	}
 	found = fs_conn_peer_inode(fd, &inode);
-	if (found == 0)
+	if (found == 0 && !fs_conn_peer_finished(fd))
 		return -EPERM; /* the other end is not in this network namespace */
-	if (found < 0 || !inode) {
+	if (found <= 0 || !inode) {
 		/* sock_diag is not ours to use (a sandbox), or the peer closed
-		 * its end already (wrote and closed: the connection is ending):
-		 * the owner check stands */
+		 * its end already (wrote and closed: the connection is ending;
+		 * gone from sock_diag's table once its FIN came): the owner
+		 * check stands */
 		FS_STAT_INC(peers_unconfirmed);
 		return 0;
 	}
 	is = fs_pid_fd_is(pid, peer_fd, inode);
-	if (is < 0) {
+	if (is < 0 || (!is && fs_conn_peer_finished(fd))) {
+		/* (a client that connected and closed at once - wrk's address
+		 * check - and whose descriptor number was reused since: its
+		 * connection is ending, the owner check stands) */
 		FS_STAT_INC(peers_unconfirmed);
 		return 0;
 	}

@@ -417,7 +417,7 @@ void fs_service_kick_soon(void)
 static void fs_service_queue(struct fs_watch *w, int fd, short events, uint64_t deadline_ns, fs_watch_fn fn, void *arg)
 {
 	pthread_mutex_lock(&fs_service_lock);
-	*w = (struct fs_watch){ .fd = fd, .events = events, .deadline_ns = deadline_ns, .fn = fn, .arg = arg };
+	*w = (struct fs_watch){ .fd = fd, .events = events, .deadline_ns = deadline_ns, .fn = fn, .arg = arg, .queued = true };
 	w->next = fs_watch_list;
 	if (fs_watch_list)
 		fs_watch_list->prev = w;
@@ -430,6 +430,21 @@ void fs_service_watch(struct fs_watch *w, int fd, short events, uint64_t deadlin
 {
 	fs_service_queue(w, fd, events, deadline_ns, fn, arg);
 	fs_service_kick();
+}
+
+void fs_service_watch_expire(struct fs_watch *w)
+{
+	bool queued;
+
+	pthread_mutex_lock(&fs_service_lock);
+	queued = w->queued;
+	if (queued) {
+		w->fd = -1;
+		w->deadline_ns = 0;
+	}
+	pthread_mutex_unlock(&fs_service_lock);
+	if (queued)
+		fs_service_kick();
 }
 
 void fs_service_watch_soon(struct fs_watch *w, int fd, short events, uint64_t deadline_ns, fs_watch_fn fn, void *arg)
@@ -567,6 +582,7 @@ static void fs_service_run_watches(const struct fs_service_set *set, nfds_t firs
 		if (w->next)
 			w->next->prev = w->prev;
 		fs_watch_count--;
+		w->queued = false;
 		w->next = fire;
 		fire = w;
 	}

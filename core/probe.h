@@ -162,12 +162,19 @@ typedef void (*fs_watch_fn)(void *arg, bool timed_out);
 struct fs_watch {
 	int fd;
 	short events;
-	bool ready; /* the service thread's poll saw EVENTS */
+	bool ready;  /* the service thread's poll saw EVENTS */
+	bool queued; /* on the service thread's list (fs_service_lock) */
 	uint64_t deadline_ns;
 	fs_watch_fn fn;
 	void *arg;
 	struct fs_watch *next, *prev;
 };
+/* The application closed the descriptor W polls: if W is queued, it fires
+ * (timed out) at the service thread's next round, which starts at once.
+ * Otherwise that thread's poll would keep the closed socket's file open -
+ * its FIN waits until the poll ends, up to the watch's deadline - and its
+ * next round would poll whatever file took the number. */
+void fs_service_watch_expire(struct fs_watch *w);
 void fs_service_watch(struct fs_watch *w, int fd, short events, uint64_t deadline_ns, fs_watch_fn fn, void *arg);
 /* The same, looked at within FS_SERVICE_SOON_NS instead of at once: for a
  * watch that is only a safety net (the application's own next call on the

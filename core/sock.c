@@ -1197,13 +1197,15 @@ static int fs_sock_close_fd(struct fs_sock *s, int fd, bool real_close)
 		return fs_fd_close_maybe(fd, real_close);
 	}
 	pthread_mutex_unlock(&s->lock);
-	if (fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT && s->stream &&
-	    fs_stream_holds(s->stream, fs_now_ns() + fs_params.linger_sec * 1000000000ull)) {
-		/* Bytes held for the ACK: settle, as TCP would deliver them. With
-		 * nothing held the kernel's close is all there is to do (a client
-		 * that connects and closes - a health check, the losing
-		 * connection of a happy-eyeballs race - must not wait for the
-		 * server's first read): the server sees the connection closed. */
+	if (fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT) {
+		/* Settle first (up to FABSOCK_LINGER_SEC): held bytes are then
+		 * delivered, as TCP would deliver them, and the server reads an
+		 * end of stream. Closing at once would do for a client that wrote
+		 * nothing - but the server, finding the connection gone without
+		 * the fabric's FIN, would read a reset instead of the end. The
+		 * cost: a client that connects and closes (a health check) waits
+		 * for the server's first read. Finishing the handshake in the
+		 * service thread after the close is the better shape (not done). */
 		fs_sock_settle(s, true, fs_now_ns() + fs_params.linger_sec * 1000000000ull);
 	}
 	pthread_mutex_lock(&s->lock);
@@ -1241,6 +1243,10 @@ static int fs_sock_close_fd(struct fs_sock *s, int fd, bool real_close)
 	 * server connection forgets its probe record) before it is reset */
 	fs_sock_release(s);
 	s->closed = true;
+	/* (under the socket lock: a watch that fires meanwhile sees closed
+	 * and is not queued again) */
+	fs_service_watch_expire(&s->connect_watch);
+	fs_service_watch_expire(&s->client_watch);
 	pthread_mutex_unlock(&s->lock);
 	return fs_fd_close_maybe(fd, real_close);
 }

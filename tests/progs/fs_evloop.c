@@ -1038,11 +1038,14 @@ static int late_reader_blocking_client(int fd)
 }
 
 /*
- * late_reader_close: the same late server; the client closes its fresh
- * connection without writing (a health check, the losing connection of a
- * happy-eyeballs race). close() must return at once, as the kernel's does;
- * the server, EV_LATE_READ_MS later, reads EOF. (Nothing was carried: the
- * offloaded count is not checked, see e2e_evloop.sh.)
+ * late_reader_close: the same late server; the client connects (blocking),
+ * waits 100 ms and closes without writing (wrk's address check, a health
+ * check), then opens a pipe, which takes the descriptor number (wrk's epoll
+ * set does), and lives on. The server, EV_LATE_READ_MS later, reads an end
+ * of stream - not a reset, not a refusal of the client's HELLO because its
+ * descriptor names another file now (realapps_proxy saw nginx refuse wrk's
+ * address check that way). Under fabsock the close waits for the server's
+ * first read (see fs_sock_close_fd): its time is reported, not checked.
  */
 static int late_reader_close_server(int fd)
 {
@@ -1052,15 +1055,29 @@ static int late_reader_close_server(int fd)
 
 static int late_reader_close_client(int fd)
 {
-	double before = ev_now_ms(), took;
+	double before, took;
+	int p[2];
 
+	fd = socket(server_address->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return ev_fail("socket: %s", strerror(errno));
+	if (connect(fd, server_address->ai_addr, server_address->ai_addrlen) < 0) {
+		ev_fail("connect: %s", strerror(errno));
+		close(fd);
+		return -1;
+	}
+	connection_count++;
+	ev_sleep_ms(100);
+	before = ev_now_ms();
 	if (close(fd) < 0)
 		return ev_fail("close: %s", strerror(errno));
 	took = ev_now_ms() - before;
-	if (took >= EV_LATE_CALL_MS)
-		return ev_fail("close of a connection that carried nothing took %.0f ms: it waited for the server",
-			       took);
-	ev_info("close took %.1f ms", took);
+	if (pipe(p) < 0)
+		return ev_fail("pipe: %s", strerror(errno));
+	ev_info("close took %.1f ms; descriptor %d %s", took, fd, p[0] == fd ? "reused" : "not reused");
+	ev_sleep_ms(EV_LATE_READ_MS + 1000);
+	close(p[0]);
+	close(p[1]);
 	return 0;
 }
 
@@ -2474,7 +2491,7 @@ static const struct ev_scenario scenarios[] = {
 	{ "late_reader_poll", late_reader_server, late_reader_poll_client, EV_CLIENT_CONNECTS_ITSELF },
 	{ "late_reader_shut", late_reader_shut_server, late_reader_shut_client, 0 },
 	{ "late_reader_blocking", late_reader_blocking_server, late_reader_blocking_client, 0 },
-	{ "late_reader_close", late_reader_close_server, late_reader_close_client, EV_CLIENT_CLOSES_FD },
+	{ "late_reader_close", late_reader_close_server, late_reader_close_client, EV_CLIENT_CONNECTS_ITSELF },
 	{ "late_reader_exit", late_reader_exit_server, late_reader_exit_client, EV_CLIENT_CLOSES_FD },
 	{ "nb_connect_refused", nb_connect_refused_server, nb_connect_refused_client,
 	  EV_CLIENT_CONNECTS_ITSELF | EV_SERVER_ACCEPTS_ITSELF },

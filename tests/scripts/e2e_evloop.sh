@@ -20,9 +20,8 @@
 
 FS_MODES=${FS_MODES:-kernel fabsock}
 EVLOOP_PROG=$FS_PROGS/fs_evloop
-# Scenarios that open no connection, or one that carries nothing: the
-# offloaded count is not checked.
-NO_CONNECTION_SCENARIOS=" nb_connect_refused late_reader_close "
+# Scenarios that open no connection: the offloaded count is not checked.
+NO_CONNECTION_SCENARIOS=" nb_connect_refused "
 CLIENT_LIMIT_S=50
 SERVER_LIMIT_S=15
 MODE_BUDGET_S=240
