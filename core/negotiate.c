@@ -331,7 +331,7 @@ static void fs_count_nak(unsigned nak)
 {
 	if (nak == FS_NAK_USER)
 		FS_STAT_INC(fallback_other_user);
-	else if (nak != FS_NAK_EVENT_LOOP)
+	else
 		FS_STAT_INC(fallback_hello_nak);
 }
 

@@ -31,7 +31,6 @@ void fs_engine_retire(struct fs_engine *e, struct fs_stream *s);
  * back to the provider, one more credit. */
 void fs_stream_consume_head(struct fs_engine *e, struct fs_stream *s);
 void fs_engine_reap(struct fs_engine *e);
-struct fs_engine *fs_stream_engine(void);
 /* Posts on ER the receive for exactly the payload announced by BUF (an
  * FS_MSG_PULL entry: BUF->pull_tag, BUF->len bytes) into DST, or into BUF's
  * own payload space when DST is NULL. Returns 0 (BUF->pull is

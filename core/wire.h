@@ -99,7 +99,7 @@ enum fs_nak {
 	FS_NAK_RULE = 3,      /* server rules forbid this peer */
 	FS_NAK_VERSION = 4,
 	FS_NAK_HOST = 5,      /* shm offered but the hosts differ */
-	FS_NAK_EVENT_LOOP = 6, /* the application uses the socket nonblocking or in epoll */
+	FS_NAK_EVENT_LOOP = 6, /* no longer sent (event loops are offloaded): the number stays taken */
 	FS_NAK_USER = 7,      /* shm offered but the peers run as different users */
 	FS_NAK_PEER = 8,      /* the kernel says the shm address's process does not hold this connection */
 	FS_NAK_MAX_ = 9,
