@@ -1857,10 +1857,7 @@ static bool fs_ctl_closed(int fd)
 	return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
-/* Takes the engine lock, waiting until DEADLINE_NS at most: the exit paths
- * may run in a signal handler or in _exit() called from one, whose own
- * thread may be the holder. Returns 0 or -ETIMEDOUT. */
-static int fs_engine_lock_until(struct fs_engine *e, uint64_t deadline_ns)
+int fs_mutex_lock_until(pthread_mutex_t *m, uint64_t deadline_ns)
 {
 	struct timespec real;
 	uint64_t now = fs_now_ns(), left = deadline_ns > now ? deadline_ns - now : 0, at;
@@ -1869,7 +1866,15 @@ static int fs_engine_lock_until(struct fs_engine *e, uint64_t deadline_ns)
 	at = (uint64_t)real.tv_sec * 1000000000ull + (uint64_t)real.tv_nsec + left;
 	real.tv_sec = (time_t)(at / 1000000000ull);
 	real.tv_nsec = (long)(at % 1000000000ull);
-	return pthread_mutex_timedlock(&e->lock, &real) ? -ETIMEDOUT : 0;
+	return pthread_mutex_timedlock(m, &real) ? -ETIMEDOUT : 0;
+}
+
+/* Takes the engine lock, waiting until DEADLINE_NS at most: the exit paths
+ * may run in a signal handler or in _exit() called from one, whose own
+ * thread may be the holder. Returns 0 or -ETIMEDOUT. */
+static int fs_engine_lock_until(struct fs_engine *e, uint64_t deadline_ns)
+{
+	return fs_mutex_lock_until(&e->lock, deadline_ns);
 }
 
 bool fs_stream_holds(struct fs_stream *s, uint64_t deadline_ns)

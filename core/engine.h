@@ -510,6 +510,9 @@ enum fs_close_need fs_stream_close(struct fs_stream *s, int ctl_fd, bool abort, 
 void fs_stream_drop_app(struct fs_stream *s);
 
 uint64_t fs_now_ns(void);
+/* pthread_mutex_timedlock until DEADLINE_NS (CLOCK_MONOTONIC, fs_now_ns):
+ * 0 or -ETIMEDOUT. For the exit paths, whose own thread may hold M. */
+int fs_mutex_lock_until(pthread_mutex_t *m, uint64_t deadline_ns);
 
 /* poll() events (POLLIN, POLLOUT, POLLRDHUP, POLLHUP, POLLERR) that hold
  * for the stream now, and its event generation (see ev_gen). It does not

@@ -16,7 +16,9 @@
  */
 #include "core/negotiate.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -226,6 +228,46 @@ static int fs_pid_fd_is(long pid, uint32_t peer_fd, uint32_t inode)
 	return n >= 0 && (size_t)n == strlen(want) && memcmp(link, want, (size_t)n) == 0;
 }
 
+/* Whether process PID holds socket INODE under any descriptor: a client
+ * that closed its descriptor before the handshake ended finishes it on a
+ * private duplicate (fs_sock_bg_close), under another number than its
+ * HELLO names. 1 yes, 0 no, -1 it will not say. Looks at most
+ * FS_PEER_SCAN_MAX of the process's descriptors. */
+#define FS_PEER_SCAN_MAX 65536
+
+static int fs_pid_holds(long pid, uint32_t inode)
+{
+	char path[64], want[32], link[64];
+	struct dirent *de;
+	unsigned seen = 0;
+	int ret = 0;
+	size_t wlen;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "/proc/%ld/fd", pid);
+	d = opendir(path);
+	if (!d)
+		return errno == EACCES || errno == EPERM ? -1 : 0;
+	wlen = (size_t)snprintf(want, sizeof(want), "socket:[%u]", inode);
+	while ((de = readdir(d)) && seen++ < FS_PEER_SCAN_MAX) {
+		ssize_t n;
+
+		if (de->d_name[0] == '.')
+			continue;
+		n = readlinkat(dirfd(d), de->d_name, link, sizeof(link) - 1);
+		if (n < 0 && (errno == EACCES || errno == EPERM)) {
+			ret = -1;
+			break;
+		}
+		if (n >= 0 && (size_t)n == wlen && memcmp(link, want, wlen) == 0) {
+			ret = 1;
+			break;
+		}
+	}
+	closedir(d);
+	return ret;
+}
+
 /* Whether the peer of TCP connection FD closed its end (its FIN came):
  * sock_diag may still show that end's inode, and its descriptor number may
  * name another file by now. */
@@ -284,6 +326,8 @@ static int fs_peer_confirm(const struct fs_rail *rail, const void *addr, size_t 
 		return 0;
 	}
 	is = fs_pid_fd_is(pid, peer_fd, inode);
+	if (!is)
+		is = fs_pid_holds(pid, inode); /* under another number now */
 	if (is < 0 || (!is && fs_conn_peer_finished(fd))) {
 		/* (a client that connected and closed at once - wrk's address
 		 * check - and whose descriptor number was reused since: its

@@ -432,7 +432,7 @@ void fs_service_watch(struct fs_watch *w, int fd, short events, uint64_t deadlin
 	fs_service_kick();
 }
 
-void fs_service_watch_expire(struct fs_watch *w)
+bool fs_service_watch_expire(struct fs_watch *w)
 {
 	bool queued;
 
@@ -445,6 +445,7 @@ void fs_service_watch_expire(struct fs_watch *w)
 	pthread_mutex_unlock(&fs_service_lock);
 	if (queued)
 		fs_service_kick();
+	return queued;
 }
 
 void fs_service_watch_soon(struct fs_watch *w, int fd, short events, uint64_t deadline_ns, fs_watch_fn fn, void *arg)

@@ -173,8 +173,9 @@ struct fs_watch {
  * (timed out) at the service thread's next round, which starts at once.
  * Otherwise that thread's poll would keep the closed socket's file open -
  * its FIN waits until the poll ends, up to the watch's deadline - and its
- * next round would poll whatever file took the number. */
-void fs_service_watch_expire(struct fs_watch *w);
+ * next round would poll whatever file took the number. Returns whether W
+ * was queued. */
+bool fs_service_watch_expire(struct fs_watch *w);
 void fs_service_watch(struct fs_watch *w, int fd, short events, uint64_t deadline_ns, fs_watch_fn fn, void *arg);
 /* The same, looked at within FS_SERVICE_SOON_NS instead of at once: for a
  * watch that is only a safety net (the application's own next call on the

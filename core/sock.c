@@ -266,6 +266,8 @@ static void fs_core_atfork_parent(void)
 	fs_service_fork_parent();
 }
 
+static void fs_sock_bg_after_fork(void);
+
 void fs_core_atfork_child(void)
 {
 	fs_self_pid_refresh();
@@ -277,6 +279,7 @@ void fs_core_atfork_child(void)
 	fs_stats_after_fork();
 	fs_handback_after_fork();
 	pthread_mutex_init(&fs_sock_free_lock, NULL);
+	fs_sock_bg_after_fork();
 }
 
 unsigned fs_sock_hello_sent;
@@ -288,6 +291,8 @@ unsigned fs_sock_hello_sent;
  * and the engine's shutdown then delivers the bytes, or they went over TCP
  * with a refusal. A socket whose lock is taken (the exit interrupted a
  * call on it) is left, as are a parent's sockets in a forked child. */
+static void fs_sock_bg_exit(uint64_t deadline_ns);
+
 static void fs_sock_exit_held(void)
 {
 	uint64_t deadline;
@@ -295,6 +300,7 @@ static void fs_sock_exit_held(void)
 	if (!__atomic_load_n(&fs_sock_hello_sent, __ATOMIC_RELAXED))
 		return;
 	deadline = fs_now_ns() + fs_params.linger_sec * 1000000000ull;
+	fs_sock_bg_exit(deadline);
 	for (size_t fd = 0; fd < fs_fdt_size; fd++) {
 		struct fs_sock *s = fs_fdt_peek((int)fd);
 
@@ -467,6 +473,12 @@ static void fs_sock_client_watch(void *arg, bool timed_out)
 	int ret;
 
 	pthread_mutex_lock(&s->lock);
+	if (s->bg_close) {
+		/* closed before the ACK: fs_sock_bg_watch finishes it */
+		pthread_mutex_unlock(&s->lock);
+		fs_sock_put(s);
+		return;
+	}
 	ret = fs_sock_client_step(s, fs_now_ns(), fs_now_ns());
 	FS_DBG("fd %d: handshake watch (timed out %d): %d, state %d", s->fd, timed_out, ret, fs_sock_state(s));
 	if (fs_sock_state(s) == FS_SOCK_CLIENT_PENDING && !s->closed) {
@@ -1176,6 +1188,183 @@ static void fs_sock_forget_fd(struct fs_sock *s, int fd)
 		s->fd = s->app_fds[0]; /* no private duplicate could be made */
 }
 
+/* A client socket closed before its HELLO-ACK. Returning from close() only
+ * once the ACK is in would make a client that connects and closes (a health
+ * check, wrk's address check) or writes and closes (a fire-and-forget
+ * sender) wait for the server's first read; closing the half-made stream
+ * at once would have the server read a reset (the connection gone without
+ * the fabric's FIN) and lose held bytes. So, as the kernel finishes a close
+ * in the background, the service thread finishes the handshake on a
+ * private duplicate of the socket: with the ACK, the stream closes as any
+ * (held bytes, then the FIN); with a refusal, held bytes go over TCP and
+ * the duplicate closes; with neither within FABSOCK_LINGER_SEC, the held
+ * bytes are dropped (warned). The record holds a socket reference; the
+ * process's end finishes those it can (fs_sock_exit_held). */
+struct fs_sock_bg {
+	struct fs_watch watch;
+	struct fs_sock *s;
+	uint64_t deadline_ns;
+	struct fs_sock_bg *next, *prev; /* fs_sock_bg_list, fs_sock_bg_lock */
+};
+static struct fs_sock_bg *fs_sock_bg_list;
+static pthread_mutex_t fs_sock_bg_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void fs_sock_bg_watch(void *arg, bool timed_out);
+
+/* Ends a background close one way or the other (socket lock held): the
+ * stream closes if the ACK came, the half-made one goes otherwise, and the
+ * socket is released (its private duplicate closes, unless the stream
+ * took it). */
+static void fs_sock_bg_finish(struct fs_sock *s)
+{
+	if (!s->bg_close)
+		return;
+	s->bg_close = false;
+	if (fs_sock_state(s) == FS_SOCK_OFFLOADED && s->pid == fs_self_pid() && s->fd_private) {
+		int ctl = s->fd;
+
+		s->fd_private = false;
+		s->fd = -1;
+		switch (fs_stream_close(s->stream, ctl, s->linger0, false)) {
+		case FS_CLOSE_NOW:
+			fs_service_kick();
+			break;
+		case FS_CLOSE_SOON:
+			fs_service_kick_soon();
+			break;
+		case FS_CLOSE_DONE:
+			break;
+		}
+	} else if (fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT) {
+		if (s->stream && fs_stream_holds(s->stream, fs_now_ns()))
+			FS_WARN("fd %d: closed before the server answered the handshake, which it did not within "
+				"FABSOCK_LINGER_SEC: the bytes held for it are lost", s->fd);
+		fs_negotiate_abort(s);
+	}
+	fs_sock_release(s);
+}
+
+static void fs_sock_bg_unlink(struct fs_sock_bg *bg)
+{
+	pthread_mutex_lock(&fs_sock_bg_lock);
+	if (bg->prev)
+		bg->prev->next = bg->next;
+	else if (fs_sock_bg_list == bg)
+		fs_sock_bg_list = bg->next;
+	if (bg->next)
+		bg->next->prev = bg->prev;
+	pthread_mutex_unlock(&fs_sock_bg_lock);
+}
+
+/* Service thread: the ACK may be in, or the time is up. */
+static void fs_sock_bg_watch(void *arg, bool timed_out)
+{
+	struct fs_sock_bg *bg = arg;
+	struct fs_sock *s = bg->s;
+	uint64_t now = fs_now_ns();
+	int ret = 0;
+
+	pthread_mutex_lock(&s->lock);
+	if (s->bg_close && fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT) {
+		ret = fs_negotiate_client_ack(s, now);
+		if (ret == -EAGAIN && now < bg->deadline_ns) {
+			uint64_t next = timed_out ? bg->deadline_ns : now + 1000000ull;
+
+			/* not yet (woken with part of an ACK: again in a millisecond) */
+			pthread_mutex_unlock(&s->lock);
+			fs_service_watch(&bg->watch, timed_out ? s->fd : -1, POLLIN,
+					 next < bg->deadline_ns ? next : bg->deadline_ns, fs_sock_bg_watch, bg);
+			return;
+		}
+	}
+	fs_sock_bg_finish(s);
+	pthread_mutex_unlock(&s->lock);
+	fs_sock_bg_unlink(bg);
+	free(bg);
+	fs_sock_put(s);
+}
+
+/* A forked child: the parent's background closes are not its own (its
+ * exit path leaves them: fs_sock_bg_exit), and the list's lock may have
+ * been held by another thread of the parent. */
+static void fs_sock_bg_after_fork(void)
+{
+	pthread_mutex_init(&fs_sock_bg_lock, NULL);
+}
+
+/* The process ends (fs_sock_exit_held): each background close of this
+ * process ends now, those holding bytes once their ACK is in (until
+ * DEADLINE_NS); the engine's shutdown then delivers the closed streams. At
+ * most FS_SOCK_BG_EXIT_MAX of them, and not one whose lock stays taken for
+ * FS_SOCK_BG_EXIT_LOCK_NS (the exit interrupted its holder). */
+#define FS_SOCK_BG_EXIT_MAX 256
+#define FS_SOCK_BG_EXIT_LOCK_NS 100000000ull
+
+static void fs_sock_bg_exit(uint64_t deadline_ns)
+{
+	struct fs_sock *todo[FS_SOCK_BG_EXIT_MAX];
+	unsigned n = 0;
+
+	pthread_mutex_lock(&fs_sock_bg_lock);
+	for (struct fs_sock_bg *bg = fs_sock_bg_list; bg && n < FS_SOCK_BG_EXIT_MAX; bg = bg->next)
+		if (bg->s->pid == fs_self_pid()) {
+			fs_sock_ref(bg->s);
+			todo[n++] = bg->s;
+		}
+	pthread_mutex_unlock(&fs_sock_bg_lock);
+	for (unsigned i = 0; i < n; i++) {
+		struct fs_sock *s = todo[i];
+
+		if (!fs_mutex_lock_until(&s->lock, fs_now_ns() + FS_SOCK_BG_EXIT_LOCK_NS)) {
+			if (s->bg_close && fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT && s->stream &&
+			    fs_stream_holds(s->stream, deadline_ns))
+				fs_negotiate_client_ack(s, deadline_ns);
+			fs_sock_bg_finish(s);
+			pthread_mutex_unlock(&s->lock);
+		}
+		fs_sock_put(s);
+	}
+}
+
+/* Hands S, closed by the application as its last descriptor FD while it
+ * waits for the HELLO-ACK, to the service thread (struct fs_sock_bg).
+ * Socket lock held. Returns false if it cannot (S is then closed here). */
+static bool fs_sock_bg_close(struct fs_sock *s, int fd)
+{
+	struct fs_sock_bg *bg;
+	int ctl;
+
+	if (s->pid != fs_self_pid() || s->fd_private)
+		return false;
+	bg = calloc(1, sizeof(*bg));
+	if (!bg)
+		return false;
+	ctl = fs_real.fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	if (ctl < 0) {
+		free(bg);
+		return false;
+	}
+	bg->s = s;
+	bg->deadline_ns = fs_now_ns() + fs_params.linger_sec * 1000000000ull;
+	fs_sock_ref(s); /* the record's */
+	fs_sock_forget_fd(s, fd);
+	s->fd = fs_internal_fd(ctl);
+	s->fd_private = true;
+	s->bg_close = true;
+	s->closed = true;
+	pthread_mutex_lock(&fs_sock_bg_lock);
+	bg->next = fs_sock_bg_list;
+	if (bg->next)
+		bg->next->prev = bg;
+	fs_sock_bg_list = bg;
+	pthread_mutex_unlock(&fs_sock_bg_lock);
+	/* the handshake's watch of the closed descriptor goes (it sees
+	 * bg_close); this one watches the duplicate */
+	fs_service_watch_expire(&s->client_watch);
+	fs_service_watch(&bg->watch, s->fd, POLLIN, fs_now_ns(), fs_sock_bg_watch, bg);
+	return true;
+}
+
 /* The application lets go of FD, one of S's fds: closes it (REAL_CLOSE) or
  * leaves that to dup2/dup3, which replace it. With other fds left, only
  * that fd goes; with the last one, the socket closes: an offloaded stream
@@ -1196,16 +1385,14 @@ static int fs_sock_close_fd(struct fs_sock *s, int fd, bool real_close)
 		pthread_mutex_unlock(&s->lock);
 		return fs_fd_close_maybe(fd, real_close);
 	}
+	if (fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT && fs_sock_bg_close(s, fd)) {
+		pthread_mutex_unlock(&s->lock);
+		return fs_fd_close_maybe(fd, real_close);
+	}
 	pthread_mutex_unlock(&s->lock);
 	if (fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT) {
-		/* Settle first (up to FABSOCK_LINGER_SEC): held bytes are then
-		 * delivered, as TCP would deliver them, and the server reads an
-		 * end of stream. Closing at once would do for a client that wrote
-		 * nothing - but the server, finding the connection gone without
-		 * the fabric's FIN, would read a reset instead of the end. The
-		 * cost: a client that connects and closes (a health check) waits
-		 * for the server's first read. Finishing the handshake in the
-		 * service thread after the close is the better shape (not done). */
+		/* no background close (no memory or descriptor for it): settle
+		 * here, up to FABSOCK_LINGER_SEC */
 		fs_sock_settle(s, true, fs_now_ns() + fs_params.linger_sec * 1000000000ull);
 	}
 	pthread_mutex_lock(&s->lock);

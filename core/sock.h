@@ -89,6 +89,9 @@ struct fs_sock {
 	bool nonblock;
 	bool event_loop; /* added to an epoll set */
 	bool closed;     /* the application closed it (epoll members drop it) */
+	/* closed before its HELLO-ACK: the handshake finishes in the service
+	 * thread on a private duplicate (struct fs_sock_bg in sock.c) */
+	bool bg_close;
 	bool linger0;
 	/* A server connection left to TCP whose client may still send a HELLO
 	 * (told yes by a probe this side cannot see, or told yes and late):
