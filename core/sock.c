@@ -1188,6 +1188,23 @@ static void fs_sock_forget_fd(struct fs_sock *s, int fd)
 		s->fd = s->app_fds[0]; /* no private duplicate could be made */
 }
 
+/* Closes S's offloaded stream with CTL as its control channel (SHARED: a
+ * process forked after the offload may hold the socket) and has the
+ * service thread finish what the close leaves (fs_stream_close). */
+static void fs_sock_stream_close(struct fs_sock *s, int ctl, bool shared)
+{
+	switch (fs_stream_close(s->stream, ctl, s->linger0, shared)) {
+	case FS_CLOSE_NOW:
+		fs_service_kick();
+		break;
+	case FS_CLOSE_SOON:
+		fs_service_kick_soon();
+		break;
+	case FS_CLOSE_DONE:
+		break;
+	}
+}
+
 /* A client socket closed before its HELLO-ACK. Returning from close() only
  * once the ACK is in would make a client that connects and closes (a health
  * check, wrk's address check) or writes and closes (a fire-and-forget
@@ -1225,16 +1242,7 @@ static void fs_sock_bg_finish(struct fs_sock *s)
 
 		s->fd_private = false;
 		s->fd = -1;
-		switch (fs_stream_close(s->stream, ctl, s->linger0, false)) {
-		case FS_CLOSE_NOW:
-			fs_service_kick();
-			break;
-		case FS_CLOSE_SOON:
-			fs_service_kick_soon();
-			break;
-		case FS_CLOSE_DONE:
-			break;
-		}
+		fs_sock_stream_close(s, ctl, false);
 	} else if (fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT) {
 		if (s->stream && fs_stream_holds(s->stream, fs_now_ns()))
 			FS_WARN("fd %d: closed before the server answered the handshake, which it did not within "
@@ -1413,16 +1421,7 @@ static int fs_sock_close_fd(struct fs_sock *s, int fd, bool real_close)
 			if (ctl >= 0)
 				ctl = fs_internal_fd(ctl);
 		}
-		switch (fs_stream_close(s->stream, ctl, s->linger0, fs_handback_maybe_shared(s->stream->fork_gen, fd))) {
-		case FS_CLOSE_NOW:
-			fs_service_kick();
-			break;
-		case FS_CLOSE_SOON:
-			fs_service_kick_soon();
-			break;
-		case FS_CLOSE_DONE:
-			break;
-		}
+		fs_sock_stream_close(s, ctl, fs_handback_maybe_shared(s->stream->fork_gen, fd));
 	}
 	if (fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT)
 		fs_negotiate_abort(s);
