@@ -132,6 +132,8 @@ struct fs_engine *fs_engine_get(void)
 			fs_dlist_init(&e->sleeping);
 			fs_dlist_init(&e->switching);
 			fs_dlist_init(&e->credit_retry);
+			fs_dlist_init(&e->grown);
+			e->budget.cap = (uint64_t)fs_params.rx_budget_mb << 20;
 			fs_read_host_id(e->host_id);
 			if (fs_handback_page_create(e))
 				FS_WARN("cannot create the hand-back page: processes forked later cannot use "
@@ -383,8 +385,8 @@ void fs_engine_pull_stale(struct fs_engine *e)
 
 		next = n->next; /* pulling them all unlinks S */
 		/* the reader consumed nothing, nothing arrived: nobody is reading */
-		if (s->pulling || s->freed != s->stale_mark[0] || s->rx_msgs != s->stale_mark[1]) {
-			s->stale_mark[0] = s->freed;
+		if (s->pulling || s->credit.freed != s->stale_mark[0] || s->rx_msgs != s->stale_mark[1]) {
+			s->stale_mark[0] = s->credit.freed;
 			s->stale_mark[1] = s->rx_msgs;
 			continue;
 		}
@@ -634,6 +636,8 @@ struct fs_stream *fs_stream_create(struct fs_engine *e, struct fs_engine_rail *e
 	}
 	s->erail = er;
 	s->window = window;
+	s->budget = &e->budget;
+	fs_credit_rx_init(&s->credit, (unsigned)fs_params.window_min, window, er->chunk);
 	s->token = token;
 	s->state = FS_STREAM_HELLO;
 	s->rx_expect = 1;
@@ -675,7 +679,8 @@ int fs_stream_connect(struct fs_engine *e, struct fs_stream *s, uint32_t peer_id
 		s->av_pending = false;
 		er->hello_pending--;
 	}
-	if (!peer_id || peer_id > FS_STREAM_ID_MAX || peer_window < 1 || peer_chunk < 1)
+	if (!peer_id || peer_id > FS_STREAM_ID_MAX || peer_window < 1 || peer_window > FS_WIRE_WINDOW_MAX ||
+	    peer_chunk < 1)
 		return -EPROTO;
 	ret = fs_rail_av_insert(&er->rail, addr, addr_len, &s->peer_addr);
 	if (ret)
@@ -684,7 +689,7 @@ int fs_stream_connect(struct fs_engine *e, struct fs_stream *s, uint32_t peer_id
 		return -EPROTO;
 	s->peer_id = peer_id;
 	s->peer_pid = er->rail.kind == FS_PROV_SHM ? fs_shm_addr_pid(addr, addr_len) : 0;
-	s->peer_window = peer_window;
+	s->peer_limit = peer_window; /* the first grant: messages 1 to window */
 	s->peer_chunk = peer_chunk;
 	if (s->peer_chunk + FS_WIRE_MSG_PREFIX > er->tx_data.buf_cap)
 		s->peer_chunk = er->tx_data.buf_cap - FS_WIRE_MSG_PREFIX;
@@ -727,6 +732,9 @@ static void fs_stream_destroy(struct fs_engine *e, struct fs_stream *s)
 		fs_dlist_del(&s->sleep_link);
 	if (fs_dlist_linked(&s->credit_link))
 		fs_dlist_del(&s->credit_link);
+	if (fs_dlist_linked(&s->grant_link))
+		fs_dlist_del(&s->grant_link);
+	fs_credit_rx_release(&s->credit, s->budget);
 	if (s->unpulled) {
 		s->unpulled = 0;
 		fs_dlist_del(&s->pull_link);
@@ -1111,9 +1119,7 @@ static inline bool fs_seq_after(uint32_t a, uint32_t b)
 
 unsigned fs_stream_credits(const struct fs_stream *s)
 {
-	uint32_t in_use = s->tx_seq - s->peer_freed;
-
-	return in_use >= s->peer_window ? 0 : s->peer_window - in_use;
+	return fs_credit_tx_avail(s->peer_limit, s->tx_seq);
 }
 
 /* The head of S's send queue could go now: credit is there, or it is the
@@ -1181,7 +1187,7 @@ static bool fs_stream_arm_inline(const struct fs_stream *s)
 {
 	struct fs_engine *e = fs_engine_peek();
 
-	return !s->armed && s->freed == s->rx_msgs && s->bell_addr.sin6_port && e && fs_engine_arms_early(e) &&
+	return !s->armed && s->credit.freed == s->rx_msgs && s->bell_addr.sin6_port && e && fs_engine_arms_early(e) &&
 	       s->state != FS_STREAM_HELLO && fs_bell_fd() >= 0;
 }
 
@@ -1205,17 +1211,21 @@ static int fs_post_msg(struct fs_stream *s, struct fs_buf *buf, unsigned cls, bo
 	return ret;
 }
 
-static void fs_fill_header(struct fs_stream *s, struct fs_buf *buf, uint32_t seq)
+/* Writes BUF's header; returns the advertised limit before it (for
+ * fs_credit_rx_undo if BUF does not go). */
+static uint32_t fs_fill_header(struct fs_stream *s, struct fs_buf *buf, uint32_t seq)
 {
 	struct fs_wire_msg_hdr hdr = {
 		.seq = seq,
-		.freed = s->freed,
 		.ctrl_ack = s->ctrl_processed,
 		.len = buf->len,
 	};
+	unsigned grant;
+	uint32_t old = fs_credit_rx_advertise(&s->credit, s->budget, &hdr.freed, &grant);
 
+	hdr.grant = grant;
 	fs_wire_hdr_encode(&hdr, buf->mem + FS_WIRE_CTRL_TAG_LEN);
-	s->freed_reported = s->freed;
+	return old;
 }
 
 /* Takes the head of S's send queue off it. */
@@ -1370,26 +1380,77 @@ void fs_stream_enqueue(struct fs_engine *e, struct fs_stream *s, struct fs_buf *
 	s->txq_count++;
 }
 
-/* Sends a CREDIT if the reader freed half the window and no earlier CREDIT
- * is unacknowledged. Fewer freed messages are not worth a message of their
- * own: they travel piggybacked on the next data of this direction (in a
- * request/response protocol, the response). That is enough for liveness:
- * a sender blocks only with all WINDOW credits in use, and once the reader
- * consumed those, WINDOW >= threshold of them are unreported. (Until this
- * was changed, draining the queue always sent a CREDIT, which doubled the
- * messages of every request/response exchange.) Engine lock held. */
+void fs_stream_consumed(struct fs_engine *e, struct fs_stream *s)
+{
+	bool denied;
+
+	if (fs_credit_rx_consume(&s->credit, s->budget, 1, s->rx_msgs, s->rx_bytes, &denied)) {
+		FS_STAT_INC(credit_grows);
+		if (!fs_dlist_linked(&s->grant_link))
+			fs_dlist_add(&e->grown, &s->grant_link);
+	} else if (denied) {
+		FS_STAT_INC(credit_denied);
+	}
+}
+
+/* Messages arrived on S: if they used up the peer's credit, the grant
+ * grows (budget permitting), or, at the window, more is offered when what
+ * waits unread is small (core/credit.h); so a writer that closes and exits
+ * has delivered what the window holds, and a reader that waits for more
+ * bytes without consuming is not stuck. */
+static void fs_stream_arrived(struct fs_engine *e, struct fs_stream *s)
+{
+	unsigned grant = s->credit.grant;
+	bool denied;
+
+	if (s->state != FS_STREAM_OPEN)
+		return;
+	if (fs_credit_rx_arrived(&s->credit, s->budget, s->rx_msgs, s->rx_bytes, &denied)) {
+		if (s->credit.grant > grant) {
+			FS_STAT_INC(credit_grows);
+			if (!fs_dlist_linked(&s->grant_link))
+				fs_dlist_add(&e->grown, &s->grant_link);
+		}
+		fs_stream_maybe_credit(e, s);
+	} else if (denied) {
+		FS_STAT_INC(credit_denied);
+	}
+}
+
+void fs_engine_grants_idle(struct fs_engine *e)
+{
+	for (struct fs_dlist *n = e->grown.next, *next; n != &e->grown; n = next) {
+		struct fs_stream *s = fs_stream_of(n, grant_link);
+		unsigned grant = s->credit.grant;
+
+		next = n->next;
+		if (fs_credit_rx_idle(&s->credit, s->budget, s->rx_msgs))
+			continue;
+		fs_dlist_del(&s->grant_link);
+		if (s->credit.grant < grant)
+			FS_STAT_INC(credit_shrinks);
+	}
+}
+
+/* Sends a CREDIT when one is due (core/credit.h: the peer is short of
+ * credit and the report moves its limit by half the grant or more) and no
+ * earlier CREDIT is unacknowledged. Fewer freed messages are not worth a
+ * message of their own: they travel piggybacked on the next data of this
+ * direction (in a request/response protocol, the response). A sender that
+ * used every credit always gets one once the reader consumed what it sent.
+ * (Until issue 5, draining the queue always sent a CREDIT, which doubled
+ * the messages of every request/response exchange.) Engine lock held. */
 void fs_stream_maybe_credit(struct fs_engine *e, struct fs_stream *s)
 {
-	uint32_t unreported = s->freed - s->freed_reported;
-	unsigned threshold = s->window / 2 ? s->window / 2 : 1;
 	struct fs_buf *buf;
+	uint32_t old_limit;
 	int ret;
 
 	/* a closed stream on its way back to TCP still takes the peer's last
 	 * messages (RETURN, RETURN_END): they need room too */
-	if (!unreported || (s->state != FS_STREAM_OPEN && s->hb != FS_HB_SWITCHING) || s->error || s->peer_gone)
+	if ((s->state != FS_STREAM_OPEN && s->hb != FS_HB_SWITCHING) || s->error || s->peer_gone)
 		return;
-	if (unreported < threshold)
+	if (!fs_credit_rx_due(&s->credit, s->rx_msgs))
 		return;
 	if (s->ctrl_sent != s->ctrl_acked) {
 		s->credit_pending = true;
@@ -1401,7 +1462,7 @@ void fs_stream_maybe_credit(struct fs_engine *e, struct fs_stream *s)
 	buf->kind = FS_MSG_CREDIT;
 	buf->len = 0;
 	buf->stream = s;
-	fs_fill_header(s, buf, s->ctrl_sent + 1);
+	old_limit = fs_fill_header(s, buf, s->ctrl_sent + 1);
 	ret = fs_post_msg(s, buf, FS_CLASS_CTRL, false);
 	if (ret) {
 		/* Not sent (a full transmit queue): the credits stay unreported,
@@ -1409,7 +1470,7 @@ void fs_stream_maybe_credit(struct fs_engine *e, struct fs_stream *s)
 		 * The peer may be waiting for them before it sends anything, so
 		 * no header of its would come to retry it, and the reader may
 		 * be asleep in epoll_wait, not in a read. */
-		s->freed_reported -= unreported;
+		fs_credit_rx_undo(&s->credit, s->budget, old_limit);
 		s->credit_pending = true;
 		if (!fs_dlist_linked(&s->credit_link))
 			fs_dlist_add(&e->credit_retry, &s->credit_link);
@@ -1488,8 +1549,7 @@ static void fs_rx_header_common(struct fs_engine *e, struct fs_stream *s, const 
 		s->armed = false; /* the peer rang, or will not: it has posted */
 		__atomic_store_n(&e->armed_all, false, __ATOMIC_RELAXED);
 	}
-	if (fs_seq_after(hdr->freed, s->peer_freed) && !fs_seq_after(hdr->freed, s->tx_seq))
-		s->peer_freed = hdr->freed;
+	fs_credit_tx_update(&s->peer_limit, hdr->freed, hdr->grant, s->tx_seq, FS_WIRE_WINDOW_MAX);
 	if (fs_seq_after(hdr->ctrl_ack, s->ctrl_acked) && !fs_seq_after(hdr->ctrl_ack, s->ctrl_sent))
 		s->ctrl_acked = hdr->ctrl_ack;
 	if (arm)
@@ -1548,7 +1608,7 @@ static void fs_rx_deliver(struct fs_engine *e, struct fs_engine_rail *er, struct
 		fs_stream_unpulled_inc(e, s);
 	return;
 consume:
-	s->freed++;
+	fs_stream_consumed(e, s);
 	fs_engine_rx_discard(er, buf);
 }
 
@@ -1579,8 +1639,10 @@ static void fs_rx_data(struct fs_engine *e, struct fs_engine_rail *er, struct fs
 		   (kind == FS_MSG_RETURN && !hdr.len)) {
 		goto drop;
 	}
-	/* Credits bound what may arrive: anything outside the window is not ours. */
-	if (fs_seq_after(s->rx_expect, hdr.seq) || hdr.seq - s->rx_expect >= s->window)
+	/* Credits bound what may arrive: anything beyond what we advertised,
+	 * or outside the window, is not ours. */
+	if (fs_seq_after(s->rx_expect, hdr.seq) || hdr.seq - s->rx_expect >= s->window ||
+	    !fs_credit_rx_allows(&s->credit, hdr.seq))
 		goto drop;
 	slot = hdr.seq % s->window;
 	if (s->ooo[slot])
@@ -1617,6 +1679,7 @@ static void fs_rx_data(struct fs_engine *e, struct fs_engine_rail *er, struct fs
 		fs_rx_deliver(e, er, s, next);
 		fs_stream_changed(e, s);
 	}
+	fs_stream_arrived(e, s);
 	return;
 drop:
 	FS_STAT_INC(msgs_dropped);
@@ -1985,12 +2048,13 @@ void fs_engine_debug_dump(struct fs_engine *e, uint64_t now)
 			continue;
 		for (struct fs_buf *b = s->rxq_head; b; b = b->next)
 			rxq++;
-		FS_DBG("dump stream %u->%u st %d tx_seq %u peer_freed %u peer_win %u txq %u inflight %u head_ann %d | "
-		       "rx_expect %u freed %u reported %u rxq %u rx_bytes %zu unpulled %u pulling %d head_kind %d "
+		FS_DBG("dump stream %u->%u st %d tx_seq %u peer_limit %u txq %u inflight %u head_ann %d | "
+		       "rx_expect %u freed %u limit %u grant %u rxq %u rx_bytes %zu unpulled %u pulling %d head_kind %d "
 		       "head_pull %d | ctrl sent %u acked %u processed %u pending %d | fin q%d d%d peer_fin %d gone %d "
 		       "err %d users %u sleepers %u",
-		       s->id, s->peer_id, s->state, s->tx_seq, s->peer_freed, s->peer_window, s->txq_count, s->tx_inflight,
-		       s->txq_head ? s->txq_head->announced : -1, s->rx_expect, s->freed, s->freed_reported, rxq,
+		       s->id, s->peer_id, s->state, s->tx_seq, s->peer_limit, s->txq_count, s->tx_inflight,
+		       s->txq_head ? s->txq_head->announced : -1, s->rx_expect, s->credit.freed, s->credit.limit,
+		       (unsigned)s->credit.grant, rxq,
 		       s->rx_bytes, s->unpulled, s->pulling, s->rxq_head ? s->rxq_head->kind : -1,
 		       s->rxq_head ? s->rxq_head->pull : -1, s->ctrl_sent, s->ctrl_acked, s->ctrl_processed,
 		       s->credit_pending, s->fin_queued, s->fin_done, s->peer_fin, s->peer_gone, s->error, s->users,

@@ -12,9 +12,14 @@
  *  - every rail keeps catch-all receives posted, shared by all of its
  *    streams: data (CHUNK_SIZE buffers, at most RX_POSTED of them however
  *    many streams there are) and control (small buffers, a fixed number);
- *  - a stream grants its peer WINDOW credits in the handshake: the peer may
- *    have at most WINDOW data messages (DATA, PULL or FIN) in flight or
- *    unread on it, so a stream buffers at most WINDOW x CHUNK_SIZE bytes;
+ *  - a stream grants its peer credits (core/credit.h): the peer may have
+ *    at most that many data messages (DATA, PULL or FIN) in flight or
+ *    unread on it. The grant starts at WINDOW_MIN, doubles while the peer
+ *    uses all of it, up to WINDOW, as far as the process's budget
+ *    (RX_BUDGET_MB) allows, and drops back when the stream goes quiet; so
+ *    a stream buffers at most WINDOW x CHUNK_SIZE bytes (+ 64 KiB of small
+ *    unread messages), and all streams together at most streams x
+ *    WINDOW_MIN x CHUNK_SIZE + the budget;
  *  - a data message lands in a shared receive. While fewer than RX_POSTED
  *    shared buffers sit in streams' queues on the rail, the buffer stays in
  *    its stream's queue (no copy) and a fresh one is posted in its place;
@@ -25,8 +30,9 @@
  *  - more messages than posted receives at one moment wait at the provider
  *    as unexpected messages (shm keeps the command, the data stays in the
  *    sender's buffer) until the same progress round re-posts;
- *  - the consumed count ("freed") goes back to the sender piggybacked on
- *    data in the other direction, or in a CREDIT control message, at most
+ *  - the consumed count ("freed") and the grant go back to the sender
+ *    piggybacked on data in the other direction, or in a CREDIT control
+ *    message (when the peer is short of credit), at most
  *    one of which is unacknowledged per stream (the sender acknowledges
  *    CREDITs in its data headers);
  *  - the sender queues at most SEND_QUEUE further messages, coalescing small
@@ -59,6 +65,7 @@
 #include <unistd.h>
 
 #include "config/params.h"
+#include "core/credit.h"
 #include "core/fabric.h"
 #include "core/pool.h"
 
@@ -152,14 +159,13 @@ struct fs_stream {
 	enum fs_stream_state state;
 	struct fs_engine_rail *erail;
 	fi_addr_t peer_addr;
-	unsigned window;      /* credits we granted the peer */
-	unsigned peer_window; /* credits the peer granted us */
+	unsigned window;      /* most credits we grant the peer (its out-of-order slots) */
 	uint32_t peer_chunk;  /* largest payload the peer accepts */
 	uint32_t peer_pull_min; /* payloads this large are announced, for the peer to pull (0: never) */
 
 	/* sending */
 	uint32_t tx_seq;       /* last data-class seq posted */
-	uint32_t peer_freed;   /* peer consumed our messages up to this seq */
+	uint32_t peer_limit;   /* the peer lets us send up to this seq (core/credit.h) */
 	struct fs_buf *txq_head, *txq_tail; /* not yet posted (no credit) */
 	unsigned txq_count;
 	struct fs_dlist pending_link; /* on engine.pending while txq_head != NULL */
@@ -172,8 +178,9 @@ struct fs_stream {
 	struct fs_buf **ooo;   /* window slots for out-of-order arrivals */
 	struct fs_buf *rxq_head, *rxq_tail; /* in order, unread */
 	size_t rx_bytes;       /* unread payload bytes in rxq */
-	uint32_t freed;        /* messages the application consumed */
-	uint32_t freed_reported;
+	struct fs_credit_rx credit; /* what the reader consumed, what the peer may send */
+	struct fs_credit_budget *budget; /* the engine's, which the grant comes from */
+	struct fs_dlist grant_link; /* on engine.grown while the grant is above its floor */
 	bool pulling;          /* a reader waits for the payload of rxq's head (core/stream.c) */
 	unsigned unpulled;     /* FS_MSG_PULL entries in rxq whose payload nobody asked for yet */
 	struct fs_dlist pull_link; /* on engine.unpulled while unpulled != 0 */
@@ -278,6 +285,8 @@ struct fs_engine {
 	struct fs_dlist unpulled; /* streams with unpulled announcements (pull_link) */
 	struct fs_dlist switching; /* streams on their way back to TCP (hb_link) */
 	struct fs_dlist credit_retry; /* streams whose CREDIT post failed (credit_link) */
+	struct fs_credit_budget budget; /* receive credits beyond the floors (core/credit.h) */
+	struct fs_dlist grown; /* streams whose grant is above its floor (grant_link) */
 	/* Requests from processes forked after an offload (core/handback.h):
 	 * a page shared with them, and the eventfd they ring. */
 	struct fs_hb_page *hb_page;
@@ -471,6 +480,10 @@ bool fs_engine_busy(struct fs_engine *e);
  * buffers are not held by a slow (or gone) reader, and a sender that exits
  * has delivered. Lock held. */
 void fs_engine_pull_stale(struct fs_engine *e);
+
+/* The service thread's look at grown grants: a stream with nothing new
+ * since the last look goes back to its floor (core/credit.h). Lock held. */
+void fs_engine_grants_idle(struct fs_engine *e);
 
 /* At FABSOCK_LOG=debug, once a second: one line per stream with its
  * counters (the service thread's; for diagnosing a stalled stream). Lock

@@ -569,7 +569,7 @@ static bool fs_hb_write(struct fs_engine *e, struct fs_stream *s, struct fs_buf 
 			*tail = NULL;
 		buf->next = NULL;
 		if (rx) {
-			s->freed++;
+			fs_stream_consumed(e, s);
 			fs_engine_repost(s->erail, buf);
 		} else {
 			s->hb_held_count--;

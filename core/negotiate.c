@@ -345,7 +345,7 @@ static void fs_fill_hello(struct fs_hello *h, uint32_t magic, struct fs_engine *
 
 	h->magic = magic;
 	h->stream_id = st ? st->id : 0;
-	h->window = st ? st->window : 0;
+	h->window = st ? st->credit.floor : 0; /* the first grant */
 	h->chunk = er ? er->chunk : 0;
 	memcpy(h->host_id, e->host_id, 16);
 	h->provider = (uint8_t)(st ? provider : FS_PROV_NONE);
@@ -399,9 +399,9 @@ static void fs_offloaded(struct fs_sock *s, const char *side)
 	s->hb_stream_id = s->stream->id;
 	s->token = s->stream->token;
 	FS_STAT_INC(offloaded);
-	FS_INFO("fd %d: offloaded (%s) over %s, stream %u -> %u, window %u", s->fd, side,
+	FS_INFO("fd %d: offloaded (%s) over %s, stream %u -> %u, first grant %u", s->fd, side,
 		fs_fabric_prov_name(s->stream->erail->rail.kind), s->stream->id, s->stream->peer_id,
-		s->stream->peer_window);
+		s->stream->peer_limit);
 	fs_sock_set_state(s, FS_SOCK_OFFLOADED);
 	fs_sock_note_inherit(s);
 }

@@ -701,6 +701,8 @@ static void *fs_service_main(void *arg)
 				live = e->live_streams != 0;
 				/* payloads a slow reader leaves at the sender come over */
 				fs_engine_pull_stale(e);
+				/* grants of streams gone quiet go back to the floor */
+				fs_engine_grants_idle(e);
 				/* TCP writes of hand-backs waiting for room */
 				{
 					int fds[FS_SERVICE_BLOCKED];

@@ -381,7 +381,7 @@ void fs_stream_consume_head(struct fs_engine *e, struct fs_stream *s)
 	s->rxq_head = buf->next;
 	if (!s->rxq_head)
 		s->rxq_tail = NULL;
-	s->freed++;
+	fs_stream_consumed(e, s);
 	fs_engine_repost(s->erail, buf);
 }
 

@@ -22,6 +22,9 @@ void fs_stream_enqueue(struct fs_engine *e, struct fs_stream *s, struct fs_buf *
 size_t fs_iov_copy_out(void *dst, size_t len, const struct iovec *iov, int iovcnt, size_t offset);
 int fs_stream_queue_fin(struct fs_engine *e, struct fs_stream *s);
 void fs_stream_maybe_credit(struct fs_engine *e, struct fs_stream *s);
+/* The reader (or the engine for a closed stream) consumed one message of
+ * S: its credit comes back, and the grant may grow (core/credit.h). */
+void fs_stream_consumed(struct fs_engine *e, struct fs_stream *s);
 void fs_engine_repost(struct fs_engine_rail *er, struct fs_buf *buf);
 void fs_engine_add_orphan(struct fs_engine *e, struct fs_stream *s);
 /* S is back on TCP and still open: its resources go (its memory stays for

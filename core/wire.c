@@ -451,7 +451,7 @@ void fs_wire_hdr_encode(const struct fs_wire_msg_hdr *hdr, void *buf)
 	fs_put_le32(p + 0, hdr->seq);
 	fs_put_le32(p + 4, hdr->freed);
 	fs_put_le32(p + 8, hdr->ctrl_ack);
-	fs_put_le32(p + 12, hdr->len);
+	fs_put_le32(p + 12, (hdr->len & FS_WIRE_HDR_LEN_MAX) | ((uint32_t)((hdr->grant - 1) & 0xff) << 24));
 }
 
 void fs_wire_hdr_decode(const void *buf, struct fs_wire_msg_hdr *hdr)
@@ -461,7 +461,8 @@ void fs_wire_hdr_decode(const void *buf, struct fs_wire_msg_hdr *hdr)
 	hdr->seq = fs_get_le32(p + 0);
 	hdr->freed = fs_get_le32(p + 4);
 	hdr->ctrl_ack = fs_get_le32(p + 8);
-	hdr->len = fs_get_le32(p + 12);
+	hdr->len = fs_get_le32(p + 12) & FS_WIRE_HDR_LEN_MAX;
+	hdr->grant = (fs_get_le32(p + 12) >> 24) + 1;
 }
 
 void fs_wire_ctrl_tag_encode(uint64_t tag, void *buf)

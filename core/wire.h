@@ -20,7 +20,8 @@
  *   8  u64 token (chosen by the client, echoed by the server)
  *  16  u64 probe nonce (0 when the probe was skipped by a rule)
  *  24  u32 stream id the sender receives on (peer tags its data with it)
- *  28  u32 window: messages the sender lets the peer have in flight
+ *  28  u32 window: messages the sender lets the peer send before its first
+ *      header says more (the first grant, core/credit.h)
  *  32  u32 chunk: largest payload the sender accepts per message
  *  36  u8[16] host id (boot id) of the sender
  *  52  u8 provider (enum fs_wire_provider)
@@ -46,8 +47,10 @@
 /* 2: control messages untagged, tag in front; 3: doorbell port; 4: pull shift;
  * 5: SWITCH, RETURN, RETURN_END (handing a stream back to TCP);
  * 6: a RING names its stream (one entry); 7: the sender's descriptor in HELLOs;
- * 8: FS_MSG_ARM, an ARM carried by a message */
-#define FS_WIRE_VERSION 8
+ * 8: FS_MSG_ARM, an ARM carried by a message;
+ * 9: a header's grant (credits move like a window, core/credit.h); the
+ *    HELLO's window is the first grant */
+#define FS_WIRE_VERSION 9
 #define FS_WIRE_PROBE_MAGIC 0x46534250u /* "FSBP" */
 #define FS_WIRE_HELLO_MAGIC 0x46534248u /* "FSBH" */
 #define FS_WIRE_ACK_MAGIC 0x46534241u   /* "FSBA" */
@@ -215,7 +218,7 @@ enum fs_msg_class { FS_CLASS_DATA = 0, FS_CLASS_CTRL = 1, FS_CLASS_PULL = 2 };
 enum fs_msg_kind {
 	FS_MSG_DATA = 1,   /* class DATA: payload bytes, seq numbered */
 	FS_MSG_FIN = 2,    /* class DATA: end of stream, takes a seq and a credit */
-	FS_MSG_CREDIT = 3, /* class CTRL: receiver freed messages up to hdr.freed */
+	FS_MSG_CREDIT = 3, /* class CTRL: header only, for its freed and grant */
 	FS_MSG_PULL = 4,   /* class DATA, header only: hdr.len payload bytes wait, tagged
 			    * fs_tag_pull(), for the reader to pull; takes a seq and a credit */
 	/* Handing the stream back to TCP (core/handback.h); class DATA, each
@@ -230,13 +233,20 @@ enum fs_msg_kind {
  * ARM whose "seen" counts are the header's freed and ctrl_ack. */
 #define FS_MSG_ARM 0x20u
 
+/* Encoded in FS_WIRE_HDR_LEN bytes, little-endian: seq, freed, ctrl_ack
+ * (u32 each), then len in the low 24 bits and grant - 1 in the high 8 bits
+ * of the last u32. */
 struct fs_wire_msg_hdr {
 	uint32_t seq;      /* DATA/FIN: per-stream message number from 1; CREDIT: ctrl number from 1 */
 	uint32_t freed;    /* messages of the opposite direction consumed by the sender's reader */
 	uint32_t ctrl_ack; /* CREDIT messages of the opposite direction processed */
-	uint32_t len;      /* payload bytes following the header */
+	uint32_t len;      /* payload bytes following the header (< 2^24) */
+	uint32_t grant;    /* 1..256: the sender's peer may send up to seq freed + grant */
 };
-_Static_assert(sizeof(struct fs_wire_msg_hdr) == 16, "fabric header is 16 bytes");
+#define FS_WIRE_HDR_LEN 16
+#define FS_WIRE_HDR_LEN_MAX 0xffffffu
+_Static_assert(FS_WIRE_CHUNK_MAX <= FS_WIRE_HDR_LEN_MAX, "a chunk's length fits the header");
+_Static_assert(FS_WIRE_WINDOW_MAX <= 256, "a grant fits the header");
 
 static inline uint64_t fs_tag_make(unsigned cls, unsigned kind, uint32_t stream, uint64_t token)
 {
@@ -254,7 +264,7 @@ static inline uint32_t fs_tag_stream(uint64_t tag) { return (uint32_t)(tag >> FS
 static inline uint32_t fs_tag_token(uint64_t tag) { return (uint32_t)tag; }
 
 #define FS_WIRE_CTRL_TAG_LEN 8
-#define FS_WIRE_MSG_PREFIX (FS_WIRE_CTRL_TAG_LEN + 16) /* tag, header */
+#define FS_WIRE_MSG_PREFIX (FS_WIRE_CTRL_TAG_LEN + FS_WIRE_HDR_LEN) /* tag, header */
 /* The provider tag of every control message (the real one is in front). */
 #define FS_TAG_CTRL_ALL ((uint64_t)FS_CLASS_CTRL << FS_TAG_CLASS_SHIFT)
 

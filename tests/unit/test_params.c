@@ -328,7 +328,7 @@ static void test_print(void)
 		CHECK(cur == 16 && def == 8 && lo == 2 && hi == 256);
 	}
 	CHECK(strstr(text, "error|warn|info|debug") != NULL);
-	CHECK(strstr(text, "Receive credits per stream") != NULL);
+	CHECK(strstr(text, "Most receive credits per stream") != NULL);
 	/* Help is wrapped: no line is absurdly long. */
 	for (const char *p = text; *p;) {
 		size_t len = strcspn(p, "\n");

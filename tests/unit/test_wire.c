@@ -629,9 +629,9 @@ static void test_fuzz(void)
 			ok = 0;
 		}
 
-		if (len >= sizeof(struct fs_wire_msg_hdr)) {
+		if (len >= FS_WIRE_HDR_LEN) {
 			struct fs_wire_msg_hdr hdr;
-			uint8_t again[sizeof(struct fs_wire_msg_hdr)];
+			uint8_t again[FS_WIRE_HDR_LEN];
 			fs_wire_hdr_decode(buf, &hdr);
 			fs_wire_hdr_encode(&hdr, again);
 			if (memcmp(again, buf, sizeof(again)))
@@ -691,7 +691,9 @@ static void test_tags(void)
 
 static void test_hdr(void)
 {
-	struct fs_wire_msg_hdr h = { .seq = 0x04030201u, .freed = 0x08070605u, .ctrl_ack = 0x0c0b0a09u, .len = 0x100f0e0du };
+	/* the last word: len in its low 24 bits, grant - 1 in its top byte */
+	struct fs_wire_msg_hdr h = { .seq = 0x04030201u, .freed = 0x08070605u, .ctrl_ack = 0x0c0b0a09u, .len = 0x0f0e0du,
+				     .grant = 0x11 };
 	struct fs_wire_msg_hdr d;
 	uint8_t buf[17] = { 0 };
 	unsigned i;
@@ -705,7 +707,19 @@ static void test_hdr(void)
 	CHECK(buf[0] == 0);
 	memset(&d, 0, sizeof(d));
 	fs_wire_hdr_decode(buf + 1, &d);
-	CHECK(d.seq == h.seq && d.freed == h.freed && d.ctrl_ack == h.ctrl_ack && d.len == h.len);
+	CHECK(d.seq == h.seq && d.freed == h.freed && d.ctrl_ack == h.ctrl_ack && d.len == h.len && d.grant == h.grant);
+	/* the extremes of a grant: 1 and FS_WIRE_WINDOW_MAX */
+	h.grant = 1;
+	h.len = FS_WIRE_CHUNK_MAX;
+	fs_wire_hdr_encode(&h, buf + 1);
+	CHECK(buf[16] == 0);
+	fs_wire_hdr_decode(buf + 1, &d);
+	CHECK(d.grant == 1 && d.len == FS_WIRE_CHUNK_MAX);
+	h.grant = FS_WIRE_WINDOW_MAX;
+	fs_wire_hdr_encode(&h, buf + 1);
+	CHECK(buf[16] == 0xff);
+	fs_wire_hdr_decode(buf + 1, &d);
+	CHECK(d.grant == FS_WIRE_WINDOW_MAX && d.len == FS_WIRE_CHUNK_MAX);
 }
 
 static void test_names(void)
