@@ -34,9 +34,11 @@
 #include "core/engine.h"
 #include "core/inherit.h"
 #include "core/fabric.h"
+#include "core/negcache.h"
 #include "core/probe.h"
 #include "core/sock.h"
 #include "core/stats.h"
+#include "core/udp.h"
 #include "core/wire.h"
 #include "preload/real.h"
 

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The UDP capability probe (both sides), the shared probe-record table, the
- * negative cache and the service thread. See probe.h for the protocol and
- * the record state machine.
+ * The UDP capability probe (both sides), the shared probe-record table and
+ * the service thread. See probe.h for the protocol and the record state
+ * machine.
  */
 #include "core/probe.h"
 
@@ -28,7 +28,6 @@
 #include <sys/timerfd.h>
 #include <stdio.h>
 #include <unistd.h>
-#include <uthash.h>
 
 #include "config/log.h"
 #include "config/params.h"
@@ -93,24 +92,6 @@ struct fs_listener {
 	uint64_t table_stuck_until_ns;
 	struct fs_listener *next;
 };
-
-void fs_sockaddr_key(const struct sockaddr *sa, uint8_t addr[16], uint16_t *port)
-{
-	memset(addr, 0, 16);
-	*port = 0;
-	if (sa->sa_family == AF_INET) {
-		const struct sockaddr_in *in = (const void *)sa;
-
-		addr[10] = addr[11] = 0xff;
-		memcpy(addr + 12, &in->sin_addr, 4);
-		*port = ntohs(in->sin_port);
-	} else if (sa->sa_family == AF_INET6) {
-		const struct sockaddr_in6 *in6 = (const void *)sa;
-
-		memcpy(addr, &in6->sin6_addr, 16);
-		*port = ntohs(in6->sin6_port);
-	}
-}
 
 /* ---- the shared record table ------------------------------------------- */
 
@@ -1686,65 +1667,4 @@ enum fs_probe_outcome fs_probe_result(struct fs_probe_client *pc, int fd, uint64
 	}
 	fs_probe_cancel(pc);
 	return out;
-}
-
-/* ---- negative cache ---------------------------------------------------- */
-
-struct fs_negcache_entry {
-	uint8_t key[18];
-	uint64_t expires_ns;
-	UT_hash_handle hh;
-};
-
-static pthread_mutex_t fs_negcache_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct fs_negcache_entry *fs_negcache;
-static unsigned fs_negcache_count;
-
-static void fs_negcache_key(const struct sockaddr *peer, uint8_t key[18])
-{
-	uint16_t port;
-
-	fs_sockaddr_key(peer, key, &port);
-	key[16] = (uint8_t)(port >> 8);
-	key[17] = (uint8_t)port;
-}
-
-bool fs_negcache_hit(const struct sockaddr *peer)
-{
-	uint8_t key[18];
-	struct fs_negcache_entry *ent;
-	bool hit = false;
-
-	if (!fs_params.neg_cache_sec)
-		return false;
-	fs_negcache_key(peer, key);
-	pthread_mutex_lock(&fs_negcache_lock);
-	HASH_FIND(hh, fs_negcache, key, sizeof(key), ent);
-	if (ent && ent->expires_ns > fs_now_ns())
-		hit = true;
-	pthread_mutex_unlock(&fs_negcache_lock);
-	return hit;
-}
-
-void fs_negcache_add(const struct sockaddr *peer, bool refused)
-{
-	uint8_t key[18];
-	struct fs_negcache_entry *ent;
-	uint64_t sec = fs_params.neg_cache_sec;
-
-	if (!refused && sec > FS_NEGCACHE_TIMEOUT_SEC)
-		sec = FS_NEGCACHE_TIMEOUT_SEC;
-	if (!sec)
-		return;
-	fs_negcache_key(peer, key);
-	pthread_mutex_lock(&fs_negcache_lock);
-	HASH_FIND(hh, fs_negcache, key, sizeof(key), ent);
-	if (!ent && fs_negcache_count < 65536 && (ent = calloc(1, sizeof(*ent)))) {
-		memcpy(ent->key, key, sizeof(key));
-		HASH_ADD(hh, fs_negcache, key, sizeof(ent->key), ent);
-		fs_negcache_count++;
-	}
-	if (ent)
-		ent->expires_ns = fs_now_ns() + sec * 1000000000ull;
-	pthread_mutex_unlock(&fs_negcache_lock);
 }

@@ -22,7 +22,7 @@
  * fs_probe_result() collects the answer on first use, bounded by
  * FABSOCK_PROBE_TIMEOUT_MS; "no", a timeout or ICMP port unreachable mean
  * plain TCP, and the destination is remembered as such for
- * FABSOCK_NEG_CACHE_SEC.
+ * FABSOCK_NEG_CACHE_SEC (negcache.h).
  *
  * The service thread answers probes whatever the application is doing, and
  * keeps the engine moving (queued sends waiting for credit, closing streams)
@@ -122,19 +122,6 @@ int fs_probe_start(struct fs_probe_client *pc, int fd, const struct sockaddr *pe
 enum fs_probe_outcome fs_probe_result(struct fs_probe_client *pc, int fd, uint64_t deadline_ns,
 				      bool *tcp_readable);
 void fs_probe_cancel(struct fs_probe_client *pc);
-
-/* Negative cache of destinations that are not fabsock listeners. */
-bool fs_negcache_hit(const struct sockaddr *peer);
-/* Remembers PEER as plain TCP: for FABSOCK_NEG_CACHE_SEC when it said so
- * (probe port unreachable: no fabsock listener), for at most
- * FS_NEGCACHE_TIMEOUT_SEC when it only did not answer in time (a flood may
- * have used up its probe budget: a legitimate client is kept off the
- * fabric only that long). */
-#define FS_NEGCACHE_TIMEOUT_SEC 10u
-void fs_negcache_add(const struct sockaddr *peer, bool refused);
-
-/* 16-byte form (v4-mapped for IPv4) and host-order port of a sockaddr. */
-void fs_sockaddr_key(const struct sockaddr *sa, uint8_t addr[16], uint16_t *port);
 
 /* The inode of the socket at the other end of the TCP connection FD, if
  * that end lives in this network namespace: one exact sock_diag lookup.

@@ -28,9 +28,11 @@
 #include "core/handback.h"
 #include "core/guard.h"
 #include "core/inherit.h"
+#include "core/negcache.h"
 #include "core/negotiate.h"
 #include "core/sigs.h"
 #include "core/stats.h"
+#include "core/udp.h"
 #include "preload/real.h"
 
 #define FS_SENDFILE_CHUNK (256u << 10)
