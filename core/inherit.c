@@ -18,7 +18,7 @@
 #include "config/log.h"
 #include "core/fabric.h"
 #include "core/fdtable.h"
-#include "core/probe.h"
+#include "core/listener.h"
 #include "core/sock.h"
 #include "preload/real.h"
 

@@ -21,6 +21,7 @@
 #include "config/params.h"
 #include "config/rules.h"
 #include "core/bell.h"
+#include "core/diag.h"
 #include "core/engine.h"
 #include "core/epoll.h"
 #include "core/fabric.h"
@@ -28,9 +29,13 @@
 #include "core/handback.h"
 #include "core/guard.h"
 #include "core/inherit.h"
+#include "core/listener.h"
+#include "core/negcache.h"
 #include "core/negotiate.h"
+#include "core/service.h"
 #include "core/sigs.h"
 #include "core/stats.h"
+#include "core/udp.h"
 #include "preload/real.h"
 
 #define FS_SENDFILE_CHUNK (256u << 10)
@@ -273,6 +278,8 @@ void fs_core_atfork_child(void)
 	fs_self_pid_refresh();
 	fs_engine_forget_after_fork();
 	fs_service_after_fork();
+	fs_listeners_after_fork();
+	fs_diag_after_fork();
 	fs_bell_after_fork();
 	fs_inherit_after_fork();
 	fs_sigs_after_fork();

@@ -17,7 +17,7 @@
  *   accept() on a LISTENING socket --> SERVER_PENDING --HELLO--> OFFLOADED
  *                                         \--plain client, bad HELLO, rule--> SERVER_PLAIN
  *
- * A server-side connection's probe record (probe.h) lives as long as the
+ * A server-side connection's probe record (listener.h) lives as long as the
  * connection: a late probe for it must still get "no", and a new connection
  * that reuses the client's port must not inherit the old answer. So
  * SERVER_PLAIN behaves exactly like (kernel) but keeps its entry until
@@ -46,6 +46,7 @@
 #include <sys/types.h>
 
 #include "core/probe.h"
+#include "core/service.h"
 
 #define FS_PASS (-100000)
 

@@ -30,7 +30,7 @@
 #include "core/engine.h"
 #include "core/handback.h"
 #include "core/sigs.h"
-#include "core/probe.h"
+#include "core/service.h"
 #include "core/sock.h"
 #include "core/stats.h"
 #include "core/stream_internal.h"

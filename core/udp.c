@@ -1,11 +1,30 @@
 /* SPDX-License-Identifier: MIT */
-/* Datagrams between a connection's own addresses (see udp.h). */
+/* Datagrams between a connection's own addresses, and the address key
+ * they are written in (see udp.h). */
 #include "core/udp.h"
 
 #include <netinet/in.h>
 #include <string.h>
 
 #include "preload/real.h"
+
+void fs_sockaddr_key(const struct sockaddr *sa, uint8_t addr[16], uint16_t *port)
+{
+	memset(addr, 0, 16);
+	*port = 0;
+	if (sa->sa_family == AF_INET) {
+		const struct sockaddr_in *in = (const void *)sa;
+
+		addr[10] = addr[11] = 0xff;
+		memcpy(addr + 12, &in->sin_addr, 4);
+		*port = ntohs(in->sin_port);
+	} else if (sa->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *in6 = (const void *)sa;
+
+		memcpy(addr, &in6->sin6_addr, 16);
+		*port = ntohs(in6->sin6_port);
+	}
+}
 
 void fs_udp_want_dest(int fd, int family)
 {

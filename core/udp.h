@@ -6,7 +6,8 @@
  * otherwise, and the other side checks (probe: its connected UDP socket
  * drops an answer from another address; doorbell: ARMs are taken only from
  * the connection's peer address). Addresses are 16 bytes, IPv4 v4-mapped,
- * as fs_sockaddr_key gives them.
+ * as fs_sockaddr_key gives them: the one form in which the core keys and
+ * compares addresses (probe records, the negative cache, the doorbell).
  */
 #ifndef FABSOCK_CORE_UDP_H
 #define FABSOCK_CORE_UDP_H
@@ -15,6 +16,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
+
+/* 16-byte form (v4-mapped for IPv4) and host-order port of a sockaddr. */
+void fs_sockaddr_key(const struct sockaddr *sa, uint8_t addr[16], uint16_t *port);
 
 /* Asks the kernel for each datagram's destination address (IP_PKTINFO, and
  * IPV6_RECVPKTINFO on an AF_INET6 socket). */

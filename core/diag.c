@@ -1,0 +1,185 @@
+/* SPDX-License-Identifier: MIT */
+/* What the kernel says of a TCP connection, over NETLINK_SOCK_DIAG (see
+ * diag.h). */
+#include "core/diag.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
+
+#include "core/engine.h"
+#include "core/sock.h"
+#include "core/udp.h"
+#include "preload/real.h"
+
+/* One NETLINK_SOCK_DIAG socket per process, one question at a time. The
+ * service thread and application threads drain probes at the same time: on
+ * a socket without the lock one asker read and dropped another's reply, and
+ * the other waited out its poll (100 ms, the whole of a single-threaded
+ * server) to answer unchecked. A fork child opens its own (see
+ * fs_service_after_fork), or parent and child would read each other's. */
+static pthread_mutex_t fs_diag_lock = PTHREAD_MUTEX_INITIALIZER;
+static int fs_diag_fd = -1;
+
+static int fs_diag_socket_locked(void)
+{
+	if (fs_diag_fd < 0) {
+		int fd = fs_real.socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+
+		if (fd >= 0)
+			fs_diag_fd = fs_internal_fd(fd);
+	}
+	return fs_diag_fd;
+}
+
+/* Sends the sock_diag request ASK and reads its answer: 1 (a connection in
+ * a live state, or with ANY_STATE in any state), 0 (none), -1 (cannot tell).
+ * A socket found stores its inode in *INODE (0 once no descriptor holds
+ * it: closed, TIME_WAIT). Called with fs_diag_lock. */
+static int fs_diag_exchange(const struct nlmsghdr *ask, uint32_t *inode, bool any_state)
+{
+	struct sockaddr_nl kernel = { .nl_family = AF_NETLINK };
+	union {
+		struct nlmsghdr nlh;
+		char bytes[1024];
+	} reply;
+	int fd = fs_diag_socket_locked();
+	ssize_t n;
+
+	if (fd < 0)
+		return -1;
+	if (fs_real.sendto(fd, ask, ask->nlmsg_len, MSG_NOSIGNAL, (struct sockaddr *)&kernel, sizeof(kernel)) < 0)
+		return -1;
+	for (int tries = 0; tries < 8; tries++) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+
+		if (fs_real.poll(&p, 1, 100) <= 0)
+			return -1;
+		n = fs_real.recv(fd, &reply, sizeof(reply), MSG_DONTWAIT);
+		if (n < (ssize_t)sizeof(struct nlmsghdr))
+			return -1;
+		if (reply.nlh.nlmsg_seq != ask->nlmsg_seq)
+			continue; /* an answer to an earlier question that timed out */
+		if (reply.nlh.nlmsg_type == SOCK_DIAG_BY_FAMILY) {
+			const struct inet_diag_msg *info = NLMSG_DATA(&reply.nlh);
+
+			if (n < (ssize_t)NLMSG_LENGTH(sizeof(*info)))
+				return -1;
+			*inode = info->idiag_inode;
+			if (any_state)
+				return 1;
+			/* An exact lookup ignores idiag_states: judge the state here.
+			 * SYN_RECV: the client's last handshake ACK and its probe may
+			 * be processed out of order. Closing states are gone. */
+			return info->idiag_state == TCP_ESTABLISHED || info->idiag_state == TCP_SYN_RECV;
+		}
+		if (reply.nlh.nlmsg_type == NLMSG_ERROR) {
+			const struct nlmsgerr *err = NLMSG_DATA(&reply.nlh);
+
+			return err->error == -ENOENT ? 0 : -1;
+		}
+		return -1;
+	}
+	return -1;
+}
+
+/* Asks the kernel whether an established TCP connection LOCAL:LPORT <->
+ * CLIENT:CPORT exists (in the accept queue or accepted): one exact socket
+ * lookup over NETLINK_SOCK_DIAG. A probe is answered yes only for a real
+ * connection, so forged or garbled probes cannot leave records for
+ * connections that do not exist (which would deny offload to whoever later
+ * uses that port). Returns 1 (exists), 0 (does not), -1 (cannot tell). */
+static int fs_diag_lookup(const uint8_t local[16], uint16_t lport, const uint8_t client[16], uint16_t cport,
+			  uint32_t *inode, bool any_state)
+{
+	uint32_t ignored;
+	static const uint8_t mapped[12] = { [10] = 0xff, [11] = 0xff };
+	struct {
+		struct nlmsghdr nlh;
+		struct inet_diag_req_v2 req;
+	} msg = { 0 };
+	bool v4 = memcmp(client, mapped, 12) == 0;
+	int answer;
+
+	msg.nlh.nlmsg_len = sizeof(msg);
+	msg.nlh.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+	msg.nlh.nlmsg_flags = NLM_F_REQUEST;
+	msg.nlh.nlmsg_seq = (uint32_t)fs_now_ns();
+	msg.req.sdiag_family = v4 ? AF_INET : AF_INET6;
+	msg.req.sdiag_protocol = IPPROTO_TCP;
+	msg.req.idiag_states = (1u << TCP_ESTABLISHED) | (1u << TCP_SYN_RECV); /* for dumps; see below */
+	msg.req.id.idiag_sport = htons(lport);
+	msg.req.id.idiag_dport = htons(cport);
+	if (v4) {
+		memcpy(msg.req.id.idiag_src, local + 12, 4);
+		memcpy(msg.req.id.idiag_dst, client + 12, 4);
+	} else {
+		memcpy(msg.req.id.idiag_src, local, 16);
+		memcpy(msg.req.id.idiag_dst, client, 16);
+	}
+	msg.req.id.idiag_cookie[0] = INET_DIAG_NOCOOKIE;
+	msg.req.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
+	pthread_mutex_lock(&fs_diag_lock);
+	answer = fs_diag_exchange(&msg.nlh, inode ? inode : &ignored, any_state);
+	pthread_mutex_unlock(&fs_diag_lock);
+	return answer;
+}
+
+/* A client on this host (its address is ours: the listener's own, or
+ * loopback) has its end of the connection in this network namespace. */
+static bool fs_client_local(const uint8_t local[16], const uint8_t client[16])
+{
+	static const uint8_t v4_loop[13] = { [10] = 0xff, [11] = 0xff, [12] = 127 };
+	static const uint8_t v6_loop[16] = { [15] = 1 };
+
+	return memcmp(local, client, 16) == 0 || memcmp(client, v4_loop, 13) == 0 ||
+	       memcmp(client, v6_loop, 16) == 0;
+}
+
+/* Whether the connection LOCAL:LPORT <-> CLIENT:CPORT exists, as
+ * fs_diag_lookup. For a client on this host the kernel is asked for the
+ * client's end instead (ESTABLISHED once its connect() returned, which is
+ * when it probes): the same one lookup proves the connection and gives the
+ * inode of the client's socket (*CLIENT_INODE, else 0), which the HELLO's
+ * shm address is later checked against (fs_negotiate: one readlink). */
+int fs_conn_exists(const uint8_t local[16], uint16_t lport, const uint8_t client[16], uint16_t cport,
+		   uint32_t *client_inode)
+{
+	*client_inode = 0;
+	if (fs_client_local(local, client) && fs_diag_lookup(client, cport, local, lport, client_inode, false) == 1)
+		return 1;
+	*client_inode = 0;
+	return fs_diag_lookup(local, lport, client, cport, NULL, false);
+}
+
+int fs_conn_peer_inode(int fd, uint32_t *inode)
+{
+	struct sockaddr_storage me, peer;
+	socklen_t mlen = sizeof(me), plen = sizeof(peer);
+	uint8_t maddr[16], paddr[16];
+	uint16_t mport, pport;
+
+	if (fs_real.getsockname(fd, (struct sockaddr *)&me, &mlen) || fs_real.getpeername(fd, (struct sockaddr *)&peer, &plen) ||
+	    (me.ss_family != AF_INET && me.ss_family != AF_INET6))
+		return -1;
+	fs_sockaddr_key((struct sockaddr *)&me, maddr, &mport);
+	fs_sockaddr_key((struct sockaddr *)&peer, paddr, &pport);
+	/* the peer's socket: its local end is our remote one */
+	return fs_diag_lookup(paddr, pport, maddr, mport, inode, true);
+}
+
+void fs_diag_after_fork(void)
+{
+	pthread_mutex_init(&fs_diag_lock, NULL);
+	if (fs_diag_fd >= 0) { /* shared with the parent, as its replies would be */
+		fs_internal_fd_close(fs_diag_fd);
+		fs_diag_fd = -1;
+	}
+}

@@ -1,0 +1,90 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The listener side of the out-of-band capability probe.
+ *
+ * A fabsock listener binds the UDP port with the same number and address as
+ * its TCP port, and answers ASK datagrams (probe.h is the side that asks).
+ * Answers are recorded in a table in MAP_SHARED memory created at listen(),
+ * so every process that inherits the listening socket (prefork workers, a
+ * child forked per connection) sees them. A record ties one client TCP
+ * endpoint (address, port) to a state:
+ *
+ *     (none) --probe--> YES --HELLO ok--> DONE
+ *        \                \--no HELLO in time / bad HELLO--> TCP
+ *         \--server used the connection first (banner, data)--> TCP
+ *
+ * YES is only ever given while no record says TCP, and TCP is only ever
+ * written over no record or over YES once the client can no longer send a
+ * HELLO: so a plain client is never answered yes, and a fabsock client that
+ * got yes always finds the server waiting for its HELLO.
+ *
+ * The service thread (service.h) polls every listener's UDP socket, so
+ * probes are answered whatever the application is doing.
+ */
+#ifndef FS_CORE_LISTENER_H
+#define FS_CORE_LISTENER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+enum fs_rec_state { FS_REC_NONE = 0, FS_REC_YES = 1, FS_REC_TCP = 2, FS_REC_DONE = 3 };
+
+struct fs_probe_rec {
+	uint32_t state;
+	uint32_t wait_ms;  /* the client's probe timeout */
+	uint64_t nonce;
+	uint64_t stamp_ns; /* CLOCK_MONOTONIC when the state was set */
+	uint8_t addr[16];
+	uint16_t port;
+	/* the inode of the client's socket, when its end is on this host
+	 * (sock_diag when the probe came); 0: unknown */
+	uint32_t client_inode;
+};
+
+struct fs_listener;
+
+/* Binds the UDP twin of listening socket FD. NULL (with the reason logged
+ * at info level) when it cannot: the listener then stays plain TCP. */
+struct fs_listener *fs_listener_open(int fd);
+void fs_listener_get(struct fs_listener *l);
+void fs_listener_put(struct fs_listener *l);
+/* Answers every probe waiting on the listener's UDP socket. */
+void fs_listener_drain(struct fs_listener *l);
+/* The application closed the listening socket: stop answering, drop a ref. */
+void fs_listener_close(struct fs_listener *l);
+int fs_listener_fd(struct fs_listener *l);
+/* A descriptor of L's probe table that survives exec (no FD_CLOEXEC, out of
+ * the application's way), for a connection accepted from L that a program
+ * this process execs will negotiate (core/inherit.h); -1 if none. */
+int fs_listener_exec_fd(struct fs_listener *l);
+/* In that program: a listener made of the table at FD only (its own user's
+ * file of the right size, else NULL). It answers no probes (the process
+ * that listens does); its connections look their records up in it. */
+struct fs_listener *fs_listener_attach(int fd);
+/* The connection of ADDR/PORT is closed: forget its record. */
+void fs_listener_forget(struct fs_listener *l, const uint8_t addr[16], uint16_t port);
+
+/* Server side, first use of an accepted connection from ADDR/PORT (16-byte
+ * v6 or v4-mapped, host-order port), accepted at ACCEPTED_NS (0: unknown).
+ * If no record exists, or only one settled before ACCEPTED_NS (an earlier
+ * connection's from the same client port), writes TCP. Returns the state
+ * now recorded and copies the record into OUT. */
+enum fs_rec_state fs_listener_claim_tcp(struct fs_listener *l, const uint8_t addr[16], uint16_t port,
+					uint64_t accepted_ns, struct fs_probe_rec *out);
+/* A settled record (TCP, DONE) older than the connection accepted at
+ * ACCEPTED_NS belongs to an earlier connection from the same client port. */
+bool fs_probe_rec_stale(const struct fs_probe_rec *r, uint64_t accepted_ns);
+/* Reads the record without changing it. */
+enum fs_rec_state fs_listener_lookup(struct fs_listener *l, const uint8_t addr[16], uint16_t port,
+				     struct fs_probe_rec *out);
+/* The process is ending: the kernel closes its listening sockets without
+ * fabsock seeing it, so sign out of the shared probe tables (the last
+ * process out removes the file). */
+void fs_listeners_exit(void);
+/* Moves a record from FROM to TO; returns true if it was in FROM. */
+bool fs_listener_move(struct fs_listener *l, const uint8_t addr[16], uint16_t port, enum fs_rec_state from,
+		      enum fs_rec_state to);
+/* A forked child: the parent's listeners stay the parent's to answer. */
+void fs_listeners_after_fork(void);
+
+#endif

@@ -1,0 +1,514 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The service thread: its loop, its poll set, its timer, the one-shot
+ * watches, the fork hooks and the exit it runs for a fatal signal. See
+ * service.h.
+ */
+#include "core/service.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/eventfd.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config/log.h"
+#include "config/params.h"
+#include "core/bell.h"
+#include "core/engine.h"
+#include "core/guard.h"
+#include "core/handback.h"
+#include "core/sigs.h"
+#include "core/sock.h"
+#include "core/stats.h"
+#include "preload/real.h"
+
+static pthread_mutex_t fs_service_lock = PTHREAD_MUTEX_INITIALIZER;
+static int fs_service_wake_fd = -1;
+/* A one-shot timer for fs_service_kick_soon, and whether it is set. */
+static int fs_service_timer_fd = -1;
+static int fs_service_timer_armed;
+static pid_t fs_service_pid;
+/* Held by the service thread whenever it is not asleep in poll. A fork
+ * takes it first (fs_service_fork_prepare), so that the child never starts
+ * with a lock the thread held mid-work: libfabric's, the allocator's, ours.
+ * Whether this fork's prepare got it. */
+static pthread_mutex_t fs_service_busy = PTHREAD_MUTEX_INITIALIZER;
+static bool fs_service_fork_held;
+static bool fs_service_dirty;
+/* A signal handler asked the service thread to run the process's end
+ * (fs_service_exit), and the eventfd it waits on for the answer. */
+static int fs_service_exit_wanted;
+static int fs_service_exit_fd = -1;
+
+/* The pending watches (service.h), newest first. The service thread alone
+ * takes them off, so one it put in its poll set is still here after the
+ * poll. */
+static struct fs_watch *fs_watch_list;
+static size_t fs_watch_count;
+
+static void *fs_service_main(void *arg);
+
+/* Starts the thread in this process if it is not running. Service lock held. */
+static void fs_service_ensure(void)
+{
+	if (fs_service_pid == fs_self_pid())
+		return;
+	if (fs_service_wake_fd < 0)
+		fs_service_wake_fd = fs_internal_fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+	if (fs_service_timer_fd < 0)
+		fs_service_timer_fd = fs_internal_fd(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
+	if (fs_service_exit_fd < 0)
+		fs_service_exit_fd = fs_internal_fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+	if (fs_thread_start(fs_service_main, 256 * 1024) == 0)
+		__atomic_store_n(&fs_service_pid, fs_self_pid(), __ATOMIC_RELEASE);
+	else
+		FS_WARN("cannot start the fabsock service thread; probes go unanswered");
+}
+
+static void fs_service_start(void)
+{
+	/* running in this process already: the common case, no lock */
+	if (__atomic_load_n(&fs_service_pid, __ATOMIC_ACQUIRE) == fs_self_pid())
+		return;
+	pthread_mutex_lock(&fs_service_lock);
+	fs_service_ensure();
+	pthread_mutex_unlock(&fs_service_lock);
+}
+
+void fs_service_kick(void)
+{
+	uint64_t one = 1;
+
+	fs_service_start();
+	if (fs_service_wake_fd >= 0) {
+		ssize_t n = fs_real.write(fs_service_wake_fd, &one, sizeof(one));
+		(void)n;
+	}
+}
+
+void fs_service_kick_soon(void)
+{
+	struct itimerspec soon = { .it_value = { .tv_nsec = FS_SERVICE_SOON_NS } };
+
+	fs_service_start();
+	if (fs_service_timer_fd < 0) {
+		fs_service_kick();
+		return;
+	}
+	/* One timer for every request until it fires: the thread clears the
+	 * flag before its progress round, which sees what we left for it. */
+	if (!__atomic_exchange_n(&fs_service_timer_armed, 1, __ATOMIC_ACQ_REL) &&
+	    timerfd_settime(fs_service_timer_fd, 0, &soon, NULL)) {
+		__atomic_store_n(&fs_service_timer_armed, 0, __ATOMIC_RELEASE);
+		fs_service_kick();
+	}
+}
+
+static void fs_service_queue(struct fs_watch *w, int fd, short events, uint64_t deadline_ns, fs_watch_fn fn, void *arg)
+{
+	pthread_mutex_lock(&fs_service_lock);
+	*w = (struct fs_watch){ .fd = fd, .events = events, .deadline_ns = deadline_ns, .fn = fn, .arg = arg, .queued = true };
+	w->next = fs_watch_list;
+	if (fs_watch_list)
+		fs_watch_list->prev = w;
+	fs_watch_list = w;
+	fs_watch_count++;
+	pthread_mutex_unlock(&fs_service_lock);
+}
+
+void fs_service_watch(struct fs_watch *w, int fd, short events, uint64_t deadline_ns, fs_watch_fn fn, void *arg)
+{
+	fs_service_queue(w, fd, events, deadline_ns, fn, arg);
+	fs_service_kick();
+}
+
+bool fs_service_watch_expire(struct fs_watch *w)
+{
+	bool queued;
+
+	pthread_mutex_lock(&fs_service_lock);
+	queued = w->queued;
+	if (queued) {
+		w->fd = -1;
+		w->deadline_ns = 0;
+	}
+	pthread_mutex_unlock(&fs_service_lock);
+	if (queued)
+		fs_service_kick();
+	return queued;
+}
+
+void fs_service_watch_soon(struct fs_watch *w, int fd, short events, uint64_t deadline_ns, fs_watch_fn fn, void *arg)
+{
+	fs_service_queue(w, fd, events, deadline_ns, fn, arg);
+	fs_service_kick_soon();
+}
+
+void fs_service_exit(void)
+{
+	uint64_t one = 1;
+	ssize_t n;
+
+	if (__atomic_load_n(&fs_service_pid, __ATOMIC_ACQUIRE) != getpid() || fs_service_wake_fd < 0 ||
+	    fs_service_exit_fd < 0) {
+		fs_core_exit(); /* no thread to hand it to: no stream either */
+		return;
+	}
+	/* Only async-signal-safe calls from here: an atomic store, write()
+	 * and poll() on eventfds. The service thread blocks every signal. */
+	__atomic_store_n(&fs_service_exit_wanted, 1, __ATOMIC_RELEASE);
+	n = fs_real.write(fs_service_wake_fd, &one, sizeof(one));
+	(void)n;
+	{
+		struct pollfd p = { .fd = fs_service_exit_fd, .events = POLLIN };
+		/* the exit path's own bound is FABSOCK_LINGER_SEC; a second more
+		 * for a thread that may first wait for a lock */
+		long ms = (long)fs_params.linger_sec * 1000 + 1000;
+
+		while (fs_real.poll(&p, 1, (int)ms) < 0 && errno == EINTR)
+			;
+	}
+}
+
+/* How long a fork waits for the service thread to finish what it is doing
+ * (a probe answer, a progress round); past it the fork goes ahead as it
+ * would without fabsock (the thread may be waiting for a lock the forking
+ * thread holds, in a signal handler say). */
+#define FS_SERVICE_FORK_WAIT_MS 500
+
+void fs_service_fork_prepare(void)
+{
+	struct timespec until;
+
+	fs_service_fork_held = false;
+	if (__atomic_load_n(&fs_service_pid, __ATOMIC_ACQUIRE) != getpid())
+		return; /* no service thread in this process */
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_nsec += FS_SERVICE_FORK_WAIT_MS * 1000000L;
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
+	}
+	fs_service_fork_held = pthread_mutex_timedlock(&fs_service_busy, &until) == 0;
+	if (!fs_service_fork_held)
+		FS_STAT_INC(forks_unquiesced); /* an atomic add: fine in a fork from a signal handler */
+}
+
+void fs_service_fork_parent(void)
+{
+	if (fs_service_fork_held) {
+		fs_service_fork_held = false;
+		pthread_mutex_unlock(&fs_service_busy);
+	}
+}
+
+void fs_service_after_fork(void)
+{
+	/* taken by this fork's prepare, or held by the parent's thread, which
+	 * the child does not have */
+	pthread_mutex_init(&fs_service_busy, NULL);
+	fs_service_fork_held = false;
+	fs_watch_list = NULL; /* the parent's to fire */
+	fs_watch_count = 0;
+	/* Threads do not survive fork: the child starts its own when needed. */
+	pthread_mutex_init(&fs_service_lock, NULL);
+	fs_service_dirty = true;
+	if (fs_service_wake_fd >= 0) {
+		fs_internal_fd_close(fs_service_wake_fd);
+		fs_service_wake_fd = -1;
+	}
+	if (fs_service_exit_fd >= 0) {
+		fs_internal_fd_close(fs_service_exit_fd);
+		fs_service_exit_fd = -1;
+	}
+	fs_service_exit_wanted = 0;
+	/* the parent's timer is shared with the parent, as is its flag */
+	if (fs_service_timer_fd >= 0) {
+		fs_internal_fd_close(fs_service_timer_fd);
+		fs_service_timer_fd = -1;
+	}
+	fs_service_timer_armed = 0;
+}
+
+/* The service thread's poll set: the wake-up fds, the registered
+ * descriptors (the listeners' probe sockets), the watches' fds, and per
+ * entry whose it is. It grows with the number of watches; when it cannot,
+ * the watches left out still fire at their deadlines. */
+struct fs_service_slot {
+	fs_service_ready_fn ready; /* a registered descriptor's, with ARG */
+	void *arg;
+	struct fs_watch *watch;
+};
+struct fs_service_set {
+	struct pollfd *pfd;
+	struct fs_service_slot *slot;
+	size_t cap;
+	nfds_t n; /* the entries put, while the registered ones are added */
+};
+
+/* The module whose descriptors each round polls (fs_service_on_fds). */
+static const struct fs_service_fds *fs_service_registered;
+
+/* Fires the watches whose fd is ready or whose deadline passed: the N
+ * entries of SET from FIRST were polled for watches. */
+static void fs_service_run_watches(const struct fs_service_set *set, nfds_t first, nfds_t n)
+{
+	uint64_t now = fs_now_ns();
+	struct fs_watch *fire = NULL, *w, *next;
+
+	pthread_mutex_lock(&fs_service_lock);
+	for (nfds_t i = first; i < n; i++)
+		if (set->pfd[i].revents)
+			set->slot[i].watch->ready = true;
+	for (w = fs_watch_list; w; w = next) {
+		next = w->next;
+		if (!w->ready && now < w->deadline_ns)
+			continue;
+		if (w->prev)
+			w->prev->next = w->next;
+		else
+			fs_watch_list = w->next;
+		if (w->next)
+			w->next->prev = w->prev;
+		fs_watch_count--;
+		w->queued = false;
+		w->next = fire;
+		fire = w;
+	}
+	pthread_mutex_unlock(&fs_service_lock);
+	while (fire) {
+		/* FN may queue W again, which rewrites it: read it first */
+		fs_watch_fn fn = fire->fn;
+		void *arg = fire->arg;
+		bool timed_out = !fire->ready;
+
+		w = fire;
+		fire = w->next;
+		fn(arg, timed_out);
+	}
+}
+
+/* Makes room for WANT entries if it can. Returns the room there is. */
+static size_t fs_service_set_fit(struct fs_service_set *set, size_t want)
+{
+	struct pollfd *pfd;
+	struct fs_service_slot *slot;
+	size_t cap = set->cap ? set->cap : 64;
+
+	if (want <= set->cap)
+		return set->cap;
+	while (cap < want)
+		cap *= 2;
+	pfd = realloc(set->pfd, cap * sizeof(*pfd));
+	if (pfd)
+		set->pfd = pfd;
+	slot = realloc(set->slot, cap * sizeof(*slot));
+	if (slot)
+		set->slot = slot;
+	if (pfd && slot)
+		set->cap = cap;
+	return set->cap;
+}
+
+/* Puts entry N: FD polled for EVENTS, for READY (with ARG) or W (or
+ * neither). */
+static nfds_t fs_service_set_put(struct fs_service_set *set, nfds_t n, int fd, short events,
+				 fs_service_ready_fn ready, void *arg, struct fs_watch *w)
+{
+	set->pfd[n] = (struct pollfd){ .fd = fd, .events = events };
+	set->slot[n] = (struct fs_service_slot){ .ready = ready, .arg = arg, .watch = w };
+	return n + 1;
+}
+
+/* The service thread's poll set: wake-up eventfd, bell, timer, hand-back
+ * requests; then the registered descriptors (the listeners' probe sockets),
+ * the watches, and at most FS_SERVICE_BLOCKED kernel sockets a hand-back
+ * waits to write to. */
+#define FS_SERVICE_FIXED 4
+#define FS_SERVICE_BLOCKED 16
+
+bool fs_service_set_add(struct fs_service_set *set, int fd, short events, fs_service_ready_fn ready, void *arg)
+{
+	if (set->n + FS_SERVICE_BLOCKED >= set->cap)
+		return false; /* the rest is kept for the hand-backs */
+	set->n = fs_service_set_put(set, set->n, fd, events, ready, arg, NULL);
+	return true;
+}
+
+void fs_service_on_fds(const struct fs_service_fds *fds)
+{
+	__atomic_store_n(&fs_service_registered, fds, __ATOMIC_RELEASE);
+}
+
+/* The engine's share of a round is still called directly: its doorbell
+ * and hand-back fds at fixed slots, its look under the engine lock before
+ * the poll (which may leave the doorbell out of the set), the doorbell and
+ * hand-back requests served after it, the progress round and its back-off
+ * after the watches. A registered tick (issue 15) would need a hook at each
+ * of those points, and its back-off state would have to be reset at fork:
+ * a change of its own, not part of the move out of probe.c. */
+static void *fs_service_main(void *arg)
+{
+	struct fs_service_set set = { 0 };
+	uint64_t idle_us = 1000, next_deadline;
+	nfds_t nl, nw;
+	bool bell_off = false;
+
+	FS_GUARD_ENTER(); /* everything this thread does is fabsock's own */
+	pthread_mutex_lock(&fs_service_busy);
+	for (;;) {
+		struct pollfd *pfd;
+		nfds_t n = 0, cap;
+		int timeout_ms = -1;
+		struct fs_engine *e;
+		int ret;
+		const struct fs_service_fds *reg = __atomic_load_n(&fs_service_registered, __ATOMIC_ACQUIRE);
+		size_t registered = 0;
+
+		pthread_mutex_lock(&fs_service_lock);
+		if (reg)
+			registered = reg->count();
+		cap = fs_service_set_fit(&set, FS_SERVICE_FIXED + registered + fs_watch_count + FS_SERVICE_BLOCKED);
+		if (cap < FS_SERVICE_FIXED + FS_SERVICE_BLOCKED) { /* no memory for the fixed entries: try again soon */
+			pthread_mutex_unlock(&fs_service_lock);
+			fs_real.poll(NULL, 0, 10);
+			continue;
+		}
+		pfd = set.pfd;
+		n = fs_service_set_put(&set, n, fs_service_wake_fd, POLLIN, NULL, NULL, NULL);
+		/* the bell: -1 (ignored by poll) until a HELLO opened it */
+		n = fs_service_set_put(&set, n, fs_bell_fd(), POLLIN, NULL, NULL, NULL);
+		n = fs_service_set_put(&set, n, fs_service_timer_fd, POLLIN, NULL, NULL, NULL);
+		/* requests for a stream back from processes forked later */
+		n = fs_service_set_put(&set, n, fs_handback_request_fd(fs_engine_peek()), POLLIN, NULL, NULL, NULL);
+		set.n = n;
+		if (reg)
+			reg->put(&set);
+		nl = n = set.n;
+		next_deadline = UINT64_MAX;
+		for (struct fs_watch *w = fs_watch_list; w; w = w->next) {
+			if (w->deadline_ns < next_deadline)
+				next_deadline = w->deadline_ns;
+			if (n + FS_SERVICE_BLOCKED < cap) /* else left to its deadline */
+				n = fs_service_set_put(&set, n, w->fd, w->events, NULL, NULL, w);
+		}
+		nw = n;
+		pthread_mutex_unlock(&fs_service_lock);
+
+		e = fs_engine_peek();
+		if (e) {
+			/* Busy engine lock: someone is making progress; look again soon. */
+			bool busy = true, live = true, deep = false;
+
+			if (pthread_mutex_trylock(&e->lock) == 0) {
+				uint64_t now = fs_now_ns();
+
+				busy = fs_engine_busy(e);
+				/* orphans included (live_streams): one waits for
+				 * the peer's FIN or its linger deadline, and only
+				 * a progress round sees either */
+				live = e->live_streams != 0;
+				/* payloads a slow reader leaves at the sender come over */
+				fs_engine_pull_stale(e);
+				/* grants of streams gone quiet go back to the floor */
+				fs_engine_grants_idle(e);
+				/* TCP writes of hand-backs waiting for room */
+				{
+					int fds[FS_SERVICE_BLOCKED];
+					unsigned nb = fs_handback_blocked_fds(e, fds, FS_SERVICE_BLOCKED);
+
+					for (unsigned i = 0; i < nb; i++)
+						n = fs_service_set_put(&set, n, fds[i], POLLOUT, NULL, NULL, NULL);
+				}
+				fs_engine_debug_dump(e, now);
+				/* Idle: ask every peer to ring the doorbell, then sleep on it. */
+				if (!busy && fs_engine_quiet(e, now))
+					fs_bell_arm_all(e);
+				/* A sleepy engine's waiter sleeping deeply armed
+				 * every stream: with nothing in flight, this thread
+				 * is needed for a ring or a watch only. */
+				deep = fs_engine_deep_idle(e) || (e->deep_waiters && fs_engine_waiters_arm(e));
+				/* deep sleepers watch the doorbell: one wake-up per
+				 * ring, theirs (fs_engine_bell_watched) */
+				bell_off = deep && e->deep_waiters;
+				__atomic_store_n(&e->service_bell_off, bell_off, __ATOMIC_RELAXED);
+				if (bell_off)
+					pfd[1].fd = -1;
+				pthread_mutex_unlock(&e->lock);
+			}
+			if (busy)
+				timeout_ms = 0;
+			else if (deep)
+				timeout_ms = FS_BELL_SLICE_MS;
+			else if (live)
+				timeout_ms = (int)(idle_us / 1000);
+		}
+		if (next_deadline != UINT64_MAX) {
+			uint64_t now = fs_now_ns();
+			int until = next_deadline > now ? (int)((next_deadline - now) / 1000000ull) + 1 : 0;
+
+			if (timeout_ms < 0 || until < timeout_ms)
+				timeout_ms = until;
+		}
+		pthread_mutex_unlock(&fs_service_busy); /* a fork may go now */
+		if (timeout_ms == 0) {
+			struct timespec ts = { 0, 100000 }; /* 100 us */
+
+			ret = fs_real.ppoll(pfd, n, &ts, NULL);
+		} else {
+			ret = fs_real.poll(pfd, n, timeout_ms);
+		}
+		pthread_mutex_lock(&fs_service_busy);
+		if (bell_off && (e = fs_engine_peek())) {
+			__atomic_store_n(&e->service_bell_off, false, __ATOMIC_RELAXED);
+			bell_off = false;
+		}
+		if (ret > 0 && (pfd[0].revents & POLLIN)) {
+			uint64_t v;
+			ssize_t r = fs_real.read(fs_service_wake_fd, &v, sizeof(v));
+			(void)r;
+		}
+		if (__atomic_load_n(&fs_service_exit_wanted, __ATOMIC_ACQUIRE)) {
+			/* a signal is ending the process: deliver, then answer */
+			uint64_t one = 1;
+			ssize_t r;
+
+			fs_core_exit();
+			r = fs_real.write(fs_service_exit_fd, &one, sizeof(one));
+			(void)r;
+			__atomic_store_n(&fs_service_exit_wanted, 0, __ATOMIC_RELEASE);
+		}
+		if (ret > 0 && (pfd[1].revents & POLLIN)) {
+			fs_bell_drain(fs_engine_peek());
+			idle_us = 1000; /* a ring: the peer's message is on its way */
+		}
+		if (ret > 0 && (pfd[2].revents & POLLIN)) {
+			uint64_t v;
+			ssize_t r = fs_real.read(fs_service_timer_fd, &v, sizeof(v));
+
+			(void)r;
+			__atomic_store_n(&fs_service_timer_armed, 0, __ATOMIC_RELEASE);
+		}
+		if (ret > 0 && (pfd[3].revents & POLLIN) && (e = fs_engine_peek())) {
+			pthread_mutex_lock(&e->lock);
+			fs_handback_serve(e);
+			pthread_mutex_unlock(&e->lock);
+		}
+		for (nfds_t i = FS_SERVICE_FIXED; i < nl; i++)
+			set.slot[i].ready(set.slot[i].arg, ret > 0 ? pfd[i].revents : 0);
+		fs_service_run_watches(&set, nl, nw);
+		e = fs_engine_peek();
+		if (e && pthread_mutex_trylock(&e->lock) == 0) {
+			int done = e->live_streams ? fs_engine_progress(e) : 0;
+
+			pthread_mutex_unlock(&e->lock);
+			/* Back off while nothing happens: idle costs ~nothing. */
+			idle_us = done ? 1000 : (idle_us < 50000 ? idle_us * 2 : 50000);
+		}
+	}
+	return arg;
+}
