@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Engine internals shared by engine.c, stream.c and handback.c only. All
- * with the engine lock held.
+ * Engine internals shared by engine.c, wake.c, stream.c and handback.c
+ * only. All with the engine lock held unless said otherwise.
  */
 #ifndef FS_CORE_STREAM_INTERNAL_H
 #define FS_CORE_STREAM_INTERNAL_H
@@ -47,5 +47,15 @@ void fs_engine_pull_cancel(struct fs_stream *s, struct fs_buf *buf);
 /* A receive buffer S no longer wants: back to the catch-all receives, after
  * draining the payload first if it is an unpulled FS_MSG_PULL entry. */
 void fs_engine_rx_discard(struct fs_engine_rail *er, struct fs_buf *buf);
+
+/* In wake.c. */
+/* Opens E's deep-sleep eventfd (E->deep_fd, -1 on failure): at engine
+ * creation (under the creation lock, before E is published) and again at a
+ * deep sleep if that failed. */
+void fs_engine_deep_fd_open(struct fs_engine *e);
+/* End of a progress round: rings the deep sleepers once (when a change
+ * wanted them), and the streams that changed while threads slept on them. */
+void fs_engine_deep_wake(struct fs_engine *e);
+void fs_engine_ring(struct fs_engine *e);
 
 #endif

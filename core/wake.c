@@ -1,0 +1,322 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Waking sleepers: how long a waiter spins and sleeps, when the engine is
+ * sleepy or settled enough for waiters to arm their streams' doorbells,
+ * deep sleep on the engine's eventfd, the watches that epoll and poll put
+ * on a stream, and ringing the threads asleep on a stream that changed.
+ *
+ * Who calls in: fs_stream_changed from everywhere a stream's state moves;
+ * the wait loops (stream.c, the readiness scans, epoll) for the spin, the
+ * sleepiness score and deep sleep; the service thread for quiet and deep
+ * idle; fs_engine_progress (engine.c) rings at the end of each round
+ * (fs_engine_ring, fs_engine_deep_wake). Which lock each function wants
+ * is said where engine.h declares it: most want the engine lock; the
+ * sleepiness score (fs_engine_wait_done) takes none, and deep sleep
+ * (fs_engine_deep_sleep) takes the lock itself and sleeps without it.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <time.h>
+
+#include "config/params.h"
+#include "core/bell.h"
+#include "core/engine.h"
+#include "core/sock.h"
+#include "core/stats.h"
+#include "core/stream_internal.h"
+#include "preload/real.h"
+
+uint64_t fs_wait_slice_cap_us(uint64_t waited_ns)
+{
+	if (fs_params.idle_after_ms && waited_ns >= fs_params.idle_after_ms * 1000000ull &&
+	    fs_params.idle_sleep_us > fs_params.sleep_max_us)
+		return fs_params.idle_sleep_us;
+	return fs_params.sleep_max_us;
+}
+
+void fs_engine_note_activity(struct fs_engine *e)
+{
+	e->active_ns = fs_now_ns();
+	/* waiters poll at the normal pace until the service thread has seen
+	 * IDLE_AFTER_MS of quiet again and re-armed */
+	__atomic_store_n(&e->armed_all, false, __ATOMIC_RELAXED);
+	if (e->deep_waiters)
+		e->deep_wanted = true;
+}
+
+/* Nothing of ours in flight and nothing to flush: a ring will announce
+ * whatever happens next. */
+static bool fs_engine_settled(struct fs_engine *e)
+{
+	if (!fs_params.doorbell || !e->live_streams)
+		return false;
+	for (struct fs_engine_rail *er = fs_engine_ep_first(e); er; er = fs_engine_ep_next(e, er))
+		if (er->tx_posted || er->pulls_posted)
+			return false; /* its completion comes without a ring */
+	return !fs_engine_busy(e);
+}
+
+bool fs_engine_waiters_arm(struct fs_engine *e)
+{
+	return fs_engine_arms_early(e) && fs_engine_settled(e);
+}
+
+bool fs_engine_quiet(struct fs_engine *e, uint64_t now)
+{
+	/* Completions are counted on the data path, the clock is read here:
+	 * the service thread dates the last change of the count. */
+	if (e->completions != e->completions_seen) {
+		e->completions_seen = e->completions;
+		e->active_ns = now;
+	}
+	if (!fs_params.idle_after_ms || now - e->active_ns < fs_params.idle_after_ms * 1000000ull)
+		return false;
+	return fs_engine_settled(e);
+}
+
+bool fs_engine_deep_idle(struct fs_engine *e)
+{
+	/* armed_all is set only once the engine was quiet, and cleared by any
+	 * arriving message, new stream or ring: no clock needed here */
+	return __atomic_load_n(&e->armed_all, __ATOMIC_RELAXED) && fs_engine_settled(e);
+}
+
+/* The sleepiness score: a late wait adds FS_SLEEPY_LATE, a quick one takes
+ * one off, within 0..FS_SLEEPY_MAX. Sleepy from FS_SLEEPY_AT (two late
+ * waits in a row) until it is back at 0: waits are mostly late when more
+ * than one in five is. A busy server whose waits are late now and then
+ * (redis under 1,000 clients: 3 %) stays awake: its every message would
+ * otherwise ask for a ring, and its peer's every message send one. So does
+ * a wait that brought more than FS_SLEEPY_EVENTS events, late or not
+ * (redis-benchmark -c 1000: 465 per epoll_wait): one wait serves many
+ * messages, so its polling costs little per message, while a ring would be
+ * asked for on each. */
+#define FS_SLEEPY_LATE 4u
+#define FS_SLEEPY_MAX 16u
+#define FS_SLEEPY_AT 8u
+#define FS_SLEEPY_EVENTS 2
+
+void fs_engine_wait_done(struct fs_engine *e, bool late, int events)
+{
+	unsigned v;
+
+	if (!e)
+		return;
+	v = __atomic_load_n(&e->wait_score, __ATOMIC_RELAXED);
+	if (late && events <= FS_SLEEPY_EVENTS) {
+		FS_STAT_INC(waits_late);
+		v = v + FS_SLEEPY_LATE < FS_SLEEPY_MAX ? v + FS_SLEEPY_LATE : FS_SLEEPY_MAX;
+		if (v >= FS_SLEEPY_AT && !__atomic_load_n(&e->sleepy, __ATOMIC_RELAXED)) {
+			__atomic_store_n(&e->sleepy, true, __ATOMIC_RELAXED);
+			FS_STAT_INC(sleepy_spells);
+		}
+	} else {
+		if (!v)
+			return;
+		if (--v == 0)
+			__atomic_store_n(&e->sleepy, false, __ATOMIC_RELAXED);
+	}
+	__atomic_store_n(&e->wait_score, (uint8_t)v, __ATOMIC_RELAXED);
+}
+
+uint64_t fs_wait_spin_end(const struct fs_engine *e, uint64_t now)
+{
+	if (e && fs_params.spin_us > FS_SLEEPY_SPIN_US && fs_engine_arms_early(e))
+		return now + FS_SLEEPY_SPIN_US * 1000ull;
+	return fs_spin_end(now);
+}
+
+bool fs_engine_arms_early(const struct fs_engine *e)
+{
+	return fs_params.doorbell && (fs_params.wait_arm || __atomic_load_n(&e->sleepy, __ATOMIC_RELAXED));
+}
+
+bool fs_engine_wait_deep(struct fs_engine *e, bool checked)
+{
+	bool was_armed = __atomic_load_n(&e->armed_all, __ATOMIC_RELAXED);
+
+	if (!was_armed && fs_engine_arms_early(e) && fs_engine_settled(e)) {
+		fs_bell_arm_all(e);
+		/* A message that came after the caller last looked (and disarmed
+		 * its stream) is counted as seen in this ARM: no ring will come
+		 * for it. Only a caller that looked under this lock may sleep;
+		 * the others look once more first (armed_all, cleared by any
+		 * arrival, tells them then). */
+		if (!checked)
+			return false;
+	}
+	return fs_engine_deep_idle(e);
+}
+
+bool fs_engine_bell_watched(const struct fs_engine *e)
+{
+	return e->deep_waiters || !__atomic_load_n(&e->service_bell_off, __ATOMIC_RELAXED);
+}
+
+/* The eventfd deep sleepers wait on; internal: an application's close-all
+ * loop must not free the number for a file we would then write to. */
+void fs_engine_deep_fd_open(struct fs_engine *e)
+{
+	int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+
+	e->deep_fd = fd >= 0 ? fs_internal_fd(fd) : -1;
+}
+
+int fs_engine_deep_begin(struct fs_engine *e)
+{
+	if (e->deep_fd < 0)
+		fs_engine_deep_fd_open(e); /* its making at engine creation failed */
+	if (e->deep_fd >= 0)
+		e->deep_waiters++;
+	return e->deep_fd;
+}
+
+void fs_engine_deep_end(struct fs_engine *e)
+{
+	if (--e->deep_waiters == 0 && e->deep_rung) {
+		uint64_t v;
+		ssize_t n = fs_real.read(e->deep_fd, &v, sizeof(v));
+
+		(void)n;
+		e->deep_rung = false;
+	}
+	if (!e->deep_waiters)
+		e->deep_wanted = false;
+}
+
+int fs_engine_deep_sleep(struct pollfd *fds, nfds_t n, uint64_t deadline_ns, const sigset_t *sigmask,
+			 bool *slept)
+{
+	struct fs_engine *e = fs_engine_peek();
+	uint64_t now, ns = FS_BELL_SLICE_MS * 1000000ull;
+	struct timespec ts;
+	bool was_armed, armed_now;
+	int ret, err;
+
+	*slept = false;
+	/* a lock-free look first: without waiters' arming, busy engines are
+	 * never armed */
+	if (!e || (!fs_engine_arms_early(e) && !__atomic_load_n(&e->armed_all, __ATOMIC_RELAXED)))
+		return 0;
+	now = fs_now_ns();
+	pthread_mutex_lock(&e->lock);
+	was_armed = __atomic_load_n(&e->armed_all, __ATOMIC_RELAXED);
+	fds[n].fd = fs_engine_wait_deep(e, false) ? fs_engine_deep_begin(e) : -1;
+	armed_now = !was_armed && __atomic_load_n(&e->armed_all, __ATOMIC_RELAXED);
+	pthread_mutex_unlock(&e->lock);
+	if (fds[n].fd < 0)
+		return armed_now ? -EAGAIN : 0;
+	fds[n].events = POLLIN;
+	fds[n].revents = 0;
+	fds[n + 1].fd = fs_bell_fd();
+	fds[n + 1].events = POLLIN;
+	fds[n + 1].revents = 0;
+	if (deadline_ns && deadline_ns - now < ns)
+		ns = deadline_ns > now ? deadline_ns - now : 0;
+	ts.tv_sec = (time_t)(ns / 1000000000ull);
+	ts.tv_nsec = (long)(ns % 1000000000ull);
+	ret = fs_real.ppoll(fds, n + 2, &ts, sigmask);
+	err = errno;
+	pthread_mutex_lock(&e->lock);
+	fs_engine_deep_end(e);
+	pthread_mutex_unlock(&e->lock);
+	*slept = true;
+	if (ret < 0)
+		return -err;
+	if (fds[n + 1].revents)
+		fs_bell_drain(e); /* a ring: read it here, not through the service thread */
+	return ret - (fds[n].revents ? 1 : 0) - (fds[n + 1].revents ? 1 : 0);
+}
+
+/* Wakes the deep sleepers once; the fd stays readable until the last of
+ * them has left, so none misses it. */
+void fs_engine_deep_wake(struct fs_engine *e)
+{
+	uint64_t one = 1;
+
+	e->deep_wanted = false;
+	if (e->deep_waiters && !e->deep_rung) {
+		ssize_t n = fs_real.write(e->deep_fd, &one, sizeof(one));
+
+		(void)n;
+		e->deep_rung = true;
+	}
+}
+
+void fs_stream_watch_add(struct fs_stream *s, struct fs_stream_watch *w)
+{
+	w->next = s->watchers;
+	s->watchers = w;
+	__atomic_store_n(&w->stream, s, __ATOMIC_RELAXED);
+}
+
+void fs_stream_watch_del(struct fs_stream_watch *w)
+{
+	struct fs_stream *s = w->stream;
+
+	if (!s)
+		return;
+	for (struct fs_stream_watch **p = &s->watchers; *p; p = &(*p)->next)
+		if (*p == w) {
+			*p = w->next;
+			break;
+		}
+	w->next = NULL;
+	__atomic_store_n(&w->stream, NULL, __ATOMIC_RELAXED);
+}
+
+void fs_stream_changed(struct fs_engine *e, struct fs_stream *s)
+{
+	s->ev_gen++;
+	for (struct fs_stream_watch *w = s->watchers; w; w = w->next)
+		w->fn(w);
+	if (e->deep_waiters)
+		e->deep_wanted = true;
+	if (s->sleepers && !s->wake_queued) {
+		s->wake_queued = true;
+		s->wake_next = e->wake_list;
+		e->wake_list = s;
+	}
+}
+
+static void fs_stream_ring(struct fs_stream *s)
+{
+	uint64_t one = 1;
+
+	if (s->wake_fd >= 0) {
+		ssize_t n = fs_real.write(s->wake_fd, &one, sizeof(one));
+		(void)n;
+	}
+}
+
+/* After a progress round: ring the streams that changed while someone slept. */
+void fs_engine_ring(struct fs_engine *e)
+{
+	while (e->wake_list) {
+		struct fs_stream *s = e->wake_list;
+
+		e->wake_list = s->wake_next;
+		s->wake_queued = false;
+		fs_stream_ring(s);
+	}
+}
+
+void fs_engine_wake_all(struct fs_engine *e)
+{
+	for (struct fs_dlist *n = e->sleeping.next; n != &e->sleeping; n = n->next)
+		fs_stream_ring(fs_stream_of(n, sleep_link));
+}
+
+void fs_stream_sleep_begin(struct fs_engine *e, struct fs_stream *s)
+{
+	if (!s->sleepers++ && !s->dead)
+		fs_dlist_add(&e->sleeping, &s->sleep_link);
+}
+
+/* Tolerates a stream destroyed meanwhile (destroy unlinks it). */
+void fs_stream_sleep_end(struct fs_engine *e, struct fs_stream *s)
+{
+	if (!--s->sleepers && fs_dlist_linked(&s->sleep_link))
+		fs_dlist_del(&s->sleep_link);
+}
