@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The engine (see engine.h for the flow-control rules): lifecycle, rails,
- * the stream table, posting receives and sends, and completion processing.
+ * the stream table, posting receives, and completion processing.
  * The application-facing operations on a stream (send, recv, wait, close)
- * are in stream.c; waking the threads that sleep on streams in wake.c.
+ * are in stream.c; the send queue, its posting and the credit reports in
+ * txq.c; waking the threads that sleep on streams in wake.c.
  */
 #include "core/engine.h"
 
@@ -146,22 +147,6 @@ void fs_engine_forget_after_fork(void)
 		pthread_mutex_init(&fs_engine_create_lock, NULL);
 	}
 }
-
-/* shm provider calls are announced to the service thread, which releases a
- * lock a dead process left taken under one that does not return (fabric.h).
- * PID: the peer whose region a send enters; -1 for calls on our own. */
-#define FS_PROV_ENTER(er, pid)                                      \
-	do {                                                        \
-		if ((er)->rail.kind == FS_PROV_SHM)                 \
-			fs_prov_call_begin((pid) ? (pid) : -1);     \
-	} while (0)
-#define FS_PROV_LEAVE(er)                                \
-	do {                                             \
-		if ((er)->rail.kind == FS_PROV_SHM)      \
-			fs_prov_call_end();              \
-	} while (0)
-
-unsigned fs_fault_post_eagain;
 
 /* ---- receives ---------------------------------------------------------- */
 
@@ -794,17 +779,6 @@ void fs_stream_drop_app(struct fs_stream *s)
 	pthread_mutex_unlock(&e->lock);
 }
 
-int fs_stream_take_queued(struct fs_engine *e, struct fs_stream *s, int (*sink)(void *arg, const void *data, size_t len),
-			  void *arg)
-{
-	int ret = 0;
-
-	for (struct fs_buf *buf = s->txq_head; buf && !ret; buf = buf->next)
-		if (buf->kind == FS_MSG_DATA && buf->len)
-			ret = sink(arg, buf->mem + FS_WIRE_MSG_PREFIX, buf->len);
-	return ret;
-}
-
 void fs_stream_abandon(struct fs_engine *e, struct fs_stream *s)
 {
 	s->ctl_fd = -1;
@@ -812,419 +786,11 @@ void fs_stream_abandon(struct fs_engine *e, struct fs_stream *s)
 	fs_stream_destroy(e, s);
 }
 
-/* ---- sending ----------------------------------------------------------- */
+/* ---- completions ------------------------------------------------------- */
 
 static inline bool fs_seq_after(uint32_t a, uint32_t b)
 {
 	return (int32_t)(a - b) > 0;
-}
-
-unsigned fs_stream_credits(const struct fs_stream *s)
-{
-	return fs_credit_tx_avail(s->peer_limit, s->tx_seq);
-}
-
-/* The head of S's send queue could go now: credit is there, or it is the
- * payload of a sent announcement, which needs none. */
-static bool fs_stream_can_post(const struct fs_stream *s)
-{
-	return s->txq_head && (s->txq_head->announced || fs_stream_credits(s));
-}
-
-/* Sends BYTES at DATA (inside BUF) to S's peer: tagged with TAG if TAGGED,
- * else untagged; by inject when it fits (BUF->posted 2: done, no completion
- * will come), else with BUF as the context (posted 1). Returns 0,
- * -FI_EAGAIN (try later) or another error. */
-static int fs_post(struct fs_stream *s, struct fs_buf *buf, const void *data, size_t bytes, bool tagged,
-		   uint64_t tag)
-{
-	struct fs_rail *rail = &s->erail->rail;
-	bool inject = bytes <= rail->inject_size;
-	struct fs_engine *e;
-	ssize_t ret;
-
-	/* Nobody watches the doorbell (fs_engine_bell_watched): an ARM for
-	 * this stream may be waiting there, and this message must ring. */
-	if (!s->peer_armed && (e = fs_engine_peek()) && !fs_engine_bell_watched(e))
-		fs_bell_take_arms(e);
-
-	if (!s->erail->open)
-		return -FI_ECANCELED; /* the rail closed at exit under a still running thread */
-	if (__builtin_expect(fs_fault_post_eagain != 0, 0)) {
-		fs_fault_post_eagain--;
-		return -FI_EAGAIN;
-	}
-	FS_GUARD_ENTER();
-	FS_PROV_ENTER(s->erail, s->peer_pid);
-	if (tagged)
-		ret = inject ? fi_tinject(rail->ep, data, bytes, s->peer_addr, tag)
-			     : fi_tsend(rail->ep, data, bytes, buf->desc, s->peer_addr, tag, buf);
-	else
-		ret = inject ? fi_inject(rail->ep, data, bytes, s->peer_addr)
-			     : fi_send(rail->ep, data, bytes, buf->desc, s->peer_addr, buf);
-	FS_PROV_LEAVE(s->erail);
-	FS_GUARD_LEAVE();
-	if (ret == -FI_EAGAIN && s->peer_armed) {
-		/* The provider may need the peer to make progress first (shm
-		 * maps a new peer only when the receiver polls): a peer asleep
-		 * on its doorbell would never let this through. */
-		fs_bell_ring(s);
-	}
-	if (ret)
-		return (int)ret;
-	buf->posted = inject ? 2 : 1;
-	if (!inject)
-		s->erail->tx_posted++;
-	if (s->peer_armed)
-		fs_bell_ring(s); /* the peer sleeps until told */
-	return 0;
-}
-
-/* Whether S's next message may carry our ARM (FS_MSG_ARM), which saves a
- * waiter of a sleepy engine its ARM datagram: both ends have a doorbell,
- * the stream is not armed yet, and our reader has taken every message that
- * came (the peer takes the header's freed as what we have seen: with
- * messages unread it would ring at once for nothing). */
-static bool fs_stream_arm_inline(const struct fs_stream *s)
-{
-	struct fs_engine *e = fs_engine_peek();
-
-	return !s->armed && s->credit.freed == s->rx_msgs && s->bell_addr.sin6_port && e && fs_engine_arms_early(e) &&
-	       s->state != FS_STREAM_HELLO && fs_bell_fd() >= 0;
-}
-
-/* Posts BUF (its tag, header and payload) as one message of class CLS, or,
- * if ANNOUNCE, only its tag and header as the FS_MSG_PULL that announces
- * its payload (which fs_stream_flush sends next, by fs_post). */
-static int fs_post_msg(struct fs_stream *s, struct fs_buf *buf, unsigned cls, bool announce)
-{
-	unsigned kind = announce ? FS_MSG_PULL : buf->kind;
-	bool arm = fs_stream_arm_inline(s);
-	int ret;
-
-	fs_wire_ctrl_tag_encode(fs_tag_make(cls, kind | (arm ? FS_MSG_ARM : 0), s->peer_id, s->token), buf->mem);
-	ret = fs_post(s, buf, buf->mem, FS_WIRE_MSG_PREFIX + (announce ? 0 : buf->len), cls == FS_CLASS_CTRL,
-		      FS_TAG_CTRL_ALL);
-	if (!ret && arm) {
-		s->armed = true;
-		FS_STAT_INC(bell_arms);
-		FS_STAT_INC(bell_arms_inline);
-	}
-	return ret;
-}
-
-/* Writes BUF's header; returns the advertised limit before it (for
- * fs_credit_rx_undo if BUF does not go). */
-static uint32_t fs_fill_header(struct fs_stream *s, struct fs_buf *buf, uint32_t seq)
-{
-	struct fs_wire_msg_hdr hdr = {
-		.seq = seq,
-		.ctrl_ack = s->ctrl_processed,
-		.len = buf->len,
-	};
-	unsigned grant;
-	uint32_t old = fs_credit_rx_advertise(&s->credit, s->budget, &hdr.freed, &grant);
-
-	hdr.grant = grant;
-	fs_wire_hdr_encode(&hdr, buf->mem + FS_WIRE_CTRL_TAG_LEN);
-	return old;
-}
-
-/* Takes the head of S's send queue off it. */
-static struct fs_buf *fs_txq_pop(struct fs_stream *s)
-{
-	struct fs_buf *buf = s->txq_head;
-
-	s->txq_head = buf->next;
-	if (!s->txq_head)
-		s->txq_tail = NULL;
-	s->txq_count--;
-	buf->next = NULL;
-	return buf;
-}
-
-/* Posts queued messages while credits last. A payload of at least the
- * peer's pull size goes in two parts: the announcement, which takes the
- * seq and the credit, then the payload itself, tagged for the peer to
- * pull when its application reads. Engine lock held. */
-void fs_stream_flush(struct fs_engine *e, struct fs_stream *s)
-{
-	bool had_queue = s->txq_head != NULL;
-	unsigned queued = s->txq_count;
-
-	while (s->txq_head && !s->error) {
-		struct fs_buf *buf = s->txq_head;
-		int ret;
-
-		if (!buf->announced) {
-			bool pull = s->peer_pull_min && buf->kind == FS_MSG_DATA && buf->len >= s->peer_pull_min;
-
-			if (!fs_stream_credits(s))
-				break;
-			fs_fill_header(s, buf, s->tx_seq + 1);
-			ret = fs_post_msg(s, buf, FS_CLASS_DATA, pull);
-			if (ret == -FI_EAGAIN)
-				break;
-			if (ret)
-				goto failed;
-			s->tx_seq++;
-			if (buf->kind == FS_MSG_DATA)
-				FS_STAT_ADD(fabric_tx_bytes, buf->len);
-			buf->seq = s->tx_seq;
-			buf->announced = pull;
-		}
-		if (buf->announced) {
-			/* The announcement is out: the payload must follow, credit or not. */
-			ret = fs_post(s, buf, buf->mem + FS_WIRE_MSG_PREFIX, buf->len, true,
-				      fs_tag_pull(s->peer_id, buf->seq, s->token));
-			if (ret == -FI_EAGAIN)
-				break;
-			if (ret)
-				goto failed;
-		}
-		fs_txq_pop(s);
-		if (buf->posted == 2) {
-			if (buf->kind == FS_MSG_FIN)
-				s->fin_done = true;
-			fs_pool_put(buf);
-		} else {
-			s->tx_inflight++;
-		}
-		continue;
-failed:
-		FS_WARN("stream %u: sending on the %s rail failed: %s; resetting it", s->id,
-			fs_fabric_prov_name(s->erail->rail.kind), fs_fi.strerror(-ret));
-		fs_pool_put(fs_txq_pop(s));
-		s->error = -ECONNRESET;
-		fs_stream_changed(e, s);
-		FS_STAT_INC(resets);
-		break;
-	}
-	if (s->error) {
-		struct fs_buf *buf, *next;
-
-		for (buf = s->txq_head; buf; buf = next) {
-			next = buf->next;
-			fs_pool_put(buf);
-		}
-		s->txq_head = s->txq_tail = NULL;
-		s->txq_count = 0;
-	}
-	if (had_queue && !s->txq_head) {
-		e->pending_tx--;
-		fs_dlist_del(&s->pending_link);
-	}
-	/* Room in the send queue is writability (POLLOUT): a change the
-	 * application's wait or edge-triggered epoll must see. It also comes
-	 * from retries of sends the provider refused for a moment (-FI_EAGAIN),
-	 * long after the credit that allowed them; without this nginx, told
-	 * "not writable", waited for an EPOLLOUT that never came. */
-	if (s->txq_count < queued)
-		fs_stream_changed(e, s);
-}
-
-bool fs_engine_busy(struct fs_engine *e)
-{
-	/* Closing streams with bytes still to deliver need prompt progress;
-	 * ones that only wait for the peer's FIN do not. */
-	for (struct fs_stream *s = e->orphans; s; s = s->orphan_next)
-		if (!s->error && (s->txq_head || s->tx_inflight))
-			return true;
-	/* bytes for TCP on the way back, which the kernel socket takes now */
-	for (struct fs_dlist *n = e->switching.next; n != &e->switching; n = n->next) {
-		struct fs_stream *s = fs_stream_of(n, hb_link);
-
-		if (!s->hb_out_blocked && (s->hb_ret_head || (s->hb_peer_end && s->hb_held_head)))
-			return true;
-	}
-	/* Only a send that could go now (credit there, the provider said
-	 * "again") needs fast polling; one waiting for credit or for the
-	 * HELLO-ACK waits for a message, which slower polling also finds. */
-	for (struct fs_dlist *n = e->pending.next; n != &e->pending; n = n->next) {
-		struct fs_stream *s = fs_stream_of(n, pending_link);
-
-		if (s->state != FS_STREAM_HELLO && fs_stream_can_post(s))
-			return true;
-	}
-	return false;
-}
-
-/* Queues an empty FIN after the data. */
-int fs_stream_queue_fin(struct fs_engine *e, struct fs_stream *s)
-{
-	struct fs_buf *buf;
-
-	if (s->fin_queued)
-		return 0;
-	buf = fs_pool_get(&s->erail->tx_data);
-	if (!buf)
-		return -ENOBUFS;
-	buf->kind = FS_MSG_FIN;
-	buf->stream = s;
-	fs_stream_enqueue(e, s, buf);
-	s->fin_queued = true;
-	fs_stream_flush(e, s);
-	return 0;
-}
-
-void fs_stream_enqueue(struct fs_engine *e, struct fs_stream *s, struct fs_buf *buf)
-{
-	if (!s->txq_head) {
-		e->pending_tx++;
-		fs_dlist_add(&e->pending, &s->pending_link);
-	}
-	buf->next = NULL;
-	if (s->txq_tail)
-		s->txq_tail->next = buf;
-	else
-		s->txq_head = buf;
-	s->txq_tail = buf;
-	s->txq_count++;
-}
-
-void fs_stream_consumed(struct fs_engine *e, struct fs_stream *s)
-{
-	bool denied;
-
-	if (fs_credit_rx_consume(&s->credit, s->budget, 1, s->rx_msgs, s->rx_bytes, &denied)) {
-		FS_STAT_INC(credit_grows);
-		if (!fs_dlist_linked(&s->grant_link))
-			fs_dlist_add(&e->grown, &s->grant_link);
-	} else if (denied) {
-		FS_STAT_INC(credit_denied);
-	}
-}
-
-/* Messages arrived on S: if they used up the peer's credit, the grant
- * grows (budget permitting), or, at the window, more is offered when what
- * waits unread is small (core/credit.h); so a writer that closes and exits
- * has delivered what the window holds, and a reader that waits for more
- * bytes without consuming is not stuck. */
-static void fs_stream_arrived(struct fs_engine *e, struct fs_stream *s)
-{
-	unsigned grant = s->credit.grant;
-	bool denied;
-
-	if (s->state != FS_STREAM_OPEN)
-		return;
-	if (fs_credit_rx_arrived(&s->credit, s->budget, s->rx_msgs, s->rx_bytes, &denied)) {
-		if (s->credit.grant > grant) {
-			FS_STAT_INC(credit_grows);
-			if (!fs_dlist_linked(&s->grant_link))
-				fs_dlist_add(&e->grown, &s->grant_link);
-		}
-		fs_stream_maybe_credit(e, s);
-	} else if (denied) {
-		FS_STAT_INC(credit_denied);
-	}
-}
-
-void fs_engine_grants_idle(struct fs_engine *e)
-{
-	for (struct fs_dlist *n = e->grown.next, *next; n != &e->grown; n = next) {
-		struct fs_stream *s = fs_stream_of(n, grant_link);
-		unsigned grant = s->credit.grant;
-
-		next = n->next;
-		if (fs_credit_rx_idle(&s->credit, s->budget, s->rx_msgs))
-			continue;
-		fs_dlist_del(&s->grant_link);
-		if (s->credit.grant < grant)
-			FS_STAT_INC(credit_shrinks);
-	}
-}
-
-/* Sends a CREDIT when one is due (core/credit.h: the peer is short of
- * credit and the report moves its limit by half the grant or more) and no
- * earlier CREDIT is unacknowledged. Fewer freed messages are not worth a
- * message of their own: they travel piggybacked on the next data of this
- * direction (in a request/response protocol, the response). A sender that
- * used every credit always gets one once the reader consumed what it sent.
- * (Until issue 5, draining the queue always sent a CREDIT, which doubled
- * the messages of every request/response exchange.) Engine lock held. */
-void fs_stream_maybe_credit(struct fs_engine *e, struct fs_stream *s)
-{
-	struct fs_buf *buf;
-	uint32_t old_limit;
-	int ret;
-
-	/* a closed stream on its way back to TCP still takes the peer's last
-	 * messages (RETURN, RETURN_END): they need room too */
-	if ((s->state != FS_STREAM_OPEN && s->hb != FS_HB_SWITCHING) || s->error || s->peer_gone)
-		return;
-	if (!fs_credit_rx_due(&s->credit, s->rx_msgs))
-		return;
-	if (s->ctrl_sent != s->ctrl_acked) {
-		s->credit_pending = true;
-		return;
-	}
-	buf = fs_pool_get(&s->erail->tx_ctrl);
-	if (!buf)
-		return;
-	buf->kind = FS_MSG_CREDIT;
-	buf->len = 0;
-	buf->stream = s;
-	old_limit = fs_fill_header(s, buf, s->ctrl_sent + 1);
-	ret = fs_post_msg(s, buf, FS_CLASS_CTRL, false);
-	if (ret) {
-		/* Not sent (a full transmit queue): the credits stay unreported,
-		 * and every progress round retries (fs_engine_retry_credits).
-		 * The peer may be waiting for them before it sends anything, so
-		 * no header of its would come to retry it, and the reader may
-		 * be asleep in epoll_wait, not in a read. */
-		fs_credit_rx_undo(&s->credit, s->budget, old_limit);
-		s->credit_pending = true;
-		if (!fs_dlist_linked(&s->credit_link))
-			fs_dlist_add(&e->credit_retry, &s->credit_link);
-		fs_pool_put(buf);
-		return;
-	}
-	s->ctrl_sent++;
-	s->credit_pending = false;
-	if (fs_dlist_linked(&s->credit_link))
-		fs_dlist_del(&s->credit_link);
-	if (buf->posted == 2)
-		fs_pool_put(buf);
-}
-
-/* Retries the CREDITs whose post failed; a stream leaves the list once its
- * CREDIT went out or it can no longer send one. Engine lock held. */
-static void fs_engine_retry_credits(struct fs_engine *e)
-{
-	for (struct fs_dlist *n = e->credit_retry.next, *next; n != &e->credit_retry; n = next) {
-		struct fs_stream *s = fs_stream_of(n, credit_link);
-
-		next = n->next; /* a CREDIT that goes out unlinks S */
-		if (s->credit_pending && s->ctrl_sent == s->ctrl_acked)
-			fs_stream_maybe_credit(e, s);
-		if (fs_dlist_linked(&s->credit_link) &&
-		    (!s->credit_pending || s->error || s->peer_gone ||
-		     (s->state != FS_STREAM_OPEN && s->hb != FS_HB_SWITCHING)))
-			fs_dlist_del(&s->credit_link);
-	}
-}
-
-/* ---- completions ------------------------------------------------------- */
-
-static void fs_orphan_check(struct fs_engine *e, struct fs_stream *s);
-
-/* A send of ours completed (or failed). */
-static void fs_tx_done(struct fs_engine *e, struct fs_engine_rail *er, struct fs_buf *buf)
-{
-	struct fs_stream *s = buf->stream;
-
-	if (buf->posted == 1 && er->tx_posted)
-		er->tx_posted--;
-	buf->posted = 0;
-	if (s && buf->role == FS_BUF_TX && buf->kind != FS_MSG_CREDIT) {
-		fs_stream_changed(e, s);
-		s->tx_inflight--;
-		if (buf->kind == FS_MSG_FIN)
-			s->fin_done = true;
-		if (s->state == FS_STREAM_CLOSED)
-			fs_orphan_check(e, s);
-	}
-	fs_pool_put(buf);
 }
 
 static struct fs_stream *fs_rx_stream(struct fs_engine *e, struct fs_engine_rail *er, uint64_t tag,
@@ -1413,6 +979,32 @@ static void fs_rx_ctrl(struct fs_engine *e, struct fs_engine_rail *er, struct fs
 	fs_rx_header_common(e, s, &hdr, fs_tag_kind(tag) & FS_MSG_ARM);
 }
 
+bool fs_engine_busy(struct fs_engine *e)
+{
+	/* Closing streams with bytes still to deliver need prompt progress;
+	 * ones that only wait for the peer's FIN do not. */
+	for (struct fs_stream *s = e->orphans; s; s = s->orphan_next)
+		if (!s->error && (s->txq_head || s->tx_inflight))
+			return true;
+	/* bytes for TCP on the way back, which the kernel socket takes now */
+	for (struct fs_dlist *n = e->switching.next; n != &e->switching; n = n->next) {
+		struct fs_stream *s = fs_stream_of(n, hb_link);
+
+		if (!s->hb_out_blocked && (s->hb_ret_head || (s->hb_peer_end && s->hb_held_head)))
+			return true;
+	}
+	/* Only a send that could go now (credit there, the provider said
+	 * "again") needs fast polling; one waiting for credit or for the
+	 * HELLO-ACK waits for a message, which slower polling also finds. */
+	for (struct fs_dlist *n = e->pending.next; n != &e->pending; n = n->next) {
+		struct fs_stream *s = fs_stream_of(n, pending_link);
+
+		if (s->state != FS_STREAM_HELLO && fs_stream_can_post(s))
+			return true;
+	}
+	return false;
+}
+
 static void fs_cq_error(struct fs_engine *e, struct fs_engine_rail *er)
 {
 	struct fi_cq_err_entry err = { 0 };
@@ -1541,7 +1133,7 @@ void fs_engine_progress_locked(void)
 
 /* An orphan's kernel socket closes once its FIN is out: the peer's control
  * connection then reports EOF, the way TCP would report our FIN. */
-static void fs_orphan_check(struct fs_engine *e, struct fs_stream *s)
+void fs_orphan_check(struct fs_engine *e, struct fs_stream *s)
 {
 	if (s->ctl_fd >= 0 && ((s->fin_done && !s->tx_inflight) || s->error)) {
 		fs_real.close(s->ctl_fd);

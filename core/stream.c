@@ -300,29 +300,7 @@ ssize_t fs_stream_send(struct fs_stream *s, const struct iovec *iov, int iovcnt,
 			result = done ? (ssize_t)done : fs_send_error(s);
 			break;
 		}
-		while (done < total && s->hb == FS_HB_NONE) {
-			struct fs_buf *buf = s->txq_tail;
-			size_t room, n;
-
-			/* a buffer whose announcement went out has a fixed length */
-			if (!buf || buf->kind != FS_MSG_DATA || buf->len >= s->peer_chunk || buf->announced) {
-				if (s->txq_count >= fs_params.send_queue)
-					break;
-				buf = fs_pool_get(&s->erail->tx_data);
-				if (!buf)
-					break;
-				buf->kind = FS_MSG_DATA;
-				buf->stream = s;
-				fs_stream_enqueue(e, s, buf);
-			}
-			room = s->peer_chunk - buf->len;
-			n = fs_iov_copy_out(buf->mem + FS_WIRE_MSG_PREFIX + buf->len, room < total - done ? room : total - done,
-					    iov, iovcnt, done);
-			buf->len += (uint32_t)n;
-			done += n;
-			if (buf->len >= s->peer_chunk)
-				fs_stream_flush(e, s);
-		}
+		done = fs_txq_append(e, s, iov, iovcnt, done, total);
 		fs_stream_flush(e, s);
 		if (done == total) {
 			result = (ssize_t)done;

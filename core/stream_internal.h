@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Engine internals shared by engine.c, wake.c, stream.c and handback.c
- * only. All with the engine lock held unless said otherwise.
+ * Engine internals shared by engine.c, txq.c, wake.c, stream.c and
+ * handback.c only, grouped by the file that defines them. All with the
+ * engine lock held unless said otherwise.
  */
 #ifndef FS_CORE_STREAM_INTERNAL_H
 #define FS_CORE_STREAM_INTERNAL_H
@@ -10,29 +11,68 @@
 
 #include "core/engine.h"
 
+/* shm provider calls are announced to the service thread, which releases a
+ * lock a dead process left taken under one that does not return (fabric.h).
+ * PID: the peer whose region a send enters; -1 for calls on our own. */
+#define FS_PROV_ENTER(er, pid)                                      \
+	do {                                                        \
+		if ((er)->rail.kind == FS_PROV_SHM)                 \
+			fs_prov_call_begin((pid) ? (pid) : -1);     \
+	} while (0)
+#define FS_PROV_LEAVE(er)                                \
+	do {                                             \
+		if ((er)->rail.kind == FS_PROV_SHM)      \
+			fs_prov_call_end();              \
+	} while (0)
+
+/* In txq.c: the send queue, its posting, the credit reports, send
+ * completions. */
+
 /* Fault injection for tests (engine lock held): the next N sends are
  * refused by "the provider" with -FI_EAGAIN, as shm does when a queue is
  * momentarily full. 0 in a real process. */
 extern unsigned fs_fault_post_eagain;
 
 unsigned fs_stream_credits(const struct fs_stream *s);
+/* The head of S's send queue could be posted now (credit, or the payload of
+ * an announcement that went out). */
+bool fs_stream_can_post(const struct fs_stream *s);
 void fs_stream_flush(struct fs_engine *e, struct fs_stream *s);
 void fs_stream_enqueue(struct fs_engine *e, struct fs_stream *s, struct fs_buf *buf);
-/* Copies up to LEN bytes starting at byte OFFSET of the iovec into DST. */
-size_t fs_iov_copy_out(void *dst, size_t len, const struct iovec *iov, int iovcnt, size_t offset);
+/* Appends bytes DONE to TOTAL of the iovec to S's send queue, coalescing
+ * into its last buffer; returns the new DONE (short: the queue is full). */
+size_t fs_txq_append(struct fs_engine *e, struct fs_stream *s, const struct iovec *iov, int iovcnt, size_t done,
+		     size_t total);
 int fs_stream_queue_fin(struct fs_engine *e, struct fs_stream *s);
 void fs_stream_maybe_credit(struct fs_engine *e, struct fs_stream *s);
 /* The reader (or the engine for a closed stream) consumed one message of
  * S: its credit comes back, and the grant may grow (core/credit.h). */
 void fs_stream_consumed(struct fs_engine *e, struct fs_stream *s);
-void fs_engine_repost(struct fs_engine_rail *er, struct fs_buf *buf);
-void fs_engine_add_orphan(struct fs_engine *e, struct fs_stream *s);
-/* S is back on TCP and still open: its resources go (its memory stays for
- * its socket until that lets go of it). */
-void fs_engine_retire(struct fs_engine *e, struct fs_stream *s);
+/* Messages arrived on S and were delivered: the grant may grow, a CREDIT
+ * may be due (core/credit.h). */
+void fs_stream_arrived(struct fs_engine *e, struct fs_stream *s);
+/* Every progress round: the CREDITs whose post failed, again. */
+void fs_engine_retry_credits(struct fs_engine *e);
+/* A send of ours completed (or failed): its buffer goes back. */
+void fs_tx_done(struct fs_engine *e, struct fs_engine_rail *er, struct fs_buf *buf);
+
+/* In stream.c. */
+
+/* Copies up to LEN bytes starting at byte OFFSET of the iovec into DST. */
+size_t fs_iov_copy_out(void *dst, size_t len, const struct iovec *iov, int iovcnt, size_t offset);
 /* Takes the head of S's receive queue off it (read, returned or dropped):
  * back to the provider, one more credit. */
 void fs_stream_consume_head(struct fs_engine *e, struct fs_stream *s);
+
+/* In engine.c. */
+
+void fs_engine_repost(struct fs_engine_rail *er, struct fs_buf *buf);
+void fs_engine_add_orphan(struct fs_engine *e, struct fs_stream *s);
+/* An orphan's kernel socket closes once its FIN is out (or it broke). */
+void fs_orphan_check(struct fs_engine *e, struct fs_stream *s);
+/* S is back on TCP and still open: its resources go (its memory stays for
+ * its socket until that lets go of it). */
+void fs_engine_retire(struct fs_engine *e, struct fs_stream *s);
 void fs_engine_reap(struct fs_engine *e);
 /* Posts on ER the receive for exactly the payload announced by BUF (an
  * FS_MSG_PULL entry: BUF->pull_tag, BUF->len bytes) into DST, or into BUF's
@@ -49,6 +89,7 @@ void fs_engine_pull_cancel(struct fs_stream *s, struct fs_buf *buf);
 void fs_engine_rx_discard(struct fs_engine_rail *er, struct fs_buf *buf);
 
 /* In wake.c. */
+
 /* Opens E's deep-sleep eventfd (E->deep_fd, -1 on failure): at engine
  * creation (under the creation lock, before E is published) and again at a
  * deep sleep if that failed. */
