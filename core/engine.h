@@ -43,7 +43,7 @@
  * Pulls: a payload of at least the peer's pull size is announced by a
  * header-only FS_MSG_PULL (which takes the seq and the credit) and sent
  * bare, tagged fs_tag_pull(); the reader posts a receive for exactly that
- * tag when the application reads, into its buffer if it can (stream.c).
+ * tag when the application reads, into its buffer if it can (rxq.c).
  *
  * Messages are delivered in sequence order, never completion order.
  *
@@ -181,7 +181,7 @@ struct fs_stream {
 	struct fs_credit_rx credit; /* what the reader consumed, what the peer may send */
 	struct fs_credit_budget *budget; /* the engine's, which the grant comes from */
 	struct fs_dlist grant_link; /* on engine.grown while the grant is above its floor */
-	bool pulling;          /* a reader waits for the payload of rxq's head (core/stream.c) */
+	bool pulling;          /* a reader waits for the payload of rxq's head (core/rxq.c) */
 	unsigned unpulled;     /* FS_MSG_PULL entries in rxq whose payload nobody asked for yet */
 	struct fs_dlist pull_link; /* on engine.unpulled while unpulled != 0 */
 	uint32_t stale_mark[2];    /* freed, rx_msgs at the service thread's last look */

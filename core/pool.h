@@ -22,7 +22,7 @@ struct fs_stream;
 struct fs_pool;
 
 /* FS_BUF_RX_COPY: a data message copied out of a shared receive buffer into
- * memory of its own (engine.c, "shared receives"); it belongs to no pool. */
+ * memory of its own (rxq.c, "shared receives"); it belongs to no pool. */
 enum fs_buf_role { FS_BUF_RX_DATA = 1, FS_BUF_RX_CTRL = 2, FS_BUF_TX = 3, FS_BUF_RX_COPY = 4 };
 
 /* A receive buffer holding an FS_MSG_PULL announcement and its payload. */

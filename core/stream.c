@@ -15,6 +15,10 @@
  * peer closed, ECONNRESET (once, then EOF/EPIPE) when it vanished, EAGAIN
  * for nonblocking calls and expired SO_RCVTIMEO/SO_SNDTIMEO, EINTR when a
  * signal handler without SA_RESTART ran.
+ *
+ * The queues themselves are not here: send appends to the send queue
+ * through txq.c (fs_txq_append), recv copies out of the receive queue
+ * through rxq.c (fs_recv_copy).
  */
 #include <errno.h>
 #include <poll.h>
@@ -78,8 +82,6 @@ static void fs_stream_check_gone(struct fs_stream *s, uint64_t now)
 	}
 }
 
-typedef bool (*fs_ready_fn)(struct fs_stream *s, void *arg);
-
 /* Waits with the engine lock held (released while sleeping) until READY,
  * an error, or DEADLINE. Returns 0 when ready, else -EAGAIN (deadline),
  * -EINTR, or the stream's error. */
@@ -96,8 +98,8 @@ static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_read
  * until the poller (or the service thread) rings it after a progress round
  * that changed its stream, or 50 ms pass. So N threads blocked in recv cost
  * what one does. A signal still interrupts every sleeper (EINTR). */
-static int fs_stream_wait(struct fs_engine *e, struct fs_stream *s, fs_ready_fn ready, void *arg,
-			  uint64_t deadline_ns, int ctl_fd)
+int fs_stream_wait(struct fs_engine *e, struct fs_stream *s, fs_ready_fn ready, void *arg,
+		   uint64_t deadline_ns, int ctl_fd)
 {
 	bool poller = false;
 	int ret = fs_stream_wait_once(e, s, ready, arg, deadline_ns, ctl_fd, &poller);
@@ -350,171 +352,6 @@ static bool fs_recv_ready(struct fs_stream *s, void *arg)
 	if (want && want->bytes)
 		return s->rx_bytes >= want->bytes;
 	return s->rxq_head != NULL;
-}
-
-void fs_stream_consume_head(struct fs_engine *e, struct fs_stream *s)
-{
-	struct fs_buf *buf = s->rxq_head;
-
-	s->rxq_head = buf->next;
-	if (!s->rxq_head)
-		s->rxq_tail = NULL;
-	fs_stream_consumed(e, s);
-	fs_engine_repost(s->erail, buf);
-}
-
-static bool fs_pull_settled(struct fs_stream *s, void *arg)
-{
-	struct fs_buf *buf = arg;
-
-	return buf->pull != FS_PULL_POSTED;
-}
-
-/* Waits until the provider is done with BUF's pull receive, whose target
- * may be the application's memory: a signal does not end the wait, and a
- * broken or closed stream ends it only through a cancel, whose completion
- * comes like any other. */
-static void fs_pull_wait(struct fs_engine *e, struct fs_stream *s, struct fs_buf *buf, int ctl_fd)
-{
-	bool cancelled = false;
-	unsigned step = 0;
-
-	while (buf->pull == FS_PULL_POSTED) {
-		if (!cancelled) {
-			int ret = fs_stream_wait(e, s, fs_pull_settled, buf, 0, ctl_fd);
-
-			if (ret && ret != -EINTR) {
-				fs_engine_pull_cancel(s, buf);
-				cancelled = true;
-			}
-			continue;
-		}
-		fs_engine_progress(e);
-		if (buf->pull != FS_PULL_POSTED)
-			break;
-		pthread_mutex_unlock(&e->lock);
-		fs_spin_relax(&step);
-		pthread_mutex_lock(&e->lock);
-	}
-}
-
-/* Pulls the payload that BUF (an FS_MSG_PULL entry of the receive queue)
- * announces, into DST or, when DST is NULL, into BUF, which then becomes an
- * ordinary data entry. A pull the service thread started already (into BUF:
- * fs_engine_pull_stale) is waited for instead. Returns 0, or a negative
- * errno when the stream broke or was closed meanwhile (the entry then stays
- * unpulled, or empty if its payload was lost). */
-static int fs_recv_pull(struct fs_engine *e, struct fs_stream *s, struct fs_buf *buf, void *dst, int ctl_fd)
-{
-	int ret = 0;
-
-	if (buf->pull == FS_PULL_NONE) {
-		ret = fs_engine_pull(s->erail, buf, dst);
-		if (!ret)
-			fs_stream_unpulled_dec(e, s);
-	} else {
-		dst = NULL; /* the service thread's pull lands in BUF */
-	}
-	if (!ret && buf->pull == FS_PULL_POSTED) {
-		s->pulling = true;
-		fs_pull_wait(e, s, buf, ctl_fd);
-		s->pulling = false;
-		fs_stream_changed(e, s); /* readers that waited for the head */
-	}
-	if (!ret && buf->pull == FS_PULL_DONE) {
-		buf->pull = FS_PULL_NONE;
-		buf->kind = FS_MSG_DATA;
-		if (dst)
-			FS_STAT_ADD(pull_direct_bytes, buf->len);
-		else
-			FS_STAT_ADD(pull_bounce_bytes, buf->len);
-		return 0;
-	}
-	if (!ret && buf->pull == FS_PULL_NONE)
-		return s->error ? s->error : -EBADF; /* cancelled: it stays announced */
-	/* The payload is lost (the peer died under the pull, or the receive
-	 * could not be posted): the stream cannot go on. */
-	buf->pull = FS_PULL_NONE;
-	buf->kind = FS_MSG_DATA;
-	s->rx_bytes -= buf->len - buf->off;
-	buf->len = buf->off = 0;
-	if (!s->error) {
-		FS_WARN("stream %u: a payload could not be received; resetting it", s->id);
-		s->error = -ECONNRESET;
-		FS_STAT_INC(resets);
-	}
-	fs_stream_changed(e, s);
-	return s->error;
-}
-
-/* Copies from the receive queue into the iovec starting at byte DONE.
- * Consumes unless PEEK. An announced payload is pulled straight into the
- * application's buffer when this read takes all of it into one iovec
- * element. When it does not fit, a read that already has bytes (and may
- * return short: SHORT_OK) stops before it, so that the next read starts
- * with it; otherwise it is pulled into its bounce buffer first. Returns
- * bytes copied. */
-static size_t fs_recv_copy(struct fs_engine *e, struct fs_stream *s, const struct iovec *iov, int iovcnt,
-			   size_t done, size_t total, bool peek, bool short_ok, int ctl_fd)
-{
-	size_t copied = 0;
-	struct fs_buf *buf = s->rxq_head;
-	uint32_t peek_off = buf ? buf->off : 0;
-	int i = 0;
-	size_t iov_off = done;
-
-	if (s->pulling)
-		return 0; /* another reader is pulling the head */
-	while (i < iovcnt && iov_off >= iov[i].iov_len) {
-		iov_off -= iov[i].iov_len;
-		i++;
-	}
-	while (buf && (buf->kind == FS_MSG_DATA || buf->kind == FS_MSG_PULL) && done + copied < total &&
-	       i < iovcnt) {
-		size_t space = iov[i].iov_len - iov_off, avail, n;
-		bool direct = false; /* the payload is in the application's buffer already */
-		uint32_t off;
-
-		if (buf->kind == FS_MSG_PULL) {
-			direct = !peek && buf == s->rxq_head && space >= buf->len && buf->pull == FS_PULL_NONE;
-			if (!direct && !peek && short_ok && done + copied)
-				break;
-			if (fs_recv_pull(e, s, buf, direct ? (char *)iov[i].iov_base + iov_off : NULL, ctl_fd))
-				break;
-			if (!buf->len)
-				break; /* lost: the stream's error says why */
-		}
-		off = peek ? peek_off : buf->off;
-		avail = buf->len - off;
-		n = avail < space ? avail : space;
-
-		if (!direct)
-			memcpy((char *)iov[i].iov_base + iov_off, buf->mem + FS_WIRE_MSG_PREFIX + off, n);
-		copied += n;
-		iov_off += n;
-		if (iov_off == iov[i].iov_len) {
-			i++;
-			iov_off = 0;
-		}
-		if (peek) {
-			peek_off += (uint32_t)n;
-			if (peek_off == buf->len) {
-				buf = buf->next;
-				peek_off = 0;
-			}
-			continue;
-		}
-		buf->off += (uint32_t)n;
-		s->rx_bytes -= n;
-		if (buf->off == buf->len) {
-			fs_stream_consume_head(e, s);
-			buf = s->rxq_head;
-		}
-	}
-	/* Zero-length data messages never happen, but never let one stall us. */
-	while (!peek && s->rxq_head && s->rxq_head->kind == FS_MSG_DATA && s->rxq_head->off == s->rxq_head->len)
-		fs_stream_consume_head(e, s);
-	return copied;
 }
 
 ssize_t fs_stream_recv(struct fs_stream *s, const struct iovec *iov, int iovcnt, int flags, bool nonblock,

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Engine internals shared by engine.c, txq.c, wake.c, stream.c and
+ * Engine internals shared by engine.c, txq.c, rxq.c, wake.c, stream.c and
  * handback.c only, grouped by the file that defines them. All with the
  * engine lock held unless said otherwise.
  */
@@ -56,24 +56,23 @@ void fs_engine_retry_credits(struct fs_engine *e);
 /* A send of ours completed (or failed): its buffer goes back. */
 void fs_tx_done(struct fs_engine *e, struct fs_engine_rail *er, struct fs_buf *buf);
 
-/* In stream.c. */
+/* In rxq.c: the shared receives, the per-message receive path, pulls, and
+ * taking bytes off the receive queue. */
 
-/* Copies up to LEN bytes starting at byte OFFSET of the iovec into DST. */
-size_t fs_iov_copy_out(void *dst, size_t len, const struct iovec *iov, int iovcnt, size_t offset);
-/* Takes the head of S's receive queue off it (read, returned or dropped):
- * back to the provider, one more credit. */
-void fs_stream_consume_head(struct fs_engine *e, struct fs_stream *s);
-
-/* In engine.c. */
-
+/* Posts receives from POOL until *POSTED reaches TARGET: 0, or -ENOSPC
+ * (pool or memory limit) / -EIO. */
+int fs_post_more(struct fs_engine_rail *er, struct fs_pool *pool, unsigned *posted, unsigned target);
+/* How many data receives ER keeps posted now. */
+unsigned fs_data_want(const struct fs_engine_rail *er);
+/* A catch-all receive completed (or was cancelled): it left the provider. */
+void fs_recv_landed(struct fs_engine_rail *er, struct fs_buf *buf);
 void fs_engine_repost(struct fs_engine_rail *er, struct fs_buf *buf);
-void fs_engine_add_orphan(struct fs_engine *e, struct fs_stream *s);
-/* An orphan's kernel socket closes once its FIN is out (or it broke). */
-void fs_orphan_check(struct fs_engine *e, struct fs_stream *s);
-/* S is back on TCP and still open: its resources go (its memory stays for
- * its socket until that lets go of it). */
-void fs_engine_retire(struct fs_engine *e, struct fs_stream *s);
-void fs_engine_reap(struct fs_engine *e);
+/* Completions that progress hands in: a data or control message that
+ * landed in a catch-all receive (BYTES long, from SRC), a pull's receive
+ * (ERR: libfabric error). */
+void fs_rx_data(struct fs_engine *e, struct fs_engine_rail *er, struct fs_buf *buf, size_t bytes, fi_addr_t src);
+void fs_rx_ctrl(struct fs_engine *e, struct fs_engine_rail *er, struct fs_buf *buf, size_t bytes, fi_addr_t src);
+void fs_rx_pulled(struct fs_engine *e, struct fs_engine_rail *er, struct fs_buf *buf, size_t bytes, int err);
 /* Posts on ER the receive for exactly the payload announced by BUF (an
  * FS_MSG_PULL entry: BUF->pull_tag, BUF->len bytes) into DST, or into BUF's
  * own payload space when DST is NULL. Returns 0 (BUF->pull is
@@ -87,6 +86,35 @@ void fs_engine_pull_cancel(struct fs_stream *s, struct fs_buf *buf);
 /* A receive buffer S no longer wants: back to the catch-all receives, after
  * draining the payload first if it is an unpulled FS_MSG_PULL entry. */
 void fs_engine_rx_discard(struct fs_engine_rail *er, struct fs_buf *buf);
+/* Takes the head of S's receive queue off it (read, returned or dropped):
+ * back to the provider, one more credit. */
+void fs_stream_consume_head(struct fs_engine *e, struct fs_stream *s);
+/* Copies from S's receive queue into the iovec from byte DONE of TOTAL,
+ * consuming unless PEEK, pulling announced payloads (which may wait, the
+ * engine lock released while it sleeps). Returns the bytes copied. */
+size_t fs_recv_copy(struct fs_engine *e, struct fs_stream *s, const struct iovec *iov, int iovcnt, size_t done,
+		    size_t total, bool peek, bool short_ok, int ctl_fd);
+
+/* In stream.c. */
+
+/* Copies up to LEN bytes starting at byte OFFSET of the iovec into DST. */
+size_t fs_iov_copy_out(void *dst, size_t len, const struct iovec *iov, int iovcnt, size_t offset);
+typedef bool (*fs_ready_fn)(struct fs_stream *s, void *arg);
+/* Waits with the engine lock held (released while sleeping) until READY,
+ * an error, or DEADLINE_NS (0: none). Returns 0 when ready, else -EAGAIN
+ * (deadline), -EINTR, -EBADF (closed meanwhile) or the stream's error. */
+int fs_stream_wait(struct fs_engine *e, struct fs_stream *s, fs_ready_fn ready, void *arg, uint64_t deadline_ns,
+		   int ctl_fd);
+
+/* In engine.c. */
+
+void fs_engine_add_orphan(struct fs_engine *e, struct fs_stream *s);
+/* An orphan's kernel socket closes once its FIN is out (or it broke). */
+void fs_orphan_check(struct fs_engine *e, struct fs_stream *s);
+/* S is back on TCP and still open: its resources go (its memory stays for
+ * its socket until that lets go of it). */
+void fs_engine_retire(struct fs_engine *e, struct fs_stream *s);
+void fs_engine_reap(struct fs_engine *e);
 
 /* In wake.c. */
 

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Credit and flow-control accounting of the engine (core/engine.c,
- * core/stream.c), driven through the real engine on a real shm rail in one
- * process: two streams A and B on the same rail are connected to each other
- * (a process can send to itself on shm), as the handshake would do, and the
- * test thread plays both applications with ctl_fd -1.
+ * Credit and flow-control accounting of the engine (core/txq.c, core/rxq.c,
+ * core/engine.c, core/stream.c), driven through the real engine on a real
+ * shm rail in one process: two streams A and B on the same rail are
+ * connected to each other (a process can send to itself on shm), as the
+ * handshake would do, and the test thread plays both applications with
+ * ctl_fd -1.
  *
  * Checked: bytes arrive byte-exact and in order in both directions (random
  * write and read sizes, checksummed); a nonblocking writer whose reader never

@@ -1,0 +1,653 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The receive queue's rules, all of them: the shared receives a rail keeps
+ * posted (and posts again), whether an arriving message is kept in its
+ * shared buffer or copied out, the per-message path of a completion (whose
+ * stream, its header's credit and ARM, sequence order, where each kind
+ * goes), pulls of announced payloads (posted, cancelled, started for a
+ * reader that does not read), and the consuming side: copying out to the
+ * application, pulling into its buffer, taking the head off. A stream's
+ * rxq_head and rxq_tail are written here only.
+ *
+ * Who calls in: engine.c (each progress round hands in completed receives
+ * and pulls, fs_rx_data, fs_rx_ctrl, fs_rx_pulled, fs_recv_landed; a new
+ * endpoint or stream tops up the receives with fs_post_more; destroy
+ * discards what a stream held), stream.c (recv copies out with
+ * fs_recv_copy and takes a SWITCH off the head), handback.c (a frozen or
+ * closed reader's queue goes back or is dropped, through
+ * fs_stream_consume_head and the pulls) and the service thread
+ * (fs_engine_pull_stale). The credit a consumed message frees goes back
+ * through txq.c. Engine lock held throughout; fs_recv_copy and the pull
+ * waits release it while they sleep, as the wait loop does.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config/log.h"
+#include "config/params.h"
+#include "core/bell.h"
+#include "core/engine.h"
+#include "core/guard.h"
+#include "core/handback.h"
+#include "core/stats.h"
+#include "core/stream_internal.h"
+
+/* ---- shared receives --------------------------------------------------- */
+
+static int fs_post_recv(struct fs_engine_rail *er, struct fs_buf *buf)
+{
+	uint64_t cls = buf->role == FS_BUF_RX_CTRL ? FS_CLASS_CTRL : FS_CLASS_DATA;
+	ssize_t ret;
+
+	buf->stream = NULL;
+	buf->len = buf->off = 0;
+	buf->kind = 0;
+	buf->pull = FS_PULL_NONE;
+	buf->held = 0;
+	if (!er->open)
+		return -FI_ECANCELED; /* closed at exit while a thread still ran */
+	FS_GUARD_ENTER();
+	FS_PROV_ENTER(er, -1);
+	for (int tries = 0; tries < 1000; tries++) {
+		/* Each class is a queue of its own (core/wire.h): data
+		 * untagged, control tagged with its one tag, nothing ignored. */
+		if (cls == FS_CLASS_CTRL)
+			ret = fi_trecv(er->rail.ep, buf->mem, buf->cap, buf->desc, FI_ADDR_UNSPEC, FS_TAG_CTRL_ALL,
+				       0, buf);
+		else
+			ret = fi_recv(er->rail.ep, buf->mem, buf->cap, buf->desc, FI_ADDR_UNSPEC, buf);
+		if (ret != -FI_EAGAIN)
+			break;
+		/* the receive queue is momentarily full: let the provider drain */
+		(void)fi_cq_read(er->rail.cq, NULL, 0);
+	}
+	FS_PROV_LEAVE(er);
+	FS_GUARD_LEAVE();
+	if (ret) {
+		FS_WARN_ONCE("posting a receive on the %s rail failed: %s",
+			     fs_fabric_prov_name(er->rail.kind), fs_fi.strerror((int)-ret));
+		return (int)ret;
+	}
+	buf->posted = 1;
+	if (cls == FS_CLASS_CTRL)
+		er->posted_ctrl++;
+	else
+		er->posted_data++;
+	return 0;
+}
+
+/* A catch-all receive completed (or was cancelled): it left the provider. */
+void fs_recv_landed(struct fs_engine_rail *er, struct fs_buf *buf)
+{
+	buf->posted = 0;
+	if (buf->role == FS_BUF_RX_CTRL)
+		er->posted_ctrl--;
+	else
+		er->posted_data--;
+}
+
+/* Posts receives from POOL until POSTED reaches TARGET. Returns 0 or
+ * -ENOSPC (pool or memory limit) / -EIO. */
+int fs_post_more(struct fs_engine_rail *er, struct fs_pool *pool, unsigned *posted, unsigned target)
+{
+	while (*posted < target) {
+		struct fs_buf *buf = fs_pool_get(pool);
+
+		if (!buf)
+			return -ENOSPC;
+		if (fs_post_recv(er, buf)) {
+			fs_pool_put(buf);
+			return -EIO;
+		}
+	}
+	return 0;
+}
+
+/* How many data receives the rail keeps posted now: a window's worth per
+ * stream, up to RX_POSTED (clamped to the provider's receive queue). */
+unsigned fs_data_want(const struct fs_engine_rail *er)
+{
+	uint64_t want = ((uint64_t)er->streams + 1) * (unsigned)fs_params.window;
+
+	return want < er->data_target ? (unsigned)want : er->data_target;
+}
+
+/* A receive buffer the engine or a reader is done with: a copy is freed, a
+ * shared data receive goes back to the provider while the rail wants it
+ * (else to its pool), a control receive goes back. */
+void fs_engine_repost(struct fs_engine_rail *er, struct fs_buf *buf)
+{
+	if (buf->role == FS_BUF_RX_COPY) {
+		if (buf->own_mem)
+			free(buf->mem);
+		free(buf);
+		return;
+	}
+	if (buf->held) {
+		buf->held = 0;
+		er->held_data--;
+	}
+	if (buf->role == FS_BUF_RX_DATA && er->posted_data >= fs_data_want(er)) {
+		fs_pool_put(buf);
+		return;
+	}
+	if (fs_post_recv(er, buf))
+		fs_pool_put(buf); /* could not re-post: the buffer leaves the posted set */
+}
+
+/* BUF, a shared data receive that just completed with a message for a
+ * stream, is about to go into the stream's queue. Returns what goes there:
+ * BUF itself (kept, and a fresh receive posted in its place), or a copy of
+ * its BYTES in memory of its own (BUF re-posted), once RX_POSTED shared
+ * buffers are kept already. NULL: no memory for a copy (BUF re-posted, the
+ * message is lost). */
+static struct fs_buf *fs_rx_keep(struct fs_engine_rail *er, struct fs_buf *buf, size_t bytes)
+{
+	struct fs_buf *copy;
+
+	if (er->held_data < er->data_target) {
+		buf->held = 1;
+		er->held_data++;
+		(void)fs_post_more(er, &er->rx_data, &er->posted_data, fs_data_want(er));
+		return buf;
+	}
+	copy = malloc(sizeof(*copy) + bytes);
+	if (copy) {
+		*copy = *buf;
+		copy->pool = NULL;
+		copy->desc = NULL;
+		copy->mem = (uint8_t *)(copy + 1);
+		copy->cap = (uint32_t)bytes;
+		copy->role = FS_BUF_RX_COPY;
+		copy->held = copy->own_mem = 0;
+		copy->next = NULL;
+		memcpy(copy->mem, buf->mem, bytes);
+		FS_STAT_INC(rx_copied);
+	}
+	fs_engine_repost(er, buf);
+	return copy;
+}
+
+/* ---- pulls ------------------------------------------------------------- */
+
+int fs_engine_pull(struct fs_engine_rail *er, struct fs_buf *buf, void *dst)
+{
+	void *desc = dst ? NULL : buf->desc;
+	ssize_t ret = -FI_ECANCELED;
+
+	if (!er->open)
+		return -FI_ECANCELED;
+	if (!dst && buf->cap < FS_WIRE_MSG_PREFIX + (size_t)buf->len) {
+		/* a copied-out announcement gets room for its payload now; only
+		 * providers without FI_MR_LOCAL pull (fs_engine_pull_shift) */
+		uint8_t *mem = buf->role == FS_BUF_RX_COPY && !er->rail.mr_local
+				       ? malloc(FS_WIRE_MSG_PREFIX + (size_t)buf->len)
+				       : NULL;
+
+		if (!mem)
+			return -FI_ENOMEM;
+		memcpy(mem, buf->mem, FS_WIRE_MSG_PREFIX);
+		if (buf->own_mem)
+			free(buf->mem);
+		buf->mem = mem;
+		buf->cap = FS_WIRE_MSG_PREFIX + buf->len;
+		buf->own_mem = 1;
+		desc = NULL;
+	}
+	if (!dst)
+		dst = buf->mem + FS_WIRE_MSG_PREFIX;
+	FS_GUARD_ENTER();
+	FS_PROV_ENTER(er, -1);
+	for (int tries = 0; tries < 1000; tries++) {
+		ret = fi_trecv(er->rail.ep, dst, buf->len, desc, FI_ADDR_UNSPEC, buf->pull_tag, 0, buf);
+		if (ret != -FI_EAGAIN)
+			break;
+		(void)fi_cq_read(er->rail.cq, NULL, 0);
+	}
+	FS_PROV_LEAVE(er);
+	FS_GUARD_LEAVE();
+	if (!ret) {
+		buf->pull = FS_PULL_POSTED;
+		er->pulls_posted++;
+	}
+	return (int)ret;
+}
+
+void fs_engine_pull_cancel(struct fs_stream *s, struct fs_buf *buf)
+{
+	if (!s->erail->open)
+		return;
+	FS_GUARD_ENTER();
+	FS_PROV_ENTER(s->erail, -1);
+	(void)fi_cancel(&s->erail->rail.ep->fid, buf);
+	FS_PROV_LEAVE(s->erail);
+	FS_GUARD_LEAVE();
+}
+
+void fs_stream_unpulled_inc(struct fs_engine *e, struct fs_stream *s)
+{
+	if (!s->unpulled++)
+		fs_dlist_add(&e->unpulled, &s->pull_link);
+}
+
+void fs_stream_unpulled_dec(struct fs_engine *e, struct fs_stream *s)
+{
+	if (s->unpulled && !--s->unpulled)
+		fs_dlist_del(&s->pull_link);
+}
+
+void fs_engine_pull_stale(struct fs_engine *e)
+{
+	for (struct fs_dlist *n = e->unpulled.next, *next; n != &e->unpulled; n = next) {
+		struct fs_stream *s = fs_stream_of(n, pull_link);
+
+		next = n->next; /* pulling them all unlinks S */
+		/* the reader consumed nothing, nothing arrived: nobody is reading */
+		if (s->pulling || s->credit.freed != s->stale_mark[0] || s->rx_msgs != s->stale_mark[1]) {
+			s->stale_mark[0] = s->credit.freed;
+			s->stale_mark[1] = s->rx_msgs;
+			continue;
+		}
+		for (struct fs_buf *buf = s->rxq_head; buf; buf = buf->next)
+			if (buf->kind == FS_MSG_PULL && buf->pull == FS_PULL_NONE && !fs_engine_pull(s->erail, buf, NULL))
+				fs_stream_unpulled_dec(e, s);
+	}
+}
+
+void fs_engine_rx_discard(struct fs_engine_rail *er, struct fs_buf *buf)
+{
+	if (buf->kind == FS_MSG_PULL && buf->pull == FS_PULL_POSTED) {
+		buf->stream = NULL; /* pulling in the background: reused when it lands */
+		return;
+	}
+	/* An unpulled payload would wait at the provider (and hold its
+	 * sender's buffer) forever: receive it, then reuse the buffer. */
+	if (buf->kind == FS_MSG_PULL && buf->pull == FS_PULL_NONE) {
+		buf->stream = NULL;
+		if (!fs_engine_pull(er, buf, NULL))
+			return;
+	}
+	fs_engine_repost(er, buf);
+}
+
+/* The receive for a pulled payload completed (ERR: libfabric error). */
+void fs_rx_pulled(struct fs_engine *e, struct fs_engine_rail *er, struct fs_buf *buf, size_t bytes, int err)
+{
+	struct fs_stream *s = buf->stream;
+
+	if (er->pulls_posted)
+		er->pulls_posted--;
+	if (!s) {
+		fs_engine_repost(er, buf); /* a discard */
+		return;
+	}
+	if (err == FI_ECANCELED) {
+		buf->pull = FS_PULL_NONE; /* the payload still waits */
+		fs_stream_unpulled_inc(e, s);
+	} else if (err || bytes != buf->len)
+		buf->pull = FS_PULL_FAILED;
+	else
+		buf->pull = FS_PULL_DONE;
+	fs_stream_changed(e, s);
+}
+
+/* ---- arriving messages ------------------------------------------------- */
+
+static inline bool fs_seq_after(uint32_t a, uint32_t b)
+{
+	return (int32_t)(a - b) > 0;
+}
+
+static struct fs_stream *fs_rx_stream(struct fs_engine *e, struct fs_engine_rail *er, uint64_t tag,
+				      fi_addr_t src)
+{
+	uint32_t id = fs_tag_stream(tag);
+	struct fs_stream *s = id < e->streams_cap ? e->streams[id] : NULL;
+
+	if (!s || s->erail != er || (uint32_t)s->token != fs_tag_token(tag))
+		return NULL;
+	/* Once the peer's address is known, only that endpoint may speak. */
+	if (er->rail.source && s->peer_addr != FI_ADDR_UNSPEC && src != FI_ADDR_NOTAVAIL &&
+	    src != s->peer_addr)
+		return NULL;
+	return s;
+}
+
+/* The header of a message on S; ARM: it carries the peer's ARM. */
+static void fs_rx_header_common(struct fs_engine *e, struct fs_stream *s, const struct fs_wire_msg_hdr *hdr,
+				bool arm)
+{
+	fs_stream_changed(e, s);
+	if (s->armed) {
+		s->armed = false; /* the peer rang, or will not: it has posted */
+		__atomic_store_n(&e->armed_all, false, __ATOMIC_RELAXED);
+	}
+	fs_credit_tx_update(&s->peer_limit, hdr->freed, hdr->grant, s->tx_seq, FS_WIRE_WINDOW_MAX);
+	if (fs_seq_after(hdr->ctrl_ack, s->ctrl_acked) && !fs_seq_after(hdr->ctrl_ack, s->ctrl_sent))
+		s->ctrl_acked = hdr->ctrl_ack;
+	if (arm)
+		fs_bell_armed_by(s, hdr->freed, hdr->ctrl_ack);
+	if (s->txq_head)
+		fs_stream_flush(e, s);
+	if (s->credit_pending && s->ctrl_sent == s->ctrl_acked)
+		fs_stream_maybe_credit(e, s);
+}
+
+/* BUF is S's next message in sequence order: where it goes. */
+static void fs_rx_deliver(struct fs_engine *e, struct fs_engine_rail *er, struct fs_stream *s, struct fs_buf *buf)
+{
+	switch (buf->kind) {
+	case FS_MSG_RETURN:
+		/* bytes of ours the peer's reader will not read: to our kernel
+		 * socket, first (handback.c); only after the peer switched */
+		if (s->hb != FS_HB_SWITCHING)
+			goto consume;
+		if (s->hb_ret_tail)
+			s->hb_ret_tail->next = buf;
+		else
+			s->hb_ret_head = buf;
+		s->hb_ret_tail = buf;
+		return;
+	case FS_MSG_RETURN_END:
+		s->hb_peer_end = true;
+		goto consume;
+	case FS_MSG_SWITCH:
+		fs_handback_peer_switch(e, s);
+		if (s->state == FS_STREAM_CLOSED && !s->hb_frozen) {
+			s->hb_rx_done = true; /* nobody reads: rx is over */
+			goto consume;
+		}
+		break; /* in order behind what a frozen reader returns */
+	default:
+		/* (a frozen reader's bytes go back to the peer: queued) */
+		if (s->state == FS_STREAM_CLOSED && !(s->hb == FS_HB_SWITCHING && s->hb_frozen)) {
+			/* The application is gone: consume it so the peer is not
+			 * stalled, and note the peer's FIN, which lets the orphan go. */
+			if (buf->kind == FS_MSG_FIN)
+				s->peer_fin = true;
+			goto consume;
+		}
+		break;
+	}
+	if (s->rxq_tail)
+		s->rxq_tail->next = buf;
+	else
+		s->rxq_head = buf;
+	s->rxq_tail = buf;
+	s->rx_bytes += buf->len;
+	if (buf->kind == FS_MSG_FIN)
+		s->peer_fin = true;
+	else if (buf->kind == FS_MSG_PULL)
+		fs_stream_unpulled_inc(e, s);
+	return;
+consume:
+	fs_stream_consumed(e, s);
+	fs_engine_rx_discard(er, buf);
+}
+
+void fs_rx_data(struct fs_engine *e, struct fs_engine_rail *er, struct fs_buf *buf, size_t bytes,
+		fi_addr_t src)
+{
+	uint64_t tag = bytes >= FS_WIRE_MSG_PREFIX ? fs_wire_ctrl_tag_decode(buf->mem) : 0;
+	struct fs_stream *s = NULL;
+	struct fs_wire_msg_hdr hdr;
+	unsigned kind = fs_tag_kind(tag) & ~FS_MSG_ARM;
+	bool arm = fs_tag_kind(tag) & FS_MSG_ARM;
+	uint32_t slot;
+
+	if (bytes >= FS_WIRE_MSG_PREFIX && fs_tag_class(tag) == FS_CLASS_DATA)
+		s = fs_rx_stream(e, er, tag, src);
+	if (!s || kind < FS_MSG_DATA || kind > FS_MSG_RETURN_END || kind == FS_MSG_CREDIT)
+		goto drop;
+	fs_wire_hdr_decode(buf->mem + FS_WIRE_CTRL_TAG_LEN, &hdr);
+	if (kind == FS_MSG_PULL) {
+		/* prefix only; the payload must fit a receive buffer (a pull that
+		 * cannot go to the application lands in one), and only a
+		 * receiver that asked for pulls gets announcements */
+		if (bytes != FS_WIRE_MSG_PREFIX || !hdr.len || hdr.len > buf->cap - FS_WIRE_MSG_PREFIX ||
+		    !fs_engine_pull_shift(er))
+			goto drop;
+	} else if (hdr.len != bytes - FS_WIRE_MSG_PREFIX ||
+		   ((kind == FS_MSG_FIN || kind == FS_MSG_SWITCH || kind == FS_MSG_RETURN_END) && hdr.len) ||
+		   (kind == FS_MSG_RETURN && !hdr.len)) {
+		goto drop;
+	}
+	/* Credits bound what may arrive: anything beyond what we advertised,
+	 * or outside the window, is not ours. */
+	if (fs_seq_after(s->rx_expect, hdr.seq) || hdr.seq - s->rx_expect >= s->window ||
+	    !fs_credit_rx_allows(&s->credit, hdr.seq))
+		goto drop;
+	slot = hdr.seq % s->window;
+	if (s->ooo[slot])
+		goto drop;
+	buf = fs_rx_keep(er, buf, bytes);
+	if (!buf) {
+		/* no memory to copy it out: the byte stream has a hole */
+		if (!s->error) {
+			FS_WARN("stream %u: no memory for a received message; resetting it", s->id);
+			s->error = -ECONNRESET;
+			FS_STAT_INC(resets);
+		}
+		fs_stream_changed(e, s);
+		return;
+	}
+	s->rx_msgs++;
+	fs_rx_header_common(e, s, &hdr, arm);
+	buf->len = hdr.len;
+	buf->off = 0;
+	buf->seq = hdr.seq;
+	buf->kind = (uint8_t)kind;
+	buf->pull_tag = fs_tag_pull(s->id, hdr.seq, s->token);
+	buf->stream = s;
+	buf->posted = 0;
+	s->ooo[slot] = buf;
+	FS_STAT_ADD(fabric_rx_bytes, hdr.len);
+	/* Deliver in sequence order. */
+	while (s->ooo[s->rx_expect % s->window]) {
+		struct fs_buf *next = s->ooo[s->rx_expect % s->window];
+
+		s->ooo[s->rx_expect % s->window] = NULL;
+		s->rx_expect++;
+		next->next = NULL;
+		fs_rx_deliver(e, er, s, next);
+		fs_stream_changed(e, s);
+	}
+	fs_stream_arrived(e, s);
+	return;
+drop:
+	FS_STAT_INC(msgs_dropped);
+	FS_DBG("dropped a data message for stream %u (tag %#llx, %zu bytes)", fs_tag_stream(tag),
+	       (unsigned long long)tag, bytes);
+	fs_engine_repost(er, buf);
+}
+
+void fs_rx_ctrl(struct fs_engine *e, struct fs_engine_rail *er, struct fs_buf *buf, size_t bytes,
+		fi_addr_t src)
+{
+	struct fs_stream *s = NULL;
+	struct fs_wire_msg_hdr hdr;
+	uint64_t tag = 0;
+
+	if (bytes >= FS_WIRE_MSG_PREFIX) {
+		tag = fs_wire_ctrl_tag_decode(buf->mem);
+		if (fs_tag_class(tag) == FS_CLASS_CTRL)
+			s = fs_rx_stream(e, er, tag, src);
+	}
+	if (!s || (fs_tag_kind(tag) & ~FS_MSG_ARM) != FS_MSG_CREDIT) {
+		FS_STAT_INC(msgs_dropped);
+		fs_engine_repost(er, buf);
+		return;
+	}
+	fs_wire_hdr_decode(buf->mem + FS_WIRE_CTRL_TAG_LEN, &hdr);
+	fs_engine_repost(er, buf);
+	s->ctrl_processed++;
+	fs_rx_header_common(e, s, &hdr, fs_tag_kind(tag) & FS_MSG_ARM);
+}
+
+/* ---- consuming --------------------------------------------------------- */
+
+void fs_stream_consume_head(struct fs_engine *e, struct fs_stream *s)
+{
+	struct fs_buf *buf = s->rxq_head;
+
+	s->rxq_head = buf->next;
+	if (!s->rxq_head)
+		s->rxq_tail = NULL;
+	fs_stream_consumed(e, s);
+	fs_engine_repost(s->erail, buf);
+}
+
+static bool fs_pull_settled(struct fs_stream *s, void *arg)
+{
+	struct fs_buf *buf = arg;
+
+	return buf->pull != FS_PULL_POSTED;
+}
+
+/* Waits until the provider is done with BUF's pull receive, whose target
+ * may be the application's memory: a signal does not end the wait, and a
+ * broken or closed stream ends it only through a cancel, whose completion
+ * comes like any other. */
+static void fs_pull_wait(struct fs_engine *e, struct fs_stream *s, struct fs_buf *buf, int ctl_fd)
+{
+	bool cancelled = false;
+	unsigned step = 0;
+
+	while (buf->pull == FS_PULL_POSTED) {
+		if (!cancelled) {
+			int ret = fs_stream_wait(e, s, fs_pull_settled, buf, 0, ctl_fd);
+
+			if (ret && ret != -EINTR) {
+				fs_engine_pull_cancel(s, buf);
+				cancelled = true;
+			}
+			continue;
+		}
+		fs_engine_progress(e);
+		if (buf->pull != FS_PULL_POSTED)
+			break;
+		pthread_mutex_unlock(&e->lock);
+		fs_spin_relax(&step);
+		pthread_mutex_lock(&e->lock);
+	}
+}
+
+/* Pulls the payload that BUF (an FS_MSG_PULL entry of the receive queue)
+ * announces, into DST or, when DST is NULL, into BUF, which then becomes an
+ * ordinary data entry. A pull the service thread started already (into BUF:
+ * fs_engine_pull_stale) is waited for instead. Returns 0, or a negative
+ * errno when the stream broke or was closed meanwhile (the entry then stays
+ * unpulled, or empty if its payload was lost). */
+static int fs_recv_pull(struct fs_engine *e, struct fs_stream *s, struct fs_buf *buf, void *dst, int ctl_fd)
+{
+	int ret = 0;
+
+	if (buf->pull == FS_PULL_NONE) {
+		ret = fs_engine_pull(s->erail, buf, dst);
+		if (!ret)
+			fs_stream_unpulled_dec(e, s);
+	} else {
+		dst = NULL; /* the service thread's pull lands in BUF */
+	}
+	if (!ret && buf->pull == FS_PULL_POSTED) {
+		s->pulling = true;
+		fs_pull_wait(e, s, buf, ctl_fd);
+		s->pulling = false;
+		fs_stream_changed(e, s); /* readers that waited for the head */
+	}
+	if (!ret && buf->pull == FS_PULL_DONE) {
+		buf->pull = FS_PULL_NONE;
+		buf->kind = FS_MSG_DATA;
+		if (dst)
+			FS_STAT_ADD(pull_direct_bytes, buf->len);
+		else
+			FS_STAT_ADD(pull_bounce_bytes, buf->len);
+		return 0;
+	}
+	if (!ret && buf->pull == FS_PULL_NONE)
+		return s->error ? s->error : -EBADF; /* cancelled: it stays announced */
+	/* The payload is lost (the peer died under the pull, or the receive
+	 * could not be posted): the stream cannot go on. */
+	buf->pull = FS_PULL_NONE;
+	buf->kind = FS_MSG_DATA;
+	s->rx_bytes -= buf->len - buf->off;
+	buf->len = buf->off = 0;
+	if (!s->error) {
+		FS_WARN("stream %u: a payload could not be received; resetting it", s->id);
+		s->error = -ECONNRESET;
+		FS_STAT_INC(resets);
+	}
+	fs_stream_changed(e, s);
+	return s->error;
+}
+
+/* Copies from the receive queue into the iovec starting at byte DONE.
+ * Consumes unless PEEK. An announced payload is pulled straight into the
+ * application's buffer when this read takes all of it into one iovec
+ * element. When it does not fit, a read that already has bytes (and may
+ * return short: SHORT_OK) stops before it, so that the next read starts
+ * with it; otherwise it is pulled into its bounce buffer first. Returns
+ * bytes copied. */
+size_t fs_recv_copy(struct fs_engine *e, struct fs_stream *s, const struct iovec *iov, int iovcnt,
+		    size_t done, size_t total, bool peek, bool short_ok, int ctl_fd)
+{
+	size_t copied = 0;
+	struct fs_buf *buf = s->rxq_head;
+	uint32_t peek_off = buf ? buf->off : 0;
+	int i = 0;
+	size_t iov_off = done;
+
+	if (s->pulling)
+		return 0; /* another reader is pulling the head */
+	while (i < iovcnt && iov_off >= iov[i].iov_len) {
+		iov_off -= iov[i].iov_len;
+		i++;
+	}
+	while (buf && (buf->kind == FS_MSG_DATA || buf->kind == FS_MSG_PULL) && done + copied < total &&
+	       i < iovcnt) {
+		size_t space = iov[i].iov_len - iov_off, avail, n;
+		bool direct = false; /* the payload is in the application's buffer already */
+		uint32_t off;
+
+		if (buf->kind == FS_MSG_PULL) {
+			direct = !peek && buf == s->rxq_head && space >= buf->len && buf->pull == FS_PULL_NONE;
+			if (!direct && !peek && short_ok && done + copied)
+				break;
+			if (fs_recv_pull(e, s, buf, direct ? (char *)iov[i].iov_base + iov_off : NULL, ctl_fd))
+				break;
+			if (!buf->len)
+				break; /* lost: the stream's error says why */
+		}
+		off = peek ? peek_off : buf->off;
+		avail = buf->len - off;
+		n = avail < space ? avail : space;
+
+		if (!direct)
+			memcpy((char *)iov[i].iov_base + iov_off, buf->mem + FS_WIRE_MSG_PREFIX + off, n);
+		copied += n;
+		iov_off += n;
+		if (iov_off == iov[i].iov_len) {
+			i++;
+			iov_off = 0;
+		}
+		if (peek) {
+			peek_off += (uint32_t)n;
+			if (peek_off == buf->len) {
+				buf = buf->next;
+				peek_off = 0;
+			}
+			continue;
+		}
+		buf->off += (uint32_t)n;
+		s->rx_bytes -= n;
+		if (buf->off == buf->len) {
+			fs_stream_consume_head(e, s);
+			buf = s->rxq_head;
+		}
+	}
+	/* Zero-length data messages never happen, but never let one stall us. */
+	while (!peek && s->rxq_head && s->rxq_head->kind == FS_MSG_DATA && s->rxq_head->off == s->rxq_head->len)
+		fs_stream_consume_head(e, s);
+	return copied;
+}
