@@ -133,6 +133,7 @@ struct fs_engine *fs_engine_get(void)
 			fs_dlist_init(&e->switching);
 			fs_dlist_init(&e->credit_retry);
 			fs_dlist_init(&e->grown);
+			fs_dlist_init(&e->starved);
 			e->budget.cap = (uint64_t)fs_params.rx_budget_mb << 20;
 			fs_read_host_id(e->host_id);
 			if (fs_handback_page_create(e))
@@ -734,6 +735,8 @@ static void fs_stream_destroy(struct fs_engine *e, struct fs_stream *s)
 		fs_dlist_del(&s->credit_link);
 	if (fs_dlist_linked(&s->grant_link))
 		fs_dlist_del(&s->grant_link);
+	if (fs_dlist_linked(&s->starve_link))
+		fs_dlist_del(&s->starve_link);
 	fs_credit_rx_release(&s->credit, s->budget);
 	if (s->unpulled) {
 		s->unpulled = 0;
@@ -1257,12 +1260,20 @@ void fs_stream_flush(struct fs_engine *e, struct fs_stream *s)
 		if (!buf->announced) {
 			bool pull = s->peer_pull_min && buf->kind == FS_MSG_DATA && buf->len >= s->peer_pull_min;
 
+			uint32_t old_limit;
+
 			if (!fs_stream_credits(s))
 				break;
-			fs_fill_header(s, buf, s->tx_seq + 1);
+			old_limit = fs_fill_header(s, buf, s->tx_seq + 1);
 			ret = fs_post_msg(s, buf, FS_CLASS_DATA, pull);
-			if (ret == -FI_EAGAIN)
+			if (ret == -FI_EAGAIN) {
+				/* Not sent: what its header offered was not told. (A
+				 * later header may offer less, the grant having
+				 * shrunk: the peer must never be thought to know more
+				 * than it was sent, or neither side would move.) */
+				fs_credit_rx_undo(&s->credit, s->budget, old_limit);
 				break;
+			}
 			if (ret)
 				goto failed;
 			s->tx_seq++;
@@ -1380,17 +1391,29 @@ void fs_stream_enqueue(struct fs_engine *e, struct fs_stream *s, struct fs_buf *
 	s->txq_count++;
 }
 
+/* The budget refused S more: the service thread looks at it again
+ * (fs_engine_grants_idle), since other streams may give some back while
+ * S's reader waits without consuming. */
+static void fs_stream_starved(struct fs_engine *e, struct fs_stream *s)
+{
+	FS_STAT_INC(credit_denied);
+	if (!fs_dlist_linked(&s->starve_link))
+		fs_dlist_add(&e->starved, &s->starve_link);
+}
+
 void fs_stream_consumed(struct fs_engine *e, struct fs_stream *s)
 {
+	unsigned grant = s->credit.grant;
 	bool denied;
 
-	if (fs_credit_rx_consume(&s->credit, s->budget, 1, s->rx_msgs, s->rx_bytes, &denied)) {
+	fs_credit_rx_consume(&s->credit, s->budget, 1, s->rx_msgs, s->rx_bytes, &denied);
+	if (s->credit.grant > grant) {
 		FS_STAT_INC(credit_grows);
 		if (!fs_dlist_linked(&s->grant_link))
 			fs_dlist_add(&e->grown, &s->grant_link);
-	} else if (denied) {
-		FS_STAT_INC(credit_denied);
 	}
+	if (denied)
+		fs_stream_starved(e, s);
 }
 
 /* Messages arrived on S: if they used up the peer's credit, the grant
@@ -1412,9 +1435,9 @@ static void fs_stream_arrived(struct fs_engine *e, struct fs_stream *s)
 				fs_dlist_add(&e->grown, &s->grant_link);
 		}
 		fs_stream_maybe_credit(e, s);
-	} else if (denied) {
-		FS_STAT_INC(credit_denied);
 	}
+	if (denied)
+		fs_stream_starved(e, s);
 }
 
 void fs_engine_grants_idle(struct fs_engine *e)
@@ -1429,6 +1452,14 @@ void fs_engine_grants_idle(struct fs_engine *e)
 		fs_dlist_del(&s->grant_link);
 		if (s->credit.grant < grant)
 			FS_STAT_INC(credit_shrinks);
+	}
+	/* then the streams the budget refused, with what was given back */
+	for (struct fs_dlist *n = e->starved.next, *next; n != &e->starved; n = next) {
+		struct fs_stream *s = fs_stream_of(n, starve_link);
+
+		next = n->next;
+		fs_dlist_del(&s->starve_link);
+		fs_stream_arrived(e, s); /* relinks it if refused again */
 	}
 }
 
