@@ -109,9 +109,9 @@ bool fs_credit_rx_consume(struct fs_credit_rx *c, struct fs_credit_budget *b, ui
 	grew = fs_credit_grow(c, b, received, denied);
 	fs_credit_recharge(c, b);
 	/* what is left unread may have become small (a larger grant alone
-	 * may not cover what is unread) */
-	if (!*denied)
-		fs_credit_small(c, b, received, unread_bytes, denied);
+	 * may not cover what is unread; a refused doubling may leave room
+	 * for this) */
+	fs_credit_small(c, b, received, unread_bytes, denied);
 	return grew;
 }
 
@@ -123,9 +123,8 @@ bool fs_credit_rx_arrived(struct fs_credit_rx *c, struct fs_credit_budget *b, ui
 	*denied = false;
 	grew = fs_credit_grow(c, b, received, denied);
 	fs_credit_recharge(c, b);
-	if (*denied)
-		return false;
-	/* a larger grant alone may not cover what is unread */
+	/* a larger grant alone may not cover what is unread; a refused
+	 * doubling may leave room for this */
 	return fs_credit_small(c, b, received, unread_bytes, denied) || grew;
 }
 

@@ -125,6 +125,7 @@ struct fs_engine *fs_engine_get(void)
 			fs_dlist_init(&e->switching);
 			fs_dlist_init(&e->credit_retry);
 			fs_dlist_init(&e->grown);
+			fs_dlist_init(&e->starved);
 			e->budget.cap = (uint64_t)fs_params.rx_budget_mb << 20;
 			fs_read_host_id(e->host_id);
 			if (fs_handback_page_create(e))
@@ -453,6 +454,8 @@ static void fs_stream_destroy(struct fs_engine *e, struct fs_stream *s)
 		fs_dlist_del(&s->credit_link);
 	if (fs_dlist_linked(&s->grant_link))
 		fs_dlist_del(&s->grant_link);
+	if (fs_dlist_linked(&s->starve_link))
+		fs_dlist_del(&s->starve_link);
 	fs_credit_rx_release(&s->credit, s->budget);
 	if (s->unpulled) {
 		s->unpulled = 0;

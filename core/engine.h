@@ -181,6 +181,7 @@ struct fs_stream {
 	struct fs_credit_rx credit; /* what the reader consumed, what the peer may send */
 	struct fs_credit_budget *budget; /* the engine's, which the grant comes from */
 	struct fs_dlist grant_link; /* on engine.grown while the grant is above its floor */
+	struct fs_dlist starve_link; /* on engine.starved while the budget refused it more */
 	bool pulling;          /* a reader waits for the payload of rxq's head (core/rxq.c) */
 	unsigned unpulled;     /* FS_MSG_PULL entries in rxq whose payload nobody asked for yet */
 	struct fs_dlist pull_link; /* on engine.unpulled while unpulled != 0 */
@@ -287,6 +288,7 @@ struct fs_engine {
 	struct fs_dlist credit_retry; /* streams whose CREDIT post failed (credit_link) */
 	struct fs_credit_budget budget; /* receive credits beyond the floors (core/credit.h) */
 	struct fs_dlist grown; /* streams whose grant is above its floor (grant_link) */
+	struct fs_dlist starved; /* streams the budget refused (starve_link): looked at again */
 	/* Requests from processes forked after an offload (core/handback.h):
 	 * a page shared with them, and the eventfd they ring. */
 	struct fs_hb_page *hb_page;

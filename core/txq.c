@@ -172,12 +172,20 @@ void fs_stream_flush(struct fs_engine *e, struct fs_stream *s)
 		if (!buf->announced) {
 			bool pull = s->peer_pull_min && buf->kind == FS_MSG_DATA && buf->len >= s->peer_pull_min;
 
+			uint32_t old_limit;
+
 			if (!fs_stream_credits(s))
 				break;
-			fs_fill_header(s, buf, s->tx_seq + 1);
+			old_limit = fs_fill_header(s, buf, s->tx_seq + 1);
 			ret = fs_post_msg(s, buf, FS_CLASS_DATA, pull);
-			if (ret == -FI_EAGAIN)
+			if (ret == -FI_EAGAIN) {
+				/* Not sent: what its header offered was not told. (A
+				 * later header may offer less, the grant having
+				 * shrunk: the peer must never be thought to know more
+				 * than it was sent, or neither side would move.) */
+				fs_credit_rx_undo(&s->credit, s->budget, old_limit);
 				break;
+			}
 			if (ret)
 				goto failed;
 			s->tx_seq++;
@@ -318,17 +326,29 @@ int fs_stream_take_queued(struct fs_engine *e, struct fs_stream *s, int (*sink)(
 
 /* ---- credit reports ---------------------------------------------------- */
 
+/* The budget refused S more: the service thread looks at it again
+ * (fs_engine_grants_idle), since other streams may give some back while
+ * S's reader waits without consuming. */
+static void fs_stream_starved(struct fs_engine *e, struct fs_stream *s)
+{
+	FS_STAT_INC(credit_denied);
+	if (!fs_dlist_linked(&s->starve_link))
+		fs_dlist_add(&e->starved, &s->starve_link);
+}
+
 void fs_stream_consumed(struct fs_engine *e, struct fs_stream *s)
 {
+	unsigned grant = s->credit.grant;
 	bool denied;
 
-	if (fs_credit_rx_consume(&s->credit, s->budget, 1, s->rx_msgs, s->rx_bytes, &denied)) {
+	fs_credit_rx_consume(&s->credit, s->budget, 1, s->rx_msgs, s->rx_bytes, &denied);
+	if (s->credit.grant > grant) {
 		FS_STAT_INC(credit_grows);
 		if (!fs_dlist_linked(&s->grant_link))
 			fs_dlist_add(&e->grown, &s->grant_link);
-	} else if (denied) {
-		FS_STAT_INC(credit_denied);
 	}
+	if (denied)
+		fs_stream_starved(e, s);
 }
 
 /* Messages arrived on S: if they used up the peer's credit, the grant
@@ -350,9 +370,9 @@ void fs_stream_arrived(struct fs_engine *e, struct fs_stream *s)
 				fs_dlist_add(&e->grown, &s->grant_link);
 		}
 		fs_stream_maybe_credit(e, s);
-	} else if (denied) {
-		FS_STAT_INC(credit_denied);
 	}
+	if (denied)
+		fs_stream_starved(e, s);
 }
 
 void fs_engine_grants_idle(struct fs_engine *e)
@@ -367,6 +387,14 @@ void fs_engine_grants_idle(struct fs_engine *e)
 		fs_dlist_del(&s->grant_link);
 		if (s->credit.grant < grant)
 			FS_STAT_INC(credit_shrinks);
+	}
+	/* then the streams the budget refused, with what was given back */
+	for (struct fs_dlist *n = e->starved.next, *next; n != &e->starved; n = next) {
+		struct fs_stream *s = fs_stream_of(n, starve_link);
+
+		next = n->next;
+		fs_dlist_del(&s->starve_link);
+		fs_stream_arrived(e, s); /* relinks it if refused again */
 	}
 }
 

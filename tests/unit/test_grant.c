@@ -209,7 +209,7 @@ static void test_model(unsigned seed, uint64_t cap)
 	uint32_t sizes[1024];
 	struct model_wire w = { .tx_limit = &tx_limit, .tx_seq = &tx_seq };
 	unsigned stalls = 0, reports = 0, grows = 0, bad = 0;
-	bool reported_bad = false;
+	bool reported_bad = false, starved = false;
 	uint64_t unread = 0;
 	bool denied;
 
@@ -217,7 +217,7 @@ static void test_model(unsigned seed, uint64_t cap)
 	fs_credit_rx_init(&c, 1 + (unsigned)rand() % 3, 2 + (unsigned)rand() % 15, COST);
 	tx_limit = c.limit;
 	for (int step = 0; step < 200000; step++) {
-		int op = rand() % 8;
+		int op = rand() % 9;
 
 		if (op <= 1 && fs_credit_tx_avail(tx_limit, tx_seq)) {
 			/* send and arrive (in order; headers may come late) */
@@ -233,6 +233,7 @@ static void test_model(unsigned seed, uint64_t cap)
 				model_report(&w, &c, &b);
 				reports++;
 			}
+			starved |= denied;
 		} else if (op <= 3 && c.freed != received) {
 			/* the reader consumes some */
 			uint32_t n = 1 + (uint32_t)rand() % (received - c.freed);
@@ -240,6 +241,7 @@ static void test_model(unsigned seed, uint64_t cap)
 			for (uint32_t i = 1; i <= n; i++)
 				unread -= sizes[(c.freed + i) % 1024];
 			grows += fs_credit_rx_consume(&c, &b, n, received, unread, &denied);
+			starved |= denied;
 			if (fs_credit_rx_due(&c, received)) {
 				model_report(&w, &c, &b);
 				reports++;
@@ -251,7 +253,22 @@ static void test_model(unsigned seed, uint64_t cap)
 			/* reports reach the sender, in any order */
 			model_deliver(&w, ((unsigned)rand() % (w.n / 2)) * 2);
 		} else if (op == 6) {
+			/* the service thread's look: grants of quiet streams go
+			 * back, and a stream the budget refused is looked at again */
 			fs_credit_rx_idle(&c, &b, received);
+			if (starved && fs_credit_rx_arrived(&c, &b, received, unread, &denied) &&
+			    fs_credit_rx_due(&c, received)) {
+				model_report(&w, &c, &b);
+				reports++;
+			}
+			starved = denied;
+		} else if (op == 7) {
+			/* a header filled for a message whose post was refused */
+			uint32_t fr, old;
+			unsigned g;
+
+			old = fs_credit_rx_advertise(&c, &b, &fr, &g);
+			fs_credit_rx_undo(&c, &b, old);
 		}
 		if (bad && !reported_bad) {
 			reported_bad = true;
@@ -269,7 +286,7 @@ static void test_model(unsigned seed, uint64_t cap)
 		 * reached it, everything arrived */
 		if (!fs_credit_tx_avail(tx_limit, tx_seq) && !w.n && received == tx_seq) {
 			stalls++;
-			if (unread < FS_CREDIT_SMALL_BYTES && c.freed != received && !fs_credit_after(c.base, c.freed) &&
+			if (!starved && unread < FS_CREDIT_SMALL_BYTES && c.freed != received && !fs_credit_after(c.base, c.freed) &&
 			    received - c.freed + c.grant <= FS_CREDIT_UNREAD_MAX && !fs_credit_rx_due(&c, received)) {
 				/* small unread: fs_credit_rx_arrived must have moved the offer
 				 * unless the budget refused */
