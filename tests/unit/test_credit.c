@@ -816,10 +816,19 @@ static void test_credit_retry(struct fs_stream *a, struct fs_stream *b, uint64_t
 	ssize_t n;
 
 	flow_init(&f, a, b, key);
-	while (queued < 1000 && flow_send(&f, 4000) > 0) /* beyond the window */
+	/* beyond what B grants: writes still refused once everything that
+	 * could go went (the grant grows as messages arrive, so fill again
+	 * until it stops) */
+	for (int round = 0; round < 100; round++) {
+		while (queued < 20000 && flow_send(&f, 4000) > 0)
+			queued++;
+		settle();
+		if (flow_send(&f, 4000) <= 0)
+			break;
 		queued++;
-	settle();
+	}
 	pthread_mutex_lock(&engine->lock);
+	CHECK(a->txq_head != NULL); /* bytes wait for credit */
 	fs_fault_post_eagain = 1000000;
 	pthread_mutex_unlock(&engine->lock);
 	/* what arrived (the whole window), until a CREDIT post was refused;
@@ -1152,7 +1161,8 @@ static void test_refused_then_shrunk(uint64_t token, uint64_t key)
 	test_transfer(a, b, 2u << 20, key);
 	pthread_mutex_lock(&engine->lock);
 	b->credit.grant = b->credit.max; /* grown as far as it goes (a test shortcut) */
-	fs_dlist_add(&engine->grown, &b->grant_link);
+	if (!fs_dlist_linked(&b->grant_link))
+		fs_dlist_add(&engine->grown, &b->grant_link);
 	pthread_mutex_unlock(&engine->lock);
 	/* B writes while every post is refused: its header offers the grown grant */
 	flow_init(&ba, b, a, key + 1);

@@ -12,7 +12,8 @@
  * do, and no more than FS_CREDIT_UNREAD_MAX are ever offered; the sender's
  * limit moves only forward, across the 2^32 wrap, and ignores numbers a
  * peer cannot mean. Then a randomized model of both ends (random writes,
- * reads, peeks, header order and budget) checks after every step that the
+ * reads, peeks, header order, budget, posts refused after their header was
+ * filled, the service thread's looks) checks after every step that the
  * sender never passes the receiver's limit, nothing arrives beyond it, and
  * that once the sender is out of credit and everything has arrived, either
  * the reader holds a large unread backlog or a report is due: no stall.
