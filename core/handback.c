@@ -451,12 +451,7 @@ size_t fs_handback_hold(struct fs_engine *e, struct fs_stream *s, const struct i
 				break;
 			buf->kind = FS_MSG_DATA;
 			buf->stream = s;
-			buf->next = NULL;
-			if (s->hb_held_tail)
-				s->hb_held_tail->next = buf;
-			else
-				s->hb_held_head = buf;
-			s->hb_held_tail = buf;
+			fs_buf_append(&s->hb_held_head, &s->hb_held_tail, buf);
 			s->hb_held_count++;
 		}
 		room = buf->cap - FS_WIRE_MSG_PREFIX - buf->len;

@@ -74,6 +74,17 @@ struct fs_buf *fs_pool_get(struct fs_pool *pool);
 void fs_pool_put(struct fs_buf *buf);
 void fs_pool_fini(struct fs_pool *pool);
 
+/* Appends BUF to the singly linked queue HEAD..TAIL (next links). */
+static inline void fs_buf_append(struct fs_buf **head, struct fs_buf **tail, struct fs_buf *buf)
+{
+	buf->next = NULL;
+	if (*tail)
+		(*tail)->next = buf;
+	else
+		*head = buf;
+	*tail = buf;
+}
+
 /* Registered bytes in all pools of this process. */
 extern uint64_t fs_pool_bytes;
 

@@ -343,11 +343,7 @@ static void fs_rx_deliver(struct fs_engine *e, struct fs_engine_rail *er, struct
 		 * socket, first (handback.c); only after the peer switched */
 		if (s->hb != FS_HB_SWITCHING)
 			goto consume;
-		if (s->hb_ret_tail)
-			s->hb_ret_tail->next = buf;
-		else
-			s->hb_ret_head = buf;
-		s->hb_ret_tail = buf;
+		fs_buf_append(&s->hb_ret_head, &s->hb_ret_tail, buf);
 		return;
 	case FS_MSG_RETURN_END:
 		s->hb_peer_end = true;
@@ -370,11 +366,7 @@ static void fs_rx_deliver(struct fs_engine *e, struct fs_engine_rail *er, struct
 		}
 		break;
 	}
-	if (s->rxq_tail)
-		s->rxq_tail->next = buf;
-	else
-		s->rxq_head = buf;
-	s->rxq_tail = buf;
+	fs_buf_append(&s->rxq_head, &s->rxq_tail, buf);
 	s->rx_bytes += buf->len;
 	if (buf->kind == FS_MSG_FIN)
 		s->peer_fin = true;

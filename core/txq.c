@@ -268,12 +268,7 @@ void fs_stream_enqueue(struct fs_engine *e, struct fs_stream *s, struct fs_buf *
 		e->pending_tx++;
 		fs_dlist_add(&e->pending, &s->pending_link);
 	}
-	buf->next = NULL;
-	if (s->txq_tail)
-		s->txq_tail->next = buf;
-	else
-		s->txq_head = buf;
-	s->txq_tail = buf;
+	fs_buf_append(&s->txq_head, &s->txq_tail, buf);
 	s->txq_count++;
 }
 
