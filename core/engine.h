@@ -134,6 +134,30 @@ struct fs_engine;
 struct fs_engine_rail *fs_engine_ep_first(struct fs_engine *e);
 struct fs_engine_rail *fs_engine_ep_next(struct fs_engine *e, struct fs_engine_rail *er);
 
+/*
+ * A stream's life (state), and what moves it:
+ *
+ *   fs_stream_create        fs_stream_connect (HELLO / HELLO-ACK done)
+ *   ----------------> HELLO ------------------------------> OPEN
+ *                       |                                    |  fs_stream_close
+ *   fs_stream_abandon   |  (handshake failed: the queued     |  (the application
+ *   (freed at once)  <--+   bytes go to TCP first)           v   closed it)
+ *                                                          CLOSED  -- an orphan
+ *                                                            |
+ *   fs_engine_reap: freed once nothing is in flight, our FIN's send
+ *   completed and the peer's FIN came (or the peer is gone); an error (an
+ *   abort is one) counts as both; else at the linger deadline, the data
+ *   dropped with a warning
+ *
+ * Inside OPEN, each direction ends on its own: ours with fin_queued, then
+ * fin_done (the FIN's send completed); the peer's with peer_fin (its FIN
+ * reached the head of the receive queue), then fin_consumed (the reader saw
+ * the end). error (ECONNRESET...) ends both. Across OPEN and CLOSED a
+ * stream may also go back to TCP (hb, core/handback.h): NONE -> SWITCHING
+ * -> DONE, after which fs_engine_retire frees its resources while its
+ * socket lives on. Credits (core/credit.h) and the queues (txq.c, rxq.c)
+ * work the same in every state that has a peer.
+ */
 enum fs_stream_state {
 	FS_STREAM_HELLO,   /* created, waiting for the handshake to finish */
 	FS_STREAM_OPEN,    /* data may flow */
