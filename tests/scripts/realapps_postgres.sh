@@ -93,6 +93,13 @@ pg_bench() { # MODE NAME FIGVAR PGBENCH-ARGS...
 	if [ "$rc" -ne 0 ] || [ -z "$tps" ] || [ "${failed:-0}" != 0 ] || [ "${n:-0}" -lt 1 ]; then
 		fs_fail "$RA_CASE $mode: pgbench $* exited $rc, tps=${tps:-none}, processed=${n:-none}, failed=${failed:-?}"
 		ra_tail 6 "$LOG-$name.out" "$LOG-$name.err"
+		# what the server said about it (a backend's own view of a lost
+		# connection), and fabsock's warnings on both sides
+		grep -E 'FATAL|could not|unexpected' "$LOG-server.log" 2>/dev/null | tail -n 8 |
+			sed 's/^/    server: /' >&2 || true
+		[ "$mode" = fabsock ] && grep -hE ': (warn|error): ' "$RA_DIR/postgres.fabsock.log" \
+			"$RA_DIR/pgclients.fabsock.log" 2>/dev/null | grep -v ': stats: ' | tail -n 12 |
+			sed 's/^/    fabsock: /' >&2 || true
 		return 1
 	fi
 	tps=$(printf "%.0f" "$tps")
