@@ -38,7 +38,6 @@ static pid_t fs_service_pid;
  * Whether this fork's prepare got it. */
 static pthread_mutex_t fs_service_busy = PTHREAD_MUTEX_INITIALIZER;
 static bool fs_service_fork_held;
-static bool fs_service_dirty;
 /* A signal handler asked the service thread to run the process's end
  * (fs_service_exit), and the eventfd it waits on for the answer. */
 static int fs_service_exit_wanted;
@@ -216,7 +215,6 @@ void fs_service_after_fork(void)
 	fs_watch_count = 0;
 	/* Threads do not survive fork: the child starts its own when needed. */
 	pthread_mutex_init(&fs_service_lock, NULL);
-	fs_service_dirty = true;
 	if (fs_service_wake_fd >= 0) {
 		fs_internal_fd_close(fs_service_wake_fd);
 		fs_service_wake_fd = -1;

@@ -321,14 +321,24 @@ int fs_stream_take_queued(struct fs_engine *e, struct fs_stream *s, int (*sink)(
 
 /* ---- credit reports ---------------------------------------------------- */
 
-/* The budget refused S more: the service thread looks at it again
- * (fs_engine_grants_idle), since other streams may give some back while
- * S's reader waits without consuming. */
-static void fs_stream_starved(struct fs_engine *e, struct fs_stream *s)
+/* After core/credit.c moved S's grant from OLD_GRANT, or was refused by the
+ * budget (DENIED): a grown grant is on engine.grown until it goes back; a
+ * refused stream is on engine.starved, which the service thread looks at
+ * again (fs_engine_grants_idle: other streams may give budget back while
+ * S's reader waits without consuming), until an answer is not refused. */
+static void fs_stream_grant_after(struct fs_engine *e, struct fs_stream *s, unsigned old_grant, bool denied)
 {
-	FS_STAT_INC(credit_denied);
-	if (!fs_dlist_linked(&s->starve_link))
+	if (s->credit.grant > old_grant) {
+		FS_STAT_INC(credit_grows);
+		if (!fs_dlist_linked(&s->grant_link))
+			fs_dlist_add(&e->grown, &s->grant_link);
+	}
+	if (denied && !fs_dlist_linked(&s->starve_link)) {
+		FS_STAT_INC(credit_denied); /* once per spell, not per retry */
 		fs_dlist_add(&e->starved, &s->starve_link);
+	} else if (!denied && fs_dlist_linked(&s->starve_link)) {
+		fs_dlist_del(&s->starve_link);
+	}
 }
 
 void fs_stream_consumed(struct fs_engine *e, struct fs_stream *s)
@@ -337,13 +347,7 @@ void fs_stream_consumed(struct fs_engine *e, struct fs_stream *s)
 	bool denied;
 
 	fs_credit_rx_consume(&s->credit, s->budget, 1, s->rx_msgs, s->rx_bytes, &denied);
-	if (s->credit.grant > grant) {
-		FS_STAT_INC(credit_grows);
-		if (!fs_dlist_linked(&s->grant_link))
-			fs_dlist_add(&e->grown, &s->grant_link);
-	}
-	if (denied)
-		fs_stream_starved(e, s);
+	fs_stream_grant_after(e, s, grant, denied);
 }
 
 /* Messages arrived on S: if they used up the peer's credit, the grant
@@ -358,16 +362,9 @@ void fs_stream_arrived(struct fs_engine *e, struct fs_stream *s)
 
 	if (s->state != FS_STREAM_OPEN)
 		return;
-	if (fs_credit_rx_arrived(&s->credit, s->budget, s->rx_msgs, s->rx_bytes, &denied)) {
-		if (s->credit.grant > grant) {
-			FS_STAT_INC(credit_grows);
-			if (!fs_dlist_linked(&s->grant_link))
-				fs_dlist_add(&e->grown, &s->grant_link);
-		}
+	if (fs_credit_rx_arrived(&s->credit, s->budget, s->rx_msgs, s->rx_bytes, &denied))
 		fs_stream_maybe_credit(e, s);
-	}
-	if (denied)
-		fs_stream_starved(e, s);
+	fs_stream_grant_after(e, s, grant, denied);
 }
 
 void fs_engine_grants_idle(struct fs_engine *e)
@@ -388,8 +385,10 @@ void fs_engine_grants_idle(struct fs_engine *e)
 		struct fs_stream *s = fs_stream_of(n, starve_link);
 
 		next = n->next;
-		fs_dlist_del(&s->starve_link);
-		fs_stream_arrived(e, s); /* relinks it if refused again */
+		if (s->state != FS_STREAM_OPEN)
+			fs_dlist_del(&s->starve_link);
+		else
+			fs_stream_arrived(e, s); /* unlinks it unless refused again */
 	}
 }
 
