@@ -241,8 +241,6 @@ ra_log_clean() {
 	return 0
 }
 
-# ra_tail N FILE...: the last N lines of the FILEs but fabsock's stats
-# lines, indented, on stderr (what a failing program said).
 # ra_stacks_if_running PID SEC NAME...: waits up to SEC seconds for PID;
 # if it still runs then, prints the stacks (gdb, every thread, frames only)
 # of every process called NAME, for a hang to be diagnosable from the log.
@@ -263,6 +261,8 @@ ra_stacks_if_running() {
 	done
 }
 
+# ra_tail N FILE...: the last N lines of the FILEs but fabsock's stats
+# lines, indented, on stderr (what a failing program said).
 ra_tail() {
 	local n=$1
 	shift

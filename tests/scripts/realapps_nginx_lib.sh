@@ -122,8 +122,15 @@ wrk_load() {
 	local user=$1 url=$2 out=$3 s k v
 	local -A f=()
 	WRK_RC=0
+	local wpid
 	ra_as "$user" timeout -k 2 $((WRK_SECS + 12)) "${RA_ENV[@]}" wrk -t 2 -c "$WRK_CONNS" -d "${WRK_SECS}s" --timeout 5s \
-		-s "$WRK_LUA" "$url" >"$out" 2>"$out.err" || WRK_RC=$?
+		-s "$WRK_LUA" "$url" >"$out" 2>"$out.err" &
+	wpid=$!
+	# wrk ends on its own after WRK_SECS: if it has not 8 s later, where
+	# each thread of it and of the servers waits says why (seen once in CI:
+	# wrk -c 1000 stalled after 2447 requests and never ended)
+	ra_stacks_if_running "$wpid" $((WRK_SECS + 8)) wrk nginx
+	wait "$wpid" || WRK_RC=$?
 	s=$(grep '^summary ' "$out" || true)
 	WRK_SUMMARY=$s
 	for k in requests bytes connect read write status timeout duration_us; do
