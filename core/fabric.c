@@ -35,6 +35,7 @@
 #include "preload/real.h"
 #include "core/engine.h"
 #include "core/guard.h"
+#include "core/stats.h"
 
 #define FS_FI_VERSION FI_VERSION(1, 17)
 
@@ -702,6 +703,38 @@ bool fs_shm_release_dead(long pid)
 	 * scheduler: half a second of looks tells them apart. */
 	done |= fs_shm_unlock_if_stuck(fs_shm_mapping(getpid()), "this process's region", 500);
 	return done;
+}
+
+/* Waiting for a provider's spin lock (fs_prov_spin_lock): FS_LOCK_SPINS
+ * tries a few microseconds apart, then sleeps from FS_LOCK_SLEEP_FIRST_NS
+ * doubling up to FS_LOCK_SLEEP_MAX_NS. A region's lock is held for
+ * microseconds by a holder that runs, so the spin covers the common case. */
+#define FS_LOCK_SPINS 32
+#define FS_LOCK_SLEEP_FIRST_NS 20000L
+#define FS_LOCK_SLEEP_MAX_NS 1000000L
+
+int fs_prov_spin_lock(pthread_spinlock_t *lock)
+{
+	long sleep_ns = FS_LOCK_SLEEP_FIRST_NS;
+	bool counted = false;
+
+	for (unsigned tries = 0;; tries++) {
+		if (pthread_spin_trylock(lock) == 0) /* not interposed: glibc's */
+			return 0;
+		if (tries < FS_LOCK_SPINS) {
+			for (int i = 0; i < 16; i++)
+				__builtin_ia32_pause();
+			continue;
+		}
+		if (!counted) {
+			FS_STAT_INC(prov_lock_sleeps);
+			counted = true;
+		}
+		/* the holder may be waiting for this very core */
+		nanosleep(&(struct timespec){ 0, sleep_ns }, NULL);
+		if (sleep_ns < FS_LOCK_SLEEP_MAX_NS)
+			sleep_ns = sleep_ns * 2 < FS_LOCK_SLEEP_MAX_NS ? sleep_ns * 2 : FS_LOCK_SLEEP_MAX_NS;
+	}
 }
 
 /* A shm provider call not returning for this long is stuck on a lock that a

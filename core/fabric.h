@@ -14,6 +14,7 @@
 #ifndef FS_CORE_FABRIC_H
 #define FS_CORE_FABRIC_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -113,6 +114,18 @@ static inline void fs_prov_call_end(void)
  * peer called lately, is gone (or a zombie), releases its region's lock and
  * our own when they stay taken (see fabric.c). True if it released one. */
 bool fs_shm_release_dead(long pid);
+/* pthread_spin_lock inside a provider call (FS_GUARDED; the wrapper in
+ * preload/wrappers.c). libfabric 1.17's shm guards each region with a
+ * pthread spin lock in shared memory, taken by every process that sends to
+ * the region's owner and by the owner itself. A holder the scheduler has
+ * set aside leaves the other processes spinning on every core, and the
+ * holder may be waiting for one of those very cores: on a 2-core VM two
+ * nginx workers spun in it for 8 to 40 s while wrk, the holder, waited to
+ * run (the kernel's own threads starved with it; wrk -c 1000 timed out).
+ * This one spins a few microseconds, then sleeps in growing slices (up to
+ * 1 ms) so that the holder gets a core. The lock word stays glibc's: only
+ * glibc's trylock touches it. Counted in prov_lock_sleeps. */
+int fs_prov_spin_lock(pthread_spinlock_t *lock);
 /* The pid in one of our shm addresses (same PID namespace), else 0. */
 long fs_shm_addr_pid(const void *addr, size_t len);
 

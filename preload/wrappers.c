@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "core/epoll.h"
+#include "core/fabric.h"
 #include "core/fdtable.h"
 #include "core/guard.h"
 #include "core/handback.h"
@@ -891,6 +892,16 @@ FS_EXPORT sighandler_t signal(int sig, sighandler_t handler)
 	sigemptyset(&act.sa_mask);
 	sigaddset(&act.sa_mask, sig);
 	return sigaction(sig, &act, &old) ? SIG_ERR : old.sa_handler;
+}
+
+/* A provider's spin lock, taken inside a provider call: spin briefly, then
+ * sleep, so that a holder waiting for this core gets it (fs_prov_spin_lock).
+ * Everyone else's spin locks are glibc's, untouched. */
+FS_EXPORT int pthread_spin_lock(pthread_spinlock_t *lock)
+{
+	if (!FS_GUARDED())
+		return FS_REAL(pthread_spin_lock)(lock);
+	return fs_prov_spin_lock(lock);
 }
 
 /* Threads a provider starts while fabsock is calling into it belong to the
