@@ -38,8 +38,11 @@ static double fs_test_clock(clockid_t c)
 	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
-/* A child takes LOCK, says so on a pipe, holds it FS_TEST_HOLD_MS, releases
- * it and exits. Returns its pid once it holds the lock. */
+/* When the holder released the lock (CLOCK_MONOTONIC, shared memory). */
+static volatile double *fs_test_released;
+
+/* A child takes LOCK, says so on a pipe, holds it FS_TEST_HOLD_MS, notes the
+ * time, releases it and exits. Returns its pid once it holds the lock. */
 static pid_t fs_test_holder(pthread_spinlock_t *lock)
 {
 	int p[2];
@@ -54,6 +57,7 @@ static pid_t fs_test_holder(pthread_spinlock_t *lock)
 		if (write(p[1], &c, 1) != 1)
 			_exit(2);
 		usleep(FS_TEST_HOLD_MS * 1000);
+		*fs_test_released = fs_test_clock(CLOCK_MONOTONIC);
 		pthread_spin_unlock(lock);
 		_exit(0);
 	}
@@ -66,13 +70,16 @@ static pid_t fs_test_holder(pthread_spinlock_t *lock)
 
 /* Takes LOCK (held by a child for FS_TEST_HOLD_MS) with TAKE; WALL and CPU
  * get the seconds waited and the CPU seconds this thread used meanwhile.
- * Returns TAKE's result, or -1 if the child could not be started. */
+ * Checks that TAKE returned only after the holder's release. Returns TAKE's
+ * result, or -1 if the child could not be started. */
 static int fs_test_wait(pthread_spinlock_t *lock, int (*take)(pthread_spinlock_t *), double *wall, double *cpu)
 {
-	pid_t pid = fs_test_holder(lock);
 	double w0, c0;
 	int ret, status = 0;
+	pid_t pid;
 
+	*fs_test_released = 0;
+	pid = fs_test_holder(lock);
 	if (pid < 0)
 		return -1;
 	w0 = fs_test_clock(CLOCK_MONOTONIC);
@@ -82,6 +89,7 @@ static int fs_test_wait(pthread_spinlock_t *lock, int (*take)(pthread_spinlock_t
 	FS_GUARD_LEAVE();
 	*cpu = fs_test_clock(CLOCK_THREAD_CPUTIME_ID) - c0;
 	*wall = fs_test_clock(CLOCK_MONOTONIC) - w0;
+	CHECK(*fs_test_released > 0 && w0 + *wall >= *fs_test_released);
 	waitpid(pid, &status, 0);
 	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 	return ret;
@@ -99,6 +107,8 @@ int main(void)
 	double wall = 0, cpu = 0, gwall = 0, gcpu = 0;
 
 	fs_real_init();
+	if (lock != MAP_FAILED)
+		fs_test_released = (volatile double *)(void *)((char *)lock + 64);
 	if (lock == MAP_FAILED || pthread_spin_init(lock, PTHREAD_PROCESS_SHARED)) {
 		fprintf(stderr, "no shared spin lock\n");
 		return 1;
@@ -116,7 +126,7 @@ int main(void)
 	/* held by another process: waits for the release, sleeping */
 	sleeps = fs_stats.prov_lock_sleeps;
 	CHECK(fs_test_wait(lock, fs_prov_spin_lock, &wall, &cpu) == 0);
-	CHECK(wall >= (FS_TEST_HOLD_MS - 50) / 1000.0);
+	CHECK(wall >= FS_TEST_HOLD_MS / 4000.0); /* it waited (the release itself is checked above) */
 	CHECK(cpu < wall * 0.25);
 	CHECK(fs_stats.prov_lock_sleeps == sleeps + 1);
 	CHECK(pthread_spin_trylock(lock) != 0); /* ours now */
