@@ -711,8 +711,8 @@ bool fs_shm_release_dead(long pid)
  * doubling up to FS_LOCK_SLEEP_MAX_NS, each followed by FS_LOCK_RESPIN_NS of
  * reads. A running holder keeps a region's lock for microseconds, tens
  * through a receiver's CMA copy of a 128 KiB pull: the first spin covers
- * that (a 20 us first spin cost iperf3 -P 4 half its bandwidth); only a
- * holder that is not running makes a waiter sleep. */
+ * that (a first version that slept after ~30 us cost iperf3 -P 4 half its
+ * bandwidth); only a holder that is not running makes a waiter sleep. */
 #define FS_LOCK_SPIN_NS 200000ull
 #define FS_LOCK_RESPIN_NS 20000ull
 #define FS_LOCK_SLEEP_FIRST_NS 20000L

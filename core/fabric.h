@@ -124,8 +124,9 @@ bool fs_shm_release_dead(long pid);
  * run (the kernel's own threads starved with it; wrk -c 1000 timed out).
  * This one spins as glibc's does for 200 us (a running holder's longest
  * hold, through a CMA copy, is tens of microseconds), then sleeps in growing
- * slices (up to 1 ms) so that a holder that is not running gets a core. The lock word stays glibc's: only
- * glibc's trylock touches it. Counted in prov_lock_sleeps. */
+ * slices (up to 1 ms) so that a holder that is not running gets a core. The
+ * lock word stays glibc's: only glibc's trylock touches it. Counted in
+ * prov_lock_sleeps. */
 int fs_prov_spin_lock(pthread_spinlock_t *lock);
 /* The pid in one of our shm addresses (same PID namespace), else 0. */
 long fs_shm_addr_pid(const void *addr, size_t len);
