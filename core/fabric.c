@@ -536,7 +536,6 @@ static int fs_rail_open_inner(struct fs_rail *rail, unsigned kind, const struct 
 long fs_prov_call_pid;
 uint64_t fs_prov_calls;
 static size_t fs_shm_lock_off; /* 0: unknown */
-static int fs_shm_lock_free;   /* the value of a free (freshly made) lock */
 _Static_assert(sizeof(pthread_spinlock_t) == sizeof(int), "a spin lock is one int");
 
 /* The start of this process's mapping of the shm region of process PID
@@ -562,27 +561,46 @@ static uintptr_t fs_shm_mapping(long pid)
 	return addr;
 }
 
+/* The word of a free pthread spin lock (glibc's choice, learnt once): what
+ * the region lock holds when free, and what fs_prov_spin_lock waits for. */
+static int fs_spin_free_word(void)
+{
+	static int word, known;
+
+	if (!__atomic_load_n(&known, __ATOMIC_ACQUIRE)) {
+		pthread_spinlock_t fresh;
+		int w;
+
+		pthread_spin_init(&fresh, PTHREAD_PROCESS_SHARED);
+		memcpy(&w, (const void *)&fresh, sizeof(w));
+		pthread_spin_destroy(&fresh);
+		__atomic_store_n(&word, w, __ATOMIC_RELAXED);
+		__atomic_store_n(&known, 1, __ATOMIC_RELEASE);
+	}
+	return __atomic_load_n(&word, __ATOMIC_RELAXED);
+}
+
 static void fs_shm_find_lock(void)
 {
+	const int free_word = fs_spin_free_word();
 	uintptr_t base;
-	pthread_spinlock_t fresh;
 
 	if (fs_shm_lock_off)
 		return;
 	base = fs_shm_mapping(getpid());
-	if (!base || pthread_spin_init(&fresh, PTHREAD_PROCESS_SHARED))
+	if (!base)
 		return;
-	for (size_t off = 0; off + sizeof(uintptr_t) + sizeof(fresh) <= 256; off += sizeof(uintptr_t)) {
+	for (size_t off = 0; off + sizeof(uintptr_t) + sizeof(free_word) <= 256; off += sizeof(uintptr_t)) {
 		uintptr_t v;
+		int w;
 
 		memcpy(&v, (const void *)(base + off), sizeof(v));
-		if (v == base && !memcmp((const void *)(base + off + sizeof(v)), (const void *)&fresh, sizeof(fresh))) {
+		memcpy(&w, (const void *)(base + off + sizeof(v)), sizeof(w));
+		if (v == base && w == free_word) {
 			fs_shm_lock_off = off + sizeof(v);
-			memcpy(&fs_shm_lock_free, (const void *)&fresh, sizeof(fs_shm_lock_free));
 			break;
 		}
 	}
-	pthread_spin_destroy(&fresh);
 	if (!fs_shm_lock_off)
 		FS_INFO("shm region layout not recognised: a peer killed inside libfabric may hang its senders");
 }
@@ -631,7 +649,7 @@ __attribute__((no_sanitize("thread"), noinline)) static void fs_lock_word_store(
 static bool fs_lock_stuck(int *lock, int samples)
 {
 	for (int i = 0; i < samples; i++) {
-		if (fs_lock_word_load(lock) == fs_shm_lock_free)
+		if (fs_lock_word_load(lock) == fs_spin_free_word())
 			return false;
 		usleep(1000);
 	}
@@ -647,7 +665,7 @@ static bool fs_shm_unlock_if_stuck(uintptr_t base, const char *whose, int sample
 		return false;
 	/* What pthread_spin_unlock does, without telling a thread sanitizer
 	 * that this thread unlocks a lock it never took. */
-	fs_lock_word_store(lock, fs_shm_lock_free);
+	fs_lock_word_store(lock, fs_spin_free_word());
 	FS_WARN("the shm lock of %s stayed taken while a peer process was gone; released it", whose);
 	return true;
 }
@@ -718,27 +736,9 @@ bool fs_shm_release_dead(long pid)
 #define FS_LOCK_SLEEP_FIRST_NS 20000L
 #define FS_LOCK_SLEEP_MAX_NS 1000000L
 
-/* The word of a free pthread spin lock (glibc's choice, learnt once). */
-static int fs_spin_free_word(void)
-{
-	static int word, known;
-
-	if (!__atomic_load_n(&known, __ATOMIC_ACQUIRE)) {
-		pthread_spinlock_t fresh;
-		int w;
-
-		pthread_spin_init(&fresh, PTHREAD_PROCESS_PRIVATE);
-		memcpy(&w, (const void *)&fresh, sizeof(w));
-		pthread_spin_destroy(&fresh);
-		__atomic_store_n(&word, w, __ATOMIC_RELAXED);
-		__atomic_store_n(&known, 1, __ATOMIC_RELEASE);
-	}
-	return __atomic_load_n(&word, __ATOMIC_RELAXED);
-}
-
 int fs_prov_spin_lock(pthread_spinlock_t *lock)
 {
-	const int free_word = fs_spin_free_word();
+	int free_word = 0;
 	uint64_t spin_end = 0;
 	long sleep_ns = FS_LOCK_SLEEP_FIRST_NS;
 	bool counted = false;
@@ -747,8 +747,10 @@ int fs_prov_spin_lock(pthread_spinlock_t *lock)
 	for (;;) {
 		if (pthread_spin_trylock(lock) == 0) /* not interposed: glibc's */
 			return 0;
-		if (!spin_end)
+		if (!spin_end) { /* contended: the uncontended path is the trylock alone */
 			spin_end = fs_now_ns() + FS_LOCK_SPIN_NS;
+			free_word = fs_spin_free_word();
+		}
 		while (fs_lock_word_load((const volatile int *)lock) != free_word) {
 			__builtin_ia32_pause();
 			if ((++n & 63) == 0 && fs_now_ns() >= spin_end)
