@@ -394,8 +394,13 @@ static void fs_offloaded(struct fs_sock *s, const char *side)
 {
 	struct fs_engine *e = fs_engine_peek();
 
+	uint32_t grant;
+
+	/* The stream is live: another thread's progress may already be taking
+	 * the peer's grants (peer_limit), so it is read under the engine lock. */
 	pthread_mutex_lock(&e->lock);
 	s->stream->app_fd = s->fd;
+	grant = s->stream->peer_limit;
 	pthread_mutex_unlock(&e->lock);
 	/* what a process forked later needs to ask for the stream back */
 	s->hb_page = e->hb_page;
@@ -404,8 +409,7 @@ static void fs_offloaded(struct fs_sock *s, const char *side)
 	s->token = s->stream->token;
 	FS_STAT_INC(offloaded);
 	FS_INFO("fd %d: offloaded (%s) over %s, stream %u -> %u, first grant %u", s->fd, side,
-		fs_fabric_prov_name(s->stream->erail->rail.kind), s->stream->id, s->stream->peer_id,
-		s->stream->peer_limit);
+		fs_fabric_prov_name(s->stream->erail->rail.kind), s->stream->id, s->stream->peer_id, grant);
 	fs_sock_set_state(s, FS_SOCK_OFFLOADED);
 	fs_sock_note_inherit(s);
 }

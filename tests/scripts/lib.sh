@@ -58,8 +58,19 @@ fs_fail() { fs_log "FAIL: $*"; FS_FAILS=$((FS_FAILS + 1)); }
 fs_pass() { fs_log "ok: $*"; FS_PASSES=$((FS_PASSES + 1)); }
 fs_skip() { fs_log "SKIP: $*"; exit 77; }
 # Ends the script: prints the closing count line and exits by the result.
+# A failed run also prints the first sanitizer report any of its programs
+# left in the test's directory (a program that exits 66 under TSan or 1
+# under ASan says why only in its stderr file).
 fs_done() {
 	echo "$FS_PASSES passed, $FS_FAILS failed"
+	if [ "$FS_FAILS" -ne 0 ]; then
+		local f
+		f=$(grep -rlE '^(WARNING: ThreadSanitizer|==[0-9]+==ERROR: (Address|Leak)Sanitizer|.*: runtime error: )' "$FS_TMP" 2>/dev/null | head -n 1 || true)
+		if [ -n "$f" ]; then
+			echo "first sanitizer report, in ${f#"$FS_TMP"/}:"
+			grep -v '^fabsock\[' "$f" | grep -m 1 -A 40 -E '^(WARNING: ThreadSanitizer|==[0-9]+==ERROR|.*: runtime error: )' || true
+		fi
+	fi
 	[ "$FS_FAILS" -eq 0 ]
 }
 
