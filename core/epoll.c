@@ -17,6 +17,18 @@
  *    if fabsock had never seen it; the member goes away.
  * Those moves happen lazily, at the next epoll_wait.
  *
+ * An offloaded member the application takes out (EPOLL_CTL_DEL) is parked,
+ * not freed: off every list, its kernel entry (the control connection's)
+ * kept, so that the next EPOLL_CTL_ADD of the same fd and socket takes it
+ * back without a system call. Event loops that add a socket for one write
+ * or one read and take it out again (redis-benchmark, hiredis, libevent's
+ * one-shot users) made two kernel epoll_ctl calls per request for entries
+ * whose events never change: half the client's CPU at -c 1000. To the
+ * application a parked member does not exist (MOD and DEL: ENOENT); the
+ * kernel events of its entry only tell the stream of its control
+ * connection; a close of the fd, a close of the instance, or an ADD that
+ * finds the socket no longer offloaded drops it with its kernel entry.
+ *
  * epoll_wait: readiness of offloaded members comes from their streams;
  * kernel events tagged with a member are translated (and may settle a
  * negotiating socket); the rest are the application's own. Like a blocking
@@ -61,6 +73,7 @@
 #include "core/engine.h"
 #include "core/fdtable.h"
 #include "core/sock.h"
+#include "core/stats.h"
 #include "preload/real.h"
 
 #define FS_EP_BATCH 64
@@ -80,6 +93,7 @@ struct fs_ep_member {
 	uint32_t events;   /* the application's, with EPOLLET/EPOLLONESHOT */
 	epoll_data_t data; /* the application's */
 	bool disarmed;     /* EPOLLONESHOT fired; EPOLL_CTL_MOD re-arms */
+	bool parked;       /* taken out by the application, kept for its next ADD */
 	uint32_t reported_gen;
 	bool reported_once;
 	enum fs_ep_reg reg;
@@ -103,7 +117,8 @@ struct fs_epoll {
 	pthread_mutex_t lock;
 	int epfd;
 	struct fs_ep_member *members;
-	struct fs_ep_member *by_key; /* the same members, by (fd, socket) */
+	struct fs_ep_member *by_key; /* the same members and the parked ones, by (fd, socket) */
+	unsigned parked;             /* how many are parked (atomic: read without the lock) */
 	uint64_t out_gen; /* bumped for every output being built */
 	int wake_fd;      /* eventfd in the kernel set (FS_EP_TAG_WAKE), or -1 */
 	unsigned kernel_sleepers; /* threads waiting on it in the kernel for long */
@@ -357,9 +372,10 @@ static struct fs_ep_member *fs_member_find(struct fs_epoll *fe, int fd, const st
 	return m;
 }
 
-static void fs_member_free(struct fs_epoll *fe, struct fs_ep_member *m)
+/* Takes M off FE's member list and ready list and stops it watching its
+ * stream. fe->lock held. */
+static void fs_member_unlink(struct fs_epoll *fe, struct fs_ep_member *m)
 {
-	HASH_DELETE(hh, fe->by_key, m);
 	if (__atomic_load_n(&m->watch.stream, __ATOMIC_RELAXED)) {
 		struct fs_engine *e = fs_engine_peek();
 
@@ -378,6 +394,26 @@ static void fs_member_free(struct fs_epoll *fe, struct fs_ep_member *m)
 		__atomic_store_n(&fe->members, m->next, __ATOMIC_RELEASE);
 	if (m->next)
 		m->next->prev = m->prev;
+	m->next = m->prev = NULL;
+}
+
+/* Puts M (not on the list) at the head of FE's member list. fe->lock held. */
+static void fs_member_link(struct fs_epoll *fe, struct fs_ep_member *m)
+{
+	m->next = fe->members;
+	m->prev = NULL;
+	if (fe->members)
+		fe->members->prev = m;
+	__atomic_store_n(&fe->members, m, __ATOMIC_RELEASE);
+}
+
+static void fs_member_free(struct fs_epoll *fe, struct fs_ep_member *m)
+{
+	HASH_DELETE(hh, fe->by_key, m);
+	if (m->parked)
+		__atomic_fetch_sub(&fe->parked, 1, __ATOMIC_RELEASE);
+	else
+		fs_member_unlink(fe, m);
 	if (m->s)
 		fs_sock_put(m->s);
 	fs_member_release(m);
@@ -387,6 +423,7 @@ static void fs_member_free(struct fs_epoll *fe, struct fs_ep_member *m)
 void fs_epoll_closed(int epfd)
 {
 	struct fs_epoll *fe = fs_epoll_peek(epfd);
+	struct fs_ep_member *m, *tmp;
 
 	if (!fe)
 		return;
@@ -396,8 +433,8 @@ void fs_epoll_closed(int epfd)
 	/* Another thread may still be inside epoll_wait on it; leak the shell
 	 * (a few bytes per closed epoll instance) rather than free it under it. */
 	pthread_mutex_lock(&fe->lock);
-	while (fe->members)
-		fs_member_free(fe, fe->members);
+	HASH_ITER(hh, fe->by_key, m, tmp)
+		fs_member_free(fe, m); /* every member, parked ones too */
 	if (fe->wake_fd >= 0) {
 		/* under the lock: a waiter reads it only under the lock */
 		fs_internal_fd_close(fe->wake_fd);
@@ -419,7 +456,8 @@ void fs_epoll_fd_closing(struct fs_sock *s, int fd)
 		struct fs_epoll *fe = fs_epoll_peek(epfd);
 		struct fs_ep_member *m;
 
-		if (!fe || !__atomic_load_n(&fe->members, __ATOMIC_ACQUIRE))
+		if (!fe || (!__atomic_load_n(&fe->members, __ATOMIC_ACQUIRE) &&
+			    !__atomic_load_n(&fe->parked, __ATOMIC_ACQUIRE)))
 			continue;
 		pthread_mutex_lock(&fe->lock);
 		while ((m = fs_member_find(fe, fd, s))) {
@@ -517,7 +555,9 @@ static bool fs_member_fixup(struct fs_epoll *fe, struct fs_ep_member *m)
 	return true;
 }
 
-bool fs_epoll_wants(struct fs_sock *s)
+/* Whether S belongs in an epoll instance's member list (it is or may
+ * become offloaded). */
+static bool fs_epoll_wants(struct fs_sock *s)
 {
 	enum fs_sock_state st = fs_sock_state(s);
 
@@ -526,19 +566,77 @@ bool fs_epoll_wants(struct fs_sock *s)
 
 /* Adds a member for FD (a fabsock socket S, or a nested epoll instance when
  * S is NULL) to FE and to its kernel set. */
+/* Takes M out of the instance's view, keeping it and its kernel entry for
+ * the next ADD (see the top of this file). fe->lock held. */
+static void fs_member_park(struct fs_epoll *fe, struct fs_ep_member *m)
+{
+	fs_member_unlink(fe, m);
+	m->parked = true;
+	__atomic_fetch_add(&fe->parked, 1, __ATOMIC_RELEASE);
+}
+
+/* Drops parked member M and its kernel entry. fe->lock held. */
+static void fs_member_drop_parked(struct fs_epoll *fe, struct fs_ep_member *m)
+{
+	fs_kernel_ctl(fe, EPOLL_CTL_DEL, m, 0, false);
+	fs_member_free(fe, m);
+}
+
+/* An ADD found parked member M for its fd and socket: takes it back with
+ * EVENT, as a new member (true); or, its socket no longer offloaded, drops
+ * it (false: the caller adds afresh). fe->lock held. */
+static bool fs_member_unpark(struct fs_epoll *fe, struct fs_ep_member *m, const struct epoll_event *event)
+{
+	if (m->s->closed || fs_member_wanted_reg(m) != FS_EP_REG_CONTROL) {
+		fs_member_drop_parked(fe, m);
+		return false;
+	}
+	m->parked = false;
+	__atomic_fetch_sub(&fe->parked, 1, __ATOMIC_RELEASE);
+	m->events = event->events;
+	m->data = event->data;
+	m->disarmed = false;
+	m->reported_once = false;
+	m->out_gen = 0;
+	fs_member_link(fe, m);
+	FS_STAT_INC(epoll_readds);
+	return true;
+}
+
+/* An ADD of a socket fabsock leaves to the kernel: a parked member of the
+ * same fd and socket must not stand in the kernel's way (EEXIST). */
+static void fs_epoll_unpark_kernel(int epfd, int fd, struct fs_sock *s)
+{
+	struct fs_epoll *fe = fs_epoll_peek(epfd);
+	struct fs_ep_member *m;
+
+	if (!fe || !__atomic_load_n(&fe->parked, __ATOMIC_ACQUIRE))
+		return;
+	pthread_mutex_lock(&fe->lock);
+	m = fs_member_find(fe, fd, s);
+	if (m && m->parked)
+		fs_member_drop_parked(fe, m);
+	pthread_mutex_unlock(&fe->lock);
+}
+
 static int fs_member_add(struct fs_epoll *fe, int fd, struct fs_sock *s, const struct epoll_event *event)
 {
-	struct fs_ep_member *m = fs_member_alloc(fe);
+	struct fs_ep_member *m;
 	int ret;
 
-	if (!m)
+	pthread_mutex_lock(&fe->lock);
+	if (s && (m = fs_member_find(fe, fd, s)) && m->parked && fs_member_unpark(fe, m, event))
+		goto added;
+	m = fs_member_alloc(fe);
+	if (!m) {
+		pthread_mutex_unlock(&fe->lock);
 		return -ENOMEM;
+	}
 	m->fd = fd;
 	m->s = s;
 	m->inner_epfd = s ? -1 : fd;
 	m->events = event->events;
 	m->data = event->data;
-	pthread_mutex_lock(&fe->lock);
 	m->reg = fs_member_wanted_reg(m);
 	if (fs_kernel_ctl(fe, EPOLL_CTL_ADD, m, fs_member_kernel_events(m, m->reg), false)) {
 		ret = -errno;
@@ -550,13 +648,10 @@ static int fs_member_add(struct fs_epoll *fe, int fd, struct fs_sock *s, const s
 		fs_sock_ref(s);
 		fs_core_epoll_add(s); /* close() must take it out of epoll sets */
 	}
-	m->next = fe->members;
-	m->prev = NULL;
-	if (fe->members)
-		fe->members->prev = m;
 	fs_member_key(m->key, fd, s);
 	HASH_ADD(hh, fe->by_key, key, sizeof(m->key), m);
-	__atomic_store_n(&fe->members, m, __ATOMIC_RELEASE);
+	fs_member_link(fe, m);
+added:
 	fe->need_full = true; /* the next look fixes it up, and watches its stream */
 	if (fe->kernel_sleepers && fe->wake_fd >= 0) {
 		/* a thread sleeps in the kernel on this instance for its whole
@@ -705,6 +800,10 @@ int fs_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event, struct fs_
 	int ret = 0;
 
 	if (op == EPOLL_CTL_ADD) {
+		if (!fs_epoll_wants(s)) {
+			fs_epoll_unpark_kernel(epfd, fd, s);
+			return FS_PASS;
+		}
 		if (!event)
 			return -EFAULT;
 		fe = fs_epoll_get_or_make(epfd);
@@ -727,10 +826,16 @@ int fs_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event, struct fs_
 		return FS_PASS; /* the kernel answers (ENOENT, or a kernel entry) */
 	}
 	m = found;
-	if (op == EPOLL_CTL_DEL) {
-		if (fs_kernel_ctl(fe, EPOLL_CTL_DEL, m, 0, false))
-			ret = -errno;
-		fs_member_free(fe, m);
+	if (m->parked && (op == EPOLL_CTL_DEL || op == EPOLL_CTL_MOD)) {
+		ret = -ENOENT; /* the application took it out already */
+	} else if (op == EPOLL_CTL_DEL) {
+		if (m->reg == FS_EP_REG_CONTROL && fs_sock_state(s) == FS_SOCK_OFFLOADED) {
+			fs_member_park(fe, m);
+		} else {
+			if (fs_kernel_ctl(fe, EPOLL_CTL_DEL, m, 0, false))
+				ret = -errno;
+			fs_member_free(fe, m);
+		}
 	} else if (op == EPOLL_CTL_MOD) {
 		if (!event) {
 			ret = -EFAULT;
@@ -816,7 +921,7 @@ static uint32_t fs_member_kernel_event(struct fs_epoll *fe, struct fs_ep_member 
 		/* the peer's control connection moved: a close or a reset */
 		if (s->stream && s->pid == fs_self_pid())
 			fs_stream_note_ctl(s->stream, s->fd);
-		return fs_member_ready(m);
+		return m->parked ? 0 : fs_member_ready(m);
 	}
 	/* Negotiating: what arrived may settle it (a HELLO, an ACK, data, the
 	 * connection coming up). Writability alone settles nothing: the

@@ -12,10 +12,8 @@
 
 struct fs_sock;
 
-/* Whether S belongs in an epoll instance's member list (it is or may
- * become offloaded). */
-bool fs_epoll_wants(struct fs_sock *s);
-/* epoll_ctl for a fabsock socket S at FD. */
+/* epoll_ctl for a fabsock socket S at FD, in any state: an ADD of one
+ * that cannot become offloaded any more is the kernel's (FS_PASS). */
 int fs_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event, struct fs_sock *s);
 /* epoll_wait / epoll_pwait (SIGMASK may be NULL). */
 int fs_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout_ms, const sigset_t *sigmask);

@@ -652,8 +652,7 @@ FS_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 	long ret = FS_PASS;
 
 	if (s) {
-		if (op != EPOLL_CTL_ADD || fs_epoll_wants(s))
-			ret = fs_epoll_ctl(epfd, op, fd, event, s);
+		ret = fs_epoll_ctl(epfd, op, fd, event, s);
 		fs_sock_put(s);
 	} else if (!FS_GUARDED() && fs_core_enabled && fs_fdt_peek(fd) == NULL &&
 		   (op != EPOLL_CTL_ADD || fs_epoll_is_instance(fd))) {

@@ -2398,6 +2398,98 @@ static int ctl_storm_client(int fd)
 
 
 /*
+ * readd: the socket goes into the set for one request and out again, 300
+ * times with a new epoll_data each time (redis-benchmark's and hiredis's
+ * event loops add a socket for one write or read and take it out after).
+ * Every request's event carries that round's data, every byte is checked.
+ * Then, with the socket out of the set: a second DEL and a MOD fail ENOENT;
+ * bytes that arrive while it is out are reported by the next ADD (edge-
+ * triggered, at once); an ADD of a member fails EEXIST; a dup of it added,
+ * taken out and closed leaves nothing behind: a new socket that reuses its
+ * number is added without error and reports with its own data only. The
+ * script also checks (fabsock) that the re-adds took no kernel call.
+ */
+#define EV_READD_ROUNDS 300
+
+static int readd_client(int fd)
+{
+	enum { LATE_TAG = 0x1a7e, DUP_TAG = 0xd0, NEW_TAG = 0x4e };
+	struct epoll_event event = { .events = EPOLLIN };
+	uint64_t offset = 0;
+	int epfd = ev_epoll_create(), status = -1, dup_fd = -1, new_fd = -1;
+
+	for (unsigned round = 0; round < EV_READD_ROUNDS; round++) {
+		char what[48];
+		uint64_t tag = 0x5eed0000u + round;
+
+		snprintf(what, sizeof(what), "round %u", round);
+		if (ev_epoll_ctl(epfd, EPOLL_CTL_ADD, fd, round % 2 ? EPOLLIN : EPOLLIN | EPOLLET, tag) < 0 ||
+		    ev_request(fd, 100 + round) < 0 || !ev_expect_event(epfd, EV_EVENT_WAIT_MS, EPOLLIN, tag, what) ||
+		    ev_recv_stream(fd, &offset, 100 + round, what) < 0 || ev_epoll_ctl(epfd, EPOLL_CTL_DEL, fd, 0, 0) < 0)
+			goto out;
+	}
+	if (epoll_ctl(epfd, EPOLL_CTL_DEL, fd, NULL) == 0 || errno != ENOENT) {
+		ev_fail("a second EPOLL_CTL_DEL returned %s, expected ENOENT", errno == ENOENT ? "0" : strerror(errno));
+		goto out;
+	}
+	if (epoll_ctl(epfd, EPOLL_CTL_MOD, fd, &event) == 0 || errno != ENOENT) {
+		ev_fail("EPOLL_CTL_MOD after DEL returned %s, expected ENOENT", errno == ENOENT ? "0" : strerror(errno));
+		goto out;
+	}
+	/* bytes that arrive while the socket is out of the set */
+	if (ev_request(fd, 777) < 0 || ev_wait_fd(fd, POLLIN, EV_EVENT_WAIT_MS) <= 0 ||
+	    ev_expect_no_event(epfd, 100, "socket out of the set") < 0 ||
+	    ev_epoll_ctl(epfd, EPOLL_CTL_ADD, fd, EPOLLIN | EPOLLET, LATE_TAG) < 0 ||
+	    !ev_expect_event(epfd, EV_EVENT_WAIT_MS, EPOLLIN, LATE_TAG, "bytes that came while out of the set") ||
+	    ev_recv_stream(fd, &offset, 777, "bytes that came while out of the set") < 0)
+		goto out;
+	event.data.u64 = LATE_TAG;
+	if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &event) == 0 || errno != EEXIST) {
+		ev_fail("a second EPOLL_CTL_ADD returned %s, expected EEXIST", errno == EEXIST ? "0" : strerror(errno));
+		goto out;
+	}
+	if (ev_epoll_ctl(epfd, EPOLL_CTL_DEL, fd, 0, 0) < 0)
+		goto out;
+	/* a dup, in and out of the set, then closed: its number reused */
+	dup_fd = dup(fd);
+	if (dup_fd < 0) {
+		ev_fail("dup: %s", strerror(errno));
+		goto out;
+	}
+	if (ev_epoll_ctl(epfd, EPOLL_CTL_ADD, dup_fd, EPOLLIN, DUP_TAG) < 0 ||
+	    ev_epoll_ctl(epfd, EPOLL_CTL_DEL, dup_fd, 0, 0) < 0)
+		goto out;
+	close(dup_fd);
+	new_fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+	if (new_fd < 0) {
+		ev_fail("socket: %s", strerror(errno));
+		goto out;
+	}
+	ev_info("dup fd %d, new socket fd %d", dup_fd, new_fd);
+	dup_fd = -1;
+	/* an unconnected TCP socket reports EPOLLOUT | EPOLLHUP */
+	if (ev_epoll_ctl(epfd, EPOLL_CTL_ADD, new_fd, EPOLLOUT, NEW_TAG) < 0 ||
+	    !ev_expect_event(epfd, EV_EVENT_WAIT_MS, EPOLLOUT, NEW_TAG, "a new socket on the dup's number") ||
+	    ev_epoll_ctl(epfd, EPOLL_CTL_DEL, new_fd, 0, 0) < 0 ||
+	    ev_expect_no_event(epfd, 100, "every socket out of the set") < 0)
+		goto out;
+	/* and the connection still works, in the set again */
+	if (ev_epoll_ctl(epfd, EPOLL_CTL_ADD, fd, EPOLLIN, LATE_TAG + 1) < 0 || ev_request(fd, 5000) < 0 ||
+	    !ev_expect_event(epfd, EV_EVENT_WAIT_MS, EPOLLIN, LATE_TAG + 1, "back in the set") ||
+	    ev_recv_stream(fd, &offset, 5000, "back in the set") < 0)
+		goto out;
+	ev_info("%u add/remove rounds, %llu bytes checked", EV_READD_ROUNDS, (unsigned long long)offset);
+	status = ev_finish_client(fd);
+out:
+	if (dup_fd >= 0)
+		close(dup_fd);
+	if (new_fd >= 0)
+		close(new_fd);
+	close(epfd);
+	return status;
+}
+
+/*
  * listener_closed_first: the server closes its listening socket right after
  * accept() (socat without fork, inetd-style one-shot servers) and then waits
  * for requests with poll(); the client sends its probe only 150 ms after its
@@ -2540,6 +2632,7 @@ static const struct ev_scenario scenarios[] = {
 	{ "member_added_while_waiting", ev_serve, member_added_while_waiting_client, 0 },
 	{ "ctl_storm", ev_serve, ctl_storm_client, 0 },
 	{ "listener_closed_first", listener_closed_first_server, listener_closed_first_client, 0 },
+	{ "readd", ev_serve, readd_client, 0 },
 	{ "short_read_edge", ev_serve, short_read_edge_client, 0 },
 };
 

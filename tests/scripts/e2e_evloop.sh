@@ -102,6 +102,13 @@ run_scenario() { # MODE SCENARIO
 	fs_wait_pid "$server_pid" "$SERVER_LIMIT_S" || server_rc=$?
 	check_side "$label" server "$scenario" "$mode" "$server_rc" "$dir"
 	check_side "$label" client "$scenario" "$mode" "$client_rc" "$dir"
+	# every re-add after the first round took the parked member back, no
+	# kernel epoll_ctl (core/epoll.c)
+	if [ "$mode" = fabsock ] && [ "$scenario" = readd ]; then
+		local readds
+		readds=$(fs_stat "$dir/client.err" epoll_readds)
+		[ "${readds:-0}" -ge 300 ] || fs_fail "$label: client stats epoll_readds=${readds:-none}, expected >= 300"
+	fi
 	grep -h '^info' "$dir/server.out" "$dir/client.out" 2>/dev/null | sed "s/^/    /" >&2 || true
 	verdict=FAIL
 	[ "$FS_FAILS" -eq "$fails_before" ] && { fs_pass "$label"; verdict=ok; }
