@@ -1002,6 +1002,7 @@ static int fs_epoll_scan(struct fs_epoll *fe, struct epoll_event *out, int max, 
 	struct fs_ep_member *m, *next;
 	bool any_offloaded = false;
 	unsigned unsettled = 0;
+	const void *drained = NULL;
 	int n = 0;
 
 	if (fe->members)
@@ -1031,6 +1032,11 @@ static int fs_epoll_scan(struct fs_epoll *fe, struct epoll_event *out, int max, 
 			fs_sock_settle(m->s, true, fs_now_ns());
 			if (!fs_member_fixup(fe, m))
 				continue;
+		} else if (fs_sock_state(m->s) == FS_SOCK_SERVER_PENDING) {
+			/* its client waits for the probe's answer, which a busy
+			 * host's service thread may give too late: once per
+			 * listener and scan, this thread answers */
+			drained = fs_sock_drain_probes(m->s, drained);
 		}
 		if (fs_sock_state(m->s) == FS_SOCK_OFFLOADED)
 			any_offloaded = true;

@@ -901,6 +901,8 @@ static size_t fs_listeners_count(void)
  * it is polled. Service lock held. */
 static void fs_listeners_add_fds(struct fs_service_set *set)
 {
+	if (!fs_params.test_service_probes)
+		return;
 	pthread_mutex_lock(&fs_listeners_lock);
 	for (struct fs_listener *l = fs_service_listeners;
 	     l && fs_service_set_add(set, l->udp_fd, POLLIN, fs_listener_polled, l); l = l->next)

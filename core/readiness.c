@@ -42,6 +42,7 @@ static bool fs_poll_is_ours(int fd)
  * KERNEL holds the kernel's answers for this round (may be NULL). */
 static int fs_poll_ours(struct pollfd *fds, nfds_t nfds, const struct pollfd *kernel, bool *any_ours)
 {
+	const void *drained = NULL;
 	int ready = 0;
 
 	*any_ours = false;
@@ -70,6 +71,8 @@ static int fs_poll_ours(struct pollfd *fds, nfds_t nfds, const struct pollfd *ke
 			continue;
 		if (fs_sock_state(s) == FS_SOCK_CLIENT_PENDING || fs_sock_state(s) == FS_SOCK_CONNECTING)
 			fs_sock_settle(s, false, fs_now_ns());
+		else if (fs_sock_state(s) == FS_SOCK_SERVER_PENDING)
+			drained = fs_sock_drain_probes(s, drained); /* as epoll_wait does (epoll.c) */
 		else if (fs_sock_pending(s) && kernel && (kernel[i].revents & (POLLIN | POLLHUP | POLLERR)))
 			fs_sock_settle(s, false, fs_now_ns());
 		/* still negotiating: the fabric may carry its data soon, so the

@@ -740,6 +740,23 @@ void fs_core_accepted(struct fs_sock *ls, int newfd, int flags)
 		fs_inherit_note(newfd, FS_INH_PENDING);
 }
 
+const void *fs_sock_drain_probes(struct fs_sock *s, const void *skip)
+{
+	struct fs_listener *l = NULL;
+
+	pthread_mutex_lock(&s->lock);
+	if (fs_sock_state(s) == FS_SOCK_SERVER_PENDING && s->listener && s->listener != skip) {
+		l = s->listener;
+		fs_listener_get(l);
+	}
+	pthread_mutex_unlock(&s->lock);
+	if (!l)
+		return skip;
+	fs_listener_drain(l);
+	fs_listener_put(l);
+	return l;
+}
+
 /* Settles a pending socket. Returns 0 (offloaded), FS_PASS (kernel: the
  * entry is gone), -EAGAIN (server side undecided by DEADLINE), -errno. */
 int fs_sock_settle(struct fs_sock *s, bool for_send, uint64_t deadline_ns)

@@ -158,6 +158,12 @@ static inline void fs_sock_set_state(struct fs_sock *s, enum fs_sock_state state
  * sees them (its close() of such a number gets EBADF). */
 #define FS_SOCK_INTERNAL ((struct fs_sock *)1)
 
+/* S is an accepted connection still waiting for its client's probe: its
+ * listener's waiting probes are answered now, by this thread (the service
+ * thread may be starved on a busy host). SKIP: a listener already drained
+ * in this round; returns the one drained (or SKIP), for the next call. */
+const void *fs_sock_drain_probes(struct fs_sock *s, const void *skip);
+
 void fs_core_init(void);
 extern bool fs_core_enabled;
 /* True when fabsock must leave a call that creates, closes or duplicates

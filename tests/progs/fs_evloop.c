@@ -2504,7 +2504,8 @@ static int listener_closed_first_server(int fd)
 	return ev_serve(fd);
 }
 
-static int listener_closed_first_client(int fd)
+/* One request of 1000 bytes, checked, and the end. */
+static int one_request_client(int fd)
 {
 	uint64_t offset = 0;
 
@@ -2512,6 +2513,41 @@ static int listener_closed_first_client(int fd)
 	    ev_recv_stream(fd, &offset, 1000, "data") < 0)
 		return -1;
 	return ev_finish_client(fd);
+}
+
+static int listener_closed_first_client(int fd)
+{
+	return one_request_client(fd);
+}
+
+/*
+ * probes_by_poll, probes_by_epoll: the script runs both ends with
+ * FABSOCK_TEST_SERVICE_PROBES=0 (the server's service thread answers no
+ * probe, as on a host too busy to run it in time) and
+ * FABSOCK_TEST_PROBE_DELAY_MS=100 (the client's probe comes after the
+ * accept). The server waits for the first request in poll() (in
+ * epoll_wait) before it reads anything: that wait must answer the probe, or
+ * the client gives up on it and the connection stays on TCP (the script
+ * checks both ends offloaded).
+ */
+static int probes_by_poll_server(int fd)
+{
+	if (ev_wait_fd(fd, POLLIN, EV_PEER_WAIT_MS) <= 0)
+		return ev_fail("poll: no request within %d ms", EV_PEER_WAIT_MS);
+	return ev_serve(fd);
+}
+
+static int probes_by_epoll_server(int fd)
+{
+	int epfd = ev_epoll_create();
+
+	if (ev_epoll_ctl(epfd, EPOLL_CTL_ADD, fd, EPOLLIN, 0x9b) < 0 ||
+	    !ev_expect_event(epfd, EV_PEER_WAIT_MS, EPOLLIN, 0x9b, "the first request")) {
+		close(epfd);
+		return -1;
+	}
+	close(epfd);
+	return ev_serve(fd);
 }
 
 
@@ -2633,6 +2669,8 @@ static const struct ev_scenario scenarios[] = {
 	{ "ctl_storm", ev_serve, ctl_storm_client, 0 },
 	{ "listener_closed_first", listener_closed_first_server, listener_closed_first_client, 0 },
 	{ "readd", ev_serve, readd_client, 0 },
+	{ "probes_by_poll", probes_by_poll_server, one_request_client, 0 },
+	{ "probes_by_epoll", probes_by_epoll_server, one_request_client, 0 },
 	{ "short_read_edge", ev_serve, short_read_edge_client, 0 },
 };
 

@@ -76,6 +76,11 @@ run_scenario() { # MODE SCENARIO
 	[ "$mode" = fabsock ] && prefix=(fs_pre env FABSOCK_FIRST_SEND_WAIT_MS=500)
 	# the probe must arrive after the server closed its listening socket
 	[ "$mode" = fabsock ] && [ "$scenario" = listener_closed_first ] && prefix+=(FABSOCK_TEST_PROBE_DELAY_MS=150)
+	# the service thread answers no probe, and the probe comes after the
+	# accept: the server's poll or epoll_wait must answer it
+	case "$mode:$scenario" in fabsock:probes_by_*)
+		prefix+=(FABSOCK_TEST_SERVICE_PROBES=0 FABSOCK_TEST_PROBE_DELAY_MS=100) ;;
+	esac
 	mkdir -p "$dir"
 	start_ns=$(date +%s%N)
 
