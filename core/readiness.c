@@ -69,10 +69,12 @@ static int fs_poll_ours(struct pollfd *fds, nfds_t nfds, const struct pollfd *ke
 		s = fs_sock_get(fds[i].fd);
 		if (!s)
 			continue;
+		/* an accepted socket waiting for its client's probe: answer it
+		 * here, as epoll_wait does (epoll.c) */
+		if (fs_sock_state(s) == FS_SOCK_SERVER_PENDING)
+			drained = fs_sock_drain_probes(s, drained);
 		if (fs_sock_state(s) == FS_SOCK_CLIENT_PENDING || fs_sock_state(s) == FS_SOCK_CONNECTING)
 			fs_sock_settle(s, false, fs_now_ns());
-		else if (fs_sock_state(s) == FS_SOCK_SERVER_PENDING)
-			drained = fs_sock_drain_probes(s, drained); /* as epoll_wait does (epoll.c) */
 		else if (fs_sock_pending(s) && kernel && (kernel[i].revents & (POLLIN | POLLHUP | POLLERR)))
 			fs_sock_settle(s, false, fs_now_ns());
 		/* still negotiating: the fabric may carry its data soon, so the
