@@ -25,15 +25,6 @@ void fs_stats_log(void)
 	FS_WARN("stats:%s", line);
 }
 
-void fs_stats_print(FILE *out)
-{
-#define FS_STAT(name, help)                                                                       \
-	fprintf(out, "  %-24s %12llu  %s\n", #name,                                               \
-		(unsigned long long)__atomic_load_n(&fs_stats.name, __ATOMIC_RELAXED), help);
-#include "core/stats.def"
-#undef FS_STAT
-}
-
 static int fs_stats_logged;
 
 void fs_stats_log_once(void)

@@ -27,7 +27,5 @@ void fs_stats_log(void);
 void fs_stats_log_once(void);
 /* In a forked child: start from zero (each process reports its own). */
 void fs_stats_after_fork(void);
-/* Writes "name value help" rows. */
-void fs_stats_print(FILE *out);
 
 #endif
