@@ -12,8 +12,12 @@ static unsigned fs_credit_clamp(unsigned v)
 static uint32_t fs_credit_offer(const struct fs_credit_rx *c, unsigned grant)
 {
 	uint32_t from = fs_credit_after(c->base, c->freed) ? c->base - c->freed : 0;
+	uint32_t ahead = from + grant;
 
-	return c->freed + (from + grant > FS_CREDIT_UNREAD_MAX ? FS_CREDIT_UNREAD_MAX : from + grant);
+	/* a closing peer's waiting messages (fs_credit_rx_closing) */
+	if (c->closing && fs_credit_after(c->closing_to, c->freed + ahead))
+		ahead = c->closing_to - c->freed;
+	return c->freed + (ahead > FS_CREDIT_UNREAD_MAX ? FS_CREDIT_UNREAD_MAX : ahead);
 }
 
 /* Messages C may hold beyond its floor with GRANT offered. */
@@ -128,6 +132,27 @@ bool fs_credit_rx_arrived(struct fs_credit_rx *c, struct fs_credit_budget *b, ui
 	return fs_credit_small(c, b, received, unread_bytes, denied) || grew;
 }
 
+bool fs_credit_rx_closing(struct fs_credit_rx *c, struct fs_credit_budget *b, unsigned n, unsigned cap)
+{
+	uint32_t to, need;
+
+	if (n > cap)
+		n = cap;
+	to = c->limit + n;
+	if (!n || c->closing) /* one per stream: a peer closes once */
+		return false;
+	c->closing = true;
+	c->closing_to = to;
+	need = fs_credit_need(c, c->grant);
+	if (need > c->charged && b->used + (uint64_t)(need - c->charged) * c->cost > 2 * b->cap) {
+		c->closing = false;
+		return false;
+	}
+	fs_credit_recharge(c, b);
+	c->closing_due = fs_credit_after(fs_credit_offer(c, c->grant), c->limit);
+	return c->closing_due;
+}
+
 bool fs_credit_rx_due(const struct fs_credit_rx *c, uint32_t received)
 {
 	uint32_t offer = fs_credit_offer(c, c->grant);
@@ -135,6 +160,8 @@ bool fs_credit_rx_due(const struct fs_credit_rx *c, uint32_t received)
 
 	if (!fs_credit_after(offer, c->limit))
 		return false;
+	if (c->closing_due)
+		return true;
 	advance = offer - c->limit;
 	remaining = fs_credit_after(c->limit, received) ? c->limit - received : 0;
 	return (uint64_t)advance * 2 >= c->grant && (uint64_t)remaining * 2 < c->grant;
@@ -152,6 +179,7 @@ uint32_t fs_credit_rx_advertise(struct fs_credit_rx *c, struct fs_credit_budget 
 		c->limit = offer;
 		fs_credit_recharge(c, b);
 	}
+	c->closing_due = false;
 	return old;
 }
 
@@ -159,6 +187,8 @@ void fs_credit_rx_undo(struct fs_credit_rx *c, struct fs_credit_budget *b, uint3
 {
 	c->limit = old_limit;
 	fs_credit_recharge(c, b);
+	/* a closing peer's offer that did not go is still due */
+	c->closing_due = c->closing && fs_credit_after(fs_credit_offer(c, c->grant), c->limit);
 }
 
 bool fs_credit_rx_idle(struct fs_credit_rx *c, struct fs_credit_budget *b, uint32_t received)

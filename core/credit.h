@@ -39,6 +39,16 @@
  * as the kernel keeps taking bytes until its receive buffer is full. At most
  * UNREAD_MAX messages are unread and offered at once.
  *
+ * A sender that closes (or whose process ends) with messages its credit
+ * does not cover, its FIN among them, says how many (FS_MSG_CLOSING, once): the
+ * receiver's offer then reaches past its limit by that many (at most CAP,
+ * the receiver's own FABSOCK_SEND_QUEUE + 1), charged to the budget, which
+ * may be overdrawn for it up to twice its size; a report is due at once.
+ * So the bytes a writer wrote before it closed reach its peer's memory,
+ * reader or not, as the kernel keeps them in its socket buffers, and its
+ * exit does not wait for the reader (FABSOCK_LINGER_SEC used to run out
+ * with them undelivered).
+ *
  * A report (a CREDIT message, when no data header would carry it) is due
  * when it would move the limit by at least half the grant and the peer has
  * less than half the grant left: so a request/response exchange never needs
@@ -67,7 +77,10 @@ struct fs_credit_rx {
 	uint32_t idle_mark; /* messages received at the service thread's last look */
 	uint32_t charged;   /* messages charged to the budget */
 	uint32_t cost;      /* bytes per charged message */
+	uint32_t closing_to; /* with CLOSING set: the offer reaches this seq at least */
 	uint16_t grant, floor, max;
+	bool closing;     /* the peer closed with messages waiting (FS_MSG_CLOSING) */
+	bool closing_due; /* its extended offer is not advertised yet */
 };
 
 /* Wrap-safe: A comes after B. */
@@ -110,6 +123,12 @@ static inline bool fs_credit_rx_allows(const struct fs_credit_rx *c, uint32_t se
 {
 	return !fs_credit_after(seq, c->limit);
 }
+
+/* The peer closed with N messages waiting for credit: extends the offer
+ * by up to CAP of them past the advertised limit, if the budget's overdraft
+ * (up to twice its cap) allows. Returns true if the offer moved (a report
+ * is due now). */
+bool fs_credit_rx_closing(struct fs_credit_rx *c, struct fs_credit_budget *b, unsigned n, unsigned cap);
 
 /* The service thread's look: RECEIVED as in consume. A stream with nothing
  * new since the last look goes back to its floor. Returns true while the

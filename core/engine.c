@@ -323,11 +323,14 @@ struct fs_stream *fs_stream_create(struct fs_engine *e, struct fs_engine_rail *e
 {
 	struct fs_stream *s = calloc(1, sizeof(*s));
 	unsigned window = (unsigned)fs_params.window;
+	/* what may arrive beyond the reader: the window, and what a closing
+	 * peer still had queued (credit.h, fs_credit_rx_closing's cap) */
+	unsigned slots = window + fs_stream_closing_cap();
 
 	*nak = FS_NAK_RESOURCES;
 	if (!s)
 		return NULL;
-	s->ooo = calloc(window, sizeof(*s->ooo));
+	s->ooo = calloc(slots, sizeof(*s->ooo));
 	if (!s->ooo) {
 		free(s);
 		return NULL;
@@ -356,6 +359,7 @@ struct fs_stream *fs_stream_create(struct fs_engine *e, struct fs_engine_rail *e
 	}
 	s->erail = er;
 	s->window = window;
+	s->ooo_slots = slots;
 	s->budget = &e->budget;
 	fs_credit_rx_init(&s->credit, (unsigned)fs_params.window_min, window, er->chunk);
 	s->token = token;
@@ -437,7 +441,7 @@ static void fs_stream_destroy(struct fs_engine *e, struct fs_stream *s)
 		next = buf->next;
 		fs_engine_rx_discard(er, buf);
 	}
-	for (unsigned i = 0; i < s->window; i++)
+	for (unsigned i = 0; i < s->ooo_slots; i++)
 		if (s->ooo[i])
 			fs_engine_rx_discard(er, s->ooo[i]);
 	for (buf = s->txq_head; buf; buf = next) {
@@ -575,7 +579,7 @@ static void fs_cq_error(struct fs_engine *e, struct fs_engine_rail *er)
 	if (buf->role == FS_BUF_TX) {
 		struct fs_stream *s = buf->stream;
 
-		if (s && buf->kind != FS_MSG_CREDIT && !s->error) {
+		if (s && !fs_msg_is_ctrl(buf->kind) && !s->error) {
 			FS_WARN("stream %u: send failed on the %s rail: %s", s->id,
 				fs_fabric_prov_name(er->rail.kind), fs_fi.strerror(err.err));
 			s->error = -ECONNRESET;

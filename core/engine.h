@@ -183,7 +183,9 @@ struct fs_stream {
 	enum fs_stream_state state;
 	struct fs_engine_rail *erail;
 	fi_addr_t peer_addr;
-	unsigned window;      /* most credits we grant the peer (its out-of-order slots) */
+	unsigned window;      /* the most credits we grant the peer (FABSOCK_WINDOW) */
+	unsigned ooo_slots;   /* out-of-order slots: the window and what a closing
+			       * peer may still send (fs_stream_closing_cap) */
 	uint32_t peer_chunk;  /* largest payload the peer accepts */
 	uint32_t peer_pull_min; /* payloads this large are announced, for the peer to pull (0: never) */
 
@@ -199,7 +201,7 @@ struct fs_stream {
 
 	/* receiving */
 	uint32_t rx_expect;    /* next seq to deliver */
-	struct fs_buf **ooo;   /* window slots for out-of-order arrivals */
+	struct fs_buf **ooo;   /* ooo_slots slots for out-of-order arrivals */
 	struct fs_buf *rxq_head, *rxq_tail; /* in order, unread */
 	size_t rx_bytes;       /* unread payload bytes in rxq */
 	struct fs_credit_rx credit; /* what the reader consumed, what the peer may send */
@@ -214,10 +216,12 @@ struct fs_stream {
 	bool fin_consumed;     /* the application has seen EOF */
 
 	/* credit messages */
-	uint32_t ctrl_sent, ctrl_acked; /* CREDITs we sent / peer acknowledged */
-	uint32_t ctrl_processed;        /* CREDITs from the peer we processed */
+	uint32_t ctrl_sent, ctrl_acked; /* CREDITs (and CLOSING) we sent / peer acknowledged */
+	uint32_t ctrl_processed;        /* CREDITs (and CLOSING) from the peer we processed */
 	bool credit_pending;
-	struct fs_dlist credit_link; /* on engine.credit_retry while a failed CREDIT post waits for a retry */
+	bool closing_pending;   /* a CLOSING is due (fs_stream_maybe_closing) and not sent yet */
+	bool closing_sent;      /* the CLOSING went: once per stream */
+	struct fs_dlist credit_link; /* on engine.credit_retry while a CREDIT or CLOSING waits for a retry */
 
 	/* Bumped on every change a poller may care about (data, FIN, credit,
 	 * send completion, error): edge-triggered epoll reports a change of it. */

@@ -332,6 +332,8 @@ static void fs_rx_header_common(struct fs_engine *e, struct fs_stream *s, const 
 		fs_stream_flush(e, s);
 	if (s->credit_pending && s->ctrl_sent == s->ctrl_acked)
 		fs_stream_maybe_credit(e, s);
+	if (s->closing_pending && s->ctrl_sent == s->ctrl_acked)
+		fs_stream_maybe_closing(e, s);
 }
 
 /* BUF is S's next message in sequence order: where it goes. */
@@ -407,10 +409,10 @@ void fs_rx_data(struct fs_engine *e, struct fs_engine_rail *er, struct fs_buf *b
 	}
 	/* Credits bound what may arrive: anything beyond what we advertised,
 	 * or outside the window, is not ours. */
-	if (fs_seq_after(s->rx_expect, hdr.seq) || hdr.seq - s->rx_expect >= s->window ||
+	if (fs_seq_after(s->rx_expect, hdr.seq) || hdr.seq - s->rx_expect >= s->ooo_slots ||
 	    !fs_credit_rx_allows(&s->credit, hdr.seq))
 		goto drop;
-	slot = hdr.seq % s->window;
+	slot = hdr.seq % s->ooo_slots;
 	if (s->ooo[slot])
 		goto drop;
 	buf = fs_rx_keep(er, buf, bytes);
@@ -436,10 +438,10 @@ void fs_rx_data(struct fs_engine *e, struct fs_engine_rail *er, struct fs_buf *b
 	s->ooo[slot] = buf;
 	FS_STAT_ADD(fabric_rx_bytes, hdr.len);
 	/* Deliver in sequence order. */
-	while (s->ooo[s->rx_expect % s->window]) {
-		struct fs_buf *next = s->ooo[s->rx_expect % s->window];
+	while (s->ooo[s->rx_expect % s->ooo_slots]) {
+		struct fs_buf *next = s->ooo[s->rx_expect % s->ooo_slots];
 
-		s->ooo[s->rx_expect % s->window] = NULL;
+		s->ooo[s->rx_expect % s->ooo_slots] = NULL;
 		s->rx_expect++;
 		next->next = NULL;
 		fs_rx_deliver(e, er, s, next);
@@ -460,13 +462,15 @@ void fs_rx_ctrl(struct fs_engine *e, struct fs_engine_rail *er, struct fs_buf *b
 	struct fs_stream *s = NULL;
 	struct fs_wire_msg_hdr hdr;
 	uint64_t tag = 0;
+	unsigned kind;
 
 	if (bytes >= FS_WIRE_MSG_PREFIX) {
 		tag = fs_wire_ctrl_tag_decode(buf->mem);
 		if (fs_tag_class(tag) == FS_CLASS_CTRL)
 			s = fs_rx_stream(e, er, tag, src);
 	}
-	if (!s || (fs_tag_kind(tag) & ~FS_MSG_ARM) != FS_MSG_CREDIT) {
+	kind = fs_tag_kind(tag) & ~FS_MSG_ARM;
+	if (!s || !fs_msg_is_ctrl(kind)) {
 		FS_STAT_INC(msgs_dropped);
 		fs_engine_repost(er, buf);
 		return;
@@ -475,6 +479,12 @@ void fs_rx_ctrl(struct fs_engine *e, struct fs_engine_rail *er, struct fs_buf *b
 	fs_engine_repost(er, buf);
 	s->ctrl_processed++;
 	fs_rx_header_common(e, s, &hdr, fs_tag_kind(tag) & FS_MSG_ARM);
+	/* The peer closed with HDR.len messages waiting for credit: take them
+	 * (credit.h), as many as our own send queue may hold beside a FIN. */
+	if (kind == FS_MSG_CLOSING && fs_credit_rx_closing(&s->credit, s->budget, hdr.len, fs_stream_closing_cap())) {
+		FS_STAT_INC(closing_taken);
+		fs_stream_maybe_credit(e, s);
+	}
 }
 
 /* ---- consuming --------------------------------------------------------- */

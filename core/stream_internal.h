@@ -45,6 +45,15 @@ size_t fs_txq_append(struct fs_engine *e, struct fs_stream *s, const struct iove
 		     size_t total);
 int fs_stream_queue_fin(struct fs_engine *e, struct fs_stream *s);
 void fs_stream_maybe_credit(struct fs_engine *e, struct fs_stream *s);
+/* A closed stream whose queue waits for credit tells its peer (txq.c). */
+void fs_stream_maybe_closing(struct fs_engine *e, struct fs_stream *s);
+/* The most waiting messages of a closing peer a stream takes: as many as
+ * our own send queue may hold, and a FIN (its out-of-order slots count
+ * them too). */
+static inline unsigned fs_stream_closing_cap(void)
+{
+	return (unsigned)fs_params.send_queue + 1;
+}
 /* The reader (or the engine for a closed stream) consumed one message of
  * S: its credit comes back, and the grant may grow (core/credit.h). */
 void fs_stream_consumed(struct fs_engine *e, struct fs_stream *s);

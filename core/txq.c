@@ -244,21 +244,24 @@ failed:
 		fs_stream_changed(e, s);
 }
 
-/* Queues an empty FIN after the data. */
+/* Queues an empty FIN after the data (once: a shutdown(SHUT_WR) may have
+ * queued it). A closed stream also tells its peer what waits for credit. */
 int fs_stream_queue_fin(struct fs_engine *e, struct fs_stream *s)
 {
 	struct fs_buf *buf;
 
-	if (s->fin_queued)
-		return 0;
-	buf = fs_pool_get(&s->erail->tx_data);
-	if (!buf)
-		return -ENOBUFS;
-	buf->kind = FS_MSG_FIN;
-	buf->stream = s;
-	fs_stream_enqueue(e, s, buf);
-	s->fin_queued = true;
-	fs_stream_flush(e, s);
+	if (!s->fin_queued) {
+		buf = fs_pool_get(&s->erail->tx_data);
+		if (!buf)
+			return -ENOBUFS;
+		buf->kind = FS_MSG_FIN;
+		buf->stream = s;
+		fs_stream_enqueue(e, s, buf);
+		s->fin_queued = true;
+		fs_stream_flush(e, s);
+	}
+	if (s->state == FS_STREAM_CLOSED)
+		fs_stream_maybe_closing(e, s);
 	return 0;
 }
 
@@ -439,14 +442,70 @@ void fs_stream_maybe_credit(struct fs_engine *e, struct fs_stream *s)
 	}
 	s->ctrl_sent++;
 	s->credit_pending = false;
-	if (fs_dlist_linked(&s->credit_link))
+	if (fs_dlist_linked(&s->credit_link) && !s->closing_pending)
 		fs_dlist_del(&s->credit_link);
 	if (buf->posted == 2)
 		fs_pool_put(buf);
 }
 
-/* Retries the CREDITs whose post failed; a stream leaves the list once its
- * CREDIT went out or it can no longer send one. Engine lock held. */
+/* Whether S's CLOSING is still worth sending: closed after its handshake
+ * (the peer's address known), messages waiting beyond its credit, the
+ * stream not broken. (peer_gone is no reason not to: the exit sets it on
+ * every stream only not to wait for the peer's FIN.) */
+static bool fs_stream_closing_wanted(const struct fs_stream *s)
+{
+	return !s->closing_sent && s->fin_queued && s->state == FS_STREAM_CLOSED && s->peer_addr != FI_ADDR_UNSPEC &&
+	       s->hb == FS_HB_NONE && !s->error && s->txq_head && fs_stream_credits(s) < s->txq_count;
+}
+
+/* S is closed (or its process is ending) with messages its peer's credit
+ * does not cover, its FIN among them: tells the peer how many
+ * (FS_MSG_CLOSING, once), so that it takes them now, reader or not
+ * (credit.h). Without it the bytes waited for the peer's reader, and an
+ * exit gave up on them after FABSOCK_LINGER_SEC. Needs the control channel
+ * free (one unacknowledged CTRL at a time), else it is retried when the
+ * peer's acknowledgement comes, or by the progress rounds. Engine lock held. */
+void fs_stream_maybe_closing(struct fs_engine *e, struct fs_stream *s)
+{
+	struct fs_wire_msg_hdr hdr;
+	struct fs_buf *buf = NULL;
+	uint32_t old_limit;
+
+	if (!fs_stream_closing_wanted(s)) {
+		s->closing_pending = false;
+		return;
+	}
+	if (s->ctrl_sent == s->ctrl_acked)
+		buf = fs_pool_get(&s->erail->tx_ctrl);
+	if (buf) {
+		buf->kind = FS_MSG_CLOSING;
+		buf->len = 0;
+		buf->stream = s;
+		old_limit = fs_fill_header(s, buf, s->ctrl_sent + 1);
+		/* header only; its len field says how many messages wait */
+		fs_wire_hdr_decode(buf->mem + FS_WIRE_CTRL_TAG_LEN, &hdr);
+		hdr.len = s->txq_count;
+		fs_wire_hdr_encode(&hdr, buf->mem + FS_WIRE_CTRL_TAG_LEN);
+		if (!fs_post_msg(s, buf, FS_CLASS_CTRL, false)) {
+			s->ctrl_sent++;
+			s->closing_sent = true;
+			s->closing_pending = false;
+			FS_STAT_INC(closing_sent);
+			if (buf->posted == 2)
+				fs_pool_put(buf);
+			return;
+		}
+		fs_credit_rx_undo(&s->credit, s->budget, old_limit);
+		fs_pool_put(buf);
+	}
+	s->closing_pending = true;
+	if (!fs_dlist_linked(&s->credit_link))
+		fs_dlist_add(&e->credit_retry, &s->credit_link);
+}
+
+/* Retries the CREDITs (and CLOSINGs) whose post failed or had to wait; a
+ * stream leaves the list once they went out or it can no longer send them.
+ * Engine lock held. */
 void fs_engine_retry_credits(struct fs_engine *e)
 {
 	for (struct fs_dlist *n = e->credit_retry.next, *next; n != &e->credit_retry; n = next) {
@@ -455,7 +514,11 @@ void fs_engine_retry_credits(struct fs_engine *e)
 		next = n->next; /* a CREDIT that goes out unlinks S */
 		if (s->credit_pending && s->ctrl_sent == s->ctrl_acked)
 			fs_stream_maybe_credit(e, s);
-		if (fs_dlist_linked(&s->credit_link) &&
+		if (s->closing_pending && s->ctrl_sent == s->ctrl_acked)
+			fs_stream_maybe_closing(e, s);
+		if (s->closing_pending && !fs_stream_closing_wanted(s))
+			s->closing_pending = false;
+		if (fs_dlist_linked(&s->credit_link) && !s->closing_pending &&
 		    (!s->credit_pending || s->error || s->peer_gone ||
 		     (s->state != FS_STREAM_OPEN && s->hb != FS_HB_SWITCHING)))
 			fs_dlist_del(&s->credit_link);
@@ -472,7 +535,7 @@ void fs_tx_done(struct fs_engine *e, struct fs_engine_rail *er, struct fs_buf *b
 	if (buf->posted == 1 && er->tx_posted)
 		er->tx_posted--;
 	buf->posted = 0;
-	if (s && buf->role == FS_BUF_TX && buf->kind != FS_MSG_CREDIT) {
+	if (s && buf->role == FS_BUF_TX && !fs_msg_is_ctrl(buf->kind)) {
 		fs_stream_changed(e, s);
 		s->tx_inflight--;
 		if (buf->kind == FS_MSG_FIN)

@@ -49,8 +49,9 @@
  * 6: a RING names its stream (one entry); 7: the sender's descriptor in HELLOs;
  * 8: FS_MSG_ARM, an ARM carried by a message;
  * 9: a header's grant (credits move like a window, core/credit.h); the
- *    HELLO's window is the first grant */
-#define FS_WIRE_VERSION 9
+ *    HELLO's window is the first grant;
+ * 10: FS_MSG_CLOSING */
+#define FS_WIRE_VERSION 10
 #define FS_WIRE_PROBE_MAGIC 0x46534250u /* "FSBP" */
 #define FS_WIRE_HELLO_MAGIC 0x46534248u /* "FSBH" */
 #define FS_WIRE_ACK_MAGIC 0x46534241u   /* "FSBA" */
@@ -227,7 +228,18 @@ enum fs_msg_kind {
 	FS_MSG_RETURN = 6,     /* payload: bytes of yours my reader will not read, for you to
 				* write to TCP before anything else */
 	FS_MSG_RETURN_END = 7, /* header only: no more RETURN */
+	/* class CTRL, header only: the sender closed (or its process is
+	 * ending) with hdr.len messages (its FIN among them) waiting for
+	 * credit; the receiver may grant them beyond its budget (credit.h) */
+	FS_MSG_CLOSING = 8,
 };
+/* The control-class kinds: no sequence number, no credit, not in flight
+ * as data (their completions and failures concern no byte). */
+static inline int fs_msg_is_ctrl(unsigned kind)
+{
+	return kind == FS_MSG_CREDIT || kind == FS_MSG_CLOSING;
+}
+
 /* Or-ed into the kind of a DATA- or CTRL-class message: the sender asks to
  * be rung after the receiver's next message on the stream, as a doorbell
  * ARM whose "seen" counts are the header's freed and ctrl_ack. */

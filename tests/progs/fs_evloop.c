@@ -1135,6 +1135,44 @@ static int late_reader_exit_client(int fd)
 }
 
 /*
+ * late_reader_exit_big: a reader that stops reading once the connection is
+ * up (it takes the first byte and answers 'r'), and a writer that then
+ * writes more than the reader's receive window lets through: 14 writes of
+ * 64 KiB (FABSOCK_WINDOW takes 8 messages, the other 6 wait in the
+ * writer's send queue, which holds 8, so every send returns), and ends
+ * with _exit(). The script gives the writer FABSOCK_LINGER_SEC=1: its
+ * process ends before the reader reads again, EV_LATE_READ_MS later. The
+ * kernel keeps what the writer wrote in its buffers; under fabsock the
+ * writer must have delivered every byte and its FIN before it ended, its
+ * peer taking what its window did not allow (FS_MSG_CLOSING). The reader
+ * reads every byte, then EOF.
+ */
+#define EV_LATE_BIG_BYTES (14u * EV_PATTERN_PERIOD)
+
+static int late_reader_exit_big_server(int fd)
+{
+	uint64_t offset = 0;
+	if (ev_recv_stream(fd, &offset, 1, "first byte") < 0 || ev_send_byte(fd, 'r') < 0)
+		return -1;
+	ev_sleep_ms(EV_LATE_READ_MS);
+	if (ev_recv_stream(fd, &offset, EV_LATE_BIG_BYTES - 1, "late reader") < 0)
+		return -1;
+	return ev_expect_eof(fd);
+}
+
+static int late_reader_exit_big_client(int fd)
+{
+	uint64_t offset = 0;
+
+	if (ev_send_stream(fd, &offset, 1) < 0 || ev_expect_byte(fd, 'r') < 0 ||
+	    ev_send_stream(fd, &offset, EV_LATE_BIG_BYTES - 1) < 0)
+		return -1;
+	printf("PASS %s\nconnections=%d\n", scenario_name, connection_count);
+	fflush(stdout);
+	_exit(0);
+}
+
+/*
  * nb_connect_refused (client only): the client learns a free port by binding
  * a socket to port 0 and closing it; a nonblocking connect there returns -1
  * EINPROGRESS (an immediate -1 ECONNREFUSED is accepted too), epoll reports
@@ -2648,6 +2686,7 @@ static const struct ev_scenario scenarios[] = {
 	{ "late_reader_close", late_reader_close_server, late_reader_close_client, EV_CLIENT_CONNECTS_ITSELF },
 	{ "late_reader_exit", late_reader_exit_server, late_reader_exit_client, EV_CLIENT_CLOSES_FD },
 	{ "late_reader_wclose", late_reader_exit_server, late_reader_wclose_client, EV_CLIENT_CLOSES_FD },
+	{ "late_reader_exit_big", late_reader_exit_big_server, late_reader_exit_big_client, EV_CLIENT_CLOSES_FD },
 	{ "nb_connect_refused", nb_connect_refused_server, nb_connect_refused_client,
 	  EV_CLIENT_CONNECTS_ITSELF | EV_SERVER_ACCEPTS_ITSELF },
 	{ "accept4_flags", accept4_flags_server, accept4_flags_client, EV_SERVER_ACCEPTS_ITSELF },

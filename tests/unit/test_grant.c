@@ -316,9 +316,70 @@ static void test_model(unsigned seed, uint64_t cap)
 	CHECK(b.used == 0);
 }
 
+/* A peer that closed with messages waiting (FS_MSG_CLOSING): the reader
+ * never reads; the offer reaches past the limit by the waiting messages
+ * (at most CAP), a report is due at once, the overdraft stops at twice the
+ * budget's cap, a stream honours one CLOSING only, and a report whose post
+ * failed stays due. */
+static void test_closing(void)
+{
+	struct fs_credit_budget b = { .cap = 8ull * COST }, b2 = { .cap = 8ull * COST }, b3 = { .cap = 8ull * COST };
+	struct fs_credit_rx c, d, e, f;
+	uint32_t freed, limit;
+	unsigned grant;
+	bool denied;
+
+	fs_credit_rx_init(&c, 2, 8, COST);
+	/* the peer uses every credit; the grant grows to the window */
+	CHECK(fs_credit_rx_arrived(&c, &b, 2, 1u << 20, &denied) && c.grant == 4);
+	fs_credit_rx_advertise(&c, &b, &freed, &grant);
+	CHECK(c.limit == 4);
+	CHECK(fs_credit_rx_arrived(&c, &b, 4, 1u << 20, &denied) && c.grant == 8);
+	fs_credit_rx_advertise(&c, &b, &freed, &grant);
+	CHECK(c.limit == 8 && c.charged == 6 && b.used == 6ull * COST);
+	CHECK(!fs_credit_rx_due(&c, 8)); /* the reader must read first */
+	/* 3 messages wait at the closing peer (2 data and its FIN); CAP 9 */
+	CHECK(fs_credit_rx_closing(&c, &b, 3, 9));
+	CHECK(fs_credit_rx_due(&c, 8));
+	fs_credit_rx_advertise(&c, &b, &freed, &grant);
+	CHECK(freed == 0 && grant == 11 && c.limit == 11);
+	CHECK(c.charged == 9 && b.used == 9ull * COST); /* beyond the cap: the overdraft */
+	CHECK(!fs_credit_rx_due(&c, 8));
+	limit = 8;
+	CHECK(fs_credit_tx_update(&limit, freed, grant, 8, 256) && limit == 11);
+	/* one CLOSING per stream */
+	CHECK(!fs_credit_rx_closing(&c, &b, 3, 9) && !fs_credit_rx_due(&c, 11) && c.limit == 11);
+	/* at most CAP */
+	fs_credit_rx_init(&d, 2, 8, COST);
+	CHECK(!fs_credit_rx_closing(&d, &b2, 0, 9));
+	CHECK(fs_credit_rx_closing(&d, &b2, 500, 9));
+	fs_credit_rx_advertise(&d, &b2, &freed, &grant);
+	CHECK(d.limit == 11 && grant == 11 && b2.used == 9ull * COST);
+	/* the overdraft stops at twice the cap: 9 more would make 18 of 16 */
+	fs_credit_rx_init(&e, 2, 8, COST);
+	CHECK(!fs_credit_rx_closing(&e, &b2, 9, 9) && !fs_credit_rx_due(&e, 2) && e.charged == 0);
+	CHECK(fs_credit_rx_closing(&e, &b2, 7, 9) && b2.used == 16ull * COST);
+	/* a failed post keeps the report due */
+	fs_credit_rx_init(&f, 2, 8, COST);
+	CHECK(fs_credit_rx_closing(&f, &b3, 2, 9));
+	limit = fs_credit_rx_advertise(&f, &b3, &freed, &grant);
+	CHECK(f.limit == 4 && !fs_credit_rx_due(&f, 2));
+	fs_credit_rx_undo(&f, &b3, limit);
+	CHECK(f.limit == 2 && fs_credit_rx_due(&f, 2));
+	/* then the reader reads: the grant grows as before, counted from what
+	 * it consumed */
+	CHECK(fs_credit_rx_consume(&f, &b3, 2, 2, 0, &denied) && f.grant == 4);
+	fs_credit_rx_advertise(&f, &b3, &freed, &grant);
+	CHECK(freed == 2 && grant == 4 && f.limit == 6);
+	fs_credit_rx_release(&c, &b);
+	fs_credit_rx_release(&f, &b3);
+	CHECK(b.used == 0 && b3.used == 0);
+}
+
 int main(void)
 {
 	test_request_response();
+	test_closing();
 	test_grow_and_budget();
 	test_small_unread();
 	test_sender();
