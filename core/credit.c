@@ -149,8 +149,7 @@ bool fs_credit_rx_closing(struct fs_credit_rx *c, struct fs_credit_budget *b, un
 		return false;
 	}
 	fs_credit_recharge(c, b);
-	c->closing_due = fs_credit_after(fs_credit_offer(c, c->grant), c->limit);
-	return c->closing_due;
+	return fs_credit_after(fs_credit_offer(c, c->grant), c->limit);
 }
 
 bool fs_credit_rx_due(const struct fs_credit_rx *c, uint32_t received)
@@ -160,7 +159,8 @@ bool fs_credit_rx_due(const struct fs_credit_rx *c, uint32_t received)
 
 	if (!fs_credit_after(offer, c->limit))
 		return false;
-	if (c->closing_due)
+	/* a closing peer's waiting messages not advertised yet */
+	if (c->closing && fs_credit_after(c->closing_to, c->limit))
 		return true;
 	advance = offer - c->limit;
 	remaining = fs_credit_after(c->limit, received) ? c->limit - received : 0;
@@ -179,7 +179,6 @@ uint32_t fs_credit_rx_advertise(struct fs_credit_rx *c, struct fs_credit_budget 
 		c->limit = offer;
 		fs_credit_recharge(c, b);
 	}
-	c->closing_due = false;
 	return old;
 }
 
@@ -187,8 +186,6 @@ void fs_credit_rx_undo(struct fs_credit_rx *c, struct fs_credit_budget *b, uint3
 {
 	c->limit = old_limit;
 	fs_credit_recharge(c, b);
-	/* a closing peer's offer that did not go is still due */
-	c->closing_due = c->closing && fs_credit_after(fs_credit_offer(c, c->grant), c->limit);
 }
 
 bool fs_credit_rx_idle(struct fs_credit_rx *c, struct fs_credit_budget *b, uint32_t received)

@@ -79,8 +79,7 @@ struct fs_credit_rx {
 	uint32_t cost;      /* bytes per charged message */
 	uint32_t closing_to; /* with CLOSING set: the offer reaches this seq at least */
 	uint16_t grant, floor, max;
-	bool closing;     /* the peer closed with messages waiting (FS_MSG_CLOSING) */
-	bool closing_due; /* its extended offer is not advertised yet */
+	bool closing; /* the peer closed with messages waiting (FS_MSG_CLOSING) */
 };
 
 /* Wrap-safe: A comes after B. */

@@ -443,6 +443,8 @@ void fs_epoll_closed(int epfd)
 	pthread_mutex_unlock(&fe->lock);
 }
 
+static void fs_member_drop(struct fs_epoll *fe, struct fs_ep_member *m);
+
 /* The application is about to close FD, one of S's fds. Takes it out of
  * every epoll instance now, while the fd still names the socket: the
  * kernel would keep its entry (tagged with a member of ours) as long as
@@ -460,10 +462,8 @@ void fs_epoll_fd_closing(struct fs_sock *s, int fd)
 			    !__atomic_load_n(&fe->parked, __ATOMIC_ACQUIRE)))
 			continue;
 		pthread_mutex_lock(&fe->lock);
-		while ((m = fs_member_find(fe, fd, s))) {
-			fs_real.epoll_ctl(fe->epfd, EPOLL_CTL_DEL, fd, NULL);
-			fs_member_free(fe, m);
-		}
+		while ((m = fs_member_find(fe, fd, s)))
+			fs_member_drop(fe, m);
 		pthread_mutex_unlock(&fe->lock);
 	}
 }
@@ -564,8 +564,6 @@ static bool fs_epoll_wants(struct fs_sock *s)
 	return st == FS_SOCK_FRESH || st == FS_SOCK_OFFLOADED || fs_sock_pending(s);
 }
 
-/* Adds a member for FD (a fabsock socket S, or a nested epoll instance when
- * S is NULL) to FE and to its kernel set. */
 /* Takes M out of the instance's view, keeping it and its kernel entry for
  * the next ADD (see the top of this file). fe->lock held. */
 static void fs_member_park(struct fs_epoll *fe, struct fs_ep_member *m)
@@ -575,8 +573,8 @@ static void fs_member_park(struct fs_epoll *fe, struct fs_ep_member *m)
 	__atomic_fetch_add(&fe->parked, 1, __ATOMIC_RELEASE);
 }
 
-/* Drops parked member M and its kernel entry. fe->lock held. */
-static void fs_member_drop_parked(struct fs_epoll *fe, struct fs_ep_member *m)
+/* Drops member M (parked or not) and its kernel entry. fe->lock held. */
+static void fs_member_drop(struct fs_epoll *fe, struct fs_ep_member *m)
 {
 	fs_kernel_ctl(fe, EPOLL_CTL_DEL, m, 0, false);
 	fs_member_free(fe, m);
@@ -588,7 +586,7 @@ static void fs_member_drop_parked(struct fs_epoll *fe, struct fs_ep_member *m)
 static bool fs_member_unpark(struct fs_epoll *fe, struct fs_ep_member *m, const struct epoll_event *event)
 {
 	if (m->s->closed || fs_member_wanted_reg(m) != FS_EP_REG_CONTROL) {
-		fs_member_drop_parked(fe, m);
+		fs_member_drop(fe, m);
 		return false;
 	}
 	m->parked = false;
@@ -615,10 +613,12 @@ static void fs_epoll_unpark_kernel(int epfd, int fd, struct fs_sock *s)
 	pthread_mutex_lock(&fe->lock);
 	m = fs_member_find(fe, fd, s);
 	if (m && m->parked)
-		fs_member_drop_parked(fe, m);
+		fs_member_drop(fe, m);
 	pthread_mutex_unlock(&fe->lock);
 }
 
+/* Adds a member for FD (a fabsock socket S, or a nested epoll instance when
+ * S is NULL) to FE and to its kernel set, or takes back a parked one. */
 static int fs_member_add(struct fs_epoll *fe, int fd, struct fs_sock *s, const struct epoll_event *event)
 {
 	struct fs_ep_member *m;

@@ -126,14 +126,15 @@ static int fs_post_msg(struct fs_stream *s, struct fs_buf *buf, unsigned cls, bo
 	return ret;
 }
 
-/* Writes BUF's header; returns the advertised limit before it (for
+/* Writes BUF's header, LEN in its len field (the payload's length; a
+ * CLOSING's count); returns the advertised limit before it (for
  * fs_credit_rx_undo if BUF does not go). */
-static uint32_t fs_fill_header(struct fs_stream *s, struct fs_buf *buf, uint32_t seq)
+static uint32_t fs_fill_header(struct fs_stream *s, struct fs_buf *buf, uint32_t seq, uint32_t len)
 {
 	struct fs_wire_msg_hdr hdr = {
 		.seq = seq,
 		.ctrl_ack = s->ctrl_processed,
-		.len = buf->len,
+		.len = len,
 	};
 	unsigned grant;
 	uint32_t old = fs_credit_rx_advertise(&s->credit, s->budget, &hdr.freed, &grant);
@@ -176,7 +177,7 @@ void fs_stream_flush(struct fs_engine *e, struct fs_stream *s)
 
 			if (!fs_stream_credits(s))
 				break;
-			old_limit = fs_fill_header(s, buf, s->tx_seq + 1);
+			old_limit = fs_fill_header(s, buf, s->tx_seq + 1, buf->len);
 			ret = fs_post_msg(s, buf, FS_CLASS_DATA, pull);
 			if (ret == -FI_EAGAIN) {
 				/* Not sent: what its header offered was not told. (A
@@ -395,6 +396,39 @@ void fs_engine_grants_idle(struct fs_engine *e)
 	}
 }
 
+/* Posts a control message of KIND (header only, LEN in its len field) on
+ * S, whose control channel is free. Returns 0, -ENOBUFS (no buffer) or
+ * -EAGAIN (the provider refused it: the credits it carried are undone). */
+static int fs_stream_post_ctrl(struct fs_stream *s, unsigned kind, uint32_t len)
+{
+	struct fs_buf *buf = fs_pool_get(&s->erail->tx_ctrl);
+	uint32_t old_limit;
+
+	if (!buf)
+		return -ENOBUFS;
+	buf->kind = kind;
+	buf->len = 0;
+	buf->stream = s;
+	old_limit = fs_fill_header(s, buf, s->ctrl_sent + 1, len);
+	if (fs_post_msg(s, buf, FS_CLASS_CTRL, false)) {
+		fs_credit_rx_undo(&s->credit, s->budget, old_limit);
+		fs_pool_put(buf);
+		return -EAGAIN;
+	}
+	s->ctrl_sent++;
+	if (buf->posted == 2)
+		fs_pool_put(buf);
+	return 0;
+}
+
+/* S has a CREDIT or CLOSING that could not go now: the progress rounds
+ * retry it (fs_engine_retry_credits). */
+static void fs_stream_ctrl_retry(struct fs_engine *e, struct fs_stream *s)
+{
+	if (!fs_dlist_linked(&s->credit_link))
+		fs_dlist_add(&e->credit_retry, &s->credit_link);
+}
+
 /* Sends a CREDIT when one is due (core/credit.h: the peer is short of
  * credit and the report moves its limit by half the grant or more) and no
  * earlier CREDIT is unacknowledged. Fewer freed messages are not worth a
@@ -405,8 +439,6 @@ void fs_engine_grants_idle(struct fs_engine *e)
  * the messages of every request/response exchange.) Engine lock held. */
 void fs_stream_maybe_credit(struct fs_engine *e, struct fs_stream *s)
 {
-	struct fs_buf *buf;
-	uint32_t old_limit;
 	int ret;
 
 	/* a closed stream on its way back to TCP still takes the peer's last
@@ -419,33 +451,22 @@ void fs_stream_maybe_credit(struct fs_engine *e, struct fs_stream *s)
 		s->credit_pending = true;
 		return;
 	}
-	buf = fs_pool_get(&s->erail->tx_ctrl);
-	if (!buf)
+	ret = fs_stream_post_ctrl(s, FS_MSG_CREDIT, 0);
+	if (ret == -ENOBUFS)
 		return;
-	buf->kind = FS_MSG_CREDIT;
-	buf->len = 0;
-	buf->stream = s;
-	old_limit = fs_fill_header(s, buf, s->ctrl_sent + 1);
-	ret = fs_post_msg(s, buf, FS_CLASS_CTRL, false);
 	if (ret) {
 		/* Not sent (a full transmit queue): the credits stay unreported,
 		 * and every progress round retries (fs_engine_retry_credits).
 		 * The peer may be waiting for them before it sends anything, so
 		 * no header of its would come to retry it, and the reader may
 		 * be asleep in epoll_wait, not in a read. */
-		fs_credit_rx_undo(&s->credit, s->budget, old_limit);
 		s->credit_pending = true;
-		if (!fs_dlist_linked(&s->credit_link))
-			fs_dlist_add(&e->credit_retry, &s->credit_link);
-		fs_pool_put(buf);
+		fs_stream_ctrl_retry(e, s);
 		return;
 	}
-	s->ctrl_sent++;
 	s->credit_pending = false;
 	if (fs_dlist_linked(&s->credit_link) && !s->closing_pending)
 		fs_dlist_del(&s->credit_link);
-	if (buf->posted == 2)
-		fs_pool_put(buf);
 }
 
 /* Whether S's CLOSING is still worth sending: closed after its handshake
@@ -467,40 +488,19 @@ static bool fs_stream_closing_wanted(const struct fs_stream *s)
  * peer's acknowledgement comes, or by the progress rounds. Engine lock held. */
 void fs_stream_maybe_closing(struct fs_engine *e, struct fs_stream *s)
 {
-	struct fs_wire_msg_hdr hdr;
-	struct fs_buf *buf = NULL;
-	uint32_t old_limit;
-
 	if (!fs_stream_closing_wanted(s)) {
 		s->closing_pending = false;
 		return;
 	}
-	if (s->ctrl_sent == s->ctrl_acked)
-		buf = fs_pool_get(&s->erail->tx_ctrl);
-	if (buf) {
-		buf->kind = FS_MSG_CLOSING;
-		buf->len = 0;
-		buf->stream = s;
-		old_limit = fs_fill_header(s, buf, s->ctrl_sent + 1);
-		/* header only; its len field says how many messages wait */
-		fs_wire_hdr_decode(buf->mem + FS_WIRE_CTRL_TAG_LEN, &hdr);
-		hdr.len = s->txq_count;
-		fs_wire_hdr_encode(&hdr, buf->mem + FS_WIRE_CTRL_TAG_LEN);
-		if (!fs_post_msg(s, buf, FS_CLASS_CTRL, false)) {
-			s->ctrl_sent++;
-			s->closing_sent = true;
-			s->closing_pending = false;
-			FS_STAT_INC(closing_sent);
-			if (buf->posted == 2)
-				fs_pool_put(buf);
-			return;
-		}
-		fs_credit_rx_undo(&s->credit, s->budget, old_limit);
-		fs_pool_put(buf);
+	/* header only: its len field says how many messages wait */
+	if (s->ctrl_sent == s->ctrl_acked && !fs_stream_post_ctrl(s, FS_MSG_CLOSING, s->txq_count)) {
+		s->closing_sent = true;
+		s->closing_pending = false;
+		FS_STAT_INC(closing_sent);
+		return;
 	}
 	s->closing_pending = true;
-	if (!fs_dlist_linked(&s->credit_link))
-		fs_dlist_add(&e->credit_retry, &s->credit_link);
+	fs_stream_ctrl_retry(e, s);
 }
 
 /* Retries the CREDITs (and CLOSINGs) whose post failed or had to wait; a
