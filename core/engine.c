@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -775,11 +776,27 @@ static bool fs_ctl_closed(int fd)
 	return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
+/* Whether the calling thread holds M. glibc keeps the holder's thread id in
+ * the mutex (a plain mutex too); only this thread can have written its own
+ * id there, so a racy read answers this question exactly. Elsewhere it says
+ * no, and the callers wait out their deadline. */
+static bool fs_mutex_mine(pthread_mutex_t *m)
+{
+#ifdef __GLIBC__
+	return __atomic_load_n(&m->__data.__owner, __ATOMIC_RELAXED) == (int)syscall(SYS_gettid);
+#else
+	(void)m;
+	return false;
+#endif
+}
+
 int fs_mutex_lock_until(pthread_mutex_t *m, uint64_t deadline_ns)
 {
 	struct timespec real;
 	uint64_t now = fs_now_ns(), left = deadline_ns > now ? deadline_ns - now : 0, at;
 
+	if (fs_mutex_mine(m))
+		return -EDEADLK;
 	clock_gettime(CLOCK_REALTIME, &real);
 	at = (uint64_t)real.tv_sec * 1000000000ull + (uint64_t)real.tv_nsec + left;
 	real.tv_sec = (time_t)(at / 1000000000ull);
@@ -818,7 +835,8 @@ void fs_engine_shutdown(void)
 	if (fs_engine_lock_until(e, deadline)) {
 		/* held by the thread this exit interrupted, or stuck: the peers
 		 * see the control connections end without a FIN, a reset */
-		FS_WARN("process ending: the engine stayed busy for FABSOCK_LINGER_SEC; unsent bytes are lost");
+		FS_WARN("process ending: the engine was busy (inside the call this exit interrupted, or for "
+			"FABSOCK_LINGER_SEC); unsent bytes are lost");
 		return;
 	}
 	fs_engine_progress(e);

@@ -554,7 +554,9 @@ void fs_stream_drop_app(struct fs_stream *s);
 
 uint64_t fs_now_ns(void);
 /* pthread_mutex_timedlock until DEADLINE_NS (CLOCK_MONOTONIC, fs_now_ns):
- * 0 or -ETIMEDOUT. For the exit paths, whose own thread may hold M. */
+ * 0, -ETIMEDOUT, or -EDEADLK at once when the calling thread holds M. For
+ * the exit paths, whose own thread may hold M (an exit run from a signal
+ * handler that interrupted a call). */
 int fs_mutex_lock_until(pthread_mutex_t *m, uint64_t deadline_ns);
 
 /* poll() events (POLLIN, POLLOUT, POLLRDHUP, POLLHUP, POLLERR) that hold

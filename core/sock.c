@@ -300,6 +300,32 @@ unsigned fs_sock_hello_sent;
  * call on it) is left, as are a parent's sockets in a forked child. */
 static void fs_sock_bg_exit(uint64_t deadline_ns);
 
+/* The exit path takes S, still waiting for its HELLO-ACK, to finish the
+ * handshake. Another thread may hold S meanwhile: the service thread's
+ * watch for a moment, or an application thread blocked in recv() for the
+ * same ACK for as long as it takes (a reader thread waiting for the reply
+ * while the main thread ends); when that one gets the ACK, S is offloaded
+ * and the engine's shutdown delivers what S held. So wait, until
+ * DEADLINE_NS, for the lock or for S to leave CLIENT_HELLO_SENT. Returns 0
+ * with the lock held, 1 if S moved on, -EDEADLK if this thread holds it
+ * (the exit interrupted a call on S) or -ETIMEDOUT. */
+#define FS_SOCK_EXIT_SLICE_NS 10000000ull
+
+static int fs_sock_exit_lock(struct fs_sock *s, uint64_t deadline_ns)
+{
+	for (;;) {
+		uint64_t slice = fs_now_ns() + FS_SOCK_EXIT_SLICE_NS;
+		int ret = fs_mutex_lock_until(&s->lock, slice < deadline_ns ? slice : deadline_ns);
+
+		if (ret != -ETIMEDOUT)
+			return ret;
+		if (fs_sock_state(s) != FS_SOCK_CLIENT_HELLO_SENT)
+			return 1;
+		if (fs_now_ns() >= deadline_ns)
+			return -ETIMEDOUT;
+	}
+}
+
 static void fs_sock_exit_held(void)
 {
 	uint64_t deadline;
@@ -310,9 +336,18 @@ static void fs_sock_exit_held(void)
 	fs_sock_bg_exit(deadline);
 	for (size_t fd = 0; fd < fs_fdt_size; fd++) {
 		struct fs_sock *s = fs_fdt_peek((int)fd);
+		int ret;
 
 		if (!s || s == FS_SOCK_INTERNAL || fs_sock_state(s) != FS_SOCK_CLIENT_HELLO_SENT ||
-		    s->pid != fs_self_pid() || pthread_mutex_trylock(&s->lock))
+		    s->pid != fs_self_pid())
+			continue;
+		ret = fs_sock_exit_lock(s, deadline);
+		if (ret < 0) {
+			FS_WARN("fd %d: process ending %s before the HELLO-ACK: the bytes held for it, if any, are lost",
+				(int)fd, ret == -EDEADLK ? "inside a call on the socket" : "with the socket busy");
+			continue;
+		}
+		if (ret > 0)
 			continue;
 		if (fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT && s->stream && fs_stream_holds(s->stream, deadline) &&
 		    fs_negotiate_client_ack(s, deadline) == -EAGAIN)
@@ -1327,10 +1362,9 @@ static void fs_sock_bg_after_fork(void)
 /* The process ends (fs_sock_exit_held): each background close of this
  * process ends now, those holding bytes once their ACK is in (until
  * DEADLINE_NS); the engine's shutdown then delivers the closed streams. At
- * most FS_SOCK_BG_EXIT_MAX of them, and not one whose lock stays taken for
- * FS_SOCK_BG_EXIT_LOCK_NS (the exit interrupted its holder). */
+ * most FS_SOCK_BG_EXIT_MAX of them; one whose lock the service thread holds
+ * is waited for (fs_sock_exit_lock). */
 #define FS_SOCK_BG_EXIT_MAX 256
-#define FS_SOCK_BG_EXIT_LOCK_NS 100000000ull
 
 static void fs_sock_bg_exit(uint64_t deadline_ns)
 {
@@ -1347,7 +1381,7 @@ static void fs_sock_bg_exit(uint64_t deadline_ns)
 	for (unsigned i = 0; i < n; i++) {
 		struct fs_sock *s = todo[i];
 
-		if (!fs_mutex_lock_until(&s->lock, fs_now_ns() + FS_SOCK_BG_EXIT_LOCK_NS)) {
+		if (!fs_sock_exit_lock(s, deadline_ns)) {
 			if (s->bg_close && fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT && s->stream &&
 			    fs_stream_holds(s->stream, deadline_ns))
 				fs_negotiate_client_ack(s, deadline_ns);

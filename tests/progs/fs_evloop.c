@@ -1135,6 +1135,46 @@ static int late_reader_exit_client(int fd)
 }
 
 /*
+ * late_reader_exit_thread: as late_reader_exit, but when the process ends
+ * another of its threads is blocked in recv() on the connection (a client
+ * whose reader thread waits for the reply while the main thread finishes).
+ * The kernel still delivers what was written: the server, EV_LATE_READ_MS
+ * later, reads every byte and then EOF (under fabsock the waiting thread
+ * holds the socket while it waits for the handshake's answer; the exit
+ * must wait for that answer with it, not skip the socket).
+ */
+static void *late_reader_exit_thread_recv(void *arg)
+{
+	char byte;
+
+	/* blocking: the server never writes, so this ends with the process */
+	(void)recv(*(int *)arg, &byte, 1, 0);
+	return NULL;
+}
+
+static int late_reader_exit_thread_client(int fd)
+{
+	static int thread_fd;
+	uint64_t offset = 0;
+	pthread_t reader;
+	int error, flags;
+
+	if (ev_send_stream(fd, &offset, EV_LATE_SHUT_BYTES) < 0)
+		return -1;
+	flags = fcntl(fd, F_GETFL);
+	if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0)
+		return ev_fail("fcntl: %s", strerror(errno));
+	thread_fd = fd;
+	error = pthread_create(&reader, NULL, late_reader_exit_thread_recv, &thread_fd);
+	if (error)
+		return ev_fail("pthread_create: %s", strerror(error));
+	ev_sleep_ms(200); /* the reader is blocked in recv() by now */
+	printf("PASS %s\nconnections=%d\n", scenario_name, connection_count);
+	fflush(stdout);
+	_exit(0);
+}
+
+/*
  * late_reader_exit_big: a reader that stops reading once the connection is
  * up (it takes the first byte and answers 'r'), and a writer that then
  * writes more than the reader's receive window lets through: 14 writes of
@@ -2687,6 +2727,7 @@ static const struct ev_scenario scenarios[] = {
 	{ "late_reader_exit", late_reader_exit_server, late_reader_exit_client, EV_CLIENT_CLOSES_FD },
 	{ "late_reader_wclose", late_reader_exit_server, late_reader_wclose_client, EV_CLIENT_CLOSES_FD },
 	{ "late_reader_exit_big", late_reader_exit_big_server, late_reader_exit_big_client, EV_CLIENT_CLOSES_FD },
+	{ "late_reader_exit_thread", late_reader_exit_server, late_reader_exit_thread_client, EV_CLIENT_CLOSES_FD },
 	{ "nb_connect_refused", nb_connect_refused_server, nb_connect_refused_client,
 	  EV_CLIENT_CONNECTS_ITSELF | EV_SERVER_ACCEPTS_ITSELF },
 	{ "accept4_flags", accept4_flags_server, accept4_flags_client, EV_SERVER_ACCEPTS_ITSELF },
