@@ -410,16 +410,15 @@ static void fs_offloaded(struct fs_sock *s, const char *side)
 	FS_STAT_INC(offloaded);
 	FS_INFO("fd %d: offloaded (%s) over %s, stream %u -> %u, first grant %u", s->fd, side,
 		fs_fabric_prov_name(s->stream->erail->rail.kind), s->stream->id, s->stream->peer_id, grant);
-	fs_sock_set_state(s, FS_SOCK_OFFLOADED);
-	fs_sock_note_inherit(s);
 }
 
 /* ---- client ------------------------------------------------------------ */
 
 /* Phase 1, run by the service thread as soon as the probe is answered (or
  * by the application's first use if that comes first): on "yes", open the
- * rail, create the stream and send the HELLO. Leaves the socket in
- * CLIENT_HELLO_SENT, or returns FS_PASS (kernel) or -errno. */
+ * rail, create the stream and send the HELLO. Returns 0 once the HELLO is
+ * sent (the socket moves to CLIENT_HELLO_SENT), FS_PASS (kernel), -EAGAIN
+ * or -errno. */
 int fs_negotiate_client_hello(struct fs_sock *s, uint64_t wait_deadline_ns)
 {
 	struct fs_engine *e;
@@ -510,7 +509,6 @@ int fs_negotiate_client_hello(struct fs_sock *s, uint64_t wait_deadline_ns)
 	}
 	s->stream = st;
 	s->token = hello.token;
-	fs_sock_set_state(s, FS_SOCK_CLIENT_HELLO_SENT);
 	return 0;
 }
 

@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The in-band handshake that moves a TCP connection onto the fabric, run
- * on first use of the connection (see sock.h for when). Both return 0 when
- * the socket is now offloaded, FS_PASS when it stays on kernel TCP (the
- * reason counted and logged), -EAGAIN when the server side is still
- * undecided at DEADLINE, or another negative errno if the connection broke.
- * Called with the socket's lock held.
+ * on first use of the connection (see sock.h for when). Each step returns
+ * an outcome and leaves the socket's state alone (sock.c alone changes it):
+ * 0 when the step succeeded (the HELLO is sent; the stream is connected
+ * and the socket may be offloaded), FS_PASS when it stays on kernel TCP
+ * (the reason counted and logged), -EAGAIN when the answer is not in by
+ * DEADLINE, or another negative errno if the connection broke. Called
+ * with the socket's lock held.
  */
 #ifndef FS_CORE_NEGOTIATE_H
 #define FS_CORE_NEGOTIATE_H

@@ -51,6 +51,23 @@ bool fs_core_hands_off(void)
 	return FS_GUARDED() || !fs_core_enabled || fs_vfork_child();
 }
 
+/* ---- state ----------------------------------------------------------- */
+
+/* Client sockets waiting for their HELLO-ACK, process-wide: the exit path
+ * looks for bytes held for one only when there are (fs_core_exit). */
+unsigned fs_sock_hello_sent;
+
+/* Every change of a socket's state is made here, in this file, under
+ * fs_sock.lock (sock.h: the state machine). */
+static void fs_sock_set_state(struct fs_sock *s, enum fs_sock_state state)
+{
+	enum fs_sock_state old = __atomic_exchange_n(&s->state, state, __ATOMIC_ACQ_REL);
+
+	if (old != state && (old == FS_SOCK_CLIENT_HELLO_SENT || state == FS_SOCK_CLIENT_HELLO_SENT))
+		__atomic_add_fetch(&fs_sock_hello_sent, state == FS_SOCK_CLIENT_HELLO_SENT ? 1u : -1u,
+				   __ATOMIC_RELAXED);
+}
+
 /* ---- allocation: type-stable, so lock-free readers may look ----------- */
 
 static pthread_mutex_t fs_sock_free_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -289,7 +306,41 @@ void fs_core_atfork_child(void)
 	fs_sock_bg_after_fork();
 }
 
-unsigned fs_sock_hello_sent;
+/* The negotiation's steps as this file runs them: negotiate.c answers with
+ * an outcome, and the socket's state changes here. Socket lock held. */
+static int fs_sock_send_hello(struct fs_sock *s, uint64_t deadline_ns)
+{
+	int ret = fs_negotiate_client_hello(s, deadline_ns);
+
+	if (ret == 0)
+		fs_sock_set_state(s, FS_SOCK_CLIENT_HELLO_SENT);
+	return ret;
+}
+
+static void fs_sock_offloaded(struct fs_sock *s)
+{
+	fs_sock_set_state(s, FS_SOCK_OFFLOADED);
+	fs_sock_note_inherit(s);
+}
+
+static int fs_sock_take_ack(struct fs_sock *s, uint64_t deadline_ns)
+{
+	int ret = fs_negotiate_client_ack(s, deadline_ns);
+
+	if (ret == 0)
+		fs_sock_offloaded(s);
+	return ret;
+}
+
+static int fs_sock_serve_hello(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
+{
+	int ret = fs_negotiate_server(s, for_send, deadline_ns);
+
+	if (ret == 0)
+		fs_sock_offloaded(s);
+	return ret;
+}
+
 
 /* The process ends (exit, _exit, a fatal signal) with bytes held for a
  * HELLO-ACK: a client that wrote and ended before the server read, a forked
@@ -350,7 +401,7 @@ static void fs_sock_exit_held(void)
 		if (ret > 0)
 			continue;
 		if (fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT && s->stream && fs_stream_holds(s->stream, deadline) &&
-		    fs_negotiate_client_ack(s, deadline) == -EAGAIN)
+		    fs_sock_take_ack(s, deadline) == -EAGAIN)
 			FS_WARN("fd %d: process ending: no HELLO-ACK within FABSOCK_LINGER_SEC; the bytes held for it "
 				"are lost", s->fd);
 		pthread_mutex_unlock(&s->lock);
@@ -463,9 +514,9 @@ static int fs_sock_client_step(struct fs_sock *s, uint64_t hello_by_ns, uint64_t
 	int ret = 0;
 
 	if (fs_sock_state(s) == FS_SOCK_CLIENT_PENDING)
-		ret = fs_negotiate_client_hello(s, hello_by_ns);
+		ret = fs_sock_send_hello(s, hello_by_ns);
 	if (ret == 0 && fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT)
-		ret = fs_negotiate_client_ack(s, ack_by_ns);
+		ret = fs_sock_take_ack(s, ack_by_ns);
 	if (ret == FS_PASS) {
 		fs_sock_release(s);
 	} else if (ret < 0 && ret != -EAGAIN && fs_sock_pending(s)) {
@@ -811,7 +862,7 @@ int fs_sock_settle(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 		}
 		if (fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT) {
 			/* the probe was answered while connect completed */
-			ret = fs_negotiate_client_ack(s, deadline_ns);
+			ret = fs_sock_take_ack(s, deadline_ns);
 			break;
 		}
 		if (fs_sock_state(s) != FS_SOCK_CLIENT_PENDING) {
@@ -820,15 +871,15 @@ int fs_sock_settle(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 		}
 		/* fall through */
 	case FS_SOCK_CLIENT_PENDING:
-		ret = fs_negotiate_client_hello(s, deadline_ns ? deadline_ns : UINT64_MAX);
+		ret = fs_sock_send_hello(s, deadline_ns ? deadline_ns : UINT64_MAX);
 		if (ret == 0)
-			ret = fs_negotiate_client_ack(s, deadline_ns);
+			ret = fs_sock_take_ack(s, deadline_ns);
 		break;
 	case FS_SOCK_CLIENT_HELLO_SENT:
-		ret = fs_negotiate_client_ack(s, deadline_ns);
+		ret = fs_sock_take_ack(s, deadline_ns);
 		break;
 	case FS_SOCK_SERVER_PENDING:
-		ret = fs_negotiate_server(s, for_send, deadline_ns);
+		ret = fs_sock_serve_hello(s, for_send, deadline_ns);
 		break;
 	default:
 		ret = FS_PASS;
@@ -980,7 +1031,7 @@ static ssize_t fs_sock_send_early(struct fs_sock *s, const struct msghdr *msg, b
 		pthread_mutex_lock(&s->lock);
 		ret = 0;
 		if (fs_sock_state(s) == FS_SOCK_CLIENT_PENDING)
-			ret = fs_negotiate_client_hello(s, deadline ? deadline : UINT64_MAX);
+			ret = fs_sock_send_hello(s, deadline ? deadline : UINT64_MAX);
 		if (ret == FS_PASS) {
 			fs_sock_release(s);
 			pthread_mutex_unlock(&s->lock);
@@ -1179,7 +1230,7 @@ static int fs_sock_shutdown_early(struct fs_sock *s, int how)
 		return 1;
 	pthread_mutex_lock(&s->lock);
 	if (fs_sock_state(s) == FS_SOCK_CLIENT_PENDING)
-		ret = fs_negotiate_client_hello(s, UINT64_MAX);
+		ret = fs_sock_send_hello(s, UINT64_MAX);
 	if (ret == FS_PASS) {
 		fs_sock_release(s);
 	} else if (ret == 0 && fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT) {
@@ -1333,7 +1384,7 @@ static void fs_sock_bg_watch(void *arg, bool timed_out)
 
 	pthread_mutex_lock(&s->lock);
 	if (s->bg_close && fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT) {
-		ret = fs_negotiate_client_ack(s, now);
+		ret = fs_sock_take_ack(s, now);
 		if (ret == -EAGAIN && now < bg->deadline_ns) {
 			uint64_t next = timed_out ? bg->deadline_ns : now + 1000000ull;
 
@@ -1384,7 +1435,7 @@ static void fs_sock_bg_exit(uint64_t deadline_ns)
 		if (!fs_sock_exit_lock(s, deadline_ns)) {
 			if (s->bg_close && fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT && s->stream &&
 			    fs_stream_holds(s->stream, deadline_ns))
-				fs_negotiate_client_ack(s, deadline_ns);
+				fs_sock_take_ack(s, deadline_ns);
 			fs_sock_bg_finish(s);
 			pthread_mutex_unlock(&s->lock);
 		}

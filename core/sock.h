@@ -141,19 +141,6 @@ static inline enum fs_sock_state fs_sock_state(const struct fs_sock *s)
 	return __atomic_load_n(&s->state, __ATOMIC_ACQUIRE);
 }
 
-/* Client sockets waiting for their HELLO-ACK, process-wide: the exit path
- * looks for bytes held for one only when there are (fs_core_exit). */
-extern unsigned fs_sock_hello_sent;
-
-static inline void fs_sock_set_state(struct fs_sock *s, enum fs_sock_state state)
-{
-	enum fs_sock_state old = __atomic_exchange_n(&s->state, state, __ATOMIC_ACQ_REL);
-
-	if (old != state && (old == FS_SOCK_CLIENT_HELLO_SENT || state == FS_SOCK_CLIENT_HELLO_SENT))
-		__atomic_add_fetch(&fs_sock_hello_sent, state == FS_SOCK_CLIENT_HELLO_SENT ? 1u : -1u,
-				   __ATOMIC_RELAXED);
-}
-
 /* Marks fabsock's own descriptors in the fd table: the application never
  * sees them (its close() of such a number gets EBADF). */
 #define FS_SOCK_INTERNAL ((struct fs_sock *)1)
