@@ -1,0 +1,38 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Between the socket module's files: sock.c (records, state, lifecycle,
+ * the handshake's driving), sock_io.c (data entry points) and sock_close.c
+ * (close, dup, exit, exec). Every change of a socket's state is written in
+ * sock.c; the other two call these.
+ */
+#ifndef FS_CORE_SOCK_INTERNAL_H
+#define FS_CORE_SOCK_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct fs_sock;
+
+/* Client sockets waiting for their HELLO-ACK, process-wide (sock.c keeps
+ * the count as states change; the exit path reads it). */
+extern unsigned fs_sock_hello_sent;
+
+/* sock.c: S leaves fabsock's hands: its state becomes KERNEL, its probe
+ * and watches go. Socket lock held. */
+void fs_sock_release(struct fs_sock *s);
+/* sock.c: the client's handshake steps (negotiate.c's, with the state
+ * change): the HELLO once the probe is answered, then the HELLO-ACK. 0,
+ * FS_PASS, -EAGAIN or -errno. Socket lock held. */
+int fs_sock_send_hello(struct fs_sock *s, uint64_t deadline_ns);
+int fs_sock_take_ack(struct fs_sock *s, uint64_t deadline_ns);
+/* sock.c: a socket in CONNECTING whose connect() finished moves on (its
+ * probe is sent); false while the connection is not up. Socket lock held. */
+bool fs_sock_connect_done(struct fs_sock *s);
+
+/* sock_close.c: the process ends; bytes held for a HELLO-ACK are delivered
+ * if it comes within FABSOCK_LINGER_SEC (fs_core_exit). */
+void fs_sock_exit_held(void);
+/* sock_close.c: a forked child forgets its parent's background closes. */
+void fs_sock_bg_after_fork(void);
+
+#endif

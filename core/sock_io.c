@@ -1,0 +1,473 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The socket's data entry points: receive, send (and the bytes a client
+ * holds before its HELLO-ACK), sendfile, splice, shutdown, and the socket
+ * options and ioctls fabsock answers. Part of the socket module: the state
+ * changes these need are sock.c's (sock_internal.h).
+ */
+#include "core/sock.h"
+#include "core/sock_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config/log.h"
+#include "config/params.h"
+#include "config/rules.h"
+#include "core/bell.h"
+#include "core/diag.h"
+#include "core/engine.h"
+#include "core/epoll.h"
+#include "core/fabric.h"
+#include "core/fdtable.h"
+#include "core/handback.h"
+#include "core/guard.h"
+#include "core/inherit.h"
+#include "core/listener.h"
+#include "core/negcache.h"
+#include "core/negotiate.h"
+#include "core/service.h"
+#include "core/sigs.h"
+#include "core/stats.h"
+#include "core/udp.h"
+#include "preload/real.h"
+
+/* What sendfile() on an offloaded socket reads and sends at a time. */
+#define FS_SENDFILE_CHUNK (256u << 10)
+
+static uint64_t fs_timeout_ns(const struct timeval *tv)
+{
+	return (uint64_t)tv->tv_sec * 1000000000ull + (uint64_t)tv->tv_usec * 1000ull;
+}
+
+/* A socket this process cannot use as offloaded (fs_sock_unshare): the
+ * kernel's, or the hand-back's error. */
+static int fs_sock_foreign(struct fs_sock *s)
+{
+	int err;
+
+	fs_sock_unshare(s, &err);
+	return err ? err : FS_PASS;
+}
+
+/* FS_TCP from the stream: the kernel socket answers this call. */
+static ssize_t fs_tcp_pass(ssize_t ret)
+{
+	return ret == FS_TCP ? FS_PASS : ret;
+}
+
+static uint64_t fs_deadline(uint64_t timeout_ns)
+{
+	return timeout_ns ? fs_now_ns() + timeout_ns : 0;
+}
+
+ssize_t fs_core_recvmsg(struct fs_sock *s, struct msghdr *msg, int flags)
+{
+	bool nonblock = s->nonblock || (flags & MSG_DONTWAIT);
+	uint64_t deadline = fs_deadline(s->rcvtimeo_ns);
+	ssize_t ret;
+
+	if (fs_sock_state(s) != FS_SOCK_OFFLOADED) {
+		if (fs_sock_pending(s)) {
+			ret = fs_sock_settle(s, false, nonblock ? fs_now_ns() : deadline);
+			if (ret && ret != FS_PASS)
+				return ret == -EAGAIN && !nonblock && !deadline ? -EIO : ret;
+		}
+		if (fs_sock_state(s) != FS_SOCK_OFFLOADED) {
+			/* TCP; a HELLO its client may still send goes first */
+			if (s->strip_hello && fs_negotiate_strip_hello(s, nonblock ? fs_now_ns() : deadline) == -EAGAIN)
+				return -EAGAIN;
+			return FS_PASS;
+		}
+	}
+	if (s->pid != fs_self_pid() || fs_stream_hb(s->stream) == FS_HB_DONE)
+		return fs_sock_foreign(s);
+	if (flags & MSG_OOB)
+		return FS_PASS; /* a peer's urgent byte came over TCP (it took the stream back there): the kernel has it, or says EINVAL */
+	if (flags & ~(MSG_PEEK | MSG_WAITALL | MSG_DONTWAIT | MSG_NOSIGNAL | MSG_CMSG_CLOEXEC))
+		return -EOPNOTSUPP; /* MSG_TRUNC, MSG_ERRQUEUE... have no fabric meaning */
+	if (s->shut_rd)
+		return 0;
+	ret = fs_tcp_pass(fs_stream_recv(s->stream, msg->msg_iov, (int)msg->msg_iovlen, flags, nonblock, deadline, s->fd));
+	if (ret != FS_PASS) {
+		msg->msg_flags = 0;
+		msg->msg_namelen = 0;
+		msg->msg_controllen = 0;
+	}
+	return ret;
+}
+
+/* A socket in CONNECTING whose connect() finished before the service
+ * thread noticed moves on now (fs_sock_connect_done). Returns false while
+ * the connection is not up yet. */
+static bool fs_sock_connect_advance(struct fs_sock *s)
+{
+	bool up;
+
+	if (fs_sock_state(s) != FS_SOCK_CONNECTING)
+		return true;
+	pthread_mutex_lock(&s->lock);
+	up = fs_sock_connect_done(s);
+	pthread_mutex_unlock(&s->lock);
+	return up;
+}
+
+bool fs_sock_writable_early(const struct fs_sock *s)
+{
+	enum fs_sock_state st = fs_sock_state(s);
+
+	return st != FS_SOCK_CLIENT_PENDING && !(st == FS_SOCK_CLIENT_HELLO_SENT && s->hold_full);
+}
+
+/* A send on a socket that has not settled. A client whose connection is up
+ * holds the bytes in its stream until the HELLO-ACK lets them go, like
+ * TCP's send buffer: the server application need not have read yet. A
+ * nonblocking send never waits for the server (it answers the HELLO on its
+ * first read, which may come seconds later): -EAGAIN while the probe is
+ * unanswered or the hold is full, and the socket is not reported writable
+ * until it settles (fs_sock_writable_early). A blocking one waits for the
+ * ACK as long as SO_SNDTIMEO allows. The server side settles as before
+ * (its wait is bounded by FABSOCK_FIRST_SEND_WAIT_MS and the probe's
+ * timeout). Returns bytes held (> 0), 0 when the socket is offloaded now
+ * (send on its stream), FS_PASS, -EAGAIN or -errno. */
+static ssize_t fs_sock_send_early(struct fs_sock *s, const struct msghdr *msg, bool nonblock)
+{
+	uint64_t deadline = nonblock ? fs_now_ns() : fs_deadline(s->sndtimeo_ns);
+	ssize_t ret;
+
+	if (s->shut_wr && fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT)
+		return -EPIPE; /* shut down before the ACK (fs_sock_shutdown_early) */
+	if (!fs_sock_connect_advance(s))
+		return FS_PASS; /* the kernel answers for a connection not yet up */
+	if ((fs_sock_state(s) == FS_SOCK_CLIENT_PENDING || fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT) &&
+	    !s->shut_wr) {
+		pthread_mutex_lock(&s->lock);
+		ret = 0;
+		if (fs_sock_state(s) == FS_SOCK_CLIENT_PENDING)
+			ret = fs_sock_send_hello(s, deadline ? deadline : UINT64_MAX);
+		if (ret == FS_PASS) {
+			fs_sock_release(s);
+			pthread_mutex_unlock(&s->lock);
+			return FS_PASS;
+		}
+		if (ret == 0 && fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT)
+			ret = s->stream ? fs_stream_send(s->stream, msg->msg_iov, (int)msg->msg_iovlen, true, 0, s->fd)
+					: -EAGAIN; /* an empty HELLO: the kernel's, once the NAK is read */
+		if (ret > 0 || ret == -EAGAIN)
+			s->hold_full = ret == -EAGAIN;
+		pthread_mutex_unlock(&s->lock);
+		if (ret > 0)
+			return ret;
+		if (nonblock && (ret == -EAGAIN || ret == 0))
+			return -EAGAIN;
+	}
+	if (fs_sock_state(s) == FS_SOCK_OFFLOADED)
+		return 0;
+	if (!fs_sock_pending(s))
+		return FS_PASS;
+	return fs_sock_settle(s, true, fs_sock_state(s) == FS_SOCK_SERVER_PENDING ? 0 : deadline);
+}
+
+/* How many iovec entries a blocking send's rest may span (fs_sock_send_rest);
+ * beyond them the send returns a partial count. */
+#define FS_SEND_REST_IOV 64
+
+/* A blocking send whose first DONE bytes of MSG the pre-ACK hold took: the
+ * kernel's would not return before it sent everything, and programs count
+ * on that (write() != len is an error to them), so send the rest where the
+ * connection goes (fs_core_sendmsg waits for the ACK, bounded by
+ * SO_SNDTIMEO; over TCP if it stays TCP). Returns the count sent, at least
+ * DONE: an error after DONE bytes is the next call's, as the kernel's is. */
+static ssize_t fs_sock_send_rest(struct fs_sock *s, const struct msghdr *msg, int flags, size_t done)
+{
+	struct iovec rest[FS_SEND_REST_IOV];
+	struct msghdr m = *msg;
+	size_t skip = done;
+	ssize_t ret;
+	int n = 0;
+
+	for (size_t i = 0; i < msg->msg_iovlen && n < FS_SEND_REST_IOV; i++) {
+		if (skip >= msg->msg_iov[i].iov_len) {
+			skip -= msg->msg_iov[i].iov_len;
+			continue;
+		}
+		rest[n].iov_base = (char *)msg->msg_iov[i].iov_base + skip;
+		rest[n++].iov_len = msg->msg_iov[i].iov_len - skip;
+		skip = 0;
+	}
+	if (!n)
+		return (ssize_t)done;
+	m.msg_iov = rest;
+	m.msg_iovlen = (size_t)n;
+	ret = fs_core_sendmsg(s, &m, flags | MSG_NOSIGNAL);
+	if (ret == FS_PASS) {
+		/* it went to TCP: the held bytes went first (fs_negotiate_abort_ex) */
+		ret = fs_real.sendmsg(s->fd, &m, flags | MSG_NOSIGNAL);
+	}
+	return (ssize_t)done + (ret > 0 ? ret : 0);
+}
+
+ssize_t fs_core_sendmsg(struct fs_sock *s, const struct msghdr *msg, int flags)
+{
+	bool nonblock = s->nonblock || (flags & MSG_DONTWAIT);
+	ssize_t ret;
+
+	if (s->strip_hello)
+		s->strip_sent = true; /* a HELLO still to come is then dropped without a NAK */
+	if (fs_sock_state(s) != FS_SOCK_OFFLOADED) {
+		size_t total = 0;
+
+		ret = fs_sock_send_early(s, msg, nonblock);
+		if (ret == -EPIPE && !(flags & MSG_NOSIGNAL))
+			pthread_kill(pthread_self(), SIGPIPE);
+		if (ret > 0 && !nonblock) {
+			for (size_t i = 0; i < msg->msg_iovlen; i++)
+				total += msg->msg_iov[i].iov_len;
+			if ((size_t)ret < total)
+				return fs_sock_send_rest(s, msg, flags, (size_t)ret);
+		}
+		if (ret)
+			return ret;
+	}
+	if (s->pid != fs_self_pid() || fs_stream_hb(s->stream) == FS_HB_DONE)
+		return fs_sock_foreign(s);
+	if (msg->msg_controllen || (flags & MSG_OOB)) {
+		/* ancillary data and urgent data have no fabric meaning: the
+		 * stream goes back to TCP (descriptors passed with it go back
+		 * first), then the kernel sends it, as it would have (an urgent
+		 * byte sent as data would reach the peer's reader inline: telnet's
+		 * Data Mark, ftp's abort) */
+		fs_core_before_pass(msg);
+		fs_handback_sync(s->stream, s->fd);
+		return fs_sock_foreign(s);
+	}
+	if (s->shut_wr)
+		ret = -EPIPE;
+	else
+		ret = fs_tcp_pass(fs_stream_send(s->stream, msg->msg_iov, (int)msg->msg_iovlen, nonblock,
+						 fs_deadline(s->sndtimeo_ns), s->fd));
+	if (ret == FS_PASS)
+		return ret;
+	if (ret == -EPIPE && !(flags & MSG_NOSIGNAL))
+		pthread_kill(pthread_self(), SIGPIPE);
+	return ret;
+}
+
+ssize_t fs_core_sendfile(struct fs_sock *s, int in_fd, off_t *offset, size_t count)
+{
+	static __thread char *chunk;
+	off_t pos = offset ? *offset : lseek(in_fd, 0, SEEK_CUR);
+	size_t total = 0;
+	ssize_t ret = 0;
+
+	if (fs_sock_state(s) == FS_SOCK_SERVER_PENDING) {
+		ret = fs_sock_settle(s, true, 0);
+		if (ret)
+			return ret;
+	} else {
+		fs_sock_connect_advance(s);
+	}
+	/* a client still negotiating: the chunks go through fs_core_sendmsg,
+	 * which holds them until the ACK without waiting for the server */
+	if (fs_sock_state(s) != FS_SOCK_OFFLOADED && fs_sock_state(s) != FS_SOCK_CLIENT_PENDING &&
+	    fs_sock_state(s) != FS_SOCK_CLIENT_HELLO_SENT)
+		return FS_PASS; /* the kernel's socket: its own sendfile */
+	if (pos < 0) {
+		/* A pipe cannot be read back into on a partial send. */
+		FS_WARN_ONCE("sendfile from a non-seekable fd onto an offloaded socket is not supported: EINVAL");
+		return -EINVAL;
+	}
+	if (!chunk && !(chunk = malloc(FS_SENDFILE_CHUNK)))
+		return -ENOMEM;
+	while (total < count) {
+		size_t want = count - total < FS_SENDFILE_CHUNK ? count - total : FS_SENDFILE_CHUNK;
+		ssize_t got = pread(in_fd, chunk, want, pos);
+		struct iovec iov = { chunk, 0 };
+		struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+
+		if (got < 0 && errno == EINTR && total)
+			break;
+		if (got < 0) {
+			ret = -errno;
+			break;
+		}
+		if (got == 0)
+			break; /* end of file */
+		iov.iov_len = (size_t)got;
+		ret = fs_core_sendmsg(s, &msg, 0);
+		if (ret <= 0)
+			break;
+		total += (size_t)ret;
+		pos += ret;
+		if (ret < got)
+			break; /* nonblocking, partial */
+	}
+	if (offset)
+		*offset = pos;
+	else if (total)
+		lseek(in_fd, pos, SEEK_SET);
+	return total ? (ssize_t)total : ret;
+}
+
+int fs_core_splice(struct fs_sock *s, bool out)
+{
+	if (fs_sock_pending(s) && fs_sock_state(s) != FS_SOCK_CONNECTING) {
+		int ret = fs_sock_settle(s, out, out ? 0 : fs_now_ns());
+
+		if (ret == -EAGAIN)
+			return -EAGAIN;
+		if (ret && ret != FS_PASS)
+			return ret;
+	}
+	if (fs_sock_state(s) != FS_SOCK_OFFLOADED)
+		return FS_PASS;
+	FS_WARN_ONCE("splice() on an offloaded socket is not supported (its data is not in the kernel): EINVAL; "
+		     "keep such sockets on kernel TCP with FABSOCK_RULES");
+	return -EINVAL;
+}
+
+/* shutdown(SHUT_WR or SHUT_RDWR) of a client before the HELLO-ACK, which
+ * must not wait for the server any more than a send does (the kernel's
+ * shutdown never waits): the FIN is queued behind the held bytes and goes
+ * with them when the ACK comes, or as the kernel's shutdown after them if
+ * the connection stays TCP (fs_negotiate_abort_ex). After an empty HELLO
+ * the kernel's own shutdown follows it at once. The wait for the probe's
+ * answer (if not in yet) is bounded by FABSOCK_PROBE_TIMEOUT_MS. Returns 0
+ * (done), FS_PASS, -errno, or 1: not a case for here, settle first. */
+static int fs_sock_shutdown_early(struct fs_sock *s, int how)
+{
+	int ret = 0;
+
+	fs_sock_connect_advance(s);
+	if (fs_sock_state(s) != FS_SOCK_CLIENT_PENDING && fs_sock_state(s) != FS_SOCK_CLIENT_HELLO_SENT)
+		return 1;
+	pthread_mutex_lock(&s->lock);
+	if (fs_sock_state(s) == FS_SOCK_CLIENT_PENDING)
+		ret = fs_sock_send_hello(s, UINT64_MAX);
+	if (ret == FS_PASS) {
+		fs_sock_release(s);
+	} else if (ret == 0 && fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT) {
+		if (!s->stream) {
+			ret = FS_PASS; /* nothing held: the NAK is read later, as usual */
+		} else if (s->shut_wr || fs_stream_shutdown_wr(s->stream) == 0) {
+			s->shut_wr = true;
+			s->shut_rd = s->shut_rd || how == SHUT_RDWR;
+		} else {
+			ret = 1; /* no buffer for the FIN: settle first */
+		}
+	} else if (ret == 0) {
+		ret = 1;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return ret;
+}
+
+int fs_core_shutdown(struct fs_sock *s, int how)
+{
+	int ret;
+
+	if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR)
+		return -EINVAL;
+	if (fs_sock_pending(s) && how != SHUT_RD) {
+		ret = fs_sock_shutdown_early(s, how);
+		if (ret <= 0)
+			return ret;
+	}
+	if (fs_sock_pending(s)) {
+		/* Settle first, so the peer's view stays consistent. */
+		ret = fs_sock_settle(s, true, 0);
+		if (ret)
+			return ret;
+	}
+	if (fs_sock_state(s) != FS_SOCK_OFFLOADED)
+		return FS_PASS;
+	if (s->pid != fs_self_pid() || fs_stream_hb(s->stream) == FS_HB_DONE)
+		return fs_sock_foreign(s);
+	/* The kernel checks that the socket is connected and the argument. */
+	if (how == SHUT_RD || how == SHUT_RDWR)
+		s->shut_rd = true;
+	if ((how == SHUT_WR || how == SHUT_RDWR) && !s->shut_wr) {
+		s->shut_wr = true;
+		if (fs_stream_shutdown_wr(s->stream) == FS_TCP)
+			return FS_PASS; /* back on TCP: the kernel's own shutdown */
+		fs_service_kick();
+	}
+	return 0;
+}
+
+int fs_core_getsockopt(struct fs_sock *s, int level, int name, void *val, socklen_t *len)
+{
+	if (fs_sock_state(s) == FS_SOCK_OFFLOADED && level == SOL_SOCKET && name == SO_ERROR && val && len &&
+	    *len >= sizeof(int) && s->pid == fs_self_pid()) {
+		int err = 0;
+		struct fs_stream *st = s->stream;
+
+		if (st && st->error && !st->error_reported) {
+			err = -st->error;
+			st->error_reported = true;
+		}
+		*(int *)val = err;
+		*len = sizeof(int);
+		return 0;
+	}
+	return FS_PASS;
+}
+
+void fs_core_setsockopt(struct fs_sock *s, int level, int name, const void *val, socklen_t len)
+{
+	if (level != SOL_SOCKET || !val)
+		return;
+	if ((name == SO_RCVTIMEO || name == SO_SNDTIMEO) && len >= sizeof(struct timeval)) {
+		uint64_t ns = fs_timeout_ns(val);
+
+		if (name == SO_RCVTIMEO)
+			s->rcvtimeo_ns = ns;
+		else
+			s->sndtimeo_ns = ns;
+	} else if (name == SO_LINGER && len >= sizeof(struct linger)) {
+		const struct linger *lin = val;
+
+		s->linger0 = lin->l_onoff && lin->l_linger == 0;
+	}
+}
+
+void fs_core_set_nonblock(struct fs_sock *s, bool nonblock)
+{
+	s->nonblock = nonblock;
+}
+
+/* Remembered so that close() knows to look for epoll members (epoll.c
+ * handles the membership itself). */
+void fs_core_epoll_add(struct fs_sock *s)
+{
+	__atomic_store_n(&s->event_loop, true, __ATOMIC_RELEASE);
+}
+
+int fs_core_fionread(struct fs_sock *s, int *avail)
+{
+	size_t n;
+
+	/* A negotiating socket may hold handshake bytes (a HELLO, an ACK) the
+	 * kernel would count: settle first, without waiting. */
+	if (fs_sock_pending(s) && fs_sock_state(s) != FS_SOCK_CONNECTING && fs_sock_settle(s, false, fs_now_ns()) == FS_PASS)
+		return FS_PASS;
+	if (fs_sock_state(s) != FS_SOCK_OFFLOADED)
+		return FS_PASS;
+	if (s->pid != fs_self_pid()) {
+		fs_sock_foreign(s);
+		return FS_PASS; /* the kernel counts from now on */
+	}
+	if (fs_stream_hb(s->stream) != FS_HB_NONE)
+		return FS_PASS; /* what is on its way over TCP */
+	n = fs_stream_readable(s->stream);
+	*avail = n > INT32_MAX ? INT32_MAX : (int)n;
+	return 0;
+}
