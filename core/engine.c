@@ -331,14 +331,8 @@ struct fs_stream *fs_stream_create(struct fs_engine *e, struct fs_engine_rail *e
 	*nak = FS_NAK_RESOURCES;
 	if (!s)
 		return NULL;
-	s->ooo = calloc(slots, sizeof(*s->ooo));
-	if (!s->ooo) {
-		free(s);
-		return NULL;
-	}
 	s->id = fs_engine_alloc_id(e, s);
 	if (!s->id) {
-		free(s->ooo);
 		free(s);
 		return NULL;
 	}
@@ -354,7 +348,6 @@ struct fs_stream *fs_stream_create(struct fs_engine *e, struct fs_engine_rail *e
 		er->hello_pending--;
 		e->streams[s->id] = NULL;
 		e->live_streams--;
-		free(s->ooo);
 		free(s);
 		return NULL;
 	}
@@ -442,7 +435,7 @@ static void fs_stream_destroy(struct fs_engine *e, struct fs_stream *s)
 		next = buf->next;
 		fs_engine_rx_discard(er, buf);
 	}
-	for (unsigned i = 0; i < s->ooo_slots; i++)
+	for (unsigned i = 0; s->ooo && i < s->ooo_slots; i++)
 		if (s->ooo[i])
 			fs_engine_rx_discard(er, s->ooo[i]);
 	for (buf = s->txq_head; buf; buf = next) {
@@ -607,6 +600,35 @@ static void fs_cq_error(struct fs_engine *e, struct fs_engine_rail *er)
 		fs_engine_repost(er, buf);
 }
 
+/* A data message's receive completion (not a send, a pull or a control
+ * message). */
+static bool fs_cq_is_data_rx(const struct fi_cq_tagged_entry *ent)
+{
+	const struct fs_buf *buf = ent->op_context;
+
+	return buf && buf->role != FS_BUF_TX && buf->role != FS_BUF_RX_CTRL && buf->pull != FS_PULL_POSTED;
+}
+
+/* FABSOCK_TEST_REORDER: swaps each pair of data receives in a batch, so
+ * that the out-of-order path (core/rxq.c) runs on a provider that keeps
+ * order (shm), as it would on efa. Every receive is its own buffer, so
+ * the swap changes nothing else. */
+static void fs_cq_test_reorder(struct fi_cq_tagged_entry *ent, fi_addr_t *src, ssize_t n)
+{
+	for (ssize_t i = 0; i + 1 < n; i++) {
+		if (fs_cq_is_data_rx(&ent[i]) && fs_cq_is_data_rx(&ent[i + 1])) {
+			struct fi_cq_tagged_entry t = ent[i];
+			fi_addr_t f = src[i];
+
+			ent[i] = ent[i + 1];
+			ent[i + 1] = t;
+			src[i] = src[i + 1];
+			src[i + 1] = f;
+			i++;
+		}
+	}
+}
+
 int fs_engine_progress(struct fs_engine *e)
 {
 	int handled = 0;
@@ -632,6 +654,8 @@ int fs_engine_progress(struct fs_engine *e)
 			}
 			if (n <= 0)
 				break;
+			if (fs_params.test_reorder)
+				fs_cq_test_reorder(ent, src, n);
 			for (ssize_t i = 0; i < n; i++) {
 				struct fs_buf *buf = ent[i].op_context;
 				fi_addr_t from = er->rail.source ? src[i] : FI_ADDR_NOTAVAIL;

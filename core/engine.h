@@ -201,7 +201,8 @@ struct fs_stream {
 
 	/* receiving */
 	uint32_t rx_expect;    /* next seq to deliver */
-	struct fs_buf **ooo;   /* ooo_slots slots for out-of-order arrivals */
+	struct fs_buf **ooo;   /* ooo_slots slots for out-of-order arrivals, allocated
+				* with the first one (NULL until then: core/rxq.c) */
 	struct fs_buf *rxq_head, *rxq_tail; /* in order, unread */
 	size_t rx_bytes;       /* unread payload bytes in rxq */
 	struct fs_credit_rx credit; /* what the reader consumed, what the peer may send */

@@ -387,7 +387,7 @@ void fs_rx_data(struct fs_engine *e, struct fs_engine_rail *er, struct fs_buf *b
 	struct fs_stream *s = NULL;
 	struct fs_wire_msg_hdr hdr;
 	unsigned kind = fs_tag_kind(tag) & ~FS_MSG_ARM;
-	bool arm = fs_tag_kind(tag) & FS_MSG_ARM;
+	bool arm = fs_tag_kind(tag) & FS_MSG_ARM, in_order;
 	uint32_t slot;
 
 	if (bytes >= FS_WIRE_MSG_PREFIX && fs_tag_class(tag) == FS_CLASS_DATA)
@@ -412,12 +412,23 @@ void fs_rx_data(struct fs_engine *e, struct fs_engine_rail *er, struct fs_buf *b
 	if (fs_seq_after(s->rx_expect, hdr.seq) || hdr.seq - s->rx_expect >= s->ooo_slots ||
 	    !fs_credit_rx_allows(&s->credit, hdr.seq))
 		goto drop;
+	/* Messages come in order as a rule (shm keeps it): the one expected
+	 * goes straight to delivery, and the out-of-order ring is allocated
+	 * for the first that comes early (efa does not order), so an idle or
+	 * in-order stream holds none. */
+	in_order = hdr.seq == s->rx_expect;
 	slot = hdr.seq % s->ooo_slots;
-	if (s->ooo[slot])
+	if (!in_order && !s->ooo && !(s->ooo = calloc(s->ooo_slots, sizeof(*s->ooo)))) {
+		fs_engine_repost(er, buf);
+		buf = NULL;
+	} else if (!in_order && s->ooo[slot]) {
 		goto drop;
-	buf = fs_rx_keep(er, buf, bytes);
+	} else {
+		buf = fs_rx_keep(er, buf, bytes);
+	}
 	if (!buf) {
-		/* no memory to copy it out: the byte stream has a hole */
+		/* no memory to copy it out or to keep it aside: the byte stream
+		 * has a hole */
 		if (!s->error) {
 			FS_WARN("stream %u: no memory for a received message; resetting it", s->id);
 			s->error = -ECONNRESET;
@@ -435,10 +446,18 @@ void fs_rx_data(struct fs_engine *e, struct fs_engine_rail *er, struct fs_buf *b
 	buf->pull_tag = fs_tag_pull(s->id, hdr.seq, s->token);
 	buf->stream = s;
 	buf->posted = 0;
-	s->ooo[slot] = buf;
 	FS_STAT_ADD(fabric_rx_bytes, hdr.len);
-	/* Deliver in sequence order. */
-	while (s->ooo[s->rx_expect % s->ooo_slots]) {
+	if (in_order) {
+		s->rx_expect++;
+		buf->next = NULL;
+		fs_rx_deliver(e, er, s, buf);
+		fs_stream_changed(e, s);
+	} else {
+		s->ooo[slot] = buf;
+		FS_STAT_INC(rx_early);
+	}
+	/* Deliver in sequence order what came early. */
+	while (s->ooo && s->ooo[s->rx_expect % s->ooo_slots]) {
 		struct fs_buf *next = s->ooo[s->rx_expect % s->ooo_slots];
 
 		s->ooo[s->rx_expect % s->ooo_slots] = NULL;
