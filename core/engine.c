@@ -22,12 +22,14 @@
 
 #include "config/log.h"
 #include "config/params.h"
+#include "core/bell.h"
 #include "core/guard.h"
 #include "core/handback.h"
 #include "core/sigs.h"
 #include "core/sock.h"
 #include "core/stats.h"
 #include "core/stream_internal.h"
+#include "core/wire.h"
 #include "preload/real.h"
 
 #define FS_CTRL_BUF 64u
@@ -530,6 +532,46 @@ void fs_stream_abandon(struct fs_engine *e, struct fs_stream *s)
 	s->ctl_fd = -1;
 	s->app_ref = false; /* a half-made stream is only seen under the socket lock */
 	fs_stream_destroy(e, s);
+}
+
+struct fs_stream *fs_engine_open_stream(struct fs_engine *e, unsigned provider, const struct sockaddr *local,
+					const void *peer, size_t peer_len, uint64_t token, fs_rail_check_fn check,
+					void *arg, int *nak, char *why, size_t whylen)
+{
+	struct fs_engine_rail *er;
+	struct fs_stream *st = NULL;
+	int ret;
+
+	pthread_mutex_lock(&e->lock);
+	ret = fs_engine_rail_for(e, provider, local, peer, peer_len, &er, why, whylen);
+	if (ret)
+		*nak = ret == -ENOSPC ? FS_NAK_RESOURCES : FS_NAK_PROVIDER;
+	else if (!check || !(*nak = check(er, arg, why, whylen)))
+		st = fs_stream_create(e, er, token, nak);
+	pthread_mutex_unlock(&e->lock);
+	return st;
+}
+
+int fs_engine_join_stream(struct fs_engine *e, struct fs_stream *st, const struct fs_hello *peer, int fd)
+{
+	struct sockaddr_storage paddr, laddr;
+	socklen_t plen = sizeof(paddr), llen = sizeof(laddr);
+	/* where the peer rings: the TCP peer's address, its HELLO's port */
+	uint16_t bell_port = peer->bell_port;
+	int ret;
+
+	if (fs_real.getpeername(fd, (struct sockaddr *)&paddr, &plen) ||
+	    fs_real.getsockname(fd, (struct sockaddr *)&laddr, &llen))
+		bell_port = 0;
+	pthread_mutex_lock(&e->lock);
+	ret = fs_stream_connect(e, st, peer->stream_id, peer->window, peer->chunk, peer->pull_shift, peer->addr,
+				peer->addr_len);
+	if (ret)
+		fs_stream_abandon(e, st);
+	else
+		fs_bell_set_peer(st, (struct sockaddr *)&paddr, (struct sockaddr *)&laddr, bell_port);
+	pthread_mutex_unlock(&e->lock);
+	return ret;
 }
 
 /* ---- progress ---------------------------------------------------------- */

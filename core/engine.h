@@ -501,6 +501,24 @@ int fs_stream_take_queued(struct fs_engine *e, struct fs_stream *s, int (*sink)(
 /* Frees a stream that never opened (handshake failed). Lock held. */
 void fs_stream_abandon(struct fs_engine *e, struct fs_stream *s);
 
+/* The two engine steps of a handshake, the same on both sides; each takes
+ * the engine lock. fs_engine_open_stream: the rail of PROVIDER from LOCAL
+ * with room for PEER (the peer's fabric address, when known), CHECK on it
+ * (NULL, or one that refuses with a NAK code and says why into WHY), then a
+ * new stream with TOKEN. Returns it, or NULL with *NAK (wire.h) and WHY set
+ * (WHY stays empty for a refusal CHECK logged itself or for a lack of
+ * resources). */
+typedef int (*fs_rail_check_fn)(struct fs_engine_rail *er, void *arg, char *why, size_t whylen);
+struct fs_stream *fs_engine_open_stream(struct fs_engine *e, unsigned provider, const struct sockaddr *local,
+					const void *peer, size_t peer_len, uint64_t token, fs_rail_check_fn check,
+					void *arg, int *nak, char *why, size_t whylen);
+/* fs_engine_join_stream: connects ST to the peer's stream its HELLO or
+ * HELLO-ACK PEER names, with the peer's doorbell (the TCP connection FD's
+ * addresses, PEER's port); a stream that cannot be connected is abandoned.
+ * 0 or -errno. */
+struct fs_hello;
+int fs_engine_join_stream(struct fs_engine *e, struct fs_stream *st, const struct fs_hello *peer, int fd);
+
 /* True when the engine should be polled without delay (a send the provider
  * deferred could go now, or closing streams are flushing). Lock held. */
 bool fs_engine_busy(struct fs_engine *e);

@@ -361,19 +361,6 @@ static void fs_fill_hello(struct fs_hello *h, uint32_t magic, struct fs_engine *
 		memcpy(h->addr, er->rail.addr, er->rail.addr_len);
 }
 
-/* Where the peer of the stream on socket FD rings: the TCP peer's address
- * and the doorbell port of its HELLO. Engine lock held. */
-static void fs_note_peer_bell(int fd, struct fs_stream *st, uint16_t port)
-{
-	struct sockaddr_storage peer, local;
-	socklen_t len = sizeof(peer), llen = sizeof(local);
-
-	if (fs_real.getpeername(fd, (struct sockaddr *)&peer, &len) ||
-	    fs_real.getsockname(fd, (struct sockaddr *)&local, &llen))
-		port = 0;
-	fs_bell_set_peer(st, (struct sockaddr *)&peer, (struct sockaddr *)&local, port);
-}
-
 /* The fallback counter of a refusal, on either side. */
 static void fs_count_nak(unsigned nak)
 {
@@ -414,6 +401,19 @@ static void fs_offloaded(struct fs_sock *s, const char *side)
 
 /* ---- client ------------------------------------------------------------ */
 
+/* The client's check of its rail (fs_engine_open_stream): its shm region
+ * must be its own (another user's process could read it). */
+static int fs_client_rail_check(struct fs_engine_rail *er, void *arg, char *why, size_t whylen)
+{
+	const char *self_why;
+
+	(void)arg;
+	if (fs_rail_self_check(&er->rail, &self_why) == 0)
+		return FS_NAK_NONE;
+	snprintf(why, whylen, "%s", self_why);
+	return FS_NAK_USER;
+}
+
 /* Phase 1, run by the service thread as soon as the probe is answered (or
  * by the application's first use if that comes first): on "yes", open the
  * rail, create the stream and send the HELLO. Returns 0 once the HELLO is
@@ -422,15 +422,13 @@ static void fs_offloaded(struct fs_sock *s, const char *side)
 int fs_negotiate_client_hello(struct fs_sock *s, uint64_t wait_deadline_ns)
 {
 	struct fs_engine *e;
-	struct fs_engine_rail *er = NULL;
 	struct fs_stream *st = NULL;
 	struct fs_hello hello = { 0 };
 	uint8_t wire[FS_WIRE_HELLO_MAX];
 	struct sockaddr_storage local;
 	socklen_t llen = sizeof(local);
 	char why[200] = "";
-	bool other_user = false;
-	int len, ret, nak;
+	int len, ret, nak = FS_NAK_NONE;
 
 	if (!s->skip_probe) {
 		bool tcp_readable;
@@ -468,18 +466,9 @@ int fs_negotiate_client_hello(struct fs_sock *s, uint64_t wait_deadline_ns)
 	if (getrandom(&hello.token, sizeof(hello.token), GRND_NONBLOCK) != sizeof(hello.token))
 		hello.token = fs_now_ns() * 0x9e3779b97f4a7c15ull;
 	hello.nonce = s->skip_probe ? 0 : s->probe.nonce;
-	if (e) {
-		pthread_mutex_lock(&e->lock);
-		if (fs_engine_rail_for(e, s->provider, (struct sockaddr *)&local, NULL, 0, &er, why, sizeof(why)) == 0) {
-			const char *self_why;
-
-			if (fs_rail_self_check(&er->rail, &self_why) == 0)
-				st = fs_stream_create(e, er, hello.token, &nak);
-			else
-				snprintf(why, sizeof(why), "%s", self_why), other_user = true;
-		}
-		pthread_mutex_unlock(&e->lock);
-	}
+	if (e)
+		st = fs_engine_open_stream(e, s->provider, (struct sockaddr *)&local, NULL, 0, hello.token,
+					   fs_client_rail_check, NULL, &nak, why, sizeof(why));
 	if (!st && !why[0])
 		snprintf(why, sizeof(why), "no resources for a new stream");
 	if (e)
@@ -502,7 +491,7 @@ int fs_negotiate_client_hello(struct fs_sock *s, uint64_t wait_deadline_ns)
 	}
 	if (!st) {
 		FS_INFO("fd %d: sent an empty HELLO: %s", s->fd, why);
-		if (other_user)
+		if (nak == FS_NAK_USER)
 			FS_STAT_INC(fallback_other_user);
 		else
 			FS_STAT_INC(fallback_provider);
@@ -584,18 +573,11 @@ int fs_negotiate_client_ack(struct fs_sock *s, uint64_t deadline_ns)
 		snprintf(why, sizeof(why), "the server refused the HELLO (%s)", fs_nak_name(ack.status));
 		return fs_kernel(s, why);
 	}
-	pthread_mutex_lock(&e->lock);
 	/* (The server's descriptor is not confirmed here: it may be closed
 	 * and reused already, a server that answers, writes and closes, and
 	 * a refusal now could only reset a connection the server has taken
 	 * to the fabric. The owner check of fs_rail_peer_check stands.) */
-	ret = fs_stream_connect(e, st, ack.stream_id, ack.window, ack.chunk, ack.pull_shift, ack.addr,
-				ack.addr_len);
-	if (ret)
-		fs_stream_abandon(e, st);
-	else
-		fs_note_peer_bell(s->fd, st, ack.bell_port);
-	pthread_mutex_unlock(&e->lock);
+	ret = fs_engine_join_stream(e, st, &ack, s->fd);
 	if (ret) {
 		/* The server believes we are offloaded: this connection cannot go
 		 * on as TCP either. */
@@ -632,19 +614,55 @@ static int fs_server_refuse(struct fs_sock *s, uint64_t token, uint64_t nonce, u
 	return fs_kernel(s, "HELLO refused");
 }
 
+/* The server's check of its rail against the client's HELLO (through
+ * fs_engine_open_stream, before any stream or receive is set up): the
+ * client's fabric address must belong to this user's processes, and the
+ * kernel must say its process holds this connection. Logs its refusals. */
+struct fs_server_check {
+	struct fs_sock *s;
+	const struct fs_hello *hello;
+	const struct fs_probe_rec *rec;
+};
+
+static int fs_server_rail_check(struct fs_engine_rail *er, void *arg, char *why, size_t whylen)
+{
+	const struct fs_server_check *c = arg;
+	const struct fs_hello *hello = c->hello;
+	int chk = fs_rail_peer_check(&er->rail, hello->addr, hello->addr_len);
+
+	(void)why;
+	(void)whylen;
+	if (chk == -EPERM) {
+		const char *self_why;
+
+		if (fs_rail_self_check(&er->rail, &self_why))
+			FS_INFO("fd %d: %s", c->s->fd, self_why);
+		else
+			FS_INFO("fd %d: the client runs as another user than this process (uid %u)", c->s->fd,
+				(unsigned)geteuid());
+		return FS_NAK_USER;
+	}
+	if (!chk && fs_peer_confirm(&er->rail, hello->addr, hello->addr_len, c->s->fd, hello->sock_fd,
+				    c->rec ? c->rec->client_inode : 0)) {
+		FS_INFO("fd %d: the kernel says the client's fabric address names a process that does not hold "
+			"this connection", c->s->fd);
+		return FS_NAK_PEER;
+	}
+	return FS_NAK_NONE;
+}
+
 /* Answers a complete HELLO of LEN bytes (already checked for our nonce). */
 static int fs_server_accept_hello(struct fs_sock *s, const struct fs_hello *hello, int len,
 				  const struct fs_probe_rec *rec)
 {
 	struct fs_engine *e;
-	struct fs_engine_rail *er;
 	struct fs_stream *st = NULL;
 	struct fs_hello ack = { 0 };
 	uint8_t wire[FS_WIRE_HELLO_MAX];
 	struct sockaddr_storage local;
 	socklen_t llen = sizeof(local);
 	char why[200] = "";
-	int nak = FS_NAK_PROVIDER, ret, alen, chk = -1;
+	int nak = FS_NAK_PROVIDER, ret, alen;
 
 	if (fs_consume(s->fd, (size_t)len))
 		return -EIO;
@@ -673,44 +691,19 @@ static int fs_server_accept_hello(struct fs_sock *s, const struct fs_hello *hell
 		}
 	}
 
-	pthread_mutex_lock(&e->lock);
-	if ((ret = fs_engine_rail_for(e, hello->provider, (struct sockaddr *)&local, hello->addr, hello->addr_len, &er,
-				      why, sizeof(why))) != 0) {
-		FS_INFO("fd %d: %s", s->fd, why);
-		if (ret == -ENOSPC)
-			nak = FS_NAK_RESOURCES;
-	} else if ((chk = fs_rail_peer_check(&er->rail, hello->addr, hello->addr_len)) == -EPERM) {
-		/* before any stream or receive is set up */
-		const char *self_why;
+	{
+		struct fs_server_check chk = { s, hello, rec };
 
-		if (fs_rail_self_check(&er->rail, &self_why))
-			FS_INFO("fd %d: %s", s->fd, self_why);
-		else
-			FS_INFO("fd %d: the client runs as another user than this process (uid %u)", s->fd,
-				(unsigned)geteuid());
-		nak = FS_NAK_USER;
-	} else if (!chk && fs_peer_confirm(&er->rail, hello->addr, hello->addr_len, s->fd, hello->sock_fd,
-							rec ? rec->client_inode : 0)) {
-		FS_INFO("fd %d: the kernel says the client's fabric address names a process that does not hold "
-			"this connection", s->fd);
-		nak = FS_NAK_PEER;
-	} else {
-		st = fs_stream_create(e, er, hello->token, &nak);
-		if (st) {
-			ret = fs_stream_connect(e, st, hello->stream_id, hello->window, hello->chunk,
-						hello->pull_shift, hello->addr, hello->addr_len);
-			if (ret) {
-				FS_INFO("fd %d: the client's fabric address is unusable: %s", s->fd,
-					fs_fi.strerror(ret < 0 ? -ret : ret));
-				fs_stream_abandon(e, st);
-				st = NULL;
-				nak = ret == -ENOSPC ? FS_NAK_RESOURCES : ret == -EPERM ? FS_NAK_USER : FS_NAK_PROVIDER;
-			} else {
-				fs_note_peer_bell(s->fd, st, hello->bell_port);
-			}
-		}
+		st = fs_engine_open_stream(e, hello->provider, (struct sockaddr *)&local, hello->addr, hello->addr_len,
+					   hello->token, fs_server_rail_check, &chk, &nak, why, sizeof(why));
 	}
-	pthread_mutex_unlock(&e->lock);
+	if (!st && why[0])
+		FS_INFO("fd %d: %s", s->fd, why);
+	if (st && (ret = fs_engine_join_stream(e, st, hello, s->fd)) != 0) {
+		FS_INFO("fd %d: the client's fabric address is unusable: %s", s->fd, fs_fi.strerror(ret < 0 ? -ret : ret));
+		st = NULL;
+		nak = ret == -ENOSPC ? FS_NAK_RESOURCES : ret == -EPERM ? FS_NAK_USER : FS_NAK_PROVIDER;
+	}
 	if (!st)
 		return fs_server_refuse(s, hello->token, hello->nonce, (unsigned)nak, e);
 
