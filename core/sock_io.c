@@ -69,27 +69,47 @@ static uint64_t fs_deadline(uint64_t timeout_ns)
 	return timeout_ns ? fs_now_ns() + timeout_ns : 0;
 }
 
+/* Whether this process may use S's stream: 0, or what fs_sock_foreign
+ * says (FS_PASS once the stream went back to TCP for a socket shared with
+ * another process, or the hand-back's error). S is offloaded. */
+static int fs_sock_ours(struct fs_sock *s)
+{
+	if (s->pid != fs_self_pid() || fs_stream_hb(s->stream) == FS_HB_DONE)
+		return fs_sock_foreign(s);
+	return 0;
+}
+
+/* The first step of the data entry points: a socket still negotiating
+ * settles (FOR_SEND, until DEADLINE_NS: fs_sock_settle), then says who
+ * answers the call: 0, this process's stream; FS_PASS, the kernel socket;
+ * -EAGAIN while the handshake is undecided at DEADLINE_NS; -errno. (A send
+ * before the HELLO-ACK holds its bytes instead: fs_sock_send_early.) */
+static int fs_sock_prepare(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
+{
+	if (fs_sock_state(s) != FS_SOCK_OFFLOADED && fs_sock_pending(s)) {
+		int ret = fs_sock_settle(s, for_send, deadline_ns);
+
+		if (ret && ret != FS_PASS)
+			return ret;
+	}
+	if (fs_sock_state(s) != FS_SOCK_OFFLOADED)
+		return FS_PASS;
+	return fs_sock_ours(s);
+}
+
 ssize_t fs_core_recvmsg(struct fs_sock *s, struct msghdr *msg, int flags)
 {
 	bool nonblock = s->nonblock || (flags & MSG_DONTWAIT);
 	uint64_t deadline = fs_deadline(s->rcvtimeo_ns);
-	ssize_t ret;
+	ssize_t ret = fs_sock_prepare(s, false, nonblock ? fs_now_ns() : deadline);
 
-	if (fs_sock_state(s) != FS_SOCK_OFFLOADED) {
-		if (fs_sock_pending(s)) {
-			ret = fs_sock_settle(s, false, nonblock ? fs_now_ns() : deadline);
-			if (ret && ret != FS_PASS)
-				return ret == -EAGAIN && !nonblock && !deadline ? -EIO : ret;
-		}
-		if (fs_sock_state(s) != FS_SOCK_OFFLOADED) {
-			/* TCP; a HELLO its client may still send goes first */
-			if (s->strip_hello && fs_negotiate_strip_hello(s, nonblock ? fs_now_ns() : deadline) == -EAGAIN)
-				return -EAGAIN;
-			return FS_PASS;
-		}
-	}
-	if (s->pid != fs_self_pid() || fs_stream_hb(s->stream) == FS_HB_DONE)
-		return fs_sock_foreign(s);
+	if (ret == -EAGAIN && !nonblock && !deadline)
+		return -EIO; /* an unbounded wait for the handshake ended undecided */
+	if (ret == FS_PASS && fs_sock_state(s) != FS_SOCK_OFFLOADED && s->strip_hello &&
+	    fs_negotiate_strip_hello(s, nonblock ? fs_now_ns() : deadline) == -EAGAIN)
+		return -EAGAIN; /* TCP; a HELLO its client may still send goes first */
+	if (ret)
+		return ret;
 	if (flags & MSG_OOB)
 		return FS_PASS; /* a peer's urgent byte came over TCP (it took the stream back there): the kernel has it, or says EINVAL */
 	if (flags & ~(MSG_PEEK | MSG_WAITALL | MSG_DONTWAIT | MSG_NOSIGNAL | MSG_CMSG_CLOEXEC))
@@ -237,8 +257,8 @@ ssize_t fs_core_sendmsg(struct fs_sock *s, const struct msghdr *msg, int flags)
 		if (ret)
 			return ret;
 	}
-	if (s->pid != fs_self_pid() || fs_stream_hb(s->stream) == FS_HB_DONE)
-		return fs_sock_foreign(s);
+	if ((ret = fs_sock_ours(s)) != 0)
+		return ret;
 	if (msg->msg_controllen || (flags & MSG_OOB)) {
 		/* ancillary data and urgent data have no fabric meaning: the
 		 * stream goes back to TCP (descriptors passed with it go back
@@ -319,16 +339,13 @@ ssize_t fs_core_sendfile(struct fs_sock *s, int in_fd, off_t *offset, size_t cou
 
 int fs_core_splice(struct fs_sock *s, bool out)
 {
-	if (fs_sock_pending(s) && fs_sock_state(s) != FS_SOCK_CONNECTING) {
-		int ret = fs_sock_settle(s, out, out ? 0 : fs_now_ns());
+	int ret;
 
-		if (ret == -EAGAIN)
-			return -EAGAIN;
-		if (ret && ret != FS_PASS)
-			return ret;
-	}
-	if (fs_sock_state(s) != FS_SOCK_OFFLOADED)
-		return FS_PASS;
+	if (fs_sock_state(s) == FS_SOCK_CONNECTING)
+		return FS_PASS; /* the kernel answers for a connection not yet up */
+	ret = fs_sock_prepare(s, out, out ? 0 : fs_now_ns());
+	if (ret)
+		return ret;
 	FS_WARN_ONCE("splice() on an offloaded socket is not supported (its data is not in the kernel): EINVAL; "
 		     "keep such sockets on kernel TCP with FABSOCK_RULES");
 	return -EINVAL;
@@ -381,16 +398,10 @@ int fs_core_shutdown(struct fs_sock *s, int how)
 		if (ret <= 0)
 			return ret;
 	}
-	if (fs_sock_pending(s)) {
-		/* Settle first, so the peer's view stays consistent. */
-		ret = fs_sock_settle(s, true, 0);
-		if (ret)
-			return ret;
-	}
-	if (fs_sock_state(s) != FS_SOCK_OFFLOADED)
-		return FS_PASS;
-	if (s->pid != fs_self_pid() || fs_stream_hb(s->stream) == FS_HB_DONE)
-		return fs_sock_foreign(s);
+	/* settle first, so the peer's view stays consistent */
+	ret = fs_sock_prepare(s, true, 0);
+	if (ret)
+		return ret;
 	/* The kernel checks that the socket is connected and the argument. */
 	if (how == SHUT_RD || how == SHUT_RDWR)
 		s->shut_rd = true;
@@ -456,15 +467,11 @@ int fs_core_fionread(struct fs_sock *s, int *avail)
 	size_t n;
 
 	/* A negotiating socket may hold handshake bytes (a HELLO, an ACK) the
-	 * kernel would count: settle first, without waiting. */
-	if (fs_sock_pending(s) && fs_sock_state(s) != FS_SOCK_CONNECTING && fs_sock_settle(s, false, fs_now_ns()) == FS_PASS)
+	 * kernel would count: settle first, without waiting. Anything but
+	 * this process's stream: the kernel counts (from now on, for a socket
+	 * another process shares). */
+	if (fs_sock_state(s) == FS_SOCK_CONNECTING || fs_sock_prepare(s, false, fs_now_ns()))
 		return FS_PASS;
-	if (fs_sock_state(s) != FS_SOCK_OFFLOADED)
-		return FS_PASS;
-	if (s->pid != fs_self_pid()) {
-		fs_sock_foreign(s);
-		return FS_PASS; /* the kernel counts from now on */
-	}
 	if (fs_stream_hb(s->stream) != FS_HB_NONE)
 		return FS_PASS; /* what is on its way over TCP */
 	n = fs_stream_readable(s->stream);
