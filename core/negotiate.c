@@ -430,12 +430,12 @@ int fs_negotiate_client_hello(struct fs_sock *s, uint64_t wait_deadline_ns)
 	char why[200] = "";
 	int len, ret, nak = FS_NAK_NONE;
 
-	if (!s->skip_probe) {
+	if (!s->neg->skip_probe) {
 		bool tcp_readable;
-		enum fs_probe_outcome out = fs_probe_result(&s->probe, s->fd, wait_deadline_ns, &tcp_readable);
+		enum fs_probe_outcome out = fs_probe_result(&s->neg->probe, s->fd, wait_deadline_ns, &tcp_readable);
 
 		if (tcp_readable) {
-			fs_probe_cancel(&s->probe);
+			fs_probe_cancel(&s->neg->probe);
 			FS_STAT_INC(fallback_server_first);
 			return fs_kernel(s, "the server spoke first");
 		}
@@ -448,11 +448,11 @@ int fs_negotiate_client_hello(struct fs_sock *s, uint64_t wait_deadline_ns)
 			FS_STAT_INC(fallback_probe_no);
 			return fs_kernel(s, "the server's listener said no");
 		case FS_PROBE_OUT_REFUSED:
-			fs_negcache_add((struct sockaddr *)&s->peer, true);
+			fs_negcache_add((struct sockaddr *)&s->neg->peer, true);
 			FS_STAT_INC(fallback_probe_refused);
 			return fs_kernel(s, "no fabsock listener (probe port unreachable)");
 		default:
-			fs_negcache_add((struct sockaddr *)&s->peer, false);
+			fs_negcache_add((struct sockaddr *)&s->neg->peer, false);
 			FS_STAT_INC(fallback_probe_timeout);
 			return fs_kernel(s, "no probe answer in time");
 		}
@@ -465,14 +465,14 @@ int fs_negotiate_client_hello(struct fs_sock *s, uint64_t wait_deadline_ns)
 	e = fs_engine_get();
 	if (getrandom(&hello.token, sizeof(hello.token), GRND_NONBLOCK) != sizeof(hello.token))
 		hello.token = fs_now_ns() * 0x9e3779b97f4a7c15ull;
-	hello.nonce = s->skip_probe ? 0 : s->probe.nonce;
+	hello.nonce = s->neg->skip_probe ? 0 : s->neg->probe.nonce;
 	if (e)
-		st = fs_engine_open_stream(e, s->provider, (struct sockaddr *)&local, NULL, 0, hello.token,
+		st = fs_engine_open_stream(e, s->neg->provider, (struct sockaddr *)&local, NULL, 0, hello.token,
 					   fs_client_rail_check, NULL, &nak, why, sizeof(why));
 	if (!st && !why[0])
 		snprintf(why, sizeof(why), "no resources for a new stream");
 	if (e)
-		fs_fill_hello(&hello, FS_WIRE_HELLO_MAGIC, e, st, s->provider, s->fd);
+		fs_fill_hello(&hello, FS_WIRE_HELLO_MAGIC, e, st, s->neg->provider, s->fd);
 	else
 		hello.magic = FS_WIRE_HELLO_MAGIC;
 	len = fs_wire_hello_encode(&hello, wire, sizeof(wire));
@@ -725,8 +725,6 @@ static int fs_server_accept_hello(struct fs_sock *s, const struct fs_hello *hell
 	return 0;
 }
 
-/* The probe said yes (or a rule vouches for the client): the first bytes
- * should be its HELLO. */
 /* The connection settles as TCP, but its client may still send a HELLO
  * (NONCE: the one it must carry, 0 for any): the first receive strips it
  * (fs_negotiate_strip_hello). SENT: this side spoke first, so the client
@@ -734,10 +732,12 @@ static int fs_server_accept_hello(struct fs_sock *s, const struct fs_hello *hell
 static void fs_strip_hello_later(struct fs_sock *s, uint64_t nonce, bool sent)
 {
 	s->strip_hello = true;
-	s->strip_nonce = nonce;
+	s->neg->strip_nonce = nonce;
 	s->strip_sent = sent;
 }
 
+/* The probe said yes (or a rule vouches for the client): the first bytes
+ * should be its HELLO. */
 static int fs_server_expect_hello(struct fs_sock *s, const struct fs_probe_rec *rec, bool vouched,
 				  const uint8_t addr[16], uint16_t port, bool for_send, uint64_t caller_deadline_ns)
 {
@@ -830,7 +830,7 @@ int fs_negotiate_strip_hello(struct fs_sock *s, uint64_t deadline_ns)
 	}
 	s->strip_hello = false;
 	FS_DBG("fd %d: looking for a HELLO to strip: %zu first bytes, decode %d", s->fd, got, ret);
-	if (ret > 0 && (!s->strip_nonce || hello.nonce == s->strip_nonce) && fs_consume(s->fd, (size_t)ret) == 0) {
+	if (ret > 0 && (!s->neg->strip_nonce || hello.nonce == s->neg->strip_nonce) && fs_consume(s->fd, (size_t)ret) == 0) {
 		FS_INFO("fd %d: dropped the client's HELLO (this side stays on TCP)", s->fd);
 		if (!s->strip_sent)
 			fs_send_nak(s, hello.token, hello.nonce, FS_NAK_RESOURCES, NULL);
@@ -864,7 +864,7 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 	rule = fs_rules_match(&fs_rules_global, FS_SIDE_SERVER, (struct sockaddr *)&peer, s->local_port);
 	if (rule == FS_RULE_KERNEL) {
 		if (s->listener)
-			fs_listener_claim_tcp(s->listener, addr, port, s->accepted_ns, NULL);
+			fs_listener_claim_tcp(s->listener, addr, port, s->neg->accepted_ns, NULL);
 		FS_STAT_INC(fallback_rule);
 		return fs_kernel(s, "a FABSOCK_RULES rule says kernel");
 	}
@@ -887,7 +887,7 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 		fs_listener_drain(s->listener);
 		rec = (struct fs_probe_rec){ 0 };
 		state = fs_listener_lookup(s->listener, addr, port, &rec);
-		if (fs_probe_rec_stale(&rec, s->accepted_ns))
+		if (fs_probe_rec_stale(&rec, s->neg->accepted_ns))
 			state = FS_REC_NONE; /* an earlier connection's, from the same client port */
 		if (state == FS_REC_YES)
 			return fs_server_expect_hello(s, &rec, rule == FS_RULE_OFFLOAD, addr, port, for_send, deadline_ns);
@@ -914,7 +914,7 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 			}
 		}
 		if (for_send || readable) {
-			state = fs_listener_claim_tcp(s->listener, addr, port, s->accepted_ns, &rec);
+			state = fs_listener_claim_tcp(s->listener, addr, port, s->neg->accepted_ns, &rec);
 			if (state == FS_REC_YES)
 				return fs_server_expect_hello(s, &rec, false, addr, port, for_send, deadline_ns);
 			break;

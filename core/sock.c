@@ -81,6 +81,10 @@ static struct fs_sock *fs_sock_alloc(int fd, int family)
 {
 	struct fs_sock *s;
 
+	struct fs_sock_neg *neg = calloc(1, sizeof(*neg));
+
+	if (!neg)
+		return NULL;
 	pthread_mutex_lock(&fs_sock_free_lock);
 	s = fs_sock_free_list;
 	if (s)
@@ -88,11 +92,15 @@ static struct fs_sock *fs_sock_alloc(int fd, int family)
 	pthread_mutex_unlock(&fs_sock_free_lock);
 	if (!s) {
 		s = calloc(1, sizeof(*s));
-		if (!s)
+		if (!s) {
+			free(neg);
 			return NULL;
+		}
 	} else {
 		memset(s, 0, sizeof(*s));
 	}
+	s->neg = neg;
+	neg->probe.udp_fd = -1;
 	pthread_mutex_init(&s->lock, NULL);
 	s->fd = fd;
 	s->app_fds = s->app_fds_inline;
@@ -102,7 +110,6 @@ static struct fs_sock *fs_sock_alloc(int fd, int family)
 	s->family = family;
 	s->pid = fs_self_pid();
 	fs_sock_set_state(s, FS_SOCK_FRESH);
-	s->probe.udp_fd = -1;
 	__atomic_store_n(&s->refs, 1, __ATOMIC_RELEASE); /* the fd table's reference */
 	return s;
 }
@@ -133,10 +140,24 @@ void fs_sock_ref(struct fs_sock *s)
 	__atomic_fetch_add(&s->refs, 1, __ATOMIC_ACQ_REL);
 }
 
+/* The socket has settled (offloaded, kernel) or listens: what only the
+ * handshake needed goes (its probe's UDP socket with it). Socket lock
+ * held, or the last reference. */
+static void fs_sock_neg_free(struct fs_sock *s)
+{
+	if (!s->neg)
+		return;
+	if (s->neg->probe.udp_fd >= 0)
+		fs_probe_cancel(&s->neg->probe);
+	free(s->neg);
+	s->neg = NULL;
+}
+
 void fs_sock_put(struct fs_sock *s)
 {
 	if (__atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL))
 		return;
+	fs_sock_neg_free(s);
 	/* Nobody can look at S any more: the stream's memory may go once the
 	 * engine is done with it (only in the process that owns it). */
 	if (s->stream && s->pid == fs_self_pid())
@@ -158,8 +179,7 @@ void fs_sock_release(struct fs_sock *s)
 		fs_listener_forget(s->listener, s->peer_key, s->peer_port);
 		s->have_peer_key = false;
 	}
-	if (s->probe.udp_fd >= 0)
-		fs_probe_cancel(&s->probe);
+	fs_sock_neg_free(s);
 	if (s->listener) {
 		if (fs_sock_state(s) == FS_SOCK_LISTENING)
 			fs_listener_close(s->listener);
@@ -266,6 +286,7 @@ void fs_core_adopt(int fd, bool listening, struct fs_listener *from)
 	if (listening) {
 		s->listener = fs_listener_open(fd);
 		fs_sock_set_state(s, FS_SOCK_LISTENING);
+		fs_sock_neg_free(s);
 		FS_INFO("fd %d: listener on port %u taken over after exec", fd, port);
 	} else {
 		/* FROM: the old program's listener's probe table, which has this
@@ -322,6 +343,7 @@ int fs_sock_send_hello(struct fs_sock *s, uint64_t deadline_ns)
 static void fs_sock_offloaded(struct fs_sock *s)
 {
 	fs_sock_set_state(s, FS_SOCK_OFFLOADED);
+	fs_sock_neg_free(s);
 	fs_sock_note_inherit(s);
 }
 
@@ -468,8 +490,8 @@ static void fs_sock_connect_watch(void *arg, bool timed_out);
 
 static void fs_sock_watch_probe(struct fs_sock *s)
 {
-	fs_service_watch(&s->client_watch, s->skip_probe ? -1 : s->probe.udp_fd, POLLIN,
-			 s->skip_probe ? fs_now_ns() : s->probe.deadline_ns + 1000000ull, fs_sock_client_watch, s);
+	fs_service_watch(&s->client_watch, s->neg->skip_probe ? -1 : s->neg->probe.udp_fd, POLLIN,
+			 s->neg->skip_probe ? fs_now_ns() : s->neg->probe.deadline_ns + 1000000ull, fs_sock_client_watch, s);
 }
 
 static void fs_sock_watch_ack(struct fs_sock *s)
@@ -506,9 +528,10 @@ static void fs_sock_client_watch(void *arg, bool timed_out)
 	ret = fs_sock_client_step(s, fs_now_ns(), fs_now_ns());
 	FS_DBG("fd %d: handshake watch (timed out %d): %d, state %d", s->fd, timed_out, ret, fs_sock_state(s));
 	if (fs_sock_state(s) == FS_SOCK_CLIENT_PENDING && !s->closed) {
-		/* woken without a final answer (an fd number shared over time) */
-		pthread_mutex_unlock(&s->lock);
+		/* woken without a final answer (an fd number shared over time);
+		 * the probe is read under the lock (settling frees it) */
 		fs_sock_watch_probe(s);
+		pthread_mutex_unlock(&s->lock);
 		return;
 	}
 	if (fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT && !s->closed) {
@@ -532,7 +555,7 @@ static void fs_sock_client_watch(void *arg, bool timed_out)
  * thread, for a blocking connect()). Socket lock held. */
 static void fs_sock_after_connect(struct fs_sock *s, bool wait_here)
 {
-	const struct sockaddr *addr = (const struct sockaddr *)&s->peer;
+	const struct sockaddr *addr = (const struct sockaddr *)&s->neg->peer;
 	struct sockaddr_storage local;
 	socklen_t llen = sizeof(local);
 	enum fs_rule_action rule;
@@ -551,24 +574,24 @@ static void fs_sock_after_connect(struct fs_sock *s, bool wait_here)
 		why = "getsockname failed";
 		goto kernel;
 	}
-	s->provider = fs_negotiate_pick_provider((struct sockaddr *)&local, addr, &why);
-	if (s->provider == FS_PROV_NONE) {
+	s->neg->provider = fs_negotiate_pick_provider((struct sockaddr *)&local, addr, &why);
+	if (s->neg->provider == FS_PROV_NONE) {
 		FS_STAT_INC(fallback_remote);
 		goto kernel;
 	}
 	if (rule == FS_RULE_OFFLOAD) {
-		s->skip_probe = true;
+		s->neg->skip_probe = true;
 	} else if (fs_negcache_hit(addr)) {
 		FS_STAT_INC(fallback_neg_cache);
 		why = "destination cached as not fabsock";
 		goto kernel;
-	} else if (fs_probe_start(&s->probe, s->fd, addr)) {
+	} else if (fs_probe_start(&s->neg->probe, s->fd, addr)) {
 		FS_STAT_INC(fallback_probe_refused);
 		why = "cannot send the probe";
 		goto kernel;
 	}
 	fs_sock_set_state(s, FS_SOCK_CLIENT_PENDING);
-	if (!s->skip_probe && wait_here) {
+	if (!s->neg->skip_probe && wait_here) {
 		/* A blocking connect(): on this host the answer takes tens of
 		 * microseconds, so wait that long here and send the HELLO from
 		 * this thread; the ACK follows as soon as the server application
@@ -653,7 +676,7 @@ int fs_core_connect(struct fs_sock *s, const struct sockaddr *addr, socklen_t le
 	if (ret && errno != EINPROGRESS)
 		return -errno;
 	pthread_mutex_lock(&s->lock);
-	memcpy(&s->peer, addr, len < sizeof(s->peer) ? len : sizeof(s->peer));
+	memcpy(&s->neg->peer, addr, len < sizeof(s->neg->peer) ? len : sizeof(s->neg->peer));
 	if (ret) {
 		/* Nonblocking: the service thread goes on when the connection is
 		 * up; the application sees EINPROGRESS as from the kernel. */
@@ -722,6 +745,7 @@ int fs_core_listen(struct fs_sock *s, int backlog)
 	early = NULL;
 	s->local_port = port;
 	fs_sock_set_state(s, FS_SOCK_LISTENING);
+	fs_sock_neg_free(s);
 	fs_sock_note_inherit(s);
 	pthread_mutex_unlock(&s->lock);
 	return 0;
@@ -743,7 +767,7 @@ void fs_core_accepted(struct fs_sock *ls, int newfd, int flags)
 	if (!s)
 		return;
 	fs_sock_set_state(s, FS_SOCK_SERVER_PENDING);
-	s->accepted_ns = fs_now_ns();
+	s->neg->accepted_ns = fs_now_ns();
 	s->nonblock = (flags & SOCK_NONBLOCK) != 0;
 	s->local_port = ls->local_port;
 	if (ls->listener) {

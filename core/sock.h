@@ -66,10 +66,25 @@ struct fs_stream;
 struct fs_listener;
 struct fs_hb_page;
 
-struct fs_sock {
-	/* Server side: when accept() returned it (a probe record settled
-	 * before then is an earlier connection's from the same client port). */
+/* What only the handshake needs: allocated with the socket, freed when it
+ * settles as offloaded or kernel (sock.c; a SERVER_PLAIN socket keeps it
+ * for a HELLO it may still strip). An idle offloaded connection does not
+ * carry it. Read and written under fs_sock.lock, and only in the states
+ * that keep it. */
+struct fs_sock_neg {
+	/* server side: when accept() returned it (a probe record settled
+	 * before then is an earlier connection's from the same client port) */
 	uint64_t accepted_ns;
+	/* the nonce a HELLO to strip must carry (0: any; fs_sock.strip_hello) */
+	uint64_t strip_nonce;
+	/* client side */
+	bool skip_probe;
+	unsigned provider; /* enum fs_wire_provider chosen at connect() */
+	struct fs_probe_client probe;
+	struct sockaddr_storage peer;
+};
+
+struct fs_sock {
 	/* The kernel socket as fabsock uses it for its own calls: the
 	 * application's fd, or, once the socket has been duplicated (dup,
 	 * dup2, dup3, F_DUPFD), a private duplicate (fd_private) so that the
@@ -96,10 +111,9 @@ struct fs_sock {
 	bool linger0;
 	/* A server connection left to TCP whose client may still send a HELLO
 	 * (told yes by a probe this side cannot see, or told yes and late):
-	 * the first receive strips it (fs_negotiate_strip_hello). strip_nonce
-	 * 0 takes any HELLO; strip_sent: this side already sent, so no NAK. */
+	 * the first receive strips it (fs_negotiate_strip_hello; the nonce is
+	 * neg->strip_nonce). strip_sent: this side already sent, so no NAK. */
 	bool strip_hello, strip_sent;
-	uint64_t strip_nonce;
 	bool shut_rd, shut_wr;
 	/* A client before the HELLO-ACK whose stream could hold no more of
 	 * what the application wrote: not writable until it settles
@@ -107,15 +121,11 @@ struct fs_sock {
 	bool hold_full;
 	uint64_t rcvtimeo_ns, sndtimeo_ns;
 
-	/* client */
-	bool skip_probe;
-	unsigned provider; /* enum fs_wire_provider chosen at connect() */
-	struct fs_probe_client probe;
-	/* the service thread's watches: a nonblocking connect() finishing,
-	 * then the handshake (probe answer, HELLO-ACK) */
+	struct fs_sock_neg *neg; /* while negotiating (above) */
+	/* client: the service thread's watches: a nonblocking connect()
+	 * finishing, then the handshake (probe answer, HELLO-ACK) */
 	struct fs_watch connect_watch, client_watch;
 	uint64_t token;
-	struct sockaddr_storage peer;
 
 	/* listener, and accepted connections (the listener they came from) */
 	struct fs_listener *listener;
