@@ -10,7 +10,10 @@
  * by a SIGALRM watchdog. Each process prints `PASS name` or `FAIL name:
  * detail` lines, `info name: ...` measurements and finally `connections=N`
  * (how many TCP connections it opened or accepted), and exits nonzero on any
- * failure.
+ * failure (harness.h: the scenario table, the reporter and the watchdog).
+ * Its siblings, run the same way by the same script: fs_semantics_lifecycle
+ * (descriptors and processes: dup, close, exit, signals, children) and
+ * fs_semantics_share (another process takes the connection over).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -30,157 +33,17 @@
 #include <time.h>
 #include <unistd.h>
 
-#define SEM_WATCHDOG_SECONDS 40
+#include "harness.h"
+
 #define SEM_ADDRESS_TEXT_SIZE 64
 
-static const char *scenario_name = "?";
-static int failure_count;
-static int connection_count;
-static volatile sig_atomic_t sigpipe_count;
-static int listen_fd = -1;
-static struct addrinfo *server_address;
+/* ---- helpers of these scenarios ---------------------------------------- */
 
-/* ---- reporting and small helpers --------------------------------------- */
-
-static int sem_fail(const char *format, ...)
-{
-	va_list args;
-	printf("FAIL %s: ", scenario_name);
-	va_start(args, format);
-	vprintf(format, args);
-	va_end(args);
-	printf("\n");
-	failure_count++;
-	return -1;
-}
-
-static void sem_info(const char *format, ...)
-{
-	va_list args;
-	printf("info %s: ", scenario_name);
-	va_start(args, format);
-	vprintf(format, args);
-	va_end(args);
-	printf("\n");
-}
-
-static void sem_watchdog(int signal_number)
-{
-	char message[160];
-	int length = snprintf(message, sizeof(message), "FAIL %s: watchdog: still running after %d s\n",
-			      scenario_name, SEM_WATCHDOG_SECONDS);
-	(void)signal_number;
-	if (write(STDOUT_FILENO, message, (size_t)length) < 0)
-		_exit(3);
-	_exit(3);
-}
-
-static void sem_count_sigpipe(int signal_number)
-{
-	(void)signal_number;
-	sigpipe_count++;
-}
-
-static double sem_now_ms(void)
-{
-	struct timespec now;
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	return (double)now.tv_sec * 1e3 + (double)now.tv_nsec / 1e6;
-}
-
-static void sem_sleep_ms(unsigned milliseconds)
-{
-	struct timespec delay = { milliseconds / 1000, (long)(milliseconds % 1000) * 1000000L };
-	while (nanosleep(&delay, &delay) < 0 && errno == EINTR)
-		;
-}
-
-/* The test data: byte i of stream `salt`. */
-static unsigned char sem_pattern_byte(size_t index, unsigned salt)
-{
-	return (unsigned char)((index * 7 + salt * 13 + 3) ^ (index >> 8));
-}
-
-static void sem_pattern_fill(unsigned char *buffer, size_t length, unsigned salt)
-{
-	for (size_t i = 0; i < length; i++)
-		buffer[i] = sem_pattern_byte(i, salt);
-}
-
-/* 0 if buffer holds stream `salt` from offset 0, else fails naming where. */
-static int sem_pattern_check(const unsigned char *buffer, size_t length, unsigned salt, const char *what)
-{
-	for (size_t i = 0; i < length; i++)
-		if (buffer[i] != sem_pattern_byte(i, salt))
-			return sem_fail("%s: byte %zu is 0x%02x, expected 0x%02x", what, i, buffer[i],
-					sem_pattern_byte(i, salt));
-	return 0;
-}
-
-static int sem_send_all(int fd, const void *data, size_t length)
-{
-	size_t done = 0;
-	while (done < length) {
-		ssize_t result = send(fd, (const char *)data + done, length - done, MSG_NOSIGNAL);
-		if (result < 0 && errno == EINTR)
-			continue;
-		if (result <= 0)
-			return sem_fail("send: %s", result < 0 ? strerror(errno) : "returned 0");
-		done += (size_t)result;
-	}
-	return 0;
-}
-
-static int sem_recv_exact(int fd, void *buffer, size_t length)
-{
-	size_t done = 0;
-	while (done < length) {
-		ssize_t result = recv(fd, (char *)buffer + done, length - done, 0);
-		if (result < 0 && errno == EINTR)
-			continue;
-		if (result < 0)
-			return sem_fail("recv: %s after %zu of %zu bytes", strerror(errno), done, length);
-		if (result == 0)
-			return sem_fail("early EOF after %zu of %zu bytes", done, length);
-		done += (size_t)result;
-	}
-	return 0;
-}
-
-static int sem_send_byte(int fd, char byte)
-{
-	return sem_send_all(fd, &byte, 1);
-}
-
-static int sem_expect_byte(int fd, char expected)
-{
-	char byte = 0;
-	if (sem_recv_exact(fd, &byte, 1) < 0)
-		return -1;
-	if (byte != expected)
-		return sem_fail("sync byte '%c', expected '%c'", byte, expected);
-	return 0;
-}
-
-/* Reads once more and requires EOF (0), as a peer's close must give. */
-static int sem_expect_eof(int fd)
-{
-	char byte;
-	ssize_t result;
-	do
-		result = recv(fd, &byte, 1, 0);
-	while (result < 0 && errno == EINTR);
-	if (result != 0)
-		return sem_fail("expected EOF, recv returned %zd (%s)", result, result < 0 ? strerror(errno) : "data");
-	return 0;
-}
-
+/* The socket must still be in blocking mode (a call with MSG_DONTWAIT or a
+ * timeout may not have changed it). */
 static int sem_is_blocking(int fd)
 {
-	int flags = fcntl(fd, F_GETFL);
-	if (flags < 0 || (flags & O_NONBLOCK))
-		return sem_fail("socket is not in blocking mode (flags 0x%x)", flags);
-	return 0;
+	return harness_expect_nonblocking(fd, false, "the socket");
 }
 
 /* Reads exactly the iovecs' total, with readv or recvmsg, advancing on partial reads. */
@@ -192,14 +55,14 @@ static int sem_read_iov_exact(int fd, struct iovec *parts, int count, bool use_r
 			struct msghdr message = { .msg_iov = parts, .msg_iovlen = (size_t)count };
 			result = recvmsg(fd, &message, 0);
 			if (result > 0 && message.msg_flags != 0)
-				return sem_fail("recvmsg msg_flags 0x%x, expected 0", message.msg_flags);
+				return harness_fail("recvmsg msg_flags 0x%x, expected 0", message.msg_flags);
 		} else {
 			result = readv(fd, parts, count);
 		}
 		if (result < 0 && errno == EINTR)
 			continue;
 		if (result <= 0)
-			return sem_fail("%s: %s", use_recvmsg ? "recvmsg" : "readv",
+			return harness_fail("%s: %s", use_recvmsg ? "recvmsg" : "readv",
 					result < 0 ? strerror(errno) : "early EOF");
 		while (count > 0 && (size_t)result >= parts->iov_len) {
 			result -= (ssize_t)parts->iov_len;
@@ -228,7 +91,7 @@ static int sem_write_iov_all(int fd, struct iovec *parts, int count, bool use_se
 		if (result < 0 && errno == EINTR)
 			continue;
 		if (result <= 0)
-			return sem_fail("%s: %s", use_sendmsg ? "sendmsg" : "writev",
+			return harness_fail("%s: %s", use_sendmsg ? "sendmsg" : "writev",
 					result < 0 ? strerror(errno) : "returned 0");
 		while (count > 0 && (size_t)result >= parts->iov_len) {
 			result -= (ssize_t)parts->iov_len;
@@ -252,31 +115,6 @@ static void sem_split(struct iovec *parts, unsigned char *buffer, const size_t *
 	}
 }
 
-static int sem_accept(void)
-{
-	int fd;
-	do
-		fd = accept(listen_fd, NULL, NULL);
-	while (fd < 0 && errno == EINTR);
-	if (fd < 0) {
-		sem_fail("accept: %s", strerror(errno));
-		exit(1);
-	}
-	connection_count++;
-	return fd;
-}
-
-static int sem_connect(void)
-{
-	int fd = socket(server_address->ai_family, SOCK_STREAM, 0);
-	if (fd < 0 || connect(fd, server_address->ai_addr, server_address->ai_addrlen) < 0) {
-		sem_fail("connect: %s", strerror(errno));
-		exit(1);
-	}
-	connection_count++;
-	return fd;
-}
-
 static void sem_address_text(const struct sockaddr *address, socklen_t length, char *text)
 {
 	char host[INET6_ADDRSTRLEN], service[8];
@@ -297,8 +135,8 @@ static void sem_address_text(const struct sockaddr *address, socklen_t length, c
 static int partial_read_server(int fd)
 {
 	unsigned char data[100];
-	sem_pattern_fill(data, sizeof(data), 1);
-	if (sem_send_all(fd, data, sizeof(data)) < 0 || sem_expect_byte(fd, 'a') < 0)
+	harness_pattern_fill(1, 0, data, sizeof(data));
+	if (harness_send_all(fd, data, sizeof(data)) < 0 || harness_expect_byte(fd, 'a') < 0)
 		return -1;
 	return 0;
 }
@@ -306,19 +144,19 @@ static int partial_read_server(int fd)
 static int partial_read_client(int fd)
 {
 	static unsigned char buffer[65536];
-	double start = sem_now_ms();
+	double start = harness_now_ms();
 	ssize_t first = recv(fd, buffer, sizeof(buffer), 0);
-	double elapsed = sem_now_ms() - start;
+	double elapsed = harness_now_ms() - start;
 
 	if (first <= 0 || first > 100)
-		return sem_fail("first recv returned %zd (%s), expected 1..100", first, first < 0 ? strerror(errno) : "");
-	sem_info("first recv returned %zd bytes after %.1f ms", first, elapsed);
+		return harness_fail("first recv returned %zd (%s), expected 1..100", first, first < 0 ? strerror(errno) : "");
+	harness_info("first recv returned %zd bytes after %.1f ms", first, elapsed);
 	if (elapsed > 2000)
-		return sem_fail("first recv took %.0f ms", elapsed);
-	if (sem_recv_exact(fd, buffer + first, 100 - (size_t)first) < 0 ||
-	    sem_pattern_check(buffer, 100, 1, "data") < 0)
+		return harness_fail("first recv took %.0f ms", elapsed);
+	if (harness_recv_exact(fd, buffer + first, 100 - (size_t)first) < 0 ||
+	    harness_pattern_check(1, 0, buffer, 100, "data") < 0)
 		return -1;
-	if (sem_send_byte(fd, 'a') < 0 || sem_expect_eof(fd) < 0)
+	if (harness_send_byte(fd, 'a') < 0 || harness_expect_eof(fd) < 0)
 		return -1;
 	return 0;
 }
@@ -331,8 +169,8 @@ static int partial_read_client(int fd)
 static int peek_server(int fd)
 {
 	unsigned char data[20];
-	sem_pattern_fill(data, sizeof(data), 2);
-	if (sem_send_all(fd, data, sizeof(data)) < 0 || sem_expect_byte(fd, 'a') < 0)
+	harness_pattern_fill(2, 0, data, sizeof(data));
+	if (harness_send_all(fd, data, sizeof(data)) < 0 || harness_expect_byte(fd, 'a') < 0)
 		return -1;
 	return 0;
 }
@@ -342,18 +180,18 @@ static int peek_client(int fd)
 	unsigned char first[64], second[64], consumed[64];
 	ssize_t first_length = recv(fd, first, sizeof(first), MSG_PEEK);
 	if (first_length <= 0 || first_length > 20)
-		return sem_fail("first peek returned %zd, expected 1..20", first_length);
+		return harness_fail("first peek returned %zd, expected 1..20", first_length);
 	ssize_t second_length = recv(fd, second, sizeof(second), MSG_PEEK);
 	if (second_length < first_length || memcmp(first, second, (size_t)first_length) != 0)
-		return sem_fail("second peek returned %zd bytes, not the %zd peeked before", second_length, first_length);
+		return harness_fail("second peek returned %zd bytes, not the %zd peeked before", second_length, first_length);
 	ssize_t consumed_length = recv(fd, consumed, (size_t)first_length, 0);
 	if (consumed_length != first_length || memcmp(first, consumed, (size_t)first_length) != 0)
-		return sem_fail("recv after peek returned %zd bytes, not the %zd peeked", consumed_length, first_length);
-	if (sem_recv_exact(fd, consumed + first_length, 20 - (size_t)first_length) < 0 ||
-	    sem_pattern_check(consumed, 20, 2, "data") < 0)
+		return harness_fail("recv after peek returned %zd bytes, not the %zd peeked", consumed_length, first_length);
+	if (harness_recv_exact(fd, consumed + first_length, 20 - (size_t)first_length) < 0 ||
+	    harness_pattern_check(2, 0, consumed, 20, "data") < 0)
 		return -1;
-	sem_info("peeked %zd then %zd bytes", first_length, second_length);
-	if (sem_send_byte(fd, 'a') < 0 || sem_expect_eof(fd) < 0)
+	harness_info("peeked %zd then %zd bytes", first_length, second_length);
+	if (harness_send_byte(fd, 'a') < 0 || harness_expect_eof(fd) < 0)
 		return -1;
 	return 0;
 }
@@ -365,28 +203,28 @@ static int peek_client(int fd)
 static int waitall_server(int fd)
 {
 	unsigned char data[100];
-	sem_pattern_fill(data, sizeof(data), 3);
+	harness_pattern_fill(3, 0, data, sizeof(data));
 	for (int i = 0; i < 4; i++) {
 		if (i)
-			sem_sleep_ms(50);
-		if (sem_send_all(fd, data + 25 * i, 25) < 0)
+			harness_sleep_ms(50);
+		if (harness_send_all(fd, data + 25 * i, 25) < 0)
 			return -1;
 	}
-	return sem_expect_byte(fd, 'a');
+	return harness_expect_byte(fd, 'a');
 }
 
 static int waitall_client(int fd)
 {
 	unsigned char buffer[100];
-	double start = sem_now_ms();
+	double start = harness_now_ms();
 	ssize_t result = recv(fd, buffer, sizeof(buffer), MSG_WAITALL);
 	if (result != 100)
-		return sem_fail("recv(MSG_WAITALL) returned %zd (%s), expected 100", result,
+		return harness_fail("recv(MSG_WAITALL) returned %zd (%s), expected 100", result,
 				result < 0 ? strerror(errno) : "short");
-	sem_info("recv(MSG_WAITALL) took %.1f ms", sem_now_ms() - start);
-	if (sem_pattern_check(buffer, 100, 3, "data") < 0)
+	harness_info("recv(MSG_WAITALL) took %.1f ms", harness_now_ms() - start);
+	if (harness_pattern_check(3, 0, buffer, 100, "data") < 0)
 		return -1;
-	if (sem_send_byte(fd, 'a') < 0 || sem_expect_eof(fd) < 0)
+	if (harness_send_byte(fd, 'a') < 0 || harness_expect_eof(fd) < 0)
 		return -1;
 	return 0;
 }
@@ -400,10 +238,10 @@ static int waitall_client(int fd)
 static int dontwait_server(int fd)
 {
 	unsigned char data[10];
-	sem_pattern_fill(data, sizeof(data), 4);
-	if (sem_expect_byte(fd, 'g') < 0 || sem_send_all(fd, data, sizeof(data)) < 0)
+	harness_pattern_fill(4, 0, data, sizeof(data));
+	if (harness_expect_byte(fd, 'g') < 0 || harness_send_all(fd, data, sizeof(data)) < 0)
 		return -1;
-	return sem_expect_byte(fd, 'a');
+	return harness_expect_byte(fd, 'a');
 }
 
 static int dontwait_client(int fd)
@@ -412,27 +250,27 @@ static int dontwait_client(int fd)
 	size_t received = 0;
 	ssize_t result = recv(fd, buffer, sizeof(buffer), MSG_DONTWAIT);
 	if (result != -1 || (errno != EAGAIN && errno != EWOULDBLOCK))
-		return sem_fail("recv(MSG_DONTWAIT) on an empty socket returned %zd (%s), expected -1 EAGAIN", result,
+		return harness_fail("recv(MSG_DONTWAIT) on an empty socket returned %zd (%s), expected -1 EAGAIN", result,
 				result < 0 ? strerror(errno) : "data");
-	if (sem_is_blocking(fd) < 0 || sem_send_byte(fd, 'g') < 0)
+	if (sem_is_blocking(fd) < 0 || harness_send_byte(fd, 'g') < 0)
 		return -1;
 	for (int attempt = 0; attempt < 500 && received < 10; attempt++) {
 		result = recv(fd, buffer + received, sizeof(buffer) - received, MSG_DONTWAIT);
 		if (result > 0) {
 			received += (size_t)result;
 		} else if (result == 0) {
-			return sem_fail("EOF after %zu bytes", received);
+			return harness_fail("EOF after %zu bytes", received);
 		} else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-			sem_sleep_ms(10);
+			harness_sleep_ms(10);
 		} else if (errno != EINTR) {
-			return sem_fail("recv(MSG_DONTWAIT): %s", strerror(errno));
+			return harness_fail("recv(MSG_DONTWAIT): %s", strerror(errno));
 		}
 	}
 	if (received != 10)
-		return sem_fail("recv(MSG_DONTWAIT) got %zu bytes in 5 s, expected 10", received);
-	if (sem_pattern_check(buffer, 10, 4, "data") < 0 || sem_is_blocking(fd) < 0)
+		return harness_fail("recv(MSG_DONTWAIT) got %zu bytes in 5 s, expected 10", received);
+	if (harness_pattern_check(4, 0, buffer, 10, "data") < 0 || sem_is_blocking(fd) < 0)
 		return -1;
-	if (sem_send_byte(fd, 'a') < 0 || sem_expect_eof(fd) < 0)
+	if (harness_send_byte(fd, 'a') < 0 || harness_expect_eof(fd) < 0)
 		return -1;
 	return 0;
 }
@@ -445,8 +283,8 @@ static int dontwait_client(int fd)
 static int eof_after_data_server(int fd)
 {
 	unsigned char data[5000];
-	sem_pattern_fill(data, sizeof(data), 5);
-	return sem_send_all(fd, data, sizeof(data));
+	harness_pattern_fill(5, 0, data, sizeof(data));
+	return harness_send_all(fd, data, sizeof(data));
 }
 
 static int eof_after_data_client(int fd)
@@ -458,21 +296,21 @@ static int eof_after_data_client(int fd)
 		if (result < 0 && errno == EINTR)
 			continue;
 		if (result < 0)
-			return sem_fail("recv: %s after %zu bytes", strerror(errno), received);
+			return harness_fail("recv: %s after %zu bytes", strerror(errno), received);
 		if (result == 0)
 			break;
 		received += (size_t)result;
 		if (received == sizeof(buffer))
-			return sem_fail("more than 5000 bytes");
+			return harness_fail("more than 5000 bytes");
 	}
 	if (received != 5000)
-		return sem_fail("EOF after %zu bytes, expected 5000", received);
-	if (sem_pattern_check(buffer, 5000, 5, "data") < 0)
+		return harness_fail("EOF after %zu bytes, expected 5000", received);
+	if (harness_pattern_check(5, 0, buffer, 5000, "data") < 0)
 		return -1;
 	ssize_t again = recv(fd, buffer, sizeof(buffer), 0);
 	ssize_t third = read(fd, buffer, sizeof(buffer));
 	if (again != 0 || third != 0)
-		return sem_fail("after EOF recv returned %zd and read %zd, expected 0 and 0", again, third);
+		return harness_fail("after EOF recv returned %zd and read %zd, expected 0 and 0", again, third);
 	return 0;
 }
 
@@ -491,36 +329,36 @@ static int shutdown_wr_server(int fd)
 		if (result < 0 && errno == EINTR)
 			continue;
 		if (result < 0)
-			return sem_fail("recv: %s", strerror(errno));
+			return harness_fail("recv: %s", strerror(errno));
 		if (result == 0)
 			break;
 		received += (size_t)result;
 		if (received == sizeof(buffer))
-			return sem_fail("more than 3000 bytes");
+			return harness_fail("more than 3000 bytes");
 	}
 	if (received != 3000)
-		return sem_fail("EOF after %zu bytes, expected 3000", received);
-	if (sem_pattern_check(buffer, 3000, 6, "request") < 0)
+		return harness_fail("EOF after %zu bytes, expected 3000", received);
+	if (harness_pattern_check(6, 0, buffer, 3000, "request") < 0)
 		return -1;
-	sem_pattern_fill(reply, sizeof(reply), 7);
-	return sem_send_all(fd, reply, sizeof(reply));
+	harness_pattern_fill(7, 0, reply, sizeof(reply));
+	return harness_send_all(fd, reply, sizeof(reply));
 }
 
 static int shutdown_wr_client(int fd)
 {
 	unsigned char request[3000], reply[2000];
-	sem_pattern_fill(request, sizeof(request), 6);
-	if (sem_send_all(fd, request, sizeof(request)) < 0)
+	harness_pattern_fill(6, 0, request, sizeof(request));
+	if (harness_send_all(fd, request, sizeof(request)) < 0)
 		return -1;
 	if (shutdown(fd, SHUT_WR) < 0)
-		return sem_fail("shutdown(SHUT_WR): %s", strerror(errno));
+		return harness_fail("shutdown(SHUT_WR): %s", strerror(errno));
 	ssize_t result = send(fd, "x", 1, MSG_NOSIGNAL);
 	if (result != -1 || errno != EPIPE)
-		return sem_fail("send after SHUT_WR returned %zd (%s), expected -1 EPIPE", result,
+		return harness_fail("send after SHUT_WR returned %zd (%s), expected -1 EPIPE", result,
 				result < 0 ? strerror(errno) : "sent");
-	if (sem_recv_exact(fd, reply, sizeof(reply)) < 0 || sem_pattern_check(reply, sizeof(reply), 7, "reply") < 0)
+	if (harness_recv_exact(fd, reply, sizeof(reply)) < 0 || harness_pattern_check(7, 0, reply, sizeof(reply), "reply") < 0)
 		return -1;
-	return sem_expect_eof(fd);
+	return harness_expect_eof(fd);
 }
 
 /*
@@ -535,10 +373,10 @@ static int shutdown_wr_client(int fd)
  */
 static int closing_server(int fd)
 {
-	if (sem_expect_byte(fd, 'h') < 0)
+	if (harness_expect_byte(fd, 'h') < 0)
 		return -1;
 	close(fd);
-	sem_sleep_ms(300);
+	harness_sleep_ms(300);
 	return 0;
 }
 
@@ -547,32 +385,32 @@ static int epipe_client(int fd, bool use_nosignal)
 	unsigned char data[1000];
 	int successes = 0;
 
-	sem_pattern_fill(data, sizeof(data), 8);
-	if (sem_send_byte(fd, 'h') < 0 || sem_expect_eof(fd) < 0)
+	harness_pattern_fill(8, 0, data, sizeof(data));
+	if (harness_send_byte(fd, 'h') < 0 || harness_expect_eof(fd) < 0)
 		return -1;
-	sigpipe_count = 0;
+	harness_sigpipe_count = 0;
 	for (int attempt = 0; attempt < 200; attempt++) {
-		int signals_before = sigpipe_count;
+		int signals_before = harness_sigpipe_count;
 		ssize_t result = use_nosignal ? send(fd, data, sizeof(data), MSG_NOSIGNAL) : write(fd, data, sizeof(data));
 		if (result >= 0) {
 			successes++;
-			sem_sleep_ms(10);
+			harness_sleep_ms(10);
 			continue;
 		}
 		if (errno == EINTR)
 			continue;
 		if (errno != EPIPE)
-			return sem_fail("write failed with %s, expected EPIPE", strerror(errno));
-		sem_info("EPIPE after %d successful writes; SIGPIPE count %d", successes, (int)sigpipe_count);
+			return harness_fail("write failed with %s, expected EPIPE", strerror(errno));
+		harness_info("EPIPE after %d successful writes; SIGPIPE count %d", successes, (int)harness_sigpipe_count);
 		if (successes != 1)
-			return sem_fail("EPIPE after %d successful writes, expected 1 (the kernel accepts one)", successes);
-		if (use_nosignal && sigpipe_count != 0)
-			return sem_fail("SIGPIPE delivered %d times despite MSG_NOSIGNAL", (int)sigpipe_count);
-		if (!use_nosignal && sigpipe_count <= signals_before)
-			return sem_fail("write returned EPIPE but no SIGPIPE was delivered");
+			return harness_fail("EPIPE after %d successful writes, expected 1 (the kernel accepts one)", successes);
+		if (use_nosignal && harness_sigpipe_count != 0)
+			return harness_fail("SIGPIPE delivered %d times despite MSG_NOSIGNAL", (int)harness_sigpipe_count);
+		if (!use_nosignal && harness_sigpipe_count <= signals_before)
+			return harness_fail("write returned EPIPE but no SIGPIPE was delivered");
 		return 0;
 	}
-	return sem_fail("no EPIPE after %d successful writes to a closed peer", successes);
+	return harness_fail("no EPIPE after %d successful writes to a closed peer", successes);
 }
 
 static int epipe_nosignal_client(int fd)
@@ -592,7 +430,7 @@ static int sigpipe_client(int fd)
  */
 static int rcvtimeo_server(int fd)
 {
-	if (sem_expect_byte(fd, 'd') < 0)
+	if (harness_expect_byte(fd, 'd') < 0)
 		return -1;
 	return 0;
 }
@@ -604,28 +442,28 @@ static int rcvtimeo_client(int fd)
 	char byte;
 
 	if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout)) < 0)
-		return sem_fail("setsockopt(SO_RCVTIMEO): %s", strerror(errno));
+		return harness_fail("setsockopt(SO_RCVTIMEO): %s", strerror(errno));
 	if (getsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &read_back, &length) < 0)
-		return sem_fail("getsockopt(SO_RCVTIMEO): %s", strerror(errno));
+		return harness_fail("getsockopt(SO_RCVTIMEO): %s", strerror(errno));
 	long read_back_ms = read_back.tv_sec * 1000 + read_back.tv_usec / 1000;
 	if (read_back_ms < 190 || read_back_ms > 210)
-		return sem_fail("SO_RCVTIMEO reads back as %ld ms, expected 200", read_back_ms);
-	double start = sem_now_ms();
+		return harness_fail("SO_RCVTIMEO reads back as %ld ms, expected 200", read_back_ms);
+	double start = harness_now_ms();
 	ssize_t result = recv(fd, &byte, 1, 0);
-	double elapsed = sem_now_ms() - start;
+	double elapsed = harness_now_ms() - start;
 	if (result != -1 || (errno != EAGAIN && errno != EWOULDBLOCK))
-		return sem_fail("recv returned %zd (%s), expected -1 EAGAIN", result, result < 0 ? strerror(errno) : "");
-	sem_info("recv timed out after %.1f ms", elapsed);
+		return harness_fail("recv returned %zd (%s), expected -1 EAGAIN", result, result < 0 ? strerror(errno) : "");
+	harness_info("recv timed out after %.1f ms", elapsed);
 	if (elapsed < 150 || elapsed > 1500)
-		return sem_fail("recv timed out after %.0f ms, expected 150..1500", elapsed);
+		return harness_fail("recv timed out after %.0f ms, expected 150..1500", elapsed);
 	if (sem_is_blocking(fd) < 0)
 		return -1;
 	timeout.tv_usec = 0;
 	if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout)) < 0)
-		return sem_fail("clearing SO_RCVTIMEO: %s", strerror(errno));
-	if (sem_send_byte(fd, 'd') < 0)
+		return harness_fail("clearing SO_RCVTIMEO: %s", strerror(errno));
+	if (harness_send_byte(fd, 'd') < 0)
 		return -1;
-	return sem_expect_eof(fd);
+	return harness_expect_eof(fd);
 }
 
 /*
@@ -638,11 +476,11 @@ static int rcvtimeo_client(int fd)
  */
 static int sndtimeo_server(int first_fd)
 {
-	int second_fd = sem_accept();
+	int second_fd = harness_scenario_accept();
 	int data_fd = -1, control_fd = -1;
 	char first_byte = 0, second_byte = 0;
 
-	if (sem_recv_exact(first_fd, &first_byte, 1) < 0 || sem_recv_exact(second_fd, &second_byte, 1) < 0)
+	if (harness_recv_exact(first_fd, &first_byte, 1) < 0 || harness_recv_exact(second_fd, &second_byte, 1) < 0)
 		goto out;
 	if (first_byte == 'D' && second_byte == 'C') {
 		data_fd = first_fd;
@@ -651,14 +489,14 @@ static int sndtimeo_server(int first_fd)
 		data_fd = second_fd;
 		control_fd = first_fd;
 	} else {
-		sem_fail("connections introduced themselves as '%c' and '%c'", first_byte, second_byte);
+		harness_fail("connections introduced themselves as '%c' and '%c'", first_byte, second_byte);
 		goto out;
 	}
 	(void)data_fd;
-	sem_expect_byte(control_fd, 'x');
+	harness_expect_byte(control_fd, 'x');
 out:
 	close(second_fd);
-	return failure_count ? -1 : 0;
+	return harness_failures() ? -1 : 0;
 }
 
 static int sndtimeo_client(int data_fd)
@@ -666,23 +504,23 @@ static int sndtimeo_client(int data_fd)
 	static unsigned char chunk[65536];
 	struct timeval timeout = { 0, 200000 };
 	uint64_t sent = 0;
-	double start = sem_now_ms();
+	double start = harness_now_ms();
 	int control_fd, result = -1;
 
-	if (sem_send_byte(data_fd, 'D') < 0)
+	if (harness_send_byte(data_fd, 'D') < 0)
 		return -1;
-	control_fd = sem_connect();
-	if (sem_send_byte(control_fd, 'C') < 0)
+	control_fd = harness_scenario_connect();
+	if (harness_send_byte(control_fd, 'C') < 0)
 		goto out;
 	if (setsockopt(data_fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout)) < 0) {
-		sem_fail("setsockopt(SO_SNDTIMEO): %s", strerror(errno));
+		harness_fail("setsockopt(SO_SNDTIMEO): %s", strerror(errno));
 		goto out;
 	}
-	sem_pattern_fill(chunk, sizeof(chunk), 9);
-	while (sent < (64u << 20) && sem_now_ms() - start < 20000) {
-		double call_start = sem_now_ms();
+	harness_pattern_fill(9, 0, chunk, sizeof(chunk));
+	while (sent < (64u << 20) && harness_now_ms() - start < 20000) {
+		double call_start = harness_now_ms();
 		ssize_t written = send(data_fd, chunk, sizeof(chunk), MSG_NOSIGNAL);
-		double call_ms = sem_now_ms() - call_start;
+		double call_ms = harness_now_ms() - call_start;
 		if (written > 0) {
 			sent += (uint64_t)written;
 			continue;
@@ -690,23 +528,23 @@ static int sndtimeo_client(int data_fd)
 		if (written < 0 && errno == EINTR)
 			continue;
 		if (written < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-			sem_info("send timed out after %.1f ms, %llu bytes accepted before", call_ms,
+			harness_info("send timed out after %.1f ms, %llu bytes accepted before", call_ms,
 				 (unsigned long long)sent);
 			if (call_ms < 150 || call_ms > 1500)
-				sem_fail("the timed-out send took %.0f ms, expected 150..1500", call_ms);
+				harness_fail("the timed-out send took %.0f ms, expected 150..1500", call_ms);
 			else
 				result = 0;
 			goto out;
 		}
-		sem_fail("send returned %zd (%s), expected data or -1 EAGAIN", written,
+		harness_fail("send returned %zd (%s), expected data or -1 EAGAIN", written,
 			 written < 0 ? strerror(errno) : "0");
 		goto out;
 	}
-	sem_fail("no EAGAIN after %llu bytes / %.0f ms", (unsigned long long)sent, sem_now_ms() - start);
+	harness_fail("no EAGAIN after %llu bytes / %.0f ms", (unsigned long long)sent, harness_now_ms() - start);
 out:
-	if (sem_send_byte(control_fd, 'x') < 0)
+	if (harness_send_byte(control_fd, 'x') < 0)
 		result = -1;
-	sem_expect_eof(control_fd);
+	harness_expect_eof(control_fd);
 	close(control_fd);
 	return result;
 }
@@ -720,24 +558,24 @@ static int sem_check_so_error(int fd, const char *when)
 	int error = -1;
 	socklen_t length = sizeof(error);
 	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) < 0)
-		return sem_fail("getsockopt(SO_ERROR) %s: %s", when, strerror(errno));
+		return harness_fail("getsockopt(SO_ERROR) %s: %s", when, strerror(errno));
 	if (error != 0 || length != sizeof(int))
-		return sem_fail("SO_ERROR %s is %d (length %u), expected 0", when, error, (unsigned)length);
+		return harness_fail("SO_ERROR %s is %d (length %u), expected 0", when, error, (unsigned)length);
 	return 0;
 }
 
 static int so_error_server(int fd)
 {
-	if (sem_check_so_error(fd, "after accept") < 0 || sem_expect_byte(fd, 'p') < 0 || sem_send_byte(fd, 'q') < 0)
+	if (sem_check_so_error(fd, "after accept") < 0 || harness_expect_byte(fd, 'p') < 0 || harness_send_byte(fd, 'q') < 0)
 		return -1;
-	if (sem_expect_eof(fd) < 0)
+	if (harness_expect_eof(fd) < 0)
 		return -1;
 	return sem_check_so_error(fd, "after EOF");
 }
 
 static int so_error_client(int fd)
 {
-	if (sem_check_so_error(fd, "after connect") < 0 || sem_send_byte(fd, 'p') < 0 || sem_expect_byte(fd, 'q') < 0)
+	if (sem_check_so_error(fd, "after connect") < 0 || harness_send_byte(fd, 'p') < 0 || harness_expect_byte(fd, 'q') < 0)
 		return -1;
 	return sem_check_so_error(fd, "after the exchange");
 }
@@ -762,7 +600,7 @@ static int iov_server(int fd)
 	if (sem_read_iov_exact(fd, parts, 3, false) < 0)
 		return -1;
 	sem_split(parts, buffer + 1040, read_second, 3);
-	if (sem_read_iov_exact(fd, parts, 3, true) < 0 || sem_pattern_check(buffer, SEM_IOV_TOTAL, 10, "request") < 0)
+	if (sem_read_iov_exact(fd, parts, 3, true) < 0 || harness_pattern_check(10, 0, buffer, SEM_IOV_TOTAL, "request") < 0)
 		return -1;
 	sem_split(parts, buffer, send_first, 3);
 	if (sem_write_iov_all(fd, parts, 3, true) < 0)
@@ -770,7 +608,7 @@ static int iov_server(int fd)
 	sem_split(parts, buffer + 3245, send_second, 3);
 	if (sem_write_iov_all(fd, parts, 3, false) < 0)
 		return -1;
-	return sem_expect_eof(fd);
+	return harness_expect_eof(fd);
 }
 
 static int iov_client(int fd)
@@ -780,7 +618,7 @@ static int iov_client(int fd)
 	static const size_t read_first[] = { 1, 2600, 2644 };
 	struct iovec parts[3];
 
-	sem_pattern_fill(data, sizeof(data), 10);
+	harness_pattern_fill(10, 0, data, sizeof(data));
 	sem_split(parts, data, write_first, 3);
 	if (sem_write_iov_all(fd, parts, 3, false) < 0)
 		return -1;
@@ -792,7 +630,7 @@ static int iov_client(int fd)
 		return -1;
 	if (sem_read_iov_exact(fd, parts + 2, 1, false) < 0) /* the other 2644 via readv */
 		return -1;
-	return sem_pattern_check(buffer, SEM_IOV_TOTAL, 10, "echo");
+	return harness_pattern_check(10, 0, buffer, SEM_IOV_TOTAL, "echo");
 }
 
 /*
@@ -803,10 +641,10 @@ static int iov_client(int fd)
 static int fionread_server(int fd)
 {
 	unsigned char data[1234];
-	sem_pattern_fill(data, sizeof(data), 11);
-	if (sem_expect_byte(fd, 'g') < 0 || sem_send_all(fd, data, sizeof(data)) < 0)
+	harness_pattern_fill(11, 0, data, sizeof(data));
+	if (harness_expect_byte(fd, 'g') < 0 || harness_send_all(fd, data, sizeof(data)) < 0)
 		return -1;
-	return sem_expect_byte(fd, 'a');
+	return harness_expect_byte(fd, 'a');
 }
 
 static int fionread_client(int fd)
@@ -814,26 +652,26 @@ static int fionread_client(int fd)
 	unsigned char buffer[1234];
 	int available = -1;
 
-	if (sem_send_byte(fd, 'g') < 0)
+	if (harness_send_byte(fd, 'g') < 0)
 		return -1;
 	for (int attempt = 0; attempt < 200; attempt++) {
 		if (ioctl(fd, FIONREAD, &available) < 0)
-			return sem_fail("ioctl(FIONREAD): %s", strerror(errno));
+			return harness_fail("ioctl(FIONREAD): %s", strerror(errno));
 		if (available > 1234)
-			return sem_fail("FIONREAD reports %d, more than the 1234 sent", available);
+			return harness_fail("FIONREAD reports %d, more than the 1234 sent", available);
 		if (available == 1234)
 			break;
-		sem_sleep_ms(10);
+		harness_sleep_ms(10);
 	}
 	if (available != 1234)
-		return sem_fail("FIONREAD reports %d after 2 s, expected 1234", available);
-	if (sem_recv_exact(fd, buffer, sizeof(buffer)) < 0 || sem_pattern_check(buffer, sizeof(buffer), 11, "data") < 0)
+		return harness_fail("FIONREAD reports %d after 2 s, expected 1234", available);
+	if (harness_recv_exact(fd, buffer, sizeof(buffer)) < 0 || harness_pattern_check(11, 0, buffer, sizeof(buffer), "data") < 0)
 		return -1;
 	if (ioctl(fd, FIONREAD, &available) < 0 || available != 0)
-		return sem_fail("FIONREAD reports %d after reading everything, expected 0", available);
-	if (sem_send_byte(fd, 'a') < 0)
+		return harness_fail("FIONREAD reports %d after reading everything, expected 0", available);
+	if (harness_send_byte(fd, 'a') < 0)
 		return -1;
-	return sem_expect_eof(fd);
+	return harness_expect_eof(fd);
 }
 
 /*
@@ -844,30 +682,30 @@ static int fionread_client(int fd)
  */
 static int peer_kill_server(int fd)
 {
-	if (sem_expect_byte(fd, 'x') < 0 || sem_send_byte(fd, 'y') < 0)
+	if (harness_expect_byte(fd, 'x') < 0 || harness_send_byte(fd, 'y') < 0)
 		return -1;
 	printf("ready\n");
 	fflush(stdout);
-	sem_sleep_ms(30000);
-	return sem_fail("the script did not kill the server within 30 s");
+	harness_sleep_ms(30000);
+	return harness_fail("the script did not kill the server within 30 s");
 }
 
 static int peer_kill_client(int fd)
 {
 	char byte;
-	if (sem_send_byte(fd, 'x') < 0 || sem_expect_byte(fd, 'y') < 0)
+	if (harness_send_byte(fd, 'x') < 0 || harness_expect_byte(fd, 'y') < 0)
 		return -1;
 	printf("waiting\n");
 	fflush(stdout);
-	double start = sem_now_ms();
+	double start = harness_now_ms();
 	ssize_t result;
 	do
 		result = recv(fd, &byte, 1, 0);
 	while (result < 0 && errno == EINTR);
-	sem_info("recv returned %zd (%s) after %.0f ms", result, result < 0 ? strerror(errno) : "", sem_now_ms() - start);
+	harness_info("recv returned %zd (%s) after %.0f ms", result, result < 0 ? strerror(errno) : "", harness_now_ms() - start);
 	if (result == 0 || (result < 0 && errno == ECONNRESET))
 		return 0;
-	return sem_fail("recv returned %zd (%s), expected 0 or -1 ECONNRESET", result,
+	return harness_fail("recv returned %zd (%s), expected 0 or -1 ECONNRESET", result,
 			result < 0 ? strerror(errno) : "data");
 }
 
@@ -884,7 +722,7 @@ static int read_all_with_read(int fd, unsigned char *buffer, size_t length)
 		if (result < 0 && errno == EINTR)
 			continue;
 		if (result <= 0)
-			return sem_fail("read: %s after %zu bytes", result < 0 ? strerror(errno) : "early EOF", done);
+			return harness_fail("read: %s after %zu bytes", result < 0 ? strerror(errno) : "early EOF", done);
 		done += (size_t)result;
 	}
 	return 0;
@@ -898,7 +736,7 @@ static int write_all_with_write(int fd, const unsigned char *data, size_t length
 		if (result < 0 && errno == EINTR)
 			continue;
 		if (result <= 0)
-			return sem_fail("write: %s", result < 0 ? strerror(errno) : "returned 0");
+			return harness_fail("write: %s", result < 0 ? strerror(errno) : "returned 0");
 		done += (size_t)result;
 	}
 	return 0;
@@ -907,7 +745,7 @@ static int write_all_with_write(int fd, const unsigned char *data, size_t length
 static int read_write_server(int fd)
 {
 	unsigned char buffer[3000];
-	if (read_all_with_read(fd, buffer, sizeof(buffer)) < 0 || sem_pattern_check(buffer, sizeof(buffer), 12, "request") < 0)
+	if (read_all_with_read(fd, buffer, sizeof(buffer)) < 0 || harness_pattern_check(12, 0, buffer, sizeof(buffer), "request") < 0)
 		return -1;
 	for (size_t i = 0; i < sizeof(buffer); i++)
 		buffer[i] ^= 0x5a;
@@ -917,15 +755,15 @@ static int read_write_server(int fd)
 static int read_write_client(int fd)
 {
 	unsigned char data[3000], buffer[3000];
-	sem_pattern_fill(data, sizeof(data), 12);
+	harness_pattern_fill(12, 0, data, sizeof(data));
 	if (write_all_with_write(fd, data, sizeof(data)) < 0 || read_all_with_read(fd, buffer, sizeof(buffer)) < 0)
 		return -1;
 	for (size_t i = 0; i < sizeof(buffer); i++)
 		if (buffer[i] != (data[i] ^ 0x5a))
-			return sem_fail("reply byte %zu is 0x%02x, expected 0x%02x", i, buffer[i], data[i] ^ 0x5a);
+			return harness_fail("reply byte %zu is 0x%02x, expected 0x%02x", i, buffer[i], data[i] ^ 0x5a);
 	ssize_t result = read(fd, buffer, sizeof(buffer));
 	if (result != 0)
-		return sem_fail("read after the reply returned %zd, expected 0 (EOF)", result);
+		return harness_fail("read after the reply returned %zd, expected 0 (EOF)", result);
 	return 0;
 }
 
@@ -940,22 +778,26 @@ static int getpeername_server(int fd)
 	struct sockaddr_storage peer, local;
 	socklen_t peer_length = sizeof(peer), local_length = sizeof(local);
 	char peer_text[SEM_ADDRESS_TEXT_SIZE], local_text[SEM_ADDRESS_TEXT_SIZE] = { 0 };
-	char client_said[SEM_ADDRESS_TEXT_SIZE];
+	char client_said[SEM_ADDRESS_TEXT_SIZE], accepted_text[SEM_ADDRESS_TEXT_SIZE];
 
 	if (getpeername(fd, (struct sockaddr *)&peer, &peer_length) < 0 ||
 	    getsockname(fd, (struct sockaddr *)&local, &local_length) < 0)
-		return sem_fail("getpeername/getsockname: %s", strerror(errno));
+		return harness_fail("getpeername/getsockname: %s", strerror(errno));
 	sem_address_text((struct sockaddr *)&peer, peer_length, peer_text);
 	sem_address_text((struct sockaddr *)&local, local_length, local_text);
-	if (sem_recv_exact(fd, client_said, sizeof(client_said)) < 0)
+	/* accept's out-parameter must be the address getpeername reports */
+	sem_address_text((struct sockaddr *)&harness_accepted_peer, harness_accepted_peer_length, accepted_text);
+	if (harness_accepted_peer_length != peer_length || strcmp(accepted_text, peer_text) != 0)
+		harness_fail("accept returned '%s', getpeername '%s'", accepted_text, peer_text);
+	if (harness_recv_exact(fd, client_said, sizeof(client_said)) < 0)
 		return -1;
 	client_said[SEM_ADDRESS_TEXT_SIZE - 1] = '\0';
 	if (strcmp(client_said, peer_text) != 0)
-		return sem_fail("getpeername says '%s', the client's getsockname says '%s'", peer_text, client_said);
-	sem_info("server sees peer %s, local %s", peer_text, local_text);
-	if (sem_send_all(fd, local_text, sizeof(local_text)) < 0)
+		return harness_fail("getpeername says '%s', the client's getsockname says '%s'", peer_text, client_said);
+	harness_info("server sees peer %s, local %s", peer_text, local_text);
+	if (harness_send_all(fd, local_text, sizeof(local_text)) < 0)
 		return -1;
-	return sem_expect_eof(fd);
+	return harness_expect_eof(fd);
 }
 
 static int getpeername_client(int fd)
@@ -967,197 +809,65 @@ static int getpeername_client(int fd)
 
 	if (getpeername(fd, (struct sockaddr *)&peer, &peer_length) < 0 ||
 	    getsockname(fd, (struct sockaddr *)&local, &local_length) < 0)
-		return sem_fail("getpeername/getsockname: %s", strerror(errno));
+		return harness_fail("getpeername/getsockname: %s", strerror(errno));
 	sem_address_text((struct sockaddr *)&peer, peer_length, peer_text);
-	sem_address_text(server_address->ai_addr, server_address->ai_addrlen, connected_text);
+	sem_address_text(harness_server_address->ai_addr, harness_server_address->ai_addrlen, connected_text);
 	sem_address_text((struct sockaddr *)&local, local_length, local_text);
-	if (peer_length != server_address->ai_addrlen || strcmp(peer_text, connected_text) != 0)
-		return sem_fail("getpeername says '%s' (length %u), connect used '%s' (length %u)", peer_text,
-				(unsigned)peer_length, connected_text, (unsigned)server_address->ai_addrlen);
-	if (sem_send_all(fd, local_text, sizeof(local_text)) < 0 || sem_recv_exact(fd, server_said, sizeof(server_said)) < 0)
+	if (peer_length != harness_server_address->ai_addrlen || strcmp(peer_text, connected_text) != 0)
+		return harness_fail("getpeername says '%s' (length %u), connect used '%s' (length %u)", peer_text,
+				(unsigned)peer_length, connected_text, (unsigned)harness_server_address->ai_addrlen);
+	if (harness_send_all(fd, local_text, sizeof(local_text)) < 0 || harness_recv_exact(fd, server_said, sizeof(server_said)) < 0)
 		return -1;
 	server_said[SEM_ADDRESS_TEXT_SIZE - 1] = '\0';
 	if (strcmp(server_said, peer_text) != 0)
-		return sem_fail("getpeername says '%s', the server's getsockname says '%s'", peer_text, server_said);
-	sem_info("client sees peer %s, local %s", peer_text, local_text);
+		return harness_fail("getpeername says '%s', the server's getsockname says '%s'", peer_text, server_said);
+	harness_info("client sees peer %s, local %s", peer_text, local_text);
 	return 0;
 }
 
-#include "fs_semantics_lifecycle.inc"
-#include "fs_semantics_share.inc"
-
-struct sem_scenario {
-	const char *name;
-	int (*server)(int fd);
-	int (*client)(int fd);
-};
-
-static const struct sem_scenario scenarios[] = {
-	{ "partial_read", partial_read_server, partial_read_client },
-	{ "peek", peek_server, peek_client },
-	{ "waitall", waitall_server, waitall_client },
-	{ "dontwait", dontwait_server, dontwait_client },
-	{ "eof_after_data", eof_after_data_server, eof_after_data_client },
-	{ "shutdown_wr", shutdown_wr_server, shutdown_wr_client },
-	{ "epipe_nosignal", closing_server, epipe_nosignal_client },
-	{ "sigpipe", closing_server, sigpipe_client },
-	{ "rcvtimeo", rcvtimeo_server, rcvtimeo_client },
-	{ "sndtimeo", sndtimeo_server, sndtimeo_client },
-	{ "so_error", so_error_server, so_error_client },
-	{ "iov", iov_server, iov_client },
-	{ "fionread", fionread_server, fionread_client },
-	{ "peer_kill", peer_kill_server, peer_kill_client },
-	{ "read_write", read_write_server, read_write_client },
-	{ "getpeername", getpeername_server, getpeername_client },
-	/* lifecycle (fs_semantics_lifecycle.inc) */
-	{ "dup_share", dup_share_server, dup_share_client },
-	{ "dup2_replace", dup2_replace_server, dup2_replace_client },
-	{ "close_exit", close_exit_server, close_exit_client },
-	{ "close_exit_late", close_exit_late_server, close_exit_late_client },
-	{ "close_settles", close_settles_server, close_settles_client },
-	{ "linger0", linger0_server, linger0_client },
-	{ "close_blocked", close_blocked_server, close_blocked_client },
-	{ "close_blocked_epoll", close_blocked_server, close_blocked_epoll_client },
-	{ "threads_duplex", threads_duplex_server, threads_duplex_client },
-	{ "eintr", eintr_server, eintr_client },
-	{ "fork_children", fork_children_server, fork_children_client },
-	{ "sendfile", sendfile_server, sendfile_client },
-	{ "peer_kill_rev", peer_kill_rev_server, peer_kill_rev_client },
-	{ "exit_blocked", exit_blocked_server, exit_blocked_client },
-	{ "splice", splice_server, splice_client },
-	{ "closefrom", closefrom_server, closefrom_client },
-	{ "banner", banner_server, banner_client },
-	{ "vfork_closeall", vfork_closeall_server, vfork_closeall_client },
-	{ "underscore_exit", underscore_exit_server, underscore_exit_client },
-	{ "close_underscore_exit", underscore_exit_server, close_underscore_exit_client },
-	{ "exit_late_close", exit_late_close_server, exit_late_close_client },
-	{ "killed_by_term", underscore_exit_server, killed_by_term_client },
-	{ "killed_by_pipe", underscore_exit_server, killed_by_pipe_client },
-	{ "handler_replaces", handler_replaces_server, handler_replaces_client },
-	{ "fork_child_reads", fork_child_reads_server, fork_child_reads_client },
-	{ "fork_split", fork_split_server, fork_split_client },
-	{ "parent_closes", parent_closes_server, parent_closes_client },
-	{ "parent_exits", parent_exits_server, parent_exits_client },
-	{ "pass_rights", pass_rights_server, pass_rights_client },
-	{ "fork_child_sandboxed", fork_child_sandboxed_server, fork_child_sandboxed_client },
-	{ "peer_forks_poll", peer_forks_poll_server, peer_forks_poll_client },
-	{ "urgent", urgent_server, urgent_client },
-};
-
-/* ---- main -------------------------------------------------------------- */
-
-static void sem_usage(void)
+/*
+ * peer_kill_rev: like peer_kill with the roles swapped: the server blocks
+ * in recv (prints `waiting`), the script kill -9's the client (which
+ * printed `ready`); the server's recv returns 0 or -1 ECONNRESET.
+ */
+static int peer_kill_rev_server(int fd)
 {
-	fprintf(stderr, "usage: fs_semantics server PORT SCENARIO\n"
-			"       fs_semantics client HOST PORT SCENARIO\n"
-			"       fs_semantics list\nscenarios:");
-	for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++)
-		fprintf(stderr, " %s", scenarios[i].name);
-	fprintf(stderr, "\n");
-	exit(2);
+	return peer_kill_client(fd);
 }
 
-static int sem_listen(const char *port)
+static int peer_kill_rev_client(int fd)
 {
-	struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE };
-	struct addrinfo *address;
-	struct sockaddr_in bound;
-	socklen_t length = sizeof(bound);
-	int one = 1;
-
-	if (getaddrinfo(NULL, port, &hints, &address) != 0) {
-		sem_fail("bad port %s", port);
-		exit(1);
-	}
-	listen_fd = socket(AF_INET, SOCK_STREAM, 0);
-	setsockopt(listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (listen_fd < 0 || bind(listen_fd, address->ai_addr, address->ai_addrlen) < 0 || listen(listen_fd, 16) < 0 ||
-	    getsockname(listen_fd, (struct sockaddr *)&bound, &length) < 0) {
-		sem_fail("listen on port %s: %s", port, strerror(errno));
-		exit(1);
-	}
-	freeaddrinfo(address);
-	return ntohs(bound.sin_port);
+	return peer_kill_server(fd);
 }
+
+static const struct harness_scenario scenarios[] = {
+	{ "partial_read", partial_read_server, partial_read_client, 0 },
+	{ "peek", peek_server, peek_client, 0 },
+	{ "waitall", waitall_server, waitall_client, 0 },
+	{ "dontwait", dontwait_server, dontwait_client, 0 },
+	{ "eof_after_data", eof_after_data_server, eof_after_data_client, 0 },
+	{ "shutdown_wr", shutdown_wr_server, shutdown_wr_client, 0 },
+	{ "epipe_nosignal", closing_server, epipe_nosignal_client, 0 },
+	{ "sigpipe", closing_server, sigpipe_client, 0 },
+	{ "rcvtimeo", rcvtimeo_server, rcvtimeo_client, 0 },
+	{ "sndtimeo", sndtimeo_server, sndtimeo_client, 0 },
+	{ "so_error", so_error_server, so_error_client, 0 },
+	{ "iov", iov_server, iov_client, 0 },
+	{ "fionread", fionread_server, fionread_client, 0 },
+	{ "peer_kill", peer_kill_server, peer_kill_client, 0 },
+	{ "peer_kill_rev", peer_kill_rev_server, peer_kill_rev_client, 0 },
+	{ "read_write", read_write_server, read_write_client, 0 },
+	{ "getpeername", getpeername_server, getpeername_client, 0 },
+};
+
+static const struct harness_program program = {
+	.name = "fs_semantics",
+	.scenarios = scenarios,
+	.count = sizeof(scenarios) / sizeof(scenarios[0]),
+	.watchdog_seconds = 40,
+};
 
 int main(int argc, char **argv)
 {
-	const struct sem_scenario *scenario = NULL;
-	bool is_server;
-	const char *name;
-	struct sigaction action;
-	int fd, result;
-
-	if (argc == 2 && strcmp(argv[1], "list") == 0) {
-		for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++)
-			printf("%s\n", scenarios[i].name);
-		return 0;
-	}
-	if (argc == 4 && strcmp(argv[1], "server") == 0)
-		is_server = true;
-	else if (argc == 5 && strcmp(argv[1], "client") == 0)
-		is_server = false;
-	else
-		sem_usage();
-	name = argv[argc - 1];
-	for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++)
-		if (strcmp(scenarios[i].name, name) == 0)
-			scenario = &scenarios[i];
-	if (!scenario)
-		sem_usage();
-	scenario_name = scenario->name;
-	setvbuf(stdout, NULL, _IOLBF, 0);
-
-	/* A counting SIGPIPE handler everywhere: a stray SIGPIPE is reported, not fatal. */
-	memset(&action, 0, sizeof(action));
-	action.sa_handler = sem_count_sigpipe;
-	sigemptyset(&action.sa_mask);
-	sigaction(SIGPIPE, &action, NULL);
-	/* SA_RESTART spelled out: sanitizer runtimes implement signal()
-	 * without it, and the eintr scenario needs every handler restartable */
-	action.sa_handler = sem_watchdog;
-	action.sa_flags = SA_RESTART;
-	sigaction(SIGALRM, &action, NULL);
-	alarm(SEM_WATCHDOG_SECONDS);
-
-	if (is_server) {
-		struct sockaddr_storage accepted;
-		socklen_t accepted_length = sizeof(accepted);
-		printf("listening port=%d\n", sem_listen(argv[2]));
-		fflush(stdout);
-		do
-			fd = accept(listen_fd, (struct sockaddr *)&accepted, &accepted_length);
-		while (fd < 0 && errno == EINTR);
-		if (fd < 0)
-			return sem_fail("accept: %s", strerror(errno)), 1;
-		connection_count++;
-		if (strcmp(name, "getpeername") == 0) {
-			/* accept's out-parameter must be the address getpeername reports. */
-			struct sockaddr_storage peer;
-			socklen_t peer_length = sizeof(peer);
-			char accepted_text[SEM_ADDRESS_TEXT_SIZE], peer_text[SEM_ADDRESS_TEXT_SIZE];
-			if (getpeername(fd, (struct sockaddr *)&peer, &peer_length) == 0) {
-				sem_address_text((struct sockaddr *)&accepted, accepted_length, accepted_text);
-				sem_address_text((struct sockaddr *)&peer, peer_length, peer_text);
-				if (accepted_length != peer_length || strcmp(accepted_text, peer_text) != 0)
-					sem_fail("accept returned '%s', getpeername '%s'", accepted_text, peer_text);
-			}
-		}
-		result = scenario->server(fd);
-	} else {
-		struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
-		if (getaddrinfo(argv[2], argv[3], &hints, &server_address) != 0) {
-			sem_fail("cannot resolve %s port %s", argv[2], argv[3]);
-			return 1;
-		}
-		fd = sem_connect();
-		result = scenario->client(fd);
-	}
-	close(fd);
-	if (result == 0 && failure_count == 0)
-		printf("PASS %s\n", name);
-	else if (failure_count == 0)
-		sem_fail("failed without detail");
-	printf("connections=%d\n", connection_count);
-	return failure_count ? 1 : 0;
+	return harness_scenario_main(&program, argc, argv);
 }

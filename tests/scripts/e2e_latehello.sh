@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# A late HELLO: fs_semantics banner (the server speaks first) with the
+# A late HELLO: fs_semantics_lifecycle banner (the server speaks first) with the
 # client's HELLO delayed by FABSOCK_TEST_HELLO_DELAY_MS=3500, past the
 # 3 s the server's first send waits for it. The server commits to TCP and
 # sends its banner; the client sees the banner instead of a HELLO-ACK and
@@ -10,7 +10,7 @@
 # and neither may count the connection as offloaded.
 . "$(dirname "$0")/lib.sh"
 
-PROG=$FS_PROGS/fs_semantics
+PROG=$FS_PROGS/fs_semantics_lifecycle
 [ -x "$PROG" ] || { fs_fail "$PROG is not built"; fs_done; exit 1; }
 dir=$FS_TMP/banner
 mkdir -p "$dir"

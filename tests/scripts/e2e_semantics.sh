@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# Blocking-socket semantics with fs_semantics: every scenario (partial_read,
-# peek, waitall, dontwait, eof_after_data, shutdown_wr, epipe_nosignal,
-# sigpipe, rcvtimeo, sndtimeo, so_error, iov, fionread, peer_kill, read_write,
-# getpeername) runs once in mode "kernel" and once with both ends under the
-# preload ("fabsock"), with the same expectations. A scenario passes when
+# Blocking-socket semantics with fs_semantics, fs_semantics_lifecycle and
+# fs_semantics_share: every scenario of the three (`PROGRAM list`) runs once
+# in mode "kernel" and once with both ends under the preload ("fabsock"),
+# with the same expectations. fs_semantics holds one semantic each
+# (partial_read, peek, waitall, dontwait, eof_after_data, shutdown_wr,
+# epipe_nosignal, sigpipe, rcvtimeo, sndtimeo, so_error, iov, fionread,
+# peer_kill, peer_kill_rev, read_write, getpeername). A scenario passes when
 # both processes exit 0, each prints `PASS <scenario>` and no FAIL line; in
 # fabsock mode each process's exit stats line (`fabsock[PID]: warn: stats:
 # offloaded=N ...`) must also show N equal to the `connections=N` it reports.
@@ -14,17 +16,18 @@
 # dup2_replace, close_exit, close_exit_late, close_settles, linger0, close_blocked, close_blocked_epoll,
 # threads_duplex, eintr, fork_children, sendfile, vfork_closeall, underscore_exit,
 # close_underscore_exit, exit_late_close, killed_by_term, killed_by_pipe,
-# handler_replaces) are described in
-# tests/progs/fs_semantics_lifecycle.inc; those where another process takes
+# handler_replaces, ...) are described in
+# tests/progs/fs_semantics_lifecycle.c; those where another process takes
 # the connection over (fork_child_reads, fork_split, parent_closes,
 # parent_exits, pass_rights, fork_child_sandboxed, peer_forks_poll; and
-# urgent, whose MSG_OOB byte takes the stream back to TCP) in tests/progs/fs_semantics_share.inc: under
+# urgent, whose MSG_OOB byte takes the stream back to TCP) in tests/progs/fs_semantics_share.c: under
 # fabsock the server must also have answered exactly one hand-back to TCP. FS_MODES (default
 # "kernel fabsock") picks the modes; FS_SCENARIOS narrows the scenario list.
 . "$(dirname "$0")/lib.sh"
 
 FS_MODES=${FS_MODES:-kernel fabsock}
-SEMANTICS_PROG=$FS_PROGS/fs_semantics
+SEMANTICS_PROGS="fs_semantics fs_semantics_lifecycle fs_semantics_share"
+declare -A scenario_prog # scenario -> the program that holds it
 
 mode_wanted() { [[ " $FS_MODES " == *" $1 "* ]]; }
 
@@ -72,14 +75,15 @@ kill_and_judge() { # LABEL SCENARIO MODE DIR VICTIM VICTIM_PID SURVIVOR SURVIVOR
 
 run_scenario() { # MODE SCENARIO
 	local mode=$1 scenario=$2 label="$2-$1" dir=$FS_TMP/$2-$1 port server_pid client_pid
+	local prog=$FS_PROGS/${scenario_prog[$2]}
 	local server_rc=0 client_rc=0 fails_before=$FS_FAILS
 	local -a prefix=(env)
 	[ "$mode" = fabsock ] && prefix=(env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1)
-	# the writer may not wait out the late reader (fs_semantics_lifecycle.inc)
+	# the writer may not wait out the late reader (fs_semantics_lifecycle.c)
 	[ "$scenario" = close_exit_late ] && prefix+=(FABSOCK_LINGER_SEC=1)
 	mkdir -p "$dir"
 
-	fs_bg server_pid "${prefix[@]}" "$SEMANTICS_PROG" server 0 "$scenario" >"$dir/server.out" 2>"$dir/server.err"
+	fs_bg server_pid "${prefix[@]}" "$prog" server 0 "$scenario" >"$dir/server.out" 2>"$dir/server.err"
 	if ! fs_wait_line "$dir/server.out" '^listening port=' "$server_pid"; then
 		fs_fail "$label: the server did not listen within 10 s"
 		cat "$dir/server.out" "$dir/server.err" >&2 || true
@@ -87,7 +91,7 @@ run_scenario() { # MODE SCENARIO
 		return 0
 	fi
 	port=$(sed -n 's/^listening port=//p' "$dir/server.out")
-	fs_bg client_pid "${prefix[@]}" "$SEMANTICS_PROG" client 127.0.0.1 "$port" "$scenario" \
+	fs_bg client_pid "${prefix[@]}" "$prog" client 127.0.0.1 "$port" "$scenario" \
 		>"$dir/client.out" 2>"$dir/client.err"
 
 	if [ "$scenario" = peer_kill ]; then
@@ -132,8 +136,18 @@ run_scenario() { # MODE SCENARIO
 	return 0
 }
 
-[ -x "$SEMANTICS_PROG" ] || { fs_fail "$SEMANTICS_PROG is not built"; fs_done; exit 1; }
-scenarios=${FS_SCENARIOS:-$("$SEMANTICS_PROG" list | tr '\n' ' ')}
+all_scenarios=
+for prog in $SEMANTICS_PROGS; do
+	[ -x "$FS_PROGS/$prog" ] || { fs_fail "$FS_PROGS/$prog is not built"; fs_done; exit 1; }
+	for scenario in $("$FS_PROGS/$prog" list); do
+		scenario_prog[$scenario]=$prog
+		all_scenarios+="$scenario "
+	done
+done
+scenarios=${FS_SCENARIOS:-$all_scenarios}
+for scenario in $scenarios; do
+	[ -n "${scenario_prog[$scenario]:-}" ] || { fs_fail "no program holds the scenario $scenario"; fs_done; exit 1; }
+done
 for mode in kernel fabsock; do
 	mode_wanted "$mode" || continue
 	if [ "$mode" = fabsock ] && [ ! -f "$FABSOCK_LIB" ]; then

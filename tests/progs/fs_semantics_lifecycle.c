@@ -1,58 +1,38 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Descriptor and process lifecycle scenarios of fs_semantics (issue 4):
- * dup/dup2 sharing, close with data in flight then exit, SO_LINGER reset,
- * close from another thread while one is blocked (recv, epoll_wait), two
- * threads on one socket, EINTR and SA_RESTART, children that exit, are
- * killed or exec, sendfile, and the peer killed in the other direction.
- * Included by fs_semantics.c (it uses that file's helpers); the same
- * expectations hold for kernel TCP and for fabsock.
+ * fs_semantics_lifecycle: the descriptor and process lifecycle scenarios
+ * (issue 4): dup/dup2 sharing, close with data in flight then exit,
+ * SO_LINGER reset, close from another thread while one is blocked (recv,
+ * epoll_wait), two threads on one socket, EINTR and SA_RESTART, children
+ * that exit, are killed or exec, sendfile, splice, closefrom, exits that run
+ * no atexit handler and handlers that run after fabsock's. Run like
+ * fs_semantics (`server PORT SCENARIO`, `client HOST PORT SCENARIO`, `list`;
+ * harness.h), on blocking sockets; the same expectations hold for kernel TCP
+ * and for fabsock.
  */
 #include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <pthread.h>
+#include <signal.h>
 #include <spawn.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/epoll.h>
 #include <sys/sendfile.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
 
 extern char **environ;
 
 #define SEM_BIG (4u << 20)
-
-/* Receives LENGTH bytes of stream SALT and checks them. */
-static int sem_recv_pattern(int fd, size_t length, unsigned salt, const char *what)
-{
-	unsigned char *buffer = malloc(length);
-	int result;
-
-	if (!buffer)
-		return sem_fail("out of memory");
-	result = sem_recv_exact(fd, buffer, length);
-	if (result == 0)
-		result = sem_pattern_check(buffer, length, salt, what);
-	free(buffer);
-	return result;
-}
-
-/* Pattern bytes [FROM, FROM + LENGTH) of stream SALT. */
-static int sem_send_pattern_part(int fd, size_t from, size_t length, unsigned salt)
-{
-	unsigned char *buffer = malloc(length);
-	int result;
-
-	if (!buffer)
-		return sem_fail("out of memory");
-	for (size_t i = 0; i < length; i++)
-		buffer[i] = sem_pattern_byte(from + i, salt);
-	result = sem_send_all(fd, buffer, length);
-	free(buffer);
-	return result;
-}
-
-static int sem_send_pattern(int fd, size_t length, unsigned salt)
-{
-	return sem_send_pattern_part(fd, 0, length, salt);
-}
 
 /*
  * dup_share: the client sends the first half of a 1 MiB stream on its fd,
@@ -67,39 +47,39 @@ static int dup_share_server(int fd)
 	int copy = fcntl(fd, F_DUPFD, 30), moved;
 
 	if (copy < 30)
-		return sem_fail("F_DUPFD: %s", strerror(errno));
+		return harness_fail("F_DUPFD: %s", strerror(errno));
 	close(fd);
-	if (sem_recv_pattern(copy, 1u << 20, 21, "dup_share data") < 0)
+	if (harness_recv_pattern(copy, 21, 0, 1u << 20, "dup_share data") < 0)
 		return -1;
 	moved = dup2(copy, 40);
 	if (moved != 40)
-		return sem_fail("dup2: %s", strerror(errno));
+		return harness_fail("dup2: %s", strerror(errno));
 	close(copy);
-	if (sem_send_byte(40, 'k') < 0)
+	if (harness_send_byte(40, 'k') < 0)
 		return -1;
-	return close(40) == 0 ? 0 : sem_fail("close(40): %s", strerror(errno));
+	return close(40) == 0 ? 0 : harness_fail("close(40): %s", strerror(errno));
 }
 
 static int dup_share_client(int fd)
 {
 	int copy, third;
 
-	if (sem_send_pattern_part(fd, 0, 1u << 19, 21) < 0)
+	if (harness_send_pattern(fd, 21, 0, 1u << 19) < 0)
 		return -1;
 	copy = dup(fd);
 	if (copy < 0)
-		return sem_fail("dup: %s", strerror(errno));
+		return harness_fail("dup: %s", strerror(errno));
 	if (close(fd) != 0)
-		return sem_fail("close of the original: %s", strerror(errno));
-	if (sem_send_pattern_part(copy, 1u << 19, 1u << 19, 21) < 0 || sem_expect_byte(copy, 'k') < 0)
+		return harness_fail("close of the original: %s", strerror(errno));
+	if (harness_send_pattern(copy, 21, 1u << 19, 1u << 19) < 0 || harness_expect_byte(copy, 'k') < 0)
 		return -1;
 	third = dup3(copy, 45, O_CLOEXEC);
 	if (third != 45)
-		return sem_fail("dup3: %s", strerror(errno));
+		return harness_fail("dup3: %s", strerror(errno));
 	if (!(fcntl(45, F_GETFD) & FD_CLOEXEC))
-		return sem_fail("dup3(O_CLOEXEC) did not set FD_CLOEXEC");
+		return harness_fail("dup3(O_CLOEXEC) did not set FD_CLOEXEC");
 	close(copy);
-	return sem_expect_eof(45);
+	return harness_expect_eof(45);
 }
 
 /*
@@ -110,21 +90,21 @@ static int dup_share_client(int fd)
  */
 static int dup2_replace_server(int fd)
 {
-	int other = sem_accept(), a = fd, b = other;
+	int other = harness_scenario_accept(), a = fd, b = other;
 	char first = 0;
 
-	if (sem_recv_exact(fd, &first, 1) < 0)
+	if (harness_recv_exact(fd, &first, 1) < 0)
 		return -1;
 	if (first == 'B') {
 		a = other;
 		b = fd;
-		if (sem_expect_byte(a, 'A') < 0)
+		if (harness_expect_byte(a, 'A') < 0)
 			return -1;
-	} else if (first != 'A' || sem_expect_byte(b, 'B') < 0) {
-		return sem_fail("first bytes: '%c'", first);
+	} else if (first != 'A' || harness_expect_byte(b, 'B') < 0) {
+		return harness_fail("first bytes: '%c'", first);
 	}
-	if (sem_expect_eof(b) < 0 || sem_recv_pattern(a, 65536, 22, "data sent on the dup2'ed fd") < 0 ||
-	    sem_send_byte(a, 'k') < 0)
+	if (harness_expect_eof(b) < 0 || harness_recv_pattern(a, 22, 0, 65536, "data sent on the dup2'ed fd") < 0 ||
+	    harness_send_byte(a, 'k') < 0)
 		return -1;
 	close(other);
 	return 0;
@@ -132,14 +112,14 @@ static int dup2_replace_server(int fd)
 
 static int dup2_replace_client(int fd)
 {
-	int b = sem_connect();
+	int b = harness_scenario_connect();
 
-	if (sem_send_byte(fd, 'A') < 0 || sem_send_byte(b, 'B') < 0)
+	if (harness_send_byte(fd, 'A') < 0 || harness_send_byte(b, 'B') < 0)
 		return -1;
-	sem_sleep_ms(100);
+	harness_sleep_ms(100);
 	if (dup2(fd, b) != b)
-		return sem_fail("dup2: %s", strerror(errno));
-	if (sem_send_pattern(b, 65536, 22) < 0 || sem_expect_byte(b, 'k') < 0)
+		return harness_fail("dup2: %s", strerror(errno));
+	if (harness_send_pattern(b, 22, 0, 65536) < 0 || harness_expect_byte(b, 'k') < 0)
 		return -1;
 	close(b);
 	return 0;
@@ -152,20 +132,19 @@ static int dup2_replace_client(int fd)
  */
 static int close_exit_server(int fd)
 {
-	sem_sleep_ms(300);
-	if (sem_recv_pattern(fd, SEM_BIG, 23, "data written before close+exit") < 0)
+	harness_sleep_ms(300);
+	if (harness_recv_pattern(fd, 23, 0, SEM_BIG, "data written before close+exit") < 0)
 		return -1;
-	return sem_expect_eof(fd);
+	return harness_expect_eof(fd);
 }
 
 static int close_exit_client(int fd)
 {
-	if (sem_send_pattern(fd, SEM_BIG, 23) < 0)
+	if (harness_send_pattern(fd, 23, 0, SEM_BIG) < 0)
 		return -1;
 	if (close(fd) != 0)
-		return sem_fail("close: %s", strerror(errno));
-	printf("PASS close_exit\nconnections=%d\n", connection_count);
-	fflush(stdout);
+		return harness_fail("close: %s", strerror(errno));
+	harness_print_pass();
 	exit(0);
 }
 
@@ -184,24 +163,23 @@ static int close_exit_client(int fd)
 
 static int close_exit_late_server(int fd)
 {
-	if (sem_expect_byte(fd, 's') < 0 || sem_send_byte(fd, 'g') < 0)
+	if (harness_expect_byte(fd, 's') < 0 || harness_send_byte(fd, 'g') < 0)
 		return -1;
-	sem_sleep_ms(2500);
-	if (sem_recv_pattern(fd, SEM_LATE, 29, "data written before close+exit, read late") < 0)
+	harness_sleep_ms(2500);
+	if (harness_recv_pattern(fd, 29, 0, SEM_LATE, "data written before close+exit, read late") < 0)
 		return -1;
-	return sem_expect_eof(fd);
+	return harness_expect_eof(fd);
 }
 
 static int close_exit_late_client(int fd)
 {
-	if (sem_send_byte(fd, 's') < 0 || sem_expect_byte(fd, 'g') < 0)
+	if (harness_send_byte(fd, 's') < 0 || harness_expect_byte(fd, 'g') < 0)
 		return -1;
-	if (sem_send_pattern(fd, SEM_LATE, 29) < 0)
+	if (harness_send_pattern(fd, 29, 0, SEM_LATE) < 0)
 		return -1;
 	if (close(fd) != 0)
-		return sem_fail("close: %s", strerror(errno));
-	printf("PASS close_exit_late\nconnections=%d\n", connection_count);
-	fflush(stdout);
+		return harness_fail("close: %s", strerror(errno));
+	harness_print_pass();
 	exit(0);
 }
 
@@ -251,9 +229,9 @@ static bool close_settles_established(unsigned port)
 
 static int close_settles_server(int fd)
 {
-	if (sem_expect_byte(fd, 's') < 0 || sem_send_byte(fd, 'g') < 0 || sem_expect_eof(fd) < 0)
+	if (harness_expect_byte(fd, 's') < 0 || harness_send_byte(fd, 'g') < 0 || harness_expect_eof(fd) < 0)
 		return -1;
-	sem_sleep_ms(300); /* no FIN back while the client watches */
+	harness_sleep_ms(300); /* no FIN back while the client watches */
 	return 0;
 }
 
@@ -264,30 +242,30 @@ static int close_settles_client(int fd)
 	unsigned port;
 	double start;
 
-	if (sem_send_byte(fd, 's') < 0 || sem_expect_byte(fd, 'g') < 0)
+	if (harness_send_byte(fd, 's') < 0 || harness_expect_byte(fd, 'g') < 0)
 		return -1;
 	if (getsockname(fd, (struct sockaddr *)&local, &length) < 0)
-		return sem_fail("getsockname: %s", strerror(errno));
+		return harness_fail("getsockname: %s", strerror(errno));
 	port = ntohs(local.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&local)->sin6_port
 						: ((struct sockaddr_in *)&local)->sin_port);
-	sem_sleep_ms(600);
+	harness_sleep_ms(600);
 	if (!close_settles_established(port))
-		return sem_fail("port %u is not in /proc/net/tcp* as ESTABLISHED before the close", port);
-	start = sem_now_ms();
+		return harness_fail("port %u is not in /proc/net/tcp* as ESTABLISHED before the close", port);
+	start = harness_now_ms();
 	if (close(fd) != 0)
-		return sem_fail("close: %s", strerror(errno));
+		return harness_fail("close: %s", strerror(errno));
 	while (close_settles_established(port)) {
-		if (sem_now_ms() - start > 100)
-			return sem_fail("the kernel connection from port %u is still ESTABLISHED 100 ms after close()",
+		if (harness_now_ms() - start > 100)
+			return harness_fail("the kernel connection from port %u is still ESTABLISHED 100 ms after close()",
 					port);
-		sem_sleep_ms(2);
+		harness_sleep_ms(2);
 	}
-	sem_info("the kernel connection left ESTABLISHED %.1f ms after close()", sem_now_ms() - start);
+	harness_info("the kernel connection left ESTABLISHED %.1f ms after close()", harness_now_ms() - start);
 	/* Quiet again while the server's FIN comes (after its 300 ms): the
 	 * closed stream must be finished without any call of ours (the
 	 * script checks the orphans_reaped counter, printed before exit's
 	 * own clean-up). */
-	sem_sleep_ms(600);
+	harness_sleep_ms(600);
 	return 0;
 }
 
@@ -300,14 +278,14 @@ static int linger0_server(int fd)
 	char byte;
 	ssize_t result;
 
-	if (sem_send_byte(fd, 'g') < 0)
+	if (harness_send_byte(fd, 'g') < 0)
 		return -1;
 	do
 		result = recv(fd, &byte, 1, 0);
 	while (result < 0 && errno == EINTR);
 	if (result < 0 && errno == ECONNRESET)
 		return 0;
-	return sem_fail("recv after the peer's SO_LINGER 0 close returned %zd (%s), expected ECONNRESET", result,
+	return harness_fail("recv after the peer's SO_LINGER 0 close returned %zd (%s), expected ECONNRESET", result,
 			result < 0 ? strerror(errno) : "EOF or data");
 }
 
@@ -315,12 +293,12 @@ static int linger0_client(int fd)
 {
 	struct linger linger = { .l_onoff = 1, .l_linger = 0 };
 
-	if (sem_expect_byte(fd, 'g') < 0)
+	if (harness_expect_byte(fd, 'g') < 0)
 		return -1;
 	if (setsockopt(fd, SOL_SOCKET, SO_LINGER, &linger, sizeof(linger)) < 0)
-		return sem_fail("SO_LINGER: %s", strerror(errno));
-	sem_sleep_ms(200); /* the server is in recv by now */
-	return close(fd) == 0 ? 0 : sem_fail("close: %s", strerror(errno));
+		return harness_fail("SO_LINGER: %s", strerror(errno));
+	harness_sleep_ms(200); /* the server is in recv by now */
+	return close(fd) == 0 ? 0 : harness_fail("close: %s", strerror(errno));
 }
 
 /*
@@ -375,28 +353,28 @@ static bool sem_join_within(pthread_t thread, struct sem_blocked *b, unsigned mi
 			pthread_join(thread, NULL);
 			return true;
 		}
-		sem_sleep_ms(10);
+		harness_sleep_ms(10);
 	}
 	return false;
 }
 
 static int close_blocked_server(int fd)
 {
-	int kick = sem_accept(), a = fd, k = kick;
+	int kick = harness_scenario_accept(), a = fd, k = kick;
 	char first = 0, byte;
 	ssize_t result;
 
-	if (sem_recv_exact(fd, &first, 1) < 0)
+	if (harness_recv_exact(fd, &first, 1) < 0)
 		return -1;
 	if (first == 'K') {
 		a = kick;
 		k = fd;
-		if (sem_expect_byte(a, 'A') < 0)
+		if (harness_expect_byte(a, 'A') < 0)
 			return -1;
-	} else if (first != 'A' || sem_expect_byte(k, 'K') < 0) {
-		return sem_fail("first bytes: '%c'", first);
+	} else if (first != 'A' || harness_expect_byte(k, 'K') < 0) {
+		return harness_fail("first bytes: '%c'", first);
 	}
-	if (sem_send_byte(a, 'r') < 0 || sem_expect_byte(k, 'k') < 0)
+	if (harness_send_byte(a, 'r') < 0 || harness_expect_byte(k, 'k') < 0)
 		return -1;
 	/* The client closed A: this byte is read by a kernel-TCP recv still
 	 * blocked, or lost (the peer may answer with a reset). */
@@ -405,8 +383,8 @@ static int close_blocked_server(int fd)
 		result = recv(a, &byte, 1, 0);
 	while (result < 0 && errno == EINTR);
 	if (result > 0)
-		return sem_fail("data on A after the client closed it");
-	if (sem_send_byte(k, 'e') < 0)
+		return harness_fail("data on A after the client closed it");
+	if (harness_send_byte(k, 'e') < 0)
 		return -1;
 	close(kick);
 	return 0;
@@ -414,44 +392,44 @@ static int close_blocked_server(int fd)
 
 static int close_blocked_common(int fd, bool use_epoll)
 {
-	int k = sem_connect();
+	int k = harness_scenario_connect();
 	struct sem_blocked b = { .fd = fd, .epfd = -1 };
 	pthread_t thread;
 	bool returned_early;
 
-	if (sem_send_byte(fd, 'A') < 0 || sem_send_byte(k, 'K') < 0 || sem_expect_byte(fd, 'r') < 0)
+	if (harness_send_byte(fd, 'A') < 0 || harness_send_byte(k, 'K') < 0 || harness_expect_byte(fd, 'r') < 0)
 		return -1;
 	if (use_epoll) {
 		struct epoll_event event = { .events = EPOLLIN, .data.u64 = SEM_COOKIE };
 
 		b.epfd = epoll_create1(EPOLL_CLOEXEC);
 		if (b.epfd < 0 || epoll_ctl(b.epfd, EPOLL_CTL_ADD, fd, &event) < 0)
-			return sem_fail("epoll: %s", strerror(errno));
+			return harness_fail("epoll: %s", strerror(errno));
 	}
 	if (pthread_create(&thread, NULL, use_epoll ? sem_blocked_epoll : sem_blocked_recv, &b))
-		return sem_fail("pthread_create failed");
-	sem_sleep_ms(300);
+		return harness_fail("pthread_create failed");
+	harness_sleep_ms(300);
 	if (close(fd) != 0)
-		return sem_fail("close while another thread is blocked: %s", strerror(errno));
+		return harness_fail("close while another thread is blocked: %s", strerror(errno));
 	returned_early = sem_join_within(thread, &b, 1000);
-	if (sem_send_byte(k, 'k') < 0)
+	if (harness_send_byte(k, 'k') < 0)
 		return -1;
 	if (!returned_early && !sem_join_within(thread, &b, 5000))
-		return sem_fail("the blocked %s did not return within 6 s of close", use_epoll ? "epoll_wait" : "recv");
-	sem_info("blocked %s returned %zd (%s) %s", use_epoll ? "epoll_wait" : "recv", b.result,
+		return harness_fail("the blocked %s did not return within 6 s of close", use_epoll ? "epoll_wait" : "recv");
+	harness_info("blocked %s returned %zd (%s) %s", use_epoll ? "epoll_wait" : "recv", b.result,
 		 b.error ? strerror(b.error) : "ok", returned_early ? "at close" : "after the server's byte");
 	if (use_epoll) {
 		if (b.result < 0)
-			return sem_fail("epoll_wait: %s", strerror(b.error));
+			return harness_fail("epoll_wait: %s", strerror(b.error));
 		if (b.result > 0 && b.cookie_seen != SEM_COOKIE)
-			return sem_fail("epoll_wait reported data 0x%llx, not the registered cookie",
+			return harness_fail("epoll_wait reported data 0x%llx, not the registered cookie",
 					(unsigned long long)b.cookie_seen);
 		close(b.epfd);
 	} else if (!(b.result < 0 && b.error == EBADF) && !(b.result == 1 && b.byte == 'z')) {
-		return sem_fail("blocked recv returned %zd (%s), expected -1 EBADF or the byte 'z'", b.result,
+		return harness_fail("blocked recv returned %zd (%s), expected -1 EBADF or the byte 'z'", b.result,
 				b.error ? strerror(b.error) : "");
 	}
-	if (sem_expect_byte(k, 'e') < 0)
+	if (harness_expect_byte(k, 'e') < 0)
 		return -1;
 	close(k);
 	return 0;
@@ -481,7 +459,7 @@ static void *sem_sender_thread(void *arg)
 {
 	struct sem_sender *sender = arg;
 
-	sender->result = sem_send_pattern(sender->fd, SEM_BIG, sender->salt);
+	sender->result = harness_send_pattern(sender->fd, sender->salt, 0, SEM_BIG);
 	return NULL;
 }
 
@@ -492,13 +470,13 @@ static int threads_duplex_side(int fd, unsigned send_salt, unsigned recv_salt)
 	int result;
 
 	if (pthread_create(&thread, NULL, sem_sender_thread, &sender))
-		return sem_fail("pthread_create failed");
-	result = sem_recv_pattern(fd, SEM_BIG, recv_salt, "duplex data");
+		return harness_fail("pthread_create failed");
+	result = harness_recv_pattern(fd, recv_salt, 0, SEM_BIG, "duplex data");
 	pthread_join(thread, NULL);
 	if (result < 0 || sender.result < 0)
 		return -1;
 	/* both directions done: agree before closing */
-	if (sem_send_byte(fd, 'd') < 0 || sem_expect_byte(fd, 'd') < 0)
+	if (harness_send_byte(fd, 'd') < 0 || harness_expect_byte(fd, 'd') < 0)
 		return -1;
 	return 0;
 }
@@ -536,30 +514,19 @@ static void *sem_killer_thread(void *arg)
 {
 	struct sem_killer *killer = arg;
 
-	sem_sleep_ms(killer->delay_ms);
+	harness_sleep_ms(killer->delay_ms);
 	pthread_kill(killer->target, SIGUSR1);
 	return NULL;
 }
 
-static int sem_handle(int signal_number, void (*handler)(int), int flags)
-{
-	struct sigaction action;
-
-	memset(&action, 0, sizeof(action));
-	action.sa_handler = handler;
-	action.sa_flags = flags;
-	sigemptyset(&action.sa_mask);
-	return sigaction(signal_number, &action, NULL);
-}
-
 static int eintr_server(int fd)
 {
-	if (sem_expect_byte(fd, 'o') < 0 || sem_send_byte(fd, 'o') < 0 || sem_expect_byte(fd, 'p') < 0)
+	if (harness_expect_byte(fd, 'o') < 0 || harness_send_byte(fd, 'o') < 0 || harness_expect_byte(fd, 'p') < 0)
 		return -1;
-	sem_sleep_ms(600);
-	if (sem_send_byte(fd, 'b') < 0)
+	harness_sleep_ms(600);
+	if (harness_send_byte(fd, 'b') < 0)
 		return -1;
-	return sem_expect_eof(fd);
+	return harness_expect_eof(fd);
 }
 
 static int eintr_client(int fd)
@@ -573,31 +540,31 @@ static int eintr_client(int fd)
 	/* The connection is set up first: during a process's first offload
 	 * fabsock is inside libfabric's initialisation, which swallows EINTR
 	 * (docs/design.md, "Signals"). */
-	if (sem_send_byte(fd, 'o') < 0 || sem_expect_byte(fd, 'o') < 0)
+	if (harness_send_byte(fd, 'o') < 0 || harness_expect_byte(fd, 'o') < 0)
 		return -1;
-	sem_handle(SIGUSR1, sem_count_usr1, 0);
+	harness_set_handler(SIGUSR1, sem_count_usr1, 0);
 	pthread_create(&thread, NULL, sem_killer_thread, &killer);
 	result = recv(fd, &byte, 1, 0);
 	error = errno;
 	pthread_join(thread, NULL);
 	if (result != -1 || error != EINTR)
-		return sem_fail("recv with a non-SA_RESTART handler returned %zd (%s), expected EINTR", result,
+		return harness_fail("recv with a non-SA_RESTART handler returned %zd (%s), expected EINTR", result,
 				result < 0 ? strerror(error) : "data");
 	/* Every handler restarts now (fabsock cannot tell which signal
 	 * interrupted it, so it restarts only when all of them would). */
-	sem_handle(SIGUSR1, sem_count_usr1, SA_RESTART);
-	sem_handle(SIGPIPE, sem_count_sigpipe, SA_RESTART);
-	if (sem_send_byte(fd, 'p') < 0)
+	harness_set_handler(SIGUSR1, sem_count_usr1, SA_RESTART);
+	harness_set_handler(SIGPIPE, harness_count_sigpipe, SA_RESTART);
+	if (harness_send_byte(fd, 'p') < 0)
 		return -1;
 	pthread_create(&thread, NULL, sem_killer_thread, &killer);
 	result = recv(fd, &byte, 1, 0);
 	error = errno;
 	pthread_join(thread, NULL);
 	if (result != 1 || byte != 'b')
-		return sem_fail("recv with SA_RESTART returned %zd (%s), expected the byte 'b'", result,
+		return harness_fail("recv with SA_RESTART returned %zd (%s), expected the byte 'b'", result,
 				result < 0 ? strerror(error) : "other data");
 	if (sem_usr1_count != 2)
-		return sem_fail("SIGUSR1 ran %d times, expected 2", (int)sem_usr1_count);
+		return harness_fail("SIGUSR1 ran %d times, expected 2", (int)sem_usr1_count);
 	return 0;
 }
 
@@ -610,25 +577,11 @@ static int eintr_client(int fd)
  */
 static int fork_children_server(int fd)
 {
-	if (sem_recv_pattern(fd, 65536, 26, "before fork") < 0 || sem_send_byte(fd, 'f') < 0)
+	if (harness_recv_pattern(fd, 26, 0, 65536, "before fork") < 0 || harness_send_byte(fd, 'f') < 0)
 		return -1;
-	if (sem_recv_pattern(fd, 1u << 20, 27, "after the children") < 0 || sem_send_pattern(fd, 1u << 20, 28) < 0)
+	if (harness_recv_pattern(fd, 27, 0, 1u << 20, "after the children") < 0 || harness_send_pattern(fd, 28, 0, 1u << 20) < 0)
 		return -1;
-	return sem_expect_eof(fd);
-}
-
-static int sem_wait_child(pid_t pid, const char *what, bool expect_term)
-{
-	int status = 0;
-
-	if (pid < 0)
-		return sem_fail("%s: fork failed: %s", what, strerror(errno));
-	if (waitpid(pid, &status, 0) != pid)
-		return sem_fail("%s: waitpid: %s", what, strerror(errno));
-	if (expect_term ? !(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM)
-			: !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
-		return sem_fail("%s: child status 0x%x", what, status);
-	return 0;
+	return harness_expect_eof(fd);
 }
 
 /* How many /dev/shm files name this process (fabsock's shm region is
@@ -655,46 +608,46 @@ static int fork_children_client(int fd)
 	pid_t pid;
 	int status;
 
-	if (sem_send_pattern(fd, 65536, 26) < 0 || sem_expect_byte(fd, 'f') < 0)
+	if (harness_send_pattern(fd, 26, 0, 65536) < 0 || harness_expect_byte(fd, 'f') < 0)
 		return -1;
 	pid = fork();
 	if (pid == 0) {
 		close(fd);
 		exit(0);
 	}
-	if (sem_wait_child(pid, "child that closes and exits", false) < 0)
+	if (harness_wait_child(pid, "child that closes and exits", 0) < 0)
 		return -1;
 	pid = fork();
 	if (pid == 0) {
-		sem_sleep_ms(10000);
+		harness_sleep_ms(10000);
 		_exit(1);
 	}
-	sem_sleep_ms(50);
+	harness_sleep_ms(50);
 	{
 		int regions = sem_own_shm_regions();
 
 		kill(pid, SIGTERM);
-		if (sem_wait_child(pid, "child killed with SIGTERM", true) < 0)
+		if (harness_wait_child(pid, "child killed with SIGTERM", SIGTERM) < 0)
 			return -1;
 		/* the child must not have removed this process's shm region (a
 		 * handler inherited from the parent's libfabric would) */
 		if (sem_own_shm_regions() < regions)
-			return sem_fail("a child's SIGTERM removed the parent's shm region");
-		sem_info("shm regions of this process before/after the child's SIGTERM: %d/%d", regions,
+			return harness_fail("a child's SIGTERM removed the parent's shm region");
+		harness_info("shm regions of this process before/after the child's SIGTERM: %d/%d", regions,
 			 sem_own_shm_regions());
 	}
 	status = system("true");
 	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-		return sem_fail("system(\"true\") status 0x%x", status);
+		return harness_fail("system(\"true\") status 0x%x", status);
 	if (posix_spawnp(&pid, "true", NULL, NULL, true_argv, environ) != 0 ||
-	    sem_wait_child(pid, "posix_spawn", false) < 0)
-		return sem_fail("posix_spawn of true failed");
+	    harness_wait_child(pid, "posix_spawn", 0) < 0)
+		return harness_fail("posix_spawn of true failed");
 	pid = vfork();
 	if (pid == 0) {
 		execvp("true", true_argv);
 		_exit(127);
 	}
-	if (sem_wait_child(pid, "vfork+exec", false) < 0)
+	if (harness_wait_child(pid, "vfork+exec", 0) < 0)
 		return -1;
 	/* daemon(): the child returns from fork inside daemon() and exits
 	 * there; the grandchild (the daemon) closes its copy and leaves. */
@@ -705,9 +658,9 @@ static int fork_children_client(int fd)
 		close(fd);
 		_exit(0);
 	}
-	if (sem_wait_child(pid, "daemon()", false) < 0)
+	if (harness_wait_child(pid, "daemon()", 0) < 0)
 		return -1;
-	if (sem_send_pattern(fd, 1u << 20, 27) < 0 || sem_recv_pattern(fd, 1u << 20, 28, "after the children") < 0)
+	if (harness_send_pattern(fd, 27, 0, 1u << 20) < 0 || harness_recv_pattern(fd, 28, 0, 1u << 20, "after the children") < 0)
 		return -1;
 	return 0;
 }
@@ -719,9 +672,9 @@ static int fork_children_client(int fd)
  */
 static int sendfile_server(int fd)
 {
-	if (sem_recv_pattern(fd, 3u << 20, 29, "sendfile data") < 0)
+	if (harness_recv_pattern(fd, 29, 0, 3u << 20, "sendfile data") < 0)
 		return -1;
-	return sem_expect_eof(fd);
+	return harness_expect_eof(fd);
 }
 
 static int sendfile_client(int fd)
@@ -733,64 +686,49 @@ static int sendfile_client(int fd)
 	int result = 0;
 
 	if (file < 0)
-		return sem_fail("mkstemp: %s", strerror(errno));
+		return harness_fail("mkstemp: %s", strerror(errno));
 	unlink(path);
 	{
 		unsigned char *data = malloc(total);
 		bool written;
 
 		if (!data)
-			return sem_fail("out of memory");
-		sem_pattern_fill(data, total, 29);
+			return harness_fail("out of memory");
+		harness_pattern_fill(29, 0, data, total);
 		written = write(file, data, total) == (ssize_t)total;
 		free(data);
 		if (!written)
-			return sem_fail("cannot write the file: %s", strerror(errno));
+			return harness_fail("cannot write the file: %s", strerror(errno));
 	}
 	if (lseek(file, 0, SEEK_SET) != 0)
-		return sem_fail("lseek: %s", strerror(errno));
+		return harness_fail("lseek: %s", strerror(errno));
 	while ((size_t)offset < half) {
 		ssize_t sent = sendfile(fd, file, &offset, half - (size_t)offset);
 		if (sent < 0 && errno == EINTR)
 			continue;
 		if (sent <= 0) {
-			result = sem_fail("sendfile with offset: %s", sent < 0 ? strerror(errno) : "returned 0");
+			result = harness_fail("sendfile with offset: %s", sent < 0 ? strerror(errno) : "returned 0");
 			break;
 		}
 	}
 	if (result == 0 && lseek(file, 0, SEEK_CUR) != 0)
-		result = sem_fail("sendfile with an offset pointer moved the file position");
+		result = harness_fail("sendfile with an offset pointer moved the file position");
 	if (result == 0 && lseek(file, (off_t)half, SEEK_SET) != (off_t)half)
-		result = sem_fail("lseek: %s", strerror(errno));
+		result = harness_fail("lseek: %s", strerror(errno));
 	for (size_t done = half; result == 0 && done < total;) {
 		ssize_t sent = sendfile(fd, file, NULL, total - done);
 		if (sent < 0 && errno == EINTR)
 			continue;
 		if (sent <= 0)
-			result = sem_fail("sendfile from the file position: %s", sent < 0 ? strerror(errno) : "0");
+			result = harness_fail("sendfile from the file position: %s", sent < 0 ? strerror(errno) : "0");
 		else
 			done += (size_t)sent;
 	}
 	if (result == 0 && lseek(file, 0, SEEK_CUR) != (off_t)total)
-		result = sem_fail("the file position is %lld after sendfile, expected %zu",
+		result = harness_fail("the file position is %lld after sendfile, expected %zu",
 				  (long long)lseek(file, 0, SEEK_CUR), total);
 	close(file);
 	return result;
-}
-
-/*
- * peer_kill_rev: like peer_kill with the roles swapped: the server blocks
- * in recv (prints `waiting`), the script kill -9's the client (which
- * printed `ready`); the server's recv returns 0 or -1 ECONNRESET.
- */
-static int peer_kill_rev_server(int fd)
-{
-	return peer_kill_client(fd);
-}
-
-static int peer_kill_rev_client(int fd)
-{
-	return peer_kill_server(fd);
 }
 
 /*
@@ -813,14 +751,14 @@ static int exit_blocked_server(int fd)
 	char byte;
 	ssize_t result;
 
-	if (sem_recv_pattern(fd, 1u << 20, 30, "data before the exit") < 0)
+	if (harness_recv_pattern(fd, 30, 0, 1u << 20, "data before the exit") < 0)
 		return -1;
 	do
 		result = recv(fd, &byte, 1, 0);
 	while (result < 0 && errno == EINTR);
 	if (result == 0 || (result < 0 && errno == ECONNRESET))
 		return 0;
-	return sem_fail("after the client's exit recv returned %zd (%s)", result, result < 0 ? strerror(errno) : "data");
+	return harness_fail("after the client's exit recv returned %zd (%s)", result, result < 0 ? strerror(errno) : "data");
 }
 
 static int exit_blocked_client(int fd)
@@ -829,16 +767,15 @@ static int exit_blocked_client(int fd)
 	pthread_t thread;
 
 	fd_copy = fd;
-	if (sem_send_pattern(fd, 1u << 20, 30) < 0)
+	if (harness_send_pattern(fd, 30, 0, 1u << 20) < 0)
 		return -1;
 	if (pthread_create(&thread, NULL, sem_exit_blocked_recv, &fd_copy))
-		return sem_fail("pthread_create failed");
+		return harness_fail("pthread_create failed");
 	/* abandoned on purpose: nobody joins it (and TSan, which reports a
 	 * joinable thread that ended unjoined, has nothing to report) */
 	pthread_detach(thread);
-	sem_sleep_ms(200);
-	printf("PASS exit_blocked\nconnections=%d\n", connection_count);
-	fflush(stdout);
+	harness_sleep_ms(200);
+	harness_print_pass();
 	exit(0);
 }
 
@@ -851,9 +788,9 @@ static int exit_blocked_client(int fd)
  */
 static int splice_server(int fd)
 {
-	if (sem_recv_pattern(fd, 256u << 10, 31, "spliced (or written) data") < 0)
+	if (harness_recv_pattern(fd, 31, 0, 256u << 10, "spliced (or written) data") < 0)
 		return -1;
-	return sem_expect_eof(fd);
+	return harness_expect_eof(fd);
 }
 
 static int splice_client(int fd)
@@ -864,14 +801,14 @@ static int splice_client(int fd)
 	bool refused = false;
 
 	if (!data || pipe(pipes))
-		return sem_fail("setup: %s", strerror(errno));
-	sem_pattern_fill(data, total, 31);
+		return harness_fail("setup: %s", strerror(errno));
+	harness_pattern_fill(31, 0, data, total);
 	while (moved < total) {
 		size_t piece = total - moved < 32768 ? total - moved : 32768, in_pipe = 0;
 		ssize_t n;
 
 		if (write(pipes[1], data + moved, piece) != (ssize_t)piece)
-			return sem_fail("pipe write: %s", strerror(errno));
+			return harness_fail("pipe write: %s", strerror(errno));
 		while (in_pipe < piece) {
 			n = splice(pipes[0], NULL, fd, NULL, piece - in_pipe, 0);
 			if (n < 0 && errno == EINTR)
@@ -881,19 +818,19 @@ static int splice_client(int fd)
 				unsigned char back[32768];
 				ssize_t r = read(pipes[0], back, piece - in_pipe);
 
-				if (r != (ssize_t)(piece - in_pipe) || sem_send_all(fd, back, (size_t)r) < 0)
-					return sem_fail("writing what splice refused: %s", strerror(errno));
+				if (r != (ssize_t)(piece - in_pipe) || harness_send_all(fd, back, (size_t)r) < 0)
+					return harness_fail("writing what splice refused: %s", strerror(errno));
 				refused = true;
 				in_pipe = piece;
 				break;
 			}
 			if (n <= 0)
-				return sem_fail("splice: %s", n < 0 ? strerror(errno) : "0");
+				return harness_fail("splice: %s", n < 0 ? strerror(errno) : "0");
 			in_pipe += (size_t)n;
 		}
 		moved += piece;
 	}
-	sem_info("splice %s", refused ? "refused with EINVAL; written instead" : "moved every byte");
+	harness_info("splice %s", refused ? "refused with EINVAL; written instead" : "moved every byte");
 	close(pipes[0]);
 	close(pipes[1]);
 	free(data);
@@ -910,11 +847,11 @@ static int closefrom_server(int fd)
 {
 	int second;
 
-	if (sem_recv_pattern(fd, 65536, 32, "data before closefrom") < 0 || sem_expect_eof(fd) < 0)
+	if (harness_recv_pattern(fd, 32, 0, 65536, "data before closefrom") < 0 || harness_expect_eof(fd) < 0)
 		return -1;
-	second = sem_accept();
-	if (sem_recv_pattern(second, 256u << 10, 33, "second connection") < 0 ||
-	    sem_send_pattern(second, 256u << 10, 34) < 0 || sem_expect_eof(second) < 0)
+	second = harness_scenario_accept();
+	if (harness_recv_pattern(second, 33, 0, 256u << 10, "second connection") < 0 ||
+	    harness_send_pattern(second, 34, 0, 256u << 10) < 0 || harness_expect_eof(second) < 0)
 		return -1;
 	close(second);
 	return 0;
@@ -924,14 +861,14 @@ static int closefrom_client(int fd)
 {
 	int second;
 
-	if (sem_send_pattern(fd, 65536, 32) < 0)
+	if (harness_send_pattern(fd, 32, 0, 65536) < 0)
 		return -1;
 	closefrom(3);
 	if (fcntl(fd, F_GETFD) != -1 || errno != EBADF)
-		return sem_fail("closefrom(3) left fd %d open", fd);
-	second = sem_connect();
-	if (sem_send_pattern(second, 256u << 10, 33) < 0 ||
-	    sem_recv_pattern(second, 256u << 10, 34, "second connection") < 0)
+		return harness_fail("closefrom(3) left fd %d open", fd);
+	second = harness_scenario_connect();
+	if (harness_send_pattern(second, 33, 0, 256u << 10) < 0 ||
+	    harness_recv_pattern(second, 34, 0, 256u << 10, "second connection") < 0)
 		return -1;
 	close(second);
 	return 0;
@@ -946,16 +883,16 @@ static int closefrom_client(int fd)
  */
 static int banner_server(int fd)
 {
-	if (sem_send_pattern(fd, 100, 35) < 0 || sem_recv_pattern(fd, 65536, 36, "client data after the banner") < 0 ||
-	    sem_send_byte(fd, 'k') < 0)
+	if (harness_send_pattern(fd, 35, 0, 100) < 0 || harness_recv_pattern(fd, 36, 0, 65536, "client data after the banner") < 0 ||
+	    harness_send_byte(fd, 'k') < 0)
 		return -1;
-	return sem_expect_eof(fd);
+	return harness_expect_eof(fd);
 }
 
 static int banner_client(int fd)
 {
-	if (sem_recv_pattern(fd, 100, 35, "banner") < 0 || sem_send_pattern(fd, 65536, 36) < 0 ||
-	    sem_expect_byte(fd, 'k') < 0)
+	if (harness_recv_pattern(fd, 35, 0, 100, "banner") < 0 || harness_send_pattern(fd, 36, 0, 65536) < 0 ||
+	    harness_expect_byte(fd, 'k') < 0)
 		return -1;
 	return 0;
 }
@@ -970,11 +907,11 @@ static int banner_client(int fd)
  */
 static int vfork_closeall_server(int fd)
 {
-	if (sem_recv_pattern(fd, 65536, 37, "before vfork") < 0 || sem_send_byte(fd, 'v') < 0)
+	if (harness_recv_pattern(fd, 37, 0, 65536, "before vfork") < 0 || harness_send_byte(fd, 'v') < 0)
 		return -1;
-	if (sem_recv_pattern(fd, 1u << 20, 38, "after the vfork child") < 0 || sem_send_pattern(fd, 1u << 20, 39) < 0)
+	if (harness_recv_pattern(fd, 38, 0, 1u << 20, "after the vfork child") < 0 || harness_send_pattern(fd, 39, 0, 1u << 20) < 0)
 		return -1;
-	return sem_expect_eof(fd);
+	return harness_expect_eof(fd);
 }
 
 static int vfork_closeall_client(int fd)
@@ -982,7 +919,7 @@ static int vfork_closeall_client(int fd)
 	char *true_argv[] = { "true", NULL };
 	pid_t pid;
 
-	if (sem_send_pattern(fd, 65536, 37) < 0 || sem_expect_byte(fd, 'v') < 0)
+	if (harness_send_pattern(fd, 37, 0, 65536) < 0 || harness_expect_byte(fd, 'v') < 0)
 		return -1;
 	pid = vfork();
 	if (pid == 0) {
@@ -994,9 +931,9 @@ static int vfork_closeall_client(int fd)
 		execvp("true", true_argv);
 		_exit(127);
 	}
-	if (sem_wait_child(pid, "vfork child that closes everything", false) < 0)
+	if (harness_wait_child(pid, "vfork child that closes everything", 0) < 0)
 		return -1;
-	if (sem_send_pattern(fd, 1u << 20, 38) < 0 || sem_recv_pattern(fd, 1u << 20, 39, "after the vfork child") < 0)
+	if (harness_send_pattern(fd, 38, 0, 1u << 20) < 0 || harness_recv_pattern(fd, 39, 0, 1u << 20, "after the vfork child") < 0)
 		return -1;
 	return 0;
 }
@@ -1015,20 +952,19 @@ static int vfork_closeall_client(int fd)
 
 static int underscore_exit_server(int fd)
 {
-	sem_sleep_ms(300);
-	if (sem_recv_pattern(fd, SEM_EXIT_BYTES, 40, "data written before _exit") < 0)
+	harness_sleep_ms(300);
+	if (harness_recv_pattern(fd, 40, 0, SEM_EXIT_BYTES, "data written before _exit") < 0)
 		return -1;
-	return sem_expect_eof(fd);
+	return harness_expect_eof(fd);
 }
 
 static int underscore_exit_common(int fd, bool do_close)
 {
-	if (sem_send_pattern(fd, SEM_EXIT_BYTES, 40) < 0)
+	if (harness_send_pattern(fd, 40, 0, SEM_EXIT_BYTES) < 0)
 		return -1;
 	if (do_close && close(fd) != 0)
-		return sem_fail("close: %s", strerror(errno));
-	printf("PASS %s\nconnections=%d\n", scenario_name, connection_count);
-	fflush(stdout);
+		return harness_fail("close: %s", strerror(errno));
+	harness_print_pass();
 	_exit(0);
 }
 
@@ -1061,7 +997,7 @@ __attribute__((destructor)) static void sem_late_destructor(void)
 
 	if (sem_late_fd < 0)
 		return;
-	sem_pattern_fill(late, sizeof(late), 42);
+	harness_pattern_fill(42, 0, late, sizeof(late));
 	sent = send(sem_late_fd, late, sizeof(late), MSG_NOSIGNAL);
 	if (sent != (ssize_t)sizeof(late) &&
 	    !(sent < 0 && (errno == EBADF || errno == EPIPE || errno == ECONNRESET))) {
@@ -1082,8 +1018,8 @@ static int exit_late_close_server(int fd)
 	ssize_t n;
 
 	if (!rest)
-		return sem_fail("out of memory");
-	if (sem_recv_pattern(fd, 1u << 20, 41, "data written before exit") < 0) {
+		return harness_fail("out of memory");
+	if (harness_recv_pattern(fd, 41, 0, 1u << 20, "data written before exit") < 0) {
 		free(rest);
 		return -1;
 	}
@@ -1092,30 +1028,30 @@ static int exit_late_close_server(int fd)
 			continue;
 		if (n < 0) {
 			free(rest);
-			return sem_fail("after 1 MiB: recv: %s", strerror(errno));
+			return harness_fail("after 1 MiB: recv: %s", strerror(errno));
 		}
 		got += (size_t)n;
 	}
 	if (got != 0 && got != 65536) {
 		free(rest);
-		return sem_fail("after 1 MiB: %zu bytes before EOF, expected 0 or 65536", got);
+		return harness_fail("after 1 MiB: %zu bytes before EOF, expected 0 or 65536", got);
 	}
-	if (got && sem_pattern_check(rest, got, 42, "the destructor's bytes") < 0) {
+	if (got && harness_pattern_check(42, 0, rest, got, "the destructor's bytes") < 0) {
 		free(rest);
 		return -1;
 	}
-	sem_info("the destructor's bytes that arrived: %zu", got);
+	harness_info("the destructor's bytes that arrived: %zu", got);
 	free(rest);
 	return 0;
 }
 
 static int exit_late_close_client(int fd)
 {
-	if (sem_send_pattern(fd, 1u << 20, 41) < 0)
+	if (harness_send_pattern(fd, 41, 0, 1u << 20) < 0)
 		return -1;
 	sem_late_fd = dup(fd);
 	if (sem_late_fd < 0)
-		return sem_fail("dup: %s", strerror(errno));
+		return harness_fail("dup: %s", strerror(errno));
 	return 0;
 }
 
@@ -1132,25 +1068,24 @@ static int killed_by_client(int fd, int how)
 {
 	struct sigaction dfl = { .sa_handler = SIG_DFL };
 
-	if (sem_send_pattern(fd, SEM_EXIT_BYTES, 40) < 0)
+	if (harness_send_pattern(fd, 40, 0, SEM_EXIT_BYTES) < 0)
 		return -1;
-	printf("PASS %s\nconnections=%d\n", scenario_name, connection_count);
-	fflush(stdout);
+	harness_print_pass();
 	if (how == SIGPIPE) {
 		int pipes[2];
 		char byte = 'x';
 
 		sigaction(SIGPIPE, &dfl, NULL);
 		if (pipe(pipes) != 0)
-			return sem_fail("pipe: %s", strerror(errno));
+			return harness_fail("pipe: %s", strerror(errno));
 		close(pipes[0]);
 		if (write(pipes[1], &byte, 1) < 0)
-			return sem_fail("write to a pipe without reader: %s, and still alive", strerror(errno));
+			return harness_fail("write to a pipe without reader: %s, and still alive", strerror(errno));
 	} else {
 		kill(getpid(), how);
 	}
-	sem_sleep_ms(20000);
-	return sem_fail("still alive 20 s after signal %d", how);
+	harness_sleep_ms(20000);
+	return harness_fail("still alive 20 s after signal %d", how);
 }
 
 static int killed_by_term_client(int fd)
@@ -1179,34 +1114,72 @@ static void sem_count_term(int signal_number)
 
 static int handler_replaces_server(int fd)
 {
-	if (sem_recv_pattern(fd, 65536, 43, "before the handler") < 0 || sem_send_byte(fd, 'h') < 0)
+	if (harness_recv_pattern(fd, 43, 0, 65536, "before the handler") < 0 || harness_send_byte(fd, 'h') < 0)
 		return -1;
-	if (sem_recv_pattern(fd, 1u << 20, 44, "after SIGTERM") < 0 || sem_send_pattern(fd, 1u << 20, 45) < 0)
+	if (harness_recv_pattern(fd, 44, 0, 1u << 20, "after SIGTERM") < 0 || harness_send_pattern(fd, 45, 0, 1u << 20) < 0)
 		return -1;
-	return sem_expect_eof(fd);
+	return harness_expect_eof(fd);
 }
 
 static int handler_replaces_client(int fd)
 {
 	struct sigaction now, mine = { .sa_handler = sem_count_term };
 
-	if (sem_send_pattern(fd, 65536, 43) < 0 || sem_expect_byte(fd, 'h') < 0)
+	if (harness_send_pattern(fd, 43, 0, 65536) < 0 || harness_expect_byte(fd, 'h') < 0)
 		return -1;
 	if (sigaction(SIGTERM, NULL, &now) != 0 || (now.sa_flags & SA_SIGINFO) || now.sa_handler != SIG_DFL)
-		return sem_fail("SIGTERM's action does not look like the default (flags 0x%x)", now.sa_flags);
+		return harness_fail("SIGTERM's action does not look like the default (flags 0x%x)", now.sa_flags);
 	/* (not SIGINT: a shell starts background jobs with it ignored) */
 	if (signal(SIGUSR2, SIG_DFL) != SIG_DFL)
-		return sem_fail("signal(SIGUSR2) did not report the default as the previous action");
+		return harness_fail("signal(SIGUSR2) did not report the default as the previous action");
 	sigemptyset(&mine.sa_mask);
 	mine.sa_flags = SA_RESTART;
 	if (sigaction(SIGTERM, &mine, NULL) != 0)
-		return sem_fail("sigaction: %s", strerror(errno));
+		return harness_fail("sigaction: %s", strerror(errno));
 	kill(getpid(), SIGTERM);
 	if (sem_term_count != 1)
-		return sem_fail("the application's SIGTERM handler ran %d times", (int)sem_term_count);
+		return harness_fail("the application's SIGTERM handler ran %d times", (int)sem_term_count);
 	if (sigaction(SIGTERM, NULL, &now) != 0 || now.sa_handler != sem_count_term)
-		return sem_fail("sigaction does not report the application's own handler");
-	if (sem_send_pattern(fd, 1u << 20, 44) < 0 || sem_recv_pattern(fd, 1u << 20, 45, "after SIGTERM") < 0)
+		return harness_fail("sigaction does not report the application's own handler");
+	if (harness_send_pattern(fd, 44, 0, 1u << 20) < 0 || harness_recv_pattern(fd, 45, 0, 1u << 20, "after SIGTERM") < 0)
 		return -1;
 	return 0;
+}
+
+static const struct harness_scenario scenarios[] = {
+	{ "dup_share", dup_share_server, dup_share_client, 0 },
+	{ "dup2_replace", dup2_replace_server, dup2_replace_client, 0 },
+	{ "close_exit", close_exit_server, close_exit_client, 0 },
+	{ "close_exit_late", close_exit_late_server, close_exit_late_client, 0 },
+	{ "close_settles", close_settles_server, close_settles_client, 0 },
+	{ "linger0", linger0_server, linger0_client, 0 },
+	{ "close_blocked", close_blocked_server, close_blocked_client, 0 },
+	{ "close_blocked_epoll", close_blocked_server, close_blocked_epoll_client, 0 },
+	{ "threads_duplex", threads_duplex_server, threads_duplex_client, 0 },
+	{ "eintr", eintr_server, eintr_client, 0 },
+	{ "fork_children", fork_children_server, fork_children_client, 0 },
+	{ "sendfile", sendfile_server, sendfile_client, 0 },
+	{ "exit_blocked", exit_blocked_server, exit_blocked_client, 0 },
+	{ "splice", splice_server, splice_client, 0 },
+	{ "closefrom", closefrom_server, closefrom_client, 0 },
+	{ "banner", banner_server, banner_client, 0 },
+	{ "vfork_closeall", vfork_closeall_server, vfork_closeall_client, 0 },
+	{ "underscore_exit", underscore_exit_server, underscore_exit_client, 0 },
+	{ "close_underscore_exit", underscore_exit_server, close_underscore_exit_client, 0 },
+	{ "exit_late_close", exit_late_close_server, exit_late_close_client, 0 },
+	{ "killed_by_term", underscore_exit_server, killed_by_term_client, 0 },
+	{ "killed_by_pipe", underscore_exit_server, killed_by_pipe_client, 0 },
+	{ "handler_replaces", handler_replaces_server, handler_replaces_client, 0 },
+};
+
+static const struct harness_program program = {
+	.name = "fs_semantics_lifecycle",
+	.scenarios = scenarios,
+	.count = sizeof(scenarios) / sizeof(scenarios[0]),
+	.watchdog_seconds = 40,
+};
+
+int main(int argc, char **argv)
+{
+	return harness_scenario_main(&program, argc, argv);
 }

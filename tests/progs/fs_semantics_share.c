@@ -1,61 +1,50 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fs_semantics scenarios where another process uses the connection: a child
- * forked after it carried data, a process it is passed to with SCM_RIGHTS.
- * With the kernel they all share one connection; under fabsock the stream
- * goes back to TCP first (core/handback.h), and every byte must still
- * arrive once, in order. In each, bytes are in flight toward the client
- * (written by the server, not yet read) when the other process takes over,
- * so the ones the first process's stream had received but not read must
- * reach the reader that reads next. Included by fs_semantics.c.
+ * fs_semantics_share: scenarios where another process uses the connection:
+ * a child forked after it carried data, a process it is passed to with
+ * SCM_RIGHTS, a peer that forks, and urgent data. With the kernel they all
+ * share one connection; under fabsock the stream goes back to TCP first
+ * (core/handback.h), and every byte must still arrive once, in order. In
+ * each, bytes are in flight toward the client (written by the server, not
+ * yet read) when the other process takes over, so the ones the first
+ * process's stream had received but not read must reach the reader that
+ * reads next. Run like fs_semantics (harness.h), on blocking sockets.
  */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <poll.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/select.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
-/* Receives pattern bytes [FROM, FROM + LENGTH) of stream SALT and checks them. */
-static int sem_recv_pattern_part(int fd, size_t from, size_t length, unsigned salt, const char *what)
-{
-	unsigned char *buffer = malloc(length);
-	int result;
-
-	if (!buffer)
-		return sem_fail("out of memory");
-	result = sem_recv_exact(fd, buffer, length);
-	for (size_t i = 0; result == 0 && i < length; i++)
-		if (buffer[i] != sem_pattern_byte(from + i, salt))
-			result = sem_fail("%s: byte %zu is 0x%02x, expected 0x%02x", what, from + i, buffer[i],
-					  sem_pattern_byte(from + i, salt));
-	free(buffer);
-	return result;
-}
-
-/* A child's exit status: 0 for success, else it failed (and said so). */
-static int sem_child_result(pid_t pid, const char *what)
-{
-	int status = 0;
-
-	if (pid < 0)
-		return sem_fail("%s: fork: %s", what, strerror(errno));
-	if (waitpid(pid, &status, 0) != pid)
-		return sem_fail("%s: waitpid: %s", what, strerror(errno));
-	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-		return sem_fail("%s: child status 0x%x", what, status);
-	return 0;
-}
+#include "harness.h"
 
 /* The start every scenario here shares: 64 KiB from the client, 'f' back,
  * so both ends use the connection (offloaded, under fabsock) before the
  * sharing begins. */
 static int sem_share_start_server(int fd, unsigned salt)
 {
-	if (sem_recv_pattern(fd, 65536, salt, "before sharing") < 0 || sem_send_byte(fd, 'f') < 0)
+	if (harness_recv_pattern(fd, salt, 0, 65536, "before sharing") < 0 || harness_send_byte(fd, 'f') < 0)
 		return -1;
 	return 0;
 }
 
 static int sem_share_start_client(int fd, unsigned salt)
 {
-	if (sem_send_pattern(fd, 65536, salt) < 0 || sem_expect_byte(fd, 'f') < 0)
+	if (harness_send_pattern(fd, salt, 0, 65536) < 0 || harness_expect_byte(fd, 'f') < 0)
 		return -1;
 	return 0;
 }
@@ -68,30 +57,30 @@ static int sem_share_start_client(int fd, unsigned salt)
  */
 static int fork_child_reads_server(int fd)
 {
-	if (sem_share_start_server(fd, 50) < 0 || sem_send_pattern(fd, 512u << 10, 51) < 0)
+	if (sem_share_start_server(fd, 50) < 0 || harness_send_pattern(fd, 51, 0, 512u << 10) < 0)
 		return -1;
-	if (sem_recv_pattern(fd, 1u << 20, 52, "the child's answer") < 0 ||
-	    sem_recv_pattern(fd, 65536, 53, "the parent's bytes after the child") < 0)
+	if (harness_recv_pattern(fd, 52, 0, 1u << 20, "the child's answer") < 0 ||
+	    harness_recv_pattern(fd, 53, 0, 65536, "the parent's bytes after the child") < 0)
 		return -1;
-	return sem_expect_eof(fd);
+	return harness_expect_eof(fd);
 }
 
 static int fork_child_reads_client(int fd)
 {
 	pid_t pid;
 
-	if (sem_share_start_client(fd, 50) < 0 || sem_recv_pattern_part(fd, 0, 1000, 51, "before the fork") < 0)
+	if (sem_share_start_client(fd, 50) < 0 || harness_recv_pattern(fd, 51, 0, 1000, "before the fork") < 0)
 		return -1;
 	pid = fork();
 	if (pid == 0) {
-		int bad = sem_recv_pattern_part(fd, 1000, (512u << 10) - 1000, 51, "read by the child") < 0 ||
-			  sem_send_pattern(fd, 1u << 20, 52) < 0;
+		int bad = harness_recv_pattern(fd, 51, 1000, (512u << 10) - 1000, "read by the child") < 0 ||
+			  harness_send_pattern(fd, 52, 0, 1u << 20) < 0;
 
 		exit(bad ? 1 : 0);
 	}
-	if (sem_child_result(pid, "the child reading and writing") < 0)
+	if (harness_wait_child(pid, "the child reading and writing", 0) < 0)
 		return -1;
-	return sem_send_pattern(fd, 65536, 53);
+	return harness_send_pattern(fd, 53, 0, 65536);
 }
 
 /*
@@ -102,10 +91,10 @@ static int fork_child_reads_client(int fd)
  */
 static int fork_split_server(int fd)
 {
-	if (sem_share_start_server(fd, 54) < 0 || sem_send_pattern(fd, 1u << 20, 55) < 0 ||
-	    sem_recv_pattern(fd, 1u << 20, 56, "the parent's writes") < 0 || sem_send_byte(fd, 'd') < 0)
+	if (sem_share_start_server(fd, 54) < 0 || harness_send_pattern(fd, 55, 0, 1u << 20) < 0 ||
+	    harness_recv_pattern(fd, 56, 0, 1u << 20, "the parent's writes") < 0 || harness_send_byte(fd, 'd') < 0)
 		return -1;
-	return sem_expect_eof(fd);
+	return harness_expect_eof(fd);
 }
 
 static int fork_split_client(int fd)
@@ -116,14 +105,14 @@ static int fork_split_client(int fd)
 		return -1;
 	pid = fork();
 	if (pid == 0)
-		exit(sem_recv_pattern(fd, 1u << 20, 55, "read by the child") < 0 ? 1 : 0);
-	if (sem_send_pattern(fd, 1u << 20, 56) < 0) {
-		sem_child_result(pid, "the reading child");
+		exit(harness_recv_pattern(fd, 55, 0, 1u << 20, "read by the child") < 0 ? 1 : 0);
+	if (harness_send_pattern(fd, 56, 0, 1u << 20) < 0) {
+		harness_wait_child(pid, "the reading child", 0);
 		return -1;
 	}
-	if (sem_child_result(pid, "the reading child") < 0)
+	if (harness_wait_child(pid, "the reading child", 0) < 0)
 		return -1;
-	return sem_expect_byte(fd, 'd');
+	return harness_expect_byte(fd, 'd');
 }
 
 /*
@@ -134,10 +123,10 @@ static int fork_split_client(int fd)
  */
 static int parent_closes_server(int fd)
 {
-	if (sem_share_start_server(fd, 57) < 0 || sem_send_pattern(fd, 256u << 10, 58) < 0 ||
-	    sem_recv_pattern(fd, 1u << 20, 59, "the child's answer") < 0)
+	if (sem_share_start_server(fd, 57) < 0 || harness_send_pattern(fd, 58, 0, 256u << 10) < 0 ||
+	    harness_recv_pattern(fd, 59, 0, 1u << 20, "the child's answer") < 0)
 		return -1;
-	return sem_expect_eof(fd);
+	return harness_expect_eof(fd);
 }
 
 static int parent_closes_client(int fd)
@@ -149,8 +138,8 @@ static int parent_closes_client(int fd)
 		return -1;
 	pid = fork();
 	if (pid == 0) {
-		sem_sleep_ms(100); /* the parent closes first */
-		exit(sem_recv_pattern(fd, 256u << 10, 58, "read by the child") < 0 || sem_send_pattern(fd, 1u << 20, 59) < 0
+		harness_sleep_ms(100); /* the parent closes first */
+		exit(harness_recv_pattern(fd, 58, 0, 256u << 10, "read by the child") < 0 || harness_send_pattern(fd, 59, 0, 1u << 20) < 0
 			     ? 1
 			     : 0);
 	}
@@ -158,11 +147,11 @@ static int parent_closes_client(int fd)
 	 * a duplicate of the socket, which would keep it open) */
 	keep = open("/dev/null", O_RDONLY);
 	if (close(fd) != 0)
-		return sem_fail("close: %s", strerror(errno));
-	if (sem_child_result(pid, "the child after the parent's close") < 0)
+		return harness_fail("close: %s", strerror(errno));
+	if (harness_wait_child(pid, "the child after the parent's close", 0) < 0)
 		return -1;
 	if (keep >= 0 && dup2(keep, fd) != fd)
-		return sem_fail("dup2: %s", strerror(errno));
+		return harness_fail("dup2: %s", strerror(errno));
 	return 0;
 }
 
@@ -174,10 +163,10 @@ static int parent_closes_client(int fd)
  */
 static int parent_exits_server(int fd)
 {
-	if (sem_share_start_server(fd, 60) < 0 || sem_send_pattern(fd, 256u << 10, 61) < 0 ||
-	    sem_recv_pattern(fd, 1u << 20, 62, "the child's answer") < 0)
+	if (sem_share_start_server(fd, 60) < 0 || harness_send_pattern(fd, 61, 0, 256u << 10) < 0 ||
+	    harness_recv_pattern(fd, 62, 0, 1u << 20, "the child's answer") < 0)
 		return -1;
-	return sem_expect_eof(fd);
+	return harness_expect_eof(fd);
 }
 
 static int parent_exits_client(int fd)
@@ -188,19 +177,18 @@ static int parent_exits_client(int fd)
 		return -1;
 	pid = fork();
 	if (pid < 0)
-		return sem_fail("fork: %s", strerror(errno));
+		return harness_fail("fork: %s", strerror(errno));
 	if (pid == 0) {
 		for (int i = 0; i < 2000 && getppid() == parent; i++)
-			sem_sleep_ms(10);
+			harness_sleep_ms(10);
 		if (getppid() == parent)
 			exit(1);
-		exit(sem_recv_pattern(fd, 256u << 10, 61, "read by the child") < 0 || sem_send_pattern(fd, 1u << 20, 62) < 0
+		exit(harness_recv_pattern(fd, 61, 0, 256u << 10, "read by the child") < 0 || harness_send_pattern(fd, 62, 0, 1u << 20) < 0
 			     ? 1
 			     : 0);
 	}
 	/* the parent's end: what main() prints, without closing the socket */
-	printf("PASS %s\nconnections=%d\n", scenario_name, connection_count);
-	fflush(stdout);
+	harness_print_pass();
 	exit(0);
 }
 
@@ -213,10 +201,10 @@ static int parent_exits_client(int fd)
  */
 static int pass_rights_server(int fd)
 {
-	if (sem_share_start_server(fd, 63) < 0 || sem_send_pattern(fd, 256u << 10, 64) < 0 ||
-	    sem_recv_pattern(fd, 1u << 20, 65, "the helper's answer") < 0)
+	if (sem_share_start_server(fd, 63) < 0 || harness_send_pattern(fd, 64, 0, 256u << 10) < 0 ||
+	    harness_recv_pattern(fd, 65, 0, 1u << 20, "the helper's answer") < 0)
 		return -1;
-	return sem_expect_eof(fd);
+	return harness_expect_eof(fd);
 }
 
 static int sem_recv_fd(int unix_fd)
@@ -249,7 +237,7 @@ static int pass_rights_client(int fd)
 	if (sem_share_start_client(fd, 63) < 0)
 		return -1;
 	if (socketpair(AF_UNIX, SOCK_STREAM, 0, pair) != 0)
-		return sem_fail("socketpair: %s", strerror(errno));
+		return harness_fail("socketpair: %s", strerror(errno));
 	pid = fork();
 	if (pid == 0) {
 		int got;
@@ -258,11 +246,11 @@ static int pass_rights_client(int fd)
 		close(pair[0]);
 		got = sem_recv_fd(pair[1]);
 		if (got < 0) {
-			sem_fail("the helper received no descriptor");
+			harness_fail("the helper received no descriptor");
 			exit(1);
 		}
-		exit(sem_recv_pattern(got, 256u << 10, 64, "read by the helper") < 0 ||
-				     sem_send_pattern(got, 1u << 20, 65) < 0
+		exit(harness_recv_pattern(got, 64, 0, 256u << 10, "read by the helper") < 0 ||
+				     harness_send_pattern(got, 65, 0, 1u << 20) < 0
 			     ? 1
 			     : 0);
 	}
@@ -274,18 +262,18 @@ static int pass_rights_client(int fd)
 	c->cmsg_len = CMSG_LEN(sizeof(int));
 	memcpy(CMSG_DATA(c), &fd, sizeof(fd));
 	if (sendmsg(pair[0], &msg, 0) != 1) {
-		sem_fail("sendmsg SCM_RIGHTS: %s", strerror(errno));
+		harness_fail("sendmsg SCM_RIGHTS: %s", strerror(errno));
 		kill(pid, SIGKILL);
-		sem_child_result(pid, "the helper");
+		harness_wait_child(pid, "the helper", 0);
 		return -1;
 	}
 	close(pair[0]);
 	keep = open("/dev/null", O_RDONLY);
 	close(fd);
-	if (sem_child_result(pid, "the helper") < 0)
+	if (harness_wait_child(pid, "the helper", 0) < 0)
 		return -1;
 	if (keep >= 0 && dup2(keep, fd) != fd)
-		return sem_fail("dup2: %s", strerror(errno));
+		return harness_fail("dup2: %s", strerror(errno));
 	return 0;
 }
 
@@ -298,13 +286,6 @@ static int pass_rights_client(int fd)
  * prlimit64, socket calls...). It then reads the server's bytes with read()
  * and answers with write(), as sshd does.
  */
-#include <linux/audit.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
-#include <stddef.h>
-#include <sys/prctl.h>
-#include <sys/syscall.h>
-
 #define SEM_SC_ALLOW(nr)                                                                                   \
 	BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr), 0, 1), BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)
 #define SEM_SC_DENY(nr, err)                                                                               \
@@ -358,13 +339,14 @@ static int sem_sandbox(void)
 	static const struct sock_fprog program = { .len = sizeof(insns) / sizeof(insns[0]), .filter = insns };
 
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
-		return sem_fail("PR_SET_NO_NEW_PRIVS: %s", strerror(errno));
+		return harness_fail("PR_SET_NO_NEW_PRIVS: %s", strerror(errno));
 	if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) != 0)
-		return sem_fail("PR_SET_SECCOMP: %s", strerror(errno));
+		return harness_fail("PR_SET_SECCOMP: %s", strerror(errno));
 	return 0;
 }
 
-/* read() until LENGTH bytes of stream SALT from FROM arrived, checked. */
+/* read() until LENGTH bytes of stream SALT from FROM arrived, checked; it
+ * reports nothing (stdio would fstat, which the sandbox refuses). */
 static int sem_read_pattern(int fd, size_t from, size_t length, unsigned salt)
 {
 	static unsigned char buffer[16384];
@@ -378,9 +360,8 @@ static int sem_read_pattern(int fd, size_t from, size_t length, unsigned salt)
 			continue;
 		if (n <= 0)
 			return -1;
-		for (ssize_t i = 0; i < n; i++)
-			if (buffer[i] != sem_pattern_byte(from + done + (size_t)i, salt))
-				return -1;
+		if (harness_pattern_mismatch(salt, from + done, buffer, (size_t)n) != (size_t)n)
+			return -1;
 		done += (size_t)n;
 	}
 	return 0;
@@ -395,8 +376,7 @@ static int sem_write_pattern(int fd, size_t length, unsigned salt)
 		size_t n = length - done < sizeof(buffer) ? length - done : sizeof(buffer);
 		ssize_t w;
 
-		for (size_t i = 0; i < n; i++)
-			buffer[i] = sem_pattern_byte(done + i, salt);
+		harness_pattern_fill(salt, done, buffer, n);
 		w = write(fd, buffer, n);
 		if (w < 0 && errno == EINTR)
 			continue;
@@ -409,11 +389,11 @@ static int sem_write_pattern(int fd, size_t length, unsigned salt)
 
 static int fork_child_sandboxed_server(int fd)
 {
-	if (sem_share_start_server(fd, 66) < 0 || sem_send_pattern(fd, 512u << 10, 67) < 0)
+	if (sem_share_start_server(fd, 66) < 0 || harness_send_pattern(fd, 67, 0, 512u << 10) < 0)
 		return -1;
-	if (sem_recv_pattern(fd, 1u << 20, 68, "the sandboxed child's answer") < 0)
+	if (harness_recv_pattern(fd, 68, 0, 1u << 20, "the sandboxed child's answer") < 0)
 		return -1;
-	return sem_expect_eof(fd);
+	return harness_expect_eof(fd);
 }
 
 static int fork_child_sandboxed_client(int fd)
@@ -421,7 +401,7 @@ static int fork_child_sandboxed_client(int fd)
 	pid_t pid;
 	int status = 0;
 
-	if (sem_share_start_client(fd, 66) < 0 || sem_recv_pattern_part(fd, 0, 1000, 67, "before the fork") < 0)
+	if (sem_share_start_client(fd, 66) < 0 || harness_recv_pattern(fd, 67, 0, 1000, "before the fork") < 0)
 		return -1;
 	fflush(stdout);
 	pid = fork();
@@ -436,14 +416,14 @@ static int fork_child_sandboxed_client(int fd)
 		_exit(0);
 	}
 	if (pid < 0)
-		return sem_fail("fork: %s", strerror(errno));
+		return harness_fail("fork: %s", strerror(errno));
 	if (waitpid(pid, &status, 0) != pid)
-		return sem_fail("waitpid: %s", strerror(errno));
+		return harness_fail("waitpid: %s", strerror(errno));
 	if (WIFSIGNALED(status))
-		return sem_fail("the sandboxed child was killed by signal %d%s", WTERMSIG(status),
+		return harness_fail("the sandboxed child was killed by signal %d%s", WTERMSIG(status),
 				WTERMSIG(status) == SIGSYS ? " (a system call its filter forbids)" : "");
 	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-		return sem_fail("the sandboxed child exited with %d (2: no sandbox, 3: read, 4: write)",
+		return harness_fail("the sandboxed child exited with %d (2: no sandbox, 3: read, 4: write)",
 				WIFEXITED(status) ? WEXITSTATUS(status) : -1);
 	return 0;
 }
@@ -460,14 +440,14 @@ static int peer_forks_poll_server(int fd)
 {
 	pid_t pid;
 
-	if (sem_share_start_server(fd, 69) < 0 || sem_send_pattern(fd, 4096, 70) < 0 || sem_expect_byte(fd, 'r') < 0)
+	if (sem_share_start_server(fd, 69) < 0 || harness_send_pattern(fd, 70, 0, 4096) < 0 || harness_expect_byte(fd, 'r') < 0)
 		return -1;
 	pid = fork();
 	if (pid == 0)
-		_exit(sem_send_pattern(fd, 65536, 71) < 0 || sem_recv_pattern(fd, 65536, 72, "the answer") < 0 ? 1 : 0);
-	if (sem_child_result(pid, "the writing child") < 0)
+		_exit(harness_send_pattern(fd, 71, 0, 65536) < 0 || harness_recv_pattern(fd, 72, 0, 65536, "the answer") < 0 ? 1 : 0);
+	if (harness_wait_child(pid, "the writing child", 0) < 0)
 		return -1;
-	return sem_expect_eof(fd);
+	return harness_expect_eof(fd);
 }
 
 static int peer_forks_poll_client(int fd)
@@ -476,33 +456,33 @@ static int peer_forks_poll_client(int fd)
 	size_t done = 0;
 	int spurious = 0;
 
-	if (sem_share_start_client(fd, 69) < 0 || sem_recv_pattern(fd, 4096, 70, "before the fork") < 0 ||
-	    sem_send_byte(fd, 'r') < 0)
+	if (sem_share_start_client(fd, 69) < 0 || harness_recv_pattern(fd, 70, 0, 4096, "before the fork") < 0 ||
+	    harness_send_byte(fd, 'r') < 0)
 		return -1;
 	if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) != 0)
-		return sem_fail("O_NONBLOCK: %s", strerror(errno));
+		return harness_fail("O_NONBLOCK: %s", strerror(errno));
 	for (int rounds = 0; done < sizeof(buffer) && rounds < 100000; rounds++) {
 		struct pollfd p = { .fd = fd, .events = POLLIN };
 		ssize_t n;
 
 		if (poll(&p, 1, 10000) <= 0)
-			return sem_fail("poll: no data within 10 s after %zu bytes", done);
+			return harness_fail("poll: no data within 10 s after %zu bytes", done);
 		n = read(fd, buffer + done, sizeof(buffer) - done);
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
 			spurious++;
 			continue;
 		}
 		if (n <= 0)
-			return sem_fail("read after POLLIN: %s", n < 0 ? strerror(errno) : "EOF");
+			return harness_fail("read after POLLIN: %s", n < 0 ? strerror(errno) : "EOF");
 		done += (size_t)n;
 	}
 	if (spurious)
-		return sem_fail("%d reads failed with EAGAIN right after poll() reported POLLIN", spurious);
-	if (sem_pattern_check(buffer, sizeof(buffer), 71, "the child's bytes") < 0)
+		return harness_fail("%d reads failed with EAGAIN right after poll() reported POLLIN", spurious);
+	if (harness_pattern_check(71, 0, buffer, sizeof(buffer), "the child's bytes") < 0)
 		return -1;
 	if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0)
-		return sem_fail("clearing O_NONBLOCK: %s", strerror(errno));
-	return sem_send_pattern(fd, 65536, 72);
+		return harness_fail("clearing O_NONBLOCK: %s", strerror(errno));
+	return harness_send_pattern(fd, 72, 0, 65536);
 }
 
 /*
@@ -519,28 +499,51 @@ static int urgent_server(int fd)
 	char buf[3], oob = 0;
 	fd_set ex;
 
-	if (sem_share_start_server(fd, 57) < 0 || sem_recv_exact(fd, buf, 3) < 0)
+	if (sem_share_start_server(fd, 57) < 0 || harness_recv_exact(fd, buf, 3) < 0)
 		return -1;
 	if (memcmp(buf, "abc", 3) != 0)
-		return sem_fail("the first bytes are %02x %02x %02x, expected abc", buf[0], buf[1], buf[2]);
+		return harness_fail("the first bytes are %02x %02x %02x, expected abc", buf[0], buf[1], buf[2]);
 	FD_ZERO(&ex);
 	FD_SET(fd, &ex);
 	if (select(fd + 1, NULL, NULL, &ex, &tv) != 1)
-		return sem_fail("no urgent data reported within 10 s (select: %s)", strerror(errno));
+		return harness_fail("no urgent data reported within 10 s (select: %s)", strerror(errno));
 	if (recv(fd, &oob, 1, MSG_OOB) != 1 || oob != '!')
-		return sem_fail("recv(MSG_OOB) gave %02x (%s), expected '!'", oob, strerror(errno));
-	if (sem_recv_exact(fd, buf, 3) < 0)
+		return harness_fail("recv(MSG_OOB) gave %02x (%s), expected '!'", oob, strerror(errno));
+	if (harness_recv_exact(fd, buf, 3) < 0)
 		return -1;
 	if (memcmp(buf, "def", 3) != 0)
-		return sem_fail("after the urgent byte %02x %02x %02x, expected def", buf[0], buf[1], buf[2]);
-	return sem_expect_eof(fd);
+		return harness_fail("after the urgent byte %02x %02x %02x, expected def", buf[0], buf[1], buf[2]);
+	return harness_expect_eof(fd);
 }
 
 static int urgent_client(int fd)
 {
-	if (sem_share_start_client(fd, 57) < 0 || sem_send_all(fd, "abc", 3) < 0)
+	if (sem_share_start_client(fd, 57) < 0 || harness_send_all(fd, "abc", 3) < 0)
 		return -1;
 	if (send(fd, "!", 1, MSG_OOB) != 1)
-		return sem_fail("send(MSG_OOB): %s", strerror(errno));
-	return sem_send_all(fd, "def", 3);
+		return harness_fail("send(MSG_OOB): %s", strerror(errno));
+	return harness_send_all(fd, "def", 3);
+}
+
+static const struct harness_scenario scenarios[] = {
+	{ "fork_child_reads", fork_child_reads_server, fork_child_reads_client, 0 },
+	{ "fork_split", fork_split_server, fork_split_client, 0 },
+	{ "parent_closes", parent_closes_server, parent_closes_client, 0 },
+	{ "parent_exits", parent_exits_server, parent_exits_client, 0 },
+	{ "pass_rights", pass_rights_server, pass_rights_client, 0 },
+	{ "fork_child_sandboxed", fork_child_sandboxed_server, fork_child_sandboxed_client, 0 },
+	{ "peer_forks_poll", peer_forks_poll_server, peer_forks_poll_client, 0 },
+	{ "urgent", urgent_server, urgent_client, 0 },
+};
+
+static const struct harness_program program = {
+	.name = "fs_semantics_share",
+	.scenarios = scenarios,
+	.count = sizeof(scenarios) / sizeof(scenarios[0]),
+	.watchdog_seconds = 40,
+};
+
+int main(int argc, char **argv)
+{
+	return harness_scenario_main(&program, argc, argv);
 }
