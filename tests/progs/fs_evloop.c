@@ -41,9 +41,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "harness.h"
+
 #define EV_WATCHDOG_SECONDS 40
-/* Bound for any wait on the peer (a command, a sync byte, data it was asked for). */
-#define EV_PEER_WAIT_MS 20000
 /* Bound for an event that must come promptly (data already sent, a drained buffer). */
 #define EV_EVENT_WAIT_MS 5000
 /* How long "nothing is reported" is watched. */
@@ -58,58 +58,17 @@
 #define EV_TIMEOUT_HIGH_MS 1500
 #define EV_CPU_LIMIT 0.30
 
-static const char *scenario_name = "?";
-static int failure_count;
-static int connection_count;
-static int listen_fd = -1;
-static struct addrinfo *server_address;
-static double start_ms;
 static unsigned char pattern_table[2 * EV_PATTERN_PERIOD];
-static volatile sig_atomic_t sigpipe_count;
 static volatile sig_atomic_t usr1_count;
 static volatile sig_atomic_t alarm_count;
 
 /* ---- reporting and small helpers --------------------------------------- */
-
-__attribute__((format(printf, 1, 2))) static int ev_fail(const char *format, ...)
-{
-	va_list args;
-	printf("FAIL %s: ", scenario_name);
-	va_start(args, format);
-	vprintf(format, args);
-	va_end(args);
-	printf("\n");
-	failure_count++;
-	return -1;
-}
-
-__attribute__((format(printf, 1, 2))) static void ev_info(const char *format, ...)
-{
-	va_list args;
-	printf("info %s: ", scenario_name);
-	va_start(args, format);
-	vprintf(format, args);
-	va_end(args);
-	printf("\n");
-}
 
 static void ev_write_and_exit(const char *message)
 {
 	if (write(STDOUT_FILENO, message, strlen(message)) < 0)
 		_exit(3);
 	_exit(3);
-}
-
-static void ev_watchdog(int signal_number)
-{
-	(void)signal_number;
-	ev_write_and_exit("FAIL watchdog: still running after the watchdog limit\n");
-}
-
-static void ev_count_sigpipe(int signal_number)
-{
-	(void)signal_number;
-	sigpipe_count++;
 }
 
 static void ev_count_usr1(int signal_number)
@@ -126,38 +85,6 @@ static void ev_count_alarm(int signal_number)
 		ev_write_and_exit("FAIL eintr: 100 SIGALRMs (10 s) without the checks finishing\n");
 }
 
-/* Installs HANDLER for SIGNAL_NUMBER without SA_RESTART, so it interrupts waits. */
-static void ev_set_handler(int signal_number, void (*handler)(int))
-{
-	struct sigaction action;
-	memset(&action, 0, sizeof(action));
-	action.sa_handler = handler;
-	sigemptyset(&action.sa_mask);
-	sigaction(signal_number, &action, NULL);
-}
-
-static double ev_now_ms(void)
-{
-	struct timespec now;
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	return (double)now.tv_sec * 1e3 + (double)now.tv_nsec / 1e6;
-}
-
-/* Re-arms the watchdog with what is left of its limit (after eintr borrowed SIGALRM). */
-static void ev_rearm_watchdog(void)
-{
-	double left = EV_WATCHDOG_SECONDS - (ev_now_ms() - start_ms) / 1000;
-	ev_set_handler(SIGALRM, ev_watchdog);
-	alarm(left < 1 ? 1 : (unsigned)left);
-}
-
-static void ev_sleep_ms(unsigned milliseconds)
-{
-	struct timespec delay = { milliseconds / 1000, (long)(milliseconds % 1000) * 1000000L };
-	while (nanosleep(&delay, &delay) < 0 && errno == EINTR)
-		;
-}
-
 /* User plus system CPU time of the whole process, in ms. */
 static double ev_cpu_ms(void)
 {
@@ -165,12 +92,6 @@ static double ev_cpu_ms(void)
 	getrusage(RUSAGE_SELF, &usage);
 	return (double)(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1e3 +
 	       (double)(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e3;
-}
-
-static int ev_remaining_ms(double deadline)
-{
-	double left = deadline - ev_now_ms();
-	return left <= 0 ? 0 : (int)left + 1;
 }
 
 /* The test stream: byte at stream offset i is pattern_table[i % period]. */
@@ -188,7 +109,7 @@ static int ev_stream_check(const unsigned char *buffer, size_t length, uint64_t 
 	for (size_t i = 0; i < length; i++) {
 		unsigned char expected = pattern_table[(*offset + i) % EV_PATTERN_PERIOD];
 		if (buffer[i] != expected)
-			return ev_fail("%s: stream byte %llu is 0x%02x, expected 0x%02x", what,
+			return harness_fail("%s: stream byte %llu is 0x%02x, expected 0x%02x", what,
 				       (unsigned long long)(*offset + i), buffer[i], expected);
 	}
 	*offset += length;
@@ -226,77 +147,21 @@ static const char *ev_events_text(uint32_t events)
 
 /* ---- bounded nonblocking I/O -------------------------------------------- */
 
-/* poll() for EVENTS on fd for at most TIMEOUT_MS: the revents, 0 on timeout, -1 on error. */
-static int ev_wait_fd(int fd, short events, int timeout_ms)
-{
-	double deadline = ev_now_ms() + timeout_ms;
-	for (;;) {
-		struct pollfd entry = { .fd = fd, .events = events };
-		int result = poll(&entry, 1, ev_remaining_ms(deadline));
-		if (result > 0)
-			return entry.revents;
-		if (result == 0)
-			return 0;
-		if (errno != EINTR)
-			return ev_fail("poll: %s", strerror(errno));
-	}
-}
-
-static int ev_send_all(int fd, const void *data, size_t length)
-{
-	double deadline = ev_now_ms() + EV_PEER_WAIT_MS;
-	size_t done = 0;
-	while (done < length) {
-		ssize_t result = send(fd, (const char *)data + done, length - done, MSG_NOSIGNAL);
-		if (result > 0) {
-			done += (size_t)result;
-		} else if (ev_is_eagain(result)) {
-			if (ev_wait_fd(fd, POLLOUT, ev_remaining_ms(deadline)) <= 0)
-				return ev_fail("send: not writable again within %d ms (%zu of %zu bytes sent)",
-					       EV_PEER_WAIT_MS, done, length);
-		} else if (result == 0 || errno != EINTR) {
-			return ev_fail("send: %s", ev_error_text(result));
-		}
-	}
-	return 0;
-}
-
-static int ev_recv_exact(int fd, void *buffer, size_t length)
-{
-	double deadline = ev_now_ms() + EV_PEER_WAIT_MS;
-	size_t done = 0;
-	while (done < length) {
-		ssize_t result = recv(fd, (char *)buffer + done, length - done, 0);
-		if (result > 0) {
-			done += (size_t)result;
-		} else if (result == 0) {
-			return ev_fail("early EOF after %zu of %zu bytes", done, length);
-		} else if (ev_is_eagain(result)) {
-			if (ev_wait_fd(fd, POLLIN, ev_remaining_ms(deadline)) <= 0)
-				return ev_fail("recv: nothing readable within %d ms (%zu of %zu bytes)",
-					       EV_PEER_WAIT_MS, done, length);
-		} else if (errno != EINTR) {
-			return ev_fail("recv: %s after %zu of %zu bytes", strerror(errno), done, length);
-		}
-	}
-	return 0;
-}
-
 /* Sends LENGTH bytes of the test stream from *offset on, waiting (bounded) while the socket is full. */
 static int ev_send_stream(int fd, uint64_t *offset, uint64_t length)
 {
 	uint64_t end = *offset + length;
-	double deadline = ev_now_ms() + EV_PEER_WAIT_MS;
+	double deadline = harness_now_ms() + HARNESS_PEER_WAIT_MS;
 	while (*offset < end) {
 		size_t chunk = end - *offset < EV_PATTERN_PERIOD ? (size_t)(end - *offset) : EV_PATTERN_PERIOD;
 		ssize_t result = send(fd, pattern_table + *offset % EV_PATTERN_PERIOD, chunk, MSG_NOSIGNAL);
 		if (result > 0) {
 			*offset += (uint64_t)result;
 		} else if (ev_is_eagain(result)) {
-			if (ev_wait_fd(fd, POLLOUT, ev_remaining_ms(deadline)) <= 0)
-				return ev_fail("send: not writable again within %d ms", EV_PEER_WAIT_MS);
+			if (harness_wait_fd(fd, POLLOUT, harness_remaining_ms(deadline)) <= 0)
+				return harness_fail("send: not writable again within %d ms", HARNESS_PEER_WAIT_MS);
 		} else if (result == 0 || errno != EINTR) {
-			return ev_fail("send: %s", ev_error_text(result));
+			return harness_fail("send: %s", ev_error_text(result));
 		}
 	}
 	return 0;
@@ -308,46 +173,11 @@ static int ev_recv_stream(int fd, uint64_t *offset, size_t length, const char *w
 	static unsigned char buffer[EV_PATTERN_PERIOD];
 	while (length > 0) {
 		size_t chunk = length < sizeof(buffer) ? length : sizeof(buffer);
-		if (ev_recv_exact(fd, buffer, chunk) < 0 || ev_stream_check(buffer, chunk, offset, what) < 0)
+		if (harness_recv_exact(fd, buffer, chunk) < 0 || ev_stream_check(buffer, chunk, offset, what) < 0)
 			return -1;
 		length -= chunk;
 	}
 	return 0;
-}
-
-static int ev_send_byte(int fd, char byte)
-{
-	return ev_send_all(fd, &byte, 1);
-}
-
-static int ev_expect_byte(int fd, char expected)
-{
-	char byte = 0;
-	if (ev_recv_exact(fd, &byte, 1) < 0)
-		return -1;
-	if (byte != expected)
-		return ev_fail("sync byte '%c', expected '%c'", byte, expected);
-	return 0;
-}
-
-/* The next recv (waited for, bounded) must be 0: EOF. */
-static int ev_expect_eof(int fd)
-{
-	double deadline = ev_now_ms() + EV_PEER_WAIT_MS;
-	for (;;) {
-		char byte;
-		ssize_t result = recv(fd, &byte, 1, 0);
-		if (result == 0)
-			return 0;
-		if (ev_is_eagain(result)) {
-			if (ev_wait_fd(fd, POLLIN, ev_remaining_ms(deadline)) <= 0)
-				return ev_fail("no EOF within %d ms", EV_PEER_WAIT_MS);
-			continue;
-		}
-		if (result < 0 && errno == EINTR)
-			continue;
-		return ev_fail("expected EOF, recv returned %zd (%s)", result, ev_error_text(result));
-	}
 }
 
 /* A recv on fd now must return -1 EAGAIN/EWOULDBLOCK. */
@@ -356,15 +186,7 @@ static int ev_expect_eagain(int fd, const char *when)
 	char byte;
 	ssize_t result = recv(fd, &byte, 1, 0);
 	if (!ev_is_eagain(result))
-		return ev_fail("recv %s returned %zd (%s), expected -1 EAGAIN", when, result, ev_error_text(result));
-	return 0;
-}
-
-static int ev_expect_nonblocking(int fd, const char *what)
-{
-	int flags = fcntl(fd, F_GETFL);
-	if (flags < 0 || !(flags & O_NONBLOCK))
-		return ev_fail("%s is not nonblocking (flags 0x%x)", what, flags);
+		return harness_fail("recv %s returned %zd (%s), expected -1 EAGAIN", when, result, ev_error_text(result));
 	return 0;
 }
 
@@ -373,7 +195,7 @@ static int ev_so_error(int fd, int *error)
 	socklen_t length = sizeof(*error);
 	*error = -1;
 	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, error, &length) < 0)
-		return ev_fail("getsockopt(SO_ERROR): %s", strerror(errno));
+		return harness_fail("getsockopt(SO_ERROR): %s", strerror(errno));
 	return 0;
 }
 
@@ -383,7 +205,7 @@ static int ev_epoll_create(void)
 {
 	int epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (epfd < 0) {
-		ev_fail("epoll_create1: %s", strerror(errno));
+		harness_fail("epoll_create1: %s", strerror(errno));
 		exit(1);
 	}
 	return epfd;
@@ -393,7 +215,7 @@ static int ev_epoll_ctl(int epfd, int operation, int fd, uint32_t events, uint64
 {
 	struct epoll_event event = { .events = events, .data.u64 = data };
 	if (epoll_ctl(epfd, operation, fd, &event) < 0)
-		return ev_fail("epoll_ctl(%s, fd %d, %s): %s",
+		return harness_fail("epoll_ctl(%s, fd %d, %s): %s",
 			       operation == EPOLL_CTL_ADD ? "ADD" : operation == EPOLL_CTL_MOD ? "MOD" : "DEL", fd,
 			       ev_events_text(events), strerror(errno));
 	return 0;
@@ -402,13 +224,13 @@ static int ev_epoll_ctl(int epfd, int operation, int fd, uint32_t events, uint64
 /* epoll_wait that resumes after EINTR with the time left: the count, or -1 (failed). */
 static int ev_epoll_wait(int epfd, struct epoll_event *events, int capacity, int timeout_ms)
 {
-	double deadline = ev_now_ms() + timeout_ms;
+	double deadline = harness_now_ms() + timeout_ms;
 	for (;;) {
-		int count = epoll_wait(epfd, events, capacity, ev_remaining_ms(deadline));
+		int count = epoll_wait(epfd, events, capacity, harness_remaining_ms(deadline));
 		if (count >= 0)
 			return count;
 		if (errno != EINTR)
-			return ev_fail("epoll_wait: %s", strerror(errno));
+			return harness_fail("epoll_wait: %s", strerror(errno));
 	}
 }
 
@@ -416,23 +238,23 @@ static int ev_epoll_wait(int epfd, struct epoll_event *events, int capacity, int
 static uint32_t ev_expect_event(int epfd, int timeout_ms, uint32_t want, uint64_t data, const char *what)
 {
 	struct epoll_event events[4];
-	double start = ev_now_ms();
+	double start = harness_now_ms();
 	int count = ev_epoll_wait(epfd, events, 4, timeout_ms);
 	if (count < 0)
 		return 0;
 	if (count != 1) {
-		ev_fail("%s: epoll_wait returned %d after %.0f ms, expected 1 event", what, count, ev_now_ms() - start);
+		harness_fail("%s: epoll_wait returned %d after %.0f ms, expected 1 event", what, count, harness_now_ms() - start);
 		return 0;
 	}
 	if (events[0].data.u64 != data) {
-		ev_fail("%s: event data 0x%llx, expected 0x%llx", what, (unsigned long long)events[0].data.u64,
+		harness_fail("%s: event data 0x%llx, expected 0x%llx", what, (unsigned long long)events[0].data.u64,
 			(unsigned long long)data);
 		return 0;
 	}
 	if ((events[0].events & want) != want) {
 		char reported[128];
 		snprintf(reported, sizeof(reported), "%s", ev_events_text(events[0].events));
-		ev_fail("%s: events %s lack %s", what, reported, ev_events_text(want & ~events[0].events));
+		harness_fail("%s: events %s lack %s", what, reported, ev_events_text(want & ~events[0].events));
 		return 0;
 	}
 	return events[0].events;
@@ -446,7 +268,7 @@ static int ev_expect_no_event(int epfd, int timeout_ms, const char *what)
 	if (count < 0)
 		return -1;
 	if (count > 0)
-		return ev_fail("%s: epoll_wait(%d ms) reported %d event(s), the first %s data 0x%llx, expected none",
+		return harness_fail("%s: epoll_wait(%d ms) reported %d event(s), the first %s data 0x%llx, expected none",
 			       what, timeout_ms, count, ev_events_text(events[0].events),
 			       (unsigned long long)events[0].data.u64);
 	return 0;
@@ -454,60 +276,13 @@ static int ev_expect_no_event(int epfd, int timeout_ms, const char *what)
 
 /* ---- connections and the command protocol ------------------------------ */
 
-/* Waits (bounded) for a pending connection and accepts it nonblocking. */
-static int ev_accept(void)
-{
-	int revents = ev_wait_fd(listen_fd, POLLIN, EV_PEER_WAIT_MS);
-	if (revents <= 0) {
-		ev_fail("no connection to accept within %d ms", EV_PEER_WAIT_MS);
-		return -1;
-	}
-	int fd = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-	if (fd < 0) {
-		ev_fail("accept4: %s", strerror(errno));
-		return -1;
-	}
-	connection_count++;
-	return fd;
-}
-
-/* A nonblocking connect to the server, waited for with poll (bounded): the fd, or -1. */
-static int ev_connect(void)
-{
-	int fd = socket(server_address->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	int error;
-	if (fd < 0) {
-		ev_fail("socket: %s", strerror(errno));
-		return -1;
-	}
-	if (connect(fd, server_address->ai_addr, server_address->ai_addrlen) < 0) {
-		if (errno != EINPROGRESS) {
-			ev_fail("connect: %s", strerror(errno));
-			close(fd);
-			return -1;
-		}
-		if (ev_wait_fd(fd, POLLOUT, EV_PEER_WAIT_MS) <= 0) {
-			ev_fail("connect did not complete within %d ms", EV_PEER_WAIT_MS);
-			close(fd);
-			return -1;
-		}
-	}
-	if (ev_so_error(fd, &error) < 0 || error != 0) {
-		ev_fail("connect: SO_ERROR %d (%s)", error, strerror(error));
-		close(fd);
-		return -1;
-	}
-	connection_count++;
-	return fd;
-}
-
 /* Asks the server for LENGTH more bytes of its test stream. */
 static int ev_request(int fd, uint32_t length)
 {
 	unsigned char command[5] = { 'w' };
 	uint32_t length_be = htonl(length);
 	memcpy(command + 1, &length_be, 4);
-	return ev_send_all(fd, command, sizeof(command));
+	return harness_send_all(fd, command, sizeof(command));
 }
 
 /*
@@ -521,21 +296,21 @@ static int ev_serve_requests(int fd, uint64_t *offset, int (*turn)(int fd))
 	for (;;) {
 		unsigned char command;
 		uint32_t length_be;
-		if (ev_recv_exact(fd, &command, 1) < 0)
+		if (harness_recv_exact(fd, &command, 1) < 0)
 			return -1;
 		switch (command) {
 		case 'a':
 			return 0;
 		case 'w':
-			if (ev_recv_exact(fd, &length_be, 4) < 0 || ev_send_stream(fd, offset, ntohl(length_be)) < 0)
+			if (harness_recv_exact(fd, &length_be, 4) < 0 || ev_send_stream(fd, offset, ntohl(length_be)) < 0)
 				return -1;
 			break;
 		case 'd':
-			if ((turn && turn(fd) < 0) || ev_send_byte(fd, 'd') < 0)
+			if ((turn && turn(fd) < 0) || harness_send_byte(fd, 'd') < 0)
 				return -1;
 			break;
 		default:
-			return ev_fail("unknown command byte 0x%02x", command);
+			return harness_fail("unknown command byte 0x%02x", command);
 		}
 	}
 }
@@ -549,15 +324,15 @@ static int ev_serve(int fd)
 /* The client's end of a connection: 'a', then the server closes and we see EOF. */
 static int ev_finish_client(int fd)
 {
-	if (ev_send_byte(fd, 'a') < 0)
+	if (harness_send_byte(fd, 'a') < 0)
 		return -1;
-	return ev_expect_eof(fd);
+	return harness_expect_eof(fd);
 }
 
 /* The client's end of a scenario whose server also runs checks: hand over with 'd', wait, finish. */
 static int ev_server_turn_then_finish(int fd)
 {
-	if (ev_send_byte(fd, 'd') < 0 || ev_expect_byte(fd, 'd') < 0)
+	if (harness_send_byte(fd, 'd') < 0 || harness_expect_byte(fd, 'd') < 0)
 		return -1;
 	return ev_finish_client(fd);
 }
@@ -576,10 +351,10 @@ static int nb_recv_eagain_server(int fd)
 {
 	unsigned char command[5];
 	uint64_t offset = 0;
-	if (ev_expect_nonblocking(fd, "the accepted socket") < 0 || ev_recv_exact(fd, command, 5) < 0)
+	if (harness_expect_nonblocking(fd, true, "the accepted socket") < 0 || harness_recv_exact(fd, command, 5) < 0)
 		return -1;
 	if (command[0] != 'w')
-		return ev_fail("expected a 'w' request, got 0x%02x", command[0]);
+		return harness_fail("expected a 'w' request, got 0x%02x", command[0]);
 	if (ev_expect_eagain(fd, "with the client waiting") < 0 || ev_send_stream(fd, &offset, 10) < 0)
 		return -1;
 	return ev_serve_requests(fd, &offset, NULL);
@@ -597,7 +372,7 @@ static int nb_recv_eagain_client(int fd)
 		goto out;
 	result = read(fd, buffer, sizeof(buffer));
 	if (!ev_is_eagain(result)) {
-		ev_fail("read on an empty socket returned %zd (%s), expected -1 EAGAIN", result, ev_error_text(result));
+		harness_fail("read on an empty socket returned %zd (%s), expected -1 EAGAIN", result, ev_error_text(result));
 		goto out;
 	}
 	if (ev_epoll_ctl(epfd, EPOLL_CTL_ADD, fd, EPOLLIN, TAG) < 0 || ev_expect_no_event(epfd, 0, "empty socket") < 0 ||
@@ -608,7 +383,7 @@ static int nb_recv_eagain_client(int fd)
 		goto out;
 	result = recv(fd, buffer, sizeof(buffer), 0);
 	if (result <= 0 || result > 10) {
-		ev_fail("recv after EPOLLIN returned %zd (%s), expected 1..10", result, ev_error_text(result));
+		harness_fail("recv after EPOLLIN returned %zd (%s), expected 1..10", result, ev_error_text(result));
 		goto out;
 	}
 	if (ev_stream_check(buffer, (size_t)result, &offset, "data") < 0 ||
@@ -642,21 +417,21 @@ static int send_full_reader(int fd)
 	static unsigned char buffer[256 * 1024];
 	uint32_t pid_be = htonl((uint32_t)getpid());
 	uint64_t offset = 0, total_be;
-	double deadline = ev_now_ms() + 30000, start;
+	double deadline = harness_now_ms() + 30000, start;
 
-	if (ev_send_all(fd, &pid_be, sizeof(pid_be)) < 0)
+	if (harness_send_all(fd, &pid_be, sizeof(pid_be)) < 0)
 		return -1;
 	/* Not a byte read until told; a hang-up here means the sender gave up. */
 	while (usr1_count == 0) {
-		int revents = ev_wait_fd(fd, POLLRDHUP, 10);
+		int revents = harness_wait_fd(fd, POLLRDHUP, 10);
 		if (revents < 0)
 			return -1;
 		if (revents)
-			return ev_fail("the sender hung up (%s) before signalling the drain", ev_events_text((uint32_t)revents));
-		if (ev_now_ms() > deadline)
-			return ev_fail("no SIGUSR1 from the sender within 30 s");
+			return harness_fail("the sender hung up (%s) before signalling the drain", ev_events_text((uint32_t)revents));
+		if (harness_now_ms() > deadline)
+			return harness_fail("no SIGUSR1 from the sender within 30 s");
 	}
-	start = ev_now_ms();
+	start = harness_now_ms();
 	deadline = start + 30000;
 	for (;;) {
 		ssize_t result = recv(fd, buffer, sizeof(buffer), 0);
@@ -666,16 +441,16 @@ static int send_full_reader(int fd)
 		} else if (result == 0) {
 			break;
 		} else if (ev_is_eagain(result)) {
-			if (ev_wait_fd(fd, POLLIN, ev_remaining_ms(deadline)) <= 0)
-				return ev_fail("drain: nothing readable within 30 s after %llu bytes",
+			if (harness_wait_fd(fd, POLLIN, harness_remaining_ms(deadline)) <= 0)
+				return harness_fail("drain: nothing readable within 30 s after %llu bytes",
 					       (unsigned long long)offset);
 		} else if (errno != EINTR) {
-			return ev_fail("drain: recv: %s after %llu bytes", strerror(errno), (unsigned long long)offset);
+			return harness_fail("drain: recv: %s after %llu bytes", strerror(errno), (unsigned long long)offset);
 		}
 	}
-	ev_info("reader drained %llu bytes to EOF in %.0f ms", (unsigned long long)offset, ev_now_ms() - start);
+	harness_info("reader drained %llu bytes to EOF in %.0f ms", (unsigned long long)offset, harness_now_ms() - start);
 	total_be = ((uint64_t)htonl((uint32_t)(offset >> 32))) | ((uint64_t)htonl((uint32_t)offset) << 32);
-	return ev_send_all(fd, &total_be, sizeof(total_be));
+	return harness_send_all(fd, &total_be, sizeof(total_be));
 }
 
 static int send_full_sender(int fd, bool edge_triggered)
@@ -687,11 +462,11 @@ static int send_full_sender(int fd, bool edge_triggered)
 	double start, drain_start;
 	ssize_t result;
 
-	if (ev_recv_exact(fd, &pid_be, sizeof(pid_be)) < 0 || ev_epoll_ctl(epfd, EPOLL_CTL_ADD, fd, events, TAG) < 0)
+	if (harness_recv_exact(fd, &pid_be, sizeof(pid_be)) < 0 || ev_epoll_ctl(epfd, EPOLL_CTL_ADD, fd, events, TAG) < 0)
 		goto out;
 	if (edge_triggered && !ev_expect_event(epfd, EV_EVENT_WAIT_MS, EPOLLOUT, TAG, "the initial writable edge"))
 		goto out;
-	start = ev_now_ms();
+	start = harness_now_ms();
 	for (;;) {
 		struct epoll_event event;
 		int count;
@@ -702,13 +477,13 @@ static int send_full_sender(int fd, bool edge_triggered)
 			else if (ev_is_eagain(result))
 				break;
 			else if (result == 0 || errno != EINTR) {
-				ev_fail("send while filling: %s after %llu bytes", ev_error_text(result),
+				harness_fail("send while filling: %s after %llu bytes", ev_error_text(result),
 					(unsigned long long)offset);
 				goto out;
 			}
-			if (offset > EV_FILL_LIMIT_BYTES || ev_now_ms() - start > EV_FILL_LIMIT_MS) {
-				ev_fail("no EAGAIN after %llu bytes in %.0f ms (the reader is not reading)",
-					(unsigned long long)offset, ev_now_ms() - start);
+			if (offset > EV_FILL_LIMIT_BYTES || harness_now_ms() - start > EV_FILL_LIMIT_MS) {
+				harness_fail("no EAGAIN after %llu bytes in %.0f ms (the reader is not reading)",
+					(unsigned long long)offset, harness_now_ms() - start);
 				goto out;
 			}
 		}
@@ -718,37 +493,37 @@ static int send_full_sender(int fd, bool edge_triggered)
 		if (count == 0)
 			break;
 		rounds++;
-		if (offset > EV_FILL_LIMIT_BYTES || ev_now_ms() - start > EV_FILL_LIMIT_MS) {
-			ev_fail("EPOLLOUT (%s) still reported after %llu bytes, %d rounds, %.0f ms",
-				ev_events_text(event.events), (unsigned long long)offset, rounds, ev_now_ms() - start);
+		if (offset > EV_FILL_LIMIT_BYTES || harness_now_ms() - start > EV_FILL_LIMIT_MS) {
+			harness_fail("EPOLLOUT (%s) still reported after %llu bytes, %d rounds, %.0f ms",
+				ev_events_text(event.events), (unsigned long long)offset, rounds, harness_now_ms() - start);
 			goto out;
 		}
 	}
-	ev_info("full after %llu bytes, %d refill rounds, %.0f ms; no EPOLLOUT for %d ms", (unsigned long long)offset,
-		rounds, ev_now_ms() - start, EV_QUIET_MS);
+	harness_info("full after %llu bytes, %d refill rounds, %.0f ms; no EPOLLOUT for %d ms", (unsigned long long)offset,
+		rounds, harness_now_ms() - start, EV_QUIET_MS);
 	if (kill((pid_t)ntohl(pid_be), SIGUSR1) < 0) {
-		ev_fail("kill(reader %u, SIGUSR1): %s", ntohl(pid_be), strerror(errno));
+		harness_fail("kill(reader %u, SIGUSR1): %s", ntohl(pid_be), strerror(errno));
 		goto out;
 	}
-	drain_start = ev_now_ms();
+	drain_start = harness_now_ms();
 	if (!ev_expect_event(epfd, EV_EVENT_WAIT_MS, EPOLLOUT, TAG, "after the reader drained"))
 		goto out;
-	ev_info("EPOLLOUT %.1f ms after the drain started", ev_now_ms() - drain_start);
+	harness_info("EPOLLOUT %.1f ms after the drain started", harness_now_ms() - drain_start);
 	if (ev_send_stream(fd, &offset, 1 << 20) < 0)
 		goto out;
 	if (shutdown(fd, SHUT_WR) < 0) {
-		ev_fail("shutdown(SHUT_WR): %s", strerror(errno));
+		harness_fail("shutdown(SHUT_WR): %s", strerror(errno));
 		goto out;
 	}
-	if (ev_recv_exact(fd, &total_be, sizeof(total_be)) < 0)
+	if (harness_recv_exact(fd, &total_be, sizeof(total_be)) < 0)
 		goto out;
 	reader_total = ((uint64_t)ntohl((uint32_t)total_be) << 32) | ntohl((uint32_t)(total_be >> 32));
 	if (reader_total != offset) {
-		ev_fail("the reader received %llu bytes, the sender sent %llu", (unsigned long long)reader_total,
+		harness_fail("the reader received %llu bytes, the sender sent %llu", (unsigned long long)reader_total,
 			(unsigned long long)offset);
 		goto out;
 	}
-	status = ev_expect_eof(fd);
+	status = harness_expect_eof(fd);
 out:
 	close(epfd);
 	return status;
@@ -774,11 +549,11 @@ static int nb_connect_server(int fd)
 {
 	unsigned char buffer[1000];
 	uint64_t offset = 0;
-	if (ev_recv_exact(fd, buffer, sizeof(buffer)) < 0 || ev_stream_check(buffer, sizeof(buffer), &offset, "request") < 0)
+	if (harness_recv_exact(fd, buffer, sizeof(buffer)) < 0 || ev_stream_check(buffer, sizeof(buffer), &offset, "request") < 0)
 		return -1;
 	for (size_t i = 0; i < sizeof(buffer); i++)
 		buffer[i] ^= 0x5a;
-	if (ev_send_all(fd, buffer, sizeof(buffer)) < 0)
+	if (harness_send_all(fd, buffer, sizeof(buffer)) < 0)
 		return -1;
 	return ev_serve(fd);
 }
@@ -790,42 +565,42 @@ static int nb_connect_client(int fd)
 	uint64_t offset = 0;
 	uint32_t events;
 	int epfd, error, result, status = -1;
-	double start = ev_now_ms();
+	double start = harness_now_ms();
 
 	(void)fd;
-	fd = socket(server_address->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	fd = socket(harness_server_address->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
-		return ev_fail("socket: %s", strerror(errno));
+		return harness_fail("socket: %s", strerror(errno));
 	epfd = ev_epoll_create();
-	result = connect(fd, server_address->ai_addr, server_address->ai_addrlen);
+	result = connect(fd, harness_server_address->ai_addr, harness_server_address->ai_addrlen);
 	if (result < 0 && errno != EINPROGRESS) {
-		ev_fail("nonblocking connect returned -1 %s, expected EINPROGRESS or 0", strerror(errno));
+		harness_fail("nonblocking connect returned -1 %s, expected EINPROGRESS or 0", strerror(errno));
 		goto out;
 	}
-	ev_info("connect returned %s", result == 0 ? "0 at once" : "-1 EINPROGRESS");
+	harness_info("connect returned %s", result == 0 ? "0 at once" : "-1 EINPROGRESS");
 	if (ev_epoll_ctl(epfd, EPOLL_CTL_ADD, fd, EPOLLOUT, TAG) < 0)
 		goto out;
 	events = ev_expect_event(epfd, EV_EVENT_WAIT_MS, EPOLLOUT, TAG, "connect completion");
 	if (!events)
 		goto out;
 	if (events & (EPOLLERR | EPOLLHUP)) {
-		ev_fail("connect completion reported %s", ev_events_text(events));
+		harness_fail("connect completion reported %s", ev_events_text(events));
 		goto out;
 	}
-	ev_info("EPOLLOUT after %.1f ms", ev_now_ms() - start);
+	harness_info("EPOLLOUT after %.1f ms", harness_now_ms() - start);
 	if (ev_so_error(fd, &error) < 0)
 		goto out;
 	if (error != 0) {
-		ev_fail("SO_ERROR after connect is %d (%s), expected 0", error, strerror(error));
+		harness_fail("SO_ERROR after connect is %d (%s), expected 0", error, strerror(error));
 		goto out;
 	}
-	connection_count++;
-	if (ev_expect_nonblocking(fd, "the connected socket") < 0 || ev_send_stream(fd, &offset, sizeof(reply)) < 0 ||
-	    ev_recv_exact(fd, reply, sizeof(reply)) < 0)
+	harness_connections++;
+	if (harness_expect_nonblocking(fd, true, "the connected socket") < 0 || ev_send_stream(fd, &offset, sizeof(reply)) < 0 ||
+	    harness_recv_exact(fd, reply, sizeof(reply)) < 0)
 		goto out;
 	for (size_t i = 0; i < sizeof(reply); i++)
 		if (reply[i] != (pattern_table[i] ^ 0x5a)) {
-			ev_fail("reply byte %zu is 0x%02x, expected 0x%02x", i, reply[i], pattern_table[i] ^ 0x5a);
+			harness_fail("reply byte %zu is 0x%02x, expected 0x%02x", i, reply[i], pattern_table[i] ^ 0x5a);
 			goto out;
 		}
 	status = ev_finish_client(fd);
@@ -858,25 +633,25 @@ out:
 static int late_reader_server(int fd)
 {
 	uint64_t offset = 0;
-	ev_sleep_ms(EV_LATE_READ_MS);
+	harness_sleep_ms(EV_LATE_READ_MS);
 	if (ev_recv_stream(fd, &offset, EV_LATE_BYTES, "late reader") < 0)
 		return -1;
-	return ev_send_byte(fd, 'k');
+	return harness_send_byte(fd, 'k');
 }
 
 static int late_reader_writer(bool edge_triggered)
 {
 	enum { TAG = 0x44 };
 	uint64_t offset = 0;
-	double worst_ms = 0, start = ev_now_ms(), deadline = start + EV_PEER_WAIT_MS;
+	double worst_ms = 0, start = harness_now_ms(), deadline = start + HARNESS_PEER_WAIT_MS;
 	unsigned eagains = 0, waits = 0;
 	int epfd = -1, error, status = -1;
-	int fd = socket(server_address->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	int fd = socket(harness_server_address->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 
 	if (fd < 0)
-		return ev_fail("socket: %s", strerror(errno));
-	if (connect(fd, server_address->ai_addr, server_address->ai_addrlen) < 0 && errno != EINPROGRESS) {
-		ev_fail("nonblocking connect: %s", strerror(errno));
+		return harness_fail("socket: %s", strerror(errno));
+	if (connect(fd, harness_server_address->ai_addr, harness_server_address->ai_addrlen) < 0 && errno != EINPROGRESS) {
+		harness_fail("nonblocking connect: %s", strerror(errno));
 		goto out;
 	}
 	if (edge_triggered) {
@@ -887,14 +662,14 @@ static int late_reader_writer(bool edge_triggered)
 	while (offset < EV_LATE_BYTES) {
 		size_t chunk = EV_LATE_BYTES - offset < 16384 ? (size_t)(EV_LATE_BYTES - offset) : 16384;
 		size_t at = offset % EV_PATTERN_PERIOD;
-		double before = ev_now_ms(), took;
+		double before = harness_now_ms(), took;
 		ssize_t result = send(fd, pattern_table + at, chunk, MSG_NOSIGNAL);
 
-		took = ev_now_ms() - before;
+		took = harness_now_ms() - before;
 		if (took > worst_ms)
 			worst_ms = took;
 		if (took >= EV_LATE_CALL_MS) {
-			ev_fail("a nonblocking send at byte %llu took %.0f ms (returned %s): it waited for the server",
+			harness_fail("a nonblocking send at byte %llu took %.0f ms (returned %s): it waited for the server",
 				(unsigned long long)offset, took, ev_error_text(result));
 			goto out;
 		}
@@ -903,38 +678,38 @@ static int late_reader_writer(bool edge_triggered)
 			continue;
 		}
 		if (!ev_is_eagain(result) && !(result < 0 && errno == ENOTCONN) && !(result < 0 && errno == EINTR)) {
-			ev_fail("send at byte %llu: %s", (unsigned long long)offset, ev_error_text(result));
+			harness_fail("send at byte %llu: %s", (unsigned long long)offset, ev_error_text(result));
 			goto out;
 		}
 		if (result < 0 && errno != EINTR)
 			eagains++;
 		if (eagains > EV_LATE_EAGAIN_MAX) {
-			ev_fail("%u sends answered EAGAIN within %.0f ms: the writer was invited to spin", eagains,
-				ev_now_ms() - start);
+			harness_fail("%u sends answered EAGAIN within %.0f ms: the writer was invited to spin", eagains,
+				harness_now_ms() - start);
 			goto out;
 		}
-		if (ev_now_ms() > deadline) {
-			ev_fail("only %llu of %u bytes sent within %d ms", (unsigned long long)offset, EV_LATE_BYTES,
-				EV_PEER_WAIT_MS);
+		if (harness_now_ms() > deadline) {
+			harness_fail("only %llu of %u bytes sent within %d ms", (unsigned long long)offset, EV_LATE_BYTES,
+				HARNESS_PEER_WAIT_MS);
 			goto out;
 		}
 		waits++;
 		if (edge_triggered) {
 			struct epoll_event event;
-			if (ev_epoll_wait(epfd, &event, 1, ev_remaining_ms(deadline)) < 0)
+			if (ev_epoll_wait(epfd, &event, 1, harness_remaining_ms(deadline)) < 0)
 				goto out;
-		} else if (ev_wait_fd(fd, POLLOUT, ev_remaining_ms(deadline)) < 0) {
+		} else if (harness_wait_fd(fd, POLLOUT, harness_remaining_ms(deadline)) < 0) {
 			goto out;
 		}
 	}
 	if (ev_so_error(fd, &error) < 0 || error != 0) {
-		ev_fail("SO_ERROR %d after sending", error);
+		harness_fail("SO_ERROR %d after sending", error);
 		goto out;
 	}
-	connection_count++;
-	ev_info("sent %u bytes in %.0f ms: %u EAGAIN, %u waits, slowest send %.1f ms", EV_LATE_BYTES,
-		ev_now_ms() - start, eagains, waits, worst_ms);
-	if (ev_expect_byte(fd, 'k') < 0)
+	harness_connections++;
+	harness_info("sent %u bytes in %.0f ms: %u EAGAIN, %u waits, slowest send %.1f ms", EV_LATE_BYTES,
+		harness_now_ms() - start, eagains, waits, worst_ms);
+	if (harness_expect_byte(fd, 'k') < 0)
 		goto out;
 	status = 0;
 out:
@@ -968,10 +743,10 @@ static int late_reader_poll_client(int fd)
 static int late_reader_shut_server(int fd)
 {
 	uint64_t offset = 0;
-	ev_sleep_ms(EV_LATE_READ_MS);
-	if (ev_recv_stream(fd, &offset, EV_LATE_SHUT_BYTES, "late reader") < 0 || ev_expect_eof(fd) < 0)
+	harness_sleep_ms(EV_LATE_READ_MS);
+	if (ev_recv_stream(fd, &offset, EV_LATE_SHUT_BYTES, "late reader") < 0 || harness_expect_eof(fd) < 0)
 		return -1;
-	return ev_send_byte(fd, 'k');
+	return harness_send_byte(fd, 'k');
 }
 
 static int late_reader_shut_client(int fd)
@@ -980,26 +755,26 @@ static int late_reader_shut_client(int fd)
 	double before, took;
 	ssize_t result;
 
-	before = ev_now_ms();
+	before = harness_now_ms();
 	if (ev_send_stream(fd, &offset, EV_LATE_SHUT_BYTES) < 0)
 		return -1;
-	took = ev_now_ms() - before;
+	took = harness_now_ms() - before;
 	if (took >= EV_LATE_CALL_MS)
-		return ev_fail("sending %d bytes took %.0f ms: it waited for the server", EV_LATE_SHUT_BYTES, took);
-	before = ev_now_ms();
+		return harness_fail("sending %d bytes took %.0f ms: it waited for the server", EV_LATE_SHUT_BYTES, took);
+	before = harness_now_ms();
 	if (shutdown(fd, SHUT_WR) < 0)
-		return ev_fail("shutdown(SHUT_WR): %s", strerror(errno));
-	took = ev_now_ms() - before;
+		return harness_fail("shutdown(SHUT_WR): %s", strerror(errno));
+	took = harness_now_ms() - before;
 	if (took >= EV_LATE_CALL_MS)
-		return ev_fail("shutdown(SHUT_WR) took %.0f ms: it waited for the server", took);
+		return harness_fail("shutdown(SHUT_WR) took %.0f ms: it waited for the server", took);
 	result = send(fd, "x", 1, MSG_NOSIGNAL);
 	if (!(result < 0 && errno == EPIPE))
-		return ev_fail("send after shutdown(SHUT_WR) returned %zd (%s), expected -1 EPIPE", result,
+		return harness_fail("send after shutdown(SHUT_WR) returned %zd (%s), expected -1 EPIPE", result,
 			       ev_error_text(result));
-	ev_info("sent %d bytes and shut down in %.1f ms", EV_LATE_SHUT_BYTES, took);
-	if (ev_expect_byte(fd, 'k') < 0)
+	harness_info("sent %d bytes and shut down in %.1f ms", EV_LATE_SHUT_BYTES, took);
+	if (harness_expect_byte(fd, 'k') < 0)
 		return -1;
-	return ev_expect_eof(fd);
+	return harness_expect_eof(fd);
 }
 
 /*
@@ -1014,10 +789,10 @@ static int late_reader_shut_client(int fd)
 static int late_reader_blocking_server(int fd)
 {
 	uint64_t offset = 0;
-	ev_sleep_ms(EV_LATE_READ_MS);
+	harness_sleep_ms(EV_LATE_READ_MS);
 	if (ev_recv_stream(fd, &offset, EV_LATE_BLOCK_BYTES, "late reader") < 0)
 		return -1;
-	return ev_send_byte(fd, 'k');
+	return harness_send_byte(fd, 'k');
 }
 
 static int late_reader_blocking_client(int fd)
@@ -1027,14 +802,14 @@ static int late_reader_blocking_client(int fd)
 	ssize_t result;
 
 	if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0)
-		return ev_fail("fcntl: %s", strerror(errno));
+		return harness_fail("fcntl: %s", strerror(errno));
 	for (size_t i = 0; i < sizeof(data); i++)
 		data[i] = pattern_table[i % EV_PATTERN_PERIOD];
 	result = send(fd, data, sizeof(data), MSG_NOSIGNAL);
 	if (result != (ssize_t)sizeof(data))
-		return ev_fail("a blocking send of %zu bytes returned %zd (%s), expected all of them", sizeof(data),
+		return harness_fail("a blocking send of %zu bytes returned %zd (%s), expected all of them", sizeof(data),
 			       result, ev_error_text(result));
-	return ev_expect_byte(fd, 'k');
+	return harness_expect_byte(fd, 'k');
 }
 
 /*
@@ -1049,8 +824,8 @@ static int late_reader_blocking_client(int fd)
  */
 static int late_reader_close_server(int fd)
 {
-	ev_sleep_ms(EV_LATE_READ_MS);
-	return ev_expect_eof(fd);
+	harness_sleep_ms(EV_LATE_READ_MS);
+	return harness_expect_eof(fd);
 }
 
 static int late_reader_close_client(int fd)
@@ -1058,27 +833,27 @@ static int late_reader_close_client(int fd)
 	double before, took;
 	int p[2];
 
-	fd = socket(server_address->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	fd = socket(harness_server_address->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
-		return ev_fail("socket: %s", strerror(errno));
-	if (connect(fd, server_address->ai_addr, server_address->ai_addrlen) < 0) {
-		ev_fail("connect: %s", strerror(errno));
+		return harness_fail("socket: %s", strerror(errno));
+	if (connect(fd, harness_server_address->ai_addr, harness_server_address->ai_addrlen) < 0) {
+		harness_fail("connect: %s", strerror(errno));
 		close(fd);
 		return -1;
 	}
-	connection_count++;
-	ev_sleep_ms(100);
-	before = ev_now_ms();
+	harness_connections++;
+	harness_sleep_ms(100);
+	before = harness_now_ms();
 	if (close(fd) < 0)
-		return ev_fail("close: %s", strerror(errno));
-	took = ev_now_ms() - before;
+		return harness_fail("close: %s", strerror(errno));
+	took = harness_now_ms() - before;
 	if (took >= EV_LATE_CALL_MS)
-		return ev_fail("close of a connection that carried nothing took %.0f ms: it waited for the server",
+		return harness_fail("close of a connection that carried nothing took %.0f ms: it waited for the server",
 			       took);
 	if (pipe(p) < 0)
-		return ev_fail("pipe: %s", strerror(errno));
-	ev_info("close took %.1f ms; descriptor %d %s", took, fd, p[0] == fd ? "reused" : "not reused");
-	ev_sleep_ms(EV_LATE_READ_MS + 1000);
+		return harness_fail("pipe: %s", strerror(errno));
+	harness_info("close took %.1f ms; descriptor %d %s", took, fd, p[0] == fd ? "reused" : "not reused");
+	harness_sleep_ms(EV_LATE_READ_MS + 1000);
 	close(p[0]);
 	close(p[1]);
 	return 0;
@@ -1097,13 +872,13 @@ static int late_reader_wclose_client(int fd)
 
 	if (ev_send_stream(fd, &offset, EV_LATE_SHUT_BYTES) < 0)
 		return -1;
-	before = ev_now_ms();
+	before = harness_now_ms();
 	if (close(fd) < 0)
-		return ev_fail("close: %s", strerror(errno));
-	took = ev_now_ms() - before;
+		return harness_fail("close: %s", strerror(errno));
+	took = harness_now_ms() - before;
 	if (took >= EV_LATE_CALL_MS)
-		return ev_fail("close after writing took %.0f ms: it waited for the server", took);
-	ev_info("close took %.1f ms", took);
+		return harness_fail("close after writing took %.0f ms: it waited for the server", took);
+	harness_info("close took %.1f ms", took);
 	return 0;
 }
 
@@ -1117,10 +892,10 @@ static int late_reader_wclose_client(int fd)
 static int late_reader_exit_server(int fd)
 {
 	uint64_t offset = 0;
-	ev_sleep_ms(EV_LATE_READ_MS);
+	harness_sleep_ms(EV_LATE_READ_MS);
 	if (ev_recv_stream(fd, &offset, EV_LATE_SHUT_BYTES, "late reader") < 0)
 		return -1;
-	return ev_expect_eof(fd);
+	return harness_expect_eof(fd);
 }
 
 static int late_reader_exit_client(int fd)
@@ -1129,7 +904,7 @@ static int late_reader_exit_client(int fd)
 
 	if (ev_send_stream(fd, &offset, EV_LATE_SHUT_BYTES) < 0)
 		return -1;
-	printf("PASS %s\nconnections=%d\n", scenario_name, connection_count);
+	printf("PASS %s\nconnections=%d\n", harness_name(), harness_connections);
 	fflush(stdout);
 	_exit(0);
 }
@@ -1163,13 +938,13 @@ static int late_reader_exit_thread_client(int fd)
 		return -1;
 	flags = fcntl(fd, F_GETFL);
 	if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0)
-		return ev_fail("fcntl: %s", strerror(errno));
+		return harness_fail("fcntl: %s", strerror(errno));
 	thread_fd = fd;
 	error = pthread_create(&reader, NULL, late_reader_exit_thread_recv, &thread_fd);
 	if (error)
-		return ev_fail("pthread_create: %s", strerror(error));
-	ev_sleep_ms(200); /* the reader is blocked in recv() by now */
-	printf("PASS %s\nconnections=%d\n", scenario_name, connection_count);
+		return harness_fail("pthread_create: %s", strerror(error));
+	harness_sleep_ms(200); /* the reader is blocked in recv() by now */
+	printf("PASS %s\nconnections=%d\n", harness_name(), harness_connections);
 	fflush(stdout);
 	_exit(0);
 }
@@ -1192,22 +967,22 @@ static int late_reader_exit_thread_client(int fd)
 static int late_reader_exit_big_server(int fd)
 {
 	uint64_t offset = 0;
-	if (ev_recv_stream(fd, &offset, 1, "first byte") < 0 || ev_send_byte(fd, 'r') < 0)
+	if (ev_recv_stream(fd, &offset, 1, "first byte") < 0 || harness_send_byte(fd, 'r') < 0)
 		return -1;
-	ev_sleep_ms(EV_LATE_READ_MS);
+	harness_sleep_ms(EV_LATE_READ_MS);
 	if (ev_recv_stream(fd, &offset, EV_LATE_BIG_BYTES - 1, "late reader") < 0)
 		return -1;
-	return ev_expect_eof(fd);
+	return harness_expect_eof(fd);
 }
 
 static int late_reader_exit_big_client(int fd)
 {
 	uint64_t offset = 0;
 
-	if (ev_send_stream(fd, &offset, 1) < 0 || ev_expect_byte(fd, 'r') < 0 ||
+	if (ev_send_stream(fd, &offset, 1) < 0 || harness_expect_byte(fd, 'r') < 0 ||
 	    ev_send_stream(fd, &offset, EV_LATE_BIG_BYTES - 1) < 0)
 		return -1;
-	printf("PASS %s\nconnections=%d\n", scenario_name, connection_count);
+	printf("PASS %s\nconnections=%d\n", harness_name(), harness_connections);
 	fflush(stdout);
 	_exit(0);
 }
@@ -1223,12 +998,12 @@ static int late_reader_exit_big_client(int fd)
 static int nb_connect_refused_server(int fd)
 {
 	(void)fd;
-	int revents = ev_wait_fd(listen_fd, POLLIN, 1500);
+	int revents = harness_wait_fd(harness_listen_fd, POLLIN, 1500);
 	if (revents != 0)
-		return ev_fail("the listening socket reported %s, expected no connection", ev_events_text((uint32_t)revents));
-	int accepted = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK);
+		return harness_fail("the listening socket reported %s, expected no connection", ev_events_text((uint32_t)revents));
+	int accepted = accept4(harness_listen_fd, NULL, NULL, SOCK_NONBLOCK);
 	if (!ev_is_eagain(accepted))
-		return ev_fail("accept4 with nothing pending returned %d (%s), expected -1 EAGAIN", accepted,
+		return harness_fail("accept4 with nothing pending returned %d (%s), expected -1 EAGAIN", accepted,
 			       ev_error_text(accepted));
 	return 0;
 }
@@ -1244,49 +1019,49 @@ static int nb_connect_refused_client(int fd)
 
 	(void)fd;
 	/* A port nobody listens on: bind port 0 on the server's address, note it, close. */
-	memcpy(&address, server_address->ai_addr, server_address->ai_addrlen);
+	memcpy(&address, harness_server_address->ai_addr, harness_server_address->ai_addrlen);
 	if (address.ss_family == AF_INET)
 		((struct sockaddr_in *)&address)->sin_port = 0;
 	else
 		((struct sockaddr_in6 *)&address)->sin6_port = 0;
 	probe = socket(address.ss_family, SOCK_STREAM, 0);
-	if (probe < 0 || bind(probe, (struct sockaddr *)&address, server_address->ai_addrlen) < 0 ||
+	if (probe < 0 || bind(probe, (struct sockaddr *)&address, harness_server_address->ai_addrlen) < 0 ||
 	    getsockname(probe, (struct sockaddr *)&address, &length) < 0)
-		return ev_fail("finding a free port: %s", strerror(errno));
+		return harness_fail("finding a free port: %s", strerror(errno));
 	close(probe);
 	getnameinfo((struct sockaddr *)&address, length, NULL, 0, port_text, sizeof(port_text), NI_NUMERICSERV);
-	ev_info("connecting to free port %s", port_text);
+	harness_info("connecting to free port %s", port_text);
 
 	fd = socket(address.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
-		return ev_fail("socket: %s", strerror(errno));
+		return harness_fail("socket: %s", strerror(errno));
 	epfd = ev_epoll_create();
 	result = connect(fd, (struct sockaddr *)&address, length);
 	if (result == 0) {
-		ev_fail("connect to a port nobody listens on succeeded");
+		harness_fail("connect to a port nobody listens on succeeded");
 		goto out;
 	}
 	if (errno != EINPROGRESS && errno != ECONNREFUSED) {
-		ev_fail("connect returned -1 %s, expected EINPROGRESS (or ECONNREFUSED)", strerror(errno));
+		harness_fail("connect returned -1 %s, expected EINPROGRESS (or ECONNREFUSED)", strerror(errno));
 		goto out;
 	}
-	ev_info("connect returned -1 %s", strerror(errno));
+	harness_info("connect returned -1 %s", strerror(errno));
 	bool refused_at_once = errno == ECONNREFUSED;
 	if (ev_epoll_ctl(epfd, EPOLL_CTL_ADD, fd, EPOLLOUT, TAG) < 0)
 		goto out;
 	events = ev_expect_event(epfd, EV_EVENT_WAIT_MS, 0, TAG, "refused connect");
 	if (!events)
 		goto out;
-	ev_info("epoll reported %s", ev_events_text(events));
+	harness_info("epoll reported %s", ev_events_text(events));
 	if (!(events & (EPOLLERR | EPOLLHUP))) {
-		ev_fail("refused connect reported %s, expected EPOLLERR or EPOLLHUP", ev_events_text(events));
+		harness_fail("refused connect reported %s, expected EPOLLERR or EPOLLHUP", ev_events_text(events));
 		goto out;
 	}
 	if (!refused_at_once) {
 		if (ev_so_error(fd, &error) < 0)
 			goto out;
 		if (error != ECONNREFUSED) {
-			ev_fail("SO_ERROR is %d (%s), expected ECONNREFUSED", error, strerror(error));
+			harness_fail("SO_ERROR is %d (%s), expected ECONNREFUSED", error, strerror(error));
 			goto out;
 		}
 	}
@@ -1311,33 +1086,33 @@ static int accept4_flags_server(int fd)
 	int result, flags, status = -1;
 
 	(void)fd;
-	if (ev_expect_nonblocking(listen_fd, "the listening socket") < 0)
+	if (harness_expect_nonblocking(harness_listen_fd, true, "the listening socket") < 0)
 		return -1;
-	result = accept(listen_fd, NULL, NULL);
+	result = accept(harness_listen_fd, NULL, NULL);
 	if (!ev_is_eagain(result))
-		return ev_fail("accept with nothing pending returned %d (%s), expected -1 EAGAIN", result,
+		return harness_fail("accept with nothing pending returned %d (%s), expected -1 EAGAIN", result,
 			       ev_error_text(result));
-	result = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	result = accept4(harness_listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 	if (!ev_is_eagain(result))
-		return ev_fail("accept4 with nothing pending returned %d (%s), expected -1 EAGAIN", result,
+		return harness_fail("accept4 with nothing pending returned %d (%s), expected -1 EAGAIN", result,
 			       ev_error_text(result));
 	/* the script starts the client only now (the listening socket shows
 	 * up in ss before listen() has returned) */
 	printf("accept-checked\n");
 	fflush(stdout);
-	if (ev_wait_fd(listen_fd, POLLIN, EV_PEER_WAIT_MS) <= 0)
-		return ev_fail("the listening socket was not readable within %d ms", EV_PEER_WAIT_MS);
-	fd = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	if (harness_wait_fd(harness_listen_fd, POLLIN, HARNESS_PEER_WAIT_MS) <= 0)
+		return harness_fail("the listening socket was not readable within %d ms", HARNESS_PEER_WAIT_MS);
+	fd = accept4(harness_listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 	if (fd < 0)
-		return ev_fail("accept4 after POLLIN: %s", strerror(errno));
-	connection_count++;
+		return harness_fail("accept4 after POLLIN: %s", strerror(errno));
+	harness_connections++;
 	flags = fcntl(fd, F_GETFD);
 	if (flags < 0 || !(flags & FD_CLOEXEC)) {
-		ev_fail("accept4(SOCK_CLOEXEC) result lacks FD_CLOEXEC (F_GETFD 0x%x)", flags);
+		harness_fail("accept4(SOCK_CLOEXEC) result lacks FD_CLOEXEC (F_GETFD 0x%x)", flags);
 		goto out;
 	}
-	if (ev_expect_nonblocking(fd, "accept4(SOCK_NONBLOCK) result") < 0 ||
-	    ev_expect_eagain(fd, "on the accepted socket") < 0 || ev_send_byte(fd, 'h') < 0)
+	if (harness_expect_nonblocking(fd, true, "accept4(SOCK_NONBLOCK) result") < 0 ||
+	    ev_expect_eagain(fd, "on the accepted socket") < 0 || harness_send_byte(fd, 'h') < 0)
 		goto out;
 	status = ev_serve(fd);
 out:
@@ -1349,8 +1124,8 @@ static int accept4_flags_client(int fd)
 {
 	int flags = fcntl(fd, F_GETFD);
 	if (flags < 0 || !(flags & FD_CLOEXEC))
-		return ev_fail("SOCK_CLOEXEC socket lacks FD_CLOEXEC after connect (F_GETFD 0x%x)", flags);
-	if (ev_expect_nonblocking(fd, "SOCK_NONBLOCK socket after connect") < 0 || ev_expect_byte(fd, 'h') < 0)
+		return harness_fail("SOCK_CLOEXEC socket lacks FD_CLOEXEC after connect (F_GETFD 0x%x)", flags);
+	if (harness_expect_nonblocking(fd, true, "SOCK_NONBLOCK socket after connect") < 0 || harness_expect_byte(fd, 'h') < 0)
 		return -1;
 	return ev_finish_client(fd);
 }
@@ -1382,17 +1157,17 @@ static int et_drain_client(int fd)
 			if (ev_stream_check(buffer, (size_t)result, &offset, "data") < 0)
 				goto out;
 			if (offset > TOTAL) {
-				ev_fail("more than the %d bytes asked for", TOTAL);
+				harness_fail("more than the %d bytes asked for", TOTAL);
 				goto out;
 			}
 		}
 		if (!ev_is_eagain(result)) {
-			ev_fail("recv after %llu bytes returned %zd (%s), expected EAGAIN at the end",
+			harness_fail("recv after %llu bytes returned %zd (%s), expected EAGAIN at the end",
 				(unsigned long long)offset, result, ev_error_text(result));
 			goto out;
 		}
 	}
-	ev_info("read %d bytes in %d edges", TOTAL, edges);
+	harness_info("read %d bytes in %d edges", TOTAL, edges);
 	if (ev_expect_no_event(epfd, EV_QUIET_MS, "edge-triggered, after draining to EAGAIN") < 0 ||
 	    ev_request(fd, 10) < 0)
 		goto out;
@@ -1401,7 +1176,7 @@ static int et_drain_client(int fd)
 		goto out;
 	result = recv(fd, buffer, sizeof(buffer), 0);
 	if (result != 10) {
-		ev_fail("recv after the edge returned %zd (%s), expected the 10 bytes", result, ev_error_text(result));
+		harness_fail("recv after the edge returned %zd (%s), expected the 10 bytes", result, ev_error_text(result));
 		goto out;
 	}
 	if (ev_stream_check(buffer, 10, &offset, "data") < 0 || ev_expect_eagain(fd, "after the 10 bytes") < 0 ||
@@ -1433,9 +1208,9 @@ static int oneshot_client(int fd)
 		goto out;
 	if (ev_expect_no_event(epfd, EV_QUIET_MS, "one-shot, not re-armed") < 0)
 		goto out;
-	revents = ev_wait_fd(fd, POLLIN, EV_EVENT_WAIT_MS);
+	revents = harness_wait_fd(fd, POLLIN, EV_EVENT_WAIT_MS);
 	if (!(revents > 0 && (revents & POLLIN))) {
-		ev_fail("poll did not see the second write within %d ms (revents %d)", EV_EVENT_WAIT_MS, revents);
+		harness_fail("poll did not see the second write within %d ms (revents %d)", EV_EVENT_WAIT_MS, revents);
 		goto out;
 	}
 	if (ev_epoll_ctl(epfd, EPOLL_CTL_MOD, fd, EPOLLIN | EPOLLONESHOT, TAG) < 0 ||
@@ -1461,36 +1236,36 @@ out:
 static int rdhup_server(int fd)
 {
 	uint64_t sent = 0, received = 0;
-	if (ev_expect_byte(fd, 'g') < 0 || ev_send_stream(fd, &sent, 1000) < 0)
+	if (harness_expect_byte(fd, 'g') < 0 || ev_send_stream(fd, &sent, 1000) < 0)
 		return -1;
 	if (shutdown(fd, SHUT_WR) < 0)
-		return ev_fail("shutdown(SHUT_WR): %s", strerror(errno));
+		return harness_fail("shutdown(SHUT_WR): %s", strerror(errno));
 	if (ev_recv_stream(fd, &received, 500, "reply after SHUT_WR") < 0)
 		return -1;
-	return ev_expect_eof(fd);
+	return harness_expect_eof(fd);
 }
 
 /* Waits (bounded, level-triggered) until an event carries EPOLLRDHUP: its events, or 0. */
 static uint32_t ev_wait_rdhup(int epfd, uint64_t tag)
 {
-	double deadline = ev_now_ms() + EV_EVENT_WAIT_MS;
+	double deadline = harness_now_ms() + EV_EVENT_WAIT_MS;
 	for (;;) {
 		struct epoll_event event;
-		int count = ev_epoll_wait(epfd, &event, 1, ev_remaining_ms(deadline));
+		int count = ev_epoll_wait(epfd, &event, 1, harness_remaining_ms(deadline));
 		if (count < 0)
 			return 0;
 		if (count == 0) {
-			ev_fail("no EPOLLRDHUP within %d ms", EV_EVENT_WAIT_MS);
+			harness_fail("no EPOLLRDHUP within %d ms", EV_EVENT_WAIT_MS);
 			return 0;
 		}
 		if (event.data.u64 != tag) {
-			ev_fail("event data 0x%llx, expected 0x%llx", (unsigned long long)event.data.u64,
+			harness_fail("event data 0x%llx, expected 0x%llx", (unsigned long long)event.data.u64,
 				(unsigned long long)tag);
 			return 0;
 		}
 		if (event.events & EPOLLRDHUP)
 			return event.events;
-		ev_sleep_ms(1); /* EPOLLIN alone: the data came before the FIN */
+		harness_sleep_ms(1); /* EPOLLIN alone: the data came before the FIN */
 	}
 }
 
@@ -1503,28 +1278,28 @@ static int rdhup_client(int fd)
 	char byte;
 
 	if (ev_epoll_ctl(epfd, EPOLL_CTL_ADD, fd, EPOLLIN | EPOLLRDHUP, TAG) < 0 ||
-	    ev_expect_no_event(epfd, 0, "before the peer wrote") < 0 || ev_send_byte(fd, 'g') < 0)
+	    ev_expect_no_event(epfd, 0, "before the peer wrote") < 0 || harness_send_byte(fd, 'g') < 0)
 		goto out;
 	events = ev_wait_rdhup(epfd, TAG);
 	if (!events)
 		goto out;
-	ev_info("peer shutdown reported as %s", ev_events_text(events));
+	harness_info("peer shutdown reported as %s", ev_events_text(events));
 	if (!(events & EPOLLIN) || (events & (EPOLLHUP | EPOLLERR))) {
-		ev_fail("after the peer's SHUT_WR epoll reported %s, expected IN|RDHUP without HUP/ERR",
+		harness_fail("after the peer's SHUT_WR epoll reported %s, expected IN|RDHUP without HUP/ERR",
 			ev_events_text(events));
 		goto out;
 	}
-	if (ev_recv_stream(fd, &received, 1000, "data before SHUT_WR") < 0 || ev_expect_eof(fd) < 0)
+	if (ev_recv_stream(fd, &received, 1000, "data before SHUT_WR") < 0 || harness_expect_eof(fd) < 0)
 		goto out;
 	if (recv(fd, &byte, 1, 0) != 0) {
-		ev_fail("a second recv after EOF did not return 0");
+		harness_fail("a second recv after EOF did not return 0");
 		goto out;
 	}
 	events = ev_expect_event(epfd, 0, EPOLLIN | EPOLLRDHUP, TAG, "after reading to EOF");
 	if (!events)
 		goto out;
 	if (events & (EPOLLHUP | EPOLLERR)) {
-		ev_fail("half-closed socket reports %s", ev_events_text(events));
+		harness_fail("half-closed socket reports %s", ev_events_text(events));
 		goto out;
 	}
 	status = ev_send_stream(fd, &sent, 500);
@@ -1544,7 +1319,7 @@ out:
 static int peer_close_events_server(int fd)
 {
 	uint64_t sent = 0;
-	if (ev_expect_byte(fd, 'g') < 0)
+	if (harness_expect_byte(fd, 'g') < 0)
 		return -1;
 	return ev_send_stream(fd, &sent, 1000);
 }
@@ -1558,48 +1333,48 @@ static int peer_close_events_client(int fd)
 	double deadline;
 	ssize_t result = 0;
 
-	if (ev_epoll_ctl(epfd, EPOLL_CTL_ADD, fd, EPOLLIN | EPOLLRDHUP, TAG) < 0 || ev_send_byte(fd, 'g') < 0)
+	if (ev_epoll_ctl(epfd, EPOLL_CTL_ADD, fd, EPOLLIN | EPOLLRDHUP, TAG) < 0 || harness_send_byte(fd, 'g') < 0)
 		goto out;
 	events = ev_wait_rdhup(epfd, TAG);
 	if (!events)
 		goto out;
-	ev_info("peer close reported as %s", ev_events_text(events));
+	harness_info("peer close reported as %s", ev_events_text(events));
 	if (!(events & EPOLLIN)) {
-		ev_fail("after the peer's close epoll reported %s, expected EPOLLIN", ev_events_text(events));
+		harness_fail("after the peer's close epoll reported %s, expected EPOLLIN", ev_events_text(events));
 		goto out;
 	}
-	if (ev_recv_stream(fd, &received, 1000, "data before close") < 0 || ev_expect_eof(fd) < 0)
+	if (ev_recv_stream(fd, &received, 1000, "data before close") < 0 || harness_expect_eof(fd) < 0)
 		goto out;
-	deadline = ev_now_ms() + EV_EVENT_WAIT_MS;
-	while (ev_now_ms() < deadline) {
+	deadline = harness_now_ms() + EV_EVENT_WAIT_MS;
+	while (harness_now_ms() < deadline) {
 		result = send(fd, pattern_table, 100, MSG_NOSIGNAL);
 		if (result < 0 && errno != EINTR && errno != EAGAIN)
 			break;
 		if (result > 0)
 			successes++;
-		ev_sleep_ms(10);
+		harness_sleep_ms(10);
 	}
 	if (result >= 0 || errno != EPIPE) {
-		ev_fail("writing to a closed peer: last send returned %zd (%s) after %d successes, expected -1 EPIPE",
+		harness_fail("writing to a closed peer: last send returned %zd (%s) after %d successes, expected -1 EPIPE",
 			result, ev_error_text(result), successes);
 		goto out;
 	}
-	ev_info("EPIPE after %d successful writes", successes);
-	deadline = ev_now_ms() + EV_EVENT_WAIT_MS;
+	harness_info("EPIPE after %d successful writes", successes);
+	deadline = harness_now_ms() + EV_EVENT_WAIT_MS;
 	for (;;) {
 		struct epoll_event event;
-		int count = ev_epoll_wait(epfd, &event, 1, ev_remaining_ms(deadline));
+		int count = ev_epoll_wait(epfd, &event, 1, harness_remaining_ms(deadline));
 		if (count < 0)
 			goto out;
 		if (count == 0) {
-			ev_fail("no EPOLLERR/EPOLLHUP within %d ms after EPIPE", EV_EVENT_WAIT_MS);
+			harness_fail("no EPOLLERR/EPOLLHUP within %d ms after EPIPE", EV_EVENT_WAIT_MS);
 			goto out;
 		}
 		if (event.events & (EPOLLERR | EPOLLHUP)) {
-			ev_info("after EPIPE epoll reports %s", ev_events_text(event.events));
+			harness_info("after EPIPE epoll reports %s", ev_events_text(event.events));
 			break;
 		}
-		ev_sleep_ms(1);
+		harness_sleep_ms(1);
 	}
 	status = 0;
 out:
@@ -1623,25 +1398,25 @@ static int data_unchanged_client(int fd)
 		goto out;
 	event.data.ptr = &marker;
 	if (epoll_ctl(epfd, EPOLL_CTL_MOD, fd, &event) < 0) {
-		ev_fail("epoll_ctl(MOD, data.ptr): %s", strerror(errno));
+		harness_fail("epoll_ctl(MOD, data.ptr): %s", strerror(errno));
 		goto out;
 	}
 	memset(&event, 0, sizeof(event));
 	count = ev_epoll_wait(epfd, &event, 1, EV_EVENT_WAIT_MS);
 	if (count != 1 || event.data.ptr != &marker || !(event.events & EPOLLIN)) {
-		ev_fail("data.ptr: epoll_wait returned %d, events %s, ptr %p, expected %p", count,
+		harness_fail("data.ptr: epoll_wait returned %d, events %s, ptr %p, expected %p", count,
 			ev_events_text(event.events), event.data.ptr, (void *)&marker);
 		goto out;
 	}
 	event = (struct epoll_event){ .events = EPOLLIN, .data.fd = fd };
 	if (epoll_ctl(epfd, EPOLL_CTL_MOD, fd, &event) < 0) {
-		ev_fail("epoll_ctl(MOD, data.fd): %s", strerror(errno));
+		harness_fail("epoll_ctl(MOD, data.fd): %s", strerror(errno));
 		goto out;
 	}
 	memset(&event, 0, sizeof(event));
 	count = ev_epoll_wait(epfd, &event, 1, EV_EVENT_WAIT_MS);
 	if (count != 1 || event.data.fd != fd) {
-		ev_fail("data.fd: epoll_wait returned %d, fd %d, expected %d", count, event.data.fd, fd);
+		harness_fail("data.fd: epoll_wait returned %d, fd %d, expected %d", count, event.data.fd, fd);
 		goto out;
 	}
 	if (ev_recv_stream(fd, &offset, 10, "data") < 0)
@@ -1667,7 +1442,7 @@ struct pipe_writer {
 static void *pipe_writer_run(void *argument)
 {
 	struct pipe_writer *writer = argument;
-	ev_sleep_ms(50);
+	harness_sleep_ms(50);
 	if (write(writer->fd, "p", 1) != 1)
 		ev_write_and_exit("FAIL mixed_set: the thread's write to the pipe failed\n");
 	return NULL;
@@ -1678,7 +1453,7 @@ static int pipe_writer_start(struct pipe_writer *writer, int fd)
 	writer->fd = fd;
 	int error = pthread_create(&writer->thread, NULL, pipe_writer_run, writer);
 	if (error)
-		return ev_fail("pthread_create: %s", strerror(error));
+		return harness_fail("pthread_create: %s", strerror(error));
 	return 0;
 }
 
@@ -1686,7 +1461,7 @@ static int drain_pipe(int fd)
 {
 	char byte;
 	if (read(fd, &byte, 1) != 1 || byte != 'p')
-		return ev_fail("the pipe did not hold the thread's 'p'");
+		return harness_fail("the pipe did not hold the thread's 'p'");
 	return 0;
 }
 
@@ -1701,7 +1476,7 @@ static int mixed_set_client(int fd)
 
 	if (pipe2(pipe_fds, O_NONBLOCK | O_CLOEXEC) < 0) {
 		close(epfd);
-		return ev_fail("pipe2: %s", strerror(errno));
+		return harness_fail("pipe2: %s", strerror(errno));
 	}
 	if (ev_epoll_ctl(epfd, EPOLL_CTL_ADD, fd, EPOLLIN, SOCKET_TAG) < 0 ||
 	    ev_epoll_ctl(epfd, EPOLL_CTL_ADD, pipe_fds[0], EPOLLIN, PIPE_TAG) < 0 ||
@@ -1718,13 +1493,13 @@ static int mixed_set_client(int fd)
 		goto out;
 	if (ev_request(fd, 10) < 0)
 		goto out_join;
-	deadline = ev_now_ms() + EV_EVENT_WAIT_MS;
+	deadline = harness_now_ms() + EV_EVENT_WAIT_MS;
 	while (!(socket_seen && pipe_seen)) {
 		struct epoll_event events[4];
-		int count = ev_epoll_wait(epfd, events, 4, ev_remaining_ms(deadline));
+		int count = ev_epoll_wait(epfd, events, 4, harness_remaining_ms(deadline));
 		if (count <= 0) {
 			if (count == 0)
-				ev_fail("both ready: within %d ms saw socket %d pipe %d", EV_EVENT_WAIT_MS, socket_seen,
+				harness_fail("both ready: within %d ms saw socket %d pipe %d", EV_EVENT_WAIT_MS, socket_seen,
 					pipe_seen);
 			goto out_join;
 		}
@@ -1734,16 +1509,16 @@ static int mixed_set_client(int fd)
 			else if (events[i].data.u64 == PIPE_TAG)
 				pipe_seen = true;
 			else {
-				ev_fail("both ready: event with unknown data 0x%llx", (unsigned long long)events[i].data.u64);
+				harness_fail("both ready: event with unknown data 0x%llx", (unsigned long long)events[i].data.u64);
 				goto out_join;
 			}
 			if (!(events[i].events & EPOLLIN)) {
-				ev_fail("both ready: event %s lacks EPOLLIN", ev_events_text(events[i].events));
+				harness_fail("both ready: event %s lacks EPOLLIN", ev_events_text(events[i].events));
 				goto out_join;
 			}
 		}
 		if (!(socket_seen && pipe_seen))
-			ev_sleep_ms(1);
+			harness_sleep_ms(1);
 	}
 	pthread_join(writer.thread, NULL);
 	if (drain_pipe(pipe_fds[0]) < 0 || ev_recv_stream(fd, &offset, 10, "data") < 0 ||
@@ -1810,16 +1585,16 @@ static int nested_client(int fd)
 	if (ev_epoll_ctl(set_a, EPOLL_CTL_ADD, fd, EPOLLIN, SOCKET_TAG) < 0 ||
 	    ev_epoll_ctl(set_b, EPOLL_CTL_ADD, set_a, EPOLLIN, SET_TAG) < 0)
 		goto out;
-	revents = ev_wait_fd(set_b, POLLIN, 0);
+	revents = harness_wait_fd(set_b, POLLIN, 0);
 	if (revents != 0) {
-		ev_fail("poll(B) before data reports %s", ev_events_text((uint32_t)revents));
+		harness_fail("poll(B) before data reports %s", ev_events_text((uint32_t)revents));
 		goto out;
 	}
 	if (ev_request(fd, 10) < 0)
 		goto out;
-	revents = ev_wait_fd(set_b, POLLIN, EV_EVENT_WAIT_MS);
+	revents = harness_wait_fd(set_b, POLLIN, EV_EVENT_WAIT_MS);
 	if (revents <= 0 || !(revents & POLLIN)) {
-		ev_fail("poll(B, POLLIN) returned %d within %d ms, expected POLLIN", revents, EV_EVENT_WAIT_MS);
+		harness_fail("poll(B, POLLIN) returned %d within %d ms, expected POLLIN", revents, EV_EVENT_WAIT_MS);
 		goto out;
 	}
 	if (!ev_expect_event(set_b, 0, EPOLLIN, SET_TAG, "B reports A") ||
@@ -1827,9 +1602,9 @@ static int nested_client(int fd)
 		goto out;
 	if (ev_recv_stream(fd, &offset, 10, "data") < 0)
 		goto out;
-	revents = ev_wait_fd(set_b, POLLIN, 0);
+	revents = harness_wait_fd(set_b, POLLIN, 0);
 	if (revents != 0) {
-		ev_fail("poll(B) after reading reports %s", ev_events_text((uint32_t)revents));
+		harness_fail("poll(B) after reading reports %s", ev_events_text((uint32_t)revents));
 		goto out;
 	}
 	if (ev_expect_no_event(set_a, 0, "A after reading") < 0 || ev_expect_no_event(set_b, 0, "B after reading") < 0)
@@ -1854,37 +1629,37 @@ out:
 static int close_registered_server(int fd)
 {
 	uint64_t sent = 0, offset = 0;
-	double deadline = ev_now_ms() + EV_PEER_WAIT_MS;
+	double deadline = harness_now_ms() + HARNESS_PEER_WAIT_MS;
 	int second = -1, status;
 	bool writing = true;
 
-	if (ev_expect_byte(fd, 'g') < 0)
+	if (harness_expect_byte(fd, 'g') < 0)
 		return -1;
-	while (ev_now_ms() < deadline) {
+	while (harness_now_ms() < deadline) {
 		if (writing) {
 			ssize_t result = send(fd, pattern_table + sent % EV_PATTERN_PERIOD, 100, MSG_NOSIGNAL);
 			if (result > 0) {
 				sent += (uint64_t)result;
 			} else if (!ev_is_eagain(result) && !(result < 0 && errno == EINTR)) {
-				ev_info("first connection: send failed with %s after %llu bytes", ev_error_text(result),
+				harness_info("first connection: send failed with %s after %llu bytes", ev_error_text(result),
 					(unsigned long long)sent);
 				writing = false;
 			}
 		}
-		int revents = ev_wait_fd(listen_fd, POLLIN, 20);
+		int revents = harness_wait_fd(harness_listen_fd, POLLIN, 20);
 		if (revents < 0)
 			return -1;
 		if (revents) {
-			second = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+			second = accept4(harness_listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 			if (second >= 0)
 				break;
 			if (!ev_is_eagain(second))
-				return ev_fail("accept4: %s", strerror(errno));
+				return harness_fail("accept4: %s", strerror(errno));
 		}
 	}
 	if (second < 0)
-		return ev_fail("no second connection within %d ms", EV_PEER_WAIT_MS);
-	connection_count++;
+		return harness_fail("no second connection within %d ms", HARNESS_PEER_WAIT_MS);
+	harness_connections++;
 	status = ev_serve_requests(second, &offset, NULL);
 	close(second);
 	return status;
@@ -1897,20 +1672,20 @@ static int close_registered_client(int fd)
 	int epfd = ev_epoll_create(), first_fd = fd, status = -1;
 	double deadline;
 
-	if (ev_epoll_ctl(epfd, EPOLL_CTL_ADD, fd, EPOLLIN, FIRST_TAG) < 0 || ev_send_byte(fd, 'g') < 0 ||
+	if (ev_epoll_ctl(epfd, EPOLL_CTL_ADD, fd, EPOLLIN, FIRST_TAG) < 0 || harness_send_byte(fd, 'g') < 0 ||
 	    !ev_expect_event(epfd, EV_EVENT_WAIT_MS, EPOLLIN, FIRST_TAG, "the peer's first bytes")) {
 		close(fd);
 		goto out;
 	}
 	close(fd);
-	deadline = ev_now_ms() + 500;
-	for (int remaining; (remaining = ev_remaining_ms(deadline)) > 1;)
+	deadline = harness_now_ms() + 500;
+	for (int remaining; (remaining = harness_remaining_ms(deadline)) > 1;)
 		if (ev_expect_no_event(epfd, remaining, "after closing the registered fd") < 0)
 			goto out;
-	fd = ev_connect();
+	fd = harness_scenario_connect();
 	if (fd < 0)
 		goto out;
-	ev_info("first connection fd %d, second fd %d", first_fd, fd);
+	harness_info("first connection fd %d, second fd %d", first_fd, fd);
 	if (ev_epoll_ctl(epfd, EPOLL_CTL_ADD, fd, EPOLLIN, SECOND_TAG) < 0 || ev_request(fd, 10) < 0 ||
 	    !ev_expect_event(epfd, EV_EVENT_WAIT_MS, EPOLLIN, SECOND_TAG, "second connection") ||
 	    ev_recv_stream(fd, &offset, 10, "second connection") < 0)
@@ -1932,15 +1707,15 @@ out:
  */
 static int timed_check(const char *what, int result, double start, double cpu_start)
 {
-	double elapsed = ev_now_ms() - start, cpu = ev_cpu_ms() - cpu_start;
-	ev_info("%s returned %d after %.1f ms, CPU %.1f ms", what, result, elapsed, cpu);
+	double elapsed = harness_now_ms() - start, cpu = ev_cpu_ms() - cpu_start;
+	harness_info("%s returned %d after %.1f ms, CPU %.1f ms", what, result, elapsed, cpu);
 	if (result != 0)
-		return ev_fail("%s returned %d (%s), expected 0 (timeout)", what, result,
+		return harness_fail("%s returned %d (%s), expected 0 (timeout)", what, result,
 			       result < 0 ? strerror(errno) : "ready");
 	if (elapsed < EV_TIMEOUT_LOW_MS || elapsed > EV_TIMEOUT_HIGH_MS)
-		return ev_fail("%s took %.1f ms, expected %d..%d", what, elapsed, EV_TIMEOUT_LOW_MS, EV_TIMEOUT_HIGH_MS);
+		return harness_fail("%s took %.1f ms, expected %d..%d", what, elapsed, EV_TIMEOUT_LOW_MS, EV_TIMEOUT_HIGH_MS);
 	if (cpu > EV_CPU_LIMIT * elapsed)
-		return ev_fail("%s used %.1f ms CPU in %.1f ms (more than %.0f %%): it spins", what, cpu, elapsed,
+		return harness_fail("%s used %.1f ms CPU in %.1f ms (more than %.0f %%): it spins", what, cpu, elapsed,
 			       EV_CPU_LIMIT * 100);
 	return 0;
 }
@@ -1956,23 +1731,23 @@ static int timeouts_check(int fd)
 
 	if (ev_epoll_ctl(epfd, EPOLL_CTL_ADD, fd, EPOLLIN, 1) < 0)
 		goto out;
-	cpu_start = ev_cpu_ms(), start = ev_now_ms();
+	cpu_start = ev_cpu_ms(), start = harness_now_ms();
 	result = epoll_wait(epfd, &event, 1, EV_TIMEOUT_MS);
 	if (timed_check("epoll_wait", result, start, cpu_start) < 0)
 		goto out;
-	cpu_start = ev_cpu_ms(), start = ev_now_ms();
+	cpu_start = ev_cpu_ms(), start = harness_now_ms();
 	result = poll(&entry, 1, EV_TIMEOUT_MS);
 	if (timed_check("poll", result, start, cpu_start) < 0)
 		goto out;
 	FD_ZERO(&readable);
 	FD_SET(fd, &readable);
 	timeout = (struct timeval){ 0, EV_TIMEOUT_MS * 1000 };
-	cpu_start = ev_cpu_ms(), start = ev_now_ms();
+	cpu_start = ev_cpu_ms(), start = harness_now_ms();
 	result = select(fd + 1, &readable, NULL, NULL, &timeout);
 	if (timed_check("select on the socket", result, start, cpu_start) < 0)
 		goto out;
 	timeout = (struct timeval){ 0, EV_TIMEOUT_MS * 1000 };
-	cpu_start = ev_cpu_ms(), start = ev_now_ms();
+	cpu_start = ev_cpu_ms(), start = harness_now_ms();
 	result = select(0, NULL, NULL, NULL, &timeout);
 	if (timed_check("select(0, NULL, NULL, NULL)", result, start, cpu_start) < 0)
 		goto out;
@@ -2016,11 +1791,11 @@ static int eintr_check(int fd)
 	}
 	alarm(0);
 	alarm_count = 0;
-	ev_set_handler(SIGALRM, ev_count_alarm);
+	harness_set_handler(SIGALRM, ev_count_alarm, 0);
 	setitimer(ITIMER_REAL, &every_100_ms, NULL);
 	for (int call = 0; call < 3; call++) {
 		int count_before = alarm_count;
-		double start = ev_now_ms();
+		double start = harness_now_ms();
 		switch (call) {
 		case 0:
 			what = "epoll_wait(-1)";
@@ -2038,21 +1813,21 @@ static int eintr_check(int fd)
 			break;
 		}
 		int error = errno;
-		ev_info("%s returned %d (%s) after %.1f ms", what, result, result < 0 ? strerror(error) : "",
-			ev_now_ms() - start);
+		harness_info("%s returned %d (%s) after %.1f ms", what, result, result < 0 ? strerror(error) : "",
+			harness_now_ms() - start);
 		if (result != -1 || error != EINTR) {
-			ev_fail("%s returned %d (%s), expected -1 EINTR", what, result, result < 0 ? strerror(error) : "");
+			harness_fail("%s returned %d (%s), expected -1 EINTR", what, result, result < 0 ? strerror(error) : "");
 			goto out;
 		}
 		if (alarm_count == count_before) {
-			ev_fail("%s returned EINTR but the SIGALRM handler did not run", what);
+			harness_fail("%s returned EINTR but the SIGALRM handler did not run", what);
 			goto out;
 		}
 	}
 	status = 0;
 out:
 	setitimer(ITIMER_REAL, &stop, NULL);
-	ev_rearm_watchdog();
+	harness_watchdog_rearm();
 	close(epfd);
 	return status;
 }
@@ -2087,7 +1862,7 @@ struct delayed_signal {
 static void *delayed_signal_run(void *argument)
 {
 	struct delayed_signal *delayed = argument;
-	ev_sleep_ms(100);
+	harness_sleep_ms(100);
 	pthread_kill(delayed->target, SIGUSR1);
 	return NULL;
 }
@@ -2132,50 +1907,50 @@ static int sigmask_check(int fd)
 		for (int unblocked = 1; unblocked >= 0; unblocked--) {
 			struct delayed_signal delayed = { .target = pthread_self() };
 			int count_before = usr1_count, result, error, spawn;
-			double start = ev_now_ms(), elapsed;
+			double start = harness_now_ms(), elapsed;
 
 			spawn = pthread_create(&delayed.thread, NULL, delayed_signal_run, &delayed);
 			if (spawn) {
-				ev_fail("pthread_create: %s", strerror(spawn));
+				harness_fail("pthread_create: %s", strerror(spawn));
 				goto out;
 			}
 			result = sigmask_call(kind, fd, epfd, unblocked ? &open_mask : &closed_mask,
 					      unblocked ? EV_EVENT_WAIT_MS : EV_TIMEOUT_MS);
 			error = errno;
-			elapsed = ev_now_ms() - start;
+			elapsed = harness_now_ms() - start;
 			pthread_join(delayed.thread, NULL);
-			ev_info("%s, SIGUSR1 %s in its mask: returned %d (%s) after %.1f ms", names[kind],
+			harness_info("%s, SIGUSR1 %s in its mask: returned %d (%s) after %.1f ms", names[kind],
 				unblocked ? "unblocked" : "blocked", result, result < 0 ? strerror(error) : "",
 				elapsed);
 			if (unblocked) {
 				if (result != -1 || error != EINTR) {
-					ev_fail("%s with SIGUSR1 unblocked returned %d (%s), expected -1 EINTR", names[kind],
+					harness_fail("%s with SIGUSR1 unblocked returned %d (%s), expected -1 EINTR", names[kind],
 						result, result < 0 ? strerror(error) : "");
 					goto out;
 				}
 				if (usr1_count == count_before) {
-					ev_fail("%s returned EINTR but the SIGUSR1 handler did not run", names[kind]);
+					harness_fail("%s returned EINTR but the SIGUSR1 handler did not run", names[kind]);
 					goto out;
 				}
 				continue;
 			}
 			if (result != 0) {
-				ev_fail("%s with SIGUSR1 blocked returned %d (%s), expected 0 (timeout)", names[kind],
+				harness_fail("%s with SIGUSR1 blocked returned %d (%s), expected 0 (timeout)", names[kind],
 					result, result < 0 ? strerror(error) : "ready");
 				goto out;
 			}
 			if (elapsed < EV_TIMEOUT_LOW_MS || elapsed > EV_TIMEOUT_HIGH_MS) {
-				ev_fail("%s with SIGUSR1 blocked took %.1f ms, expected %d..%d", names[kind], elapsed,
+				harness_fail("%s with SIGUSR1 blocked took %.1f ms, expected %d..%d", names[kind], elapsed,
 					EV_TIMEOUT_LOW_MS, EV_TIMEOUT_HIGH_MS);
 				goto out;
 			}
 			if (usr1_count != count_before) {
-				ev_fail("%s: the SIGUSR1 handler ran although the call's mask blocked it", names[kind]);
+				harness_fail("%s: the SIGUSR1 handler ran although the call's mask blocked it", names[kind]);
 				goto out;
 			}
 			sigpending(&pending);
 			if (!sigismember(&pending, SIGUSR1) || sigtimedwait(&usr1, NULL, &no_wait) != SIGUSR1) {
-				ev_fail("%s: SIGUSR1 was not left pending", names[kind]);
+				harness_fail("%s: SIGUSR1 was not left pending", names[kind]);
 				goto out;
 			}
 		}
@@ -2222,10 +1997,10 @@ static int epoll_pwait2_timeout(int fd)
 
 	if (ev_epoll_ctl(epfd, EPOLL_CTL_ADD, fd, EPOLLIN, 1) < 0)
 		goto out;
-	cpu_start = ev_cpu_ms(), start = ev_now_ms();
+	cpu_start = ev_cpu_ms(), start = harness_now_ms();
 	result = epoll_pwait2(epfd, &event, 1, &timeout, NULL);
 	if (result < 0 && errno == ENOSYS) {
-		ev_info("epoll_pwait2: ENOSYS (kernel older than 5.11); not checked");
+		harness_info("epoll_pwait2: ENOSYS (kernel older than 5.11); not checked");
 		status = 1;
 		goto out;
 	}
@@ -2235,7 +2010,7 @@ out:
 	return status;
 #else
 	(void)fd;
-	ev_info("this libc has no epoll_pwait2; not checked");
+	harness_info("this libc has no epoll_pwait2; not checked");
 	return 1;
 #endif
 }
@@ -2258,14 +2033,14 @@ static int epoll_pwait2_reports(int fd)
 		goto out;
 	count = epoll_pwait2(epfd, &event, 1, &timeout, NULL);
 	if (count != 1 || event.data.u64 != TAG || !(event.events & EPOLLIN)) {
-		ev_fail("epoll_pwait2(5 s) with 1 byte coming returned %d, events %s, data 0x%llx", count,
+		harness_fail("epoll_pwait2(5 s) with 1 byte coming returned %d, events %s, data 0x%llx", count,
 			ev_events_text(event.events), (unsigned long long)event.data.u64);
 		goto out;
 	}
 	event = (struct epoll_event){ 0 };
 	count = epoll_pwait2(epfd, &event, 1, NULL, NULL);
 	if (count != 1 || event.data.u64 != TAG || !(event.events & EPOLLIN)) {
-		ev_fail("epoll_pwait2(NULL timeout) with 1 byte unread returned %d, events %s", count,
+		harness_fail("epoll_pwait2(NULL timeout) with 1 byte unread returned %d, events %s", count,
 			ev_events_text(event.events));
 		goto out;
 	}
@@ -2314,7 +2089,7 @@ static int ppoll_pselect_data_client(int fd)
 		int result = ppoll(&entry, 1, &timeout, &empty);
 
 		if (result != 1 || !(entry.revents & POLLIN))
-			return ev_fail("ppoll returned %d (revents 0x%x), expected 1 with POLLIN", result, entry.revents);
+			return harness_fail("ppoll returned %d (revents 0x%x), expected 1 with POLLIN", result, entry.revents);
 	}
 	if (ev_recv_stream(fd, &offset, 10, "data after ppoll") < 0 || ev_request(fd, 10) < 0)
 		return -1;
@@ -2326,7 +2101,7 @@ static int ppoll_pselect_data_client(int fd)
 		FD_SET(fd, &readable);
 		result = pselect(fd + 1, &readable, NULL, NULL, &timeout, &empty);
 		if (result != 1 || !FD_ISSET(fd, &readable))
-			return ev_fail("pselect returned %d, expected 1 with the socket readable", result);
+			return harness_fail("pselect returned %d, expected 1 with the socket readable", result);
 	}
 	if (ev_recv_stream(fd, &offset, 10, "data after pselect") < 0)
 		return -1;
@@ -2352,12 +2127,12 @@ static void *ev_waiter_main(void *arg)
 {
 	struct ev_waiter *w = arg;
 	struct epoll_event event;
-	double t0 = ev_now_ms();
+	double t0 = harness_now_ms();
 
 	do
 		w->count = epoll_wait(w->epfd, &event, 1, 8000);
 	while (w->count < 0 && errno == EINTR);
-	w->elapsed_ms = ev_now_ms() - t0;
+	w->elapsed_ms = harness_now_ms() - t0;
 	w->data = w->count > 0 ? event.data.u64 : 0;
 	return NULL;
 }
@@ -2373,19 +2148,19 @@ static int member_added_while_waiting_client(int fd)
 	if (w.epfd < 0 || pipe(pipes) != 0 || ev_epoll_ctl(w.epfd, EPOLL_CTL_ADD, pipes[0], EPOLLIN, TAG_PIPE) < 0)
 		goto out;
 	if (pthread_create(&thread, NULL, ev_waiter_main, &w) != 0) {
-		ev_fail("pthread_create failed");
+		harness_fail("pthread_create failed");
 		goto out;
 	}
-	ev_sleep_ms(200); /* the waiter is asleep in epoll_wait by now */
-	if (ev_request(fd, 10) < 0 || ev_wait_fd(fd, POLLIN, EV_EVENT_WAIT_MS) <= 0 ||
+	harness_sleep_ms(200); /* the waiter is asleep in epoll_wait by now */
+	if (ev_request(fd, 10) < 0 || harness_wait_fd(fd, POLLIN, EV_EVENT_WAIT_MS) <= 0 ||
 	    ev_epoll_ctl(w.epfd, EPOLL_CTL_ADD, fd, EPOLLIN, TAG_SOCKET) < 0) {
 		pthread_join(thread, NULL);
 		goto out;
 	}
 	pthread_join(thread, NULL);
-	ev_info("the waiter returned %d event(s) after %.0f ms", w.count, w.elapsed_ms);
+	harness_info("the waiter returned %d event(s) after %.0f ms", w.count, w.elapsed_ms);
 	if (w.count != 1 || w.data != TAG_SOCKET || w.elapsed_ms > 3000) {
-		ev_fail("waiter: %d event(s), data 0x%llx after %.0f ms; expected the socket's within 3 s", w.count,
+		harness_fail("waiter: %d event(s), data 0x%llx after %.0f ms; expected the socket's within 3 s", w.count,
 			(unsigned long long)w.data, w.elapsed_ms);
 		goto out;
 	}
@@ -2448,10 +2223,10 @@ static int ctl_storm_client(int fd)
 		return -1;
 	if (pthread_create(&thread, NULL, ev_storm_waiter, &st) != 0) {
 		close(st.epfd);
-		return ev_fail("pthread_create failed");
+		return harness_fail("pthread_create failed");
 	}
-	end = ev_now_ms() + 1500;
-	while (ev_now_ms() < end) {
+	end = harness_now_ms() + 1500;
+	while (harness_now_ms() < end) {
 		int s = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
 		struct epoll_event event = { .events = EPOLLOUT, .data.u64 = EV_STORM_MARK | (uint64_t)s };
 
@@ -2467,9 +2242,9 @@ static int ctl_storm_client(int fd)
 	__atomic_store_n(&st.stop, 1, __ATOMIC_RELEASE);
 	pthread_join(thread, NULL);
 	close(st.epfd);
-	ev_info("%lu add/remove cycles, %lu events, %lu with foreign data", cycles, st.events, st.bad);
+	harness_info("%lu add/remove cycles, %lu events, %lu with foreign data", cycles, st.events, st.bad);
 	if (st.bad)
-		return ev_fail("%lu events carried data the application never registered (e.g. 0x%llx)", st.bad,
+		return harness_fail("%lu events carried data the application never registered (e.g. 0x%llx)", st.bad,
 			       (unsigned long long)st.bad_data);
 	return ev_finish_client(fd);
 }
@@ -2507,15 +2282,15 @@ static int readd_client(int fd)
 			goto out;
 	}
 	if (epoll_ctl(epfd, EPOLL_CTL_DEL, fd, NULL) == 0 || errno != ENOENT) {
-		ev_fail("a second EPOLL_CTL_DEL returned %s, expected ENOENT", errno == ENOENT ? "0" : strerror(errno));
+		harness_fail("a second EPOLL_CTL_DEL returned %s, expected ENOENT", errno == ENOENT ? "0" : strerror(errno));
 		goto out;
 	}
 	if (epoll_ctl(epfd, EPOLL_CTL_MOD, fd, &event) == 0 || errno != ENOENT) {
-		ev_fail("EPOLL_CTL_MOD after DEL returned %s, expected ENOENT", errno == ENOENT ? "0" : strerror(errno));
+		harness_fail("EPOLL_CTL_MOD after DEL returned %s, expected ENOENT", errno == ENOENT ? "0" : strerror(errno));
 		goto out;
 	}
 	/* bytes that arrive while the socket is out of the set */
-	if (ev_request(fd, 777) < 0 || ev_wait_fd(fd, POLLIN, EV_EVENT_WAIT_MS) <= 0 ||
+	if (ev_request(fd, 777) < 0 || harness_wait_fd(fd, POLLIN, EV_EVENT_WAIT_MS) <= 0 ||
 	    ev_expect_no_event(epfd, 100, "socket out of the set") < 0 ||
 	    ev_epoll_ctl(epfd, EPOLL_CTL_ADD, fd, EPOLLIN | EPOLLET, LATE_TAG) < 0 ||
 	    !ev_expect_event(epfd, EV_EVENT_WAIT_MS, EPOLLIN, LATE_TAG, "bytes that came while out of the set") ||
@@ -2523,7 +2298,7 @@ static int readd_client(int fd)
 		goto out;
 	event.data.u64 = LATE_TAG;
 	if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &event) == 0 || errno != EEXIST) {
-		ev_fail("a second EPOLL_CTL_ADD returned %s, expected EEXIST", errno == EEXIST ? "0" : strerror(errno));
+		harness_fail("a second EPOLL_CTL_ADD returned %s, expected EEXIST", errno == EEXIST ? "0" : strerror(errno));
 		goto out;
 	}
 	if (ev_epoll_ctl(epfd, EPOLL_CTL_DEL, fd, 0, 0) < 0)
@@ -2531,7 +2306,7 @@ static int readd_client(int fd)
 	/* a dup, in and out of the set, then closed: its number reused */
 	dup_fd = dup(fd);
 	if (dup_fd < 0) {
-		ev_fail("dup: %s", strerror(errno));
+		harness_fail("dup: %s", strerror(errno));
 		goto out;
 	}
 	if (ev_epoll_ctl(epfd, EPOLL_CTL_ADD, dup_fd, EPOLLIN, DUP_TAG) < 0 ||
@@ -2540,10 +2315,10 @@ static int readd_client(int fd)
 	close(dup_fd);
 	new_fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
 	if (new_fd < 0) {
-		ev_fail("socket: %s", strerror(errno));
+		harness_fail("socket: %s", strerror(errno));
 		goto out;
 	}
-	ev_info("dup fd %d, new socket fd %d", dup_fd, new_fd);
+	harness_info("dup fd %d, new socket fd %d", dup_fd, new_fd);
 	dup_fd = -1;
 	/* an unconnected TCP socket reports EPOLLOUT | EPOLLHUP */
 	if (ev_epoll_ctl(epfd, EPOLL_CTL_ADD, new_fd, EPOLLOUT, NEW_TAG) < 0 ||
@@ -2556,7 +2331,7 @@ static int readd_client(int fd)
 	    !ev_expect_event(epfd, EV_EVENT_WAIT_MS, EPOLLIN, LATE_TAG + 1, "back in the set") ||
 	    ev_recv_stream(fd, &offset, 5000, "back in the set") < 0)
 		goto out;
-	ev_info("%u add/remove rounds, %llu bytes checked", EV_READD_ROUNDS, (unsigned long long)offset);
+	harness_info("%u add/remove rounds, %llu bytes checked", EV_READD_ROUNDS, (unsigned long long)offset);
 	status = ev_finish_client(fd);
 out:
 	if (dup_fd >= 0)
@@ -2577,8 +2352,8 @@ out:
  */
 static int listener_closed_first_server(int fd)
 {
-	close(listen_fd);
-	listen_fd = -1;
+	close(harness_listen_fd);
+	harness_listen_fd = -1;
 	return ev_serve(fd);
 }
 
@@ -2587,7 +2362,7 @@ static int one_request_client(int fd)
 {
 	uint64_t offset = 0;
 
-	if (ev_request(fd, 1000) < 0 || ev_wait_fd(fd, POLLIN, EV_EVENT_WAIT_MS) <= 0 ||
+	if (ev_request(fd, 1000) < 0 || harness_wait_fd(fd, POLLIN, EV_EVENT_WAIT_MS) <= 0 ||
 	    ev_recv_stream(fd, &offset, 1000, "data") < 0)
 		return -1;
 	return ev_finish_client(fd);
@@ -2610,8 +2385,8 @@ static int listener_closed_first_client(int fd)
  */
 static int probes_by_poll_server(int fd)
 {
-	if (ev_wait_fd(fd, POLLIN, EV_PEER_WAIT_MS) <= 0)
-		return ev_fail("poll: no request within %d ms", EV_PEER_WAIT_MS);
+	if (harness_wait_fd(fd, POLLIN, HARNESS_PEER_WAIT_MS) <= 0)
+		return harness_fail("poll: no request within %d ms", HARNESS_PEER_WAIT_MS);
 	return ev_serve(fd);
 }
 
@@ -2620,7 +2395,7 @@ static int probes_by_epoll_server(int fd)
 	int epfd = ev_epoll_create();
 
 	if (ev_epoll_ctl(epfd, EPOLL_CTL_ADD, fd, EPOLLIN, 0x9b) < 0 ||
-	    !ev_expect_event(epfd, EV_PEER_WAIT_MS, EPOLLIN, 0x9b, "the first request")) {
+	    !ev_expect_event(epfd, HARNESS_PEER_WAIT_MS, EPOLLIN, 0x9b, "the first request")) {
 		close(epfd);
 		return -1;
 	}
@@ -2653,21 +2428,21 @@ static int short_read_edge_client(int fd)
 		goto out;
 	/* let the first chunks arrive and settle (a busy reader, as nginx
 	 * writing downstream): then no arrival is left to make an edge */
-	ev_sleep_ms(300);
+	harness_sleep_ms(300);
 	while (got < TOTAL) {
 		struct epoll_event event;
 		int n;
 
-		double t0 = ev_now_ms();
+		double t0 = harness_now_ms();
 
 		do
 			n = epoll_wait(epfd, &event, 1, EV_EVENT_WAIT_MS);
 		while (n < 0 && errno == EINTR);
 		waits++;
-		if (ev_now_ms() - t0 > longest_wait)
-			longest_wait = ev_now_ms() - t0;
+		if (harness_now_ms() - t0 > longest_wait)
+			longest_wait = harness_now_ms() - t0;
 		if (n != 1) {
-			ev_fail("no edge within %d ms after %zu of %d bytes (%u short reads)", EV_EVENT_WAIT_MS, got, TOTAL,
+			harness_fail("no edge within %d ms after %zu of %d bytes (%u short reads)", EV_EVENT_WAIT_MS, got, TOTAL,
 				short_reads);
 			goto out;
 		}
@@ -2679,7 +2454,7 @@ static int short_read_edge_client(int fd)
 			if (r < 0 && errno == EAGAIN)
 				break;
 			if (r <= 0) {
-				ev_fail("recv after %zu bytes: %zd (%s)", got, r, r < 0 ? strerror(errno) : "EOF");
+				harness_fail("recv after %zu bytes: %zd (%s)", got, r, r < 0 ? strerror(errno) : "EOF");
 				goto out;
 			}
 			if (ev_stream_check(buffer, (size_t)r, &offset, "data") < 0)
@@ -2691,7 +2466,7 @@ static int short_read_edge_client(int fd)
 			}
 		}
 	}
-	ev_info("%u waits, %u short reads, longest wait %.1f ms", waits, short_reads, longest_wait);
+	harness_info("%u waits, %u short reads, longest wait %.1f ms", waits, short_reads, longest_wait);
 	status = ev_finish_client(fd);
 out:
 	if (epfd >= 0)
@@ -2701,36 +2476,23 @@ out:
 
 /* ---- the scenario table -------------------------------------------------- */
 
-enum ev_scenario_flags {
-	EV_CLIENT_CONNECTS_ITSELF = 1 << 0, /* the client scenario opens and closes its own connections */
-	EV_SERVER_ACCEPTS_ITSELF = 1 << 1,  /* the server scenario accepts and closes its own connections */
-	EV_CLIENT_CLOSES_FD = 1 << 2,	    /* the client scenario closes the connection it is given */
-};
-
-struct ev_scenario {
-	const char *name;
-	int (*server)(int fd);
-	int (*client)(int fd);
-	unsigned flags;
-};
-
-static const struct ev_scenario scenarios[] = {
+static const struct harness_scenario scenarios[] = {
 	{ "nb_recv_eagain", nb_recv_eagain_server, nb_recv_eagain_client, 0 },
 	{ "ppoll_pselect_data", ev_serve, ppoll_pselect_data_client, 0 },
 	{ "nb_send_full", send_full_reader, nb_send_full_client, 0 },
-	{ "nb_connect", nb_connect_server, nb_connect_client, EV_CLIENT_CONNECTS_ITSELF },
-	{ "late_reader_et", late_reader_server, late_reader_et_client, EV_CLIENT_CONNECTS_ITSELF },
-	{ "late_reader_poll", late_reader_server, late_reader_poll_client, EV_CLIENT_CONNECTS_ITSELF },
+	{ "nb_connect", nb_connect_server, nb_connect_client, HARNESS_CLIENT_CONNECTS_ITSELF },
+	{ "late_reader_et", late_reader_server, late_reader_et_client, HARNESS_CLIENT_CONNECTS_ITSELF },
+	{ "late_reader_poll", late_reader_server, late_reader_poll_client, HARNESS_CLIENT_CONNECTS_ITSELF },
 	{ "late_reader_shut", late_reader_shut_server, late_reader_shut_client, 0 },
 	{ "late_reader_blocking", late_reader_blocking_server, late_reader_blocking_client, 0 },
-	{ "late_reader_close", late_reader_close_server, late_reader_close_client, EV_CLIENT_CONNECTS_ITSELF },
-	{ "late_reader_exit", late_reader_exit_server, late_reader_exit_client, EV_CLIENT_CLOSES_FD },
-	{ "late_reader_wclose", late_reader_exit_server, late_reader_wclose_client, EV_CLIENT_CLOSES_FD },
-	{ "late_reader_exit_big", late_reader_exit_big_server, late_reader_exit_big_client, EV_CLIENT_CLOSES_FD },
-	{ "late_reader_exit_thread", late_reader_exit_server, late_reader_exit_thread_client, EV_CLIENT_CLOSES_FD },
+	{ "late_reader_close", late_reader_close_server, late_reader_close_client, HARNESS_CLIENT_CONNECTS_ITSELF },
+	{ "late_reader_exit", late_reader_exit_server, late_reader_exit_client, HARNESS_CLIENT_CLOSES_FD },
+	{ "late_reader_wclose", late_reader_exit_server, late_reader_wclose_client, HARNESS_CLIENT_CLOSES_FD },
+	{ "late_reader_exit_big", late_reader_exit_big_server, late_reader_exit_big_client, HARNESS_CLIENT_CLOSES_FD },
+	{ "late_reader_exit_thread", late_reader_exit_server, late_reader_exit_thread_client, HARNESS_CLIENT_CLOSES_FD },
 	{ "nb_connect_refused", nb_connect_refused_server, nb_connect_refused_client,
-	  EV_CLIENT_CONNECTS_ITSELF | EV_SERVER_ACCEPTS_ITSELF },
-	{ "accept4_flags", accept4_flags_server, accept4_flags_client, EV_SERVER_ACCEPTS_ITSELF },
+	  HARNESS_CLIENT_CONNECTS_ITSELF | HARNESS_SERVER_ACCEPTS_ITSELF },
+	{ "accept4_flags", accept4_flags_server, accept4_flags_client, HARNESS_SERVER_ACCEPTS_ITSELF },
 	{ "et_drain", ev_serve, et_drain_client, 0 },
 	{ "oneshot", ev_serve, oneshot_client, 0 },
 	{ "epollout_after_drain", send_full_reader, epollout_after_drain_client, 0 },
@@ -2740,7 +2502,7 @@ static const struct ev_scenario scenarios[] = {
 	{ "mixed_set", ev_serve, mixed_set_client, 0 },
 	{ "two_sets", ev_serve, two_sets_client, 0 },
 	{ "nested", ev_serve, nested_client, 0 },
-	{ "close_registered", close_registered_server, close_registered_client, EV_CLIENT_CLOSES_FD },
+	{ "close_registered", close_registered_server, close_registered_client, HARNESS_CLIENT_CLOSES_FD },
 	{ "timeouts", timeouts_server, timeouts_client, 0 },
 	{ "eintr", eintr_server, eintr_client, 0 },
 	{ "sigmask", sigmask_server, sigmask_client, 0 },
@@ -2756,106 +2518,25 @@ static const struct ev_scenario scenarios[] = {
 
 /* ---- main -------------------------------------------------------------- */
 
-static void ev_usage(void)
+/* Before any socket: the test stream, and SIGUSR1 counted (the drain cue and
+ * sigmask's signal), without SA_RESTART so that it interrupts waits. */
+static void ev_setup(void)
 {
-	fprintf(stderr, "usage: fs_evloop server PORT SCENARIO\n"
-			"       fs_evloop client HOST PORT SCENARIO\n"
-			"       fs_evloop list\nscenarios:");
-	for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++)
-		fprintf(stderr, " %s", scenarios[i].name);
-	fprintf(stderr, "\n");
-	exit(2);
+	ev_pattern_init();
+	harness_set_handler(SIGUSR1, ev_count_usr1, 0);
 }
 
-/* A nonblocking listening socket on PORT (0: any) of all IPv4 addresses: the port. */
-static int ev_listen(const char *port)
-{
-	struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE };
-	struct addrinfo *address;
-	struct sockaddr_in bound;
-	socklen_t length = sizeof(bound);
-	int one = 1;
-
-	if (getaddrinfo(NULL, port, &hints, &address) != 0) {
-		ev_fail("bad port %s", port);
-		exit(1);
-	}
-	listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (listen_fd < 0 || setsockopt(listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
-	    bind(listen_fd, address->ai_addr, address->ai_addrlen) < 0 || listen(listen_fd, 16) < 0 ||
-	    getsockname(listen_fd, (struct sockaddr *)&bound, &length) < 0) {
-		ev_fail("listen on port %s: %s", port, strerror(errno));
-		exit(1);
-	}
-	freeaddrinfo(address);
-	return ntohs(bound.sin_port);
-}
+static const struct harness_program program = {
+	.name = "fs_evloop",
+	.scenarios = scenarios,
+	.count = sizeof(scenarios) / sizeof(scenarios[0]),
+	.watchdog_seconds = EV_WATCHDOG_SECONDS,
+	.nonblocking = true,
+	.sigpipe_fails = true,
+	.setup = ev_setup,
+};
 
 int main(int argc, char **argv)
 {
-	const struct ev_scenario *scenario = NULL;
-	bool is_server;
-	int fd = -1, result;
-
-	if (argc == 2 && strcmp(argv[1], "list") == 0) {
-		for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++)
-			printf("%s\n", scenarios[i].name);
-		return 0;
-	}
-	if (argc == 4 && strcmp(argv[1], "server") == 0)
-		is_server = true;
-	else if (argc == 5 && strcmp(argv[1], "client") == 0)
-		is_server = false;
-	else
-		ev_usage();
-	for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++)
-		if (strcmp(scenarios[i].name, argv[argc - 1]) == 0)
-			scenario = &scenarios[i];
-	if (!scenario)
-		ev_usage();
-	scenario_name = scenario->name;
-	setvbuf(stdout, NULL, _IOLBF, 0);
-	start_ms = ev_now_ms();
-	ev_pattern_init();
-
-	/* Counting handlers: a stray SIGPIPE is reported, not fatal; SIGUSR1 is the drain cue and sigmask's signal. */
-	ev_set_handler(SIGPIPE, ev_count_sigpipe);
-	ev_set_handler(SIGUSR1, ev_count_usr1);
-	ev_set_handler(SIGALRM, ev_watchdog);
-	alarm(EV_WATCHDOG_SECONDS);
-
-	if (is_server) {
-		printf("listening port=%d\n", ev_listen(argv[2]));
-		fflush(stdout);
-		if (!(scenario->flags & EV_SERVER_ACCEPTS_ITSELF)) {
-			fd = ev_accept();
-			if (fd < 0) {
-				printf("connections=%d\n", connection_count);
-				return 1;
-			}
-			if (ev_expect_nonblocking(fd, "the accepted socket") < 0)
-				fd = (close(fd), -1);
-		}
-		result = fd < 0 && !(scenario->flags & EV_SERVER_ACCEPTS_ITSELF) ? -1 : scenario->server(fd);
-	} else {
-		struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
-		if (getaddrinfo(argv[2], argv[3], &hints, &server_address) != 0) {
-			ev_fail("cannot resolve %s port %s", argv[2], argv[3]);
-			printf("connections=0\n");
-			return 1;
-		}
-		if (!(scenario->flags & EV_CLIENT_CONNECTS_ITSELF))
-			fd = ev_connect();
-		result = fd < 0 && !(scenario->flags & EV_CLIENT_CONNECTS_ITSELF) ? -1 : scenario->client(fd);
-	}
-	if (fd >= 0 && !(scenario->flags & (is_server ? 0 : EV_CLIENT_CLOSES_FD)))
-		close(fd);
-	if (sigpipe_count)
-		ev_fail("%d SIGPIPE(s) although every send used MSG_NOSIGNAL", (int)sigpipe_count);
-	if (result == 0 && failure_count == 0)
-		printf("PASS %s\n", scenario_name);
-	else if (failure_count == 0)
-		ev_fail("failed without detail");
-	printf("connections=%d\n", connection_count);
-	return failure_count ? 1 : 0;
+	return harness_scenario_main(&program, argc, argv);
 }
