@@ -36,6 +36,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "harness.h"
+
 #define FS_STREAM_HELLO_MAGIC 0x31535346u /* "FSS1" little-endian */
 #define FS_STREAM_HELLO_SIZE 32
 #define FS_STREAM_BANNER "FABSOCK-STREAM-BANNER v1 server speaks first\n"
@@ -90,107 +92,16 @@ static struct fs_stream_options options = {
 	.seed = 1, .slow_rate = 32u << 20, .runs = 1, .timeout_s = 600,
 };
 
-static pthread_mutex_t failure_lock = PTHREAD_MUTEX_INITIALIZER;
-static char failure_reason[512];
-static atomic_int failed; /* read by every thread, set once under failure_lock */
-
-/* Records the first failure; later ones only go to stderr. */
-static void fs_stream_fail(const char *format, ...)
-{
-	char message[512];
-	va_list args;
-
-	va_start(args, format);
-	vsnprintf(message, sizeof(message), format, args);
-	va_end(args);
-	fprintf(stderr, "fs_stream: error: %s\n", message);
-	pthread_mutex_lock(&failure_lock);
-	if (!failed) {
-		snprintf(failure_reason, sizeof(failure_reason), "%s", message);
-		failed = 1;
-	}
-	pthread_mutex_unlock(&failure_lock);
-}
-
-static void fs_stream_watchdog(int signal_number)
-{
-	static const char message[] = "result FAIL timeout (watchdog)\n";
-	(void)signal_number;
-	if (write(STDOUT_FILENO, message, sizeof(message) - 1) < 0)
-		_exit(3);
-	_exit(3);
-}
+/* ---- time and deterministic data ---------------------------------------- */
 
 static double fs_now(void)
 {
-	struct timespec now;
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	return (double)now.tv_sec + (double)now.tv_nsec / 1e9;
-}
-
-static void fs_sleep_seconds(double seconds)
-{
-	struct timespec delay;
-	if (seconds <= 0)
-		return;
-	delay.tv_sec = (time_t)seconds;
-	delay.tv_nsec = (long)((seconds - (double)delay.tv_sec) * 1e9);
-	while (nanosleep(&delay, &delay) < 0 && errno == EINTR)
-		;
-}
-
-/* ---- deterministic data and checksums ---------------------------------- */
-
-static uint64_t fs_splitmix64(uint64_t value)
-{
-	value += 0x9E3779B97F4A7C15ull;
-	value = (value ^ (value >> 30)) * 0xBF58476D1CE4E5B9ull;
-	value = (value ^ (value >> 27)) * 0x94D049BB133111EBull;
-	return value ^ (value >> 31);
+	return harness_now_ms() / 1000;
 }
 
 static uint64_t fs_stream_key(unsigned conn_index, enum fs_direction direction)
 {
-	return fs_splitmix64(options.seed * 0x100000001B3ull ^
-			     ((uint64_t)conn_index << 8) ^ (uint64_t)direction);
-}
-
-/*
- * Byte at stream offset o is byte (o % 8) of splitmix64(key + o / 8), so any
- * range can be generated independently of the others.
- */
-static void fs_pattern_fill(uint64_t key, uint64_t offset, unsigned char *buffer, size_t length)
-{
-	while (length > 0 && (offset & 7)) {
-		*buffer++ = (unsigned char)(fs_splitmix64(key + (offset >> 3)) >> (8 * (offset & 7)));
-		offset++;
-		length--;
-	}
-	while (length >= 8) {
-		uint64_t word = fs_splitmix64(key + (offset >> 3));
-		for (int i = 0; i < 8; i++)
-			buffer[i] = (unsigned char)(word >> (8 * i));
-		buffer += 8;
-		offset += 8;
-		length -= 8;
-	}
-	while (length > 0) {
-		*buffer++ = (unsigned char)(fs_splitmix64(key + (offset >> 3)) >> (8 * (offset & 7)));
-		offset++;
-		length--;
-	}
-}
-
-#define FS_FNV1A_OFFSET 0xcbf29ce484222325ull
-#define FS_FNV1A_PRIME 0x100000001b3ull
-
-static uint64_t fs_fnv1a_update(uint64_t hash, const unsigned char *data, size_t length)
-{
-	for (size_t i = 0; i < length; i++) {
-		hash ^= data[i];
-		hash *= FS_FNV1A_PRIME;
-	}
-	return hash;
+	return harness_splitmix64(options.seed * 0x100000001B3ull ^ ((uint64_t)conn_index << 8) ^ (uint64_t)direction);
 }
 
 /* xorshift64* for the sizes and call choices (not the data). */
@@ -283,24 +194,6 @@ static int fs_write_all(int fd, const unsigned char *data, size_t length, uint64
 	return 0;
 }
 
-/* Reads exactly length bytes; 0, -errno, or -ENODATA on early EOF. */
-static int fs_read_exact(int fd, unsigned char *buffer, size_t length)
-{
-	size_t done = 0;
-	while (done < length) {
-		ssize_t result = recv(fd, buffer + done, length - done, 0);
-		if (result < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if (result == 0)
-			return -ENODATA;
-		done += (size_t)result;
-	}
-	return 0;
-}
-
 /* ---- per-direction workers --------------------------------------------- */
 
 static void fs_stream_abort_conn(struct fs_stream_conn *conn)
@@ -317,24 +210,24 @@ static const char *fs_direction_name(enum fs_direction direction)
 static void fs_stream_send_direction(struct fs_stream_conn *conn, enum fs_direction direction)
 {
 	uint64_t key = fs_stream_key(conn->index, direction);
-	uint64_t random_state = fs_splitmix64(key ^ 0x5e4d) | 1;
-	uint64_t hash = FS_FNV1A_OFFSET;
+	uint64_t random_state = harness_splitmix64(key ^ 0x5e4d) | 1;
+	uint64_t hash = HARNESS_FNV1A_OFFSET;
 	unsigned char *buffer = malloc(options.max_write);
 	int result;
 
 	if (!buffer) {
-		fs_stream_fail("conn %u: out of memory", conn->index);
+		harness_fail("conn %u: out of memory", conn->index);
 		return;
 	}
-	while (conn->sent < options.bytes && !failed) {
+	while (conn->sent < options.bytes && !harness_failures()) {
 		size_t length = fs_random_size(&random_state, options.max_write);
 		if (length > options.bytes - conn->sent)
 			length = (size_t)(options.bytes - conn->sent);
-		fs_pattern_fill(key, conn->sent, buffer, length);
-		hash = fs_fnv1a_update(hash, buffer, length);
+		harness_pattern_fill(key, conn->sent, buffer, length);
+		hash = harness_fnv1a(hash, buffer, length);
 		result = fs_write_all(conn->fd, buffer, length, &random_state);
 		if (result < 0) {
-			fs_stream_fail("conn %u %s: write failed at offset %" PRIu64 ": %s", conn->index,
+			harness_fail("conn %u %s: write failed at offset %" PRIu64 ": %s", conn->index,
 				       fs_direction_name(direction), conn->sent, strerror(-result));
 			fs_stream_abort_conn(conn);
 			break;
@@ -342,8 +235,8 @@ static void fs_stream_send_direction(struct fs_stream_conn *conn, enum fs_direct
 		conn->sent += length;
 	}
 	conn->sum_tx = hash;
-	if (shutdown(conn->fd, SHUT_WR) < 0 && !failed)
-		fs_stream_fail("conn %u: shutdown(SHUT_WR): %s", conn->index, strerror(errno));
+	if (shutdown(conn->fd, SHUT_WR) < 0 && !harness_failures())
+		harness_fail("conn %u: shutdown(SHUT_WR): %s", conn->index, strerror(errno));
 	free(buffer);
 }
 
@@ -351,15 +244,15 @@ static void fs_stream_send_direction(struct fs_stream_conn *conn, enum fs_direct
 static void fs_stream_pace(double start, uint64_t received)
 {
 	double due = start + (double)received / (double)options.slow_rate;
-	fs_sleep_seconds(due - fs_now());
+	harness_sleep_ms((due - fs_now()) * 1000);
 }
 
 /* Receives and verifies the direction's N bytes, then requires EOF. */
 static void fs_stream_receive_direction(struct fs_stream_conn *conn, enum fs_direction direction)
 {
 	uint64_t key = fs_stream_key(conn->index, direction);
-	uint64_t random_state = fs_splitmix64(key ^ 0x7ead) | 1;
-	uint64_t hash = FS_FNV1A_OFFSET;
+	uint64_t random_state = harness_splitmix64(key ^ 0x7ead) | 1;
+	uint64_t hash = HARNESS_FNV1A_OFFSET;
 	size_t max_read = options.read_size ? options.read_size
 			  : options.slow_reader && options.max_write > FS_STREAM_SLOW_CHUNK ? FS_STREAM_SLOW_CHUNK
 											     : options.max_write;
@@ -368,7 +261,7 @@ static void fs_stream_receive_direction(struct fs_stream_conn *conn, enum fs_dir
 	double start = fs_now();
 
 	if (!buffer || !expected) {
-		fs_stream_fail("conn %u: out of memory", conn->index);
+		harness_fail("conn %u: out of memory", conn->index);
 		goto out;
 	}
 	for (;;) {
@@ -377,7 +270,7 @@ static void fs_stream_receive_direction(struct fs_stream_conn *conn, enum fs_dir
 		if (result < 0) {
 			if (errno == EINTR)
 				continue;
-			fs_stream_fail("conn %u %s: read failed at offset %" PRIu64 ": %s", conn->index,
+			harness_fail("conn %u %s: read failed at offset %" PRIu64 ": %s", conn->index,
 				       fs_direction_name(direction), conn->received, strerror(errno));
 			fs_stream_abort_conn(conn);
 			goto out;
@@ -385,30 +278,30 @@ static void fs_stream_receive_direction(struct fs_stream_conn *conn, enum fs_dir
 		if (result == 0)
 			break;
 		if (conn->received + (uint64_t)result > options.bytes) {
-			fs_stream_fail("conn %u %s: %" PRIu64 " bytes beyond the expected %" PRIu64, conn->index,
+			harness_fail("conn %u %s: %" PRIu64 " bytes beyond the expected %" PRIu64, conn->index,
 				       fs_direction_name(direction), conn->received + (uint64_t)result - options.bytes,
 				       options.bytes);
 			fs_stream_abort_conn(conn);
 			goto out;
 		}
-		fs_pattern_fill(key, conn->received, expected, (size_t)result);
+		harness_pattern_fill(key, conn->received, expected, (size_t)result);
 		if (memcmp(buffer, expected, (size_t)result) != 0) {
 			size_t at = 0;
 			while (buffer[at] == expected[at])
 				at++;
-			fs_stream_fail("conn %u %s: data mismatch at offset %" PRIu64 " (got 0x%02x, want 0x%02x)",
+			harness_fail("conn %u %s: data mismatch at offset %" PRIu64 " (got 0x%02x, want 0x%02x)",
 				       conn->index, fs_direction_name(direction), conn->received + at, buffer[at],
 				       expected[at]);
 			fs_stream_abort_conn(conn);
 			goto out;
 		}
-		hash = fs_fnv1a_update(hash, buffer, (size_t)result);
+		hash = harness_fnv1a(hash, buffer, (size_t)result);
 		conn->received += (uint64_t)result;
 		if (options.slow_reader)
 			fs_stream_pace(start, conn->received);
 	}
 	if (conn->received != options.bytes)
-		fs_stream_fail("conn %u %s: EOF after %" PRIu64 " bytes, expected %" PRIu64, conn->index,
+		harness_fail("conn %u %s: EOF after %" PRIu64 " bytes, expected %" PRIu64, conn->index,
 			       fs_direction_name(direction), conn->received, options.bytes);
 out:
 	conn->sum_rx = hash;
@@ -420,14 +313,14 @@ out:
 static void fs_stream_echo(struct fs_stream_conn *conn)
 {
 	uint64_t key = fs_stream_key(conn->index, FS_DIR_CLIENT_TO_SERVER);
-	uint64_t random_state = fs_splitmix64(key ^ 0xec40) | 1;
-	uint64_t hash = FS_FNV1A_OFFSET;
+	uint64_t random_state = harness_splitmix64(key ^ 0xec40) | 1;
+	uint64_t hash = HARNESS_FNV1A_OFFSET;
 	unsigned char *buffer = malloc(options.max_write);
 	unsigned char *expected = malloc(options.max_write);
 	int result;
 
 	if (!buffer || !expected) {
-		fs_stream_fail("conn %u: out of memory", conn->index);
+		harness_fail("conn %u: out of memory", conn->index);
 		goto out;
 	}
 	for (;;) {
@@ -436,40 +329,40 @@ static void fs_stream_echo(struct fs_stream_conn *conn)
 		if (length < 0) {
 			if (errno == EINTR)
 				continue;
-			fs_stream_fail("conn %u echo: read failed at offset %" PRIu64 ": %s", conn->index,
+			harness_fail("conn %u echo: read failed at offset %" PRIu64 ": %s", conn->index,
 				       conn->received, strerror(errno));
 			goto out;
 		}
 		if (length == 0)
 			break;
 		if (conn->received + (uint64_t)length > options.bytes) {
-			fs_stream_fail("conn %u echo: bytes beyond the expected %" PRIu64, conn->index, options.bytes);
+			harness_fail("conn %u echo: bytes beyond the expected %" PRIu64, conn->index, options.bytes);
 			goto out;
 		}
-		fs_pattern_fill(key, conn->received, expected, (size_t)length);
+		harness_pattern_fill(key, conn->received, expected, (size_t)length);
 		if (memcmp(buffer, expected, (size_t)length) != 0) {
 			size_t at = 0;
 			while (buffer[at] == expected[at])
 				at++;
-			fs_stream_fail("conn %u echo: data mismatch at offset %" PRIu64, conn->index,
+			harness_fail("conn %u echo: data mismatch at offset %" PRIu64, conn->index,
 				       conn->received + at);
 			goto out;
 		}
-		hash = fs_fnv1a_update(hash, buffer, (size_t)length);
+		hash = harness_fnv1a(hash, buffer, (size_t)length);
 		conn->received += (uint64_t)length;
 		result = fs_write_all(conn->fd, buffer, (size_t)length, &random_state);
 		if (result < 0) {
-			fs_stream_fail("conn %u echo: write failed: %s", conn->index, strerror(-result));
+			harness_fail("conn %u echo: write failed: %s", conn->index, strerror(-result));
 			goto out;
 		}
 		conn->sent += (uint64_t)length;
 	}
 	if (conn->received != options.bytes)
-		fs_stream_fail("conn %u echo: EOF after %" PRIu64 " bytes, expected %" PRIu64, conn->index,
+		harness_fail("conn %u echo: EOF after %" PRIu64 " bytes, expected %" PRIu64, conn->index,
 			       conn->received, options.bytes);
 	shutdown(conn->fd, SHUT_WR);
 out:
-	if (failed)
+	if (harness_failures())
 		fs_stream_abort_conn(conn);
 	conn->sum_rx = hash;
 	conn->sum_tx = hash;
@@ -508,7 +401,7 @@ static void fs_stream_run_data(struct fs_stream_conn *conn, bool is_server)
 		struct fs_stream_worker sender = { conn, send_direction, true };
 		pthread_t sender_thread;
 		if (pthread_create(&sender_thread, NULL, fs_stream_worker_main, &sender) != 0) {
-			fs_stream_fail("conn %u: pthread_create failed", conn->index);
+			harness_fail("conn %u: pthread_create failed", conn->index);
 			return;
 		}
 		fs_stream_receive_direction(conn, receive_direction);
@@ -522,7 +415,7 @@ static void fs_stream_run_data(struct fs_stream_conn *conn, bool is_server)
 			result = recv(conn->fd, &byte, 1, 0);
 		while (result < 0 && errno == EINTR);
 		if (result > 0)
-			fs_stream_fail("conn %u: unexpected data from the receiving side", conn->index);
+			harness_fail("conn %u: unexpected data from the receiving side", conn->index);
 	} else {
 		/* Our EOF tells the sender everything arrived, so it comes last. */
 		fs_stream_receive_direction(conn, receive_direction);
@@ -537,13 +430,13 @@ static void fs_stream_finish_conn(struct fs_stream_conn *conn)
 	socklen_t length = sizeof(info);
 
 	if (options.hold_ms)
-		fs_sleep_seconds(options.hold_ms / 1000.0);
+		harness_sleep_ms(options.hold_ms);
 	memset(&info, 0, sizeof(info));
 	if (getsockopt(conn->fd, IPPROTO_TCP, TCP_INFO, &info, &length) == 0) {
 		conn->tcp_bytes_received = info.tcpi_bytes_received;
 		conn->tcp_bytes_acked = info.tcpi_bytes_acked;
 	} else {
-		fs_stream_fail("conn %u: getsockopt(TCP_INFO): %s", conn->index, strerror(errno));
+		harness_fail("conn %u: getsockopt(TCP_INFO): %s", conn->index, strerror(errno));
 	}
 	close(conn->fd);
 	conn->done = true;
@@ -616,23 +509,23 @@ static void *fs_server_conn_main(void *argument)
 		result = fs_write_all(slot->fd, (const unsigned char *)FS_STREAM_BANNER, strlen(FS_STREAM_BANNER),
 				      &random_state);
 		if (result < 0) {
-			fs_stream_fail("server: banner write failed: %s", strerror(-result));
+			harness_fail("server: banner write failed: %s", strerror(-result));
 			goto fail;
 		}
 	}
-	result = fs_read_exact(slot->fd, hello, sizeof(hello));
+	result = harness_read_full(slot->fd, hello, sizeof(hello), NULL);
 	if (result < 0) {
-		fs_stream_fail("server: reading the hello: %s", result == -ENODATA ? "early EOF" : strerror(-result));
+		harness_fail("server: reading the hello: %s", result == -ENODATA ? "early EOF" : strerror(-result));
 		goto fail;
 	}
 	uint32_t index = fs_get_u32(hello + 4);
 	if (fs_get_u32(hello) != FS_STREAM_HELLO_MAGIC || index >= options.streams) {
-		fs_stream_fail("server: bad hello (magic 0x%08x, index %u)", fs_get_u32(hello), index);
+		harness_fail("server: bad hello (magic 0x%08x, index %u)", fs_get_u32(hello), index);
 		goto fail;
 	}
 	if (fs_get_u32(hello + 8) != options.streams || fs_get_u32(hello + 12) != fs_stream_flags() ||
 	    fs_get_u64(hello + 16) != options.bytes || fs_get_u64(hello + 24) != options.seed) {
-		fs_stream_fail("server: client options differ (streams %u flags 0x%x bytes %" PRIu64
+		harness_fail("server: client options differ (streams %u flags 0x%x bytes %" PRIu64
 			       " seed %" PRIu64 ")",
 			       fs_get_u32(hello + 8), fs_get_u32(hello + 12), fs_get_u64(hello + 16),
 			       fs_get_u64(hello + 24));
@@ -645,7 +538,7 @@ static void *fs_server_conn_main(void *argument)
 		conn->fd = slot->fd;
 	pthread_mutex_unlock(slot->claim_lock);
 	if (taken) {
-		fs_stream_fail("server: connection index %u seen twice", index);
+		harness_fail("server: connection index %u seen twice", index);
 		goto fail;
 	}
 	fs_stream_run_data(conn, true);
@@ -657,88 +550,22 @@ fail:
 	return NULL;
 }
 
-static int fs_write_file_atomically(const char *path, const char *text)
-{
-	char temporary[4096];
-	FILE *file;
-
-	snprintf(temporary, sizeof(temporary), "%s.tmp.%d", path, (int)getpid());
-	file = fopen(temporary, "w");
-	if (!file)
-		return -1;
-	fputs(text, file);
-	if (fclose(file) != 0)
-		return -1;
-	return rename(temporary, path);
-}
-
 static int fs_server_listen(void)
 {
-	struct addrinfo hints = { .ai_flags = AI_PASSIVE | AI_NUMERICHOST, .ai_socktype = SOCK_STREAM };
-	struct addrinfo *addresses = NULL;
-	int fd, one = 1, result;
+	int family = options.bind_address ? AF_UNSPEC : options.ipv6 ? AF_INET6 : AF_INET;
 
-	hints.ai_family = options.ipv6 ? AF_INET6 : AF_INET;
-	if (options.bind_address)
-		hints.ai_family = AF_UNSPEC;
-	result = getaddrinfo(options.bind_address, options.port, &hints, &addresses);
-	if (result != 0) {
-		fs_stream_fail("bind address %s: %s", options.bind_address ? options.bind_address : "(any)",
-			       gai_strerror(result));
-		return -1;
-	}
-	fd = socket(addresses->ai_family, SOCK_STREAM, 0);
-	if (fd < 0) {
-		fs_stream_fail("socket: %s", strerror(errno));
-		freeaddrinfo(addresses);
-		return -1;
-	}
-	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(fd, addresses->ai_addr, addresses->ai_addrlen) < 0 || listen(fd, 256) < 0) {
-		fs_stream_fail("bind/listen on port %s: %s", options.port, strerror(errno));
-		freeaddrinfo(addresses);
-		close(fd);
-		return -1;
-	}
-	freeaddrinfo(addresses);
-	return fd;
-}
-
-static unsigned fs_server_port(int listen_fd)
-{
-	struct sockaddr_storage address;
-	socklen_t length = sizeof(address);
-	if (getsockname(listen_fd, (struct sockaddr *)&address, &length) < 0)
-		return 0;
-	if (address.ss_family == AF_INET6)
-		return ntohs(((struct sockaddr_in6 *)&address)->sin6_port);
-	return ntohs(((struct sockaddr_in *)&address)->sin_port);
+	return harness_listen(family, options.bind_address, options.port, 0, 256);
 }
 
 /* ---- reporting --------------------------------------------------------- */
-
-static long fs_status_kib(const char *field)
-{
-	char line[256];
-	long value = -1;
-	size_t field_length = strlen(field);
-	FILE *status = fopen("/proc/self/status", "r");
-	if (!status)
-		return -1;
-	while (fgets(line, sizeof(line), status))
-		if (strncmp(line, field, field_length) == 0 && line[field_length] == ':')
-			value = strtol(line + field_length + 1, NULL, 10);
-	fclose(status);
-	return value;
-}
 
 static void fs_stream_report(const char *role, struct fs_stream_conn *conns, double seconds)
 {
 	uint64_t total = 0;
 	for (unsigned i = 0; i < options.streams; i++) {
 		struct fs_stream_conn *conn = &conns[i];
-		if (!conn->done && !failed)
-			fs_stream_fail("conn %u never completed", i);
+		if (!conn->done && !harness_failures())
+			harness_fail("conn %u never completed", i);
 		printf("conn %u sent=%" PRIu64 " recv=%" PRIu64 " sum_tx=%016" PRIx64 " sum_rx=%016" PRIx64
 		       " tcp_bytes_received=%" PRIu64 " tcp_bytes_acked=%" PRIu64 "\n",
 		       i, conn->sent, conn->received, conn->sum_tx, conn->sum_rx, conn->tcp_bytes_received,
@@ -747,7 +574,7 @@ static void fs_stream_report(const char *role, struct fs_stream_conn *conns, dou
 	}
 	printf("%s time_s=%.3f payload_bytes=%" PRIu64 " mib_per_s=%.1f\n", role, seconds, total,
 	       seconds > 0 ? (double)total / 1048576.0 / seconds : 0.0);
-	printf("%s vm_hwm_kib=%ld vm_rss_kib=%ld\n", role, fs_status_kib("VmHWM"), fs_status_kib("VmRSS"));
+	printf("%s vm_hwm_kib=%ld vm_rss_kib=%ld\n", role, harness_status_kib("VmHWM"), harness_status_kib("VmRSS"));
 }
 
 /* Drops to USER (its primary group, no others), as servers do after they
@@ -757,11 +584,11 @@ static int fs_drop_privileges(const char *user)
 	struct passwd *pw = getpwnam(user);
 
 	if (!pw) {
-		fs_stream_fail("no user %s", user);
+		harness_fail("no user %s", user);
 		return -1;
 	}
 	if (setgroups(0, NULL) < 0 || setgid(pw->pw_gid) < 0 || setuid(pw->pw_uid) < 0) {
-		fs_stream_fail("dropping to user %s: %s", user, strerror(errno));
+		harness_fail("dropping to user %s: %s", user, strerror(errno));
 		return -1;
 	}
 	return 0;
@@ -777,21 +604,21 @@ static int fs_server_main(void)
 		goto result;
 	if (options.pidfile) {
 		snprintf(text, sizeof(text), "%d\n", (int)getpid());
-		if (fs_write_file_atomically(options.pidfile, text) < 0)
-			fs_stream_fail("writing %s: %s", options.pidfile, strerror(errno));
+		if (harness_write_file_atomically(options.pidfile, text) < 0)
+			harness_fail("writing %s: %s", options.pidfile, strerror(errno));
 	}
-	unsigned port = fs_server_port(listen_fd);
+	unsigned port = harness_local_port(listen_fd);
 	if (options.setuid_user && fs_drop_privileges(options.setuid_user) < 0)
 		goto result;
 	printf("listening port=%u\n", port);
 	fflush(stdout);
 	if (options.ready_file) {
 		snprintf(text, sizeof(text), "%u\n", port);
-		if (fs_write_file_atomically(options.ready_file, text) < 0)
-			fs_stream_fail("writing %s: %s", options.ready_file, strerror(errno));
+		if (harness_write_file_atomically(options.ready_file, text) < 0)
+			harness_fail("writing %s: %s", options.ready_file, strerror(errno));
 	}
 
-	for (unsigned run = 1; run <= options.runs && !failed; run++) {
+	for (unsigned run = 1; run <= options.runs && !harness_failures(); run++) {
 		struct fs_stream_conn *conns = calloc(options.streams, sizeof(*conns));
 		struct fs_server_slot *slots = calloc(options.streams, sizeof(*slots));
 		pthread_t *threads = calloc(options.streams, sizeof(*threads));
@@ -799,7 +626,7 @@ static int fs_server_main(void)
 		double start = 0;
 
 		if (!conns || !slots || !threads) {
-			fs_stream_fail("out of memory");
+			harness_fail("out of memory");
 			break;
 		}
 		for (unsigned i = 0; i < options.streams; i++) {
@@ -813,14 +640,14 @@ static int fs_server_main(void)
 					started--;
 					continue;
 				}
-				fs_stream_fail("accept: %s", strerror(errno));
+				harness_fail("accept: %s", strerror(errno));
 				break;
 			}
 			if (started == 0)
 				start = fs_now();
 			slots[started] = (struct fs_server_slot){ fd, conns, &claim_lock };
 			if (pthread_create(&threads[started], NULL, fs_server_conn_main, &slots[started]) != 0) {
-				fs_stream_fail("pthread_create failed");
+				harness_fail("pthread_create failed");
 				close(fd);
 				break;
 			}
@@ -836,11 +663,11 @@ static int fs_server_main(void)
 	}
 	close(listen_fd);
 result:
-	if (failed)
-		printf("result FAIL %s\n", failure_reason);
+	if (harness_failures())
+		printf("result FAIL %s\n", harness_first_failure());
 	else
 		printf("result ok\n");
-	return failed ? 1 : 0;
+	return harness_failures() ? 1 : 0;
 }
 
 /* ---- client ------------------------------------------------------------ */
@@ -853,21 +680,14 @@ static void *fs_client_conn_main(void *argument)
 	unsigned char hello[FS_STREAM_HELLO_SIZE];
 	int result;
 
-	conn->fd = socket(client_address->ai_family, SOCK_STREAM, 0);
-	if (conn->fd < 0) {
-		fs_stream_fail("conn %u: socket: %s", conn->index, strerror(errno));
+	conn->fd = harness_connect(client_address, 0);
+	if (conn->fd < 0)
 		return NULL;
-	}
-	if (connect(conn->fd, client_address->ai_addr, client_address->ai_addrlen) < 0) {
-		fs_stream_fail("conn %u: connect: %s", conn->index, strerror(errno));
-		close(conn->fd);
-		return NULL;
-	}
 	if (options.banner) {
 		char banner[sizeof(FS_STREAM_BANNER)] = { 0 };
-		result = fs_read_exact(conn->fd, (unsigned char *)banner, strlen(FS_STREAM_BANNER));
+		result = harness_read_full(conn->fd, (unsigned char *)banner, strlen(FS_STREAM_BANNER), NULL);
 		if (result < 0 || strcmp(banner, FS_STREAM_BANNER) != 0) {
-			fs_stream_fail("conn %u: bad or missing banner (%s)", conn->index,
+			harness_fail("conn %u: bad or missing banner (%s)", conn->index,
 				       result == -ENODATA ? "early EOF" : result < 0 ? strerror(-result) : "mismatch");
 			close(conn->fd);
 			return NULL;
@@ -877,7 +697,7 @@ static void *fs_client_conn_main(void *argument)
 	uint64_t random_state = 7;
 	result = fs_write_all(conn->fd, hello, sizeof(hello), &random_state);
 	if (result < 0) {
-		fs_stream_fail("conn %u: hello write: %s", conn->index, strerror(-result));
+		harness_fail("conn %u: hello write: %s", conn->index, strerror(-result));
 		close(conn->fd);
 		return NULL;
 	}
@@ -888,31 +708,26 @@ static void *fs_client_conn_main(void *argument)
 
 static int fs_client_main(void)
 {
-	struct addrinfo hints = { .ai_socktype = SOCK_STREAM };
 	struct fs_stream_conn *conns = calloc(options.streams, sizeof(*conns));
 	pthread_t *threads = calloc(options.streams, sizeof(*threads));
 	unsigned started = 0;
 	double start;
-	int result;
 
-	hints.ai_family = options.ipv6 ? AF_INET6 : AF_UNSPEC;
 	if (!conns || !threads) {
-		fs_stream_fail("out of memory");
+		harness_fail("out of memory");
 		goto result;
 	}
 	if (options.setuid_user && fs_drop_privileges(options.setuid_user) < 0)
 		goto result;
-	result = getaddrinfo(options.host, options.port, &hints, &client_address);
-	if (result != 0) {
-		fs_stream_fail("%s port %s: %s", options.host, options.port, gai_strerror(result));
+	client_address = harness_resolve(options.host, options.port, options.ipv6 ? AF_INET6 : AF_UNSPEC);
+	if (!client_address)
 		goto result;
-	}
 	start = fs_now();
 	for (; started < options.streams; started++) {
 		conns[started].index = started;
 		conns[started].fd = -1;
 		if (pthread_create(&threads[started], NULL, fs_client_conn_main, &conns[started]) != 0) {
-			fs_stream_fail("pthread_create failed");
+			harness_fail("pthread_create failed");
 			break;
 		}
 	}
@@ -923,11 +738,11 @@ static int fs_client_main(void)
 result:
 	free(conns);
 	free(threads);
-	if (failed)
-		printf("result FAIL %s\n", failure_reason);
+	if (harness_failures())
+		printf("result FAIL %s\n", harness_first_failure());
 	else
 		printf("result ok\n");
-	return failed ? 1 : 0;
+	return harness_failures() ? 1 : 0;
 }
 
 /* ---- command line ------------------------------------------------------ */
@@ -949,27 +764,13 @@ static void fs_stream_usage(void)
 /* Parses a count with an optional K/M/G (binary) suffix; exits on error. */
 static uint64_t fs_parse_size(const char *name, const char *text)
 {
-	char *end;
-	errno = 0;
-	unsigned long long value = strtoull(text, &end, 10);
-	uint64_t scale = 1;
-	if (errno || end == text || text[0] == '-') {
+	uint64_t value;
+
+	if (harness_parse_size(text, UINT64_MAX, &value) < 0) {
 		fprintf(stderr, "fs_stream: %s: bad number '%s'\n", name, text);
 		exit(2);
 	}
-	switch (*end) {
-	case 'k': case 'K': scale = 1ull << 10; end++; break;
-	case 'm': case 'M': scale = 1ull << 20; end++; break;
-	case 'g': case 'G': scale = 1ull << 30; end++; break;
-	default: break;
-	}
-	if (*end == 'i' && end[1] == 'B')
-		end += 2;
-	if (*end != '\0' || value > UINT64_MAX / scale) {
-		fprintf(stderr, "fs_stream: %s: bad number '%s'\n", name, text);
-		exit(2);
-	}
-	return value * scale;
+	return value;
 }
 
 static void fs_stream_parse(int argc, char **argv)
@@ -1035,10 +836,10 @@ static void fs_stream_parse(int argc, char **argv)
 int main(int argc, char **argv)
 {
 	fs_stream_parse(argc, argv);
+	harness_report_to_stderr("fs_stream");
 	signal(SIGPIPE, SIG_IGN);
-	signal(SIGALRM, fs_stream_watchdog);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (options.timeout_s)
-		alarm(options.timeout_s);
+		harness_watchdog_start(options.timeout_s, "result FAIL timeout (watchdog)");
 	return options.is_server ? fs_server_main() : fs_client_main();
 }
