@@ -33,7 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fullio.h"
+#include "harness.h"
 
 #define HELLO_SIZE 16
 #define MAX_CONNS 256
@@ -42,19 +42,16 @@ static bool is_server, use_epoll;
 static unsigned conns = 8, idle_s = 15, delay_ms;
 static const char *host = "127.0.0.1", *port = "0", *ready_file;
 static int fds[MAX_CONNS];
-static struct timespec q_sent; /* client: when the first 'q' went out */
+static double q_sent_ms; /* client: when the first 'q' went out */
 
 static void mark_q_sent(void)
 {
-	clock_gettime(CLOCK_MONOTONIC, &q_sent);
+	q_sent_ms = harness_now_ms();
 }
 
 static void print_wake(void)
 {
-	struct timespec now;
-
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	printf("wake_ms %.3f\n", (double)(now.tv_sec - q_sent.tv_sec) * 1e3 + (double)(now.tv_nsec - q_sent.tv_nsec) / 1e6);
+	printf("wake_ms %.3f\n", harness_now_ms() - q_sent_ms);
 }
 
 static void die(const char *what)
@@ -70,11 +67,11 @@ static void *recv_thread(void *arg)
 	int fd = *(int *)arg;
 	char c;
 
-	if (fullio_read(fd, &c, 1) || c != 'q') {
+	if (harness_read_full(fd, &c, 1, NULL) || c != 'q') {
 		fprintf(stderr, "fs_idle: fd %d: no 'q' at the end of the idle phase\n", fd);
 		exit(1);
 	}
-	if (is_server && fullio_write(fd, "q", 1))
+	if (is_server && harness_write_full(fd, "q", 1, NULL))
 		die("echo q");
 	return NULL;
 }
@@ -87,7 +84,7 @@ static void epoll_idle(void)
 	unsigned left = conns;
 	bool sent = is_server;
 	int ep = epoll_create1(0);
-	struct timespec start;
+	double start;
 
 	if (ep < 0)
 		die("epoll_create1");
@@ -97,21 +94,17 @@ static void epoll_idle(void)
 		if (epoll_ctl(ep, EPOLL_CTL_ADD, fds[i], &ev))
 			die("epoll_ctl");
 	}
-	clock_gettime(CLOCK_MONOTONIC, &start);
+	start = harness_now_ms();
 	while (left) {
 		int timeout = -1, n;
 
 		if (!sent) {
-			struct timespec now;
-			long ms;
+			long ms = (long)idle_s * 1000 - (long)(harness_now_ms() - start);
 
-			clock_gettime(CLOCK_MONOTONIC, &now);
-			ms = (long)idle_s * 1000 - ((now.tv_sec - start.tv_sec) * 1000 +
-						    (now.tv_nsec - start.tv_nsec) / 1000000);
 			if (ms <= 0) {
 				mark_q_sent();
 				for (unsigned i = 0; i < conns; i++)
-					if (fullio_write(fds[i], "q", 1))
+					if (harness_write_full(fds[i], "q", 1, NULL))
 						die("send q");
 				sent = true;
 				continue;
@@ -130,11 +123,11 @@ static void epoll_idle(void)
 				fprintf(stderr, "fs_idle: fd %d readable during the idle phase\n", events[i].data.fd);
 				exit(1);
 			}
-			if (fullio_read(events[i].data.fd, &c, 1) || c != 'q') {
+			if (harness_read_full(events[i].data.fd, &c, 1, NULL) || c != 'q') {
 				fprintf(stderr, "fs_idle: fd %d: no 'q' at the end\n", events[i].data.fd);
 				exit(1);
 			}
-			if (is_server && fullio_write(events[i].data.fd, "q", 1))
+			if (is_server && harness_write_full(events[i].data.fd, "q", 1, NULL))
 				die("echo q");
 			epoll_ctl(ep, EPOLL_CTL_DEL, events[i].data.fd, NULL);
 			left--;
@@ -153,13 +146,10 @@ static void recv_idle(void)
 		if (pthread_create(&threads[i], NULL, recv_thread, &fds[i]))
 			die("pthread_create");
 	if (!is_server) {
-		struct timespec t = { .tv_sec = idle_s };
-
-		while (nanosleep(&t, &t) && errno == EINTR)
-			;
+		harness_sleep_ms(idle_s * 1000.0);
 		mark_q_sent();
 		for (unsigned i = 0; i < conns; i++)
-			if (fullio_write(fds[i], "q", 1))
+			if (harness_write_full(fds[i], "q", 1, NULL))
 				die("send q");
 		/* the server's echo ends each recv thread */
 		for (unsigned i = 0; i < conns; i++)
@@ -173,33 +163,22 @@ static void recv_idle(void)
 
 static void run_server(void)
 {
-	struct sockaddr_in addr = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
-				    .sin_port = htons((uint16_t)atoi(port)) };
-	socklen_t alen = sizeof(addr);
-	int one = 1, ls = socket(AF_INET, SOCK_STREAM, 0);
-	char hello[HELLO_SIZE];
+	int ls = harness_listen(AF_INET, "127.0.0.1", port, 0, MAX_CONNS);
+	char hello[HELLO_SIZE], text[32];
 
 	if (ls < 0)
-		die("socket");
-	setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(ls, (struct sockaddr *)&addr, sizeof(addr)) || listen(ls, MAX_CONNS))
-		die("bind/listen");
-	if (getsockname(ls, (struct sockaddr *)&addr, &alen))
-		die("getsockname");
+		exit(1);
 	if (ready_file) {
-		char tmp[4096];
-		FILE *f;
-
-		snprintf(tmp, sizeof(tmp), "%s.tmp", ready_file);
-		f = fopen(tmp, "w");
-		if (!f || fprintf(f, "%u\n", ntohs(addr.sin_port)) < 0 || fclose(f) || rename(tmp, ready_file))
+		snprintf(text, sizeof(text), "%u\n", harness_local_port(ls));
+		if (harness_write_file_atomically(ready_file, text))
 			die("ready file");
 	}
 	for (unsigned i = 0; i < conns; i++) {
-		fds[i] = accept(ls, NULL, NULL);
+		fds[i] = harness_accept(ls, -1, 0, NULL, NULL);
 		if (fds[i] < 0)
-			die("accept");
-		if (fullio_read(fds[i], hello, sizeof(hello)) || fullio_write(fds[i], hello, sizeof(hello)))
+			exit(1);
+		if (harness_read_full(fds[i], hello, sizeof(hello), NULL) ||
+		    harness_write_full(fds[i], hello, sizeof(hello), NULL))
 			die("hello");
 	}
 	close(ls);
@@ -211,32 +190,25 @@ static void run_server(void)
 
 static void run_client(void)
 {
-	struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM }, *ai;
+	struct addrinfo *ai = harness_resolve(host, port, AF_INET);
 	char hello[HELLO_SIZE], back[HELLO_SIZE];
 	double first_ms = 0;
 
-	if (getaddrinfo(host, port, &hints, &ai))
-		die("getaddrinfo");
+	if (!ai)
+		exit(1);
 	for (unsigned i = 0; i < conns; i++) {
-		struct timespec t0, t1;
-		double ms;
+		double start, ms;
 
-		fds[i] = socket(AF_INET, SOCK_STREAM, 0);
-		if (fds[i] < 0 || connect(fds[i], ai->ai_addr, ai->ai_addrlen))
-			die("connect");
-		if (delay_ms) {
-			struct timespec t = { .tv_sec = delay_ms / 1000, .tv_nsec = (long)(delay_ms % 1000) * 1000000 };
-
-			while (nanosleep(&t, &t) && errno == EINTR)
-				;
-		}
-		clock_gettime(CLOCK_MONOTONIC, &t0);
+		fds[i] = harness_connect(ai, 0);
+		if (fds[i] < 0)
+			exit(1);
+		harness_sleep_ms(delay_ms);
+		start = harness_now_ms();
 		snprintf(hello, sizeof(hello), "fs_idle %7u", i % 10000000u); /* 7 digits at most */
-		if (fullio_write(fds[i], hello, sizeof(hello)) || fullio_read(fds[i], back, sizeof(back)) ||
-		    memcmp(hello, back, sizeof(hello)))
+		if (harness_write_full(fds[i], hello, sizeof(hello), NULL) ||
+		    harness_read_full(fds[i], back, sizeof(back), NULL) || memcmp(hello, back, sizeof(hello)))
 			die("hello");
-		clock_gettime(CLOCK_MONOTONIC, &t1);
-		ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+		ms = harness_now_ms() - start;
 		if (ms > first_ms)
 			first_ms = ms;
 	}
@@ -259,9 +231,21 @@ static void usage(void)
 	exit(2);
 }
 
+/* A count for an option; a bad one is a usage error. */
+static unsigned parse_count(const char *text)
+{
+	uint64_t value;
+
+	if (harness_parse_size(text, UINT32_MAX, &value) < 0)
+		usage();
+	return (unsigned)value;
+}
+
 int main(int argc, char **argv)
 {
 	int i = 2;
+
+	harness_report_to_stderr("fs_idle");
 
 	if (argc < 2)
 		usage();
@@ -286,11 +270,11 @@ int main(int argc, char **argv)
 		else if (strcmp(argv[i], "--mode") == 0 && (strcmp(v, "recv") == 0 || strcmp(v, "epoll") == 0))
 			use_epoll = strcmp(v, "epoll") == 0;
 		else if (strcmp(argv[i], "--conns") == 0)
-			conns = (unsigned)atoi(v);
+			conns = parse_count(v);
 		else if (strcmp(argv[i], "--idle-s") == 0)
-			idle_s = (unsigned)atoi(v);
+			idle_s = parse_count(v);
 		else if (strcmp(argv[i], "--delay-ms") == 0 && !is_server)
-			delay_ms = (unsigned)atoi(v);
+			delay_ms = parse_count(v);
 		else
 			usage();
 		i++;
