@@ -12,7 +12,7 @@
  *   fs_scale client PORT N SIZE GOFILE
  *       Opens N connections one after another; on each, writes SIZE bytes of
  *       a pattern keyed by the connection's index and reads the echo back,
- *       checking every byte (FNV-1a). After the first N/10 (N >= 100) it
+ *       checking every byte. After the first N/10 (N >= 100) it
  *       prints "part M rss_kib=R" and waits until GOFILE.part exists (so a
  *       caller can read the server's memory there too: what a connection
  *       costs is the slope between the two points, what is left is the
@@ -47,7 +47,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fullio.h"
+#include "harness.h"
 
 #define SC_MAX_CONNS 65536
 #define SC_MAX_PORTS 1024
@@ -62,54 +62,31 @@ static void sc_on_term(int sig)
 	sc_stop = 1;
 }
 
-static double sc_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
-}
-
 static long sc_rss_kib(void)
 {
-	FILE *f = fopen("/proc/self/status", "r");
-	char line[256];
-	long kib = -1;
-
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmRSS: %ld", &kib) == 1)
-			break;
-	fclose(f);
-	return kib;
+	return harness_status_kib("VmRSS");
 }
 
 static int sc_server(void)
 {
-	struct sockaddr_in addr = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t len = sizeof(addr);
-	struct sigaction sa = { .sa_handler = sc_on_term };
 	static char buf[65536];
 	struct epoll_event ev, events[256];
 	long accepted = 0, closed = 0;
-	int lfd, ep, one = 1;
+	int lfd, ep;
 
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGINT, &sa, NULL);
-	lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+	harness_set_handler(SIGTERM, sc_on_term, 0);
+	harness_set_handler(SIGINT, sc_on_term, 0);
+	lfd = harness_listen(AF_INET, "127.0.0.1", "0", SOCK_NONBLOCK, 4096);
+	if (lfd < 0)
+		return 1;
 	ep = epoll_create1(0);
-	if (lfd < 0 || ep < 0)
-		return perror("socket/epoll_create1"), 1;
-	setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(lfd, (struct sockaddr *)&addr, sizeof(addr)) || listen(lfd, 4096) ||
-	    getsockname(lfd, (struct sockaddr *)&addr, &len))
-		return perror("bind/listen"), 1;
+	if (ep < 0)
+		return perror("epoll_create1"), 1;
 	ev.events = EPOLLIN;
 	ev.data.fd = lfd;
 	if (epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev))
 		return perror("epoll_ctl"), 1;
-	printf("listening port=%d\n", ntohs(addr.sin_port));
+	printf("listening port=%u\n", harness_local_port(lfd));
 	fflush(stdout);
 	while (!sc_stop) {
 		int n = epoll_wait(ep, events, 256, 200);
@@ -141,7 +118,7 @@ static int sc_server(void)
 					int flags = fcntl(fd, F_GETFL);
 
 					fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
-					if (fullio_write(fd, buf, (size_t)r) < 0)
+					if (harness_write_full(fd, buf, (size_t)r, NULL) < 0)
 						r = -1;
 					fcntl(fd, F_SETFL, flags);
 					if (r > 0)
@@ -161,18 +138,18 @@ static int sc_server(void)
 	exit(0);
 }
 
-static uint8_t sc_pattern(unsigned conn, size_t off)
+/* The loopback address of each port, for connect (PORTS[I] -> TARGETS[I]). */
+static int sc_targets(const int *ports, unsigned nports, struct addrinfo **targets)
 {
-	uint32_t x = conn * 2654435761u + (uint32_t)off * 40503u + 17u;
+	for (unsigned i = 0; i < nports; i++) {
+		char text[16];
 
-	return (uint8_t)(x ^ (x >> 13) ^ (x >> 24));
-}
-
-static uint64_t sc_fnv(uint64_t h, const uint8_t *p, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		h = (h ^ p[i]) * 0x100000001b3ull;
-	return h;
+		snprintf(text, sizeof(text), "%d", ports[i]);
+		targets[i] = harness_resolve("127.0.0.1", text, AF_INET);
+		if (!targets[i])
+			return -1;
+	}
+	return 0;
 }
 
 /* Waits until PATH exists (at most SC_GO_WAIT_SEC). */
@@ -192,43 +169,49 @@ static int sc_wait_file(const char *path)
  * process has as many peer processes. */
 static int sc_client(const int *ports, unsigned nports, unsigned n, size_t size, const char *gofile)
 {
+	static struct addrinfo *targets[SC_MAX_PORTS];
 	char partfile[4096];
-	struct sockaddr_in addr = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	uint8_t *out = malloc(size), *in = malloc(size);
 	int *fds = calloc(n, sizeof(*fds));
-	long rss_before = sc_rss_kib(), rss_held;
+	long rss_before, rss_held;
 	unsigned fails = 0;
-	double t0 = sc_now_ms(), setup, paused = 0;
+	double t0, setup, paused = 0;
 
 	if (!out || !in || !fds)
 		return fprintf(stderr, "out of memory\n"), 1;
+	if (sc_targets(ports, nports, targets) < 0)
+		return 1;
+	rss_before = sc_rss_kib();
+	t0 = harness_now_ms();
 	for (unsigned i = 0; i < n; i++) {
-		addr.sin_port = htons((uint16_t)ports[i % nports]);
-		fds[i] = socket(AF_INET, SOCK_STREAM, 0);
-		if (fds[i] < 0 || connect(fds[i], (struct sockaddr *)&addr, sizeof(addr))) {
-			printf("FAIL connection %u: %s\n", i, strerror(errno));
+		int result;
+
+		fds[i] = harness_connect(targets[i % nports], 0);
+		if (fds[i] < 0) {
+			printf("FAIL connection %u: not connected\n", i);
 			return 1;
 		}
-		for (size_t k = 0; k < size; k++)
-			out[k] = sc_pattern(i, k);
-		if (fullio_write(fds[i], out, size) || fullio_read(fds[i], in, size)) {
-			printf("FAIL connection %u: echo: %s\n", i, errno ? strerror(errno) : "EOF");
+		harness_pattern_fill(i, 0, out, size);
+		result = harness_write_full(fds[i], out, size, NULL);
+		if (result == 0)
+			result = harness_read_full(fds[i], in, size, NULL);
+		if (result < 0) {
+			printf("FAIL connection %u: echo: %s\n", i, result == -ENODATA ? "EOF" : strerror(-result));
 			return 1;
 		}
-		if (sc_fnv(0xcbf29ce484222325ull, in, size) != sc_fnv(0xcbf29ce484222325ull, out, size) &&
-		    fails++ < 5)
+		if (harness_pattern_mismatch(i, 0, in, size) != size && fails++ < 5)
 			printf("FAIL connection %u: the echo differs\n", i);
 		if (n >= 100 && i + 1 == n / 10) {
 			printf("part %u rss_kib=%ld\n", i + 1, sc_rss_kib());
 			fflush(stdout);
 			snprintf(partfile, sizeof(partfile), "%s.part", gofile);
-			paused = sc_now_ms();
+			paused = harness_now_ms();
 			if (sc_wait_file(partfile))
 				return 1;
-			paused = sc_now_ms() - paused;
+			paused = harness_now_ms() - paused;
 		}
 	}
-	setup = sc_now_ms() - t0 - paused;
+	setup = harness_now_ms() - t0 - paused;
 	rss_held = sc_rss_kib();
 	printf("held %u setup_ms=%.0f rss_before_kib=%ld rss_held_kib=%ld\n", n, setup, rss_before, rss_held);
 	fflush(stdout);
@@ -247,35 +230,41 @@ static int sc_client(const int *ports, unsigned nports, unsigned n, size_t size,
 
 static int sc_paced(const int *ports, unsigned nports, unsigned n, unsigned rounds, unsigned gap_us)
 {
-	struct sockaddr_in addr = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	static struct addrinfo *targets[SC_MAX_PORTS];
 	int *fds = calloc(n, sizeof(*fds));
 	double max_rtt = 0;
 	unsigned slow = 0, fails = 0;
 
 	if (!fds)
 		return perror("calloc"), 1;
+	if (sc_targets(ports, nports, targets) < 0)
+		return 1;
 	for (unsigned i = 0; i < n; i++) {
-		addr.sin_port = htons((uint16_t)ports[i % nports]);
-		fds[i] = socket(AF_INET, SOCK_STREAM, 0);
-		if (fds[i] < 0 || connect(fds[i], (struct sockaddr *)&addr, sizeof(addr))) {
-			printf("FAIL connect %u: %s\n", i, strerror(errno));
+		fds[i] = harness_connect(targets[i % nports], 0);
+		if (fds[i] < 0) {
+			printf("FAIL connect %u: not connected\n", i);
 			return 1;
 		}
 	}
 	for (unsigned r = 0; r < rounds && !fails; r++) {
 		for (unsigned i = 0; i < n && !fails; i++) {
 			uint8_t out[SC_PACED_SIZE], in[SC_PACED_SIZE];
-			double t0 = sc_now_ms(), rtt;
+			uint64_t key = (uint64_t)i << 32 | r;
+			double t0 = harness_now_ms(), rtt;
+			int result;
 
-			for (size_t k = 0; k < sizeof(out); k++)
-				out[k] = sc_pattern(i * 65536u + r, k);
-			if (fullio_write(fds[i], out, sizeof(out)) || fullio_read(fds[i], in, sizeof(in))) {
-				printf("FAIL round %u connection %u: %s\n", r, i, strerror(errno));
+			harness_pattern_fill(key, 0, out, sizeof(out));
+			result = harness_write_full(fds[i], out, sizeof(out), NULL);
+			if (result == 0)
+				result = harness_read_full(fds[i], in, sizeof(in), NULL);
+			if (result < 0) {
+				printf("FAIL round %u connection %u: %s\n", r, i,
+				       result == -ENODATA ? "EOF" : strerror(-result));
 				fails++;
 				break;
 			}
-			rtt = sc_now_ms() - t0;
-			if (sc_fnv(0xcbf29ce484222325ull, in, sizeof(in)) != sc_fnv(0xcbf29ce484222325ull, out, sizeof(out))) {
+			rtt = harness_now_ms() - t0;
+			if (harness_pattern_mismatch(key, 0, in, sizeof(in)) != sizeof(in)) {
 				printf("FAIL round %u connection %u: the echo differs\n", r, i);
 				fails++;
 			}
@@ -317,6 +306,7 @@ static unsigned sc_ports(char *p, int *ports)
 
 int main(int argc, char **argv)
 {
+	harness_set_name(argc > 1 ? argv[1] : "fs_scale");
 	if (argc == 2 && strcmp(argv[1], "server") == 0)
 		return sc_server();
 	if (argc == 6 && strcmp(argv[1], "client") == 0) {
