@@ -50,42 +50,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "fullio.h"
+#include "harness.h"
 
 #define SH_BYTES (1u << 20)
 #define SH_PIECE (32u << 10)
 #define SH_WORKERS 4
 #define SH_WATCHDOG 120
 
-static int sh_failures;
-
-static void sh_fail(const char *format, ...)
-{
-	va_list args;
-
-	printf("FAIL [%d] ", (int)getpid());
-	va_start(args, format);
-	vprintf(format, args);
-	va_end(args);
-	printf("\n");
-	fflush(stdout);
-	__atomic_add_fetch(&sh_failures, 1, __ATOMIC_RELAXED);
-}
-
-static void sh_watchdog(int sig)
-{
-	static const char message[] = "FAIL watchdog: still running\n";
-
-	(void)sig;
-	if (write(STDOUT_FILENO, message, sizeof(message) - 1) < 0)
-		_exit(3);
-	_exit(3);
-}
-
-static unsigned char sh_byte(size_t i, unsigned salt)
-{
-	return (unsigned char)((i * 131 + salt * 29 + 7) ^ (i >> 11));
-}
+/* A forked worker's lines must reach the file before it exits. */
+#define sh_fail(...) (harness_fail(__VA_ARGS__), fflush(stdout))
 
 /* ---- server ------------------------------------------------------------ */
 
@@ -105,8 +78,10 @@ static int sh_echo_blocking(int fd)
 			sh_fail("server recv: %s", strerror(errno));
 			return -1;
 		}
-		if (fullio_write(fd, buffer, (size_t)n)) {
-			sh_fail("server send: %s", strerror(errno));
+		int result = harness_write_full(fd, buffer, (size_t)n, NULL);
+
+		if (result < 0) {
+			sh_fail("server send: %s", strerror(-result));
 			return -1;
 		}
 	}
@@ -386,23 +361,29 @@ static int sh_serve_epoll(int listen_fd, int nconn)
 
 static int sh_server(const char *shape, int nconn)
 {
-	struct sockaddr_in address = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t length = sizeof(address);
-	int listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1, served;
+	bool reuseport = strcmp(shape, "reuseport") == 0;
+	int listen_fd, served;
 
-	setsockopt(listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (strcmp(shape, "reuseport") == 0)
+	if (reuseport) {
+		/* only reserves the port until the workers listen on it */
+		struct sockaddr_in address = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+		int one = 1;
+
+		listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		setsockopt(listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 		setsockopt(listen_fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
-	if (bind(listen_fd, (struct sockaddr *)&address, sizeof(address)) ||
-	    (strcmp(shape, "reuseport") != 0 && listen(listen_fd, 128)) ||
-	    getsockname(listen_fd, (struct sockaddr *)&address, &length)) {
-		sh_fail("listen: %s", strerror(errno));
-		return 1;
+		if (bind(listen_fd, (struct sockaddr *)&address, sizeof(address))) {
+			sh_fail("bind: %s", strerror(errno));
+			return 1;
+		}
+	} else {
+		listen_fd = harness_listen(AF_INET, "127.0.0.1", "0", SOCK_CLOEXEC, 128);
+		if (listen_fd < 0)
+			return 1;
+		printf("listening port=%u\n", harness_local_port(listen_fd));
 	}
-	if (strcmp(shape, "reuseport") != 0)
-		printf("listening port=%d\n", ntohs(address.sin_port));
 	fflush(stdout);
-	if (strcmp(shape, "reuseport") == 0)
+	if (reuseport)
 		served = sh_serve_reuseport(listen_fd, nconn);
 	else if (strcmp(shape, "fork") == 0)
 		served = sh_serve_fork(listen_fd, nconn);
@@ -420,9 +401,9 @@ static int sh_server(const char *shape, int nconn)
 	printf("served=%d\n", served);
 	if (served != nconn)
 		sh_fail("served %d connections, expected %d", served, nconn);
-	if (!sh_failures)
+	if (!harness_failures())
 		printf("PASS server %s\n", shape);
-	return sh_failures ? 1 : 0;
+	return harness_failures() ? 1 : 0;
 }
 
 /* ---- client ------------------------------------------------------------ */
@@ -433,19 +414,19 @@ static int sh_next_salt;
 static int sh_one_connection(unsigned salt)
 {
 	unsigned char out[SH_PIECE], in[SH_PIECE];
-	int fd = socket(sh_target->ai_family, SOCK_STREAM, 0);
+	int fd = harness_connect(sh_target, 0);
 
-	if (fd < 0 || connect(fd, sh_target->ai_addr, sh_target->ai_addrlen)) {
-		sh_fail("connect: %s", strerror(errno));
-		if (fd >= 0)
-			close(fd);
+	if (fd < 0)
 		return -1;
-	}
 	for (size_t at = 0; at < SH_BYTES; at += SH_PIECE) {
-		for (size_t i = 0; i < SH_PIECE; i++)
-			out[i] = sh_byte(at + i, salt);
-		if (fullio_write(fd, out, SH_PIECE) || fullio_read(fd, in, SH_PIECE)) {
-			sh_fail("connection %u: %s", salt, errno ? strerror(errno) : "early EOF");
+		int result;
+
+		harness_pattern_fill(salt, at, out, SH_PIECE);
+		result = harness_write_full(fd, out, SH_PIECE, NULL);
+		if (result == 0)
+			result = harness_read_full(fd, in, SH_PIECE, NULL);
+		if (result < 0) {
+			sh_fail("connection %u: %s", salt, result == -ENODATA ? "early EOF" : strerror(-result));
 			close(fd);
 			return -1;
 		}
@@ -475,15 +456,13 @@ static void *sh_client_thread(void *arg)
 
 static int sh_client(const char *host, const char *port, int nconn, int parallel)
 {
-	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
 	struct sh_client_thread *threads = calloc((size_t)parallel, sizeof(*threads));
 	pthread_t *ids = calloc((size_t)parallel, sizeof(*ids));
 	int ok = 0;
 
-	if (getaddrinfo(host, port, &hints, &sh_target)) {
-		sh_fail("cannot resolve %s %s", host, port);
+	sh_target = harness_resolve(host, port, AF_UNSPEC);
+	if (!sh_target)
 		return 1;
-	}
 	for (int i = 0; i < parallel; i++) {
 		threads[i].count = nconn / parallel + (i < nconn % parallel);
 		pthread_create(&ids[i], NULL, sh_client_thread, &threads[i]);
@@ -495,9 +474,9 @@ static int sh_client(const char *host, const char *port, int nconn, int parallel
 	printf("connections=%d ok=%d\n", nconn, ok);
 	if (ok != nconn)
 		sh_fail("%d of %d connections checked out", ok, nconn);
-	if (!sh_failures)
+	if (!harness_failures())
 		printf("PASS client\n");
-	return sh_failures ? 1 : 0;
+	return harness_failures() ? 1 : 0;
 }
 
 /* ---- exec ---------------------------------------------------------------- */
@@ -506,17 +485,11 @@ static int sh_client(const char *host, const char *port, int nconn, int parallel
  * with the listening socket (no FD_CLOEXEC) as the new program's. */
 static int sh_exec_server(const char *self, const char *shape, const char *nconn)
 {
-	struct sockaddr_in address = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t length = sizeof(address);
-	int listen_fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+	int listen_fd = harness_listen(AF_INET, "127.0.0.1", "0", 0, 128);
 	char fd_text[16];
 
-	setsockopt(listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(listen_fd, (struct sockaddr *)&address, sizeof(address)) || listen(listen_fd, 128) ||
-	    getsockname(listen_fd, (struct sockaddr *)&address, &length)) {
-		sh_fail("listen: %s", strerror(errno));
+	if (listen_fd < 0)
 		return 1;
-	}
 	snprintf(fd_text, sizeof(fd_text), "%d", listen_fd);
 	execl(self, self, "serve-fd", fd_text, shape, nconn, (char *)NULL);
 	sh_fail("exec: %s", strerror(errno));
@@ -525,23 +498,22 @@ static int sh_exec_server(const char *self, const char *shape, const char *nconn
 
 static int sh_serve_fd(int listen_fd, const char *shape, int nconn)
 {
-	struct sockaddr_in address;
-	socklen_t length = sizeof(address);
+	unsigned port = harness_local_port(listen_fd);
 	int served;
 
-	if (getsockname(listen_fd, (struct sockaddr *)&address, &length)) {
-		sh_fail("the inherited fd %d is not a socket: %s", listen_fd, strerror(errno));
+	if (!port) {
+		sh_fail("the inherited fd %d is not a bound socket: %s", listen_fd, strerror(errno));
 		return 1;
 	}
-	printf("listening port=%d\n", ntohs(address.sin_port));
+	printf("listening port=%u\n", port);
 	fflush(stdout);
 	served = strcmp(shape, "threads") == 0 ? sh_serve_threads(listen_fd, nconn) : sh_serve_epoll(listen_fd, nconn);
 	printf("served=%d\n", served);
 	if (served != nconn)
 		sh_fail("served %d connections, expected %d", served, nconn);
-	if (!sh_failures)
+	if (!harness_failures())
 		printf("PASS server %s\n", shape);
-	return sh_failures ? 1 : 0;
+	return harness_failures() ? 1 : 0;
 }
 
 /* inetd PROGRAM ARGS...: accepts one connection, forks; the child puts it
@@ -549,18 +521,12 @@ static int sh_serve_fd(int listen_fd, const char *shape, int nconn)
  * client through its standard input and output. */
 static int sh_inetd(char **program)
 {
-	struct sockaddr_in address = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t length = sizeof(address);
-	int listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1, fd, status = 0;
+	int listen_fd = harness_listen(AF_INET, "127.0.0.1", "0", SOCK_CLOEXEC, 16), fd, status = 0;
 	pid_t pid;
 
-	setsockopt(listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(listen_fd, (struct sockaddr *)&address, sizeof(address)) || listen(listen_fd, 16) ||
-	    getsockname(listen_fd, (struct sockaddr *)&address, &length)) {
-		sh_fail("listen: %s", strerror(errno));
+	if (listen_fd < 0)
 		return 1;
-	}
-	printf("listening port=%d\n", ntohs(address.sin_port));
+	printf("listening port=%u\n", harness_local_port(listen_fd));
 	fflush(stdout);
 	fd = sh_accept(listen_fd, 60000);
 	if (fd < 0) {
@@ -578,9 +544,9 @@ static int sh_inetd(char **program)
 	close(fd);
 	if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
 		sh_fail("the exec'd program failed (status 0x%x)", status);
-	if (!sh_failures)
+	if (!harness_failures())
 		printf("PASS server inetd\n");
-	return sh_failures ? 1 : 0;
+	return harness_failures() ? 1 : 0;
 }
 
 /* exec-client HOST PORT: one offloaded echo round trip, then 64 KiB whose
@@ -590,25 +556,24 @@ static int sh_inetd(char **program)
 
 static int sh_exec_client(const char *self, const char *host, const char *port)
 {
-	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
 	static unsigned char out[SH_EXEC_UNREAD];
 	char fd_text[16], byte = 'e';
-	int fd;
+	int fd, result;
 
-	if (getaddrinfo(host, port, &hints, &sh_target)) {
-		sh_fail("cannot resolve %s %s", host, port);
+	sh_target = harness_resolve(host, port, AF_UNSPEC);
+	if (!sh_target)
 		return 1;
-	}
-	fd = socket(sh_target->ai_family, SOCK_STREAM, 0);
-	if (fd < 0 || connect(fd, sh_target->ai_addr, sh_target->ai_addrlen) || send(fd, &byte, 1, 0) != 1 ||
-	    recv(fd, &byte, 1, MSG_WAITALL) != 1) {
+	fd = harness_connect(sh_target, 0);
+	if (fd < 0)
+		return 1;
+	if (send(fd, &byte, 1, 0) != 1 || recv(fd, &byte, 1, MSG_WAITALL) != 1) {
 		sh_fail("round trip before exec: %s", strerror(errno));
 		return 1;
 	}
-	for (size_t i = 0; i < sizeof(out); i++)
-		out[i] = sh_byte(i, 77);
-	if (fullio_write(fd, out, sizeof(out))) {
-		sh_fail("write before exec: %s", strerror(errno));
+	harness_pattern_fill(77, 0, out, sizeof(out));
+	result = harness_write_full(fd, out, sizeof(out), NULL);
+	if (result < 0) {
+		sh_fail("write before exec: %s", strerror(-result));
 		return 1;
 	}
 	snprintf(fd_text, sizeof(fd_text), "%d", fd);
@@ -627,23 +592,28 @@ static int sh_after_exec(int fd)
 	static unsigned char out[SH_PIECE], in[SH_EXEC_UNREAD];
 	char byte;
 	ssize_t n;
+	int result;
+	size_t differs;
 
-	alarm(30);
-	if (fullio_read(fd, in, SH_EXEC_UNREAD)) {
+	harness_watchdog_start(30, NULL);
+	result = harness_read_full(fd, in, SH_EXEC_UNREAD, NULL);
+	if (result < 0) {
 		sh_fail("after exec: reading the echo of the bytes written before exec: %s",
-			errno ? strerror(errno) : "early EOF");
+			result == -ENODATA ? "early EOF" : strerror(-result));
 		return 1;
 	}
-	for (size_t i = 0; i < SH_EXEC_UNREAD; i++)
-		if (in[i] != sh_byte(i, 77)) {
-			sh_fail("after exec: echo byte %zu written before exec differs", i);
-			return 1;
-		}
+	differs = harness_pattern_mismatch(77, 0, in, SH_EXEC_UNREAD);
+	if (differs != SH_EXEC_UNREAD) {
+		sh_fail("after exec: echo byte %zu written before exec differs", differs);
+		return 1;
+	}
 	for (size_t at = 0; at < SH_BYTES; at += SH_PIECE) {
-		for (size_t i = 0; i < SH_PIECE; i++)
-			out[i] = sh_byte(at + i, 78);
-		if (fullio_write(fd, out, SH_PIECE) || fullio_read(fd, in, SH_PIECE)) {
-			sh_fail("after exec: echo at %zu: %s", at, errno ? strerror(errno) : "early EOF");
+		harness_pattern_fill(78, at, out, SH_PIECE);
+		result = harness_write_full(fd, out, SH_PIECE, NULL);
+		if (result == 0)
+			result = harness_read_full(fd, in, SH_PIECE, NULL);
+		if (result < 0) {
+			sh_fail("after exec: echo at %zu: %s", at, result == -ENODATA ? "early EOF" : strerror(-result));
 			return 1;
 		}
 		if (memcmp(in, out, SH_PIECE)) {
@@ -699,17 +669,12 @@ static ssize_t sh_pump(int fd, bool sending, const char *who)
 
 static int sh_sink(void)
 {
-	struct sockaddr_in address = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t length = sizeof(address);
-	int listen_fd = socket(AF_INET, SOCK_STREAM, 0), fd;
+	int listen_fd = harness_listen(AF_INET, "127.0.0.1", "0", 0, 4), fd;
 	ssize_t n;
 
-	if (bind(listen_fd, (struct sockaddr *)&address, sizeof(address)) || listen(listen_fd, 4) ||
-	    getsockname(listen_fd, (struct sockaddr *)&address, &length)) {
-		sh_fail("listen: %s", strerror(errno));
+	if (listen_fd < 0)
 		return 1;
-	}
-	printf("listening port=%d\n", ntohs(address.sin_port));
+	printf("listening port=%u\n", harness_local_port(listen_fd));
 	fd = sh_accept(listen_fd, 60000);
 	if (fd < 0)
 		return 1;
@@ -719,17 +684,15 @@ static int sh_sink(void)
 
 static int sh_source(const char *host, const char *port)
 {
-	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
 	ssize_t n;
 	int fd;
 
-	if (getaddrinfo(host, port, &hints, &sh_target))
+	sh_target = harness_resolve(host, port, AF_UNSPEC);
+	if (!sh_target)
 		return 1;
-	fd = socket(sh_target->ai_family, SOCK_STREAM, 0);
-	if (fd < 0 || connect(fd, sh_target->ai_addr, sh_target->ai_addrlen)) {
-		sh_fail("connect: %s", strerror(errno));
+	fd = harness_connect(sh_target, 0);
+	if (fd < 0)
 		return 1;
-	}
 	n = sh_pump(fd, true, "source");
 	return n < 0 && (errno == EPIPE || errno == ECONNRESET) ? 0 : 1;
 }
@@ -737,8 +700,8 @@ static int sh_source(const char *host, const char *port)
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	signal(SIGALRM, sh_watchdog);
-	alarm(SH_WATCHDOG);
+	harness_set_name(argc > 1 ? argv[1] : "fs_shapes");
+	harness_watchdog_start(SH_WATCHDOG, NULL);
 	if (argc == 4 && strcmp(argv[1], "exec-server") == 0)
 		return sh_exec_server(argv[0], argv[2], argv[3]);
 	if (argc == 5 && strcmp(argv[1], "serve-fd") == 0)
