@@ -58,6 +58,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "harness.h"
+
 static int pt_passed, pt_failed;
 static int pt_section_checks, pt_section_fails;
 static const char *pt_section_name;
@@ -100,14 +102,10 @@ static bool pt_check(bool cond, const char *fmt, ...)
 /* "returned N, errno E" for messages, with E only when N is negative. */
 #define PT_RC(rc) (long)(rc), ((rc) < 0 ? strerror(errno) : "-")
 
+/* LEN bytes of the test stream SEED (harness.h). */
 static void pt_pattern(uint8_t *buf, size_t len, unsigned seed)
 {
-	uint32_t x = seed * 2654435761u + 1;
-
-	for (size_t i = 0; i < len; i++) {
-		x = x * 1103515245u + 12345u;
-		buf[i] = (uint8_t)(x >> 16);
-	}
+	harness_pattern_fill(seed, 0, buf, len);
 }
 
 static bool pt_fd_closed(int fd)

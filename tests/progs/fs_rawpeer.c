@@ -49,6 +49,7 @@
 #include <unistd.h>
 
 #include "core/wire.h"
+#include "tests/progs/harness.h"
 
 /* How long one probe attempt waits for its answer, and how many attempts a
  * case makes before it concludes the server said nothing. */
@@ -84,16 +85,23 @@ static void rp_pass(struct rp_ctx *ctx, const char *name, const char *fmt, ...)
 static void rp_fail(struct rp_ctx *ctx, const char *name, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
+/* One "KIND NAME: detail" line, flushed (a case's lines must precede a crash). */
+static void rp_line(const char *kind, const char *name, const char *fmt, va_list ap)
+{
+	char detail[1024];
+
+	vsnprintf(detail, sizeof(detail), fmt, ap);
+	printf("%s %s: %s\n", kind, name, detail);
+	fflush(stdout);
+}
+
 static void rp_pass(struct rp_ctx *ctx, const char *name, const char *fmt, ...)
 {
 	va_list ap;
 
-	printf("PASS %s: ", name);
 	va_start(ap, fmt);
-	vprintf(fmt, ap);
+	rp_line("PASS", name, fmt, ap);
 	va_end(ap);
-	printf("\n");
-	fflush(stdout);
 	ctx->passes++;
 }
 
@@ -101,12 +109,9 @@ static void rp_fail(struct rp_ctx *ctx, const char *name, const char *fmt, ...)
 {
 	va_list ap;
 
-	printf("FAIL %s: ", name);
 	va_start(ap, fmt);
-	vprintf(fmt, ap);
+	rp_line("FAIL", name, fmt, ap);
 	va_end(ap);
-	printf("\n");
-	fflush(stdout);
 	ctx->fails++;
 }
 
@@ -115,29 +120,16 @@ static void rp_note(const char *name, const char *fmt, ...)
 {
 	va_list ap;
 
-	printf("note %s: ", name);
 	va_start(ap, fmt);
-	vprintf(fmt, ap);
+	rp_line("note", name, fmt, ap);
 	va_end(ap);
-	printf("\n");
-	fflush(stdout);
 }
 
 /* ---- small utilities --------------------------------------------------- */
 
 static int64_t rp_now_ms(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int rp_left_ms(int64_t deadline)
-{
-	int64_t left = deadline - rp_now_ms();
-
-	return left < 0 ? 0 : (int)left;
+	return (int64_t)harness_now_ms();
 }
 
 /* xorshift64*: reproducible from --seed, good enough for fuzz bytes. */
@@ -293,7 +285,7 @@ static enum rp_io_end rp_exchange(int fd, const uint8_t *send_buf, size_t send_l
 			pfd.events |= POLLOUT;
 		if (*got < want)
 			pfd.events |= POLLIN;
-		n = poll(&pfd, 1, rp_left_ms(deadline));
+		n = poll(&pfd, 1, harness_remaining_ms(deadline));
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0)
@@ -452,7 +444,7 @@ static enum rp_answer rp_probe_ask(struct rp_ctx *ctx, int ufd, const struct fs_
 			uint8_t rep[RP_GARBAGE_MAX_LEN + 64];
 			struct fs_probe ans;
 			ssize_t r;
-			int n = poll(&pfd, 1, rp_left_ms(deadline));
+			int n = poll(&pfd, 1, harness_remaining_ms(deadline));
 
 			if (n < 0 && errno == EINTR)
 				continue;
@@ -917,7 +909,7 @@ static int rp_read_ack(int fd, uint8_t *buf, size_t cap, size_t *got, struct fs_
 		size_t n;
 		int rc;
 
-		*end = rp_exchange(fd, NULL, 0, buf + *got, 1, &n, rp_left_ms(deadline));
+		*end = rp_exchange(fd, NULL, 0, buf + *got, 1, &n, harness_remaining_ms(deadline));
 		if (*end != RP_IO_DONE)
 			return *got == 0 ? 0 : -1;
 		*got += n;
@@ -1150,7 +1142,7 @@ static int rp_case_probe_flood(struct rp_ctx *ctx, const char *name)
 		struct pollfd pfd = { .fd = ufd, .events = POLLIN };
 		ssize_t r;
 
-		if (poll(&pfd, 1, rp_left_ms(deadline)) <= 0)
+		if (poll(&pfd, 1, harness_remaining_ms(deadline)) <= 0)
 			break;
 		r = recv(ufd, rep, sizeof(rep), 0);
 		if (r < 0)
@@ -1239,17 +1231,6 @@ out:
 
 /* ---- the well-behaved side: run these under the preload ---------------- */
 
-/* FNV-1a 64 over a byte stream. */
-static uint64_t rp_fnv1a(uint64_t hash, const uint8_t *buf, size_t len)
-{
-	for (size_t i = 0; i < len; i++) {
-		hash ^= buf[i];
-		hash *= 0x100000001b3ull;
-	}
-	return hash;
-}
-#define RP_FNV_INIT 0xcbf29ce484222325ull
-
 /* Byte I of the good client's stream: cheap, position-keyed, never a HELLO. */
 static inline uint8_t rp_stream_byte(uint64_t i)
 {
@@ -1275,7 +1256,7 @@ static void *rp_writer_main(void *argument)
 	static uint8_t buf[65536];
 	uint64_t size_state = 0x12345;
 
-	w->hash = RP_FNV_INIT;
+	w->hash = HARNESS_FNV1A_OFFSET;
 	while (w->sent < w->bytes) {
 		size_t len, done = 0;
 
@@ -1297,7 +1278,7 @@ static void *rp_writer_main(void *argument)
 			}
 			done += (size_t)r;
 		}
-		w->hash = rp_fnv1a(w->hash, buf, len);
+		w->hash = harness_fnv1a(w->hash, buf, len);
 		w->sent += len;
 	}
 	if (shutdown(w->fd, SHUT_WR) < 0)
@@ -1316,7 +1297,7 @@ static int rp_case_good_client(struct rp_ctx *ctx, const char *name, uint64_t by
 	static uint8_t buf[65536];
 	struct rp_writer writer = { .bytes = bytes };
 	pthread_t thread;
-	uint64_t received = 0, hash = RP_FNV_INIT;
+	uint64_t received = 0, hash = HARNESS_FNV1A_OFFSET;
 	int64_t start = rp_now_ms();
 	bool ok = true;
 	int fd = socket(ctx->server.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -1356,7 +1337,7 @@ static int rp_case_good_client(struct rp_ctx *ctx, const char *name, uint64_t by
 		}
 		if (!ok)
 			break;
-		hash = rp_fnv1a(hash, buf, (size_t)r);
+		hash = harness_fnv1a(hash, buf, (size_t)r);
 		received += (uint64_t)r;
 	}
 	if (!ok)
@@ -1384,23 +1365,13 @@ static void *rp_echo_conn_main(void *argument)
 	static __thread uint8_t buf[65536];
 
 	for (;;) {
-		ssize_t r = recv(fd, buf, sizeof(buf), 0), done = 0;
+		ssize_t r = recv(fd, buf, sizeof(buf), 0);
 
 		if (r < 0 && errno == EINTR)
 			continue;
-		if (r <= 0)
+		if (r <= 0 || harness_write_full(fd, buf, (size_t)r, NULL) < 0)
 			break;
-		while (done < r) {
-			ssize_t w = send(fd, buf + done, (size_t)(r - done), MSG_NOSIGNAL);
-
-			if (w < 0 && errno == EINTR)
-				continue;
-			if (w <= 0)
-				goto out;
-			done += w;
-		}
 	}
-out:
 	close(fd);
 	return NULL;
 }
@@ -1420,14 +1391,12 @@ static void *rp_signal_main(void *argument)
 
 static int rp_serve(int argc, char **argv)
 {
-	struct addrinfo hints = { .ai_flags = AI_PASSIVE | AI_NUMERICHOST, .ai_socktype = SOCK_STREAM }, *ai = NULL;
 	const char *port = "0", *bind_addr = "127.0.0.1", *ready_file = NULL;
-	struct sockaddr_storage local;
-	socklen_t local_len = sizeof(local);
 	static sigset_t stop_set;
 	pthread_t thread;
+	char text[32];
 	unsigned bound_port;
-	int fd, one = 1, rc;
+	int fd;
 
 	for (int i = 2; i < argc; i++) {
 		if (!strcmp(argv[i], "--port") && i + 1 < argc)
@@ -1447,34 +1416,17 @@ static int rp_serve(int argc, char **argv)
 	if (pthread_create(&thread, NULL, rp_signal_main, &stop_set) != 0)
 		return 1;
 
-	rc = getaddrinfo(bind_addr, port, &hints, &ai);
-	if (rc != 0) {
-		fprintf(stderr, "fs_rawpeer serve: %s: %s\n", bind_addr, gai_strerror(rc));
+	harness_report_to_stderr("fs_rawpeer serve");
+	fd = harness_listen(AF_UNSPEC, bind_addr, port, SOCK_CLOEXEC, 128);
+	if (fd < 0)
 		return 1;
-	}
-	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
-	    bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 128) < 0 ||
-	    getsockname(fd, (struct sockaddr *)&local, &local_len) < 0) {
-		fprintf(stderr, "fs_rawpeer serve: listen on %s port %s: %s\n", bind_addr, port, strerror(errno));
-		freeaddrinfo(ai);
-		return 1;
-	}
-	freeaddrinfo(ai);
-	bound_port = local.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&local)->sin6_port)
-						 : ntohs(((struct sockaddr_in *)&local)->sin_port);
+	bound_port = harness_local_port(fd);
 	printf("listening port=%u\n", bound_port);
 	fflush(stdout);
-	if (ready_file) {
-		char tmp[4096];
-		FILE *f;
-
-		snprintf(tmp, sizeof(tmp), "%s.tmp", ready_file);
-		f = fopen(tmp, "w");
-		if (!f || fprintf(f, "%u\n", bound_port) < 0 || fclose(f) != 0 || rename(tmp, ready_file) != 0) {
-			fprintf(stderr, "fs_rawpeer serve: cannot write %s\n", ready_file);
-			return 1;
-		}
+	snprintf(text, sizeof(text), "%u\n", bound_port);
+	if (ready_file && harness_write_file_atomically(ready_file, text) != 0) {
+		fprintf(stderr, "fs_rawpeer serve: cannot write %s\n", ready_file);
+		return 1;
 	}
 	for (;;) {
 		pthread_attr_t attr;
@@ -1545,23 +1497,14 @@ static int rp_parse_uint(const char *text, unsigned long max, unsigned long *out
 	return 0;
 }
 
-/* A byte count with an optional K or M suffix (binary). */
+/* A byte count with an optional K, M or G suffix (binary), 1 B..1 TiB. */
 static int rp_parse_bytes(const char *text, uint64_t *out)
 {
-	char *end;
-	unsigned long long v;
+	uint64_t value;
 
-	errno = 0;
-	v = strtoull(text, &end, 10);
-	if (errno || end == text || text[0] == '-')
+	if (harness_parse_size(text, 1ull << 40, &value) < 0 || value == 0)
 		return -1;
-	if (*end == 'K' || *end == 'k')
-		v <<= 10, end++;
-	else if (*end == 'M' || *end == 'm')
-		v <<= 20, end++;
-	if (*end || v == 0 || v > (1ull << 40))
-		return -1;
-	*out = v;
+	*out = value;
 	return 0;
 }
 

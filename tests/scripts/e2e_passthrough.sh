@@ -16,8 +16,11 @@ PT=$FS_PROGS/fs_passthrough
 # The fortified half must really call the __*_chk entry points.
 if command -v nm >/dev/null; then
 	missing=""
+	# the list is read whole first: grep -q leaving a pipe early would kill
+	# nm with SIGPIPE, which pipefail reports as a missing symbol
+	imports=$(nm -D "$PT")
 	for sym in __read_chk __recv_chk __recvfrom_chk; do
-		nm -D "$PT" | grep -qw "$sym" || missing="$missing $sym"
+		grep -qw "$sym" <<<"$imports" || missing="$missing $sym"
 	done
 	if [ -z "$missing" ]; then
 		fs_pass "fs_passthrough imports __read_chk __recv_chk __recvfrom_chk"
