@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Unit test of core/pool.c on a real shm rail (this process only, no peer):
+ * Test of core/pool.c on a real shm rail (this process only, no peer; a
+ * fabric, so labelled engine, not unit):
  * pools grow a slab at a time up to their limit and no further; buffers are
  * distinct, do not overlap, have the rounded-up capacity, are 64-byte
  * aligned and carry their slab's descriptor; get after put reuses; the
