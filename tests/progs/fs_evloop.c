@@ -321,20 +321,12 @@ static int ev_serve(int fd)
 	return ev_serve_requests(fd, &offset, NULL);
 }
 
-/* The client's end of a connection: 'a', then the server closes and we see EOF. */
-static int ev_finish_client(int fd)
-{
-	if (harness_send_byte(fd, 'a') < 0)
-		return -1;
-	return harness_expect_eof(fd);
-}
-
 /* The client's end of a scenario whose server also runs checks: hand over with 'd', wait, finish. */
 static int ev_server_turn_then_finish(int fd)
 {
 	if (harness_send_byte(fd, 'd') < 0 || harness_expect_byte(fd, 'd') < 0)
 		return -1;
-	return ev_finish_client(fd);
+	return harness_finish_client(fd);
 }
 
 /* ---- scenarios --------------------------------------------------------- */
@@ -391,7 +383,7 @@ static int nb_recv_eagain_client(int fd)
 		goto out;
 	if (ev_expect_eagain(fd, "after reading everything") < 0 || ev_expect_no_event(epfd, 0, "after reading") < 0)
 		goto out;
-	status = ev_finish_client(fd);
+	status = harness_finish_client(fd);
 out:
 	close(epfd);
 	return status;
@@ -603,7 +595,7 @@ static int nb_connect_client(int fd)
 			harness_fail("reply byte %zu is 0x%02x, expected 0x%02x", i, reply[i], pattern_table[i] ^ 0x5a);
 			goto out;
 		}
-	status = ev_finish_client(fd);
+	status = harness_finish_client(fd);
 out:
 	close(epfd);
 	close(fd);
@@ -1127,7 +1119,7 @@ static int accept4_flags_client(int fd)
 		return harness_fail("SOCK_CLOEXEC socket lacks FD_CLOEXEC after connect (F_GETFD 0x%x)", flags);
 	if (harness_expect_nonblocking(fd, true, "SOCK_NONBLOCK socket after connect") < 0 || harness_expect_byte(fd, 'h') < 0)
 		return -1;
-	return ev_finish_client(fd);
+	return harness_finish_client(fd);
 }
 
 /*
@@ -1182,7 +1174,7 @@ static int et_drain_client(int fd)
 	if (ev_stream_check(buffer, 10, &offset, "data") < 0 || ev_expect_eagain(fd, "after the 10 bytes") < 0 ||
 	    ev_expect_no_event(epfd, EV_QUIET_MS, "after reading the 10 bytes") < 0)
 		goto out;
-	status = ev_finish_client(fd);
+	status = harness_finish_client(fd);
 out:
 	close(epfd);
 	return status;
@@ -1219,7 +1211,7 @@ static int oneshot_client(int fd)
 		goto out;
 	if (ev_recv_stream(fd, &offset, 10, "second write") < 0)
 		goto out;
-	status = ev_finish_client(fd);
+	status = harness_finish_client(fd);
 out:
 	close(epfd);
 	return status;
@@ -1421,7 +1413,7 @@ static int data_unchanged_client(int fd)
 	}
 	if (ev_recv_stream(fd, &offset, 10, "data") < 0)
 		goto out;
-	status = ev_finish_client(fd);
+	status = harness_finish_client(fd);
 out:
 	close(epfd);
 	return status;
@@ -1524,7 +1516,7 @@ static int mixed_set_client(int fd)
 	if (drain_pipe(pipe_fds[0]) < 0 || ev_recv_stream(fd, &offset, 10, "data") < 0 ||
 	    ev_expect_no_event(epfd, 0, "after reading both") < 0)
 		goto out;
-	status = ev_finish_client(fd);
+	status = harness_finish_client(fd);
 	goto out;
 out_join:
 	pthread_join(writer.thread, NULL);
@@ -1562,7 +1554,7 @@ static int two_sets_client(int fd)
 	    !ev_expect_event(set_b, EV_EVENT_WAIT_MS, EPOLLIN, TAG_B, "set B after DEL from A") ||
 	    ev_expect_no_event(set_a, 0, "A after DEL") < 0 || ev_recv_stream(fd, &offset, 10, "data") < 0)
 		goto out;
-	status = ev_finish_client(fd);
+	status = harness_finish_client(fd);
 out:
 	close(set_a);
 	close(set_b);
@@ -1609,7 +1601,7 @@ static int nested_client(int fd)
 	}
 	if (ev_expect_no_event(set_a, 0, "A after reading") < 0 || ev_expect_no_event(set_b, 0, "B after reading") < 0)
 		goto out;
-	status = ev_finish_client(fd);
+	status = harness_finish_client(fd);
 out:
 	close(set_b);
 	close(set_a);
@@ -1690,7 +1682,7 @@ static int close_registered_client(int fd)
 	    !ev_expect_event(epfd, EV_EVENT_WAIT_MS, EPOLLIN, SECOND_TAG, "second connection") ||
 	    ev_recv_stream(fd, &offset, 10, "second connection") < 0)
 		goto out_close;
-	status = ev_finish_client(fd);
+	status = harness_finish_client(fd);
 out_close:
 	close(fd);
 out:
@@ -2105,7 +2097,7 @@ static int ppoll_pselect_data_client(int fd)
 	}
 	if (ev_recv_stream(fd, &offset, 10, "data after pselect") < 0)
 		return -1;
-	return ev_finish_client(fd);
+	return harness_finish_client(fd);
 }
 
 
@@ -2166,7 +2158,7 @@ static int member_added_while_waiting_client(int fd)
 	}
 	if (ev_recv_stream(fd, &offset, 10, "data") < 0)
 		goto out;
-	status = ev_finish_client(fd);
+	status = harness_finish_client(fd);
 out:
 	if (pipes[0] >= 0) {
 		close(pipes[0]);
@@ -2246,7 +2238,7 @@ static int ctl_storm_client(int fd)
 	if (st.bad)
 		return harness_fail("%lu events carried data the application never registered (e.g. 0x%llx)", st.bad,
 			       (unsigned long long)st.bad_data);
-	return ev_finish_client(fd);
+	return harness_finish_client(fd);
 }
 
 
@@ -2332,7 +2324,7 @@ static int readd_client(int fd)
 	    ev_recv_stream(fd, &offset, 5000, "back in the set") < 0)
 		goto out;
 	harness_info("%u add/remove rounds, %llu bytes checked", EV_READD_ROUNDS, (unsigned long long)offset);
-	status = ev_finish_client(fd);
+	status = harness_finish_client(fd);
 out:
 	if (dup_fd >= 0)
 		close(dup_fd);
@@ -2365,7 +2357,7 @@ static int one_request_client(int fd)
 	if (ev_request(fd, 1000) < 0 || harness_wait_fd(fd, POLLIN, EV_EVENT_WAIT_MS) <= 0 ||
 	    ev_recv_stream(fd, &offset, 1000, "data") < 0)
 		return -1;
-	return ev_finish_client(fd);
+	return harness_finish_client(fd);
 }
 
 static int listener_closed_first_client(int fd)
@@ -2467,7 +2459,7 @@ static int short_read_edge_client(int fd)
 		}
 	}
 	harness_info("%u waits, %u short reads, longest wait %.1f ms", waits, short_reads, longest_wait);
-	status = ev_finish_client(fd);
+	status = harness_finish_client(fd);
 out:
 	if (epfd >= 0)
 		close(epfd);
@@ -2529,7 +2521,7 @@ static void ev_setup(void)
 static const struct harness_program program = {
 	.name = "fs_evloop",
 	.scenarios = scenarios,
-	.count = sizeof(scenarios) / sizeof(scenarios[0]),
+	.count = HARNESS_COUNT(scenarios),
 	.watchdog_seconds = EV_WATCHDOG_SECONDS,
 	.nonblocking = true,
 	.sigpipe_fails = true,

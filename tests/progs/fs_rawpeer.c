@@ -1085,9 +1085,26 @@ out:
 	return 0;
 }
 
+/* Counts one answer to the flood: a YES, a NO, or bad (too long, not a
+ * probe, or a nonce the flood never sent). */
+static void rp_flood_count(const uint8_t *reply, size_t length, uint64_t base, size_t *yes, size_t *no, size_t *bad)
+{
+	struct fs_probe answer;
+
+	if (length > FS_WIRE_PROBE_LEN || fs_wire_probe_decode(reply, length, &answer) < 0 ||
+	    answer.nonce - base >= RP_FLOOD_COUNT)
+		(*bad)++;
+	else if (answer.type == FS_PROBE_YES)
+		(*yes)++;
+	else if (answer.type == FS_PROBE_NO)
+		(*no)++;
+	else
+		(*bad)++;
+}
+
 static int rp_case_probe_flood(struct rp_ctx *ctx, const char *name)
 {
-	struct fs_probe ask, ans;
+	struct fs_probe ask;
 	uint8_t req[FS_WIRE_PROBE_LEN], rep[RP_GARBAGE_MAX_LEN];
 	uint64_t base = rp_rand(ctx) & ~0xffffull;
 	size_t sent = 0, yes = 0, no = 0, bad = 0;
@@ -1125,15 +1142,7 @@ static int rp_case_probe_flood(struct rp_ctx *ctx, const char *name)
 		while ((r = recv(ufd, rep, sizeof(rep), 0)) >= 0 || errno == ECONNREFUSED) {
 			if (r < 0)
 				continue;
-			if ((size_t)r > sizeof(req) || fs_wire_probe_decode(rep, (size_t)r, &ans) < 0 ||
-			    ans.nonce - base >= RP_FLOOD_COUNT)
-				bad++;
-			else if (ans.type == FS_PROBE_YES)
-				yes++;
-			else if (ans.type == FS_PROBE_NO)
-				no++;
-			else
-				bad++;
+			rp_flood_count(rep, (size_t)r, base, &yes, &no, &bad);
 		}
 	}
 	/* Late answers. */
@@ -1147,15 +1156,7 @@ static int rp_case_probe_flood(struct rp_ctx *ctx, const char *name)
 		r = recv(ufd, rep, sizeof(rep), 0);
 		if (r < 0)
 			continue;
-		if ((size_t)r > sizeof(req) || fs_wire_probe_decode(rep, (size_t)r, &ans) < 0 ||
-		    ans.nonce - base >= RP_FLOOD_COUNT)
-			bad++;
-		else if (ans.type == FS_PROBE_YES)
-			yes++;
-		else if (ans.type == FS_PROBE_NO)
-			no++;
-		else
-			bad++;
+		rp_flood_count(rep, (size_t)r, base, &yes, &no, &bad);
 	}
 	if (sent < RP_FLOOD_COUNT)
 		rp_fail(ctx, name, "only %zu of %d probes could be sent in 20 s", sent, RP_FLOOD_COUNT);

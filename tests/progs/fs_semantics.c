@@ -46,53 +46,30 @@ static int sem_is_blocking(int fd)
 	return harness_expect_nonblocking(fd, false, "the socket");
 }
 
-/* Reads exactly the iovecs' total, with readv or recvmsg, advancing on partial reads. */
-static int sem_read_iov_exact(int fd, struct iovec *parts, int count, bool use_recvmsg)
+/*
+ * Moves exactly the iovecs' total, advancing on partial transfers: SENDING
+ * with writev, or sendmsg (USE_MSG), else with readv, or recvmsg (USE_MSG;
+ * its msg_flags must stay 0).
+ */
+static int sem_iov_exact(int fd, struct iovec *parts, int count, bool sending, bool use_msg)
 {
-	while (count > 0) {
-		ssize_t result;
-		if (use_recvmsg) {
-			struct msghdr message = { .msg_iov = parts, .msg_iovlen = (size_t)count };
-			result = recvmsg(fd, &message, 0);
-			if (result > 0 && message.msg_flags != 0)
-				return harness_fail("recvmsg msg_flags 0x%x, expected 0", message.msg_flags);
-		} else {
-			result = readv(fd, parts, count);
-		}
-		if (result < 0 && errno == EINTR)
-			continue;
-		if (result <= 0)
-			return harness_fail("%s: %s", use_recvmsg ? "recvmsg" : "readv",
-					result < 0 ? strerror(errno) : "early EOF");
-		while (count > 0 && (size_t)result >= parts->iov_len) {
-			result -= (ssize_t)parts->iov_len;
-			parts++;
-			count--;
-		}
-		if (count > 0) {
-			parts->iov_base = (char *)parts->iov_base + result;
-			parts->iov_len -= (size_t)result;
-		}
-	}
-	return 0;
-}
+	const char *call = sending ? (use_msg ? "sendmsg" : "writev") : (use_msg ? "recvmsg" : "readv");
 
-/* Writes all of the iovecs with writev or sendmsg, advancing on partial writes. */
-static int sem_write_iov_all(int fd, struct iovec *parts, int count, bool use_sendmsg)
-{
 	while (count > 0) {
+		struct msghdr message = { .msg_iov = parts, .msg_iovlen = (size_t)count };
 		ssize_t result;
-		if (use_sendmsg) {
-			struct msghdr message = { .msg_iov = parts, .msg_iovlen = (size_t)count };
-			result = sendmsg(fd, &message, MSG_NOSIGNAL);
-		} else {
-			result = writev(fd, parts, count);
-		}
+
+		if (sending)
+			result = use_msg ? sendmsg(fd, &message, MSG_NOSIGNAL) : writev(fd, parts, count);
+		else
+			result = use_msg ? recvmsg(fd, &message, 0) : readv(fd, parts, count);
+		if (result > 0 && !sending && use_msg && message.msg_flags != 0)
+			return harness_fail("recvmsg msg_flags 0x%x, expected 0", message.msg_flags);
 		if (result < 0 && errno == EINTR)
 			continue;
 		if (result <= 0)
-			return harness_fail("%s: %s", use_sendmsg ? "sendmsg" : "writev",
-					result < 0 ? strerror(errno) : "returned 0");
+			return harness_fail("%s: %s", call,
+					    result < 0 ? strerror(errno) : sending ? "returned 0" : "early EOF");
 		while (count > 0 && (size_t)result >= parts->iov_len) {
 			result -= (ssize_t)parts->iov_len;
 			parts++;
@@ -156,9 +133,7 @@ static int partial_read_client(int fd)
 	if (harness_recv_exact(fd, buffer + first, 100 - (size_t)first) < 0 ||
 	    harness_pattern_check(1, 0, buffer, 100, "data") < 0)
 		return -1;
-	if (harness_send_byte(fd, 'a') < 0 || harness_expect_eof(fd) < 0)
-		return -1;
-	return 0;
+	return harness_finish_client(fd);
 }
 
 /*
@@ -191,9 +166,7 @@ static int peek_client(int fd)
 	    harness_pattern_check(2, 0, consumed, 20, "data") < 0)
 		return -1;
 	harness_info("peeked %zd then %zd bytes", first_length, second_length);
-	if (harness_send_byte(fd, 'a') < 0 || harness_expect_eof(fd) < 0)
-		return -1;
-	return 0;
+	return harness_finish_client(fd);
 }
 
 /*
@@ -224,9 +197,7 @@ static int waitall_client(int fd)
 	harness_info("recv(MSG_WAITALL) took %.1f ms", harness_now_ms() - start);
 	if (harness_pattern_check(3, 0, buffer, 100, "data") < 0)
 		return -1;
-	if (harness_send_byte(fd, 'a') < 0 || harness_expect_eof(fd) < 0)
-		return -1;
-	return 0;
+	return harness_finish_client(fd);
 }
 
 /*
@@ -270,9 +241,7 @@ static int dontwait_client(int fd)
 		return harness_fail("recv(MSG_DONTWAIT) got %zu bytes in 5 s, expected 10", received);
 	if (harness_pattern_check(4, 0, buffer, 10, "data") < 0 || sem_is_blocking(fd) < 0)
 		return -1;
-	if (harness_send_byte(fd, 'a') < 0 || harness_expect_eof(fd) < 0)
-		return -1;
-	return 0;
+	return harness_finish_client(fd);
 }
 
 /*
@@ -597,16 +566,16 @@ static int iov_server(int fd)
 	struct iovec parts[3];
 
 	sem_split(parts, buffer, read_first, 3);
-	if (sem_read_iov_exact(fd, parts, 3, false) < 0)
+	if (sem_iov_exact(fd, parts, 3, false, false) < 0)
 		return -1;
 	sem_split(parts, buffer + 1040, read_second, 3);
-	if (sem_read_iov_exact(fd, parts, 3, true) < 0 || harness_pattern_check(10, 0, buffer, SEM_IOV_TOTAL, "request") < 0)
+	if (sem_iov_exact(fd, parts, 3, false, true) < 0 || harness_pattern_check(10, 0, buffer, SEM_IOV_TOTAL, "request") < 0)
 		return -1;
 	sem_split(parts, buffer, send_first, 3);
-	if (sem_write_iov_all(fd, parts, 3, true) < 0)
+	if (sem_iov_exact(fd, parts, 3, true, true) < 0)
 		return -1;
 	sem_split(parts, buffer + 3245, send_second, 3);
-	if (sem_write_iov_all(fd, parts, 3, false) < 0)
+	if (sem_iov_exact(fd, parts, 3, true, false) < 0)
 		return -1;
 	return harness_expect_eof(fd);
 }
@@ -620,15 +589,15 @@ static int iov_client(int fd)
 
 	harness_pattern_fill(10, 0, data, sizeof(data));
 	sem_split(parts, data, write_first, 3);
-	if (sem_write_iov_all(fd, parts, 3, false) < 0)
+	if (sem_iov_exact(fd, parts, 3, true, false) < 0)
 		return -1;
 	sem_split(parts, data + 1040, write_second, 3);
-	if (sem_write_iov_all(fd, parts, 3, true) < 0)
+	if (sem_iov_exact(fd, parts, 3, true, true) < 0)
 		return -1;
 	sem_split(parts, buffer, read_first, 3);
-	if (sem_read_iov_exact(fd, parts, 2, true) < 0) /* the first 2601 bytes via recvmsg */
+	if (sem_iov_exact(fd, parts, 2, false, true) < 0) /* the first 2601 bytes via recvmsg */
 		return -1;
-	if (sem_read_iov_exact(fd, parts + 2, 1, false) < 0) /* the other 2644 via readv */
+	if (sem_iov_exact(fd, parts + 2, 1, false, false) < 0) /* the other 2644 via readv */
 		return -1;
 	return harness_pattern_check(10, 0, buffer, SEM_IOV_TOTAL, "echo");
 }
@@ -714,29 +683,17 @@ static int peer_kill_client(int fd)
  * bytes, the server read()s exactly those and write()s them back XOR 0x5a,
  * then closes; the client read()s the 3000 transformed bytes and then 0.
  */
-static int read_all_with_read(int fd, unsigned char *buffer, size_t length)
+/* read() or (WRITING) write() until LENGTH bytes moved. */
+static int sem_read_write_all(int fd, unsigned char *buffer, size_t length, bool writing)
 {
 	size_t done = 0;
 	while (done < length) {
-		ssize_t result = read(fd, buffer + done, length - done);
+		ssize_t result = writing ? write(fd, buffer + done, length - done) : read(fd, buffer + done, length - done);
 		if (result < 0 && errno == EINTR)
 			continue;
 		if (result <= 0)
-			return harness_fail("read: %s after %zu bytes", result < 0 ? strerror(errno) : "early EOF", done);
-		done += (size_t)result;
-	}
-	return 0;
-}
-
-static int write_all_with_write(int fd, const unsigned char *data, size_t length)
-{
-	size_t done = 0;
-	while (done < length) {
-		ssize_t result = write(fd, data + done, length - done);
-		if (result < 0 && errno == EINTR)
-			continue;
-		if (result <= 0)
-			return harness_fail("write: %s", result < 0 ? strerror(errno) : "returned 0");
+			return harness_fail("%s: %s after %zu bytes", writing ? "write" : "read",
+					    result < 0 ? strerror(errno) : writing ? "returned 0" : "early EOF", done);
 		done += (size_t)result;
 	}
 	return 0;
@@ -745,18 +702,18 @@ static int write_all_with_write(int fd, const unsigned char *data, size_t length
 static int read_write_server(int fd)
 {
 	unsigned char buffer[3000];
-	if (read_all_with_read(fd, buffer, sizeof(buffer)) < 0 || harness_pattern_check(12, 0, buffer, sizeof(buffer), "request") < 0)
+	if (sem_read_write_all(fd, buffer, sizeof(buffer), false) < 0 || harness_pattern_check(12, 0, buffer, sizeof(buffer), "request") < 0)
 		return -1;
 	for (size_t i = 0; i < sizeof(buffer); i++)
 		buffer[i] ^= 0x5a;
-	return write_all_with_write(fd, buffer, sizeof(buffer));
+	return sem_read_write_all(fd, buffer, sizeof(buffer), true);
 }
 
 static int read_write_client(int fd)
 {
 	unsigned char data[3000], buffer[3000];
 	harness_pattern_fill(12, 0, data, sizeof(data));
-	if (write_all_with_write(fd, data, sizeof(data)) < 0 || read_all_with_read(fd, buffer, sizeof(buffer)) < 0)
+	if (sem_read_write_all(fd, data, sizeof(data), true) < 0 || sem_read_write_all(fd, buffer, sizeof(buffer), false) < 0)
 		return -1;
 	for (size_t i = 0; i < sizeof(buffer); i++)
 		if (buffer[i] != (data[i] ^ 0x5a))
@@ -860,14 +817,7 @@ static const struct harness_scenario scenarios[] = {
 	{ "getpeername", getpeername_server, getpeername_client, 0 },
 };
 
-static const struct harness_program program = {
-	.name = "fs_semantics",
-	.scenarios = scenarios,
-	.count = sizeof(scenarios) / sizeof(scenarios[0]),
-	.watchdog_seconds = 40,
-};
-
 int main(int argc, char **argv)
 {
-	return harness_scenario_main(&program, argc, argv);
+	return harness_scenario_run("fs_semantics", scenarios, HARNESS_COUNT(scenarios), argc, argv);
 }

@@ -1172,14 +1172,7 @@ static const struct harness_scenario scenarios[] = {
 	{ "handler_replaces", handler_replaces_server, handler_replaces_client, 0 },
 };
 
-static const struct harness_program program = {
-	.name = "fs_semantics_lifecycle",
-	.scenarios = scenarios,
-	.count = sizeof(scenarios) / sizeof(scenarios[0]),
-	.watchdog_seconds = 40,
-};
-
 int main(int argc, char **argv)
 {
-	return harness_scenario_main(&program, argc, argv);
+	return harness_scenario_run("fs_semantics_lifecycle", scenarios, HARNESS_COUNT(scenarios), argc, argv);
 }

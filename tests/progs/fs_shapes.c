@@ -359,6 +359,17 @@ static int sh_serve_epoll(int listen_fd, int nconn)
 	return accepted;
 }
 
+/* The server's last lines and exit status: every connection served, no failure. */
+static int sh_server_result(const char *shape, int served, int nconn)
+{
+	printf("served=%d\n", served);
+	if (served != nconn)
+		sh_fail("served %d connections, expected %d", served, nconn);
+	if (!harness_failures())
+		printf("PASS server %s\n", shape);
+	return harness_failures() ? 1 : 0;
+}
+
 static int sh_server(const char *shape, int nconn)
 {
 	bool reuseport = strcmp(shape, "reuseport") == 0;
@@ -398,12 +409,7 @@ static int sh_server(const char *shape, int nconn)
 		return 2;
 	}
 	close(listen_fd);
-	printf("served=%d\n", served);
-	if (served != nconn)
-		sh_fail("served %d connections, expected %d", served, nconn);
-	if (!harness_failures())
-		printf("PASS server %s\n", shape);
-	return harness_failures() ? 1 : 0;
+	return sh_server_result(shape, served, nconn);
 }
 
 /* ---- client ------------------------------------------------------------ */
@@ -479,6 +485,13 @@ static int sh_client(const char *host, const char *port, int nconn, int parallel
 	return harness_failures() ? 1 : 0;
 }
 
+/* One connection to HOST PORT (sh_target keeps the address), or -1 (reported). */
+static int sh_connect(const char *host, const char *port)
+{
+	sh_target = harness_resolve(host, port, AF_UNSPEC);
+	return sh_target ? harness_connect(sh_target, 0) : -1;
+}
+
 /* ---- exec ---------------------------------------------------------------- */
 
 /* exec-server SHAPE NCONN: listens, then execs `serve-fd FD SHAPE NCONN`
@@ -508,12 +521,7 @@ static int sh_serve_fd(int listen_fd, const char *shape, int nconn)
 	printf("listening port=%u\n", port);
 	fflush(stdout);
 	served = strcmp(shape, "threads") == 0 ? sh_serve_threads(listen_fd, nconn) : sh_serve_epoll(listen_fd, nconn);
-	printf("served=%d\n", served);
-	if (served != nconn)
-		sh_fail("served %d connections, expected %d", served, nconn);
-	if (!harness_failures())
-		printf("PASS server %s\n", shape);
-	return harness_failures() ? 1 : 0;
+	return sh_server_result(shape, served, nconn);
 }
 
 /* inetd PROGRAM ARGS...: accepts one connection, forks; the child puts it
@@ -560,10 +568,7 @@ static int sh_exec_client(const char *self, const char *host, const char *port)
 	char fd_text[16], byte = 'e';
 	int fd, result;
 
-	sh_target = harness_resolve(host, port, AF_UNSPEC);
-	if (!sh_target)
-		return 1;
-	fd = harness_connect(sh_target, 0);
+	fd = sh_connect(host, port);
 	if (fd < 0)
 		return 1;
 	if (send(fd, &byte, 1, 0) != 1 || recv(fd, &byte, 1, MSG_WAITALL) != 1) {
@@ -687,10 +692,7 @@ static int sh_source(const char *host, const char *port)
 	ssize_t n;
 	int fd;
 
-	sh_target = harness_resolve(host, port, AF_UNSPEC);
-	if (!sh_target)
-		return 1;
-	fd = harness_connect(sh_target, 0);
+	fd = sh_connect(host, port);
 	if (fd < 0)
 		return 1;
 	n = sh_pump(fd, true, "source");

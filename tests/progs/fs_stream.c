@@ -257,10 +257,9 @@ static void fs_stream_receive_direction(struct fs_stream_conn *conn, enum fs_dir
 			  : options.slow_reader && options.max_write > FS_STREAM_SLOW_CHUNK ? FS_STREAM_SLOW_CHUNK
 											     : options.max_write;
 	unsigned char *buffer = malloc(max_read);
-	unsigned char *expected = malloc(max_read);
 	double start = fs_now();
 
-	if (!buffer || !expected) {
+	if (!buffer) {
 		harness_fail("conn %u: out of memory", conn->index);
 		goto out;
 	}
@@ -284,14 +283,11 @@ static void fs_stream_receive_direction(struct fs_stream_conn *conn, enum fs_dir
 			fs_stream_abort_conn(conn);
 			goto out;
 		}
-		harness_pattern_fill(key, conn->received, expected, (size_t)result);
-		if (memcmp(buffer, expected, (size_t)result) != 0) {
-			size_t at = 0;
-			while (buffer[at] == expected[at])
-				at++;
+		size_t at = harness_pattern_mismatch(key, conn->received, buffer, (size_t)result);
+		if (at != (size_t)result) {
 			harness_fail("conn %u %s: data mismatch at offset %" PRIu64 " (got 0x%02x, want 0x%02x)",
-				       conn->index, fs_direction_name(direction), conn->received + at, buffer[at],
-				       expected[at]);
+				     conn->index, fs_direction_name(direction), conn->received + at, buffer[at],
+				     harness_pattern_byte(key, conn->received + at));
 			fs_stream_abort_conn(conn);
 			goto out;
 		}
@@ -306,7 +302,6 @@ static void fs_stream_receive_direction(struct fs_stream_conn *conn, enum fs_dir
 out:
 	conn->sum_rx = hash;
 	free(buffer);
-	free(expected);
 }
 
 /* Server side of --echo: verifies the client's stream and writes it back. */
@@ -316,10 +311,9 @@ static void fs_stream_echo(struct fs_stream_conn *conn)
 	uint64_t random_state = harness_splitmix64(key ^ 0xec40) | 1;
 	uint64_t hash = HARNESS_FNV1A_OFFSET;
 	unsigned char *buffer = malloc(options.max_write);
-	unsigned char *expected = malloc(options.max_write);
 	int result;
 
-	if (!buffer || !expected) {
+	if (!buffer) {
 		harness_fail("conn %u: out of memory", conn->index);
 		goto out;
 	}
@@ -339,11 +333,8 @@ static void fs_stream_echo(struct fs_stream_conn *conn)
 			harness_fail("conn %u echo: bytes beyond the expected %" PRIu64, conn->index, options.bytes);
 			goto out;
 		}
-		harness_pattern_fill(key, conn->received, expected, (size_t)length);
-		if (memcmp(buffer, expected, (size_t)length) != 0) {
-			size_t at = 0;
-			while (buffer[at] == expected[at])
-				at++;
+		size_t at = harness_pattern_mismatch(key, conn->received, buffer, (size_t)length);
+		if (at != (size_t)length) {
 			harness_fail("conn %u echo: data mismatch at offset %" PRIu64, conn->index,
 				       conn->received + at);
 			goto out;
@@ -367,7 +358,6 @@ out:
 	conn->sum_rx = hash;
 	conn->sum_tx = hash;
 	free(buffer);
-	free(expected);
 }
 
 static void *fs_stream_worker_main(void *argument)

@@ -54,39 +54,54 @@ static void harness_line_name(char *text, size_t size)
 		snprintf(text, size, "%s", report_name);
 }
 
-int harness_fail(const char *format, ...)
+/* Prints "KIND NAME: DETAIL" in one call: lines of threads never interleave. */
+static void harness_print_line(const char *kind, const char *detail)
 {
-	char detail[512], name[128];
-	va_list args;
+	char name[128];
 
-	va_start(args, format);
+	harness_line_name(name, sizeof(name));
+	printf("%s %s: %s\n", kind, name, detail);
+}
+
+/* An info line, or (FAILURE) a FAIL line that is counted and whose detail is
+ * kept if it is the first. */
+static void harness_report(bool failure, const char *format, va_list args)
+{
+	char detail[512];
+
 	vsnprintf(detail, sizeof(detail), format, args);
-	va_end(args);
-	/* one call per line: lines of several threads never interleave */
-	if (stderr_program) {
-		fprintf(stderr, "%s: error: %s\n", stderr_program, detail);
-	} else {
-		harness_line_name(name, sizeof(name));
-		printf("FAIL %s: %s\n", name, detail);
+	if (!failure) {
+		harness_print_line("info", detail);
+		return;
 	}
+	if (stderr_program)
+		fprintf(stderr, "%s: error: %s\n", stderr_program, detail);
+	else
+		harness_print_line("FAIL", detail);
 	pthread_mutex_lock(&first_failure_lock);
 	if (!first_failure[0])
 		snprintf(first_failure, sizeof(first_failure), "%s", detail[0] ? detail : "(no detail)");
 	pthread_mutex_unlock(&first_failure_lock);
 	__atomic_add_fetch(&failure_count, 1, __ATOMIC_RELAXED);
+}
+
+int harness_fail(const char *format, ...)
+{
+	va_list args;
+
+	va_start(args, format);
+	harness_report(true, format, args);
+	va_end(args);
 	return -1;
 }
 
 void harness_info(const char *format, ...)
 {
-	char detail[512], name[128];
 	va_list args;
 
 	va_start(args, format);
-	vsnprintf(detail, sizeof(detail), format, args);
+	harness_report(false, format, args);
 	va_end(args);
-	harness_line_name(name, sizeof(name));
-	printf("info %s: %s\n", name, detail);
 }
 
 int harness_failures(void)
@@ -449,6 +464,13 @@ int harness_expect_eof(int fd)
 	return harness_fail("expected EOF, recv returned %s", result < 0 ? strerror(-result) : "data");
 }
 
+int harness_finish_client(int fd)
+{
+	if (harness_send_byte(fd, 'a') < 0)
+		return -1;
+	return harness_expect_eof(fd);
+}
+
 /* The pattern moves in pieces of this size (a buffer per call, not per byte). */
 #define HARNESS_PATTERN_PIECE (64u << 10)
 
@@ -694,6 +716,16 @@ static int harness_scenario_client(const struct harness_scenario *scenario, cons
 	if (fd >= 0 && !(scenario->flags & HARNESS_CLIENT_CLOSES_FD))
 		close(fd);
 	return result;
+}
+
+int harness_scenario_run(const char *name, const struct harness_scenario *scenarios, size_t count, int argc,
+			 char **argv)
+{
+	const struct harness_program program = {
+		.name = name, .scenarios = scenarios, .count = count, .watchdog_seconds = HARNESS_WATCHDOG_SECONDS,
+	};
+
+	return harness_scenario_main(&program, argc, argv);
 }
 
 int harness_scenario_main(const struct harness_program *program, int argc, char **argv)

@@ -120,6 +120,9 @@ int harness_send_byte(int fd, char byte);
 int harness_expect_byte(int fd, char expected);
 /* The next read must be 0: the peer's orderly EOF. */
 int harness_expect_eof(int fd);
+/* The client's end of a scenario: the byte 'a' ("all done"), then the
+ * server closes and the client reads its EOF. */
+int harness_finish_client(int fd);
 /* Bytes [FROM, FROM + LENGTH) of KEY's stream: sent, or received and checked. */
 int harness_send_pattern(int fd, uint64_t key, uint64_t from, size_t length);
 int harness_recv_pattern(int fd, uint64_t key, uint64_t from, size_t length, const char *what);
@@ -202,6 +205,11 @@ extern socklen_t harness_accepted_peer_length;
  * failure, 2 on a usage error.
  */
 int harness_scenario_main(const struct harness_program *program, int argc, char **argv);
+/* The same for the usual program: blocking sockets, the default watchdog. */
+#define HARNESS_WATCHDOG_SECONDS 40
+int harness_scenario_run(const char *name, const struct harness_scenario *scenarios, size_t count, int argc,
+			 char **argv);
+#define HARNESS_COUNT(table) (sizeof(table) / sizeof((table)[0]))
 /* Another connection of the scenario, the program's way (blocking or not). */
 int harness_scenario_accept(void);
 int harness_scenario_connect(void);
