@@ -46,6 +46,15 @@ static int sem_is_blocking(int fd)
 	return harness_expect_nonblocking(fd, false, "the socket");
 }
 
+/* A server that waits for the client's 'g', sends LENGTH bytes of stream KEY
+ * in one write and waits for the client's 'a'. */
+static int sem_send_on_go(int fd, uint64_t key, size_t length)
+{
+	if (harness_expect_byte(fd, 'g') < 0 || harness_send_pattern(fd, key, 0, length) < 0)
+		return -1;
+	return harness_expect_byte(fd, 'a');
+}
+
 /*
  * Moves exactly the iovecs' total, advancing on partial transfers: SENDING
  * with writev, or sendmsg (USE_MSG), else with readv, or recvmsg (USE_MSG;
@@ -208,11 +217,7 @@ static int waitall_client(int fd)
  */
 static int dontwait_server(int fd)
 {
-	unsigned char data[10];
-	harness_pattern_fill(4, 0, data, sizeof(data));
-	if (harness_expect_byte(fd, 'g') < 0 || harness_send_all(fd, data, sizeof(data)) < 0)
-		return -1;
-	return harness_expect_byte(fd, 'a');
+	return sem_send_on_go(fd, 4, 10);
 }
 
 static int dontwait_client(int fd)
@@ -609,11 +614,7 @@ static int iov_client(int fd)
  */
 static int fionread_server(int fd)
 {
-	unsigned char data[1234];
-	harness_pattern_fill(11, 0, data, sizeof(data));
-	if (harness_expect_byte(fd, 'g') < 0 || harness_send_all(fd, data, sizeof(data)) < 0)
-		return -1;
-	return harness_expect_byte(fd, 'a');
+	return sem_send_on_go(fd, 11, 1234);
 }
 
 static int fionread_client(int fd)

@@ -474,7 +474,9 @@ int harness_finish_client(int fd)
 /* The pattern moves in pieces of this size (a buffer per call, not per byte). */
 #define HARNESS_PATTERN_PIECE (64u << 10)
 
-int harness_send_pattern(int fd, uint64_t key, uint64_t from, size_t length)
+/* Bytes [FROM, FROM + LENGTH) of KEY's stream, a piece at a time: sent, or
+ * (WHAT, naming them in a failure, not NULL) received and checked. */
+static int harness_move_pattern(int fd, uint64_t key, uint64_t from, size_t length, const char *what)
 {
 	unsigned char *buffer = malloc(length < HARNESS_PATTERN_PIECE ? length + 1 : HARNESS_PATTERN_PIECE);
 	int result = 0;
@@ -483,30 +485,28 @@ int harness_send_pattern(int fd, uint64_t key, uint64_t from, size_t length)
 		return harness_fail("out of memory");
 	for (size_t done = 0; done < length && result == 0;) {
 		size_t piece = length - done < HARNESS_PATTERN_PIECE ? length - done : HARNESS_PATTERN_PIECE;
-		harness_pattern_fill(key, from + done, buffer, piece);
-		result = harness_send_all(fd, buffer, piece);
+		if (what) {
+			result = harness_recv_exact(fd, buffer, piece);
+			if (result == 0)
+				result = harness_pattern_check(key, from + done, buffer, piece, what);
+		} else {
+			harness_pattern_fill(key, from + done, buffer, piece);
+			result = harness_send_all(fd, buffer, piece);
+		}
 		done += piece;
 	}
 	free(buffer);
 	return result;
 }
 
+int harness_send_pattern(int fd, uint64_t key, uint64_t from, size_t length)
+{
+	return harness_move_pattern(fd, key, from, length, NULL);
+}
+
 int harness_recv_pattern(int fd, uint64_t key, uint64_t from, size_t length, const char *what)
 {
-	unsigned char *buffer = malloc(length < HARNESS_PATTERN_PIECE ? length + 1 : HARNESS_PATTERN_PIECE);
-	int result = 0;
-
-	if (!buffer)
-		return harness_fail("out of memory");
-	for (size_t done = 0; done < length && result == 0;) {
-		size_t piece = length - done < HARNESS_PATTERN_PIECE ? length - done : HARNESS_PATTERN_PIECE;
-		result = harness_recv_exact(fd, buffer, piece);
-		if (result == 0)
-			result = harness_pattern_check(key, from + done, buffer, piece, what);
-		done += piece;
-	}
-	free(buffer);
-	return result;
+	return harness_move_pattern(fd, key, from, length, what ? what : "data");
 }
 
 int harness_expect_nonblocking(int fd, bool nonblocking, const char *what)
