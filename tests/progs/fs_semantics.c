@@ -46,11 +46,11 @@ static int sem_is_blocking(int fd)
 	return harness_expect_nonblocking(fd, false, "the socket");
 }
 
-/* A server that waits for the client's 'g', sends LENGTH bytes of stream KEY
- * in one write and waits for the client's 'a'. */
-static int sem_send_on_go(int fd, uint64_t key, size_t length)
+/* A server that sends LENGTH bytes of stream KEY in one write (after the
+ * client's 'g' if WAIT_FOR_GO) and waits for the client's 'a'. */
+static int sem_send_stream(int fd, uint64_t key, size_t length, bool wait_for_go)
 {
-	if (harness_expect_byte(fd, 'g') < 0 || harness_send_pattern(fd, key, 0, length) < 0)
+	if ((wait_for_go && harness_expect_byte(fd, 'g') < 0) || harness_send_pattern(fd, key, 0, length) < 0)
 		return -1;
 	return harness_expect_byte(fd, 'a');
 }
@@ -120,11 +120,7 @@ static void sem_address_text(const struct sockaddr *address, socklen_t length, c
  */
 static int partial_read_server(int fd)
 {
-	unsigned char data[100];
-	harness_pattern_fill(1, 0, data, sizeof(data));
-	if (harness_send_all(fd, data, sizeof(data)) < 0 || harness_expect_byte(fd, 'a') < 0)
-		return -1;
-	return 0;
+	return sem_send_stream(fd, 1, 100, false);
 }
 
 static int partial_read_client(int fd)
@@ -152,11 +148,7 @@ static int partial_read_client(int fd)
  */
 static int peek_server(int fd)
 {
-	unsigned char data[20];
-	harness_pattern_fill(2, 0, data, sizeof(data));
-	if (harness_send_all(fd, data, sizeof(data)) < 0 || harness_expect_byte(fd, 'a') < 0)
-		return -1;
-	return 0;
+	return sem_send_stream(fd, 2, 20, false);
 }
 
 static int peek_client(int fd)
@@ -217,7 +209,7 @@ static int waitall_client(int fd)
  */
 static int dontwait_server(int fd)
 {
-	return sem_send_on_go(fd, 4, 10);
+	return sem_send_stream(fd, 4, 10, true);
 }
 
 static int dontwait_client(int fd)
@@ -614,7 +606,7 @@ static int iov_client(int fd)
  */
 static int fionread_server(int fd)
 {
-	return sem_send_on_go(fd, 11, 1234);
+	return sem_send_stream(fd, 11, 1234, true);
 }
 
 static int fionread_client(int fd)
