@@ -55,6 +55,29 @@ static int sem_send_stream(int fd, uint64_t key, size_t length, bool wait_for_go
 	return harness_expect_byte(fd, 'a');
 }
 
+/* Reads until EOF: exactly LENGTH (< 8 KiB) bytes of stream KEY, then EOF. */
+static int sem_recv_stream_to_eof(int fd, uint64_t key, size_t length, const char *what)
+{
+	unsigned char buffer[8192];
+	size_t received = 0;
+
+	for (;;) {
+		ssize_t result = recv(fd, buffer + received, sizeof(buffer) - received, 0);
+		if (result < 0 && errno == EINTR)
+			continue;
+		if (result < 0)
+			return harness_fail("recv: %s after %zu bytes", strerror(errno), received);
+		if (result == 0)
+			break;
+		received += (size_t)result;
+		if (received > length)
+			return harness_fail("more than %zu bytes", length);
+	}
+	if (received != length)
+		return harness_fail("EOF after %zu bytes, expected %zu", received, length);
+	return harness_pattern_check(key, 0, buffer, length, what);
+}
+
 /*
  * Moves exactly the iovecs' total, advancing on partial transfers: SENDING
  * with writev, or sendmsg (USE_MSG), else with readv, or recvmsg (USE_MSG;
@@ -255,23 +278,9 @@ static int eof_after_data_server(int fd)
 
 static int eof_after_data_client(int fd)
 {
-	unsigned char buffer[8192];
-	size_t received = 0;
-	for (;;) {
-		ssize_t result = recv(fd, buffer + received, sizeof(buffer) - received, 0);
-		if (result < 0 && errno == EINTR)
-			continue;
-		if (result < 0)
-			return harness_fail("recv: %s after %zu bytes", strerror(errno), received);
-		if (result == 0)
-			break;
-		received += (size_t)result;
-		if (received == sizeof(buffer))
-			return harness_fail("more than 5000 bytes");
-	}
-	if (received != 5000)
-		return harness_fail("EOF after %zu bytes, expected 5000", received);
-	if (harness_pattern_check(5, 0, buffer, 5000, "data") < 0)
+	unsigned char buffer[64];
+
+	if (sem_recv_stream_to_eof(fd, 5, 5000, "data") < 0)
 		return -1;
 	ssize_t again = recv(fd, buffer, sizeof(buffer), 0);
 	ssize_t third = read(fd, buffer, sizeof(buffer));
@@ -288,26 +297,9 @@ static int eof_after_data_client(int fd)
  */
 static int shutdown_wr_server(int fd)
 {
-	unsigned char buffer[4096], reply[2000];
-	size_t received = 0;
-	for (;;) {
-		ssize_t result = recv(fd, buffer + received, sizeof(buffer) - received, 0);
-		if (result < 0 && errno == EINTR)
-			continue;
-		if (result < 0)
-			return harness_fail("recv: %s", strerror(errno));
-		if (result == 0)
-			break;
-		received += (size_t)result;
-		if (received == sizeof(buffer))
-			return harness_fail("more than 3000 bytes");
-	}
-	if (received != 3000)
-		return harness_fail("EOF after %zu bytes, expected 3000", received);
-	if (harness_pattern_check(6, 0, buffer, 3000, "request") < 0)
+	if (sem_recv_stream_to_eof(fd, 6, 3000, "request") < 0)
 		return -1;
-	harness_pattern_fill(7, 0, reply, sizeof(reply));
-	return harness_send_all(fd, reply, sizeof(reply));
+	return harness_send_pattern(fd, 7, 0, 2000);
 }
 
 static int shutdown_wr_client(int fd)
