@@ -70,7 +70,7 @@ static int fs_poll_ours(struct pollfd *fds, nfds_t nfds, const struct pollfd *ke
 		if (!s)
 			continue;
 		/* an accepted socket waiting for its client's probe: answer it
-		 * here, as epoll_wait does (epoll.c) */
+		 * here, as epoll_wait does (epoll_wait.c) */
 		if (fs_sock_state(s) == FS_SOCK_SERVER_PENDING)
 			drained = fs_sock_drain_probes(s, drained);
 		if (fs_sock_state(s) == FS_SOCK_CLIENT_PENDING || fs_sock_state(s) == FS_SOCK_CONNECTING)

@@ -1,0 +1,145 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * epoll internals shared by epoll.c (member records, instances, epoll_ctl)
+ * and epoll_wait.c (the wait and its readiness scans) only.
+ *
+ * Lock order: fs_epoll.lock, then fs_sock.lock, then the engine lock.
+ */
+#ifndef FS_CORE_EPOLL_INTERNAL_H
+#define FS_CORE_EPOLL_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/epoll.h>
+#include <sys/types.h>
+#include <uthash.h>
+
+#include "core/engine.h"
+#include "core/fdtable.h"
+
+#define FS_EP_BATCH 64
+
+enum fs_ep_reg { FS_EP_REG_APP_EVENTS = 1, FS_EP_REG_CONTROL = 2 };
+
+struct fs_ep_member {
+	/* index, gen and fe come first: fs_member_alloc clears what follows */
+	uint32_t index;                   /* its slot (fs_ep_slot) */
+	uint32_t gen;                     /* bumped at every release (atomic) */
+	struct fs_epoll *fe;              /* owner while in use (atomic), NULL when free */
+	struct fs_ep_member *free_next;   /* fs_ep_free */
+	struct fs_ep_member *next, *prev; /* fs_epoll.members */
+	int fd;
+	struct fs_sock *s; /* a reference; NULL for a nested epoll instance */
+	int inner_epfd;    /* nested epoll instance (s == NULL): its fd */
+	uint32_t events;   /* the application's, with EPOLLET/EPOLLONESHOT */
+	epoll_data_t data; /* the application's */
+	bool disarmed;     /* EPOLLONESHOT fired; EPOLL_CTL_MOD re-arms */
+	bool parked;       /* taken out by the application, kept for its next ADD */
+	uint32_t reported_gen;
+	bool reported_once;
+	enum fs_ep_reg reg;
+	/* Where this member's event went in the output being built (so a
+	 * kernel event for it merges into that entry, not a second one). */
+	uint64_t out_gen;
+	int out_index;
+	/* An offloaded member watches its stream (engine lock) and is put on
+	 * its instance's ready list (fs_epoll.rlock) when the stream changes,
+	 * or after it was reported level-triggered. */
+	struct fs_stream_watch watch;
+	struct fs_ep_member *rnext, *rprev;
+	bool queued;
+	/* fs_epoll.by_key: found by (fd, socket) without a walk (epoll_ctl,
+	 * close: a program with thousands of members calls them per request) */
+	uint64_t key[2];
+	UT_hash_handle hh;
+};
+
+struct fs_epoll {
+	pthread_mutex_t lock;
+	int epfd;
+	struct fs_ep_member *members;
+	struct fs_ep_member *by_key; /* the same members and the parked ones, by (fd, socket) */
+	unsigned parked;             /* how many are parked (atomic: read without the lock) */
+	uint64_t out_gen; /* bumped for every output being built */
+	int wake_fd;      /* eventfd in the kernel set (FS_EP_TAG_WAKE), or -1 */
+	unsigned kernel_sleepers; /* threads waiting on it in the kernel for long */
+	/* The ready list: offloaded members to look at (their stream changed,
+	 * or they were reported level-triggered), oldest first. rlock is a
+	 * leaf: taken under fe->lock, and under the engine lock by
+	 * fs_stream_changed. */
+	pthread_mutex_t rlock;
+	struct fs_ep_member *rhead, *rtail;
+	/* When only the ready list is looked at (fs_epoll_scan_ready): no
+	 * member was added since the last full scan, every member then was an
+	 * offloaded one watching its stream, the process is the one that made
+	 * them, and that scan is recent (FS_EP_FULL_EVERY_NS: a change no
+	 * stream told of, a peer's grace running out, is found that late at
+	 * most). A wait never sleeps without a full scan first. */
+	bool need_full;
+	unsigned unsettled;
+	uint64_t full_ns;
+	pid_t full_pid;
+};
+
+#define FS_EP_FULL_EVERY_NS 10000000ull
+
+/* ---- member slots and their tags (epoll.c) ------------------------------ */
+
+#define FS_EP_TAG_MARK (0xfab5ull << 48)
+#define FS_EP_TAG_MARK_MASK (0xffffull << 48)
+#define FS_EP_TAG_WAKE (FS_EP_TAG_MARK | 0xffffffffull)
+#define FS_EP_CHUNK 1024u
+#define FS_EP_CHUNKS 4096u /* 4 Mi members */
+
+/* Member slots by index, in chunks published once and never freed. */
+extern struct fs_ep_member *fs_ep_chunks[FS_EP_CHUNKS];
+/* Instance records by epoll fd (fs_fdt_size entries; made at the first epoll_ctl). */
+extern struct fs_epoll **fs_ept;
+/* Per epoll fd: threads in fs_epoll_wait_plain on it (atomic counters). */
+extern uint32_t *fs_ep_plain;
+/* Guards making fs_ept and fs_ep_plain, and the records' publication. */
+extern pthread_mutex_t fs_ept_lock;
+
+/* The member of FE that TAG names, or NULL: not a tag of ours (*OURS
+ * false: the application's own data), or a member since gone. */
+static inline struct fs_ep_member *fs_member_by_tag(struct fs_epoll *fe, uint64_t tag, bool *ours)
+{
+	uint32_t index = (uint32_t)tag, chunk = index / FS_EP_CHUNK;
+	struct fs_ep_member *m, *c;
+
+	*ours = (tag & FS_EP_TAG_MARK_MASK) == FS_EP_TAG_MARK;
+	if (!*ours || tag == FS_EP_TAG_WAKE || chunk >= FS_EP_CHUNKS ||
+	    !(c = __atomic_load_n(&fs_ep_chunks[chunk], __ATOMIC_ACQUIRE)))
+		return NULL;
+	m = &c[index % FS_EP_CHUNK];
+	if (__atomic_load_n(&m->fe, __ATOMIC_ACQUIRE) != fe ||
+	    (__atomic_load_n(&m->gen, __ATOMIC_ACQUIRE) & 0xffffu) != ((tag >> 32) & 0xffffu))
+		return NULL;
+	return m;
+}
+
+/* EPFD's instance record, or NULL. */
+static inline struct fs_epoll *fs_epoll_peek(int epfd)
+{
+	/* the table is made once, by the first epoll_ctl, while other threads
+	 * may already be looking */
+	struct fs_epoll **table = __atomic_load_n(&fs_ept, __ATOMIC_ACQUIRE);
+
+	if (!table || epfd < 0 || (size_t)epfd >= fs_fdt_size)
+		return NULL;
+	return __atomic_load_n(&table[epfd], __ATOMIC_ACQUIRE);
+}
+
+/* Defined in epoll.c, used by epoll_wait.c. fe->lock held unless said. */
+
+/* Queues M on FE's ready list (takes fe->rlock, a leaf). */
+void fs_ready_push(struct fs_epoll *fe, struct fs_ep_member *m);
+/* Brings M's kernel registration in line with its socket's state; false
+ * if M was freed (closed, or left to the kernel). */
+bool fs_member_fixup(struct fs_epoll *fe, struct fs_ep_member *m);
+/* Level readiness of EPFD's members, nesting bounded by DEPTH (takes the
+ * instance's lock). */
+bool fs_epoll_peek_ready_depth(int epfd, int depth);
+
+#endif
