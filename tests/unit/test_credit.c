@@ -290,7 +290,7 @@ static int make_pair(uint64_t token, struct fs_stream **a, struct fs_stream **b)
 	CHECK((*a)->credit.floor == (fs_params.window_min < fs_params.window ? fs_params.window_min : fs_params.window));
 	CHECK((*a)->peer_limit == (*b)->credit.floor && (*a)->peer_chunk == chunk);
 	/* the peer's pid, read from its shm address, names the process whose
-	 * lock a stuck send would wait on (fabric.c): here our own */
+	 * lock a stuck send would wait on (fabric_shm.c): here our own */
 	CHECK((*a)->peer_pid == getpid() && (*b)->peer_pid == getpid());
 	return 0;
 }

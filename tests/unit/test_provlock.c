@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Unit test of fs_prov_spin_lock (core/fabric.c), what the preloaded
+ * Unit test of fs_prov_spin_lock (core/fabric_shm.c), what the preloaded
  * pthread_spin_lock does inside a provider call: libfabric 1.17's shm region
  * locks are process-shared spin locks, and a holder the scheduler set aside
  * must get a core from the processes waiting for it (seen: two nginx
