@@ -344,6 +344,143 @@ static int fs_epoll_waited(int n, uint64_t late_at)
 	return n;
 }
 
+/* One look at FE's members for a new output (its generation in *GEN): the
+ * ready list alone when it will do, else a full scan. Returns the events
+ * put in EVENTS. */
+static int fs_epoll_look(struct fs_epoll *fe, struct epoll_event *events, int maxevents, uint64_t spin_end,
+			 uint64_t *gen)
+{
+	uint64_t now;
+	bool full;
+	int n;
+
+	pthread_mutex_lock(&fe->lock);
+	*gen = ++fe->out_gen;
+	now = fs_now_ns();
+	full = !fs_epoll_ready_list_will_do(fe, now);
+	n = full ? fs_epoll_scan(fe, events, maxevents, *gen) : fs_epoll_scan_ready(fe, events, maxevents, *gen);
+	if (!n && !full && now >= spin_end) {
+		/* Never go to sleep on the ready list's word alone: a
+		 * member's first report may not come with a change of its
+		 * stream, and a sleep can last the caller's whole timeout
+		 * (a proxy under ASan waited 60 s for an upstream answer
+		 * that had arrived). While busy, the full scan every
+		 * FS_EP_FULL_EVERY_NS bounds what the list misses. */
+		n = fs_epoll_scan(fe, events, maxevents, *gen);
+	}
+	pthread_mutex_unlock(&fe->lock);
+	return n;
+}
+
+/* How the round that found N events waits in the kernel: not at all (N, or
+ * past DEADLINE, or still spinning: returns 0), for the whole time
+ * (*LONGWAIT), or for a slice (returned, in microseconds) of *SLICE_US,
+ * which doubles up to the cap for the time since START. */
+static uint64_t fs_epoll_plan_wait(int epfd, int n, uint64_t start, uint64_t deadline, uint64_t spin_end,
+				   uint64_t *slice_us, bool *longwait)
+{
+	uint64_t now = fs_now_ns(), wait_us = 0;
+
+	if (n || (deadline && now >= deadline))
+		return 0;
+	if (!fs_epoll_has_members(epfd)) {
+		/* Nothing of ours to poll: the whole time in the kernel,
+		 * counted as a kernel sleeper, so that a member another
+		 * thread adds rings the instance's wake fd. */
+		*longwait = true;
+	} else if (now >= spin_end) {
+		uint64_t left_us = deadline ? (deadline - now) / 1000 : *slice_us;
+		uint64_t cap = fs_wait_slice_cap_us(now - start);
+
+		wait_us = *slice_us < left_us ? *slice_us : left_us;
+		if (!wait_us)
+			wait_us = 1;
+		*slice_us = *slice_us * 2 < cap ? *slice_us * 2 : cap;
+	}
+	return wait_us;
+}
+
+/* Deeply idle: sleeps on the epoll fd itself and the engine's deep fd, then
+ * the kernel is asked without waiting (*WAIT_US 0). Returns 0, or -errno
+ * for epoll_wait to return (EINTR: a signal). */
+static int fs_epoll_deep_sleep(int epfd, uint64_t deadline, const sigset_t *sigmask, uint64_t *wait_us)
+{
+	struct pollfd dp[3] = { { .fd = epfd, .events = POLLIN } };
+	bool slept;
+	int r = fs_engine_deep_sleep(dp, 1, deadline, sigmask, &slept);
+
+	if (slept) {
+		if (r < 0)
+			return r;
+		*wait_us = 0;
+	} else if (r == -EAGAIN) {
+		*wait_us = 0; /* just armed: look again, then sleep */
+	}
+	return 0;
+}
+
+/* Collects kernel events for FE (at EPFD) into KBUF (room for K): for the whole time
+ * until DEADLINE as one of its kernel sleepers (LONGWAIT), else waiting
+ * WAIT_US at most. Returns the count or -errno. */
+static int fs_epoll_collect(struct fs_epoll *fe, int epfd, struct epoll_event *kbuf, int k, uint64_t wait_us,
+			    bool longwait, uint64_t deadline, const sigset_t *sigmask)
+{
+	if (!longwait)
+		return fs_epoll_kernel_wait(epfd, kbuf, k, wait_us, false, deadline, sigmask);
+	pthread_mutex_lock(&fe->lock);
+	fe->kernel_sleepers++;
+	pthread_mutex_unlock(&fe->lock);
+	/* a member added before the count went up was seen by no one */
+	k = fs_epoll_has_members(epfd) ? 0 : fs_epoll_kernel_wait(epfd, kbuf, k, 0, true, deadline, sigmask);
+	pthread_mutex_lock(&fe->lock);
+	fe->kernel_sleepers--;
+	pthread_mutex_unlock(&fe->lock);
+	return k;
+}
+
+/* Adds the K kernel events of KBUF to EVENTS (N there already, room for
+ * MAXEVENTS), the output GEN: the application's own as they are, a
+ * member's translated. Returns the new count. */
+static int fs_epoll_merge_kernel(struct fs_epoll *fe, const struct epoll_event *kbuf, int k,
+				 struct epoll_event *events, int n, int maxevents, uint64_t gen)
+{
+	pthread_mutex_lock(&fe->lock);
+	for (int i = 0; i < k && n < maxevents; i++) {
+		bool ours;
+		struct fs_ep_member *m = fs_member_by_tag(fe, kbuf[i].data.u64, &ours);
+		uint32_t ev;
+
+		if (!ours) {
+			events[n++] = kbuf[i]; /* the application's own fd */
+			continue;
+		}
+		if (kbuf[i].data.u64 == FS_EP_TAG_WAKE) {
+			uint64_t v;
+			ssize_t r = fs_real.read(fe->wake_fd, &v, sizeof(v));
+
+			(void)r;
+			continue;
+		}
+		if (!m)
+			continue; /* a member gone since the kernel answered */
+		ev = fs_member_kernel_event(fe, m, kbuf[i].events);
+		if (!ev)
+			continue;
+		/* the scan may have reported this member already: one entry
+		 * per fd, with the events of both */
+		if (m->out_gen == gen && m->out_index < n) {
+			events[m->out_index].events |= ev;
+			continue;
+		}
+		events[n].events = ev;
+		events[n].data = m->data;
+		fs_member_reported(m, gen, n);
+		n++;
+	}
+	pthread_mutex_unlock(&fe->lock);
+	return n;
+}
+
 int fs_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout_ms, const sigset_t *sigmask)
 {
 	struct fs_epoll *fe = fs_epoll_peek(epfd);
@@ -365,109 +502,24 @@ int fs_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeo
 	}
 	for (;;) {
 		int n, k;
-		uint64_t now, wait_us = 0, gen;
-		bool longwait = false, full;
+		uint64_t wait_us, gen;
+		bool longwait = false;
 
-		pthread_mutex_lock(&fe->lock);
-		gen = ++fe->out_gen;
-		now = fs_now_ns();
-		full = !fs_epoll_ready_list_will_do(fe, now);
-		n = full ? fs_epoll_scan(fe, events, maxevents, gen) : fs_epoll_scan_ready(fe, events, maxevents, gen);
-		if (!n && !full && now >= spin_end) {
-			/* Never go to sleep on the ready list's word alone: a
-			 * member's first report may not come with a change of its
-			 * stream, and a sleep can last the caller's whole timeout
-			 * (a proxy under ASan waited 60 s for an upstream answer
-			 * that had arrived). While busy, the full scan every
-			 * FS_EP_FULL_EVERY_NS bounds what the list misses. */
-			full = true;
-			n = fs_epoll_scan(fe, events, maxevents, gen);
-		}
-		pthread_mutex_unlock(&fe->lock);
-		now = fs_now_ns();
-		if (!n && (!deadline || now < deadline)) {
-			if (!fs_epoll_has_members(epfd)) {
-				/* Nothing of ours to poll: the whole time in the kernel,
-				 * counted as a kernel sleeper, so that a member another
-				 * thread adds rings the instance's wake fd. */
-				longwait = true;
-			} else if (now >= spin_end) {
-				uint64_t left_us = deadline ? (deadline - now) / 1000 : slice_us;
-				uint64_t cap = fs_wait_slice_cap_us(now - start);
-
-				wait_us = slice_us < left_us ? slice_us : left_us;
-				if (!wait_us)
-					wait_us = 1;
-				slice_us = slice_us * 2 < cap ? slice_us * 2 : cap;
-			}
-		}
+		n = fs_epoll_look(fe, events, maxevents, spin_end, &gen);
+		wait_us = fs_epoll_plan_wait(epfd, n, start, deadline, spin_end, &slice_us, &longwait);
 		k = maxevents - n < FS_EP_BATCH ? maxevents - n : FS_EP_BATCH;
 		if (!k)
 			return fs_epoll_waited(n, late_at); /* full from our members alone (a kernel call with no room fails EINVAL) */
 		if (wait_us) {
-			/* deeply idle: sleep on the epoll fd itself and the engine's
-			 * deep fd, then collect without waiting */
-			struct pollfd dp[3] = { { .fd = epfd, .events = POLLIN } };
-			bool slept;
-			int r = fs_engine_deep_sleep(dp, 1, deadline, sigmask, &slept);
+			int r = fs_epoll_deep_sleep(epfd, deadline, sigmask, &wait_us);
 
-			if (slept) {
-				if (r < 0)
-					return r; /* EINTR: a signal, as epoll_wait would say */
-				wait_us = 0;
-			} else if (r == -EAGAIN) {
-				wait_us = 0; /* just armed: look again, then sleep */
-			}
+			if (r < 0)
+				return r;
 		}
-		if (longwait) {
-			pthread_mutex_lock(&fe->lock);
-			fe->kernel_sleepers++;
-			pthread_mutex_unlock(&fe->lock);
-			/* a member added before the count went up was seen by no one */
-			k = fs_epoll_has_members(epfd) ? 0
-						       : fs_epoll_kernel_wait(epfd, kbuf, k, 0, true, deadline, sigmask);
-			pthread_mutex_lock(&fe->lock);
-			fe->kernel_sleepers--;
-			pthread_mutex_unlock(&fe->lock);
-		} else {
-			k = fs_epoll_kernel_wait(epfd, kbuf, k, n ? 0 : wait_us, false, deadline, sigmask);
-		}
+		k = fs_epoll_collect(fe, epfd, kbuf, k, n ? 0 : wait_us, longwait, deadline, sigmask);
 		if (k < 0)
 			return n ? n : k;
-		pthread_mutex_lock(&fe->lock);
-		for (int i = 0; i < k && n < maxevents; i++) {
-			bool ours;
-			struct fs_ep_member *m = fs_member_by_tag(fe, kbuf[i].data.u64, &ours);
-			uint32_t ev;
-
-			if (!ours) {
-				events[n++] = kbuf[i]; /* the application's own fd */
-				continue;
-			}
-			if (kbuf[i].data.u64 == FS_EP_TAG_WAKE) {
-				uint64_t v;
-				ssize_t r = fs_real.read(fe->wake_fd, &v, sizeof(v));
-
-				(void)r;
-				continue;
-			}
-			if (!m)
-				continue; /* a member gone since the kernel answered */
-			ev = fs_member_kernel_event(fe, m, kbuf[i].events);
-			if (!ev)
-				continue;
-			/* the scan may have reported this member already: one entry
-			 * per fd, with the events of both */
-			if (m->out_gen == gen && m->out_index < n) {
-				events[m->out_index].events |= ev;
-				continue;
-			}
-			events[n].events = ev;
-			events[n].data = m->data;
-			fs_member_reported(m, gen, n);
-			n++;
-		}
-		pthread_mutex_unlock(&fe->lock);
+		n = fs_epoll_merge_kernel(fe, kbuf, k, events, n, maxevents, gen);
 		if (n)
 			return fs_epoll_waited(n, late_at);
 		if ((deadline && fs_now_ns() >= deadline) || timeout_ms == 0)
