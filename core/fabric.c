@@ -321,33 +321,21 @@ int fs_rail_open(struct fs_rail *rail, unsigned kind, const struct sockaddr *loc
 	return ret;
 }
 
-static int fs_rail_open_inner(struct fs_rail *rail, unsigned kind, const struct sockaddr *local, char *why,
-			      size_t whylen)
+/* Asks provider KIND for what fabsock needs (with FI_SOURCE first, then
+ * without) and keeps the answer picked in rail->info. Returns 0 or -errno
+ * (WHY says why when the provider is not usable). Under the guard. */
+static int fs_rail_getinfo(struct fs_rail *rail, unsigned kind, const struct sockaddr *local, char *why,
+			   size_t whylen)
 {
-	struct fi_info *hints = NULL, *list = NULL, *fi;
-	struct fi_av_attr av_attr = { .type = FI_AV_TABLE };
-	struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_TAGGED, .wait_obj = FI_WAIT_NONE };
-	const char *step = "fi_getinfo";
-	int ret;
+	struct fi_info *hints, *list = NULL;
+	int ret = 0;
 
-	memset(rail, 0, sizeof(*rail));
-	rail->kind = kind;
-	ret = fs_fabric_load(why, whylen);
-	if (ret)
-		return ret;
-	if (kind == FS_PROV_SHM)
-		fs_shm_clean_stale();
-
-	FS_GUARD_ENTER();
 	for (int source = 1; source >= 0; source--) {
 		hints = fs_rail_hints(kind, local, source);
-		if (!hints) {
-			ret = -ENOMEM;
-			goto err_none;
-		}
+		if (!hints)
+			return -ENOMEM;
 		ret = fs_fi.getinfo(fs_fabric_api_version(), NULL, NULL, 0, hints, &list);
 		fs_fi.freeinfo(hints);
-		hints = NULL;
 		if (ret == 0 && fs_rail_pick(list, kind))
 			break;
 		if (list)
@@ -357,18 +345,17 @@ static int fs_rail_open_inner(struct fs_rail *rail, unsigned kind, const struct 
 	if (!list) {
 		snprintf(why, whylen, "provider %s is not usable here (fi_getinfo: %s)",
 			 fs_fabric_prov_name(kind), fs_fi.strerror(ret < 0 ? -ret : ret));
-		ret = -ENODEV;
-		goto err_none;
+		return -ENODEV;
 	}
-	fi = fs_rail_pick(list, kind);
-	rail->info = fs_fi.dupinfo(fi);
+	rail->info = fs_fi.dupinfo(fs_rail_pick(list, kind));
 	fs_fi.freeinfo(list);
-	if (!rail->info) {
-		ret = -ENOMEM;
-		goto err_none;
-	}
-	fi = rail->info;
+	return rail->info ? 0 : -ENOMEM;
+}
 
+/* The limits the data path depends on, read from FI, the provider's answer
+ * for KIND (see the top of this file). */
+static void fs_rail_read_limits(struct fs_rail *rail, const struct fi_info *fi, unsigned kind)
+{
 	rail->inject_size = fi->tx_attr->inject_size;
 	rail->max_msg_size = fi->ep_attr->max_msg_size;
 	rail->tx_depth = fi->tx_attr->size;
@@ -382,41 +369,52 @@ static int fs_rail_open_inner(struct fs_rail *rail, unsigned kind, const struct 
 		rail->av_max = (unsigned)fs_params.test_av_max;
 	/* Keys only need to be unique within this domain; start away from 0. */
 	rail->next_key = 0x10000u + ((uint64_t)getpid() << 20);
+}
 
-	step = "fi_fabric";
+/* Opens FI's fabric, domain, address vector, completion queue and
+ * endpoint, binds and enables the endpoint and reads its address. On
+ * failure closes what it opened, names the call that failed in *STEP and
+ * returns its error. Under the guard. */
+static int fs_rail_open_objects(struct fs_rail *rail, struct fi_info *fi, const char **step)
+{
+	struct fi_av_attr av_attr = { .type = FI_AV_TABLE };
+	struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_TAGGED, .wait_obj = FI_WAIT_NONE };
+	int ret;
+
+	*step = "fi_fabric";
 	ret = fs_fi.fabric(fi->fabric_attr, &rail->fabric, NULL);
 	if (ret)
-		goto err_info;
-	step = "fi_domain";
+		return ret;
+	*step = "fi_domain";
 	ret = fi_domain(rail->fabric, fi, &rail->domain, NULL);
 	if (ret)
 		goto err_fabric;
-	step = "fi_av_open";
+	*step = "fi_av_open";
 	ret = fi_av_open(rail->domain, &av_attr, &rail->av, NULL);
 	if (ret)
 		goto err_domain;
-	step = "fi_cq_open";
+	*step = "fi_cq_open";
 	cq_attr.size = rail->tx_depth + rail->rx_depth;
 	ret = fi_cq_open(rail->domain, &cq_attr, &rail->cq, NULL);
 	if (ret)
 		goto err_av;
-	step = "fi_endpoint";
+	*step = "fi_endpoint";
 	ret = fi_endpoint(rail->domain, fi, &rail->ep, NULL);
 	if (ret)
 		goto err_cq;
-	step = "fi_ep_bind(av)";
+	*step = "fi_ep_bind(av)";
 	ret = fi_ep_bind(rail->ep, &rail->av->fid, 0);
 	if (ret)
 		goto err_ep;
-	step = "fi_ep_bind(cq)";
+	*step = "fi_ep_bind(cq)";
 	ret = fi_ep_bind(rail->ep, &rail->cq->fid, FI_TRANSMIT | FI_RECV);
 	if (ret)
 		goto err_ep;
-	step = "fi_enable";
+	*step = "fi_enable";
 	ret = fi_enable(rail->ep);
 	if (ret)
 		goto err_ep;
-	step = "fi_getname";
+	*step = "fi_getname";
 	rail->addr_len = sizeof(rail->addr);
 	ret = fi_getname(&rail->ep->fid, rail->addr, &rail->addr_len);
 	if (ret)
@@ -425,12 +423,6 @@ static int fs_rail_open_inner(struct fs_rail *rail, unsigned kind, const struct 
 		ret = -FI_ETOOSMALL;
 		goto err_ep;
 	}
-	FS_GUARD_LEAVE();
-	if (kind == FS_PROV_SHM)
-		fs_shm_watch_lock();
-	FS_INFO("opened %s rail: domain %s, inject %zu, tx %zu, rx %zu, iov %zu, mr_local %d, source %d",
-		fs_fabric_prov_name(kind), fi->domain_attr->name, rail->inject_size, rail->tx_depth,
-		rail->rx_depth, rail->iov_limit, rail->mr_local, rail->source);
 	return 0;
 
 err_ep:
@@ -443,6 +435,41 @@ err_domain:
 	fi_close(&rail->domain->fid);
 err_fabric:
 	fi_close(&rail->fabric->fid);
+	return ret;
+}
+
+static int fs_rail_open_inner(struct fs_rail *rail, unsigned kind, const struct sockaddr *local, char *why,
+			      size_t whylen)
+{
+	const char *step;
+	struct fi_info *fi;
+	int ret;
+
+	memset(rail, 0, sizeof(*rail));
+	rail->kind = kind;
+	ret = fs_fabric_load(why, whylen);
+	if (ret)
+		return ret;
+	if (kind == FS_PROV_SHM)
+		fs_shm_clean_stale();
+
+	FS_GUARD_ENTER();
+	ret = fs_rail_getinfo(rail, kind, local, why, whylen);
+	if (ret)
+		goto err_none;
+	fi = rail->info;
+	fs_rail_read_limits(rail, fi, kind);
+	ret = fs_rail_open_objects(rail, fi, &step);
+	if (ret)
+		goto err_info;
+	FS_GUARD_LEAVE();
+	if (kind == FS_PROV_SHM)
+		fs_shm_watch_lock();
+	FS_INFO("opened %s rail: domain %s, inject %zu, tx %zu, rx %zu, iov %zu, mr_local %d, source %d",
+		fs_fabric_prov_name(kind), fi->domain_attr->name, rail->inject_size, rail->tx_depth,
+		rail->rx_depth, rail->iov_limit, rail->mr_local, rail->source);
+	return 0;
+
 err_info:
 	snprintf(why, whylen, "%s rail: %s failed: %s", fs_fabric_prov_name(kind), step,
 		 fs_fi.strerror(ret < 0 ? -ret : ret));
