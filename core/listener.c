@@ -533,21 +533,17 @@ static void fs_probe_table_leave(struct fs_listener *l)
 	fs_probe_table_unlock(fd);
 }
 
-struct fs_listener *fs_listener_open(int fd)
+/* A UDP twin for the listening socket FD of FAMILY, not bound yet: FD's
+ * IPV6_V6ONLY, and its SO_REUSEPORT (*SHARED: FD has it), with room for a
+ * burst of probes. Returns the socket, or -1. */
+static int fs_listener_twin(int fd, int family, bool *shared)
 {
-	struct sockaddr_storage ss;
-	socklen_t len = sizeof(ss);
-	struct fs_listener *l;
 	int udp, one = 1;
 
-	if (fs_real.getsockname(fd, (struct sockaddr *)&ss, &len))
-		return NULL;
-	if (ss.ss_family != AF_INET && ss.ss_family != AF_INET6)
-		return NULL;
-	udp = fs_real.socket(ss.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	udp = fs_real.socket(family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (udp < 0)
-		return NULL;
-	if (ss.ss_family == AF_INET6) {
+		return -1;
+	if (family == AF_INET6) {
 		int v6only = 0;
 		socklen_t olen = sizeof(v6only);
 
@@ -560,7 +556,7 @@ struct fs_listener *fs_listener_open(int fd)
 
 		if (fs_real.getsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &reuseport, &olen) == 0 && reuseport)
 			fs_real.setsockopt(udp, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
-		one = reuseport;
+		*shared = reuseport != 0;
 	}
 	{
 		/* Room for a burst: wrk -c 1000 probes 1000 connections at once,
@@ -573,6 +569,64 @@ struct fs_listener *fs_listener_open(int fd)
 		if (fs_real.setsockopt(udp, SOL_SOCKET, SO_RCVBUFFORCE, &rcvbuf, sizeof(rcvbuf)))
 			fs_real.setsockopt(udp, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
 	}
+	return udp;
+}
+
+/* Gives L a probe table of its own (no SO_REUSEPORT), ready for use.
+ * Returns false if there is no memory for one. */
+static bool fs_probe_table_private(struct fs_listener *l)
+{
+	/* a memfd, so that a program this process execs with a connection
+	 * accepted here can look its record up (fs_listener_exec_fd) */
+	int tfd = memfd_create("fabsock-probe-table", MFD_CLOEXEC);
+
+	l->table_fd = -1;
+	if (tfd >= 0 && ftruncate(tfd, sizeof(*l->table)) == 0) {
+		l->table = mmap(NULL, sizeof(*l->table), PROT_READ | PROT_WRITE, MAP_SHARED, tfd, 0);
+		if (l->table != MAP_FAILED)
+			l->table_fd = fs_internal_fd(tfd);
+		else
+			fs_real.close(tfd);
+	} else {
+		if (tfd >= 0)
+			fs_real.close(tfd);
+		l->table = mmap(NULL, sizeof(*l->table), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+				-1, 0);
+	}
+	if (l->table == MAP_FAILED)
+		return false;
+	fs_probe_table_init_lock(l->table);
+	__atomic_store_n(&l->table->ready, 1, __ATOMIC_RELEASE);
+	return true;
+}
+
+/* Hands L to the service thread, which answers its probes from now on. */
+static void fs_listener_publish(struct fs_listener *l)
+{
+	fs_service_on_fds(&fs_listeners_fds);
+	pthread_mutex_lock(&fs_listeners_lock);
+	fs_listener_get(l);
+	l->next = fs_service_listeners;
+	fs_service_listeners = l;
+	pthread_mutex_unlock(&fs_listeners_lock);
+	fs_service_kick(); /* starts the service thread if it is not running */
+}
+
+struct fs_listener *fs_listener_open(int fd)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	struct fs_listener *l;
+	bool shared;
+	int udp;
+
+	if (fs_real.getsockname(fd, (struct sockaddr *)&ss, &len))
+		return NULL;
+	if (ss.ss_family != AF_INET && ss.ss_family != AF_INET6)
+		return NULL;
+	udp = fs_listener_twin(fd, ss.ss_family, &shared);
+	if (udp < 0)
+		return NULL;
 	if (fs_real.bind(udp, (struct sockaddr *)&ss, len)) {
 		FS_INFO("listener on port %u: UDP port taken (%s); this listener stays plain TCP",
 			ntohs(((struct sockaddr_in *)&ss)->sin_port), strerror(errno));
@@ -585,7 +639,7 @@ struct fs_listener *fs_listener_open(int fd)
 		return NULL;
 	}
 	l->table_fd = -1;
-	if (one) { /* SO_REUSEPORT */
+	if (shared) { /* SO_REUSEPORT */
 		l->table = fs_probe_table_shared(l, &ss);
 		if (!l->table) {
 			FS_INFO("listener on port %u: cannot share a probe table (%s); this listener stays plain TCP",
@@ -594,45 +648,17 @@ struct fs_listener *fs_listener_open(int fd)
 			free(l);
 			return NULL;
 		}
-	} else {
-		/* a memfd, so that a program this process execs with a connection
-		 * accepted here can look its record up (fs_listener_exec_fd) */
-		int tfd = memfd_create("fabsock-probe-table", MFD_CLOEXEC);
-
-		l->table_fd = -1;
-		if (tfd >= 0 && ftruncate(tfd, sizeof(*l->table)) == 0) {
-			l->table = mmap(NULL, sizeof(*l->table), PROT_READ | PROT_WRITE, MAP_SHARED, tfd, 0);
-			if (l->table != MAP_FAILED)
-				l->table_fd = fs_internal_fd(tfd);
-			else
-				fs_real.close(tfd);
-		} else {
-			if (tfd >= 0)
-				fs_real.close(tfd);
-			l->table = mmap(NULL, sizeof(*l->table), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-					-1, 0);
-		}
-		if (l->table == MAP_FAILED) {
-			fs_real.close(udp);
-			free(l);
-			return NULL;
-		}
-		fs_probe_table_init_lock(l->table);
-		__atomic_store_n(&l->table->ready, 1, __ATOMIC_RELEASE);
+	} else if (!fs_probe_table_private(l)) {
+		fs_real.close(udp);
+		free(l);
+		return NULL;
 	}
 	l->udp_fd = udp;
 	fs_udp_want_dest(udp, ss.ss_family); /* which local address each probe was sent to */
 	l->refs = 1;
 	l->pid = getpid();
 	l->port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
-
-	fs_service_on_fds(&fs_listeners_fds);
-	pthread_mutex_lock(&fs_listeners_lock);
-	fs_listener_get(l);
-	l->next = fs_service_listeners;
-	fs_service_listeners = l;
-	pthread_mutex_unlock(&fs_listeners_lock);
-	fs_service_kick(); /* starts the service thread if it is not running */
+	fs_listener_publish(l);
 	return l;
 }
 
