@@ -92,6 +92,89 @@ void fs_probe_cancel(struct fs_probe_client *pc)
 	pc->udp_fd = -1;
 }
 
+/* Sends the probe again when no answer came by its resend time NOW (the
+ * first datagram may have been dropped). Returns UNTIL, brought forward to
+ * the next resend if that comes first. */
+static uint64_t fs_probe_resend(struct fs_probe_client *pc, uint64_t now, uint64_t until)
+{
+	if (now >= pc->resend_ns && pc->resends < FS_PROBE_RESENDS_MAX) {
+		fs_real.send(pc->udp_fd, pc->pkt, sizeof(pc->pkt), MSG_NOSIGNAL | MSG_DONTWAIT);
+		pc->resends++;
+		FS_STAT_INC(probes_resent);
+		pc->resend_ns = now + ((uint64_t)FS_PROBE_RESEND_FIRST_MS << pc->resends) * 1000000ull;
+	}
+	if (pc->resends < FS_PROBE_RESENDS_MAX && pc->resend_ns < until)
+		until = pc->resend_ns;
+	return until;
+}
+
+/* The kernel's arrival stamp (SCM_TIMESTAMPNS, realtime ns) in MSG, or 0. */
+static uint64_t fs_probe_arrival(struct msghdr *msg)
+{
+	uint64_t arrival_real = 0;
+
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR(msg, c)) {
+		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS) {
+			struct timespec at;
+
+			memcpy(&at, CMSG_DATA(c), sizeof(at));
+			arrival_real = (uint64_t)at.tv_sec * 1000000000ull + (uint64_t)at.tv_nsec;
+		}
+	}
+	return arrival_real;
+}
+
+/* Reads one datagram from the probe socket: the answer (yes or no, with its
+ * arrival stamp in *ARRIVAL_REAL), a refusal (no one listens on the UDP
+ * port), or FS_PROBE_PENDING for anything else, which is not an answer to
+ * us. */
+static enum fs_probe_outcome fs_probe_read_answer(struct fs_probe_client *pc, uint64_t *arrival_real)
+{
+	uint8_t pkt[FS_WIRE_PROBE_LEN + 1];
+	struct fs_probe answer;
+	union {
+		struct cmsghdr align;
+		char bytes[128];
+	} control;
+	struct iovec iov = { .iov_base = pkt, .iov_len = sizeof(pkt) };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = &control,
+			      .msg_controllen = sizeof(control) };
+	ssize_t n = fs_real.recvmsg(pc->udp_fd, &msg, MSG_DONTWAIT);
+
+	if (n < 0 && errno == ECONNREFUSED)
+		return FS_PROBE_OUT_REFUSED;
+	if (n == FS_WIRE_PROBE_LEN && fs_wire_probe_decode(pkt, (size_t)n, &answer) == 0 &&
+	    answer.nonce == pc->nonce && (answer.type == FS_PROBE_YES || answer.type == FS_PROBE_NO)) {
+		*arrival_real = fs_probe_arrival(&msg);
+		return answer.type == FS_PROBE_YES ? FS_PROBE_OUT_YES : FS_PROBE_OUT_NO;
+	}
+	return FS_PROBE_PENDING;
+}
+
+/* The probe's outcome OUT is known: a yes that came too late counts as a
+ * timeout, and after a yes *TCP_READABLE says whether the server spoke
+ * first on FD. Closes the probe socket. Returns the outcome. */
+static enum fs_probe_outcome fs_probe_finish(struct fs_probe_client *pc, int fd, enum fs_probe_outcome out,
+					     uint64_t arrival_real, bool *tcp_readable)
+{
+	/* A yes that arrived after our deadline is too late: the server may
+	 * have stopped waiting for the HELLO. Judged by the kernel's arrival
+	 * stamp where there is one (the server waits seconds beyond our
+	 * deadline, so reading it late is fine); else by now. */
+	if (out == FS_PROBE_OUT_YES &&
+	    (arrival_real ? arrival_real > pc->deadline_real_ns : fs_now_ns() > pc->deadline_ns + 5000000ull))
+		out = FS_PROBE_OUT_TIMEOUT;
+	/* The server may have spoken first after all. */
+	if (out == FS_PROBE_OUT_YES) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+
+		if (fs_real.poll(&p, 1, 0) > 0)
+			*tcp_readable = true;
+	}
+	fs_probe_cancel(pc);
+	return out;
+}
+
 enum fs_probe_outcome fs_probe_result(struct fs_probe_client *pc, int fd, uint64_t deadline_ns,
 				      bool *tcp_readable)
 {
@@ -116,15 +199,7 @@ enum fs_probe_outcome fs_probe_result(struct fs_probe_client *pc, int fd, uint64
 		bool spin = now < spin_end && now < until;
 		int timeout_ms, ret;
 
-		if (now >= pc->resend_ns && pc->resends < FS_PROBE_RESENDS_MAX) {
-			/* no answer yet: the first datagram may have been dropped */
-			fs_real.send(pc->udp_fd, pc->pkt, sizeof(pc->pkt), MSG_NOSIGNAL | MSG_DONTWAIT);
-			pc->resends++;
-			FS_STAT_INC(probes_resent);
-			pc->resend_ns = now + ((uint64_t)FS_PROBE_RESEND_FIRST_MS << pc->resends) * 1000000ull;
-		}
-		if (pc->resends < FS_PROBE_RESENDS_MAX && pc->resend_ns < until)
-			until = pc->resend_ns;
+		until = fs_probe_resend(pc, now, until);
 		timeout_ms = spin ? 0 : until > now ? (int)((until - now + 999999) / 1000000) : 0;
 		ret = fs_real.poll(pfd, 2, timeout_ms);
 
@@ -136,35 +211,9 @@ enum fs_probe_outcome fs_probe_result(struct fs_probe_client *pc, int fd, uint64
 		if (ret < 0 && errno == EINTR)
 			continue;
 		if (ret > 0 && (pfd[0].revents & (POLLIN | POLLERR))) {
-			uint8_t pkt[FS_WIRE_PROBE_LEN + 1];
-			struct fs_probe answer;
-			union {
-				struct cmsghdr align;
-				char bytes[128];
-			} control;
-			struct iovec iov = { .iov_base = pkt, .iov_len = sizeof(pkt) };
-			struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = &control,
-					      .msg_controllen = sizeof(control) };
-			ssize_t n = fs_real.recvmsg(pc->udp_fd, &msg, MSG_DONTWAIT);
-
-			if (n < 0 && errno == ECONNREFUSED) {
-				out = FS_PROBE_OUT_REFUSED;
+			out = fs_probe_read_answer(pc, &arrival_real);
+			if (out != FS_PROBE_PENDING)
 				break;
-			}
-			if (n == FS_WIRE_PROBE_LEN && fs_wire_probe_decode(pkt, (size_t)n, &answer) == 0 &&
-			    answer.nonce == pc->nonce &&
-			    (answer.type == FS_PROBE_YES || answer.type == FS_PROBE_NO)) {
-				out = answer.type == FS_PROBE_YES ? FS_PROBE_OUT_YES : FS_PROBE_OUT_NO;
-				for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
-					if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS) {
-						struct timespec at;
-
-						memcpy(&at, CMSG_DATA(c), sizeof(at));
-						arrival_real = (uint64_t)at.tv_sec * 1000000000ull + (uint64_t)at.tv_nsec;
-					}
-				}
-				break;
-			}
 			continue; /* anything else is not an answer to us */
 		}
 		if (ret > 0 && (pfd[1].revents & (POLLIN | POLLHUP | POLLERR))) {
@@ -178,20 +227,5 @@ enum fs_probe_outcome fs_probe_result(struct fs_probe_client *pc, int fd, uint64
 		if (fs_now_ns() >= deadline_ns)
 			return FS_PROBE_PENDING;
 	}
-	/* A yes that arrived after our deadline is too late: the server may
-	 * have stopped waiting for the HELLO. Judged by the kernel's arrival
-	 * stamp where there is one (the server waits seconds beyond our
-	 * deadline, so reading it late is fine); else by now. */
-	if (out == FS_PROBE_OUT_YES &&
-	    (arrival_real ? arrival_real > pc->deadline_real_ns : fs_now_ns() > pc->deadline_ns + 5000000ull))
-		out = FS_PROBE_OUT_TIMEOUT;
-	/* The server may have spoken first after all. */
-	if (out == FS_PROBE_OUT_YES) {
-		struct pollfd p = { .fd = fd, .events = POLLIN };
-
-		if (fs_real.poll(&p, 1, 0) > 0)
-			*tcp_readable = true;
-	}
-	fs_probe_cancel(pc);
-	return out;
+	return fs_probe_finish(pc, fd, out, arrival_real, tcp_readable);
 }
