@@ -115,6 +115,100 @@ static void fs_poll_unshare(const struct pollfd *fds, nfds_t nfds)
 	}
 }
 
+/* The kernel's set for one round, in KSET: FDS, but an offloaded socket's
+ * entry watches its control connection only; and urgent data, which the
+ * kernel carries (a peer's MSG_OOB took the stream back to TCP). */
+static void fs_poll_kernel_set(struct pollfd *kset, const struct pollfd *fds, nfds_t nfds)
+{
+	memcpy(kset, fds, nfds * sizeof(*kset));
+	for (nfds_t i = 0; i < nfds; i++) {
+		struct fs_sock *s = kset[i].fd >= 0 ? fs_fdt_peek(kset[i].fd) : NULL;
+
+		if (s && s != FS_SOCK_INTERNAL && fs_sock_state(s) == FS_SOCK_OFFLOADED)
+			kset[i].events = (short)(POLLIN | POLLRDHUP | (fds[i].events & POLLPRI));
+	}
+}
+
+/* Asks the kernel about KSET: without waiting while the spin lasts (until
+ * SPIN_END), else for a slice of *SLICE_US (grown first, up to the cap for
+ * the time since START), never past DEADLINE, sleeping deeply on the
+ * engine's fd where it can (fs_engine_deep_sleep). Returns the kernel's
+ * count, or -1 with errno set. */
+static int fs_poll_kernel_wait(struct pollfd *kset, nfds_t nfds, uint64_t start, uint64_t spin_end,
+			       uint64_t deadline, uint64_t *slice_us, const sigset_t *sigmask)
+{
+	uint64_t now = fs_now_ns(), ns;
+	struct timespec ts;
+	bool slept = false;
+	int kready;
+
+	if (now >= spin_end && (!deadline || now < deadline)) {
+		uint64_t cap = fs_wait_slice_cap_us(now - start);
+
+		*slice_us = *slice_us * 2 < cap ? *slice_us * 2 : cap;
+	}
+	/* spin: no wait; else a slice, never past the caller's deadline */
+	ns = now < spin_end ? 0 : *slice_us * 1000ull;
+	if (deadline && now + ns > deadline)
+		ns = deadline > now ? deadline - now : 0;
+	ts.tv_sec = (time_t)(ns / 1000000000ull);
+	ts.tv_nsec = (long)(ns % 1000000000ull);
+	kready = ns ? fs_engine_deep_sleep(kset, nfds, deadline, sigmask, &slept) : 0;
+	if (slept && kready < 0) {
+		errno = -kready;
+		kready = -1;
+	}
+	if (!slept && kready == -EAGAIN)
+		ts.tv_sec = ts.tv_nsec = 0; /* just armed: look again, then sleep */
+	if (!slept)
+		kready = fs_real.ppoll(kset, nfds, &ts, sigmask);
+	return kready;
+}
+
+/* Fills the REVENTS of FDS's entries that are not offloaded sockets (those
+ * fs_poll_ours filled) from KSET, the kernel's answers. Returns how many
+ * of them are ready. */
+static int fs_poll_kernel_answers(struct pollfd *fds, nfds_t nfds, struct pollfd *kset)
+{
+	int total = 0;
+
+	for (nfds_t i = 0; i < nfds; i++) {
+		struct fs_sock *s = fds[i].fd >= 0 ? fs_fdt_peek(fds[i].fd) : NULL;
+
+		if (s && s != FS_SOCK_INTERNAL && fs_sock_state(s) == FS_SOCK_OFFLOADED)
+			continue; /* filled by fs_poll_ours */
+		if (!s && fds[i].revents) {
+			/* an epoll instance made ready by its offloaded members:
+			 * counted by fs_poll_ours; add the kernel's own answer */
+			fds[i].revents |= kset[i].revents;
+			continue;
+		}
+		if (!s && (kset[i].revents & POLLIN) && fs_epoll_has_members(fds[i].fd) &&
+		    !fs_epoll_kernel_readable(fds[i].fd))
+			kset[i].revents &= ~POLLIN; /* only handshake bytes were there */
+		fds[i].revents = kset[i].revents;
+		/* a client that cannot take bytes yet (no HELLO sent, or
+		 * its hold full): do not invite a nonblocking writer to spin */
+		if (s && s != FS_SOCK_INTERNAL && !fs_sock_writable_early(s))
+			fds[i].revents &= ~POLLOUT;
+		if (fds[i].revents)
+			total++;
+	}
+	return total;
+}
+
+/* Everything fell back to the kernel: a plain poll of FDS until DEADLINE
+ * (0: none) will do. Returns its count or -errno. */
+static int fs_poll_plain(struct pollfd *fds, nfds_t nfds, uint64_t deadline, const sigset_t *sigmask)
+{
+	uint64_t t = fs_now_ns();
+	int left = deadline ? (int)((deadline > t ? deadline - t : 0) / 1000000ull) : -1;
+	struct timespec ts = { left / 1000, (long)(left % 1000) * 1000000 };
+	int ret = fs_real.ppoll(fds, nfds, left < 0 ? NULL : &ts, sigmask);
+
+	return ret < 0 ? -errno : ret;
+}
+
 int fs_core_poll(struct pollfd *fds, nfds_t nfds, int64_t timeout_ns, const sigset_t *sigmask)
 {
 	struct pollfd stack[FS_POLL_STACK], *kset;
@@ -140,55 +234,10 @@ int fs_core_poll(struct pollfd *fds, nfds_t nfds, int64_t timeout_ns, const sigs
 	if (!kset)
 		return -ENOMEM;
 	for (;;) {
-		int kready, ours, total = 0;
-		uint64_t now;
-		int wait_ms = 0;
+		int kready, ours, total;
 
-
-		memcpy(kset, fds, nfds * sizeof(*kset));
-		for (nfds_t i = 0; i < nfds; i++) {
-			struct fs_sock *s = kset[i].fd >= 0 ? fs_fdt_peek(kset[i].fd) : NULL;
-
-			/* control connection only; and urgent data, which the kernel
-			 * carries (a peer's MSG_OOB took the stream back to TCP) */
-			if (s && s != FS_SOCK_INTERNAL && fs_sock_state(s) == FS_SOCK_OFFLOADED)
-				kset[i].events = (short)(POLLIN | POLLRDHUP | (fds[i].events & POLLPRI));
-		}
-		now = fs_now_ns();
-		if (now >= spin_end && (!deadline || now < deadline)) {
-			uint64_t left = deadline ? (deadline - now) / 1000 : slice_us;
-
-			wait_ms = (int)((slice_us < left ? slice_us : left) / 1000);
-			{
-				uint64_t cap = fs_wait_slice_cap_us(now - start);
-
-				slice_us = slice_us * 2 < cap ? slice_us * 2 : cap;
-			}
-		}
-		{
-			/* spin: no wait; else a slice, never past the caller's deadline */
-			uint64_t ns = now < spin_end ? 0 : slice_us * 1000ull;
-			struct timespec ts;
-
-			if (deadline && now + ns > deadline)
-				ns = deadline > now ? deadline - now : 0;
-			(void)wait_ms;
-			ts.tv_sec = (time_t)(ns / 1000000000ull);
-			ts.tv_nsec = (long)(ns % 1000000000ull);
-			{
-				bool slept = false;
-
-				kready = ns ? fs_engine_deep_sleep(kset, nfds, deadline, sigmask, &slept) : 0;
-				if (slept && kready < 0) {
-					errno = -kready;
-					kready = -1;
-				}
-				if (!slept && kready == -EAGAIN)
-					ts.tv_sec = ts.tv_nsec = 0; /* just armed: look again, then sleep */
-				if (!slept)
-					kready = fs_real.ppoll(kset, nfds, &ts, sigmask);
-			}
-		}
+		fs_poll_kernel_set(kset, fds, nfds);
+		kready = fs_poll_kernel_wait(kset, nfds, start, spin_end, deadline, &slice_us, sigmask);
 		if (kready < 0) {
 			ret = -errno;
 			break;
@@ -196,29 +245,7 @@ int fs_core_poll(struct pollfd *fds, nfds_t nfds, int64_t timeout_ns, const sigs
 		for (nfds_t i = 0; i < nfds; i++)
 			fds[i].revents = 0;
 		ours = fs_poll_ours(fds, nfds, kset, &any_ours);
-		for (nfds_t i = 0; i < nfds; i++) {
-			struct fs_sock *s = fds[i].fd >= 0 ? fs_fdt_peek(fds[i].fd) : NULL;
-
-			if (s && s != FS_SOCK_INTERNAL && fs_sock_state(s) == FS_SOCK_OFFLOADED)
-				continue; /* filled by fs_poll_ours */
-			if (!s && fds[i].revents) {
-				/* an epoll instance made ready by its offloaded members:
-				 * counted by fs_poll_ours; add the kernel's own answer */
-				fds[i].revents |= kset[i].revents;
-				continue;
-			}
-			if (!s && (kset[i].revents & POLLIN) && fs_epoll_has_members(fds[i].fd) &&
-			    !fs_epoll_kernel_readable(fds[i].fd))
-				kset[i].revents &= ~POLLIN; /* only handshake bytes were there */
-			fds[i].revents = kset[i].revents;
-			/* a client that cannot take bytes yet (no HELLO sent, or
-			 * its hold full): do not invite a nonblocking writer to spin */
-			if (s && s != FS_SOCK_INTERNAL && !fs_sock_writable_early(s))
-				fds[i].revents &= ~POLLOUT;
-			if (fds[i].revents)
-				total++;
-		}
-		total += ours;
+		total = fs_poll_kernel_answers(fds, nfds, kset) + ours;
 		if (total)
 			fs_engine_wait_done(fs_engine_peek(), fs_now_ns() >= late_at, total);
 		if (total || (deadline && fs_now_ns() >= deadline) || timeout_ms == 0) {
@@ -226,14 +253,7 @@ int fs_core_poll(struct pollfd *fds, nfds_t nfds, int64_t timeout_ns, const sigs
 			break;
 		}
 		if (!any_ours) {
-			/* everything fell back to the kernel: a plain poll will do */
-			uint64_t t = fs_now_ns();
-			int left = deadline ? (int)((deadline > t ? deadline - t : 0) / 1000000ull) : -1;
-
-			struct timespec ts = { left / 1000, (long)(left % 1000) * 1000000 };
-
-			ret = fs_real.ppoll(fds, nfds, left < 0 ? NULL : &ts, sigmask);
-			ret = ret < 0 ? -errno : ret;
+			ret = fs_poll_plain(fds, nfds, deadline, sigmask);
 			break;
 		}
 		if (fs_now_ns() < spin_end)
