@@ -342,6 +342,164 @@ void fs_service_on_fds(const struct fs_service_fds *fds)
 	__atomic_store_n(&fs_service_registered, fds, __ATOMIC_RELEASE);
 }
 
+/* Builds the round's poll set in SET: the fixed entries, the registered
+ * descriptors (up to *NL) and the watches (up to *NW), room kept for the
+ * hand-backs' sockets; *NEXT_DEADLINE is the nearest watch's deadline
+ * (UINT64_MAX: none). Returns the entries, or 0 when there is no memory
+ * for the fixed ones. */
+static nfds_t fs_service_build_set(struct fs_service_set *set, nfds_t *nl, nfds_t *nw, uint64_t *next_deadline)
+{
+	const struct fs_service_fds *reg = __atomic_load_n(&fs_service_registered, __ATOMIC_ACQUIRE);
+	size_t registered = 0;
+	nfds_t n = 0, cap;
+
+	pthread_mutex_lock(&fs_service_lock);
+	if (reg)
+		registered = reg->count();
+	cap = fs_service_set_fit(set, FS_SERVICE_FIXED + registered + fs_watch_count + FS_SERVICE_BLOCKED);
+	if (cap < FS_SERVICE_FIXED + FS_SERVICE_BLOCKED) {
+		pthread_mutex_unlock(&fs_service_lock);
+		return 0;
+	}
+	n = fs_service_set_put(set, n, fs_service_wake_fd, POLLIN, NULL, NULL, NULL);
+	/* the bell: -1 (ignored by poll) until a HELLO opened it */
+	n = fs_service_set_put(set, n, fs_bell_fd(), POLLIN, NULL, NULL, NULL);
+	n = fs_service_set_put(set, n, fs_service_timer_fd, POLLIN, NULL, NULL, NULL);
+	/* requests for a stream back from processes forked later */
+	n = fs_service_set_put(set, n, fs_handback_request_fd(fs_engine_peek()), POLLIN, NULL, NULL, NULL);
+	set->n = n;
+	if (reg)
+		reg->put(set);
+	*nl = n = set->n;
+	*next_deadline = UINT64_MAX;
+	for (struct fs_watch *w = fs_watch_list; w; w = w->next) {
+		if (w->deadline_ns < *next_deadline)
+			*next_deadline = w->deadline_ns;
+		if (n + FS_SERVICE_BLOCKED < cap) /* else left to its deadline */
+			n = fs_service_set_put(set, n, w->fd, w->events, NULL, NULL, w);
+	}
+	*nw = n;
+	pthread_mutex_unlock(&fs_service_lock);
+	return n;
+}
+
+/* The engine's work before the poll, if its lock is free (else someone is
+ * making progress): stale pulls, idle grants, the hand-backs' sockets
+ * waiting for room (added to SET after entry *N), arming the doorbells when
+ * idle, leaving the bell to deep sleepers (*BELL_OFF). Returns the poll's
+ * timeout for the engine's sake (-1: none; IDLE_US while streams live). */
+static int fs_service_engine_look(struct fs_service_set *set, nfds_t *n, uint64_t idle_us, bool *bell_off)
+{
+	struct fs_engine *e = fs_engine_peek();
+	/* Busy engine lock: someone is making progress; look again soon. */
+	bool busy = true, live = true, deep = false;
+
+	if (!e)
+		return -1;
+	if (pthread_mutex_trylock(&e->lock) == 0) {
+		uint64_t now = fs_now_ns();
+
+		busy = fs_engine_busy(e);
+		/* orphans included (live_streams): one waits for
+		 * the peer's FIN or its linger deadline, and only
+		 * a progress round sees either */
+		live = e->live_streams != 0;
+		/* payloads a slow reader leaves at the sender come over */
+		fs_engine_pull_stale(e);
+		/* grants of streams gone quiet go back to the floor */
+		fs_engine_grants_idle(e);
+		/* TCP writes of hand-backs waiting for room */
+		{
+			int fds[FS_SERVICE_BLOCKED];
+			unsigned nb = fs_handback_blocked_fds(e, fds, FS_SERVICE_BLOCKED);
+
+			for (unsigned i = 0; i < nb; i++)
+				*n = fs_service_set_put(set, *n, fds[i], POLLOUT, NULL, NULL, NULL);
+		}
+		fs_engine_debug_dump(e, now);
+		/* Idle: ask every peer to ring the doorbell, then sleep on it. */
+		if (!busy && fs_engine_quiet(e, now))
+			fs_bell_arm_all(e);
+		/* A sleepy engine's waiter sleeping deeply armed
+		 * every stream: with nothing in flight, this thread
+		 * is needed for a ring or a watch only. */
+		deep = fs_engine_deep_idle(e) || (e->deep_waiters && fs_engine_waiters_arm(e));
+		/* deep sleepers watch the doorbell: one wake-up per
+		 * ring, theirs (fs_engine_bell_watched) */
+		*bell_off = deep && e->deep_waiters;
+		__atomic_store_n(&e->service_bell_off, *bell_off, __ATOMIC_RELAXED);
+		if (*bell_off)
+			set->pfd[1].fd = -1;
+		pthread_mutex_unlock(&e->lock);
+	}
+	if (busy)
+		return 0;
+	if (deep)
+		return FS_BELL_SLICE_MS;
+	if (live)
+		return (int)(idle_us / 1000);
+	return -1;
+}
+
+/* Serves the fixed entries of PFD after a poll that returned RET: gives the
+ * bell back to this thread (*BELL_OFF), the wake-up, an exit a signal asked
+ * for, a ring (*IDLE_US back to its start), the timer, hand-back requests. */
+static void fs_service_fixed_ready(const struct pollfd *pfd, int ret, bool *bell_off, uint64_t *idle_us)
+{
+	struct fs_engine *e;
+
+	if (*bell_off && (e = fs_engine_peek())) {
+		__atomic_store_n(&e->service_bell_off, false, __ATOMIC_RELAXED);
+		*bell_off = false;
+	}
+	if (ret > 0 && (pfd[0].revents & POLLIN)) {
+		uint64_t v;
+		ssize_t r = fs_real.read(fs_service_wake_fd, &v, sizeof(v));
+		(void)r;
+	}
+	if (__atomic_load_n(&fs_service_exit_wanted, __ATOMIC_ACQUIRE)) {
+		/* a signal is ending the process: deliver, then answer */
+		uint64_t one = 1;
+		ssize_t r;
+
+		fs_core_exit();
+		r = fs_real.write(fs_service_exit_fd, &one, sizeof(one));
+		(void)r;
+		__atomic_store_n(&fs_service_exit_wanted, 0, __ATOMIC_RELEASE);
+	}
+	if (ret > 0 && (pfd[1].revents & POLLIN)) {
+		fs_bell_drain(fs_engine_peek());
+		*idle_us = 1000; /* a ring: the peer's message is on its way */
+	}
+	if (ret > 0 && (pfd[2].revents & POLLIN)) {
+		uint64_t v;
+		ssize_t r = fs_real.read(fs_service_timer_fd, &v, sizeof(v));
+
+		(void)r;
+		__atomic_store_n(&fs_service_timer_armed, 0, __ATOMIC_RELEASE);
+	}
+	if (ret > 0 && (pfd[3].revents & POLLIN) && (e = fs_engine_peek())) {
+		pthread_mutex_lock(&e->lock);
+		fs_handback_serve(e);
+		pthread_mutex_unlock(&e->lock);
+	}
+}
+
+/* The engine's work after a round: a progress round if its lock is free
+ * and streams live, and the back-off of *IDLE_US while nothing happens. */
+static void fs_service_progress(uint64_t *idle_us)
+{
+	struct fs_engine *e = fs_engine_peek();
+
+	if (e && pthread_mutex_trylock(&e->lock) == 0) {
+		int done = e->live_streams ? fs_engine_progress(e) : 0;
+
+		pthread_mutex_unlock(&e->lock);
+		/* Back off while nothing happens: idle costs ~nothing. */
+		*idle_us = done ? 1000 : (*idle_us < 50000 ? *idle_us * 2 : 50000);
+	}
+}
+
 /* The engine's share of a round is still called directly: its doorbell
  * and hand-back fds at fixed slots, its look under the engine lock before
  * the poll (which may leave the doorbell out of the set), the doorbell and
@@ -360,91 +518,17 @@ static void *fs_service_main(void *arg)
 	pthread_mutex_lock(&fs_service_busy);
 	for (;;) {
 		struct pollfd *pfd;
-		nfds_t n = 0, cap;
-		int timeout_ms = -1;
-		struct fs_engine *e;
+		nfds_t n;
+		int timeout_ms;
 		int ret;
-		const struct fs_service_fds *reg = __atomic_load_n(&fs_service_registered, __ATOMIC_ACQUIRE);
-		size_t registered = 0;
 
-		pthread_mutex_lock(&fs_service_lock);
-		if (reg)
-			registered = reg->count();
-		cap = fs_service_set_fit(&set, FS_SERVICE_FIXED + registered + fs_watch_count + FS_SERVICE_BLOCKED);
-		if (cap < FS_SERVICE_FIXED + FS_SERVICE_BLOCKED) { /* no memory for the fixed entries: try again soon */
-			pthread_mutex_unlock(&fs_service_lock);
+		n = fs_service_build_set(&set, &nl, &nw, &next_deadline);
+		if (!n) { /* no memory for the fixed entries: try again soon */
 			fs_real.poll(NULL, 0, 10);
 			continue;
 		}
 		pfd = set.pfd;
-		n = fs_service_set_put(&set, n, fs_service_wake_fd, POLLIN, NULL, NULL, NULL);
-		/* the bell: -1 (ignored by poll) until a HELLO opened it */
-		n = fs_service_set_put(&set, n, fs_bell_fd(), POLLIN, NULL, NULL, NULL);
-		n = fs_service_set_put(&set, n, fs_service_timer_fd, POLLIN, NULL, NULL, NULL);
-		/* requests for a stream back from processes forked later */
-		n = fs_service_set_put(&set, n, fs_handback_request_fd(fs_engine_peek()), POLLIN, NULL, NULL, NULL);
-		set.n = n;
-		if (reg)
-			reg->put(&set);
-		nl = n = set.n;
-		next_deadline = UINT64_MAX;
-		for (struct fs_watch *w = fs_watch_list; w; w = w->next) {
-			if (w->deadline_ns < next_deadline)
-				next_deadline = w->deadline_ns;
-			if (n + FS_SERVICE_BLOCKED < cap) /* else left to its deadline */
-				n = fs_service_set_put(&set, n, w->fd, w->events, NULL, NULL, w);
-		}
-		nw = n;
-		pthread_mutex_unlock(&fs_service_lock);
-
-		e = fs_engine_peek();
-		if (e) {
-			/* Busy engine lock: someone is making progress; look again soon. */
-			bool busy = true, live = true, deep = false;
-
-			if (pthread_mutex_trylock(&e->lock) == 0) {
-				uint64_t now = fs_now_ns();
-
-				busy = fs_engine_busy(e);
-				/* orphans included (live_streams): one waits for
-				 * the peer's FIN or its linger deadline, and only
-				 * a progress round sees either */
-				live = e->live_streams != 0;
-				/* payloads a slow reader leaves at the sender come over */
-				fs_engine_pull_stale(e);
-				/* grants of streams gone quiet go back to the floor */
-				fs_engine_grants_idle(e);
-				/* TCP writes of hand-backs waiting for room */
-				{
-					int fds[FS_SERVICE_BLOCKED];
-					unsigned nb = fs_handback_blocked_fds(e, fds, FS_SERVICE_BLOCKED);
-
-					for (unsigned i = 0; i < nb; i++)
-						n = fs_service_set_put(&set, n, fds[i], POLLOUT, NULL, NULL, NULL);
-				}
-				fs_engine_debug_dump(e, now);
-				/* Idle: ask every peer to ring the doorbell, then sleep on it. */
-				if (!busy && fs_engine_quiet(e, now))
-					fs_bell_arm_all(e);
-				/* A sleepy engine's waiter sleeping deeply armed
-				 * every stream: with nothing in flight, this thread
-				 * is needed for a ring or a watch only. */
-				deep = fs_engine_deep_idle(e) || (e->deep_waiters && fs_engine_waiters_arm(e));
-				/* deep sleepers watch the doorbell: one wake-up per
-				 * ring, theirs (fs_engine_bell_watched) */
-				bell_off = deep && e->deep_waiters;
-				__atomic_store_n(&e->service_bell_off, bell_off, __ATOMIC_RELAXED);
-				if (bell_off)
-					pfd[1].fd = -1;
-				pthread_mutex_unlock(&e->lock);
-			}
-			if (busy)
-				timeout_ms = 0;
-			else if (deep)
-				timeout_ms = FS_BELL_SLICE_MS;
-			else if (live)
-				timeout_ms = (int)(idle_us / 1000);
-		}
+		timeout_ms = fs_service_engine_look(&set, &n, idle_us, &bell_off);
 		if (next_deadline != UINT64_MAX) {
 			uint64_t now = fs_now_ns();
 			int until = next_deadline > now ? (int)((next_deadline - now) / 1000000ull) + 1 : 0;
@@ -461,52 +545,11 @@ static void *fs_service_main(void *arg)
 			ret = fs_real.poll(pfd, n, timeout_ms);
 		}
 		pthread_mutex_lock(&fs_service_busy);
-		if (bell_off && (e = fs_engine_peek())) {
-			__atomic_store_n(&e->service_bell_off, false, __ATOMIC_RELAXED);
-			bell_off = false;
-		}
-		if (ret > 0 && (pfd[0].revents & POLLIN)) {
-			uint64_t v;
-			ssize_t r = fs_real.read(fs_service_wake_fd, &v, sizeof(v));
-			(void)r;
-		}
-		if (__atomic_load_n(&fs_service_exit_wanted, __ATOMIC_ACQUIRE)) {
-			/* a signal is ending the process: deliver, then answer */
-			uint64_t one = 1;
-			ssize_t r;
-
-			fs_core_exit();
-			r = fs_real.write(fs_service_exit_fd, &one, sizeof(one));
-			(void)r;
-			__atomic_store_n(&fs_service_exit_wanted, 0, __ATOMIC_RELEASE);
-		}
-		if (ret > 0 && (pfd[1].revents & POLLIN)) {
-			fs_bell_drain(fs_engine_peek());
-			idle_us = 1000; /* a ring: the peer's message is on its way */
-		}
-		if (ret > 0 && (pfd[2].revents & POLLIN)) {
-			uint64_t v;
-			ssize_t r = fs_real.read(fs_service_timer_fd, &v, sizeof(v));
-
-			(void)r;
-			__atomic_store_n(&fs_service_timer_armed, 0, __ATOMIC_RELEASE);
-		}
-		if (ret > 0 && (pfd[3].revents & POLLIN) && (e = fs_engine_peek())) {
-			pthread_mutex_lock(&e->lock);
-			fs_handback_serve(e);
-			pthread_mutex_unlock(&e->lock);
-		}
+		fs_service_fixed_ready(pfd, ret, &bell_off, &idle_us);
 		for (nfds_t i = FS_SERVICE_FIXED; i < nl; i++)
 			set.slot[i].ready(set.slot[i].arg, ret > 0 ? pfd[i].revents : 0);
 		fs_service_run_watches(&set, nl, nw);
-		e = fs_engine_peek();
-		if (e && pthread_mutex_trylock(&e->lock) == 0) {
-			int done = e->live_streams ? fs_engine_progress(e) : 0;
-
-			pthread_mutex_unlock(&e->lock);
-			/* Back off while nothing happens: idle costs ~nothing. */
-			idle_us = done ? 1000 : (idle_us < 50000 ? idle_us * 2 : 50000);
-		}
+		fs_service_progress(&idle_us);
 	}
 	return arg;
 }
