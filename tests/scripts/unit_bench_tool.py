@@ -1,0 +1,246 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+# The arithmetic of `fabsock bench` (tools/fabsock_bench.py) without running
+# a benchmark: medians of repeated samples (odd and even counts, failed runs
+# among them), the fabsock/kernel and fabsock/raw ratios, and "met?" for
+# each kind of target; its output parsers on real outputs of each tool
+# (tests/data/bench, captured on the 2-core VM); the charts of a small
+# results.json, whose SVG must parse and break its line where a cell is
+# missing; a child past its time limit killed with its process group; and
+# fabsock-netbench's clients once over kernel TCP, so that a broken
+# key=value line shows up here first.
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import xml.etree.ElementTree as ET
+
+TOOLS = os.environ.get("FS_TOOLS") or os.path.join(os.path.dirname(__file__), "..", "..", "tools")
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "bench")
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, TOOLS)
+import fabsock_bench as fb  # noqa: E402
+
+
+def sample(name):
+    with open(os.path.join(DATA, name)) as f:
+        return f.read()
+
+
+class Arithmetic(unittest.TestCase):
+    SAMPLES = {
+        ("lat_p50", "kernel"): ["10", "12", "11"], ("lat_p50", "fabsock"): ["2", "failed", "1.5", "3"],
+        ("lat_p50", "raw"): ["n/a"],
+        ("lat_avg", "fabsock"): ["1.4"], ("lat_avg", "raw"): ["1.0"],
+        ("iperf3_1", "kernel"): ["10"], ("iperf3_1", "fabsock"): ["29.9"],
+        ("redis_get", "kernel"): ["failed", "failed"], ("redis_get", "fabsock"): ["150000"],
+        ("idle_recv", "fabsock"): ["0.80", "1.20", "0.90"], ("mem_conn_client", "fabsock"): ["-1.5", "2.5"],
+        ("slow_growth", "fabsock"): ["5.0"],
+        ("scale_mem_client", "kernel"): ["0.02"], ("scale_mem_client", "fabsock"): ["1.14"],
+        ("scale_mem_server", "kernel"): ["0.00"], ("scale_mem_server", "fabsock"): ["2.39"],
+    }
+
+    def setUp(self):
+        self.rows = {r.id: r for r in fb.define_rows(False)}
+        self.cells = {key: fb.median(s) for key, s in self.SAMPLES.items()}
+
+    def met(self, row_id):
+        cells = {m: self.cells.get((row_id, m), "") for m in fb.MODES}
+        return fb.target_met(self.rows[row_id], cells)
+
+    def test_medians(self):
+        self.assertEqual(self.cells[("lat_p50", "kernel")], "11")
+        # 1.5, 2, 3: the failed run is left out of an even count of samples
+        self.assertEqual(self.cells[("lat_p50", "fabsock")], "2")
+        self.assertEqual(fb.median(["4", "1", "failed", "2", "3"]), "2.5")
+        self.assertEqual(self.cells[("redis_get", "kernel")], "failed")
+        self.assertEqual(self.cells[("mem_conn_client", "fabsock")], "0.5")
+        self.assertEqual(self.cells[("idle_recv", "fabsock")], "0.9")
+        self.assertEqual(fb.median(["0.00"]), "0")
+        self.assertEqual(fb.median([]), "")
+
+    def test_ratios(self):
+        self.assertEqual(fb.ratio(self.cells[("lat_p50", "fabsock")], self.cells[("lat_p50", "kernel")]), "0.18")
+        self.assertEqual(fb.ratio(self.cells[("lat_avg", "fabsock")], self.cells[("lat_avg", "raw")]), "1.40")
+        self.assertEqual(fb.ratio("1", "0"), "")
+        self.assertEqual(fb.ratio("1", "failed"), "")
+
+    def test_targets(self):
+        self.assertEqual(self.met("lat_p50"), "yes")             # fk <= 0.2
+        self.assertEqual(self.met("lat_avg"), "yes")             # fr <= 1.5
+        self.assertEqual(self.met("iperf3_1"), "no")             # fk >= 3 missed by a hair
+        self.assertEqual(self.met("redis_get"), "-")             # kernel failed: no verdict
+        self.assertEqual(self.met("idle_recv"), "yes")           # f < 1
+        self.assertEqual(self.met("slow_growth"), "no")          # f <= 4 missed
+        self.assertEqual(self.met("mem_conn_client"), "reported")
+        self.assertEqual(self.met("mem_proc_client"), "-")       # report, but no number
+        self.assertEqual(self.met("lat_p99"), "-")               # no target
+        self.assertEqual(self.met("scale_mem_client"), "yes")    # fd <= 2: 1.12 above the kernel
+        self.assertEqual(self.met("scale_mem_server"), "no")     # fd <= 2: 2.39 above
+        self.assertEqual(fb.target_text(self.rows["lat_p50"]), "<= 0.2x kernel")
+        self.assertEqual(fb.target_text(self.rows["lat_avg"]), "<= 1.5x raw")
+        self.assertEqual(fb.target_text(self.rows["scale_mem_client"]), "<= kernel + 2 KiB")
+        self.assertEqual(fb.target_text(self.rows["idle_recv"]), "< 1 % CPU")
+
+    def test_rows(self):
+        self.assertEqual(self.rows["scale_mem_server"].name, "RSS per idle connection at 10000, server")
+        self.assertEqual(fb.size_label(262144), "256 KiB")
+        quick = [r.id for r in fb.define_rows(True)]
+        self.assertEqual([r for r in quick if r.startswith("lat_sz_")],
+                         ["lat_sz_64", "lat_sz_4096", "lat_sz_65536", "lat_sz_1048576"])
+        self.assertNotIn("idle_epoll", quick)
+        self.assertEqual(len(self.rows), 3 + 8 + 1 + 8 + 24)
+        self.assertEqual(fb.raw_iterations(64, False), 100000)
+        self.assertEqual(fb.raw_iterations(1048576, True), 409)
+
+    def test_json(self):
+        text = fb.results_json([("repeat", 3), ("quick", False), ("offload", [("sockperf", "")])],
+                               [[("id", "x"), ("size_bytes", ""), ("fabsock", "29.90"), ("raw_libfabric", "n/a"),
+                                 ("kernel_tcp", "failed"), ("samples", [("fabsock", ["29.90", "n/a"])])]])
+        self.assertIn('"fabsock": 29.90', text)  # as printed
+        data = json.loads(text)
+        self.assertEqual(data["offload"], {"sockperf": None})
+        self.assertEqual(data["results"][0], {"id": "x", "size_bytes": None, "fabsock": 29.9, "raw_libfabric": None,
+                                              "kernel_tcp": "failed", "samples": {"fabsock": [29.9, None]}})
+
+
+class Parsers(unittest.TestCase):
+    def test_sockperf(self):
+        self.assertEqual(fb.parse_sockperf_pingpong(sample("sockperf-pingpong.out")), ("1.719", "1.487", "4.381"))
+        self.assertEqual(fb.parse_sockperf_throughput(sample("sockperf-throughput.out")), "664538")
+        self.assertEqual(fb.parse_sockperf_pingpong(sample("sockperf-throughput.out")), (None, None, None))
+
+    def test_iperf(self):
+        self.assertEqual(fb.parse_iperf2_csv(sample("iperf2.csv")), "38038542352")
+        self.assertEqual(fb.parse_iperf3_json(sample("iperf3.json")), "35.23")
+        self.assertIsNone(fb.parse_iperf3_json(sample("iperf3.json")[:100]))
+
+    def test_redis_wrk(self):
+        text = sample("redis-benchmark.out")
+        self.assertEqual(fb.parse_redis_rps(text, "GET"), "431034.50")
+        self.assertEqual(fb.parse_redis_rps(text, "SET"), "207468.88")
+        wrk = sample("wrk.out")
+        self.assertEqual(fb.parse_wrk(wrk), ("89427.07", False))
+        self.assertEqual(fb.parse_wrk(wrk.replace("Requests/sec", "  Non-2xx or 3xx responses: 7\nRequests/sec")),
+                         ("89427.07", True))
+
+    def test_fi_pingpong(self):
+        usec, mbps = fb.parse_fi_pingpong(sample("fi_pingpong.out"))
+        self.assertEqual((usec, mbps), ("25.79", "2.48"))
+        self.assertEqual(fb.gbits_from_mbytes("5829.74"), "46.64")
+
+    def test_netbench(self):
+        v = fb.parse_keyvalues(sample("netbench-pingpong.out"))
+        self.assertEqual((v["p50_usec"], v["avg_usec"]), ("14.746", "15.700"))
+        v = fb.parse_keyvalues(sample("netbench-connect.out"))
+        self.assertEqual((v["avg_usec"], v["per_sec"]), ("212.76", "4698.2"))
+        v = fb.parse_keyvalues(sample("netbench-hold.out"))
+        self.assertEqual(fb.per_conn(v["client_rss_one_kib"], v["client_rss_all_kib"], 64, 1), "7.1")
+        self.assertEqual(fb.per_conn(v["server_rss_one_kib"], v["server_rss_all_kib"], 64, 1), "24.4")
+        self.assertEqual(fb.slow_cells(fb.parse_keyvalues(sample("netbench-slowwrite.out"))), ("24.9", "0.4"))
+        self.assertIsNone(fb.parse_keyvalues("fabsock-netbench: connect: refused\n"))
+
+    def test_scale(self):
+        part, cpart, held, passed = fb.parse_scale_client(sample("fs_scale-client.out"))
+        self.assertEqual((part, cpart, held["setup_ms"], held["rss_held_kib"], passed),
+                         (200, 11104, "1053", "14136", 2000))
+        self.assertEqual(fb.per_conn(cpart, held["rss_held_kib"], 2000 - part, 2), "1.68")
+        self.assertIsNone(fb.parse_scale_client("FAIL connection 7: refused\n")[3])
+
+    def test_stats(self):
+        self.assertEqual(fb.stats_offloaded(sample("stats-sockperf-server.err")), 1)
+        self.assertIsNone(fb.stats_offloaded("sockperf: server\n"))
+        log = sample("stats-nginx-error.log")
+        self.assertEqual(fb.stats_sum(log, "offloaded"), 483 + 518)
+        self.assertEqual(fb.stats_sum(log, "kernel"), 0)
+
+    def test_proc(self):
+        stat = sample("proc-stat")
+        self.assertEqual(fb.proc_cpu_ticks(stat), 1 + 5)  # utime, stime
+        self.assertEqual(fb.proc_cpu_ticks(stat.replace("(bash)", "(a) b)")), 6)  # comm with ") "
+        self.assertEqual(fb.proc_rss_kib(sample("proc-status")), 4100)
+        self.assertEqual(fb.idle_percent(3, 1, 100, 3), "1.00")
+
+
+class Charts(unittest.TestCase):
+    def test_gap(self):
+        results = {"host": "h", "cpu": "c", "provider": "shm", "repeat": 3, "date": "2026-01-01T00:00:00Z",
+                   "results": [
+                       {"id": "lat_sz_64", "size_bytes": 64, "kernel_tcp": 10.5, "fabsock": 1.9, "raw_libfabric": 0.8},
+                       {"id": "lat_sz_4096", "size_bytes": 4096, "kernel_tcp": 12.0, "fabsock": "failed",
+                        "raw_libfabric": 2.1},
+                       {"id": "lat_sz_1048576", "size_bytes": 1048576, "kernel_tcp": 300, "fabsock": 250,
+                        "raw_libfabric": None},
+                       {"id": "bw_sz_64", "size_bytes": 64, "kernel_tcp": 1.6, "fabsock": 1.2, "raw_libfabric": 0.05},
+                       {"id": "bw_sz_1048576", "size_bytes": 1048576, "kernel_tcp": 24, "fabsock": 40,
+                        "raw_libfabric": 110}]}
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "results.json")
+            with open(path, "w") as f:
+                json.dump(results, f)
+            self.assertTrue(fb.draw_charts(path, d))
+            svg = {name: ET.parse(os.path.join(d, name + ".svg")) for name in ("latency", "bandwidth")}
+        ns = "{http://www.w3.org/2000/svg}"
+        lines = [p.get("stroke") for p in svg["latency"].iter(ns + "polyline")]
+        # kernel: one line of 3 points; fabsock: two pieces around the gap; raw: one of 2.
+        self.assertEqual(sorted(lines), sorted(["#6b6b6b", "#d62728", "#d62728", "#1f77b4"]))
+        self.assertEqual(len(list(svg["bandwidth"].iter(ns + "polyline"))), 3)
+
+
+class Children(unittest.TestCase):
+    def test_limit_kills_the_group(self):
+        """A child past its limit gets SIGINT, then SIGKILL 5 s later, to its
+        whole group: here a shell whose background sleep ignores SIGINT."""
+        children = fb.Children()
+        with tempfile.TemporaryDirectory() as d:
+            log = os.path.join(d, "sleeper")
+            child = children.start(0.2, log, dict(os.environ),
+                                   ["sh", "-c", "trap '' INT; sleep 30 & echo $!; wait"])
+            fb.wait_until(lambda: fb.read(log + ".out").strip(), 5)
+            sleeper = int(fb.read(log + ".out"))
+            t0 = time.monotonic()
+            rc = fb.wait(child)
+            self.assertLess(time.monotonic() - t0, 15)
+            self.assertEqual(rc, 128 + 9)
+            self.assertTrue(fb.wait_until(lambda: fb.read("/proc/%d/stat" % sleeper).split(") ")[-1][:1] in ("", "Z"),
+                                          5))
+            children.kill_all()
+
+
+@unittest.skipUnless(os.access(os.path.join(os.environ.get("FS_BUILD", "/nonexistent"), "tools", "fabsock-netbench"),
+                                os.X_OK), "fabsock-netbench is not built (FS_BUILD)")
+class Netbench(unittest.TestCase):
+    """fabsock-netbench's clients over kernel TCP print what the bench parses."""
+
+    def test_clients(self):
+        nb = os.path.join(os.environ["FS_BUILD"], "tools", "fabsock-netbench")
+        env = dict(os.environ)
+        env.pop("LD_PRELOAD", None)
+        with tempfile.TemporaryDirectory() as d:
+            ready = os.path.join(d, "ready")
+            srv = subprocess.Popen([nb, "server", "--ready-file", ready], env=env)
+            try:
+                self.assertTrue(fb.wait_until(lambda: fb.read(ready).strip(), 10))
+                port = fb.read(ready).strip()
+                for args, keys in (
+                        (["pingpong", "--size", "65536", "--seconds", "0.3"], ["avg_usec", "p50_usec", "p99_usec"]),
+                        (["connect", "--count", "50"], ["avg_usec", "per_sec"]),
+                        (["hold", "--conns", "8"], ["client_rss_one_kib", "client_rss_all_kib", "server_rss_one_kib",
+                                                    "server_rss_all_kib"]),
+                        (["slowwrite", "--seconds", "0.5"], ["client_peak1_kib", "client_peak2_kib",
+                                                             "server_peak1_kib", "server_peak2_kib"])):
+                    out = subprocess.run([nb, args[0], "127.0.0.1", port] + args[1:], env=env, timeout=60,
+                                         capture_output=True, text=True).stdout
+                    values = fb.parse_keyvalues(out) or {}
+                    for k in keys:
+                        self.assertTrue(fb.is_number(values.get(k)), "%s: no %s= in %r" % (args[0], k, out))
+            finally:
+                srv.terminate()
+                srv.wait(timeout=10)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
