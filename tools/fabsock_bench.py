@@ -1583,7 +1583,9 @@ def main(argv):
     if opts["lib"]:
         print("fabsock library: %s (%s)" % (opts["lib"], opts["lib_how"]))
     # Ctrl-C raises KeyboardInterrupt, SIGTERM SystemExit: either way the
-    # children's groups are killed on the way out.
+    # children's groups are killed on the way out. (SIGINT explicitly: a
+    # shell starts background jobs with it ignored, which python keeps.)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         return bench.run(opts["out"] or "./fabsock-bench-results")
