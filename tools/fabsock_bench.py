@@ -471,6 +471,7 @@ def free_port():
             return port
         except OSError:
             continue
+    say("no free port")
     return None
 
 
@@ -583,6 +584,8 @@ class Bench:
 
     def start_server(self, limit, log, mode, port, *argv):
         """start, then wait for the listener on PORT; None (logs shown) if none comes."""
+        if port is None:
+            return None
         srv = self.start(limit, log, mode, *argv)
         if wait_until(lambda: listening(port) or not srv.alive(), 10) and listening(port):
             return srv
@@ -672,7 +675,7 @@ class Bench:
             say("sockperf is not installed (apt-get install sockperf)")
             return self.fail_rows(mode, *rows)
         port = free_port()
-        srv = port and self.start_server(self.seconds + 60, log + "-server", mode, port,
+        srv = self.start_server(self.seconds + 60, log + "-server", mode, port,
                                          "sockperf", "server", "--tcp", "-i", "127.0.0.1", "-p", port)
         if not srv:
             return self.fail_rows(mode, *rows)
@@ -699,7 +702,7 @@ class Bench:
             say("iperf (version 2) is not installed (apt-get install iperf)")
             return self.fail_rows(mode, row)
         port = free_port()
-        srv = port and self.start_server(seconds + 60, log + "-server", mode, port,
+        srv = self.start_server(seconds + 60, log + "-server", mode, port,
                                          "iperf", "-s", "-B", "127.0.0.1", "-p", port)
         if not srv:
             return self.fail_rows(mode, row)
@@ -728,7 +731,7 @@ class Bench:
         if self.missing(mode, ["iperf3"], row):
             return
         port = free_port()
-        srv = port and self.start_server(self.seconds + 40, log + "-server", mode, port,
+        srv = self.start_server(self.seconds + 40, log + "-server", mode, port,
                                          "iperf3", "-s", "-B", "127.0.0.1", "-p", port, "-1")
         if not srv:
             return self.fail_rows(mode, row)
@@ -757,7 +760,6 @@ class Bench:
             return
         port = free_port()
         if not port:
-            say("no free port")
             return self.fail_rows(mode, *rows)
         feed = log + ".feed"
         with open(feed, "w") as f:
@@ -824,7 +826,7 @@ class Bench:
         if self.missing(mode, ["redis-server", "redis-benchmark", "redis-cli"], *rows):
             return
         port = free_port()
-        srv = port and self.start_server(self.seconds * 20 + 60, log + "-server", mode, port, "redis-server",
+        srv = self.start_server(self.seconds * 20 + 60, log + "-server", mode, port, "redis-server",
                                          "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
         if not srv:
             return self.fail_rows(mode, *rows)
@@ -853,7 +855,7 @@ class Bench:
             say("cannot raise the open-file limit for 1000 connections")
             return self.fail_rows(mode, *rows)
         port = free_port()
-        srv = port and self.start_server(self.seconds * 20 + 60, log + "-server", mode, port, "redis-server",
+        srv = self.start_server(self.seconds * 20 + 60, log + "-server", mode, port, "redis-server",
                                          "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
                                          "--maxclients", 4000)
         if not srv:
@@ -882,7 +884,6 @@ class Bench:
             return self.fail_rows(mode, "nginx_c1k")
         port = free_port()
         if not port:
-            say("no free port")
             return self.fail_rows(mode, "nginx_c1k")
         prefix = tempfile.mkdtemp(prefix="fabsock-bench-nginx.", dir="/tmp")
         try:
@@ -938,7 +939,6 @@ class Bench:
             return None
         port = free_port()
         if not port:
-            say("no free port")
             return None
         args = ("fi_pingpong", "-p", self.provider, "-e", "rdm", "-m", "tagged", "-S", size, "-I", iterations)
         # fi_pingpong's server listens for its control connection on 0.0.0.0
@@ -1100,16 +1100,23 @@ class Bench:
             self.show_failure("fs_scale server (%s)" % mode, "no listener", log + "-server")
             return self.fail_rows(mode, *rows)
         port = last_match(r"^listening port=([0-9]+)", read(log + "-server.out"))
-        rss = lambda: proc_rss_kib(read("/proc/%d/status" % srv.pid))
-        s0, spart, s1 = rss(), None, None
+
+        def rss():
+            return proc_rss_kib(read("/proc/%d/status" % srv.pid))
+
+        def reached(prefix):
+            """Waits (bounded) for the client's line; the server's RSS then, or None."""
+            wait_until(has_line(log + "-client.out", prefix, cli), 300)
+            if re.search("^" + prefix, read(log + "-client.out"), re.M) is None:
+                return None
+            time.sleep(0.5)
+            return rss()
+
+        s0 = rss()
         cli = self.start(360, log + "-client", mode, self.scale_prog, "client", port, n, 2048, log + ".go")
-        if wait_until(has_line(log + "-client.out", "part ", cli), 300) and "\npart " in "\n" + read(log + "-client.out"):
-            time.sleep(0.5)
-            spart = rss()
+        spart = reached("part ")
         open(log + ".go.part", "w").close()
-        if wait_until(has_line(log + "-client.out", "held ", cli), 300) and "\nheld " in "\n" + read(log + "-client.out"):
-            time.sleep(0.5)
-            s1 = rss()
+        s1 = reached("held ")
         open(log + ".go", "w").close()
         rc = wait(cli)
         time.sleep(1)  # the last FINs reach the server, which frees its streams
@@ -1265,7 +1272,8 @@ class Bench:
                 k + "x" if k else "-", r + "x" if r else "-", target_text(row), target_met(row, cells)]
 
     def print_table(self):
-        head = ["benchmark", "kernel TCP", "fabsock", "raw libfabric", "fabsock/kernel", "fabsock/raw", "target", "met?"]
+        head = ["benchmark", "kernel TCP", "fabsock", "raw libfabric", "fabsock/kernel", "fabsock/raw", "target",
+                "met?"]
         texts = [self.row_texts(row) for row in self.rows]
         width = [max(len(t[i]) for t in [head] + texts) for i in range(len(head))]
 
@@ -1465,7 +1473,8 @@ def chart(rows, title, subtitle, ylabel):
         dash_attr = ' stroke-dasharray="%s"' % dash if dash else ""
         for seg in segments:
             points = " ".join("%.1f,%.1f" % p for p in seg)
-            out.append('<polyline points="%s" fill="none" stroke="%s" stroke-width="2"%s/>' % (points, colour, dash_attr))
+            out.append('<polyline points="%s" fill="none" stroke="%s" stroke-width="2"%s/>'
+                       % (points, colour, dash_attr))
             for x, y in seg:
                 out.append('<circle cx="%.1f" cy="%.1f" r="3.5" fill="%s"/>' % (x, y, colour))
         ly = TOP + 12 + 22 * i
