@@ -525,7 +525,7 @@ class Bench:
     def __init__(self, opts):
         self.quick, self.repeat, self.provider = opts["quick"], opts["repeat"], opts["provider"]
         self.modes, self.verbose = opts["modes"], opts["verbose"]
-        self.lib, self.preload = opts["lib"], opts["preload"]
+        self.lib, self.lib_how, self.preload = opts["lib"], opts["lib_how"], opts["preload"]
         self.seconds = 2 if self.quick else 5
         self.sweep_seconds = 1 if self.quick else 2
         self.sizes = SIZES_QUICK if self.quick else SIZES_FULL
@@ -1226,7 +1226,9 @@ class Bench:
             if name.endswith((".cmd", ".out", ".err", ".feed", ".ready")):
                 os.unlink(os.path.join(self.log_dir, name))
         if "fabsock" in self.modes:
-            if not self.lib:
+            if self.lib:
+                print("fabsock library: %s (%s)" % (self.lib, self.lib_how))
+            else:
                 say("cannot find libfabsock.so: every fabsock cell fails (fabsock -v lib)")
                 self.fail_rows("fabsock", *(r.id for r in self.rows))
                 self.harvest()
@@ -1589,8 +1591,6 @@ def main(argv):
         return 0 if draw_charts(opts["charts"], opts["out"] or os.path.dirname(opts["charts"]) or ".") else 1
     sys.stdout.reconfigure(line_buffering=True)
     bench = Bench(opts)
-    if opts["lib"]:
-        print("fabsock library: %s (%s)" % (opts["lib"], opts["lib_how"]))
     # Ctrl-C raises KeyboardInterrupt, SIGTERM SystemExit: either way the
     # children's groups are killed on the way out. (SIGINT explicitly: a
     # shell starts background jobs with it ignored, which python keeps.)
