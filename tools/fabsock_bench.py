@@ -2,15 +2,15 @@
 # SPDX-License-Identifier: MIT
 #
 # fabsock_bench: the driver behind `fabsock bench` (docs/bench.md), python3
-# standard library only. It owns the benchmark's rows and targets, starting
-# the servers and clients of every column (kernel TCP, fabsock, raw
-# libfabric) over 127.0.0.1 only, each child in its own process group under
-# a time limit and killed with its group on exit, timeout or Ctrl-C; parsing
-# the tools' outputs (plain functions, shared with
-# tests/scripts/unit_bench_tool.py); medians, ratios and "met?"; and the
-# results: results.csv, results.json, results.md, logs/ and the two SVG
-# charts. The launcher (tools/fabsock) finds the library and execs this
-# file with --lib, --lib-how and --preload.
+# standard library only (3.11, Debian 12's, or later). It owns the
+# benchmark's rows and targets; starting the servers and clients of every
+# column (kernel TCP, fabsock, raw libfabric) over 127.0.0.1 only, each
+# child in its own process group under a time limit and killed with its
+# group on exit, timeout or Ctrl-C; parsing the tools' outputs (plain
+# functions, shared with tests/scripts/unit_bench_tool.py); medians, ratios
+# and "met?"; and the results: results.csv, results.json, results.md, logs/
+# and the two SVG charts. The launcher (tools/fabsock) finds the library and
+# execs this file with --lib, --lib-how and --preload.
 #
 #   fabsock_bench.py [--quick] [--repeat N] [--provider P] [--out DIR]
 #   fabsock_bench.py --charts RESULTS.json [--out DIR]   (redraw the charts)
@@ -404,9 +404,14 @@ class Children:
     def start(self, limit, log, env, argv):
         with open(log + ".cmd", "w") as f:
             f.write(" ".join(argv) + "\n")
+        # A process group of its own, in the driver's session: a session of
+        # its own would also be a scheduler autogroup of its own (on by
+        # default), and a server and its client in two autogroups halved
+        # fabsock's iperf 2 throughput on the shared 2-core VM (14-32 vs
+        # 34-45 Gbit/s at 64 KiB, alternating runs).
         with open(log + ".out", "w") as out, open(log + ".err", "w") as err:
             popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env,
-                                     start_new_session=True)
+                                     process_group=0)
         child = Child(popen, limit)
         with self.lock:
             self.children.append(child)
