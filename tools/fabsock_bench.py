@@ -1593,6 +1593,8 @@ def parse_args(argv):
 def main(argv):
     opts = parse_args(argv)
     if opts["charts"]:
+        if not os.path.isfile(opts["charts"]):
+            die("--charts: no file %s" % opts["charts"])
         return 0 if draw_charts(opts["charts"], opts["out"] or os.path.dirname(opts["charts"]) or ".") else 1
     sys.stdout.reconfigure(line_buffering=True)
     bench = Bench(opts)
