@@ -585,7 +585,8 @@ int fs_negotiate_client_ack(struct fs_sock *s, uint64_t deadline_ns)
 		FS_WARN("fd %d: cannot reach the server's fabric address: %s", s->fd, strerror(-ret));
 		return -ECONNRESET;
 	}
-	s->pid = fs_self_pid();
+	/* atomic: the exit path looks at it before it takes the lock */
+	__atomic_store_n(&s->pid, fs_self_pid(), __ATOMIC_RELAXED);
 	fs_offloaded(s, "client");
 	return 0;
 }
@@ -720,7 +721,8 @@ static int fs_server_accept_hello(struct fs_sock *s, const struct fs_hello *hell
 		return ret;
 	}
 	s->stream = st;
-	s->pid = fs_self_pid();
+	/* atomic: the exit path looks at it before it takes the lock */
+	__atomic_store_n(&s->pid, fs_self_pid(), __ATOMIC_RELAXED);
 	fs_offloaded(s, "server");
 	return 0;
 }

@@ -88,7 +88,7 @@ void fs_sock_exit_held(void)
 		int ret;
 
 		if (!s || s == FS_SOCK_INTERNAL || fs_sock_state(s) != FS_SOCK_CLIENT_HELLO_SENT ||
-		    s->pid != fs_self_pid())
+		    __atomic_load_n(&s->pid, __ATOMIC_RELAXED) != fs_self_pid())
 			continue;
 		ret = fs_sock_exit_lock(s, deadline);
 		if (ret < 0) {

@@ -935,6 +935,7 @@ static int late_reader_exit_thread_client(int fd)
 	error = pthread_create(&reader, NULL, late_reader_exit_thread_recv, &thread_fd);
 	if (error)
 		return harness_fail("pthread_create: %s", strerror(error));
+	pthread_detach(reader); /* it ends with the process */
 	harness_sleep_ms(200); /* the reader is blocked in recv() by now */
 	printf("PASS %s\nconnections=%d\n", harness_name(), harness_connections);
 	fflush(stdout);
