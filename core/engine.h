@@ -48,7 +48,7 @@
  * Messages are delivered in sequence order, never completion order.
  *
  * Locking: one engine mutex guards the rails, the stream table and every
- * stream's state. Lock order: fs_sock.lock, then engine.lock.
+ * stream's state. Lock order: fs_sock.lock, then engine.lock (every lock: core/locks.h).
  */
 #ifndef FS_CORE_ENGINE_H
 #define FS_CORE_ENGINE_H

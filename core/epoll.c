@@ -47,7 +47,8 @@
  * offloaded member (no reason to poll) is woken when another thread adds
  * one, so it looks at the new member instead of sleeping out its timeout.
  *
- * Lock order: fs_epoll.lock, then fs_sock.lock, then the engine lock.
+ * Lock order: fs_epoll.lock, then fs_sock.lock, then the engine lock
+ * (every lock: core/locks.h).
  */
 #include "core/epoll.h"
 #include "core/epoll_internal.h"

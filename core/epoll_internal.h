@@ -3,7 +3,8 @@
  * epoll internals shared by epoll.c (member records, instances, epoll_ctl)
  * and epoll_wait.c (the wait and its readiness scans) only.
  *
- * Lock order: fs_epoll.lock, then fs_sock.lock, then the engine lock.
+ * Lock order: fs_epoll.lock, then fs_sock.lock, then the engine lock
+ * (every lock: core/locks.h).
  */
 #ifndef FS_CORE_EPOLL_INTERNAL_H
 #define FS_CORE_EPOLL_INTERNAL_H

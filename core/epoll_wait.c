@@ -12,7 +12,8 @@
  * whose streams changed) does while nothing else can have changed. Kernel
  * events are collected after the scan and merged into its output.
  *
- * Lock order: fs_epoll.lock, then fs_sock.lock, then the engine lock.
+ * Lock order: fs_epoll.lock, then fs_sock.lock, then the engine lock
+ * (every lock: core/locks.h).
  */
 #include "core/epoll.h"
 #include "core/epoll_internal.h"

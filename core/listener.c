@@ -474,7 +474,11 @@ static struct fs_probe_table *fs_probe_table_shared(struct fs_listener *l, const
 
 void fs_listeners_exit(void)
 {
-	pthread_mutex_lock(&fs_listeners_lock);
+	/* the exit may have interrupted this thread inside the lock: the
+	 * tables are left then (their files go when their last user's
+	 * process does: fs_probe_tables_clean_stale) */
+	if (fs_mutex_lock_until(&fs_listeners_lock, fs_now_ns() + 100000000ull))
+		return;
 	for (struct fs_listener *l = fs_service_listeners; l; l = l->next)
 		if (l->shared_table && l->pid == getpid())
 			fs_probe_table_leave(l);

@@ -488,6 +488,21 @@ static void fs_sock_connect_watch(void *arg, bool timed_out);
  * after FS_SOCK_WATCH_NS in case no event ever comes. */
 #define FS_SOCK_WATCH_NS (10 * 1000000000ull)
 
+/* The service thread never waits for a socket's lock: an application
+ * thread may hold it for as long as a handshake takes (a blocking recv()
+ * waiting for the HELLO-ACK), and every other socket's probes and watches
+ * wait on this thread. Busy: WATCH (FN, ARG) looks again in
+ * FS_SOCK_BUSY_NS, keeping its reference. */
+#define FS_SOCK_BUSY_NS 10000000ull
+
+bool fs_sock_watch_lock(struct fs_sock *s, struct fs_watch *watch, fs_watch_fn fn, void *arg)
+{
+	if (pthread_mutex_trylock(&s->lock) == 0)
+		return true;
+	fs_service_watch(watch, -1, 0, fs_now_ns() + FS_SOCK_BUSY_NS, fn, arg);
+	return false;
+}
+
 static void fs_sock_watch_probe(struct fs_sock *s)
 {
 	fs_service_watch(&s->client_watch, s->neg->skip_probe ? -1 : s->neg->probe.udp_fd, POLLIN,
@@ -518,7 +533,8 @@ static void fs_sock_client_watch(void *arg, bool timed_out)
 	struct fs_sock *s = arg;
 	int ret;
 
-	pthread_mutex_lock(&s->lock);
+	if (!fs_sock_watch_lock(s, &s->client_watch, fs_sock_client_watch, s))
+		return;
 	if (s->bg_close) {
 		/* closed before the ACK: fs_sock_bg_watch finishes it */
 		pthread_mutex_unlock(&s->lock);
@@ -656,7 +672,9 @@ static void fs_sock_connect_watch(void *arg, bool timed_out)
 {
 	struct fs_sock *s = arg;
 
-	pthread_mutex_lock(&s->lock);
+	(void)timed_out;
+	if (!fs_sock_watch_lock(s, &s->connect_watch, fs_sock_connect_watch, s))
+		return;
 	if (!s->closed && !fs_sock_connect_done(s)) {
 		pthread_mutex_unlock(&s->lock);
 		fs_sock_watch_connect(s);

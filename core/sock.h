@@ -31,7 +31,7 @@
  * a connection opened early and used late still offloads; it reads the
  * HELLO-ACK on first use.
  *
- * Lock order: fs_sock.lock, then the engine lock.
+ * Lock order: fs_sock.lock, then the engine lock (every lock: core/locks.h).
  */
 #ifndef FS_CORE_SOCK_H
 #define FS_CORE_SOCK_H

@@ -206,7 +206,8 @@ static void fs_sock_bg_watch(void *arg, bool timed_out)
 	uint64_t now = fs_now_ns();
 	int ret = 0;
 
-	pthread_mutex_lock(&s->lock);
+	if (!fs_sock_watch_lock(s, &bg->watch, fs_sock_bg_watch, bg))
+		return;
 	if (s->bg_close && fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT) {
 		ret = fs_sock_take_ack(s, now);
 		if (ret == -EAGAIN && now < bg->deadline_ns) {
@@ -246,7 +247,12 @@ static void fs_sock_bg_exit(uint64_t deadline_ns)
 	struct fs_sock *todo[FS_SOCK_BG_EXIT_MAX];
 	unsigned n = 0;
 
-	pthread_mutex_lock(&fs_sock_bg_lock);
+	/* (held briefly by others; by this thread, if the exit interrupted it) */
+	if (fs_mutex_lock_until(&fs_sock_bg_lock, deadline_ns)) {
+		FS_WARN("process ending: cannot look at the sockets closed before their HELLO-ACK; bytes they held are "
+			"lost");
+		return;
+	}
 	for (struct fs_sock_bg *bg = fs_sock_bg_list; bg && n < FS_SOCK_BG_EXIT_MAX; bg = bg->next)
 		if (bg->s->pid == fs_self_pid()) {
 			fs_sock_ref(bg->s);

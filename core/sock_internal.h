@@ -11,6 +11,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/service.h"
+
 struct fs_sock;
 
 /* Client sockets waiting for their HELLO-ACK, process-wide (sock.c keeps
@@ -28,6 +30,11 @@ int fs_sock_take_ack(struct fs_sock *s, uint64_t deadline_ns);
 /* sock.c: a socket in CONNECTING whose connect() finished moves on (its
  * probe is sent); false while the connection is not up. Socket lock held. */
 bool fs_sock_connect_done(struct fs_sock *s);
+
+/* sock.c: takes S's lock for a service-thread watch, or, when another
+ * thread holds it, queues WATCH (FN, ARG) again for a look shortly and
+ * returns false: the service thread never waits for a socket. */
+bool fs_sock_watch_lock(struct fs_sock *s, struct fs_watch *watch, fs_watch_fn fn, void *arg);
 
 /* sock_close.c: the process ends; bytes held for a HELLO-ACK are delivered
  * if it comes within FABSOCK_LINGER_SEC (fs_core_exit). */
