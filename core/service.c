@@ -125,7 +125,7 @@ void fs_service_watch(struct fs_watch *w, int fd, short events, uint64_t deadlin
 	fs_service_kick();
 }
 
-bool fs_service_watch_expire(struct fs_watch *w)
+bool fs_service_watch_drop(struct fs_watch *w)
 {
 	bool queued;
 
@@ -136,6 +136,13 @@ bool fs_service_watch_expire(struct fs_watch *w)
 		w->deadline_ns = 0;
 	}
 	pthread_mutex_unlock(&fs_service_lock);
+	return queued;
+}
+
+bool fs_service_watch_expire(struct fs_watch *w)
+{
+	bool queued = fs_service_watch_drop(w);
+
 	if (queued)
 		fs_service_kick();
 	return queued;

@@ -51,6 +51,11 @@ struct fs_watch {
  * next round would poll whatever file took the number. Returns whether W
  * was queued. */
 bool fs_service_watch_expire(struct fs_watch *w);
+/* W is not needed any more (what it waits for was done by another thread):
+ * if queued, it leaves the thread's poll set and fires (timed out) at the
+ * thread's next round, without waking it now. Returns whether W was
+ * queued. */
+bool fs_service_watch_drop(struct fs_watch *w);
 void fs_service_watch(struct fs_watch *w, int fd, short events, uint64_t deadline_ns, fs_watch_fn fn, void *arg);
 /* The same, looked at within FS_SERVICE_SOON_NS instead of at once: for a
  * watch that is only a safety net (the application's own next call on the

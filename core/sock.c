@@ -345,6 +345,12 @@ static void fs_sock_offloaded(struct fs_sock *s)
 	fs_sock_set_state(s, FS_SOCK_OFFLOADED);
 	fs_sock_neg_free(s);
 	fs_sock_note_inherit(s);
+	/* The handshake's watch is done with (this thread read the ACK): out
+	 * of the service thread's poll set now, not when its deadline comes.
+	 * Every client that connects and reads itself leaves one, and a
+	 * process opening thousands of connections made that thread poll
+	 * thousands of idle sockets in every round. */
+	fs_service_watch_drop(&s->client_watch);
 }
 
 int fs_sock_take_ack(struct fs_sock *s, uint64_t deadline_ns)
