@@ -14,7 +14,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -42,34 +41,6 @@ static pthread_mutex_t fs_engine_create_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct fs_engine *fs_engine_cur;
 /* The process is ending and its engine has been shut down: no new streams. */
 static int fs_engine_ended;
-
-/* ---- small helpers ------------------------------------------------------ */
-
-pid_t fs_pid_cache;
-
-/* Called by fs_core_init and first thing in a forked child: the cache is
- * never 0 after start-up, so a vfork child (which runs no fork handlers and
- * shares this memory with its parent) never writes its own pid into it. */
-void fs_self_pid_refresh(void)
-{
-	__atomic_store_n(&fs_pid_cache, getpid(), __ATOMIC_RELAXED);
-}
-
-pid_t fs_self_pid_slow(void)
-{
-	pid_t pid = getpid();
-
-	__atomic_store_n(&fs_pid_cache, pid, __ATOMIC_RELAXED);
-	return pid;
-}
-
-uint64_t fs_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static void fs_read_host_id(uint8_t out[16])
 {
@@ -842,37 +813,6 @@ static bool fs_ctl_closed(int fd)
 	return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
-/* Whether the calling thread holds M. glibc keeps the holder's thread id in
- * the mutex (a plain mutex too); only this thread can have written its own
- * id there, so a racy read answers this question exactly. Elsewhere it says
- * no, and the callers wait out their deadline. */
-static bool fs_mutex_mine(pthread_mutex_t *m)
-{
-#ifdef __GLIBC__
-	return __atomic_load_n(&m->__data.__owner, __ATOMIC_RELAXED) == (int)syscall(SYS_gettid);
-#else
-	(void)m;
-	return false;
-#endif
-}
-
-int fs_mutex_lock_until(pthread_mutex_t *m, uint64_t deadline_ns)
-{
-	struct timespec real;
-	uint64_t now = fs_now_ns(), left = deadline_ns > now ? deadline_ns - now : 0, at;
-
-	/* free (the rule): no system call, which a sandboxed child's filter
-	 * may forbid at its exit (gettid) */
-	if (pthread_mutex_trylock(m) == 0)
-		return 0;
-	if (fs_mutex_mine(m))
-		return -EDEADLK;
-	clock_gettime(CLOCK_REALTIME, &real);
-	at = (uint64_t)real.tv_sec * 1000000000ull + (uint64_t)real.tv_nsec + left;
-	real.tv_sec = (time_t)(at / 1000000000ull);
-	real.tv_nsec = (long)(at % 1000000000ull);
-	return pthread_mutex_timedlock(m, &real) ? -ETIMEDOUT : 0;
-}
 
 /* Takes the engine lock, waiting until DEADLINE_NS at most: the exit paths
  * may run in a signal handler or in _exit() called from one, whose own

@@ -65,42 +65,10 @@
 #include <unistd.h>
 
 #include "config/params.h"
+#include "core/util.h"
 #include "core/credit.h"
 #include "core/fabric.h"
 #include "core/pool.h"
-
-/* An intrusive doubly linked list: the engine keeps the streams that need
- * attention (queued sends, sleeping threads) on lists, so that progress and
- * wake-ups cost what is pending, not what exists. A node not on a list has
- * next == NULL. */
-struct fs_dlist {
-	struct fs_dlist *prev, *next;
-};
-
-static inline void fs_dlist_init(struct fs_dlist *head)
-{
-	head->prev = head->next = head;
-}
-
-static inline bool fs_dlist_linked(const struct fs_dlist *node)
-{
-	return node->next != NULL;
-}
-
-static inline void fs_dlist_add(struct fs_dlist *head, struct fs_dlist *node)
-{
-	node->next = head->next;
-	node->prev = head;
-	head->next->prev = node;
-	head->next = node;
-}
-
-static inline void fs_dlist_del(struct fs_dlist *node)
-{
-	node->prev->next = node->next;
-	node->next->prev = node->prev;
-	node->prev = node->next = NULL;
-}
 
 #define fs_stream_of(node, member) \
 	((struct fs_stream *)((char *)(node) - __builtin_offsetof(struct fs_stream, member)))
@@ -436,19 +404,6 @@ static inline uint64_t fs_spin_end(uint64_t now)
 #define FS_SLEEPY_SPIN_US 10u
 uint64_t fs_wait_spin_end(const struct fs_engine *e, uint64_t now);
 
-/* getpid() without a system call (glibc no longer caches it): the value is
- * cached at start-up and renewed in the child at fork (fs_self_pid_refresh).
- * A vfork child (no fork handlers run) sees its parent's pid here. */
-extern pid_t fs_pid_cache;
-pid_t fs_self_pid_slow(void);
-void fs_self_pid_refresh(void);
-static inline pid_t fs_self_pid(void)
-{
-	pid_t pid = __atomic_load_n(&fs_pid_cache, __ATOMIC_RELAXED);
-
-	return pid ? pid : fs_self_pid_slow();
-}
-
 /* True in a child that shares its parent's memory until it execs or exits
  * (vfork, posix_spawn, clone with CLONE_VM): everything fabsock keeps is the
  * parent's there, while the descriptor table is the child's own copy, so a
@@ -571,12 +526,6 @@ enum fs_close_need fs_stream_close(struct fs_stream *s, int ctl_fd, bool abort, 
  * once the engine is done with it. No locks held. */
 void fs_stream_drop_app(struct fs_stream *s);
 
-uint64_t fs_now_ns(void);
-/* pthread_mutex_timedlock until DEADLINE_NS (CLOCK_MONOTONIC, fs_now_ns):
- * 0, -ETIMEDOUT, or -EDEADLK at once when the calling thread holds M. For
- * the exit paths, whose own thread may hold M (an exit run from a signal
- * handler that interrupted a call). */
-int fs_mutex_lock_until(pthread_mutex_t *m, uint64_t deadline_ns);
 
 /* poll() events (POLLIN, POLLOUT, POLLRDHUP, POLLHUP, POLLERR) that hold
  * for the stream now, and its event generation (see ev_gen). It does not

@@ -62,9 +62,5 @@ int fs_sigs_app_sigaction(int sig, const struct sigaction *act, struct sigaction
 /* Called by the exit handler: delivers every stream (core/sock.c). */
 void fs_sigs_exit_hook(void);
 
-/* Starts a detached thread of fabsock's own (service, watchdog) running
- * FN with a stack of STACK bytes. It never takes the application's signals:
- * all are blocked in it. Returns 0, or the error of pthread_create. */
-int fs_thread_start(void *(*fn)(void *), size_t stack);
 
 #endif

@@ -47,7 +47,6 @@
  * fs_sock_after_connect). */
 #define FS_CONNECT_PROBE_WAIT_NS 300000ull
 
-__thread int fs_guard_depth __attribute__((tls_model("initial-exec")));
 bool fs_core_enabled;
 
 bool fs_core_hands_off(void)

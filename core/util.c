@@ -1,0 +1,122 @@
+/* SPDX-License-Identifier: MIT */
+/* Small helpers of the core (util.h). */
+#include "core/util.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/guard.h"
+#include "preload/real.h"
+
+__thread int fs_guard_depth __attribute__((tls_model("initial-exec")));
+
+pid_t fs_pid_cache;
+
+/* Called by fs_core_init and first thing in a forked child: the cache is
+ * never 0 after start-up, so a vfork child (which runs no fork handlers and
+ * shares this memory with its parent) never writes its own pid into it. */
+void fs_self_pid_refresh(void)
+{
+	__atomic_store_n(&fs_pid_cache, getpid(), __ATOMIC_RELAXED);
+}
+
+pid_t fs_self_pid_slow(void)
+{
+	pid_t pid = getpid();
+
+	__atomic_store_n(&fs_pid_cache, pid, __ATOMIC_RELAXED);
+	return pid;
+}
+
+uint64_t fs_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Whether the calling thread holds M. glibc keeps the holder's thread id in
+ * the mutex (a plain mutex too); only this thread can have written its own
+ * id there, so a racy read answers this question exactly. Elsewhere it says
+ * no, and the callers wait out their deadline. */
+static bool fs_mutex_mine(pthread_mutex_t *m)
+{
+#ifdef __GLIBC__
+	return __atomic_load_n(&m->__data.__owner, __ATOMIC_RELAXED) == (int)syscall(SYS_gettid);
+#else
+	(void)m;
+	return false;
+#endif
+}
+
+int fs_mutex_lock_until(pthread_mutex_t *m, uint64_t deadline_ns)
+{
+	struct timespec real;
+	uint64_t now = fs_now_ns(), left = deadline_ns > now ? deadline_ns - now : 0, at;
+
+	/* free (the rule): no system call, which a sandboxed child's filter
+	 * may forbid at its exit (gettid) */
+	if (pthread_mutex_trylock(m) == 0)
+		return 0;
+	if (fs_mutex_mine(m))
+		return -EDEADLK;
+	clock_gettime(CLOCK_REALTIME, &real);
+	at = (uint64_t)real.tv_sec * 1000000000ull + (uint64_t)real.tv_nsec + left;
+	real.tv_sec = (time_t)(at / 1000000000ull);
+	real.tv_nsec = (long)(at % 1000000000ull);
+	return pthread_mutex_timedlock(m, &real) ? -ETIMEDOUT : 0;
+}
+
+/* What a new thread of ours starts with: its function, and a flag it sets
+ * once it runs it. */
+struct fs_thread_boot {
+	void *(*fn)(void *);
+	int running; /* atomic */
+};
+
+static void *fs_thread_boot(void *arg)
+{
+	struct fs_thread_boot *boot = arg;
+	void *(*fn)(void *) = boot->fn;
+
+	__atomic_store_n(&boot->running, 1, __ATOMIC_RELEASE); /* BOOT is the creator's: not touched after */
+	return fn(NULL);
+}
+
+int fs_thread_start(void *(*fn)(void *), size_t stack)
+{
+	struct fs_thread_boot boot = { .fn = fn, .running = 0 };
+	pthread_t tid;
+	pthread_attr_t attr;
+	sigset_t all, old;
+	int ret;
+
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	pthread_attr_setstacksize(&attr, stack);
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	FS_GUARD_ENTER();
+	ret = fs_real.pthread_create(&tid, &attr, fs_thread_boot, &boot);
+	FS_GUARD_LEAVE();
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	pthread_attr_destroy(&attr);
+	/* Until the new thread runs our code it may hold locks of the runtime
+	 * that set it up (ASan's allocator does): a fork in that window left
+	 * a prefork worker hung for good in its first malloc. The creator
+	 * returns once it runs; the fork handlers (fs_service_fork_prepare)
+	 * then find it where they can wait for it. BOOT lives on this stack:
+	 * the wait has no bound but the thread's start (a created thread
+	 * runs), and no allocation may stand in for it (the thread would
+	 * free it in the very window this closes). */
+	while (ret == 0 && !__atomic_load_n(&boot.running, __ATOMIC_ACQUIRE)) {
+		struct timespec ts = { 0, 100000 };
+
+		nanosleep(&ts, NULL);
+	}
+	return ret;
+}

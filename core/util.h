@@ -1,0 +1,76 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Small helpers every part of the core uses, kept where a reader looks for
+ * them: the monotonic clock, getpid() without a system call, a lock with a
+ * deadline for the exit paths, fabsock's own threads, the reentrancy
+ * guard's depth (guard.h) and an intrusive list.
+ */
+#ifndef FS_CORE_UTIL_H
+#define FS_CORE_UTIL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+/* CLOCK_MONOTONIC in nanoseconds: every deadline of the core is one. */
+uint64_t fs_now_ns(void);
+/* pthread_mutex_timedlock until DEADLINE_NS (CLOCK_MONOTONIC, fs_now_ns):
+ * 0, -ETIMEDOUT, or -EDEADLK at once when the calling thread holds M. For
+ * the exit paths, whose own thread may hold M (an exit run from a signal
+ * handler that interrupted a call). */
+int fs_mutex_lock_until(pthread_mutex_t *m, uint64_t deadline_ns);
+
+/* Starts a detached thread of fabsock's own (service, watchdog) running
+ * FN with a stack of STACK bytes. It never takes the application's signals:
+ * all are blocked in it. Returns 0, or the error of pthread_create. */
+int fs_thread_start(void *(*fn)(void *), size_t stack);
+
+/* getpid() without a system call (glibc no longer caches it): the value is
+ * cached at start-up and renewed in the child at fork (fs_self_pid_refresh).
+ * A vfork child (no fork handlers run) sees its parent's pid here. */
+extern pid_t fs_pid_cache;
+pid_t fs_self_pid_slow(void);
+void fs_self_pid_refresh(void);
+static inline pid_t fs_self_pid(void)
+{
+	pid_t pid = __atomic_load_n(&fs_pid_cache, __ATOMIC_RELAXED);
+
+	return pid ? pid : fs_self_pid_slow();
+}
+
+/* An intrusive doubly linked list: the engine keeps the streams that need
+ * attention (queued sends, sleeping threads) on lists, so that progress and
+ * wake-ups cost what is pending, not what exists. A node not on a list has
+ * next == NULL. */
+struct fs_dlist {
+	struct fs_dlist *prev, *next;
+};
+
+static inline void fs_dlist_init(struct fs_dlist *head)
+{
+	head->prev = head->next = head;
+}
+
+static inline bool fs_dlist_linked(const struct fs_dlist *node)
+{
+	return node->next != NULL;
+}
+
+static inline void fs_dlist_add(struct fs_dlist *head, struct fs_dlist *node)
+{
+	node->next = head->next;
+	node->prev = head;
+	head->next->prev = node;
+	head->next = node;
+}
+
+static inline void fs_dlist_del(struct fs_dlist *node)
+{
+	node->prev->next = node->next;
+	node->next->prev = node->prev;
+	node->prev = node->next = NULL;
+}
+
+#endif
