@@ -631,12 +631,15 @@ static void fs_cq_test_reorder(struct fi_cq_tagged_entry *ent, fi_addr_t *src, s
 	for (ssize_t i = 0; i + 1 < n; i++) {
 		if (fs_cq_is_data_rx(&ent[i]) && fs_cq_is_data_rx(&ent[i + 1])) {
 			struct fi_cq_tagged_entry t = ent[i];
-			fi_addr_t f = src[i];
 
 			ent[i] = ent[i + 1];
 			ent[i + 1] = t;
-			src[i] = src[i + 1];
-			src[i + 1] = f;
+			if (src) { /* filled only by fi_cq_readfrom */
+				fi_addr_t f = src[i];
+
+				src[i] = src[i + 1];
+				src[i + 1] = f;
+			}
 			i++;
 		}
 	}
@@ -668,7 +671,7 @@ int fs_engine_progress(struct fs_engine *e)
 			if (n <= 0)
 				break;
 			if (fs_params.test_reorder)
-				fs_cq_test_reorder(ent, src, n);
+				fs_cq_test_reorder(ent, er->rail.source ? src : NULL, n);
 			for (ssize_t i = 0; i < n; i++) {
 				struct fs_buf *buf = ent[i].op_context;
 				fi_addr_t from = er->rail.source ? src[i] : FI_ADDR_NOTAVAIL;
@@ -812,7 +815,6 @@ static bool fs_ctl_closed(int fd)
 	n = fs_real.recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
 	return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
-
 
 /* Takes the engine lock, waiting until DEADLINE_NS at most: the exit paths
  * may run in a signal handler or in _exit() called from one, whose own

@@ -447,24 +447,20 @@ void fs_rx_data(struct fs_engine *e, struct fs_engine_rail *er, struct fs_buf *b
 	buf->stream = s;
 	buf->posted = 0;
 	FS_STAT_ADD(fabric_rx_bytes, hdr.len);
-	if (in_order) {
-		s->rx_expect++;
-		buf->next = NULL;
-		fs_rx_deliver(e, er, s, buf);
-		fs_stream_changed(e, s);
-	} else {
+	if (!in_order) {
 		s->ooo[slot] = buf;
 		FS_STAT_INC(rx_early);
-	}
-	/* Deliver in sequence order what came early. */
-	while (s->ooo && s->ooo[s->rx_expect % s->ooo_slots]) {
-		struct fs_buf *next = s->ooo[s->rx_expect % s->ooo_slots];
-
-		s->ooo[s->rx_expect % s->ooo_slots] = NULL;
-		s->rx_expect++;
-		next->next = NULL;
-		fs_rx_deliver(e, er, s, next);
-		fs_stream_changed(e, s);
+	} else {
+		/* in sequence order: this one, then what came early behind it */
+		for (;;) {
+			s->rx_expect++;
+			buf->next = NULL;
+			fs_rx_deliver(e, er, s, buf);
+			fs_stream_changed(e, s);
+			if (!s->ooo || !(buf = s->ooo[s->rx_expect % s->ooo_slots]))
+				break;
+			s->ooo[s->rx_expect % s->ooo_slots] = NULL;
+		}
 	}
 	fs_stream_arrived(e, s);
 	return;

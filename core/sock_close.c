@@ -40,13 +40,6 @@
 #include "core/udp.h"
 #include "preload/real.h"
 
-/* The process ends (exit, _exit, a fatal signal) with bytes held for a
- * HELLO-ACK: a client that wrote and ended before the server read, a forked
- * child's usual _exit() after its reply. The kernel delivers what a process
- * wrote before it ended; so wait for those ACKs (FABSOCK_LINGER_SEC in all)
- * and the engine's shutdown then delivers the bytes, or they went over TCP
- * with a refusal. A socket whose lock is taken (the exit interrupted a
- * call on it) is left, as are a parent's sockets in a forked child. */
 static void fs_sock_bg_exit(uint64_t deadline_ns);
 
 /* The exit path takes S, still waiting for its HELLO-ACK, to finish the
@@ -75,6 +68,14 @@ static int fs_sock_exit_lock(struct fs_sock *s, uint64_t deadline_ns)
 	}
 }
 
+/* The process ends (exit, _exit, a fatal signal) with bytes held for a
+ * HELLO-ACK: a client that wrote and ended before the server read, a forked
+ * child's usual _exit() after its reply. The kernel delivers what a process
+ * wrote before it ended; so wait for those ACKs (FABSOCK_LINGER_SEC in all)
+ * and the engine's shutdown then delivers the bytes, or they went over TCP
+ * with a refusal. A socket another thread holds is waited for
+ * (fs_sock_exit_lock); one whose call this exit interrupted is left, as are
+ * a parent's sockets in a forked child. */
 void fs_sock_exit_held(void)
 {
 	uint64_t deadline;

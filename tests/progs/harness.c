@@ -364,7 +364,24 @@ int harness_wait_fd(int fd, short events, int timeout_ms)
 	}
 }
 
-/* One transfer loop for both directions (SENDING: send, else recv). */
+/* Whether FD is a blocking socket without SO_SNDTIMEO (SENDING) or
+ * SO_RCVTIMEO: one on which the call never returns EAGAIN. */
+static bool harness_blocking_untimed(int fd, bool sending)
+{
+	struct timeval timeout = { 0, 0 };
+	socklen_t length = sizeof(timeout);
+	int flags = fcntl(fd, F_GETFL);
+
+	if (flags < 0 || (flags & O_NONBLOCK))
+		return false;
+	if (getsockopt(fd, SOL_SOCKET, sending ? SO_SNDTIMEO : SO_RCVTIMEO, &timeout, &length) != 0)
+		return false;
+	return timeout.tv_sec == 0 && timeout.tv_usec == 0;
+}
+
+/* One transfer loop for both directions (SENDING: send, else recv). A
+ * nonblocking or timed socket's EAGAIN waits for readiness; a blocking
+ * untimed one's is returned as the error it is. */
 static int harness_transfer_full(int fd, void *buffer, size_t length, size_t *done_out, bool sending)
 {
 	double deadline = harness_now_ms() + HARNESS_PEER_WAIT_MS;
@@ -381,7 +398,15 @@ static int harness_transfer_full(int fd, void *buffer, size_t length, size_t *do
 			break;
 		} else if (errno == EAGAIN || errno == EWOULDBLOCK) {
 			struct pollfd entry = { .fd = fd, .events = sending ? POLLOUT : POLLIN };
-			int ready = poll(&entry, 1, harness_remaining_ms(deadline));
+			int ready;
+
+			if (harness_blocking_untimed(fd, sending)) {
+				/* the kernel's blocking call never says EAGAIN without
+				 * a timeout: that is the fault under test, not a wait */
+				status = -EAGAIN;
+				break;
+			}
+			ready = poll(&entry, 1, harness_remaining_ms(deadline));
 			if (ready == 0 || (ready < 0 && errno != EINTR)) {
 				status = ready == 0 ? -ETIMEDOUT : -errno;
 				break;
