@@ -533,6 +533,10 @@ void fs_stream_drop_app(struct fs_stream *s);
 unsigned fs_stream_poll_state(struct fs_stream *s, uint32_t *gen);
 /* The same with the engine lock already held. */
 unsigned fs_stream_events_locked(struct fs_stream *s, uint32_t *gen);
+/* Whether the stream's events will change with time alone (a vanished
+ * peer's grace runs: fs_stream_events_locked turns it into a reset), so a
+ * poller must keep looking. Engine lock held. */
+bool fs_stream_timed_locked(const struct fs_stream *s);
 /* Whether the stream has messages not yet posted (before the HELLO-ACK:
  * what the application wrote, held for it). Waits for the engine lock until
  * DEADLINE_NS at most (the exit paths may run where the holder is the

@@ -250,6 +250,45 @@ static void fs_member_watch(struct fs_epoll *fe, struct fs_ep_member *m)
 		fs_ready_push(fe, m);
 }
 
+/* ---- the pending list ---------------------------------------------------- */
+
+static void fs_pending_add(struct fs_epoll *fe, struct fs_ep_member *m)
+{
+	if (m->pending)
+		return;
+	m->pending = true;
+	m->pprev = NULL;
+	m->pnext = fe->pending;
+	if (fe->pending)
+		fe->pending->pprev = m;
+	fe->pending = m;
+}
+
+static void fs_pending_del(struct fs_epoll *fe, struct fs_ep_member *m)
+{
+	if (!m->pending)
+		return;
+	if (m->pprev)
+		m->pprev->pnext = m->pnext;
+	else
+		fe->pending = m->pnext;
+	if (m->pnext)
+		m->pnext->pprev = m->pprev;
+	m->pnext = m->pprev = NULL;
+	m->pending = false;
+}
+
+/* Puts M on the pending list unless it is settled: an offloaded socket
+ * whose member watches its stream (fs_member_watch), so that the ready
+ * list hears of every change. fe->lock held. */
+static void fs_member_sort(struct fs_epoll *fe, struct fs_ep_member *m)
+{
+	if (m->s && __atomic_load_n(&m->watch.stream, __ATOMIC_RELAXED))
+		fs_pending_del(fe, m);
+	else
+		fs_pending_add(fe, m);
+}
+
 static void fs_member_key(uint64_t key[2], int fd, const struct fs_sock *s)
 {
 	key[0] = (uint32_t)fd;
@@ -283,6 +322,7 @@ static void fs_member_unlink(struct fs_epoll *fe, struct fs_ep_member *m)
 	pthread_mutex_lock(&fe->rlock);
 	fs_ready_unlink_locked(fe, m);
 	pthread_mutex_unlock(&fe->rlock);
+	fs_pending_del(fe, m);
 	if (m->prev)
 		m->prev->next = m->next;
 	else /* fe->members is also read without the lock (has_members) */
@@ -292,7 +332,9 @@ static void fs_member_unlink(struct fs_epoll *fe, struct fs_ep_member *m)
 	m->next = m->prev = NULL;
 }
 
-/* Puts M (not on the list) at the head of FE's member list. fe->lock held. */
+/* Puts M (not on the list) at the head of FE's member list, and on the
+ * pending list: the next look fixes it up and watches its stream.
+ * fe->lock held. */
 static void fs_member_link(struct fs_epoll *fe, struct fs_ep_member *m)
 {
 	m->next = fe->members;
@@ -300,6 +342,7 @@ static void fs_member_link(struct fs_epoll *fe, struct fs_ep_member *m)
 	if (fe->members)
 		fe->members->prev = m;
 	__atomic_store_n(&fe->members, m, __ATOMIC_RELEASE);
+	fs_pending_add(fe, m);
 }
 
 static void fs_member_free(struct fs_epoll *fe, struct fs_ep_member *m)
@@ -417,7 +460,7 @@ bool fs_member_fixup(struct fs_epoll *fe, struct fs_ep_member *m)
 			fs_member_free(fe, m);
 			return false;
 		}
-		return true;
+		return true; /* a nested instance stays pending */
 	}
 	st = fs_sock_state(m->s);
 	if (st == FS_SOCK_OFFLOADED && fs_sock_must_unshare(m->s)) {
@@ -447,6 +490,7 @@ bool fs_member_fixup(struct fs_epoll *fe, struct fs_ep_member *m)
 		m->reg = want;
 	}
 	fs_member_watch(fe, m);
+	fs_member_sort(fe, m);
 	return true;
 }
 
@@ -547,7 +591,6 @@ static int fs_member_add(struct fs_epoll *fe, int fd, struct fs_sock *s, const s
 	HASH_ADD(hh, fe->by_key, key, sizeof(m->key), m);
 	fs_member_link(fe, m);
 added:
-	fe->need_full = true; /* the next look fixes it up, and watches its stream */
 	if (fe->kernel_sleepers && fe->wake_fd >= 0) {
 		/* a thread sleeps in the kernel on this instance for its whole
 		 * timeout: it must look at the new member */
@@ -610,8 +653,9 @@ static void fs_epoll_settle_members(int epfd, int depth)
 	if (!fe)
 		return;
 	pthread_mutex_lock(&fe->lock);
-	for (m = fe->members; m; m = next) {
-		next = m->next;
+	/* settled members have nothing to settle */
+	for (m = fe->pending; m; m = next) {
+		next = m->pnext;
 		if (!m->s) {
 			if (depth > 0)
 				fs_epoll_settle_members(m->inner_epfd, depth - 1);
@@ -739,8 +783,7 @@ int fs_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event, struct fs_
 			m->reported_once = false;
 			if (m->watch.stream)
 				fs_ready_push(fe, m); /* look at it with its new events */
-			else
-				fe->need_full = true;
+			/* else it is pending: every look sees it */
 			/* an offloaded member's kernel entry watches the control
 			 * connection only, whatever the application asks for: it
 			 * does not change, so spare the system call */

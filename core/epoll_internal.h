@@ -50,6 +50,10 @@ struct fs_ep_member {
 	struct fs_stream_watch watch;
 	struct fs_ep_member *rnext, *rprev;
 	bool queued;
+	/* On fs_epoll.pending (fe->lock) while not settled: see there. */
+	bool pending;
+	struct fs_ep_member *pnext, *pprev;
+	uint32_t look_gen; /* the stream's event generation at its last look */
 	/* fs_epoll.by_key: found by (fd, socket) without a walk (epoll_ctl,
 	 * close: a program with thousands of members calls them per request) */
 	uint64_t key[2];
@@ -71,14 +75,17 @@ struct fs_epoll {
 	 * fs_stream_changed. */
 	pthread_mutex_t rlock;
 	struct fs_ep_member *rhead, *rtail;
-	/* When only the ready list is looked at (fs_epoll_scan_ready): no
-	 * member was added since the last full scan, every member then was an
-	 * offloaded one watching its stream, the process is the one that made
-	 * them, and that scan is recent (FS_EP_FULL_EVERY_NS: a change no
-	 * stream told of, a peer's grace running out, is found that late at
-	 * most). A wait never sleeps without a full scan first. */
+	/* The pending list (fe->lock): members that are not a settled one (an
+	 * offloaded socket whose member watches its stream): new ones, those
+	 * still negotiating, nested instances. Every look fixes them up and
+	 * looks at them; a settled one is looked at when it is on the ready
+	 * list. So a look costs what is pending and ready, not what is idle. */
+	struct fs_ep_member *pending;
+	/* A full scan (every member) runs when need_full says so, after a
+	 * fork (full_pid), and when the last one is FS_EP_FULL_EVERY_NS old:
+	 * a safety net for a change no stream told of (counter
+	 * epoll_unsignalled, 0 unless a path forgot fs_stream_changed). */
 	bool need_full;
-	unsigned unsettled;
 	uint64_t full_ns;
 	pid_t full_pid;
 };
@@ -136,8 +143,9 @@ static inline struct fs_epoll *fs_epoll_peek(int epfd)
 
 /* Queues M on FE's ready list (takes fe->rlock, a leaf). */
 void fs_ready_push(struct fs_epoll *fe, struct fs_ep_member *m);
-/* Brings M's kernel registration in line with its socket's state; false
- * if M was freed (closed, or left to the kernel). */
+/* Brings M's kernel registration in line with its socket's state, and M
+ * onto or off the pending list; false if M was freed (closed, or left to
+ * the kernel). */
 bool fs_member_fixup(struct fs_epoll *fe, struct fs_ep_member *m);
 /* Level readiness of EPFD's members, nesting bounded by DEPTH (takes the
  * instance's lock). */

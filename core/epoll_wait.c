@@ -25,9 +25,11 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "config/log.h"
 #include "core/engine.h"
 #include "core/fdtable.h"
 #include "core/sock.h"
+#include "core/stats.h"
 #include "preload/real.h"
 
 static bool fs_have_pwait2 = true; /* kernel 5.11+; else millisecond slices */
@@ -49,6 +51,7 @@ static uint32_t fs_member_ready_in(struct fs_ep_member *m, bool engine_locked)
 	if (m->disarmed || m->s->pid != fs_self_pid() || !m->s->stream)
 		return 0;
 	ev = engine_locked ? fs_stream_events_locked(m->s->stream, &gen) : fs_stream_poll_state(m->s->stream, &gen);
+	m->look_gen = gen;
 	/* poll and epoll share the bit values of these events */
 	ev &= (m->events | EPOLLERR | EPOLLHUP) & (EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLERR | EPOLLHUP | EPOLLPRI);
 	if (!ev)
@@ -135,10 +138,14 @@ static void fs_member_reported(struct fs_ep_member *m, uint64_t gen, int index)
 /* After M was looked at (EV: what it reported): a level-triggered member
  * that reported stays on the ready list (it is ready until the application
  * takes what is there, as the kernel's epoll keeps it); an edge-triggered
- * or one-shot one waits for its stream's next change. */
+ * or one-shot one waits for its stream's next change; one whose stream
+ * will change with time alone (fs_stream_timed_locked) stays too. Engine
+ * lock held. */
 static void fs_member_requeue(struct fs_epoll *fe, struct fs_ep_member *m, uint32_t ev)
 {
-	if (ev && !(m->events & EPOLLET) && !m->disarmed)
+	if (m->disarmed)
+		return;
+	if ((ev && !(m->events & EPOLLET)) || (m->s->stream && fs_stream_timed_locked(m->s->stream)))
 		fs_ready_push(fe, m);
 }
 
@@ -160,18 +167,65 @@ static int fs_member_look(struct fs_epoll *fe, struct fs_ep_member *m, struct ep
 	return n;
 }
 
-/* One pass over the members; fills OUT, the output GEN. fe->lock held. The
- * completion queue runs once for the whole pass, and the offloaded members
- * are looked at under one engine lock, not one each: with many members
- * those were most of the cost of an epoll_wait. Negotiating and nested
- * members are handled first, without the engine lock (settling one takes
- * it). */
+/* Looks at M, not a settled member (or in a full scan, any member) without
+ * the engine lock: fixes it up, reports a nested instance, and moves a
+ * handshake on (settling one takes the engine lock). *DRAINED: the
+ * listener whose probes this look answered already. Returns the new count
+ * in OUT (the output GEN). fe->lock held. */
+static int fs_member_look_unsettled(struct fs_epoll *fe, struct fs_ep_member *m, struct epoll_event *out, int n,
+				    uint64_t gen, const void **drained)
+{
+	uint32_t ev;
+
+	if (!fs_member_fixup(fe, m))
+		return n;
+	if (!m->s) {
+		ev = fs_member_ready(m);
+		if (ev) {
+			out[n].events = ev;
+			out[n].data = m->data;
+			fs_member_reported(m, gen, n);
+			n++;
+		}
+		return n;
+	}
+	if (fs_sock_state(m->s) == FS_SOCK_CLIENT_PENDING) {
+		/* the service thread usually got there first; if not, try
+		 * once without waiting */
+		fs_sock_settle(m->s, true, fs_now_ns());
+		fs_member_fixup(fe, m);
+	} else if (fs_sock_state(m->s) == FS_SOCK_SERVER_PENDING) {
+		/* its client waits for the probe's answer, which a busy
+		 * host's service thread may give too late: once per
+		 * listener and scan, this thread answers */
+		*drained = fs_sock_drain_probes(m->s, *drained);
+	}
+	return n;
+}
+
+/* The pending list (fs_epoll.pending): every member not settled, fixed up
+ * and looked at. One that settles now watches its stream and is on the
+ * ready list for its first look. fe->lock held. */
+static int fs_epoll_scan_pending(struct fs_epoll *fe, struct epoll_event *out, int n, int max, uint64_t gen)
+{
+	const void *drained = NULL;
+	struct fs_ep_member *m, *next;
+
+	for (m = fe->pending; m && n < max; m = next) {
+		next = m->pnext; /* M may leave the list (settled, or freed) */
+		n = fs_member_look_unsettled(fe, m, out, n, gen, &drained);
+	}
+	return n;
+}
+
+/* One pass over every member (the safety net: fs_epoll.need_full); fills
+ * OUT, the output GEN. fe->lock held. The completion queue runs once for
+ * the whole pass, and the offloaded members are looked at under one engine
+ * lock, not one each. */
 static int fs_epoll_scan(struct fs_epoll *fe, struct epoll_event *out, int max, uint64_t gen)
 {
 	struct fs_engine *e = fs_engine_peek();
 	struct fs_ep_member *m, *next;
-	bool any_offloaded = false;
-	unsigned unsettled = 0;
 	const void *drained = NULL;
 	int n = 0;
 
@@ -179,48 +233,24 @@ static int fs_epoll_scan(struct fs_epoll *fe, struct epoll_event *out, int max, 
 		fs_engine_progress_locked();
 
 	for (m = fe->members; m && n < max; m = next) {
-		uint32_t ev;
-
 		next = m->next;
-		if (!fs_member_fixup(fe, m))
-			continue;
-		if (!m->s || fs_sock_state(m->s) != FS_SOCK_OFFLOADED || !m->watch.stream)
-			unsettled++;
-		if (!m->s) {
-			ev = fs_member_ready(m);
-			if (ev) {
-				out[n].events = ev;
-				out[n].data = m->data;
-				fs_member_reported(m, gen, n);
-				n++;
-			}
-			continue;
-		}
-		if (fs_sock_state(m->s) == FS_SOCK_CLIENT_PENDING) {
-			/* the service thread usually got there first; if not, try
-			 * once without waiting */
-			fs_sock_settle(m->s, true, fs_now_ns());
-			if (!fs_member_fixup(fe, m))
-				continue;
-		} else if (fs_sock_state(m->s) == FS_SOCK_SERVER_PENDING) {
-			/* its client waits for the probe's answer, which a busy
-			 * host's service thread may give too late: once per
-			 * listener and scan, this thread answers */
-			drained = fs_sock_drain_probes(m->s, drained);
-		}
-		if (fs_sock_state(m->s) == FS_SOCK_OFFLOADED)
-			any_offloaded = true;
+		if (m->pending || !m->s)
+			n = fs_member_look_unsettled(fe, m, out, n, gen, &drained);
+		else
+			fs_member_fixup(fe, m);
 	}
-	/* a full pass (the output did not fill up first) says whether the
-	 * ready list alone will do next time */
+	/* a full pass (the output did not fill up first) */
 	fe->need_full = m != NULL;
-	fe->unsettled = unsettled;
 	fe->full_ns = fs_now_ns();
 	fe->full_pid = fs_self_pid();
-	if (!any_offloaded || !e)
+	if (!e || !fe->members)
 		return n;
 	pthread_mutex_lock(&e->lock);
 	for (m = fe->members; m; m = m->next) {
+		bool quiet;
+		uint32_t was;
+		int before = n;
+
 		if (!m->s || fs_sock_state(m->s) != FS_SOCK_OFFLOADED)
 			continue;
 		if (n >= max) {
@@ -228,7 +258,15 @@ static int fs_epoll_scan(struct fs_epoll *fe, struct epoll_event *out, int max, 
 			fs_ready_push(fe, m);
 			continue;
 		}
+		/* a settled member off the ready list, whose stream told of
+		 * no change since its last look, has nothing new to say */
+		quiet = !m->pending && !m->queued && m->watch.stream;
+		was = m->look_gen;
 		n = fs_member_look(fe, m, out, n, gen);
+		if (quiet && n > before && m->look_gen == was) {
+			FS_STAT_INC(epoll_unsignalled);
+			FS_DBG("epoll: fd %d was ready without its stream telling", m->fd);
+		}
 	}
 	pthread_mutex_unlock(&e->lock);
 	return n;
@@ -236,20 +274,19 @@ static int fs_epoll_scan(struct fs_epoll *fe, struct epoll_event *out, int max, 
 
 /* The ready list alone (fs_epoll.need_full and what goes with it): the
  * members whose streams changed since they were looked at, and those
- * reported level-triggered last time. fe->lock held. The list is taken
- * whole and looked at in batches (one engine lock each), up to MAX events;
- * what is left goes back to its front. A member is off every list while it
- * is looked at, so a change of its stream meanwhile queues it again. */
-static int fs_epoll_scan_ready(struct fs_epoll *fe, struct epoll_event *out, int max, uint64_t gen)
+ * reported level-triggered last time; their events go to OUT from N on.
+ * fe->lock held. The list is taken whole and looked at in batches (one
+ * engine lock each), up to MAX events; what is left goes back to its
+ * front. A member is off every list while it is looked at, so a change of
+ * its stream meanwhile queues it again. Returns the new count. */
+static int fs_epoll_scan_ready(struct fs_epoll *fe, struct epoll_event *out, int n, int max, uint64_t gen)
 {
 	struct fs_engine *e = fs_engine_peek();
 	struct fs_ep_member *batch[FS_EP_BATCH];
 	struct fs_ep_member *head, *tail;
-	int n = 0;
 
 	if (!e)
-		return 0;
-	fs_engine_progress_locked();
+		return n;
 	pthread_mutex_lock(&fe->rlock);
 	head = fe->rhead;
 	tail = fe->rtail;
@@ -271,12 +308,9 @@ static int fs_epoll_scan_ready(struct fs_epoll *fe, struct epoll_event *out, int
 		}
 		pthread_mutex_unlock(&fe->rlock);
 		for (int i = 0; i < nb; i++) {
-			/* closed, forked, or handed back: a full scan sorts it out */
-			if (!fs_member_fixup(fe, batch[i]) || !batch[i]->s ||
-			    fs_sock_state(batch[i]->s) != FS_SOCK_OFFLOADED) {
+			/* closed, forked, or handed back: freed, or pending now */
+			if (!fs_member_fixup(fe, batch[i]) || batch[i]->pending)
 				batch[i] = NULL;
-				fe->need_full = true;
-			}
 		}
 		pthread_mutex_lock(&e->lock);
 		for (int i = 0; i < nb; i++) {
@@ -304,8 +338,7 @@ static int fs_epoll_scan_ready(struct fs_epoll *fe, struct epoll_event *out, int
 /* Whether FE's next look may be at its ready list alone. fe->lock held. */
 static bool fs_epoll_ready_list_will_do(const struct fs_epoll *fe, uint64_t now)
 {
-	return !fe->need_full && !fe->unsettled && now - fe->full_ns < FS_EP_FULL_EVERY_NS &&
-	       fe->full_pid == fs_self_pid();
+	return !fe->need_full && now - fe->full_ns < FS_EP_FULL_EVERY_NS && fe->full_pid == fs_self_pid();
 }
 
 /* Collects kernel events for EPFD into KBUF (room for K): the wait the
@@ -346,28 +379,26 @@ static int fs_epoll_waited(int n, uint64_t late_at)
 }
 
 /* One look at FE's members for a new output (its generation in *GEN): the
- * ready list alone when it will do, else a full scan. Returns the events
- * put in EVENTS. */
-static int fs_epoll_look(struct fs_epoll *fe, struct epoll_event *events, int maxevents, uint64_t spin_end,
-			 uint64_t *gen)
+ * pending members and the ready list, or a full scan when it is due
+ * (fs_epoll_ready_list_will_do). Returns the events put in EVENTS.
+ *
+ * A wait may sleep after a look that was not a full scan: the last full
+ * scan is at most FS_EP_FULL_EVERY_NS old then, and a deep sleep lasts
+ * FS_BELL_SLICE_MS at most, so a change no stream told of (there should be
+ * none: epoll_unsignalled) is found that late, never lost. */
+static int fs_epoll_look(struct fs_epoll *fe, struct epoll_event *events, int maxevents, uint64_t *gen)
 {
-	uint64_t now;
-	bool full;
 	int n;
 
 	pthread_mutex_lock(&fe->lock);
 	*gen = ++fe->out_gen;
-	now = fs_now_ns();
-	full = !fs_epoll_ready_list_will_do(fe, now);
-	n = full ? fs_epoll_scan(fe, events, maxevents, *gen) : fs_epoll_scan_ready(fe, events, maxevents, *gen);
-	if (!n && !full && now >= spin_end) {
-		/* Never go to sleep on the ready list's word alone: a
-		 * member's first report may not come with a change of its
-		 * stream, and a sleep can last the caller's whole timeout
-		 * (a proxy under ASan waited 60 s for an upstream answer
-		 * that had arrived). While busy, the full scan every
-		 * FS_EP_FULL_EVERY_NS bounds what the list misses. */
+	if (!fs_epoll_ready_list_will_do(fe, fs_now_ns())) {
 		n = fs_epoll_scan(fe, events, maxevents, *gen);
+	} else {
+		if (fe->members)
+			fs_engine_progress_locked();
+		n = fs_epoll_scan_pending(fe, events, 0, maxevents, *gen);
+		n = fs_epoll_scan_ready(fe, events, n, maxevents, *gen);
 	}
 	pthread_mutex_unlock(&fe->lock);
 	return n;
@@ -506,7 +537,7 @@ int fs_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeo
 		uint64_t wait_us, gen;
 		bool longwait = false;
 
-		n = fs_epoll_look(fe, events, maxevents, spin_end, &gen);
+		n = fs_epoll_look(fe, events, maxevents, &gen);
 		wait_us = fs_epoll_plan_wait(epfd, n, start, deadline, spin_end, &slice_us, &longwait);
 		k = maxevents - n < FS_EP_BATCH ? maxevents - n : FS_EP_BATCH;
 		if (!k)

@@ -565,6 +565,11 @@ enum fs_close_need fs_stream_close(struct fs_stream *s, int ctl_fd, bool abort, 
 	return need;
 }
 
+bool fs_stream_timed_locked(const struct fs_stream *s)
+{
+	return s->state != FS_STREAM_CLOSED && s->hb == FS_HB_NONE && s->peer_gone && !s->peer_fin && !s->error;
+}
+
 unsigned fs_stream_events_locked(struct fs_stream *s, uint32_t *gen)
 {
 	unsigned ev = 0;

@@ -2467,6 +2467,80 @@ out:
 	return status;
 }
 
+/* vanished_peer: the client's process is killed while the server waits in
+ * epoll_wait (level-triggered EPOLLIN) on its connection. The kernel sends
+ * a FIN for a killed process: EOF at once. Offloaded, only the control
+ * connection closes (no FIN on the stream): the grace for its last
+ * messages, then a reset, which epoll must report by itself - the time it
+ * takes is no stream message, and the wait must not sleep through it. */
+static int vanished_peer_server(int fd)
+{
+	enum { TAG = 0x99 };
+	int epfd = ev_epoll_create(), status = -1;
+	double start;
+	uint32_t events;
+	ssize_t result;
+	char byte;
+
+	if (harness_expect_byte(fd, 'v') < 0 || ev_epoll_ctl(epfd, EPOLL_CTL_ADD, fd, EPOLLIN, TAG) < 0 ||
+	    harness_send_byte(fd, 'k') < 0)
+		goto out;
+	start = harness_now_ms();
+	events = ev_expect_event(epfd, EV_EVENT_WAIT_MS, EPOLLIN, TAG, "after the peer's process was killed");
+	if (!events)
+		goto out;
+	result = recv(fd, &byte, 1, 0);
+	if (!(result == 0 || (result < 0 && errno == ECONNRESET))) {
+		harness_fail("recv after the peer vanished returned %s, expected 0 or -1 ECONNRESET",
+			ev_error_text(result));
+		goto out;
+	}
+	harness_info("the vanished peer reported as %s after %.0f ms, then recv %s", ev_events_text(events),
+		harness_now_ms() - start, result == 0 ? "EOF" : "ECONNRESET");
+	status = 0;
+out:
+	close(epfd);
+	return status;
+}
+
+static int vanished_peer_client(int fd)
+{
+	int ready[2], status = -1;
+	char byte;
+	pid_t pid;
+
+	(void)fd;
+	if (pipe(ready) < 0)
+		return harness_fail("pipe: %s", strerror(errno));
+	pid = fork();
+	if (pid == 0) {
+		int c = harness_connect(harness_server_address, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+		close(ready[0]);
+		if (c < 0 || harness_send_byte(c, 'v') < 0 || harness_expect_byte(c, 'k') < 0 ||
+		    write(ready[1], "k", 1) != 1)
+			_exit(1);
+		sleep(30); /* killed long before */
+		_exit(1);
+	}
+	close(ready[1]);
+	if (pid > 0) {
+		/* the script removes what fabsock of a killed process leaves */
+		printf("child-pid %d\n", (int)pid);
+		fflush(stdout);
+	}
+	if (pid > 0 && read(ready[0], &byte, 1) == 1)
+		status = 0;
+	else
+		harness_fail("the child did not reach the server");
+	if (pid > 0)
+		kill(pid, SIGKILL);
+	if (harness_wait_child(pid, "the vanishing peer", SIGKILL) < 0)
+		status = -1;
+	close(ready[0]);
+	return status;
+}
+
 /* ---- the scenario table -------------------------------------------------- */
 
 static const struct harness_scenario scenarios[] = {
@@ -2507,6 +2581,7 @@ static const struct harness_scenario scenarios[] = {
 	{ "probes_by_poll", probes_by_poll_server, one_request_client, 0 },
 	{ "probes_by_epoll", probes_by_epoll_server, one_request_client, 0 },
 	{ "short_read_edge", ev_serve, short_read_edge_client, 0 },
+	{ "vanished_peer", vanished_peer_server, vanished_peer_client, HARNESS_CLIENT_CONNECTS_ITSELF },
 };
 
 /* ---- main -------------------------------------------------------------- */

@@ -62,6 +62,12 @@ check_side() { # LABEL SIDE SCENARIO MODE RC DIR
 		fs_fail "$label: $side stats offloaded=$offloaded, expected $connections (its connections)"
 		fs_why_tcp "$side" "$dir/$side.err"
 	fi
+	# epoll's safety scan found no member ready whose stream had not told
+	# of its change (core/epoll_wait.c: every change goes through the
+	# ready list)
+	local unsignalled
+	unsignalled=$(fs_stat "$dir/$side.err" epoll_unsignalled)
+	[ "${unsignalled:-0}" = 0 ] || fs_fail "$label: $side stats epoll_unsignalled=$unsignalled, expected 0"
 	return 0
 }
 
@@ -108,6 +114,8 @@ run_scenario() { # MODE SCENARIO
 		>"$dir/client.out" 2>"$dir/client.err"
 	fs_wait_pid "$client_pid" "$CLIENT_LIMIT_S" || client_rc=$?
 	fs_wait_pid "$server_pid" "$SERVER_LIMIT_S" || server_rc=$?
+	# a killed child's leftovers (its shm region) go with the test's own
+	FS_PIDS+=($(sed -n 's/^child-pid //p' "$dir/client.out"))
 	check_side "$label" server "$scenario" "$mode" "$server_rc" "$dir"
 	check_side "$label" client "$scenario" "$mode" "$client_rc" "$dir"
 	# every re-add after the first round took the parked member back, no
