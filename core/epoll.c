@@ -85,7 +85,7 @@ static struct fs_ep_member *fs_member_alloc(struct fs_epoll *fe)
 {
 	struct fs_ep_member *m;
 
-	pthread_mutex_lock(&fs_ep_slot_lock);
+	fs_lock(&fs_ep_slot_lock);
 	m = fs_ep_free;
 	if (m) {
 		fs_ep_free = m->free_next;
@@ -117,7 +117,7 @@ static void fs_member_release(struct fs_ep_member *m)
 {
 	__atomic_store_n(&m->fe, NULL, __ATOMIC_RELEASE);
 	__atomic_fetch_add(&m->gen, 1, __ATOMIC_ACQ_REL);
-	pthread_mutex_lock(&fs_ep_slot_lock);
+	fs_lock(&fs_ep_slot_lock);
 	m->free_next = fs_ep_free;
 	fs_ep_free = m;
 	pthread_mutex_unlock(&fs_ep_slot_lock);
@@ -139,7 +139,7 @@ static struct fs_epoll *fs_epoll_get_or_make(int epfd)
 
 	if (fe || epfd < 0 || (size_t)epfd >= fs_fdt_size)
 		return fe;
-	pthread_mutex_lock(&fs_ept_lock);
+	fs_lock(&fs_ept_lock);
 	if (!fs_ept) {
 		void *map = mmap(NULL, fs_fdt_size * sizeof(*fs_ept), PROT_READ | PROT_WRITE,
 				 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -205,7 +205,7 @@ static void fs_ready_unlink_locked(struct fs_epoll *fe, struct fs_ep_member *m)
 
 void fs_ready_push(struct fs_epoll *fe, struct fs_ep_member *m)
 {
-	pthread_mutex_lock(&fe->rlock);
+	fs_lock(&fe->rlock);
 	if (!m->queued) {
 		m->queued = true;
 		m->rnext = NULL;
@@ -319,7 +319,7 @@ static void fs_member_unlink(struct fs_epoll *fe, struct fs_ep_member *m)
 			pthread_mutex_unlock(&e->lock);
 		}
 	}
-	pthread_mutex_lock(&fe->rlock);
+	fs_lock(&fe->rlock);
 	fs_ready_unlink_locked(fe, m);
 	pthread_mutex_unlock(&fe->rlock);
 	fs_pending_del(fe, m);
@@ -365,12 +365,12 @@ void fs_epoll_closed(int epfd)
 
 	if (!fe)
 		return;
-	pthread_mutex_lock(&fs_ept_lock);
+	fs_lock(&fs_ept_lock);
 	__atomic_store_n(&fs_ept[epfd], NULL, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&fs_ept_lock);
 	/* Another thread may still be inside epoll_wait on it; leak the shell
 	 * (a few bytes per closed epoll instance) rather than free it under it. */
-	pthread_mutex_lock(&fe->lock);
+	fs_lock(&fe->lock);
 	HASH_ITER(hh, fe->by_key, m, tmp)
 		fs_member_free(fe, m); /* every member, parked ones too */
 	if (fe->wake_fd >= 0) {
@@ -399,7 +399,7 @@ void fs_epoll_fd_closing(struct fs_sock *s, int fd)
 		if (!fe || (!__atomic_load_n(&fe->members, __ATOMIC_ACQUIRE) &&
 			    !__atomic_load_n(&fe->parked, __ATOMIC_ACQUIRE)))
 			continue;
-		pthread_mutex_lock(&fe->lock);
+		fs_lock(&fe->lock);
 		while ((m = fs_member_find(fe, fd, s)))
 			fs_member_drop(fe, m);
 		pthread_mutex_unlock(&fe->lock);
@@ -549,7 +549,7 @@ static void fs_epoll_unpark_kernel(int epfd, int fd, struct fs_sock *s)
 
 	if (!fe || !__atomic_load_n(&fe->parked, __ATOMIC_ACQUIRE))
 		return;
-	pthread_mutex_lock(&fe->lock);
+	fs_lock(&fe->lock);
 	m = fs_member_find(fe, fd, s);
 	if (m && m->parked)
 		fs_member_drop(fe, m);
@@ -563,7 +563,7 @@ static int fs_member_add(struct fs_epoll *fe, int fd, struct fs_sock *s, const s
 	struct fs_ep_member *m;
 	int ret;
 
-	pthread_mutex_lock(&fe->lock);
+	fs_lock(&fe->lock);
 	if (s && (m = fs_member_find(fe, fd, s)) && m->parked && fs_member_unpark(fe, m, event))
 		goto added;
 	m = fs_member_alloc(fe);
@@ -629,7 +629,7 @@ bool fs_epoll_peek_ready_depth(int epfd, int depth)
 
 	if (!fe)
 		return false;
-	pthread_mutex_lock(&fe->lock);
+	fs_lock(&fe->lock);
 	for (struct fs_ep_member *m = fe->members; m && !ready; m = m->next)
 		ready = fs_member_peek(m, depth);
 	pthread_mutex_unlock(&fe->lock);
@@ -652,7 +652,7 @@ static void fs_epoll_settle_members(int epfd, int depth)
 
 	if (!fe)
 		return;
-	pthread_mutex_lock(&fe->lock);
+	fs_lock(&fe->lock);
 	/* settled members have nothing to settle */
 	for (m = fe->pending; m; m = next) {
 		next = m->pnext;
@@ -700,7 +700,7 @@ int fs_epoll_ctl_nested(int epfd, int op, int fd, struct epoll_event *event)
 		fe = fs_epoll_peek(epfd);
 		if (!fe)
 			return FS_PASS;
-		pthread_mutex_lock(&fe->lock);
+		fs_lock(&fe->lock);
 		m = fs_member_find(fe, fd, NULL);
 		if (!m) {
 			pthread_mutex_unlock(&fe->lock);
@@ -752,7 +752,7 @@ int fs_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event, struct fs_
 	fe = fs_epoll_peek(epfd);
 	if (!fe)
 		return FS_PASS;
-	pthread_mutex_lock(&fe->lock);
+	fs_lock(&fe->lock);
 	/* at most one member is this open socket: the kernel refuses a
 	 * second EPOLL_CTL_ADD of one fd */
 	m = fs_member_find(fe, fd, s);

@@ -287,7 +287,7 @@ static int fs_epoll_scan_ready(struct fs_epoll *fe, struct epoll_event *out, int
 
 	if (!e)
 		return n;
-	pthread_mutex_lock(&fe->rlock);
+	fs_lock(&fe->rlock);
 	head = fe->rhead;
 	tail = fe->rtail;
 	fe->rhead = fe->rtail = NULL;
@@ -295,7 +295,7 @@ static int fs_epoll_scan_ready(struct fs_epoll *fe, struct epoll_event *out, int
 	while (head && n < max) {
 		int nb = 0;
 
-		pthread_mutex_lock(&fe->rlock);
+		fs_lock(&fe->rlock);
 		while (head && nb < FS_EP_BATCH && nb < max - n) {
 			struct fs_ep_member *m = head;
 
@@ -323,7 +323,7 @@ static int fs_epoll_scan_ready(struct fs_epoll *fe, struct epoll_event *out, int
 	}
 	if (head) {
 		/* no room for them: first in line next time */
-		pthread_mutex_lock(&fe->rlock);
+		fs_lock(&fe->rlock);
 		tail->rnext = fe->rhead;
 		if (fe->rhead)
 			fe->rhead->rprev = tail;
@@ -390,7 +390,7 @@ static int fs_epoll_look(struct fs_epoll *fe, struct epoll_event *events, int ma
 {
 	int n;
 
-	pthread_mutex_lock(&fe->lock);
+	fs_lock(&fe->lock);
 	*gen = ++fe->out_gen;
 	if (!fs_epoll_ready_list_will_do(fe, fs_now_ns())) {
 		n = fs_epoll_scan(fe, events, maxevents, *gen);
@@ -459,12 +459,12 @@ static int fs_epoll_collect(struct fs_epoll *fe, int epfd, struct epoll_event *k
 {
 	if (!longwait)
 		return fs_epoll_kernel_wait(epfd, kbuf, k, wait_us, false, deadline, sigmask);
-	pthread_mutex_lock(&fe->lock);
+	fs_lock(&fe->lock);
 	fe->kernel_sleepers++;
 	pthread_mutex_unlock(&fe->lock);
 	/* a member added before the count went up was seen by no one */
 	k = fs_epoll_has_members(epfd) ? 0 : fs_epoll_kernel_wait(epfd, kbuf, k, 0, true, deadline, sigmask);
-	pthread_mutex_lock(&fe->lock);
+	fs_lock(&fe->lock);
 	fe->kernel_sleepers--;
 	pthread_mutex_unlock(&fe->lock);
 	return k;
@@ -476,7 +476,7 @@ static int fs_epoll_collect(struct fs_epoll *fe, int epfd, struct epoll_event *k
 static int fs_epoll_merge_kernel(struct fs_epoll *fe, const struct epoll_event *kbuf, int k,
 				 struct epoll_event *events, int n, int maxevents, uint64_t gen)
 {
-	pthread_mutex_lock(&fe->lock);
+	fs_lock(&fe->lock);
 	for (int i = 0; i < k && n < maxevents; i++) {
 		bool ours;
 		struct fs_ep_member *m = fs_member_by_tag(fe, kbuf[i].data.u64, &ours);
@@ -580,7 +580,7 @@ int fs_epoll_wait_plain(int epfd, struct epoll_event *events, int maxevents, int
 	int k, kept;
 
 	if (!plain && epfd >= 0 && (size_t)epfd < fs_fdt_size) {
-		pthread_mutex_lock(&fs_ept_lock);
+		fs_lock(&fs_ept_lock);
 		if (!fs_ep_plain) {
 			void *map = mmap(NULL, fs_fdt_size * sizeof(*fs_ep_plain), PROT_READ | PROT_WRITE,
 					 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);

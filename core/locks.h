@@ -68,9 +68,13 @@
  * fs_hb_fork_lock, fs_sock_free_lock, fs_sock_bg_lock, and
  * fs_engine_create_lock if the parent had an engine (whose lock the child
  * never takes: it makes its own). fs_sock.lock, the fs_epoll locks,
- * fs_ep_slot_lock, fs_ept_lock and fs_negcache_lock are not re-initialised:
- * one held by another thread of the parent at the fork stays taken in the
- * child.
+ * fs_ep_slot_lock, fs_ept_lock and fs_negcache_lock are not re-initialised
+ * (there are thousands, and one may be held through a whole handshake, so
+ * the prepare handler cannot take them all): they are taken with fs_lock
+ * (util.h), which in a forked child takes over a lock whose holder is no
+ * thread of this process (a thread of the parent, which the child does not
+ * have), within 10 ms; fs_trylock and fs_mutex_lock_until do the same.
+ * Test: e2e_semantics fork_mid_connect.
  */
 #ifndef FS_CORE_LOCKS_H
 #define FS_CORE_LOCKS_H

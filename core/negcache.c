@@ -41,7 +41,7 @@ bool fs_negcache_hit(const struct sockaddr *peer)
 	if (!fs_params.neg_cache_sec)
 		return false;
 	fs_negcache_key(peer, key);
-	pthread_mutex_lock(&fs_negcache_lock);
+	fs_lock(&fs_negcache_lock);
 	HASH_FIND(hh, fs_negcache, key, sizeof(key), ent);
 	if (ent && ent->expires_ns > fs_now_ns())
 		hit = true;
@@ -60,7 +60,7 @@ void fs_negcache_add(const struct sockaddr *peer, bool refused)
 	if (!sec)
 		return;
 	fs_negcache_key(peer, key);
-	pthread_mutex_lock(&fs_negcache_lock);
+	fs_lock(&fs_negcache_lock);
 	HASH_FIND(hh, fs_negcache, key, sizeof(key), ent);
 	if (!ent && fs_negcache_count < 65536 && (ent = calloc(1, sizeof(*ent)))) {
 		memcpy(ent->key, key, sizeof(key));

@@ -806,7 +806,7 @@ int fs_negotiate_strip_hello(struct fs_sock *s, uint64_t deadline_ns)
 	size_t got = 0;
 	int ret;
 
-	pthread_mutex_lock(&s->lock);
+	fs_lock(&s->lock);
 	if (!s->strip_hello) {
 		pthread_mutex_unlock(&s->lock);
 		return 0;

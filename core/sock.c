@@ -315,6 +315,7 @@ static void fs_core_atfork_parent(void)
 void fs_core_atfork_child(void)
 {
 	fs_self_pid_refresh();
+	fs_lock_after_fork();
 	fs_engine_forget_after_fork();
 	fs_service_after_fork();
 	fs_listeners_after_fork();
@@ -502,7 +503,7 @@ static void fs_sock_connect_watch(void *arg, bool timed_out);
 
 bool fs_sock_watch_lock(struct fs_sock *s, struct fs_watch *watch, fs_watch_fn fn, void *arg)
 {
-	if (pthread_mutex_trylock(&s->lock) == 0)
+	if (fs_trylock(&s->lock) == 0)
 		return true;
 	fs_service_watch(watch, -1, 0, fs_now_ns() + FS_SOCK_BUSY_NS, fn, arg);
 	return false;
@@ -698,7 +699,7 @@ int fs_core_connect(struct fs_sock *s, const struct sockaddr *addr, socklen_t le
 	ret = fs_real.connect(s->fd, addr, len);
 	if (ret && errno != EINPROGRESS)
 		return -errno;
-	pthread_mutex_lock(&s->lock);
+	fs_lock(&s->lock);
 	memcpy(&s->neg->peer, addr, len < sizeof(s->neg->peer) ? len : sizeof(s->neg->peer));
 	if (ret) {
 		/* Nonblocking: the service thread goes on when the connection is
@@ -730,7 +731,7 @@ int fs_core_listen(struct fs_sock *s, int backlog)
 	 * find the probe port closed, and take this host for one without
 	 * fabsock (the negative cache keeps it so for a while). Seen in CI:
 	 * e2e_load's client on TCP. */
-	pthread_mutex_lock(&s->lock);
+	fs_lock(&s->lock);
 	if (fs_sock_state(s) == FS_SOCK_FRESH && !fs_real.getsockname(s->fd, (struct sockaddr *)&local, &llen)) {
 		fs_sockaddr_key((struct sockaddr *)&local, key, &port);
 		if (port && fs_rules_match(&fs_rules_global, FS_SIDE_SERVER, NULL, port) != FS_RULE_KERNEL) {
@@ -749,7 +750,7 @@ int fs_core_listen(struct fs_sock *s, int backlog)
 			fs_listener_close(early);
 		return -err;
 	}
-	pthread_mutex_lock(&s->lock);
+	fs_lock(&s->lock);
 	if (fs_sock_state(s) == FS_SOCK_LISTENING) { /* listen() again: backlog change */
 		pthread_mutex_unlock(&s->lock);
 		if (early)
@@ -808,7 +809,7 @@ const void *fs_sock_drain_probes(struct fs_sock *s, const void *skip)
 {
 	struct fs_listener *l = NULL;
 
-	pthread_mutex_lock(&s->lock);
+	fs_lock(&s->lock);
 	if (fs_sock_state(s) == FS_SOCK_SERVER_PENDING && s->listener && s->listener != skip) {
 		l = s->listener;
 		fs_listener_get(l);
@@ -827,7 +828,7 @@ int fs_sock_settle(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 {
 	int ret;
 
-	pthread_mutex_lock(&s->lock);
+	fs_lock(&s->lock);
 	switch (fs_sock_state(s)) {
 	case FS_SOCK_OFFLOADED:
 		ret = 0;
@@ -898,7 +899,7 @@ bool fs_sock_unshare(struct fs_sock *s, int *err)
 		return false;
 	if (foreign)
 		*err = fs_handback_request(s);
-	pthread_mutex_lock(&s->lock);
+	fs_lock(&s->lock);
 	if (fs_sock_state(s) == FS_SOCK_OFFLOADED)
 		fs_sock_release(s);
 	pthread_mutex_unlock(&s->lock);

@@ -327,7 +327,7 @@ static int fs_sock_close_fd(struct fs_sock *s, int fd, bool real_close)
 {
 	if (__atomic_load_n(&s->event_loop, __ATOMIC_ACQUIRE))
 		fs_epoll_fd_closing(s, fd);
-	pthread_mutex_lock(&s->lock);
+	fs_lock(&s->lock);
 	if (s->n_app_fds > 1) {
 		fs_sock_forget_fd(s, fd);
 		pthread_mutex_unlock(&s->lock);
@@ -343,7 +343,7 @@ static int fs_sock_close_fd(struct fs_sock *s, int fd, bool real_close)
 		 * here, up to FABSOCK_LINGER_SEC */
 		fs_sock_settle(s, true, fs_now_ns() + fs_params.linger_sec * 1000000000ull);
 	}
-	pthread_mutex_lock(&s->lock);
+	fs_lock(&s->lock);
 	if (fs_sock_state(s) == FS_SOCK_OFFLOADED && s->pid == fs_self_pid() &&
 	    __atomic_load_n(&s->stream->hb, __ATOMIC_ACQUIRE) != FS_HB_DONE) {
 		/* The engine keeps a private duplicate of the kernel socket as the
@@ -396,7 +396,7 @@ int fs_core_dup(struct fs_sock *s, int newfd)
 {
 	struct fs_sock *old;
 
-	pthread_mutex_lock(&s->lock);
+	fs_lock(&s->lock);
 	if (fs_sock_state(s) == FS_SOCK_KERNEL || s->closed) {
 		pthread_mutex_unlock(&s->lock);
 		return 0; /* the kernel's alone: nothing to share */

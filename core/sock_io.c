@@ -134,7 +134,7 @@ static bool fs_sock_connect_advance(struct fs_sock *s)
 
 	if (fs_sock_state(s) != FS_SOCK_CONNECTING)
 		return true;
-	pthread_mutex_lock(&s->lock);
+	fs_lock(&s->lock);
 	up = fs_sock_connect_done(s);
 	pthread_mutex_unlock(&s->lock);
 	return up;
@@ -169,7 +169,7 @@ static ssize_t fs_sock_send_early(struct fs_sock *s, const struct msghdr *msg, b
 		return FS_PASS; /* the kernel answers for a connection not yet up */
 	if ((fs_sock_state(s) == FS_SOCK_CLIENT_PENDING || fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT) &&
 	    !s->shut_wr) {
-		pthread_mutex_lock(&s->lock);
+		fs_lock(&s->lock);
 		ret = 0;
 		if (fs_sock_state(s) == FS_SOCK_CLIENT_PENDING)
 			ret = fs_sock_send_hello(s, deadline ? deadline : UINT64_MAX);
@@ -366,7 +366,7 @@ static int fs_sock_shutdown_early(struct fs_sock *s, int how)
 	fs_sock_connect_advance(s);
 	if (fs_sock_state(s) != FS_SOCK_CLIENT_PENDING && fs_sock_state(s) != FS_SOCK_CLIENT_HELLO_SENT)
 		return 1;
-	pthread_mutex_lock(&s->lock);
+	fs_lock(&s->lock);
 	if (fs_sock_state(s) == FS_SOCK_CLIENT_PENDING)
 		ret = fs_sock_send_hello(s, UINT64_MAX);
 	if (ret == FS_PASS) {

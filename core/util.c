@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "config/log.h"
 #include "core/guard.h"
 #include "preload/real.h"
 
@@ -53,10 +54,84 @@ static bool fs_mutex_mine(pthread_mutex_t *m)
 #endif
 }
 
-int fs_mutex_lock_until(pthread_mutex_t *m, uint64_t deadline_ns)
+bool fs_lock_forked;
+/* Serialises taking over: two threads of the child finding the same
+ * orphaned lock re-initialise it once. */
+static pthread_mutex_t fs_orphan_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Whether M is held by a thread that is not one of this process's: in a
+ * forked child, a thread of the parent (tgkill finds no such thread in our
+ * group). */
+static bool fs_mutex_orphaned(pthread_mutex_t *m)
+{
+#ifdef __GLIBC__
+	int owner = __atomic_load_n(&m->__data.__owner, __ATOMIC_RELAXED), saved = errno;
+	bool gone = owner > 0 && syscall(SYS_tgkill, (int)getpid(), owner, 0) < 0 && errno == ESRCH;
+
+	errno = saved;
+	return gone;
+#else
+	(void)m;
+	return false;
+#endif
+}
+
+/* Takes M over if it is orphaned: afterwards it is free (or taken by the
+ * thread that got there first). */
+static void fs_mutex_adopt(pthread_mutex_t *m)
+{
+	if (!fs_mutex_orphaned(m))
+		return;
+	pthread_mutex_lock(&fs_orphan_lock);
+	if (fs_mutex_orphaned(m)) {
+		pthread_mutex_init(m, NULL);
+		FS_INFO("a lock held by a thread of the parent at fork() was taken over");
+	}
+	pthread_mutex_unlock(&fs_orphan_lock);
+}
+
+/* pthread_mutex_timedlock for at most WAIT_NS. 0 or an error number. */
+static int fs_mutex_timedlock_ns(pthread_mutex_t *m, uint64_t wait_ns)
 {
 	struct timespec real;
-	uint64_t now = fs_now_ns(), left = deadline_ns > now ? deadline_ns - now : 0, at;
+	uint64_t at;
+
+	clock_gettime(CLOCK_REALTIME, &real);
+	at = (uint64_t)real.tv_sec * 1000000000ull + (uint64_t)real.tv_nsec + wait_ns;
+	real.tv_sec = (time_t)(at / 1000000000ull);
+	real.tv_nsec = (long)(at % 1000000000ull);
+	return pthread_mutex_timedlock(m, &real);
+}
+
+void fs_lock_slow(pthread_mutex_t *m)
+{
+	if (pthread_mutex_trylock(m) == 0)
+		return;
+	/* a live holder lets go; an orphaned lock is found within 10 ms */
+	while (fs_mutex_timedlock_ns(m, 10000000ull) != 0)
+		fs_mutex_adopt(m);
+}
+
+int fs_trylock(pthread_mutex_t *m)
+{
+	int ret = pthread_mutex_trylock(m);
+
+	if (ret && __atomic_load_n(&fs_lock_forked, __ATOMIC_RELAXED)) {
+		fs_mutex_adopt(m);
+		ret = pthread_mutex_trylock(m);
+	}
+	return ret;
+}
+
+void fs_lock_after_fork(void)
+{
+	pthread_mutex_init(&fs_orphan_lock, NULL);
+	__atomic_store_n(&fs_lock_forked, true, __ATOMIC_RELAXED);
+}
+
+int fs_mutex_lock_until(pthread_mutex_t *m, uint64_t deadline_ns)
+{
+	uint64_t now;
 
 	/* free (the rule): no system call, which a sandboxed child's filter
 	 * may forbid at its exit (gettid) */
@@ -64,11 +139,16 @@ int fs_mutex_lock_until(pthread_mutex_t *m, uint64_t deadline_ns)
 		return 0;
 	if (fs_mutex_mine(m))
 		return -EDEADLK;
-	clock_gettime(CLOCK_REALTIME, &real);
-	at = (uint64_t)real.tv_sec * 1000000000ull + (uint64_t)real.tv_nsec + left;
-	real.tv_sec = (time_t)(at / 1000000000ull);
-	real.tv_nsec = (long)(at % 1000000000ull);
-	return pthread_mutex_timedlock(m, &real) ? -ETIMEDOUT : 0;
+	for (;;) {
+		now = fs_now_ns();
+		if (now >= deadline_ns)
+			return pthread_mutex_trylock(m) ? -ETIMEDOUT : 0;
+		if (!__atomic_load_n(&fs_lock_forked, __ATOMIC_RELAXED))
+			return fs_mutex_timedlock_ns(m, deadline_ns - now) ? -ETIMEDOUT : 0;
+		if (fs_mutex_timedlock_ns(m, deadline_ns - now < 10000000ull ? deadline_ns - now : 10000000ull) == 0)
+			return 0;
+		fs_mutex_adopt(m);
+	}
 }
 
 /* What a new thread of ours starts with: its function, and a flag it sets

@@ -22,6 +22,29 @@ uint64_t fs_now_ns(void);
  * handler that interrupted a call). */
 int fs_mutex_lock_until(pthread_mutex_t *m, uint64_t deadline_ns);
 
+/* Locks of the core that a forked child may find held by a thread of its
+ * parent: every socket's and epoll instance's lock and the tables' (the
+ * locks the fork handlers re-initialise are not among them, core/locks.h).
+ * Such a thread does not exist in the child, so the lock would stay taken
+ * for good: a threaded program whose child closes its fds (Python's
+ * subprocess) while another thread was inside connect() hung. In a forked
+ * child, a lock whose holder is no thread of this process is taken over
+ * (what it guards is as that thread left it). Elsewhere it is
+ * pthread_mutex_lock. */
+extern bool fs_lock_forked; /* set in a forked child (atomic) */
+void fs_lock_slow(pthread_mutex_t *m);
+static inline void fs_lock(pthread_mutex_t *m)
+{
+	if (__builtin_expect(__atomic_load_n(&fs_lock_forked, __ATOMIC_RELAXED), 0))
+		fs_lock_slow(m);
+	else
+		pthread_mutex_lock(m);
+}
+/* pthread_mutex_trylock, taking over a lock as fs_lock does. */
+int fs_trylock(pthread_mutex_t *m);
+/* The child's fork handler: from now on, look for such locks. */
+void fs_lock_after_fork(void);
+
 /* Starts a detached thread of fabsock's own (service, watchdog) running
  * FN with a stack of STACK bytes. It never takes the application's signals:
  * all are blocked in it. Returns 0, or the error of pthread_create. */

@@ -16,6 +16,7 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -525,6 +526,78 @@ static int urgent_client(int fd)
 	return harness_send_all(fd, "def", 3);
 }
 
+/*
+ * fork_mid_connect (a threaded program that spawns a child while another
+ * thread connects: Python's subprocess closing every fd in the child, a
+ * worker pool shelling out): one thread is inside a blocking connect() -
+ * under fabsock its handshake holds the socket's lock, for a second here
+ * (the script delays the HELLO) - when the main thread forks; the child
+ * closes that fd and exits. A lock the parent's thread held at the fork is
+ * held by no thread of the child: the child must neither hang nor crash.
+ * Then the parent's connection carries 64 KiB each way as usual.
+ */
+struct fork_mid_connect_arg {
+	int fd;
+	int result;
+	int error;
+};
+
+static void *fork_mid_connect_thread(void *p)
+{
+	struct fork_mid_connect_arg *arg = p;
+
+	arg->result = connect(arg->fd, harness_server_address->ai_addr, harness_server_address->ai_addrlen);
+	arg->error = errno;
+	return NULL;
+}
+
+static int fork_mid_connect_server(int fd)
+{
+	if (sem_share_start_server(fd, 70) < 0 || harness_send_pattern(fd, 71, 0, 65536) < 0)
+		return -1;
+	return harness_expect_eof(fd);
+}
+
+static int fork_mid_connect_client(int unused)
+{
+	struct fork_mid_connect_arg arg = { .fd = -1 };
+	pthread_t thread;
+	int status = -1;
+	pid_t pid;
+
+	(void)unused;
+	arg.fd = socket(harness_server_address->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (arg.fd < 0)
+		return harness_fail("socket: %s", strerror(errno));
+	if (pthread_create(&thread, NULL, fork_mid_connect_thread, &arg)) {
+		close(arg.fd);
+		return harness_fail("pthread_create failed");
+	}
+	harness_sleep_ms(300); /* the thread is inside connect() now */
+	pid = fork();
+	if (pid == 0) {
+		alarm(10); /* a hang ends by SIGALRM: the parent reports it */
+		close(arg.fd);
+		exit(0);
+	}
+	if (harness_wait_child(pid, "the child closing the connecting socket", 0) < 0) {
+		pthread_join(thread, NULL);
+		close(arg.fd);
+		return -1;
+	}
+	pthread_join(thread, NULL);
+	if (arg.result < 0) {
+		harness_fail("connect in the thread failed: %s", strerror(arg.error));
+	} else {
+		harness_connections++;
+		if (sem_share_start_client(arg.fd, 70) == 0 &&
+		    harness_recv_pattern(arg.fd, 71, 0, 65536, "after the fork") == 0)
+			status = 0;
+	}
+	close(arg.fd);
+	return status;
+}
+
 static const struct harness_scenario scenarios[] = {
 	{ "fork_child_reads", fork_child_reads_server, fork_child_reads_client, 0 },
 	{ "fork_split", fork_split_server, fork_split_client, 0 },
@@ -534,6 +607,7 @@ static const struct harness_scenario scenarios[] = {
 	{ "fork_child_sandboxed", fork_child_sandboxed_server, fork_child_sandboxed_client, 0 },
 	{ "peer_forks_poll", peer_forks_poll_server, peer_forks_poll_client, 0 },
 	{ "urgent", urgent_server, urgent_client, 0 },
+	{ "fork_mid_connect", fork_mid_connect_server, fork_mid_connect_client, HARNESS_CLIENT_CONNECTS_ITSELF },
 };
 
 int main(int argc, char **argv)

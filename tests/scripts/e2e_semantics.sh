@@ -81,6 +81,9 @@ run_scenario() { # MODE SCENARIO
 	[ "$mode" = fabsock ] && prefix=(env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1)
 	# the writer may not wait out the late reader (fs_semantics_lifecycle.c)
 	[ "$scenario" = close_exit_late ] && prefix+=(FABSOCK_LINGER_SEC=1)
+	# the connecting thread holds its socket through the handshake while
+	# the main thread forks (fs_semantics_share.c)
+	[ "$mode" = fabsock ] && [ "$scenario" = fork_mid_connect ] && prefix+=(FABSOCK_TEST_HELLO_DELAY_MS=1000)
 	mkdir -p "$dir"
 
 	fs_bg server_pid "${prefix[@]}" "$prog" server 0 "$scenario" >"$dir/server.out" 2>"$dir/server.err"
