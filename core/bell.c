@@ -14,6 +14,7 @@
 #include "config/log.h"
 #include "config/params.h"
 #include "core/engine.h"
+#include "core/fdtable.h"
 #include "core/service.h"
 #include "core/sock.h"
 #include "core/stats.h"

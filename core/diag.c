@@ -15,6 +15,7 @@
 #include <linux/sock_diag.h>
 
 #include "core/engine.h"
+#include "core/fdtable.h"
 #include "core/sock.h"
 #include "core/udp.h"
 #include "preload/real.h"

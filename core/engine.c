@@ -22,6 +22,7 @@
 #include "config/log.h"
 #include "config/params.h"
 #include "core/bell.h"
+#include "core/fdtable.h"
 #include "core/guard.h"
 #include "core/handback.h"
 #include "core/sigs.h"

@@ -2,13 +2,17 @@
 /*
  * The fd table (see fdtable.h). The array is one anonymous mapping with
  * MAP_NORESERVE: a process with a million-fd limit that uses ten sockets
- * touches one page.
+ * touches one page. Also fabsock's own descriptors: moved out of the
+ * application's way and marked internal in the table.
  */
 #include "core/fdtable.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+
+#include "preload/real.h"
 
 #define FS_FDT_MIN 65536u
 #define FS_FDT_MAX (1u << 22)
@@ -52,4 +56,36 @@ int fs_fdt_clear(int fd, struct fs_sock *s)
 		return 0;
 	return __atomic_compare_exchange_n(&fs_fdt[fd], &expected, NULL, 0, __ATOMIC_ACQ_REL,
 					   __ATOMIC_ACQUIRE);
+}
+
+int fs_internal_fd(int fd)
+{
+	static int cached_high; /* one getrlimit per process, not per close() */
+	int high = __atomic_load_n(&cached_high, __ATOMIC_RELAXED), moved;
+
+	if (!high) {
+		struct rlimit lim;
+
+		high = 512;
+		if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY && (rlim_t)high >= lim.rlim_cur)
+			high = (int)(lim.rlim_cur / 2);
+		__atomic_store_n(&cached_high, high, __ATOMIC_RELAXED);
+	}
+	moved = fs_real.fcntl(fd, F_DUPFD_CLOEXEC, high);
+	if (moved < 0 && errno == EINVAL) {
+		/* the limit was lowered since: ask again next time */
+		__atomic_store_n(&cached_high, 0, __ATOMIC_RELAXED);
+		return fd;
+	}
+	if (moved < 0)
+		return fd;
+	fs_real.close(fd);
+	fs_fdt_set(moved, FS_SOCK_INTERNAL);
+	return moved;
+}
+
+void fs_internal_fd_close(int fd)
+{
+	fs_fdt_clear(fd, FS_SOCK_INTERNAL);
+	fs_real.close(fd);
 }

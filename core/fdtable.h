@@ -9,6 +9,8 @@
  * Entries are struct fs_sock objects (core/sock.h), which are never returned
  * to malloc (they are recycled), so a reader that loaded a pointer may always
  * look at it; fs_sock_get() then takes a reference and re-checks the slot.
+ * fabsock's own descriptors (eventfds, the doorbell, probe sockets) are
+ * entries too, FS_SOCK_INTERNAL, made by fs_internal_fd.
  */
 #ifndef FS_CORE_FDTABLE_H
 #define FS_CORE_FDTABLE_H
@@ -34,5 +36,14 @@ static inline struct fs_sock *fs_fdt_peek(int fd)
 struct fs_sock *fs_fdt_set(int fd, struct fs_sock *s);
 /* Clears FD if it still holds S; returns 1 if it did. */
 int fs_fdt_clear(int fd, struct fs_sock *s);
+
+/* Marks fabsock's own descriptors in the fd table: the application never
+ * sees them (its close() of such a number gets EBADF). */
+#define FS_SOCK_INTERNAL ((struct fs_sock *)1)
+
+/* Moves an fd of fabsock's own to a high number and marks it internal.
+ * Returns the new fd (the old one is closed) or FD unchanged on failure. */
+int fs_internal_fd(int fd);
+void fs_internal_fd_close(int fd);
 
 #endif

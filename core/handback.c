@@ -29,6 +29,7 @@
 #include "config/log.h"
 #include "config/params.h"
 #include "core/engine.h"
+#include "core/fdtable.h"
 #include "core/sock.h"
 #include "core/stats.h"
 #include "core/stream_internal.h"

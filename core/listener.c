@@ -28,6 +28,7 @@
 #include "config/rules.h"
 #include "core/diag.h"
 #include "core/engine.h"
+#include "core/fdtable.h"
 #include "core/service.h"
 #include "core/sock.h"
 #include "core/stats.h"

@@ -19,6 +19,7 @@
 #include "config/params.h"
 #include "core/bell.h"
 #include "core/engine.h"
+#include "core/fdtable.h"
 #include "core/guard.h"
 #include "core/handback.h"
 #include "core/sigs.h"

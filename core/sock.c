@@ -200,45 +200,10 @@ void fs_sock_release(struct fs_sock *s)
 	fs_sock_set_state(s, FS_SOCK_KERNEL);
 }
 
-int fs_internal_fd(int fd)
-{
-	static int cached_high; /* one getrlimit per process, not per close() */
-	int high = __atomic_load_n(&cached_high, __ATOMIC_RELAXED), moved;
-
-	if (!high) {
-		struct rlimit lim;
-
-		high = 512;
-		if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY && (rlim_t)high >= lim.rlim_cur)
-			high = (int)(lim.rlim_cur / 2);
-		__atomic_store_n(&cached_high, high, __ATOMIC_RELAXED);
-	}
-	moved = fs_real.fcntl(fd, F_DUPFD_CLOEXEC, high);
-	if (moved < 0 && errno == EINVAL) {
-		/* the limit was lowered since: ask again next time */
-		__atomic_store_n(&cached_high, 0, __ATOMIC_RELAXED);
-		return fd;
-	}
-	if (moved < 0)
-		return fd;
-	fs_real.close(fd);
-	fs_fdt_set(moved, FS_SOCK_INTERNAL);
-	return moved;
-}
-
 /* The log sink's hook: its file is fabsock's own descriptor. */
 static void fs_core_mark_internal(int fd)
 {
 	fs_fdt_set(fd, FS_SOCK_INTERNAL);
-}
-
-void fs_internal_fd_close(int fd)
-{
-	struct fs_sock *expected = FS_SOCK_INTERNAL;
-
-	if (fd >= 0 && (size_t)fd < fs_fdt_size)
-		__atomic_compare_exchange_n(&fs_fdt[fd], &expected, NULL, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
-	fs_real.close(fd);
 }
 
 /* ---- init and fork ----------------------------------------------------- */

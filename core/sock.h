@@ -151,10 +151,6 @@ static inline enum fs_sock_state fs_sock_state(const struct fs_sock *s)
 	return __atomic_load_n(&s->state, __ATOMIC_ACQUIRE);
 }
 
-/* Marks fabsock's own descriptors in the fd table: the application never
- * sees them (its close() of such a number gets EBADF). */
-#define FS_SOCK_INTERNAL ((struct fs_sock *)1)
-
 /* S is an accepted connection still waiting for its client's probe: its
  * listener's waiting probes are answered now, by this thread (the service
  * thread may be starved on a busy host). SKIP: a listener already drained
@@ -175,11 +171,6 @@ struct fs_sock *fs_sock_get(int fd);
 /* Takes another reference on S (which the caller holds one on). */
 void fs_sock_ref(struct fs_sock *s);
 void fs_sock_put(struct fs_sock *s);
-
-/* Moves an fd of fabsock's own to a high number and marks it internal.
- * Returns the new fd (the old one is closed) or FD unchanged on failure. */
-int fs_internal_fd(int fd);
-void fs_internal_fd_close(int fd);
 
 /* Hooks around the real calls. */
 void fs_core_socket(int fd, int domain, int type);

@@ -32,6 +32,7 @@
 #include "config/params.h"
 #include "core/bell.h"
 #include "core/engine.h"
+#include "core/fdtable.h"
 #include "core/handback.h"
 #include "core/sigs.h"
 #include "core/service.h"

@@ -22,6 +22,7 @@
 #include "config/params.h"
 #include "core/bell.h"
 #include "core/engine.h"
+#include "core/fdtable.h"
 #include "core/sock.h"
 #include "core/stats.h"
 #include "core/stream_internal.h"
