@@ -576,12 +576,13 @@ bool fs_engine_busy(struct fs_engine *e)
 
 static void fs_cq_error(struct fs_engine *e, struct fs_engine_rail *er)
 {
-	struct fi_cq_err_entry err = { 0 };
+	void *ctx;
 	struct fs_buf *buf;
+	int err;
 
-	if (fi_cq_readerr(er->rail.cq, &err, 0) != 1)
+	if (!fs_rail_cq_readerr(&er->rail, &ctx, &err))
 		return;
-	buf = err.op_context;
+	buf = ctx;
 	if (!buf)
 		return;
 	if (buf->role == FS_BUF_TX) {
@@ -589,7 +590,7 @@ static void fs_cq_error(struct fs_engine *e, struct fs_engine_rail *er)
 
 		if (s && !fs_msg_is_ctrl(buf->kind) && !s->error) {
 			FS_WARN("stream %u: send failed on the %s rail: %s", s->id,
-				fs_fabric_prov_name(er->rail.kind), fs_fi.strerror(err.err));
+				fs_fabric_prov_name(er->rail.kind), strerror(-err));
 			s->error = -ECONNRESET;
 			fs_stream_changed(e, s);
 			FS_STAT_INC(resets);
@@ -598,17 +599,17 @@ static void fs_cq_error(struct fs_engine *e, struct fs_engine_rail *er)
 		return;
 	}
 	if (buf->pull == FS_PULL_POSTED) {
-		if (err.err != FI_ECANCELED)
+		if (err != -ECANCELED)
 			FS_WARN_ONCE("pulling a payload on the %s rail failed: %s", fs_fabric_prov_name(er->rail.kind),
-				     fs_fi.strerror(err.err));
-		fs_rx_pulled(e, er, buf, 0, err.err);
+				     strerror(-err));
+		fs_rx_pulled(e, er, buf, 0, err);
 		return;
 	}
-	if (err.err != FI_ECANCELED)
+	if (err != -ECANCELED)
 		FS_WARN_ONCE("a receive failed on the %s rail: %s", fs_fabric_prov_name(er->rail.kind),
-			     fs_fi.strerror(err.err));
+			     strerror(-err));
 	fs_recv_landed(er, buf);
-	if (err.err == FI_ECANCELED)
+	if (err == -ECANCELED)
 		fs_pool_put(buf);
 	else
 		fs_engine_repost(er, buf);
@@ -658,13 +659,10 @@ int fs_engine_progress(struct fs_engine *e)
 		for (int rounds = 0; rounds < 8; rounds++) {
 			FS_GUARD_ENTER();
 			FS_PROV_ENTER(er, -1);
-			if (er->rail.source)
-				n = fi_cq_readfrom(er->rail.cq, ent, FS_CQ_BATCH, src);
-			else
-				n = fi_cq_read(er->rail.cq, ent, FS_CQ_BATCH);
+			n = fs_rail_cq_read(&er->rail, ent, FS_CQ_BATCH, src);
 			FS_PROV_LEAVE(er);
 			FS_GUARD_LEAVE();
-			if (n == -FI_EAVAIL) {
+			if (n == FS_CQ_ERROR_ENTRY) {
 				fs_cq_error(e, er);
 				handled++;
 				continue;
@@ -698,7 +696,7 @@ int fs_engine_progress(struct fs_engine *e)
 				break;
 		}
 	}
-	/* Sends the provider refused for now (-FI_EAGAIN: shm maps a new peer
+	/* Sends the provider refused for now (-EAGAIN: shm maps a new peer
 	 * lazily, queues fill) are retried on every round. */
 	for (struct fs_dlist *n = e->pending.next, *next; n != &e->pending; n = next) {
 		struct fs_stream *s = fs_stream_of(n, pending_link);

@@ -475,7 +475,7 @@ err_info:
 		 fs_fi.strerror(ret < 0 ? -ret : ret));
 	fs_fi.freeinfo(rail->info);
 	rail->info = NULL;
-	ret = ret < 0 ? ret : -EIO;
+	ret = ret < 0 ? fs_fabric_errno(ret) : -EIO;
 err_none:
 	FS_GUARD_LEAVE();
 	return ret;
@@ -510,7 +510,7 @@ int fs_rail_mr_reg(struct fs_rail *rail, void *buf, size_t len, struct fid_mr **
 	FS_GUARD_ENTER();
 	ret = fi_mr_reg(rail->domain, buf, len, FI_SEND | FI_RECV, 0, rail->next_key++, 0, mr, NULL);
 	FS_GUARD_LEAVE();
-	return ret;
+	return fs_fabric_errno(ret);
 }
 
 /* Removes one peer no stream uses from the AV. Returns 0, or -ENOSPC when
@@ -565,7 +565,7 @@ int fs_rail_av_insert(struct fs_rail *rail, const void *addr, size_t addr_len, f
 	FS_GUARD_LEAVE();
 	if (ret != 1) {
 		free(peer);
-		return ret < 0 ? ret : -EINVAL;
+		return ret < 0 ? fs_fabric_errno(ret) : -EINVAL;
 	}
 	memcpy(peer->addr, addr, addr_len);
 	peer->len = addr_len;

@@ -14,6 +14,7 @@
 #ifndef FS_CORE_FABRIC_H
 #define FS_CORE_FABRIC_H
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -137,6 +138,108 @@ long fs_shm_addr_pid(const void *addr, size_t len);
 int fs_rail_open(struct fs_rail *rail, unsigned kind, const struct sockaddr *local, char *why,
 		 size_t whylen);
 void fs_rail_close(struct fs_rail *rail);
+
+/* ---- the data path's calls, in the core's error convention ------------
+ *
+ * libfabric returns negative FI_* codes; the core, negative errno. The codes
+ * below FI_ERRNO_OFFSET are errno values already (-FI_EAGAIN is -EAGAIN:
+ * the provider cannot take it now, try later); libfabric's own become the
+ * nearest errno here, the one place they are looked at. FI_EAVAIL, which
+ * only a completion-queue read returns, is FS_CQ_ERROR_ENTRY. */
+
+/* fs_rail_cq_read's answer when an error entry is next: read it with
+ * fs_rail_cq_readerr. Not an errno value (none is this large). */
+#define FS_CQ_ERROR_ENTRY (-FI_EAVAIL)
+
+static inline int fs_fabric_errno(ssize_t ret)
+{
+	if (ret >= 0 || -ret < FI_ERRNO_OFFSET)
+		return (int)ret;
+	switch (-ret) {
+	case FI_EAVAIL:
+		return FS_CQ_ERROR_ENTRY;
+	case FI_ETOOSMALL:
+	case FI_ETRUNC:
+		return -EMSGSIZE;
+	case FI_EOVERRUN:
+		return -EOVERFLOW;
+	case FI_ENORX:
+		return -ENOBUFS;
+	default:
+		return -EIO;
+	}
+}
+
+/* Posts a send of LEN bytes at DATA to DEST, tagged with TAG if TAGGED;
+ * injected if INJECT (done at once: no completion, CTX unused), else with
+ * CTX as the completion's context. Returns 0, -EAGAIN (not taken now: try
+ * later) or another negative errno. */
+static inline int fs_rail_send(struct fs_rail *rail, const void *data, size_t len, void *desc, fi_addr_t dest,
+			       bool tagged, uint64_t tag, bool inject, void *ctx)
+{
+	ssize_t ret;
+
+	if (tagged)
+		ret = inject ? fi_tinject(rail->ep, data, len, dest, tag)
+			     : fi_tsend(rail->ep, data, len, desc, dest, tag, ctx);
+	else
+		ret = inject ? fi_inject(rail->ep, data, len, dest) : fi_send(rail->ep, data, len, desc, dest, ctx);
+	return fs_fabric_errno(ret);
+}
+
+/* Posts a receive of up to LEN bytes into MEM from any peer: for messages
+ * tagged exactly TAG if TAGGED, else for untagged ones. The receive queue may
+ * be momentarily full: then lets the provider drain it (an empty
+ * completion-queue read) and tries again, up to 1000 times. Returns 0,
+ * -EAGAIN (still full) or another negative errno. */
+static inline int fs_rail_recv(struct fs_rail *rail, void *mem, size_t len, void *desc, bool tagged, uint64_t tag,
+			       void *ctx)
+{
+	ssize_t ret = -FI_EAGAIN;
+
+	for (int tries = 0; tries < 1000; tries++) {
+		if (tagged)
+			ret = fi_trecv(rail->ep, mem, len, desc, FI_ADDR_UNSPEC, tag, 0, ctx);
+		else
+			ret = fi_recv(rail->ep, mem, len, desc, FI_ADDR_UNSPEC, ctx);
+		if (ret != -FI_EAGAIN)
+			break;
+		(void)fi_cq_read(rail->cq, NULL, 0);
+	}
+	return fs_fabric_errno(ret);
+}
+
+/* Cancels the receive posted with context CTX; it completes with -ECANCELED. */
+static inline void fs_rail_cancel(struct fs_rail *rail, void *ctx)
+{
+	(void)fi_cancel(&rail->ep->fid, ctx);
+}
+
+/* Reads up to COUNT completions into ENT, and their senders into SRC when
+ * the rail has FI_SOURCE (SRC may be NULL otherwise). Returns how many, or
+ * -EAGAIN when there are none, FS_CQ_ERROR_ENTRY when an error entry is
+ * next, or another negative errno. */
+static inline ssize_t fs_rail_cq_read(struct fs_rail *rail, struct fi_cq_tagged_entry *ent, size_t count,
+				      fi_addr_t *src)
+{
+	ssize_t n = rail->source ? fi_cq_readfrom(rail->cq, ent, count, src) : fi_cq_read(rail->cq, ent, count);
+
+	return n > 0 ? n : fs_fabric_errno(n);
+}
+
+/* Reads the error entry FS_CQ_ERROR_ENTRY announced: the failed
+ * operation's context in *CTX and its error, a negative errno (-ECANCELED: a
+ * cancelled receive), in *ERR. False if there was none. */
+static inline bool fs_rail_cq_readerr(struct fs_rail *rail, void **ctx, int *err)
+{
+	struct fi_cq_err_entry entry = { 0 };
+
+	if (fi_cq_readerr(rail->cq, &entry, 0) != 1)
+		return false;
+	*ctx = entry.op_context;
+	*err = fs_fabric_errno(-(ssize_t)entry.err);
+	return true;
+}
 
 /* Registers BUF for local send/receive use. */
 int fs_rail_mr_reg(struct fs_rail *rail, void *buf, size_t len, struct fid_mr **mr);

@@ -701,7 +701,7 @@ static int fs_server_accept_hello(struct fs_sock *s, const struct fs_hello *hell
 	if (!st && why[0])
 		FS_INFO("fd %d: %s", s->fd, why);
 	if (st && (ret = fs_engine_join_stream(e, st, hello, s->fd)) != 0) {
-		FS_INFO("fd %d: the client's fabric address is unusable: %s", s->fd, fs_fi.strerror(ret < 0 ? -ret : ret));
+		FS_INFO("fd %d: the client's fabric address is unusable: %s", s->fd, strerror(-ret));
 		st = NULL;
 		nak = ret == -ENOSPC ? FS_NAK_RESOURCES : ret == -EPERM ? FS_NAK_USER : FS_NAK_PROVIDER;
 	}

@@ -38,7 +38,7 @@
 static int fs_post_recv(struct fs_engine_rail *er, struct fs_buf *buf)
 {
 	uint64_t cls = buf->role == FS_BUF_RX_CTRL ? FS_CLASS_CTRL : FS_CLASS_DATA;
-	ssize_t ret;
+	int ret;
 
 	buf->stream = NULL;
 	buf->len = buf->off = 0;
@@ -46,28 +46,18 @@ static int fs_post_recv(struct fs_engine_rail *er, struct fs_buf *buf)
 	buf->pull = FS_PULL_NONE;
 	buf->held = 0;
 	if (!er->open)
-		return -FI_ECANCELED; /* closed at exit while a thread still ran */
+		return -ECANCELED; /* closed at exit while a thread still ran */
 	FS_GUARD_ENTER();
 	FS_PROV_ENTER(er, -1);
-	for (int tries = 0; tries < 1000; tries++) {
-		/* Each class is a queue of its own (core/wire.h): data
-		 * untagged, control tagged with its one tag, nothing ignored. */
-		if (cls == FS_CLASS_CTRL)
-			ret = fi_trecv(er->rail.ep, buf->mem, buf->cap, buf->desc, FI_ADDR_UNSPEC, FS_TAG_CTRL_ALL,
-				       0, buf);
-		else
-			ret = fi_recv(er->rail.ep, buf->mem, buf->cap, buf->desc, FI_ADDR_UNSPEC, buf);
-		if (ret != -FI_EAGAIN)
-			break;
-		/* the receive queue is momentarily full: let the provider drain */
-		(void)fi_cq_read(er->rail.cq, NULL, 0);
-	}
+	/* Each class is a queue of its own (core/wire.h): data untagged,
+	 * control tagged with its one tag, nothing ignored. */
+	ret = fs_rail_recv(&er->rail, buf->mem, buf->cap, buf->desc, cls == FS_CLASS_CTRL, FS_TAG_CTRL_ALL, buf);
 	FS_PROV_LEAVE(er);
 	FS_GUARD_LEAVE();
 	if (ret) {
 		FS_WARN_ONCE("posting a receive on the %s rail failed: %s",
-			     fs_fabric_prov_name(er->rail.kind), fs_fi.strerror((int)-ret));
-		return (int)ret;
+			     fs_fabric_prov_name(er->rail.kind), strerror(-ret));
+		return ret;
 	}
 	buf->posted = 1;
 	if (cls == FS_CLASS_CTRL)
@@ -174,10 +164,10 @@ static struct fs_buf *fs_rx_keep(struct fs_engine_rail *er, struct fs_buf *buf, 
 int fs_engine_pull(struct fs_engine_rail *er, struct fs_buf *buf, void *dst)
 {
 	void *desc = dst ? NULL : buf->desc;
-	ssize_t ret = -FI_ECANCELED;
+	int ret;
 
 	if (!er->open)
-		return -FI_ECANCELED;
+		return -ECANCELED;
 	if (!dst && buf->cap < FS_WIRE_MSG_PREFIX + (size_t)buf->len) {
 		/* a copied-out announcement gets room for its payload now; only
 		 * providers without FI_MR_LOCAL pull (fs_engine_pull_shift) */
@@ -186,7 +176,7 @@ int fs_engine_pull(struct fs_engine_rail *er, struct fs_buf *buf, void *dst)
 				       : NULL;
 
 		if (!mem)
-			return -FI_ENOMEM;
+			return -ENOMEM;
 		memcpy(mem, buf->mem, FS_WIRE_MSG_PREFIX);
 		if (buf->own_mem)
 			free(buf->mem);
@@ -199,19 +189,14 @@ int fs_engine_pull(struct fs_engine_rail *er, struct fs_buf *buf, void *dst)
 		dst = buf->mem + FS_WIRE_MSG_PREFIX;
 	FS_GUARD_ENTER();
 	FS_PROV_ENTER(er, -1);
-	for (int tries = 0; tries < 1000; tries++) {
-		ret = fi_trecv(er->rail.ep, dst, buf->len, desc, FI_ADDR_UNSPEC, buf->pull_tag, 0, buf);
-		if (ret != -FI_EAGAIN)
-			break;
-		(void)fi_cq_read(er->rail.cq, NULL, 0);
-	}
+	ret = fs_rail_recv(&er->rail, dst, buf->len, desc, true, buf->pull_tag, buf);
 	FS_PROV_LEAVE(er);
 	FS_GUARD_LEAVE();
 	if (!ret) {
 		buf->pull = FS_PULL_POSTED;
 		er->pulls_posted++;
 	}
-	return (int)ret;
+	return ret;
 }
 
 void fs_engine_pull_cancel(struct fs_stream *s, struct fs_buf *buf)
@@ -220,7 +205,7 @@ void fs_engine_pull_cancel(struct fs_stream *s, struct fs_buf *buf)
 		return;
 	FS_GUARD_ENTER();
 	FS_PROV_ENTER(s->erail, -1);
-	(void)fi_cancel(&s->erail->rail.ep->fid, buf);
+	fs_rail_cancel(&s->erail->rail, buf);
 	FS_PROV_LEAVE(s->erail);
 	FS_GUARD_LEAVE();
 }
@@ -282,7 +267,7 @@ void fs_rx_pulled(struct fs_engine *e, struct fs_engine_rail *er, struct fs_buf 
 		fs_engine_repost(er, buf); /* a discard */
 		return;
 	}
-	if (err == FI_ECANCELED) {
+	if (err == -ECANCELED) {
 		buf->pull = FS_PULL_NONE; /* the payload still waits */
 		fs_stream_unpulled_inc(e, s);
 	} else if (err || bytes != buf->len)

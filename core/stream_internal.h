@@ -29,7 +29,7 @@
  * completions. */
 
 /* Fault injection for tests (engine lock held): the next N sends are
- * refused by "the provider" with -FI_EAGAIN, as shm does when a queue is
+ * refused by "the provider" with -EAGAIN, as shm does when a queue is
  * momentarily full. 0 in a real process. */
 extern unsigned fs_fault_post_eagain;
 
@@ -78,7 +78,7 @@ void fs_recv_landed(struct fs_engine_rail *er, struct fs_buf *buf);
 void fs_engine_repost(struct fs_engine_rail *er, struct fs_buf *buf);
 /* Completions that progress hands in: a data or control message that
  * landed in a catch-all receive (BYTES long, from SRC), a pull's receive
- * (ERR: libfabric error). */
+ * (ERR: 0, or a negative errno: -ECANCELED when cancelled). */
 void fs_rx_data(struct fs_engine *e, struct fs_engine_rail *er, struct fs_buf *buf, size_t bytes, fi_addr_t src);
 void fs_rx_ctrl(struct fs_engine *e, struct fs_engine_rail *er, struct fs_buf *buf, size_t bytes, fi_addr_t src);
 void fs_rx_pulled(struct fs_engine *e, struct fs_engine_rail *er, struct fs_buf *buf, size_t bytes, int err);

@@ -3,7 +3,7 @@
  * The send queue's rules, all of them: what goes into a stream's queue
  * (writes coalesced into DATA buffers of up to the peer's chunk, FIN,
  * bytes handed back), how it is posted (credit, inline ARMs, the two parts
- * of a pulled payload, a provider's -FI_EAGAIN), what the credit reports
+ * of a pulled payload, a provider's -EAGAIN), what the credit reports
  * in the other direction send (headers, CREDIT messages and their
  * retries, the grant moving through core/credit.c), and what a send's
  * completion does.
@@ -18,6 +18,7 @@
  * service thread (fs_engine_grants_idle). Engine lock held throughout.
  */
 #include <errno.h>
+#include <string.h>
 
 #include "config/log.h"
 #include "config/params.h"
@@ -47,14 +48,14 @@ bool fs_stream_can_post(const struct fs_stream *s)
 /* Sends BYTES at DATA (inside BUF) to S's peer: tagged with TAG if TAGGED,
  * else untagged; by inject when it fits (BUF->posted 2: done, no completion
  * will come), else with BUF as the context (posted 1). Returns 0,
- * -FI_EAGAIN (try later) or another error. */
+ * -EAGAIN (try later) or another negative errno. */
 static int fs_post(struct fs_stream *s, struct fs_buf *buf, const void *data, size_t bytes, bool tagged,
 		   uint64_t tag)
 {
 	struct fs_rail *rail = &s->erail->rail;
 	bool inject = bytes <= rail->inject_size;
 	struct fs_engine *e;
-	ssize_t ret;
+	int ret;
 
 	/* Nobody watches the doorbell (fs_engine_bell_watched): an ARM for
 	 * this stream may be waiting there, and this message must ring. */
@@ -62,29 +63,24 @@ static int fs_post(struct fs_stream *s, struct fs_buf *buf, const void *data, si
 		fs_bell_take_arms(e);
 
 	if (!s->erail->open)
-		return -FI_ECANCELED; /* the rail closed at exit under a still running thread */
+		return -ECANCELED; /* the rail closed at exit under a still running thread */
 	if (__builtin_expect(fs_fault_post_eagain != 0, 0)) {
 		fs_fault_post_eagain--;
-		return -FI_EAGAIN;
+		return -EAGAIN;
 	}
 	FS_GUARD_ENTER();
 	FS_PROV_ENTER(s->erail, s->peer_pid);
-	if (tagged)
-		ret = inject ? fi_tinject(rail->ep, data, bytes, s->peer_addr, tag)
-			     : fi_tsend(rail->ep, data, bytes, buf->desc, s->peer_addr, tag, buf);
-	else
-		ret = inject ? fi_inject(rail->ep, data, bytes, s->peer_addr)
-			     : fi_send(rail->ep, data, bytes, buf->desc, s->peer_addr, buf);
+	ret = fs_rail_send(rail, data, bytes, buf->desc, s->peer_addr, tagged, tag, inject, buf);
 	FS_PROV_LEAVE(s->erail);
 	FS_GUARD_LEAVE();
-	if (ret == -FI_EAGAIN && s->peer_armed) {
+	if (ret == -EAGAIN && s->peer_armed) {
 		/* The provider may need the peer to make progress first (shm
 		 * maps a new peer only when the receiver polls): a peer asleep
 		 * on its doorbell would never let this through. */
 		fs_bell_ring(s);
 	}
 	if (ret)
-		return (int)ret;
+		return ret;
 	buf->posted = inject ? 2 : 1;
 	if (!inject)
 		s->erail->tx_posted++;
@@ -179,7 +175,7 @@ void fs_stream_flush(struct fs_engine *e, struct fs_stream *s)
 				break;
 			old_limit = fs_fill_header(s, buf, s->tx_seq + 1, buf->len);
 			ret = fs_post_msg(s, buf, FS_CLASS_DATA, pull);
-			if (ret == -FI_EAGAIN) {
+			if (ret == -EAGAIN) {
 				/* Not sent: what its header offered was not told. (A
 				 * later header may offer less, the grant having
 				 * shrunk: the peer must never be thought to know more
@@ -199,7 +195,7 @@ void fs_stream_flush(struct fs_engine *e, struct fs_stream *s)
 			/* The announcement is out: the payload must follow, credit or not. */
 			ret = fs_post(s, buf, buf->mem + FS_WIRE_MSG_PREFIX, buf->len, true,
 				      fs_tag_pull(s->peer_id, buf->seq, s->token));
-			if (ret == -FI_EAGAIN)
+			if (ret == -EAGAIN)
 				break;
 			if (ret)
 				goto failed;
@@ -215,7 +211,7 @@ void fs_stream_flush(struct fs_engine *e, struct fs_stream *s)
 		continue;
 failed:
 		FS_WARN("stream %u: sending on the %s rail failed: %s; resetting it", s->id,
-			fs_fabric_prov_name(s->erail->rail.kind), fs_fi.strerror(-ret));
+			fs_fabric_prov_name(s->erail->rail.kind), strerror(-ret));
 		fs_pool_put(fs_txq_pop(s));
 		s->error = -ECONNRESET;
 		fs_stream_changed(e, s);
@@ -238,7 +234,7 @@ failed:
 	}
 	/* Room in the send queue is writability (POLLOUT): a change the
 	 * application's wait or edge-triggered epoll must see. It also comes
-	 * from retries of sends the provider refused for a moment (-FI_EAGAIN),
+	 * from retries of sends the provider refused for a moment (-EAGAIN),
 	 * long after the credit that allowed them; without this nginx, told
 	 * "not writable", waited for an EPOLLOUT that never came. */
 	if (s->txq_count < queued)

@@ -760,7 +760,7 @@ static void test_stale_pull(struct fs_stream *a, struct fs_stream *b, uint64_t k
  *    an announced payload): nginx takes a short read for "drained" and
  *    waits for the next edge;
  *  - room in the send queue made by a retry of sends the provider refused
- *    for a moment (-FI_EAGAIN): the writer was told "not writable". */
+ *    for a moment (-EAGAIN): the writer was told "not writable". */
 static void test_edges(struct fs_stream *a, struct fs_stream *b, uint64_t key)
 {
 	struct test_flow f;
