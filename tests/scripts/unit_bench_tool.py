@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-# The arithmetic of `fabsock bench` (tools/fabsock_bench.py) without running
-# a benchmark: medians of repeated samples (odd and even counts, failed runs
+# The arithmetic of `fabsock bench` (tools/fabsock_bench.py, its parsers in
+# tools/fabsock_bench_parse.py) without running a benchmark: medians of repeated samples (odd and even counts, failed runs
 # among them), the fabsock/kernel and fabsock/raw ratios, and "met?" for
 # each kind of target; its output parsers on real outputs of each tool
 # (tests/data/bench, captured on the 2-core VM); the charts of a small
@@ -23,6 +23,7 @@ DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "b
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, TOOLS)
 import fabsock_bench as fb  # noqa: E402
+import fabsock_bench_parse as fp  # noqa: E402
 
 
 def sample(name):
@@ -93,8 +94,8 @@ class Arithmetic(unittest.TestCase):
                          ["lat_sz_64", "lat_sz_4096", "lat_sz_65536", "lat_sz_1048576"])
         self.assertNotIn("idle_epoll", quick)
         self.assertEqual(len(self.rows), 3 + 8 + 1 + 8 + 24)
-        self.assertEqual(fb.raw_iterations(64, False), 100000)
-        self.assertEqual(fb.raw_iterations(1048576, True), 409)
+        self.assertEqual(fp.raw_iterations(64, False), 100000)
+        self.assertEqual(fp.raw_iterations(1048576, True), 409)
 
     def test_json(self):
         text = fb.results_json([("repeat", 3), ("quick", False), ("offload", [("sockperf", "")])],
@@ -109,60 +110,60 @@ class Arithmetic(unittest.TestCase):
 
 class Parsers(unittest.TestCase):
     def test_sockperf(self):
-        self.assertEqual(fb.parse_sockperf_pingpong(sample("sockperf-pingpong.out")), ("1.719", "1.487", "4.381"))
-        self.assertEqual(fb.parse_sockperf_throughput(sample("sockperf-throughput.out")), "664538")
-        self.assertEqual(fb.parse_sockperf_pingpong(sample("sockperf-throughput.out")), (None, None, None))
+        self.assertEqual(fp.parse_sockperf_pingpong(sample("sockperf-pingpong.out")), ("1.719", "1.487", "4.381"))
+        self.assertEqual(fp.parse_sockperf_throughput(sample("sockperf-throughput.out")), "664538")
+        self.assertEqual(fp.parse_sockperf_pingpong(sample("sockperf-throughput.out")), (None, None, None))
 
     def test_iperf(self):
-        self.assertEqual(fb.parse_iperf2_csv(sample("iperf2.csv")), "38038542352")
-        self.assertEqual(fb.parse_iperf3_json(sample("iperf3.json")), "35.23")
-        self.assertIsNone(fb.parse_iperf3_json(sample("iperf3.json")[:100]))
+        self.assertEqual(fp.parse_iperf2_csv(sample("iperf2.csv")), "38038542352")
+        self.assertEqual(fp.parse_iperf3_json(sample("iperf3.json")), "35.23")
+        self.assertIsNone(fp.parse_iperf3_json(sample("iperf3.json")[:100]))
 
     def test_redis_wrk(self):
         text = sample("redis-benchmark.out")
-        self.assertEqual(fb.parse_redis_rps(text, "GET"), "431034.50")
-        self.assertEqual(fb.parse_redis_rps(text, "SET"), "207468.88")
+        self.assertEqual(fp.parse_redis_rps(text, "GET"), "431034.50")
+        self.assertEqual(fp.parse_redis_rps(text, "SET"), "207468.88")
         wrk = sample("wrk.out")
-        self.assertEqual(fb.parse_wrk(wrk), ("89427.07", False))
-        self.assertEqual(fb.parse_wrk(wrk.replace("Requests/sec", "  Non-2xx or 3xx responses: 7\nRequests/sec")),
+        self.assertEqual(fp.parse_wrk(wrk), ("89427.07", False))
+        self.assertEqual(fp.parse_wrk(wrk.replace("Requests/sec", "  Non-2xx or 3xx responses: 7\nRequests/sec")),
                          ("89427.07", True))
 
     def test_fi_pingpong(self):
-        usec, mbps = fb.parse_fi_pingpong(sample("fi_pingpong.out"))
+        usec, mbps = fp.parse_fi_pingpong(sample("fi_pingpong.out"))
         self.assertEqual((usec, mbps), ("25.79", "2.48"))
-        self.assertEqual(fb.gbits_from_mbytes("5829.74"), "46.64")
+        self.assertEqual(fp.gbits_from_mbytes("5829.74"), "46.64")
 
     def test_netbench(self):
-        v = fb.parse_keyvalues(sample("netbench-pingpong.out"))
+        v = fp.parse_keyvalues(sample("netbench-pingpong.out"))
         self.assertEqual((v["p50_usec"], v["avg_usec"]), ("14.746", "15.700"))
-        v = fb.parse_keyvalues(sample("netbench-connect.out"))
+        v = fp.parse_keyvalues(sample("netbench-connect.out"))
         self.assertEqual((v["avg_usec"], v["per_sec"]), ("212.76", "4698.2"))
-        v = fb.parse_keyvalues(sample("netbench-hold.out"))
-        self.assertEqual(fb.per_conn(v["client_rss_one_kib"], v["client_rss_all_kib"], 64, 1), "7.1")
-        self.assertEqual(fb.per_conn(v["server_rss_one_kib"], v["server_rss_all_kib"], 64, 1), "24.4")
-        self.assertEqual(fb.slow_cells(fb.parse_keyvalues(sample("netbench-slowwrite.out"))), ("24.9", "0.4"))
-        self.assertIsNone(fb.parse_keyvalues("fabsock-netbench: connect: refused\n"))
+        v = fp.parse_keyvalues(sample("netbench-hold.out"))
+        self.assertEqual(fp.per_conn(v["client_rss_one_kib"], v["client_rss_all_kib"], 64, 1), "7.1")
+        self.assertEqual(fp.per_conn(v["server_rss_one_kib"], v["server_rss_all_kib"], 64, 1), "24.4")
+        self.assertEqual(fp.slow_cells(fp.parse_keyvalues(sample("netbench-slowwrite.out"))), ("24.9", "0.4"))
+        self.assertIsNone(fp.parse_keyvalues("fabsock-netbench: connect: refused\n"))
 
     def test_scale(self):
-        part, cpart, held, passed = fb.parse_scale_client(sample("fs_scale-client.out"))
+        part, cpart, held, passed = fp.parse_scale_client(sample("fs_scale-client.out"))
         self.assertEqual((part, cpart, held["setup_ms"], held["rss_held_kib"], passed),
                          (200, 11104, "1053", "14136", 2000))
-        self.assertEqual(fb.per_conn(cpart, held["rss_held_kib"], 2000 - part, 2), "1.68")
-        self.assertIsNone(fb.parse_scale_client("FAIL connection 7: refused\n")[3])
+        self.assertEqual(fp.per_conn(cpart, held["rss_held_kib"], 2000 - part, 2), "1.68")
+        self.assertIsNone(fp.parse_scale_client("FAIL connection 7: refused\n")[3])
 
     def test_stats(self):
-        self.assertEqual(fb.stats_offloaded(sample("stats-sockperf-server.err")), 1)
-        self.assertIsNone(fb.stats_offloaded("sockperf: server\n"))
+        self.assertEqual(fp.stats_offloaded(sample("stats-sockperf-server.err")), 1)
+        self.assertIsNone(fp.stats_offloaded("sockperf: server\n"))
         log = sample("stats-nginx-error.log")
-        self.assertEqual(fb.stats_sum(log, "offloaded"), 483 + 518)
-        self.assertEqual(fb.stats_sum(log, "kernel"), 0)
+        self.assertEqual(fp.stats_sum(log, "offloaded"), 483 + 518)
+        self.assertEqual(fp.stats_sum(log, "kernel"), 0)
 
     def test_proc(self):
         stat = sample("proc-stat")
-        self.assertEqual(fb.proc_cpu_ticks(stat), 1 + 5)  # utime, stime
-        self.assertEqual(fb.proc_cpu_ticks(stat.replace("(bash)", "(a) b)")), 6)  # comm with ") "
-        self.assertEqual(fb.proc_rss_kib(sample("proc-status")), 4100)
-        self.assertEqual(fb.idle_percent(3, 1, 100, 3), "1.00")
+        self.assertEqual(fp.proc_cpu_ticks(stat), 1 + 5)  # utime, stime
+        self.assertEqual(fp.proc_cpu_ticks(stat.replace("(bash)", "(a) b)")), 6)  # comm with ") "
+        self.assertEqual(fp.proc_rss_kib(sample("proc-status")), 4100)
+        self.assertEqual(fp.idle_percent(3, 1, 100, 3), "1.00")
 
 
 class Charts(unittest.TestCase):
@@ -234,7 +235,7 @@ class Netbench(unittest.TestCase):
                                                              "server_peak1_kib", "server_peak2_kib"])):
                     out = subprocess.run([nb, args[0], "127.0.0.1", port] + args[1:], env=env, timeout=60,
                                          capture_output=True, text=True).stdout
-                    values = fb.parse_keyvalues(out) or {}
+                    values = fp.parse_keyvalues(out) or {}
                     for k in keys:
                         self.assertTrue(fb.is_number(values.get(k)), "%s: no %s= in %r" % (args[0], k, out))
             finally:
