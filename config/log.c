@@ -61,10 +61,7 @@ static int fs_log_open(const char *path)
 		return -1;
 	high = fs_real.fcntl ? fs_real.fcntl(fd, F_DUPFD_CLOEXEC, 200) : (int)syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, 200);
 	if (high >= 0) {
-		if (fs_real.close)
-			fs_real.close(fd);
-		else
-			syscall(SYS_close, fd);
+		fs_real_or_sys_close(fd);
 		fd = high;
 	}
 	if (fstat(fd, &st) == 0) {
@@ -82,21 +79,6 @@ static const char *const fs_log_level_names[] = {
 	[FS_LOG_INFO] = "info",
 	[FS_LOG_DEBUG] = "debug",
 };
-
-static ssize_t fs_log_raw_write(int fd, const void *buf, size_t len)
-{
-	if (fs_real.write)
-		return fs_real.write(fd, buf, len);
-	return syscall(SYS_write, fd, buf, len);
-}
-
-static void fs_log_raw_close(int fd)
-{
-	if (fs_real.close)
-		fs_real.close(fd);
-	else
-		syscall(SYS_close, fd);
-}
 
 /* Not safe against concurrent fs_log_write on the old file: a writer that
  * loaded the old descriptor may write after it is closed. It runs in the
@@ -119,7 +101,7 @@ void fs_log_init(void)
 	}
 	__atomic_store_n(&fs_log_fd, fd < 0 ? 2 : fd, __ATOMIC_RELAXED);
 	if (old >= 0)
-		fs_log_raw_close(old);
+		fs_real_or_sys_close(old);
 	/* Unconditional, like the parameter warnings that precede fs_log_init:
 	 * a configuration mistake shows even with FABSOCK_LOG=error. */
 	if (fd < 0)
@@ -199,7 +181,7 @@ void fs_log_write(int level, const char *fmt, ...)
 		int fd = fs_log_target(len);
 
 		for (;;) {
-			ssize_t rc = fd >= 0 ? fs_log_raw_write(fd, line, len) : 0;
+			ssize_t rc = fd >= 0 ? fs_real_or_sys_write(fd, line, len) : 0;
 
 			if (rc >= 0 || errno != EINTR)
 				break;

@@ -83,21 +83,6 @@ static int fs_rules_fail(char *err, size_t errlen, const char *rule, const char 
 
 /* ---- @FILE ---- */
 
-static ssize_t fs_rules_read(int fd, void *buf, size_t len)
-{
-	if (fs_real.read)
-		return fs_real.read(fd, buf, len);
-	return syscall(SYS_read, fd, buf, len);
-}
-
-static void fs_rules_close(int fd)
-{
-	if (fs_real.close)
-		fs_real.close(fd);
-	else
-		syscall(SYS_close, fd);
-}
-
 /* Reads PATH whole into a NUL-terminated malloc'd buffer. Returns 0 and
  * *text, or a negative errno (-EFBIG past FS_RULES_FILE_MAX). */
 static int fs_rules_read_file(const char *path, char **text)
@@ -127,7 +112,7 @@ static int fs_rules_read_file(const char *path, char **text)
 			buf = bigger;
 			cap *= 2;
 		}
-		ssize_t n = fs_rules_read(fd, buf + len, cap - len - 1);
+		ssize_t n = fs_real_or_sys_read(fd, buf + len, cap - len - 1);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0) {
@@ -138,13 +123,13 @@ static int fs_rules_read_file(const char *path, char **text)
 			break;
 		len += (size_t)n;
 	}
-	fs_rules_close(fd);
+	fs_real_or_sys_close(fd);
 	buf[len] = '\0';
 	*text = buf;
 	return 0;
 
 err_close:
-	fs_rules_close(fd);
+	fs_real_or_sys_close(fd);
 err_free:
 	free(buf);
 	return rc;

@@ -445,13 +445,9 @@ size_t fs_handback_hold(struct fs_engine *e, struct fs_stream *s, const struct i
 		size_t room, n;
 
 		if (!buf || buf->len >= buf->cap - FS_WIRE_MSG_PREFIX) {
-			if (s->hb_held_count >= fs_params.send_queue)
-				break;
-			buf = fs_pool_get(&s->erail->tx_data);
+			buf = fs_txq_data_buf(s, s->hb_held_count);
 			if (!buf)
 				break;
-			buf->kind = FS_MSG_DATA;
-			buf->stream = s;
 			fs_buf_append(&s->hb_held_head, &s->hb_held_tail, buf);
 			s->hb_held_count++;
 		}

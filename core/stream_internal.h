@@ -39,6 +39,10 @@ unsigned fs_stream_credits(const struct fs_stream *s);
 bool fs_stream_can_post(const struct fs_stream *s);
 void fs_stream_flush(struct fs_engine *e, struct fs_stream *s);
 void fs_stream_enqueue(struct fs_engine *e, struct fs_stream *s, struct fs_buf *buf);
+/* A fresh data message for S from its rail's send pool, not queued yet;
+ * NULL when QUEUED (what its queue holds) is FABSOCK_SEND_QUEUE already or
+ * the pool is empty. */
+struct fs_buf *fs_txq_data_buf(struct fs_stream *s, unsigned queued);
 /* Appends bytes DONE to TOTAL of the iovec to S's send queue, coalescing
  * into its last buffer; returns the new DONE (short: the queue is full). */
 size_t fs_txq_append(struct fs_engine *e, struct fs_stream *s, const struct iovec *iov, int iovcnt, size_t done,

@@ -241,6 +241,20 @@ failed:
 		fs_stream_changed(e, s);
 }
 
+struct fs_buf *fs_txq_data_buf(struct fs_stream *s, unsigned queued)
+{
+	struct fs_buf *buf;
+
+	if (queued >= fs_params.send_queue)
+		return NULL;
+	buf = fs_pool_get(&s->erail->tx_data);
+	if (buf) {
+		buf->kind = FS_MSG_DATA;
+		buf->stream = s;
+	}
+	return buf;
+}
+
 /* Queues an empty FIN after the data (once: a shutdown(SHUT_WR) may have
  * queued it). A closed stream also tells its peer what waits for credit. */
 int fs_stream_queue_fin(struct fs_engine *e, struct fs_stream *s)
@@ -288,13 +302,9 @@ size_t fs_txq_append(struct fs_engine *e, struct fs_stream *s, const struct iove
 
 		/* a buffer whose announcement went out has a fixed length */
 		if (!buf || buf->kind != FS_MSG_DATA || buf->len >= s->peer_chunk || buf->announced) {
-			if (s->txq_count >= fs_params.send_queue)
-				break;
-			buf = fs_pool_get(&s->erail->tx_data);
+			buf = fs_txq_data_buf(s, s->txq_count);
 			if (!buf)
 				break;
-			buf->kind = FS_MSG_DATA;
-			buf->stream = s;
 			fs_stream_enqueue(e, s, buf);
 		}
 		room = s->peer_chunk - buf->len;

@@ -25,6 +25,8 @@
 #include <sys/uio.h>
 #include <fcntl.h>
 #include <sys/sendfile.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 struct fs_real_syms {
 #define FS_SYM(ret, name, params) ret(*name) params;
@@ -49,5 +51,24 @@ static inline void fs_real_ensure(void)
 		fs_real_init();
 }
 #define FS_REAL(name) (fs_real_ensure(), fs_real.name)
+
+/* For code that runs before the table may be resolved (config/: the log
+ * file and FABSOCK_RULES=@FILE are opened at start-up): the real function
+ * once it is known, the raw system call until then. */
+static inline ssize_t fs_real_or_sys_read(int fd, void *buf, size_t len)
+{
+	return fs_real.read ? fs_real.read(fd, buf, len) : syscall(SYS_read, fd, buf, len);
+}
+static inline ssize_t fs_real_or_sys_write(int fd, const void *buf, size_t len)
+{
+	return fs_real.write ? fs_real.write(fd, buf, len) : syscall(SYS_write, fd, buf, len);
+}
+static inline void fs_real_or_sys_close(int fd)
+{
+	if (fs_real.close)
+		fs_real.close(fd);
+	else
+		syscall(SYS_close, fd);
+}
 
 #endif
