@@ -199,7 +199,9 @@ int fs_engine_pull(struct fs_engine_rail *er, struct fs_buf *buf, void *dst)
 	return ret;
 }
 
-void fs_engine_pull_cancel(struct fs_stream *s, struct fs_buf *buf)
+/* Asks the provider to cancel the pull BUF posted; its completion still
+ * comes. */
+static void fs_engine_pull_cancel(struct fs_stream *s, struct fs_buf *buf)
 {
 	if (!s->erail->open)
 		return;
@@ -210,7 +212,8 @@ void fs_engine_pull_cancel(struct fs_stream *s, struct fs_buf *buf)
 	FS_GUARD_LEAVE();
 }
 
-void fs_stream_unpulled_inc(struct fs_engine *e, struct fs_stream *s)
+/* BUF's announcement rejoins the unpulled set of S. */
+static void fs_stream_unpulled_inc(struct fs_engine *e, struct fs_stream *s)
 {
 	if (!s->unpulled++)
 		fs_dlist_add(&e->unpulled, &s->pull_link);

@@ -277,7 +277,7 @@ static void fs_core_atfork_parent(void)
 	fs_service_fork_parent();
 }
 
-void fs_core_atfork_child(void)
+static void fs_core_atfork_child(void)
 {
 	fs_self_pid_refresh();
 	fs_lock_after_fork();

@@ -208,7 +208,6 @@ int fs_core_fionread(struct fs_sock *s, int *avail);
 int fs_core_poll(struct pollfd *fds, nfds_t nfds, int64_t timeout_ns, const sigset_t *sigmask);
 int fs_core_select(int nfds, fd_set *r, fd_set *w, fd_set *x, int64_t timeout_ns, const sigset_t *sigmask);
 
-void fs_core_atfork_child(void);
 /* The process is ending (exit(), return from main, _exit(), a fatal signal
  * with its default action): every offloaded stream delivers what the
  * application wrote, then its FIN, within FABSOCK_LINGER_SEC, as the kernel

@@ -33,7 +33,6 @@
  * momentarily full. 0 in a real process. */
 extern unsigned fs_fault_post_eagain;
 
-unsigned fs_stream_credits(const struct fs_stream *s);
 /* The head of S's send queue could be posted now (credit, or the payload of
  * an announcement that went out). */
 bool fs_stream_can_post(const struct fs_stream *s);
@@ -89,13 +88,10 @@ void fs_rx_pulled(struct fs_engine *e, struct fs_engine_rail *er, struct fs_buf 
 /* Posts on ER the receive for exactly the payload announced by BUF (an
  * FS_MSG_PULL entry: BUF->pull_tag, BUF->len bytes) into DST, or into BUF's
  * own payload space when DST is NULL. Returns 0 (BUF->pull is
- * FS_PULL_POSTED until the completion) or a negative libfabric error. */
+ * FS_PULL_POSTED until the completion) or a negative errno. */
 int fs_engine_pull(struct fs_engine_rail *er, struct fs_buf *buf, void *dst);
-/* BUF's announcement leaves / rejoins the unpulled set of S. */
+/* BUF's announcement leaves the unpulled set of S. */
 void fs_stream_unpulled_dec(struct fs_engine *e, struct fs_stream *s);
-void fs_stream_unpulled_inc(struct fs_engine *e, struct fs_stream *s);
-/* Asks the provider to cancel that receive; its completion still comes. */
-void fs_engine_pull_cancel(struct fs_stream *s, struct fs_buf *buf);
 /* A receive buffer S no longer wants: back to the catch-all receives, after
  * draining the payload first if it is an unpulled FS_MSG_PULL entry. */
 void fs_engine_rx_discard(struct fs_engine_rail *er, struct fs_buf *buf);

@@ -33,7 +33,8 @@ unsigned fs_fault_post_eagain;
 
 /* ---- the queue and its posting ----------------------------------------- */
 
-unsigned fs_stream_credits(const struct fs_stream *s)
+/* Messages S may send before its peer grants more. */
+static unsigned fs_stream_credits(const struct fs_stream *s)
 {
 	return fs_credit_tx_avail(s->peer_limit, s->tx_seq);
 }

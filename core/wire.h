@@ -100,7 +100,7 @@ enum fs_nak {
 	FS_NAK_NONE = 0,
 	FS_NAK_PROVIDER = 1,  /* no common provider / provider failed to open */
 	FS_NAK_RESOURCES = 2, /* buffer pool or address vector full */
-	FS_NAK_RULE = 3,      /* server rules forbid this peer */
+	FS_NAK_RULE = 3,      /* never sent (a server rule commits to TCP first): the number stays taken */
 	FS_NAK_VERSION = 4,
 	FS_NAK_HOST = 5,      /* shm offered but the hosts differ */
 	FS_NAK_EVENT_LOOP = 6, /* no longer sent (event loops are offloaded): the number stays taken */
