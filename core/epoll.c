@@ -154,6 +154,7 @@ static struct fs_epoll *fs_epoll_get_or_make(int epfd)
 
 			pthread_mutex_init(&fe->lock, NULL);
 			pthread_mutex_init(&fe->rlock, NULL);
+			fs_dlist_init(&fe->pending);
 			fe->need_full = true;
 			fe->epfd = epfd;
 			fe->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -252,41 +253,17 @@ static void fs_member_watch(struct fs_epoll *fe, struct fs_ep_member *m)
 
 /* ---- the pending list ---------------------------------------------------- */
 
-static void fs_pending_add(struct fs_epoll *fe, struct fs_ep_member *m)
-{
-	if (m->pending)
-		return;
-	m->pending = true;
-	m->pprev = NULL;
-	m->pnext = fe->pending;
-	if (fe->pending)
-		fe->pending->pprev = m;
-	fe->pending = m;
-}
-
-static void fs_pending_del(struct fs_epoll *fe, struct fs_ep_member *m)
-{
-	if (!m->pending)
-		return;
-	if (m->pprev)
-		m->pprev->pnext = m->pnext;
-	else
-		fe->pending = m->pnext;
-	if (m->pnext)
-		m->pnext->pprev = m->pprev;
-	m->pnext = m->pprev = NULL;
-	m->pending = false;
-}
-
 /* Puts M on the pending list unless it is settled: an offloaded socket
  * whose member watches its stream (fs_member_watch), so that the ready
  * list hears of every change. fe->lock held. */
 static void fs_member_sort(struct fs_epoll *fe, struct fs_ep_member *m)
 {
-	if (m->s && __atomic_load_n(&m->watch.stream, __ATOMIC_RELAXED))
-		fs_pending_del(fe, m);
-	else
-		fs_pending_add(fe, m);
+	bool settled = m->s && __atomic_load_n(&m->watch.stream, __ATOMIC_RELAXED);
+
+	if (settled && fs_member_pending(m))
+		fs_dlist_del(&m->pnode);
+	else if (!settled && !fs_member_pending(m))
+		fs_dlist_add(&fe->pending, &m->pnode);
 }
 
 static void fs_member_key(uint64_t key[2], int fd, const struct fs_sock *s)
@@ -322,7 +299,8 @@ static void fs_member_unlink(struct fs_epoll *fe, struct fs_ep_member *m)
 	fs_lock(&fe->rlock);
 	fs_ready_unlink_locked(fe, m);
 	pthread_mutex_unlock(&fe->rlock);
-	fs_pending_del(fe, m);
+	if (fs_member_pending(m))
+		fs_dlist_del(&m->pnode);
 	if (m->prev)
 		m->prev->next = m->next;
 	else /* fe->members is also read without the lock (has_members) */
@@ -342,7 +320,7 @@ static void fs_member_link(struct fs_epoll *fe, struct fs_ep_member *m)
 	if (fe->members)
 		fe->members->prev = m;
 	__atomic_store_n(&fe->members, m, __ATOMIC_RELEASE);
-	fs_pending_add(fe, m);
+	fs_dlist_add(&fe->pending, &m->pnode);
 }
 
 static void fs_member_free(struct fs_epoll *fe, struct fs_ep_member *m)
@@ -648,14 +626,16 @@ bool fs_epoll_peek_ready(int epfd)
 static void fs_epoll_settle_members(int epfd, int depth)
 {
 	struct fs_epoll *fe = fs_epoll_peek(epfd);
-	struct fs_ep_member *m, *next;
+	struct fs_dlist *node, *next;
 
 	if (!fe)
 		return;
 	fs_lock(&fe->lock);
 	/* settled members have nothing to settle */
-	for (m = fe->pending; m; m = next) {
-		next = m->pnext;
+	for (node = fe->pending.next; node != &fe->pending; node = next) {
+		struct fs_ep_member *m = fs_member_of_pnode(node);
+
+		next = node->next;
 		if (!m->s) {
 			if (depth > 0)
 				fs_epoll_settle_members(m->inner_epfd, depth - 1);

@@ -11,6 +11,7 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/epoll.h>
 #include <sys/types.h>
@@ -18,6 +19,7 @@
 
 #include "core/engine.h"
 #include "core/fdtable.h"
+#include "core/util.h"
 
 #define FS_EP_BATCH 64
 
@@ -51,8 +53,7 @@ struct fs_ep_member {
 	struct fs_ep_member *rnext, *rprev;
 	bool queued;
 	/* On fs_epoll.pending (fe->lock) while not settled: see there. */
-	bool pending;
-	struct fs_ep_member *pnext, *pprev;
+	struct fs_dlist pnode;
 	uint32_t look_gen; /* the stream's event generation at its last look */
 	/* fs_epoll.by_key: found by (fd, socket) without a walk (epoll_ctl,
 	 * close: a program with thousands of members calls them per request) */
@@ -80,7 +81,7 @@ struct fs_epoll {
 	 * still negotiating, nested instances. Every look fixes them up and
 	 * looks at them; a settled one is looked at when it is on the ready
 	 * list. So a look costs what is pending and ready, not what is idle. */
-	struct fs_ep_member *pending;
+	struct fs_dlist pending;
 	/* A full scan (every member) runs when need_full says so, after a
 	 * fork (full_pid), and when the last one is FS_EP_FULL_EVERY_NS old:
 	 * a safety net for a change no stream told of (counter
@@ -137,6 +138,17 @@ static inline struct fs_epoll *fs_epoll_peek(int epfd)
 	if (!table || epfd < 0 || (size_t)epfd >= fs_fdt_size)
 		return NULL;
 	return __atomic_load_n(&table[epfd], __ATOMIC_ACQUIRE);
+}
+
+/* Whether M is on its instance's pending list. */
+static inline bool fs_member_pending(const struct fs_ep_member *m)
+{
+	return fs_dlist_linked(&m->pnode);
+}
+
+static inline struct fs_ep_member *fs_member_of_pnode(struct fs_dlist *node)
+{
+	return (struct fs_ep_member *)((char *)node - offsetof(struct fs_ep_member, pnode));
 }
 
 /* Defined in epoll.c, used by epoll_wait.c. fe->lock held unless said. */

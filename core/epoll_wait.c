@@ -209,11 +209,11 @@ static int fs_member_look_unsettled(struct fs_epoll *fe, struct fs_ep_member *m,
 static int fs_epoll_scan_pending(struct fs_epoll *fe, struct epoll_event *out, int n, int max, uint64_t gen)
 {
 	const void *drained = NULL;
-	struct fs_ep_member *m, *next;
+	struct fs_dlist *node, *next;
 
-	for (m = fe->pending; m && n < max; m = next) {
-		next = m->pnext; /* M may leave the list (settled, or freed) */
-		n = fs_member_look_unsettled(fe, m, out, n, gen, &drained);
+	for (node = fe->pending.next; node != &fe->pending && n < max; node = next) {
+		next = node->next; /* the member may leave the list (settled, or freed) */
+		n = fs_member_look_unsettled(fe, fs_member_of_pnode(node), out, n, gen, &drained);
 	}
 	return n;
 }
@@ -234,7 +234,7 @@ static int fs_epoll_scan(struct fs_epoll *fe, struct epoll_event *out, int max, 
 
 	for (m = fe->members; m && n < max; m = next) {
 		next = m->next;
-		if (m->pending || !m->s)
+		if (fs_member_pending(m) || !m->s)
 			n = fs_member_look_unsettled(fe, m, out, n, gen, &drained);
 		else
 			fs_member_fixup(fe, m);
@@ -260,7 +260,7 @@ static int fs_epoll_scan(struct fs_epoll *fe, struct epoll_event *out, int max, 
 		}
 		/* a settled member off the ready list, whose stream told of
 		 * no change since its last look, has nothing new to say */
-		quiet = !m->pending && !m->queued && m->watch.stream;
+		quiet = !fs_member_pending(m) && !m->queued && m->watch.stream;
 		was = m->look_gen;
 		n = fs_member_look(fe, m, out, n, gen);
 		if (quiet && n > before && m->look_gen == was) {
@@ -309,7 +309,7 @@ static int fs_epoll_scan_ready(struct fs_epoll *fe, struct epoll_event *out, int
 		pthread_mutex_unlock(&fe->rlock);
 		for (int i = 0; i < nb; i++) {
 			/* closed, forked, or handed back: freed, or pending now */
-			if (!fs_member_fixup(fe, batch[i]) || batch[i]->pending)
+			if (!fs_member_fixup(fe, batch[i]) || fs_member_pending(batch[i]))
 				batch[i] = NULL;
 		}
 		pthread_mutex_lock(&e->lock);
