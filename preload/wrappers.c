@@ -146,29 +146,43 @@ FS_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
 
 /* ---- receive variants -------------------------------------------------- */
 
-/* Returns FS_PASS when the fd is not fabsock's. */
-static ssize_t fs_recv_entry(int fd, struct msghdr *msg, int flags)
+/* The core's receive (SEND false) or send entry for a socket of ours;
+ * FS_PASS when the fd is not fabsock's. */
+static ssize_t fs_msg_entry(int fd, struct msghdr *msg, int flags, bool send)
 {
 	struct fs_sock *s = fs_sock_get(fd);
 	ssize_t ret;
 
 	if (!s)
 		return FS_PASS;
-	ret = fs_core_recvmsg(s, msg, flags);
+	ret = send ? fs_core_sendmsg(s, msg, flags) : fs_core_recvmsg(s, msg, flags);
 	fs_sock_put(s);
 	return ret;
 }
 
-#define FS_RECV_ONE(fd, buf, len, flags, real_call)                                   \
-	do {                                                                          \
-		struct iovec iov_ = { .iov_base = (buf), .iov_len = (len) };          \
-		struct msghdr msg_ = { .msg_iov = &iov_, .msg_iovlen = 1 };          \
-		ssize_t ret_ = fs_fdt_peek_any(fd) ? fs_recv_entry((fd), &msg_, (flags)) : FS_PASS; \
-		if (ret_ == FS_PASS)                                                  \
-			return real_call;                                             \
-		return fs_ret(ret_);                                                  \
-	} while (0)
+static inline ssize_t fs_recv_entry(int fd, struct msghdr *msg, int flags)
+{
+	return fs_msg_entry(fd, msg, flags, false);
+}
 
+static inline ssize_t fs_send_entry(int fd, const struct msghdr *msg, int flags)
+{
+	return fs_msg_entry(fd, (struct msghdr *)msg, flags, true);
+}
+
+/* One buffer's call (read, recv, write, send...): the core's entry, or
+ * REAL_CALL for an fd that is not fabsock's. */
+#define FS_IO_ONE(send, fd, buf, len, flags, real_call)                                      \
+	do {                                                                                 \
+		struct iovec iov_ = { .iov_base = (void *)(buf), .iov_len = (len) };         \
+		struct msghdr msg_ = { .msg_iov = &iov_, .msg_iovlen = 1 };                 \
+		ssize_t ret_ = fs_fdt_peek_any(fd) ? fs_msg_entry((fd), &msg_, (flags), (send)) : FS_PASS; \
+		if (ret_ == FS_PASS)                                                         \
+			return real_call;                                                    \
+		return fs_ret(ret_);                                                         \
+	} while (0)
+#define FS_RECV_ONE(fd, buf, len, flags, real_call) FS_IO_ONE(false, fd, buf, len, flags, real_call)
+#define FS_SEND_ONE(fd, buf, len, flags, real_call) FS_IO_ONE(true, fd, buf, len, flags, real_call)
 
 FS_EXPORT ssize_t read(int fd, void *buf, size_t len)
 {
@@ -193,19 +207,24 @@ FS_EXPORT ssize_t recvfrom(int fd, void *buf, size_t len, int flags, struct sock
 	return fs_ret(ret);
 }
 
-FS_EXPORT ssize_t readv(int fd, const struct iovec *iov, int iovcnt)
+/* readv and writev on a socket of ours: the entry point with the vector as
+ * a message (the kernel's count check first), or FS_PASS. */
+static ssize_t fs_vec_entry(int fd, const struct iovec *iov, int iovcnt, bool send)
 {
 	struct msghdr msg = { .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt };
-	ssize_t ret;
 
 	if (!fs_fdt_peek_any(fd))
-		return FS_REAL(readv)(fd, iov, iovcnt);
+		return FS_PASS;
 	if (iovcnt < 0 || iovcnt > IOV_MAX)
-		return fs_ret(-EINVAL);
-	ret = fs_recv_entry(fd, &msg, 0);
-	if (ret == FS_PASS)
-		return FS_REAL(readv)(fd, iov, iovcnt);
-	return fs_ret(ret);
+		return -EINVAL;
+	return send ? fs_send_entry(fd, &msg, 0) : fs_recv_entry(fd, &msg, 0);
+}
+
+FS_EXPORT ssize_t readv(int fd, const struct iovec *iov, int iovcnt)
+{
+	ssize_t ret = fs_vec_entry(fd, iov, iovcnt, false);
+
+	return ret == FS_PASS ? FS_REAL(readv)(fd, iov, iovcnt) : fs_ret(ret);
 }
 
 FS_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
@@ -241,28 +260,6 @@ FS_EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t len, size_t buflen, i
 
 /* ---- send variants ----------------------------------------------------- */
 
-static ssize_t fs_send_entry(int fd, const struct msghdr *msg, int flags)
-{
-	struct fs_sock *s = fs_sock_get(fd);
-	ssize_t ret;
-
-	if (!s)
-		return FS_PASS;
-	ret = fs_core_sendmsg(s, msg, flags);
-	fs_sock_put(s);
-	return ret;
-}
-
-#define FS_SEND_ONE(fd, buf, len, flags, real_call)                                          \
-	do {                                                                                 \
-		struct iovec iov_ = { .iov_base = (void *)(buf), .iov_len = (len) };         \
-		struct msghdr msg_ = { .msg_iov = &iov_, .msg_iovlen = 1 };                 \
-		ssize_t ret_ = fs_fdt_peek_any(fd) ? fs_send_entry((fd), &msg_, (flags)) : FS_PASS; \
-		if (ret_ == FS_PASS)                                                         \
-			return real_call;                                                    \
-		return fs_ret(ret_);                                                         \
-	} while (0)
-
 FS_EXPORT ssize_t write(int fd, const void *buf, size_t len)
 {
 	FS_SEND_ONE(fd, buf, len, 0, FS_REAL(write)(fd, buf, len));
@@ -283,17 +280,9 @@ FS_EXPORT ssize_t sendto(int fd, const void *buf, size_t len, int flags, const s
 
 FS_EXPORT ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
 {
-	struct msghdr msg = { .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt };
-	ssize_t ret;
+	ssize_t ret = fs_vec_entry(fd, iov, iovcnt, true);
 
-	if (!fs_fdt_peek_any(fd))
-		return FS_REAL(writev)(fd, iov, iovcnt);
-	if (iovcnt < 0 || iovcnt > IOV_MAX)
-		return fs_ret(-EINVAL);
-	ret = fs_send_entry(fd, &msg, 0);
-	if (ret == FS_PASS)
-		return FS_REAL(writev)(fd, iov, iovcnt);
-	return fs_ret(ret);
+	return ret == FS_PASS ? FS_REAL(writev)(fd, iov, iovcnt) : fs_ret(ret);
 }
 
 FS_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
