@@ -540,6 +540,8 @@ struct fork_mid_connect_arg {
 	int fd;
 	int result;
 	int error;
+	int done; /* atomic: the thread is detached (a joinable one is a
+		   * leak to TSan at the child's exit) */
 };
 
 static void *fork_mid_connect_thread(void *p)
@@ -548,7 +550,21 @@ static void *fork_mid_connect_thread(void *p)
 
 	arg->result = connect(arg->fd, harness_server_address->ai_addr, harness_server_address->ai_addrlen);
 	arg->error = errno;
+	__atomic_store_n(&arg->done, 1, __ATOMIC_RELEASE);
 	return NULL;
+}
+
+/* Waits (bounded) for the connecting thread to finish. 0, or -1 (reported). */
+static int fork_mid_connect_join(struct fork_mid_connect_arg *arg)
+{
+	double deadline = harness_now_ms() + HARNESS_PEER_WAIT_MS;
+
+	while (!__atomic_load_n(&arg->done, __ATOMIC_ACQUIRE)) {
+		if (harness_now_ms() > deadline)
+			return harness_fail("connect() in the thread did not return");
+		harness_sleep_ms(5);
+	}
+	return 0;
 }
 
 static int fork_mid_connect_server(int fd)
@@ -573,6 +589,7 @@ static int fork_mid_connect_client(int unused)
 		close(arg.fd);
 		return harness_fail("pthread_create failed");
 	}
+	pthread_detach(thread);
 	harness_sleep_ms(300); /* the thread is inside connect() now */
 	pid = fork();
 	if (pid == 0) {
@@ -581,11 +598,12 @@ static int fork_mid_connect_client(int unused)
 		exit(0);
 	}
 	if (harness_wait_child(pid, "the child closing the connecting socket", 0) < 0) {
-		pthread_join(thread, NULL);
-		close(arg.fd);
+		if (fork_mid_connect_join(&arg) == 0)
+			close(arg.fd); /* else the thread may still use it */
 		return -1;
 	}
-	pthread_join(thread, NULL);
+	if (fork_mid_connect_join(&arg) < 0)
+		return -1;
 	if (arg.result < 0) {
 		harness_fail("connect in the thread failed: %s", strerror(arg.error));
 	} else {
