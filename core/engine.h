@@ -66,6 +66,7 @@
 
 #include "config/params.h"
 #include "core/util.h"
+#include "core/wait.h"
 #include "core/credit.h"
 #include "core/fabric.h"
 #include "core/pool.h"
@@ -313,10 +314,6 @@ struct fs_engine {
 	bool deep_rung, deep_wanted;
 };
 
-/* The longest sleep slice for a waiter that has waited WAITED_NS: the
- * normal cap, or the deep-idle one after FABSOCK_IDLE_AFTER_MS. */
-uint64_t fs_wait_slice_cap_us(uint64_t waited_ns);
-
 /* Something happened: waiters poll at the normal pace again. Lock held. */
 void fs_engine_note_activity(struct fs_engine *e);
 /* Nothing seen for IDLE_AFTER_MS, no send in flight, nothing to flush:
@@ -377,31 +374,8 @@ void fs_engine_wake_all(struct fs_engine *e);
 void fs_stream_sleep_begin(struct fs_engine *e, struct fs_stream *s);
 void fs_stream_sleep_end(struct fs_engine *e, struct fs_stream *s);
 
-/* One step of a spinning wait: a pause, and every fourth step a yield of
- * the CPU. On a host with more runnable threads than cores the peer we wait
- * for is often queued on our own core; without the yield it runs only when
- * the scheduler preempts the spinner, milliseconds later. With nothing
- * else runnable sched_yield() returns at once. */
-static inline void fs_spin_relax(unsigned *step)
-{
-	if ((++*step & 3) == 0)
-		sched_yield();
-	else
-		__builtin_ia32_pause();
-}
-
-/* When a spinning wait that starts at NOW (ns) goes to sleep instead:
- * FABSOCK_SPIN_US later. */
-static inline uint64_t fs_spin_end(uint64_t now)
-{
-	return now + fs_params.spin_us * 1000ull;
-}
 /* Where a blocking wait that started at NOW stops spinning: after SPIN_US,
- * or after FS_SLEEPY_SPIN_US when E is sleepy (its waits outlast the spin
- * anyway, and on a machine with more waiters than cores every spin takes
- * a core from a process with work). Waits are still judged late or quick
- * by SPIN_US (fs_engine_wait_done), so that quick answers end it. */
-#define FS_SLEEPY_SPIN_US 10u
+ * or after FS_SLEEPY_SPIN_US when E is sleepy (wait.h). */
 uint64_t fs_wait_spin_end(const struct fs_engine *e, uint64_t now);
 
 /* True in a child that shares its parent's memory until it execs or exits

@@ -28,14 +28,6 @@
 #include "core/stream_internal.h"
 #include "preload/real.h"
 
-uint64_t fs_wait_slice_cap_us(uint64_t waited_ns)
-{
-	if (fs_params.idle_after_ms && waited_ns >= fs_params.idle_after_ms * 1000000ull &&
-	    fs_params.idle_sleep_us > fs_params.sleep_max_us)
-		return fs_params.idle_sleep_us;
-	return fs_params.sleep_max_us;
-}
-
 void fs_engine_note_activity(struct fs_engine *e)
 {
 	e->active_ns = fs_now_ns();

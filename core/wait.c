@@ -1,0 +1,102 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The waiting policy every blocking loop of the core shares (wait.h): the
+ * spin, the sleep slices that double up to a cap that grows once the wait
+ * has been idle for IDLE_AFTER_MS, the deadline (absolute, 0: none), and
+ * whether the answer came late (the engine's sleepiness score). The loops
+ * keep what they look at and what they sleep on; they ask this file only
+ * when, and for how long.
+ */
+#include <limits.h>
+
+#include "config/params.h"
+#include "core/engine.h"
+#include "core/util.h"
+#include "core/wait.h"
+
+uint64_t fs_wait_deadline_ms(uint64_t now, int timeout_ms)
+{
+	uint64_t d;
+
+	if (timeout_ms < 0)
+		return 0;
+	d = now + (uint64_t)timeout_ms * 1000000ull;
+	return d ? d : 1; /* 0 would mean none */
+}
+
+uint64_t fs_wait_deadline_ns(uint64_t now, int64_t timeout_ns)
+{
+	uint64_t d;
+
+	if (timeout_ns < 0)
+		return 0;
+	d = now + (uint64_t)timeout_ns;
+	return d ? d : 1;
+}
+
+void fs_wait_init(struct fs_wait *w, uint64_t now, uint64_t deadline, bool short_spin)
+{
+	uint64_t spin_us = fs_params.spin_us;
+
+	if (short_spin && spin_us > FS_SLEEPY_SPIN_US)
+		spin_us = FS_SLEEPY_SPIN_US;
+	w->start = now;
+	w->deadline = deadline;
+	w->spin_end = now + spin_us * 1000ull;
+	w->late_at = now + fs_params.spin_us * 1000ull;
+	w->idle_since = now;
+	w->slice_us = FS_WAIT_FIRST_SLICE_US;
+	w->step = 0;
+}
+
+void fs_wait_begin(struct fs_wait *w, const struct fs_engine *e, uint64_t now, uint64_t deadline)
+{
+	fs_wait_init(w, now, deadline, e && fs_engine_arms_early(e));
+}
+
+uint64_t fs_wait_slice_cap_us(uint64_t idle_ns)
+{
+	if (fs_params.idle_after_ms && idle_ns >= fs_params.idle_after_ms * 1000000ull &&
+	    fs_params.idle_sleep_us > fs_params.sleep_max_us)
+		return fs_params.idle_sleep_us;
+	return fs_params.sleep_max_us;
+}
+
+uint64_t fs_wait_clamp_ns(const struct fs_wait *w, uint64_t now, uint64_t ns)
+{
+	if (w->deadline && now + ns > w->deadline)
+		ns = w->deadline > now ? w->deadline - now : 0;
+	return ns;
+}
+
+uint64_t fs_wait_slice_ns(struct fs_wait *w, uint64_t now)
+{
+	uint64_t ns = fs_wait_clamp_ns(w, now, w->slice_us * 1000ull);
+	uint64_t cap = fs_wait_slice_cap_us(now > w->idle_since ? now - w->idle_since : 0);
+
+	w->slice_us = w->slice_us * 2 < cap ? w->slice_us * 2 : cap;
+	return ns;
+}
+
+int fs_wait_ms_until(uint64_t now, uint64_t until)
+{
+	uint64_t ms;
+
+	if (!until)
+		return -1;
+	if (until <= now)
+		return 0;
+	ms = (until - now + 999999) / 1000000ull;
+	return ms > INT_MAX ? INT_MAX : (int)ms;
+}
+
+void fs_wait_note_activity(struct fs_wait *w, uint64_t active_ns)
+{
+	if (active_ns > w->idle_since)
+		w->idle_since = active_ns;
+}
+
+void fs_wait_done(const struct fs_wait *w, struct fs_engine *e, int events)
+{
+	fs_engine_wait_done(e, fs_wait_late(w, fs_now_ns()), events);
+}

@@ -1,0 +1,137 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * One blocking wait's pace: how long it spins, the sleep slices that grow
+ * after the spin, its deadline, and whether its answer came late. Every
+ * waiting loop of the core (a stream's send and receive, poll and select,
+ * epoll_wait, the handshake's peeks, the probe's answer) keeps a struct
+ * fs_wait and asks it, each round, what to do: look again at once (spin),
+ * sleep a slice, or stop (the deadline has passed). What a loop looks at,
+ * what it sleeps on and which locks it holds stay the loop's own.
+ *
+ * One deadline convention: an absolute time on fs_now_ns()'s clock
+ * (CLOCK_MONOTONIC, ns), 0 for none. Callers with a relative timeout
+ * convert it once, at their entry, with fs_wait_deadline_ms/_ns. The policy
+ * (fs_wait_init, fs_wait_next, fs_wait_slice_ns, fs_wait_clamp_ns,
+ * fs_wait_ms_until, fs_wait_late) reads no clock: it is handed the time,
+ * so that tests/unit/test_wait.c can drive it.
+ */
+#ifndef FS_CORE_WAIT_H
+#define FS_CORE_WAIT_H
+
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "config/params.h"
+
+struct fs_engine;
+
+/* The first sleep slice after the spin; each one after doubles, up to
+ * fs_wait_slice_cap_us. */
+#define FS_WAIT_FIRST_SLICE_US 10u
+/* The spin of a wait in a sleepy engine, or with FABSOCK_WAIT_ARM, whose
+ * waits outlast the spin anyway (fs_engine_arms_early): on a machine with
+ * more waiters than cores every spin takes a core from a process with
+ * work. Waits are still judged late or quick by SPIN_US (late_at), so
+ * that quick answers end the sleepiness. */
+#define FS_SLEEPY_SPIN_US 10u
+
+struct fs_wait {
+	uint64_t start;      /* when the wait began */
+	uint64_t deadline;   /* when it gives up; 0: never */
+	uint64_t spin_end;   /* it looks without sleeping until then */
+	uint64_t late_at;    /* start + SPIN_US: an answer after it is late */
+	uint64_t idle_since; /* the slice cap grows with the time since */
+	uint64_t slice_us;   /* the next sleep slice, before the deadline's clamp */
+	unsigned step;       /* fs_spin_relax's count */
+};
+
+enum fs_wait_step {
+	FS_WAIT_SPIN,  /* look again at once, after fs_wait_spin */
+	FS_WAIT_SLEEP, /* sleep fs_wait_slice_ns (or the loop's own, clamped) */
+	FS_WAIT_OVER,  /* the deadline has passed */
+};
+
+/* The deadline of a wait that starts at NOW for TIMEOUT_MS (poll's and
+ * epoll_wait's convention: negative for none, 0 for a single look). */
+uint64_t fs_wait_deadline_ms(uint64_t now, int timeout_ms);
+/* The same for a timeout in nanoseconds (negative: none). */
+uint64_t fs_wait_deadline_ns(uint64_t now, int64_t timeout_ns);
+
+/* Starts W at NOW, giving up at DEADLINE (0: never). It spins SPIN_US, or
+ * FS_SLEEPY_SPIN_US when SHORT_SPIN and that is shorter. */
+void fs_wait_init(struct fs_wait *w, uint64_t now, uint64_t deadline, bool short_spin);
+/* fs_wait_init for a wait on engine E (NULL: none yet): a short spin when
+ * E's waiters arm early (fs_engine_arms_early). */
+void fs_wait_begin(struct fs_wait *w, const struct fs_engine *e, uint64_t now, uint64_t deadline);
+
+/* What the round at NOW does: stop once the deadline has passed, else
+ * spin until spin_end, else sleep. Inline: a spinning loop asks it on
+ * every turn. */
+static inline enum fs_wait_step fs_wait_next(const struct fs_wait *w, uint64_t now)
+{
+	if (w->deadline && now >= w->deadline)
+		return FS_WAIT_OVER;
+	return now < w->spin_end ? FS_WAIT_SPIN : FS_WAIT_SLEEP;
+}
+/* The sleep slice for the round at NOW, in ns, never past the deadline; the
+ * next one doubles, up to the cap for the time idle since idle_since. */
+uint64_t fs_wait_slice_ns(struct fs_wait *w, uint64_t now);
+/* NS, shortened so that a sleep starting at NOW ends by the deadline. */
+uint64_t fs_wait_clamp_ns(const struct fs_wait *w, uint64_t now, uint64_t ns);
+/* Milliseconds from NOW until UNTIL, rounded up (a timeout the kernel
+ * takes in ms must not end early), at most INT_MAX; -1 when UNTIL is 0
+ * (none), 0 when it has passed. */
+int fs_wait_ms_until(uint64_t now, uint64_t until);
+/* Something happened at ACTIVE_NS (the engine's last activity): the slice
+ * cap counts idleness from then, if later than the wait's start. */
+void fs_wait_note_activity(struct fs_wait *w, uint64_t active_ns);
+/* Whether an answer at NOW came only after SPIN_US. */
+static inline bool fs_wait_late(const struct fs_wait *w, uint64_t now)
+{
+	return now >= w->late_at;
+}
+/* The longest sleep slice after IDLE_NS of waiting with nothing happening:
+ * FABSOCK_SLEEP_MAX_US, or FABSOCK_IDLE_SLEEP_US after IDLE_AFTER_MS. */
+uint64_t fs_wait_slice_cap_us(uint64_t idle_ns);
+
+/* W got EVENTS (> 0) things it waited for, now: tells engine E (NULL: none)
+ * whether they came late (fs_engine_wait_done). Reads the clock. */
+void fs_wait_done(const struct fs_wait *w, struct fs_engine *e, int events);
+
+/* One step of a spinning wait: a pause, and every fourth step a yield of
+ * the CPU. On a host with more runnable threads than cores the peer we wait
+ * for is often queued on our own core; without the yield it runs only when
+ * the scheduler preempts the spinner, milliseconds later. With nothing
+ * else runnable sched_yield() returns at once. */
+static inline void fs_spin_relax(unsigned *step)
+{
+	if ((++*step & 3) == 0)
+		sched_yield();
+	else
+		__builtin_ia32_pause();
+}
+
+static inline void fs_wait_spin(struct fs_wait *w)
+{
+	fs_spin_relax(&w->step);
+}
+
+/* When a spinning wait that starts at NOW (ns) goes to sleep instead:
+ * FABSOCK_SPIN_US later. For waits that keep no struct fs_wait. */
+static inline uint64_t fs_spin_end(uint64_t now)
+{
+	return now + fs_params.spin_us * 1000ull;
+}
+
+static inline struct timespec fs_wait_timespec(uint64_t ns)
+{
+	struct timespec ts = { (time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull) };
+
+	return ts;
+}
+
+#endif

@@ -1,0 +1,163 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The waiting policy alone (core/wait.c): no fabric, no engine, no clock.
+ * The test hands it times and checks its decisions.
+ *
+ * Checked: timeouts become absolute deadlines (negative: none, 0: one look
+ * at once); a wait spins until SPIN_US, or FS_SLEEPY_SPIN_US with a short
+ * spin (never longer than SPIN_US), while lateness is judged by SPIN_US
+ * alone; then it sleeps slices of 10, 20, 40 ... us up to SLEEP_MAX_US,
+ * and up to IDLE_SLEEP_US once idle for IDLE_AFTER_MS, counted from the
+ * engine's last activity when that is later; a slice never runs past the
+ * deadline, and a deadline that has passed (before the spin ended, at the
+ * start, or long ago) stops the wait; 0 is no deadline even at time 0;
+ * milliseconds until a deadline round up and saturate.
+ */
+#include <limits.h>
+#include <stdio.h>
+
+#include "config/params.h"
+#include "core/wait.h"
+#include "check.h"
+
+#define US 1000ull
+#define MS 1000000ull
+#define T0 (100000 * MS) /* any start: the policy has no epoch */
+
+static void set_params(void)
+{
+	fs_params.spin_us = 100;
+	fs_params.sleep_max_us = 1000;
+	fs_params.idle_after_ms = 1000;
+	fs_params.idle_sleep_us = 4000;
+}
+
+static void test_deadlines(void)
+{
+	CHECK(fs_wait_deadline_ms(T0, -1) == 0);
+	CHECK(fs_wait_deadline_ms(T0, -5) == 0);
+	CHECK(fs_wait_deadline_ms(T0, 0) == T0);
+	CHECK(fs_wait_deadline_ms(T0, 250) == T0 + 250 * MS);
+	CHECK(fs_wait_deadline_ms(T0, INT_MAX) == T0 + (uint64_t)INT_MAX * MS);
+	CHECK(fs_wait_deadline_ns(T0, -1) == 0);
+	CHECK(fs_wait_deadline_ns(T0, 0) == T0);
+	CHECK(fs_wait_deadline_ns(T0, 1234) == T0 + 1234);
+	/* a zero timeout at time 0 still is a deadline, not "none" */
+	CHECK(fs_wait_deadline_ms(0, 0) != 0);
+	CHECK(fs_wait_deadline_ns(0, 0) != 0);
+
+	CHECK(fs_wait_ms_until(T0, 0) == -1);
+	CHECK(fs_wait_ms_until(T0, T0) == 0);
+	CHECK(fs_wait_ms_until(T0, T0 - 1) == 0);
+	CHECK(fs_wait_ms_until(T0, T0 + 1) == 1);
+	CHECK(fs_wait_ms_until(T0, T0 + MS) == 1);
+	CHECK(fs_wait_ms_until(T0, T0 + MS + 1) == 2);
+	CHECK(fs_wait_ms_until(T0, T0 + ((uint64_t)INT_MAX + 10) * MS) == INT_MAX);
+}
+
+static void test_spin(void)
+{
+	struct fs_wait w;
+
+	set_params();
+	fs_wait_init(&w, T0, 0, false);
+	CHECK(fs_wait_next(&w, T0) == FS_WAIT_SPIN);
+	CHECK(fs_wait_next(&w, T0 + 99 * US) == FS_WAIT_SPIN);
+	CHECK(fs_wait_next(&w, T0 + 100 * US) == FS_WAIT_SLEEP);
+	CHECK(!fs_wait_late(&w, T0 + 99 * US) && fs_wait_late(&w, T0 + 100 * US));
+	/* a sleepy engine spins 10 us, but its waits are judged by SPIN_US */
+	fs_wait_init(&w, T0, 0, true);
+	CHECK(fs_wait_next(&w, T0 + 9 * US) == FS_WAIT_SPIN);
+	CHECK(fs_wait_next(&w, T0 + 10 * US) == FS_WAIT_SLEEP);
+	CHECK(!fs_wait_late(&w, T0 + 50 * US) && fs_wait_late(&w, T0 + 100 * US));
+	/* the short spin never lengthens a shorter SPIN_US */
+	fs_params.spin_us = 5;
+	fs_wait_init(&w, T0, 0, true);
+	CHECK(fs_wait_next(&w, T0 + 4 * US) == FS_WAIT_SPIN && fs_wait_next(&w, T0 + 5 * US) == FS_WAIT_SLEEP);
+	/* SPIN_US=0: sleeps from the first round */
+	fs_params.spin_us = 0;
+	fs_wait_init(&w, T0, 0, false);
+	CHECK(fs_wait_next(&w, T0) == FS_WAIT_SLEEP && fs_wait_late(&w, T0));
+	set_params();
+}
+
+static void test_slices(void)
+{
+	static const uint64_t want[] = { 10, 20, 40, 80, 160, 320, 640, 1000, 1000, 1000 };
+	struct fs_wait w;
+	uint64_t now = T0 + 100 * US;
+
+	set_params();
+	fs_wait_init(&w, T0, 0, false);
+	for (unsigned i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+		CHECK(fs_wait_next(&w, now) == FS_WAIT_SLEEP);
+		CHECK(fs_wait_slice_ns(&w, now) == want[i] * US);
+		now += want[i] * US;
+	}
+	/* idle for IDLE_AFTER_MS: the cap becomes IDLE_SLEEP_US */
+	now = T0 + 1000 * MS;
+	CHECK(fs_wait_slice_ns(&w, now) == 1000 * US);
+	CHECK(fs_wait_slice_ns(&w, now) == 2000 * US);
+	CHECK(fs_wait_slice_ns(&w, now) == 4000 * US);
+	CHECK(fs_wait_slice_ns(&w, now) == 4000 * US);
+	/* activity: the cap counts from it, back to SLEEP_MAX_US */
+	fs_wait_note_activity(&w, now - MS);
+	CHECK(fs_wait_slice_ns(&w, now) == 4000 * US);
+	CHECK(fs_wait_slice_ns(&w, now) == 1000 * US);
+	/* activity older than the wait's start changes nothing */
+	fs_wait_init(&w, T0, 0, false);
+	fs_wait_note_activity(&w, T0 - 10000 * MS);
+	CHECK(w.idle_since == T0);
+	/* IDLE_AFTER_MS=0: never idle; IDLE_SLEEP_US below SLEEP_MAX_US: ignored */
+	CHECK(fs_wait_slice_cap_us(5000 * MS) == 4000);
+	fs_params.idle_after_ms = 0;
+	CHECK(fs_wait_slice_cap_us(5000 * MS) == 1000);
+	fs_params.idle_after_ms = 1000;
+	fs_params.idle_sleep_us = 500;
+	CHECK(fs_wait_slice_cap_us(5000 * MS) == 1000);
+	set_params();
+	/* an activity stamp later than the clock the caller read: no wrap */
+	fs_wait_init(&w, T0, 0, false);
+	w.slice_us = 1000;
+	fs_wait_note_activity(&w, T0 + 2000 * MS);
+	CHECK(fs_wait_slice_ns(&w, T0 + 1500 * MS) == 1000 * US && w.slice_us == 1000);
+}
+
+static void test_deadline_rounds(void)
+{
+	struct fs_wait w;
+
+	set_params();
+	/* no deadline: never over, however late */
+	fs_wait_init(&w, T0, 0, false);
+	CHECK(fs_wait_next(&w, T0 + 3600000 * MS) == FS_WAIT_SLEEP);
+	CHECK(fs_wait_clamp_ns(&w, T0, 50 * MS) == 50 * MS);
+	/* a zero timeout: over at the first round (one look, no spin) */
+	fs_wait_init(&w, T0, fs_wait_deadline_ms(T0, 0), false);
+	CHECK(fs_wait_next(&w, T0) == FS_WAIT_OVER);
+	/* a deadline inside the spin ends the spin */
+	fs_wait_init(&w, T0, T0 + 50 * US, false);
+	CHECK(fs_wait_next(&w, T0 + 49 * US) == FS_WAIT_SPIN);
+	CHECK(fs_wait_next(&w, T0 + 50 * US) == FS_WAIT_OVER);
+	/* a deadline already passed when the wait starts */
+	fs_wait_init(&w, T0, T0 - MS, false);
+	CHECK(fs_wait_next(&w, T0) == FS_WAIT_OVER);
+	CHECK(fs_wait_clamp_ns(&w, T0, 10 * US) == 0);
+	/* slices end at the deadline */
+	fs_wait_init(&w, T0, T0 + 100 * US + 25 * US, false);
+	CHECK(fs_wait_slice_ns(&w, T0 + 100 * US) == 10 * US);
+	CHECK(fs_wait_slice_ns(&w, T0 + 110 * US) == 15 * US);
+	CHECK(w.slice_us == 40); /* the clamp does not stop the doubling */
+	CHECK(fs_wait_next(&w, T0 + 125 * US) == FS_WAIT_OVER);
+	CHECK(fs_wait_clamp_ns(&w, T0 + 120 * US, 250 * MS) == 5 * US);
+	CHECK(fs_wait_ms_until(T0 + 120 * US, w.deadline) == 1);
+}
+
+int main(void)
+{
+	test_deadlines();
+	test_spin();
+	test_slices();
+	test_deadline_rounds();
+	return fs_check_done();
+}
