@@ -6,9 +6,11 @@
  * Waiting: a blocked caller polls the completion queue itself for up to
  * FABSOCK_SPIN_US (this is what beats the kernel's latency), then sleeps in
  * ppoll() on the stream's kernel TCP socket with a growing timeout capped at
- * FABSOCK_SLEEP_MAX_US, polling again on every wake. The kernel socket is the
- * control channel: it becomes readable when the peer process closes it or
- * dies, which is how a vanished peer is noticed within a few seconds.
+ * FABSOCK_SLEEP_MAX_US, polling again on every wake (the pace is wait.c's;
+ * the engine lock, the poller and the sleep set are this file's). The
+ * kernel socket is the control channel: it becomes readable when the peer
+ * process closes it or dies, which is how a vanished peer is noticed
+ * within a few seconds.
  *
  * Kernel TCP semantics kept here: partial reads, MSG_PEEK, MSG_WAITALL,
  * EOF only after every byte sent before the peer's FIN, EPIPE after the
@@ -39,6 +41,7 @@
 #include "core/sock.h"
 #include "core/stats.h"
 #include "core/stream_internal.h"
+#include "core/wait.h"
 #include "preload/real.h"
 
 /* Looks at the control connection: EOF or reset means the peer closed the
@@ -115,28 +118,30 @@ int fs_stream_wait(struct fs_engine *e, struct fs_stream *s, fs_ready_fn ready, 
 static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_ready_fn ready, void *arg,
 			       uint64_t deadline_ns, int ctl_fd, bool *poller)
 {
-	uint64_t now = fs_now_ns(), start = now;
-	uint64_t late_at = fs_spin_end(now), spin_end = fs_wait_spin_end(e, now);
-	uint64_t sleep_us = 10;
-	unsigned step = 0;
+	struct fs_wait w;
+	uint64_t now;
 
+	fs_wait_begin(&w, e, fs_now_ns(), deadline_ns);
 	for (;;) {
+		enum fs_wait_step next;
+
 		fs_engine_progress(e); /* retries a CREDIT whose post failed, too */
 		if (s->state == FS_STREAM_CLOSED)
 			return -EBADF; /* another thread closed the socket */
 		if (ready(s, arg)) {
-			fs_engine_wait_done(e, fs_now_ns() >= late_at, 1);
+			fs_wait_done(&w, e, 1);
 			return 0;
 		}
 		now = fs_now_ns();
 		fs_stream_check_gone(s, now);
 		if (s->error)
 			return s->error;
-		if (deadline_ns && now >= deadline_ns)
+		next = fs_wait_next(&w, now);
+		if (next == FS_WAIT_OVER)
 			return -EAGAIN;
-		if (now < spin_end) {
+		if (next == FS_WAIT_SPIN) {
 			pthread_mutex_unlock(&e->lock);
-			fs_spin_relax(&step);
+			fs_wait_spin(&w);
 			pthread_mutex_lock(&e->lock);
 			continue;
 		}
@@ -159,18 +164,27 @@ static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_read
 				/* a deep sleeper reads a ring itself (fs_engine_bell_watched) */
 				{ .fd = -1, .events = POLLIN },
 			};
-			uint64_t ns = *poller || s->wake_fd < 0 ? sleep_us * 1000ull : 50000000ull;
 			struct timespec ts;
+			uint64_t ns;
 			int ret;
 
+			if (*poller) {
+				/* idle since the later of the wait's start and the
+				 * engine's last activity: a doorbell ring means "poll
+				 * briskly again" */
+				fs_wait_note_activity(&w, e->active_ns);
+				ns = fs_wait_slice_ns(&w, now);
+			} else {
+				/* rung by the poller; without an eventfd, polls at the
+				 * first slice */
+				ns = s->wake_fd < 0 ? FS_WAIT_FIRST_SLICE_US * 1000ull : 50000000ull;
+			}
 			if (deep && (pfd[2].fd >= 0 || (!*poller && s->wake_fd >= 0)))
 				ns = FS_BELL_SLICE_MS * 1000000ull;
 			if (ctl_fd < 0 || s->peer_gone)
 				pfd[0].fd = -1;
-			if (deadline_ns && deadline_ns - now < ns)
-				ns = deadline_ns - now;
-			ts.tv_sec = (time_t)(ns / 1000000000ull);
-			ts.tv_nsec = (long)(ns % 1000000000ull);
+			ns = fs_wait_clamp_ns(&w, now, ns);
+			ts = fs_wait_timespec(ns);
 			if (!*poller)
 				fs_stream_sleep_begin(e, s);
 			pthread_mutex_unlock(&e->lock);
@@ -197,14 +211,6 @@ static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_read
 				return -EINTR;
 			if (ret > 0 && (pfd[0].revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR)))
 				fs_stream_check_ctl(s, ctl_fd);
-		}
-		if (*poller) {
-			/* idle since the later of the wait's start and the engine's
-			 * last activity: a doorbell ring means "poll briskly again" */
-			uint64_t since = e->active_ns > start ? e->active_ns : start;
-			uint64_t cap = fs_wait_slice_cap_us(fs_now_ns() - since);
-
-			sleep_us = sleep_us * 2 < cap ? sleep_us * 2 : cap;
 		}
 	}
 }
