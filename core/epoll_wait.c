@@ -342,17 +342,15 @@ static bool fs_epoll_ready_list_will_do(const struct fs_epoll *fe, uint64_t now)
 }
 
 /* Collects kernel events for EPFD into KBUF (room for K): the wait the
- * caller decided (WAIT_US 0: none; LONG: the whole time until DEADLINE_NS,
- * 0 = none). Returns the count or -errno. */
+ * caller decided (WAIT_US 0: none; LONG: the whole time until W's
+ * deadline). Returns the count or -errno. */
 static int fs_epoll_kernel_wait(int epfd, struct epoll_event *kbuf, int k, uint64_t wait_us, bool longwait,
-				uint64_t deadline_ns, const sigset_t *sigmask)
+				const struct fs_wait *w, const sigset_t *sigmask)
 {
 	int ret, ms;
 
 	if (longwait) {
-		uint64_t now = fs_now_ns();
-
-		ms = !deadline_ns ? -1 : deadline_ns > now ? (int)((deadline_ns - now + 999999) / 1000000ull) : 0;
+		ms = fs_wait_ms_until(fs_now_ns(), w->deadline);
 	} else if (wait_us && fs_have_pwait2) {
 		/* microsecond slices: epoll_wait's milliseconds would add a
 		 * whole one to every wake-up after the spin */
@@ -405,41 +403,36 @@ static int fs_epoll_look(struct fs_epoll *fe, struct epoll_event *events, int ma
 }
 
 /* How the round that found N events waits in the kernel: not at all (N, or
- * past DEADLINE, or still spinning: returns 0), for the whole time
- * (*LONGWAIT), or for a slice (returned, in microseconds) of *SLICE_US,
- * which doubles up to the cap for the time since START. */
-static uint64_t fs_epoll_plan_wait(int epfd, int n, uint64_t start, uint64_t deadline, uint64_t spin_end,
-				   uint64_t *slice_us, bool *longwait)
+ * W over, or still spinning: returns 0), for the whole time (*LONGWAIT),
+ * or for W's next slice (returned, in microseconds, at least 1). */
+static uint64_t fs_epoll_plan_wait(int epfd, int n, struct fs_wait *w, bool *longwait)
 {
-	uint64_t now = fs_now_ns(), wait_us = 0;
+	uint64_t now = fs_now_ns(), ns;
+	enum fs_wait_step next = fs_wait_next(w, now);
 
-	if (n || (deadline && now >= deadline))
+	if (n || next == FS_WAIT_OVER)
 		return 0;
 	if (!fs_epoll_has_members(epfd)) {
 		/* Nothing of ours to poll: the whole time in the kernel,
 		 * counted as a kernel sleeper, so that a member another
 		 * thread adds rings the instance's wake fd. */
 		*longwait = true;
-	} else if (now >= spin_end) {
-		uint64_t left_us = deadline ? (deadline - now) / 1000 : *slice_us;
-		uint64_t cap = fs_wait_slice_cap_us(now - start);
-
-		wait_us = *slice_us < left_us ? *slice_us : left_us;
-		if (!wait_us)
-			wait_us = 1;
-		*slice_us = *slice_us * 2 < cap ? *slice_us * 2 : cap;
+		return 0;
 	}
-	return wait_us;
+	if (next == FS_WAIT_SPIN)
+		return 0;
+	ns = fs_wait_slice_ns(w, now);
+	return ns >= 1000 ? ns / 1000 : 1;
 }
 
 /* Deeply idle: sleeps on the epoll fd itself and the engine's deep fd, then
  * the kernel is asked without waiting (*WAIT_US 0). Returns 0, or -errno
  * for epoll_wait to return (EINTR: a signal). */
-static int fs_epoll_deep_sleep(int epfd, uint64_t deadline, const sigset_t *sigmask, uint64_t *wait_us)
+static int fs_epoll_deep_sleep(int epfd, const struct fs_wait *w, const sigset_t *sigmask, uint64_t *wait_us)
 {
 	struct pollfd dp[3] = { { .fd = epfd, .events = POLLIN } };
 	bool slept;
-	int r = fs_engine_deep_sleep(dp, 1, deadline, sigmask, &slept);
+	int r = fs_engine_deep_sleep(dp, 1, w->deadline, sigmask, &slept);
 
 	if (slept) {
 		if (r < 0)
@@ -452,18 +445,18 @@ static int fs_epoll_deep_sleep(int epfd, uint64_t deadline, const sigset_t *sigm
 }
 
 /* Collects kernel events for FE (at EPFD) into KBUF (room for K): for the whole time
- * until DEADLINE as one of its kernel sleepers (LONGWAIT), else waiting
+ * until W's deadline as one of its kernel sleepers (LONGWAIT), else waiting
  * WAIT_US at most. Returns the count or -errno. */
 static int fs_epoll_collect(struct fs_epoll *fe, int epfd, struct epoll_event *kbuf, int k, uint64_t wait_us,
-			    bool longwait, uint64_t deadline, const sigset_t *sigmask)
+			    bool longwait, const struct fs_wait *w, const sigset_t *sigmask)
 {
 	if (!longwait)
-		return fs_epoll_kernel_wait(epfd, kbuf, k, wait_us, false, deadline, sigmask);
+		return fs_epoll_kernel_wait(epfd, kbuf, k, wait_us, false, w, sigmask);
 	fs_lock(&fe->lock);
 	fe->kernel_sleepers++;
 	pthread_mutex_unlock(&fe->lock);
 	/* a member added before the count went up was seen by no one */
-	k = fs_epoll_has_members(epfd) ? 0 : fs_epoll_kernel_wait(epfd, kbuf, k, 0, true, deadline, sigmask);
+	k = fs_epoll_has_members(epfd) ? 0 : fs_epoll_kernel_wait(epfd, kbuf, k, 0, true, w, sigmask);
 	fs_lock(&fe->lock);
 	fe->kernel_sleepers--;
 	pthread_mutex_unlock(&fe->lock);
@@ -517,10 +510,7 @@ int fs_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeo
 {
 	struct fs_epoll *fe = fs_epoll_peek(epfd);
 	uint64_t start = fs_now_ns();
-	uint64_t deadline = timeout_ms >= 0 ? start + (uint64_t)timeout_ms * 1000000ull : 0;
-	uint64_t late_at = fs_spin_end(start), spin_end = fs_wait_spin_end(fs_engine_peek(), start);
-	uint64_t slice_us = 10;
-	unsigned step = 0;
+	struct fs_wait w;
 	struct epoll_event kbuf[FS_EP_BATCH];
 
 	if (maxevents <= 0)
@@ -532,32 +522,33 @@ int fs_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeo
 
 		return k < 0 ? -errno : k;
 	}
+	fs_wait_begin(&w, fs_engine_peek(), start, fs_wait_deadline_ms(start, timeout_ms));
 	for (;;) {
 		int n, k;
 		uint64_t wait_us, gen;
 		bool longwait = false;
 
 		n = fs_epoll_look(fe, events, maxevents, &gen);
-		wait_us = fs_epoll_plan_wait(epfd, n, start, deadline, spin_end, &slice_us, &longwait);
+		wait_us = fs_epoll_plan_wait(epfd, n, &w, &longwait);
 		k = maxevents - n < FS_EP_BATCH ? maxevents - n : FS_EP_BATCH;
 		if (!k)
-			return fs_epoll_waited(n, late_at); /* full from our members alone (a kernel call with no room fails EINVAL) */
+			return fs_epoll_waited(n, w.late_at); /* full from our members alone (a kernel call with no room fails EINVAL) */
 		if (wait_us) {
-			int r = fs_epoll_deep_sleep(epfd, deadline, sigmask, &wait_us);
+			int r = fs_epoll_deep_sleep(epfd, &w, sigmask, &wait_us);
 
 			if (r < 0)
 				return r;
 		}
-		k = fs_epoll_collect(fe, epfd, kbuf, k, n ? 0 : wait_us, longwait, deadline, sigmask);
+		k = fs_epoll_collect(fe, epfd, kbuf, k, n ? 0 : wait_us, longwait, &w, sigmask);
 		if (k < 0)
 			return n ? n : k;
 		n = fs_epoll_merge_kernel(fe, kbuf, k, events, n, maxevents, gen);
 		if (n)
-			return fs_epoll_waited(n, late_at);
-		if ((deadline && fs_now_ns() >= deadline) || timeout_ms == 0)
+			return fs_epoll_waited(n, w.late_at);
+		if (fs_wait_next(&w, fs_now_ns()) == FS_WAIT_OVER)
 			return 0;
 		if (!wait_us && !longwait)
-			fs_spin_relax(&step);
+			fs_wait_spin(&w);
 	}
 }
 
