@@ -351,16 +351,6 @@ bool fs_engine_bell_watched(const struct fs_engine *e);
  * poll set (-1: none, do not sleep long). Lock held. */
 int fs_engine_deep_begin(struct fs_engine *e);
 void fs_engine_deep_end(struct fs_engine *e);
-/* For poll/select/epoll waits, without the engine lock: when the engine is
- * deeply idle, sleeps in ppoll on FDS[0..N), the deep fd and the doorbell
- * (FDS has room for N + 2; a ring is read here) for FS_BELL_SLICE_MS at most, never past DEADLINE_NS (0: no
- * deadline), sets *SLEPT and returns ppoll's count of FDS[0..N) or -errno.
- * Otherwise returns 0 at once with *SLEPT false; and -EAGAIN when this
- * call has just armed every stream: the caller looks at its set once more
- * (a message may have come before the ARM) and may then sleep deeply. */
-int fs_engine_deep_sleep(struct pollfd *fds, nfds_t n, uint64_t deadline_ns, const sigset_t *sigmask,
-			 bool *slept);
-
 /* Something a waiter may care about changed on S: bump its event
  * generation and ring its sleepers after this progress round. Lock held. */
 void fs_stream_changed(struct fs_engine *e, struct fs_stream *s);
@@ -373,10 +363,6 @@ void fs_engine_wake_all(struct fs_engine *e);
 /* A thread starts / stops sleeping on S (not as the poller). Lock held. */
 void fs_stream_sleep_begin(struct fs_engine *e, struct fs_stream *s);
 void fs_stream_sleep_end(struct fs_engine *e, struct fs_stream *s);
-
-/* Where a blocking wait that started at NOW stops spinning: after SPIN_US,
- * or after FS_SLEEPY_SPIN_US when E is sleepy (wait.h). */
-uint64_t fs_wait_spin_end(const struct fs_engine *e, uint64_t now);
 
 /* True in a child that shares its parent's memory until it execs or exits
  * (vfork, posix_spawn, clone with CLONE_VM): everything fabsock keeps is the

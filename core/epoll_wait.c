@@ -432,7 +432,7 @@ static int fs_epoll_deep_sleep(int epfd, const struct fs_wait *w, const sigset_t
 {
 	struct pollfd dp[3] = { { .fd = epfd, .events = POLLIN } };
 	bool slept;
-	int r = fs_engine_deep_sleep(dp, 1, w->deadline, sigmask, &slept);
+	int r = fs_wait_deep_sleep(w, dp, 1, sigmask, &slept);
 
 	if (slept) {
 		if (r < 0)

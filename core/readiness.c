@@ -6,7 +6,7 @@
  * kernel fd stays in the set with no events so that a hang-up of the
  * control connection still wakes us. Like a blocking receive, a waiting
  * poll spins on the completion queue for FABSOCK_SPIN_US, then sleeps in
- * the real poll() in slices of at most FABSOCK_SLEEP_MAX_US.
+ * the real poll() in slices of at most FABSOCK_SLEEP_MAX_US (wait.c's pace).
  *
  * Pending sockets: a client socket is settled at once (at most the probe
  * timeout); a server-side one is watched as a kernel fd until bytes arrive
@@ -24,6 +24,7 @@
 #include "core/epoll.h"
 #include "core/fdtable.h"
 #include "core/sock.h"
+#include "core/wait.h"
 #include "preload/real.h"
 
 #define FS_POLL_STACK 64
@@ -129,31 +130,19 @@ static void fs_poll_kernel_set(struct pollfd *kset, const struct pollfd *fds, nf
 	}
 }
 
-/* Asks the kernel about KSET: without waiting while the spin lasts (until
- * SPIN_END), else for a slice of *SLICE_US (grown first, up to the cap for
- * the time since START), never past DEADLINE, sleeping deeply on the
- * engine's fd where it can (fs_engine_deep_sleep). Returns the kernel's
- * count, or -1 with errno set. */
-static int fs_poll_kernel_wait(struct pollfd *kset, nfds_t nfds, uint64_t start, uint64_t spin_end,
-			       uint64_t deadline, uint64_t *slice_us, const sigset_t *sigmask)
+/* Asks the kernel about KSET: without waiting while W spins or once it is
+ * over, else for W's next slice, sleeping deeply on the engine's fd where
+ * it can (fs_wait_deep_sleep). Returns the kernel's count, or -1 with
+ * errno set. */
+static int fs_poll_kernel_wait(struct pollfd *kset, nfds_t nfds, struct fs_wait *w, const sigset_t *sigmask)
 {
-	uint64_t now = fs_now_ns(), ns;
-	struct timespec ts;
+	uint64_t now = fs_now_ns();
+	uint64_t ns = fs_wait_next(w, now) == FS_WAIT_SLEEP ? fs_wait_slice_ns(w, now) : 0;
+	struct timespec ts = fs_wait_timespec(ns);
 	bool slept = false;
 	int kready;
 
-	if (now >= spin_end && (!deadline || now < deadline)) {
-		uint64_t cap = fs_wait_slice_cap_us(now - start);
-
-		*slice_us = *slice_us * 2 < cap ? *slice_us * 2 : cap;
-	}
-	/* spin: no wait; else a slice, never past the caller's deadline */
-	ns = now < spin_end ? 0 : *slice_us * 1000ull;
-	if (deadline && now + ns > deadline)
-		ns = deadline > now ? deadline - now : 0;
-	ts.tv_sec = (time_t)(ns / 1000000000ull);
-	ts.tv_nsec = (long)(ns % 1000000000ull);
-	kready = ns ? fs_engine_deep_sleep(kset, nfds, deadline, sigmask, &slept) : 0;
+	kready = ns ? fs_wait_deep_sleep(w, kset, nfds, sigmask, &slept) : 0;
 	if (slept && kready < 0) {
 		errno = -kready;
 		kready = -1;
@@ -197,14 +186,13 @@ static int fs_poll_kernel_answers(struct pollfd *fds, nfds_t nfds, struct pollfd
 	return total;
 }
 
-/* Everything fell back to the kernel: a plain poll of FDS until DEADLINE
- * (0: none) will do. Returns its count or -errno. */
-static int fs_poll_plain(struct pollfd *fds, nfds_t nfds, uint64_t deadline, const sigset_t *sigmask)
+/* Everything fell back to the kernel: a plain poll of FDS until W's
+ * deadline will do. Returns its count or -errno. */
+static int fs_poll_plain(struct pollfd *fds, nfds_t nfds, const struct fs_wait *w, const sigset_t *sigmask)
 {
 	uint64_t t = fs_now_ns();
-	int left = deadline ? (int)((deadline > t ? deadline - t : 0) / 1000000ull) : -1;
-	struct timespec ts = { left / 1000, (long)(left % 1000) * 1000000 };
-	int ret = fs_real.ppoll(fds, nfds, left < 0 ? NULL : &ts, sigmask);
+	struct timespec ts = fs_wait_timespec(w->deadline > t ? w->deadline - t : 0);
+	int ret = fs_real.ppoll(fds, nfds, w->deadline ? &ts : NULL, sigmask);
 
 	return ret < 0 ? -errno : ret;
 }
@@ -212,11 +200,8 @@ static int fs_poll_plain(struct pollfd *fds, nfds_t nfds, uint64_t deadline, con
 int fs_core_poll(struct pollfd *fds, nfds_t nfds, int64_t timeout_ns, const sigset_t *sigmask)
 {
 	struct pollfd stack[FS_POLL_STACK], *kset;
-	uint64_t start = fs_now_ns(), deadline = timeout_ns >= 0 ? start + (uint64_t)timeout_ns : 0;
-	int timeout_ms = timeout_ns < 0 ? -1 : (int)((timeout_ns + 999999) / 1000000);
-	uint64_t late_at = fs_spin_end(start), spin_end = fs_wait_spin_end(fs_engine_peek(), start);
-	uint64_t slice_us = 10;
-	unsigned step = 0;
+	uint64_t start = fs_now_ns();
+	struct fs_wait w;
 	bool has_ours = false, any_ours;
 	int ret;
 
@@ -229,15 +214,17 @@ int fs_core_poll(struct pollfd *fds, nfds_t nfds, int64_t timeout_ns, const sigs
 		ret = fs_real.ppoll(fds, nfds, timeout_ns < 0 ? NULL : &ts, sigmask);
 		return ret < 0 ? -errno : ret;
 	}
-	/* two slots more: the engine's deep fd and the doorbell (fs_engine_deep_sleep) */
+	/* two slots more: the engine's deep fd and the doorbell (fs_wait_deep_sleep) */
 	kset = nfds + 2 <= FS_POLL_STACK ? stack : calloc(nfds + 2, sizeof(*kset));
 	if (!kset)
 		return -ENOMEM;
+	fs_wait_begin(&w, fs_engine_peek(), start, fs_wait_deadline_ns(start, timeout_ns));
 	for (;;) {
 		int kready, ours, total;
+		enum fs_wait_step next;
 
 		fs_poll_kernel_set(kset, fds, nfds);
-		kready = fs_poll_kernel_wait(kset, nfds, start, spin_end, deadline, &slice_us, sigmask);
+		kready = fs_poll_kernel_wait(kset, nfds, &w, sigmask);
 		if (kready < 0) {
 			ret = -errno;
 			break;
@@ -247,17 +234,18 @@ int fs_core_poll(struct pollfd *fds, nfds_t nfds, int64_t timeout_ns, const sigs
 		ours = fs_poll_ours(fds, nfds, kset, &any_ours);
 		total = fs_poll_kernel_answers(fds, nfds, kset) + ours;
 		if (total)
-			fs_engine_wait_done(fs_engine_peek(), fs_now_ns() >= late_at, total);
-		if (total || (deadline && fs_now_ns() >= deadline) || timeout_ms == 0) {
+			fs_wait_done(&w, fs_engine_peek(), total);
+		next = fs_wait_next(&w, fs_now_ns());
+		if (total || next == FS_WAIT_OVER) {
 			ret = total;
 			break;
 		}
 		if (!any_ours) {
-			ret = fs_poll_plain(fds, nfds, deadline, sigmask);
+			ret = fs_poll_plain(fds, nfds, &w, sigmask);
 			break;
 		}
-		if (fs_now_ns() < spin_end)
-			fs_spin_relax(&step);
+		if (next == FS_WAIT_SPIN)
+			fs_wait_spin(&w);
 	}
 	if (kset != stack)
 		free(kset);

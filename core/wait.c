@@ -3,16 +3,24 @@
  * The waiting policy every blocking loop of the core shares (wait.h): the
  * spin, the sleep slices that double up to a cap that grows once the wait
  * has been idle for IDLE_AFTER_MS, the deadline (absolute, 0: none), and
- * whether the answer came late (the engine's sleepiness score). The loops
- * keep what they look at and what they sleep on; they ask this file only
- * when, and for how long.
+ * whether the answer came late (the engine's sleepiness score); and the
+ * deep sleep of the waiters that hold no engine lock (poll, select,
+ * epoll_wait: fs_wait_deep_sleep, which takes it briefly to begin and end).
+ * The loops keep what they look at and what they sleep on; they ask this
+ * file when, and for how long.
  */
+#include <errno.h>
 #include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <time.h>
 
 #include "config/params.h"
+#include "core/bell.h"
 #include "core/engine.h"
 #include "core/util.h"
 #include "core/wait.h"
+#include "preload/real.h"
 
 uint64_t fs_wait_deadline_ms(uint64_t now, int timeout_ms)
 {
@@ -99,4 +107,46 @@ void fs_wait_note_activity(struct fs_wait *w, uint64_t active_ns)
 void fs_wait_done(const struct fs_wait *w, struct fs_engine *e, int events)
 {
 	fs_engine_wait_done(e, fs_wait_late(w, fs_now_ns()), events);
+}
+
+int fs_wait_deep_sleep(const struct fs_wait *w, struct pollfd *fds, nfds_t n, const sigset_t *sigmask,
+		       bool *slept)
+{
+	struct fs_engine *e = fs_engine_peek();
+	uint64_t now, ns = FS_BELL_SLICE_MS * 1000000ull;
+	struct timespec ts;
+	bool was_armed, armed_now;
+	int ret, err;
+
+	*slept = false;
+	/* a lock-free look first: without waiters' arming, busy engines are
+	 * never armed */
+	if (!e || (!fs_engine_arms_early(e) && !__atomic_load_n(&e->armed_all, __ATOMIC_RELAXED)))
+		return 0;
+	now = fs_now_ns();
+	pthread_mutex_lock(&e->lock);
+	was_armed = __atomic_load_n(&e->armed_all, __ATOMIC_RELAXED);
+	fds[n].fd = fs_engine_wait_deep(e, false) ? fs_engine_deep_begin(e) : -1;
+	armed_now = !was_armed && __atomic_load_n(&e->armed_all, __ATOMIC_RELAXED);
+	pthread_mutex_unlock(&e->lock);
+	if (fds[n].fd < 0)
+		return armed_now ? -EAGAIN : 0;
+	fds[n].events = POLLIN;
+	fds[n].revents = 0;
+	fds[n + 1].fd = fs_bell_fd();
+	fds[n + 1].events = POLLIN;
+	fds[n + 1].revents = 0;
+	ns = fs_wait_clamp_ns(w, now, ns);
+	ts = fs_wait_timespec(ns);
+	ret = fs_real.ppoll(fds, n + 2, &ts, sigmask);
+	err = errno;
+	pthread_mutex_lock(&e->lock);
+	fs_engine_deep_end(e);
+	pthread_mutex_unlock(&e->lock);
+	*slept = true;
+	if (ret < 0)
+		return -err;
+	if (fds[n + 1].revents)
+		fs_bell_drain(e); /* a ring: read it here, not through the service thread */
+	return ret - (fds[n].revents ? 1 : 0) - (fds[n + 1].revents ? 1 : 0);
 }

@@ -6,7 +6,8 @@
  * epoll_wait, the handshake's peeks, the probe's answer) keeps a struct
  * fs_wait and asks it, each round, what to do: look again at once (spin),
  * sleep a slice, or stop (the deadline has passed). What a loop looks at,
- * what it sleeps on and which locks it holds stay the loop's own.
+ * what it sleeps on and which locks it holds stay the loop's own, except
+ * the deep sleep of the loops without the engine lock (fs_wait_deep_sleep).
  *
  * One deadline convention: an absolute time on fs_now_ns()'s clock
  * (CLOCK_MONOTONIC, ns), 0 for none. Callers with a relative timeout
@@ -101,6 +102,18 @@ uint64_t fs_wait_slice_cap_us(uint64_t idle_ns);
 /* W got EVENTS (> 0) things it waited for, now: tells engine E (NULL: none)
  * whether they came late (fs_engine_wait_done). Reads the clock. */
 void fs_wait_done(const struct fs_wait *w, struct fs_engine *e, int events);
+
+/* For poll, select and epoll_wait, which wait without the engine lock:
+ * when the engine is deeply idle, sleeps in ppoll on FDS[0..N), the
+ * engine's deep fd and the doorbell (FDS has room for N + 2; a ring is
+ * read here) for FS_BELL_SLICE_MS at most, never past W's deadline, sets
+ * *SLEPT and returns ppoll's count of FDS[0..N) or -errno. Otherwise
+ * returns 0 at once with *SLEPT false; and -EAGAIN when this call has just
+ * armed every stream: the caller looks at its set once more (a message may
+ * have come before the ARM) and may then sleep deeply. Takes the engine
+ * lock itself and sleeps without it. */
+int fs_wait_deep_sleep(const struct fs_wait *w, struct pollfd *fds, nfds_t n, const sigset_t *sigmask,
+		       bool *slept);
 
 /* One step of a spinning wait: a pause, and every fourth step a yield of
  * the CPU. On a host with more runnable threads than cores the peer we wait

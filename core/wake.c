@@ -1,23 +1,20 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Waking sleepers: how long a waiter spins and sleeps, when the engine is
- * sleepy or settled enough for waiters to arm their streams' doorbells,
- * deep sleep on the engine's eventfd, the watches that epoll and poll put
- * on a stream, and ringing the threads asleep on a stream that changed.
+ * Waking sleepers: when the engine is sleepy or settled enough for waiters
+ * to arm their streams' doorbells, the engine's eventfd that deep sleepers
+ * wait on, the watches that epoll and poll put on a stream, and ringing the
+ * threads asleep on a stream that changed. How long a waiter spins and
+ * sleeps, and the lock-free waiters' deep sleep itself, are wait.c's.
  *
  * Who calls in: fs_stream_changed from everywhere a stream's state moves;
- * the wait loops (stream.c, the readiness scans, epoll) for the spin, the
- * sleepiness score and deep sleep; the service thread for quiet and deep
+ * the wait loops (stream.c, and wait.c for poll, select and epoll) for the
+ * sleepiness score and the deep fd; the service thread for quiet and deep
  * idle; fs_engine_progress (engine.c) rings at the end of each round
  * (fs_engine_ring, fs_engine_deep_wake). Which lock each function wants
  * is said where engine.h declares it: most want the engine lock; the
- * sleepiness score (fs_engine_wait_done) takes none, and deep sleep
- * (fs_engine_deep_sleep) takes the lock itself and sleeps without it.
+ * sleepiness score (fs_engine_wait_done) takes none.
  */
-#include <errno.h>
-#include <poll.h>
 #include <sys/eventfd.h>
-#include <time.h>
 
 #include "config/params.h"
 #include "core/bell.h"
@@ -113,13 +110,6 @@ void fs_engine_wait_done(struct fs_engine *e, bool late, int events)
 	__atomic_store_n(&e->wait_score, (uint8_t)v, __ATOMIC_RELAXED);
 }
 
-uint64_t fs_wait_spin_end(const struct fs_engine *e, uint64_t now)
-{
-	if (e && fs_params.spin_us > FS_SLEEPY_SPIN_US && fs_engine_arms_early(e))
-		return now + FS_SLEEPY_SPIN_US * 1000ull;
-	return fs_spin_end(now);
-}
-
 bool fs_engine_arms_early(const struct fs_engine *e)
 {
 	return fs_params.doorbell && (fs_params.wait_arm || __atomic_load_n(&e->sleepy, __ATOMIC_RELAXED));
@@ -176,50 +166,6 @@ void fs_engine_deep_end(struct fs_engine *e)
 	}
 	if (!e->deep_waiters)
 		e->deep_wanted = false;
-}
-
-int fs_engine_deep_sleep(struct pollfd *fds, nfds_t n, uint64_t deadline_ns, const sigset_t *sigmask,
-			 bool *slept)
-{
-	struct fs_engine *e = fs_engine_peek();
-	uint64_t now, ns = FS_BELL_SLICE_MS * 1000000ull;
-	struct timespec ts;
-	bool was_armed, armed_now;
-	int ret, err;
-
-	*slept = false;
-	/* a lock-free look first: without waiters' arming, busy engines are
-	 * never armed */
-	if (!e || (!fs_engine_arms_early(e) && !__atomic_load_n(&e->armed_all, __ATOMIC_RELAXED)))
-		return 0;
-	now = fs_now_ns();
-	pthread_mutex_lock(&e->lock);
-	was_armed = __atomic_load_n(&e->armed_all, __ATOMIC_RELAXED);
-	fds[n].fd = fs_engine_wait_deep(e, false) ? fs_engine_deep_begin(e) : -1;
-	armed_now = !was_armed && __atomic_load_n(&e->armed_all, __ATOMIC_RELAXED);
-	pthread_mutex_unlock(&e->lock);
-	if (fds[n].fd < 0)
-		return armed_now ? -EAGAIN : 0;
-	fds[n].events = POLLIN;
-	fds[n].revents = 0;
-	fds[n + 1].fd = fs_bell_fd();
-	fds[n + 1].events = POLLIN;
-	fds[n + 1].revents = 0;
-	if (deadline_ns && deadline_ns - now < ns)
-		ns = deadline_ns > now ? deadline_ns - now : 0;
-	ts.tv_sec = (time_t)(ns / 1000000000ull);
-	ts.tv_nsec = (long)(ns % 1000000000ull);
-	ret = fs_real.ppoll(fds, n + 2, &ts, sigmask);
-	err = errno;
-	pthread_mutex_lock(&e->lock);
-	fs_engine_deep_end(e);
-	pthread_mutex_unlock(&e->lock);
-	*slept = true;
-	if (ret < 0)
-		return -err;
-	if (fds[n + 1].revents)
-		fs_bell_drain(e); /* a ring: read it here, not through the service thread */
-	return ret - (fds[n].revents ? 1 : 0) - (fds[n + 1].revents ? 1 : 0);
 }
 
 /* Wakes the deep sleepers once; the fd stays readable until the last of
