@@ -41,6 +41,7 @@
 #include "core/sock.h"
 #include "core/stats.h"
 #include "core/udp.h"
+#include "core/wait.h"
 #include "core/wire.h"
 #include "preload/real.h"
 
@@ -142,7 +143,7 @@ static int fs_peek_message_ex(int fd, uint32_t magic, struct fs_hello *msg, uint
 			      bool stop_on_prefix);
 
 /* Peeks at the first bytes of the connection and decodes a HELLO or ACK
- * (MAGIC). Waits until a verdict or DEADLINE. Returns the decoder's answer
+ * (MAGIC). Waits until a verdict or DEADLINE (0: none). Returns the decoder's answer
  * (> 0 length, -EBADMSG), 0 if only a valid prefix (or nothing) arrived by
  * the deadline, or -ECONNRESET if the connection ended. *GOT is the number
  * of bytes seen. */
@@ -156,16 +157,18 @@ static int fs_peek_message_ex(int fd, uint32_t magic, struct fs_hello *msg, uint
 {
 	uint8_t buf[FS_WIRE_HELLO_MAX];
 	/* The peer's message usually follows within tens of microseconds:
-	 * spin FABSOCK_SPIN_US before sleeping, as the data path does. */
-	uint64_t spin_end = fs_spin_end(fs_now_ns());
-	unsigned step = 0;
+	 * spin FABSOCK_SPIN_US before sleeping, as the data path does (never
+	 * the sleepy engine's short spin: this is no data-path wait). */
+	struct fs_wait w;
 
+	fs_wait_init(&w, fs_now_ns(), deadline_ns, false);
 	*got = 0;
 	for (;;) {
 		ssize_t n = fs_real.recv(fd, buf, sizeof(buf), MSG_PEEK | MSG_DONTWAIT);
 		struct pollfd p = { .fd = fd, .events = POLLIN };
+		enum fs_wait_step next;
 		uint64_t now;
-		int ret;
+		int ret, left_ms;
 
 		if (n == 0)
 			return *got ? -EBADMSG : -ECONNRESET;
@@ -178,22 +181,21 @@ static int fs_peek_message_ex(int fd, uint32_t magic, struct fs_hello *msg, uint
 				return ret;
 		}
 		now = fs_now_ns();
-		if (now >= deadline_ns || (stop_on_prefix && n > 0))
+		next = fs_wait_next(&w, now);
+		if (next == FS_WAIT_OVER || (stop_on_prefix && n > 0))
 			return 0;
 		/* more bytes may be on the way: wait for them, not for the same ones */
 		if (n > 0) {
 			usleep(200);
 			continue;
 		}
-		if (now < spin_end) {
-			fs_spin_relax(&step);
+		if (next == FS_WAIT_SPIN) {
+			fs_wait_spin(&w);
 			continue;
 		}
-		{
-			uint64_t left = deadline_ns - now;
-
-			fs_real.poll(&p, 1, left > 1000 * FS_MS ? 1000 : (int)((left + FS_MS - 1) / FS_MS));
-		}
+		/* at most a second per poll, then look again */
+		left_ms = fs_wait_ms_until(now, deadline_ns);
+		fs_real.poll(&p, 1, left_ms < 0 || left_ms > 1000 ? 1000 : left_ms);
 	}
 }
 
@@ -545,7 +547,7 @@ int fs_negotiate_client_ack(struct fs_sock *s, uint64_t deadline_ns)
 	size_t got;
 	int ret;
 
-	ret = fs_peek_message(s->fd, FS_WIRE_ACK_MAGIC, &ack, deadline_ns ? deadline_ns : UINT64_MAX, &got);
+	ret = fs_peek_message(s->fd, FS_WIRE_ACK_MAGIC, &ack, deadline_ns, &got);
 	if (ret == -EBADMSG) {
 		/* The server committed to TCP before our HELLO arrived; it drops
 		 * the HELLO. What is there is the application's data. */
@@ -769,7 +771,7 @@ static int fs_server_expect_hello(struct fs_sock *s, const struct fs_probe_rec *
 		 * took long). Only a send needs the margin: the client may be
 		 * waiting for this side to speak. */
 		if (!for_send)
-			first_byte_deadline = UINT64_MAX;
+			first_byte_deadline = 0; /* none */
 		ret = fs_peek_message_ex(s->fd, FS_WIRE_HELLO_MAGIC, &hello, first_byte_deadline, &got, true);
 		if (ret == 0 && got)
 			ret = fs_peek_message(s->fd, FS_WIRE_HELLO_MAGIC, &hello,
@@ -812,8 +814,7 @@ int fs_negotiate_strip_hello(struct fs_sock *s, uint64_t deadline_ns)
 		return 0;
 	}
 	/* The first bytes, awaited as the application would await them. */
-	ret = fs_peek_message_ex(s->fd, FS_WIRE_HELLO_MAGIC, &hello, deadline_ns ? deadline_ns : UINT64_MAX, &got,
-				 true);
+	ret = fs_peek_message_ex(s->fd, FS_WIRE_HELLO_MAGIC, &hello, deadline_ns, &got, true);
 	if (ret == 0 && got) {
 		/* the start of a HELLO: the rest follows within the HELLO
 		 * timeout, or the caller's deadline, whichever comes first */

@@ -19,7 +19,7 @@
 struct fs_sock;
 
 /* Client phase 1 (probe answer, HELLO) and phase 2 (HELLO-ACK). Phase 1
- * returns -EAGAIN if the probe is unanswered at WAIT_DEADLINE_NS. */
+ * returns -EAGAIN if the probe is unanswered at WAIT_DEADLINE_NS (0: none). */
 int fs_negotiate_client_hello(struct fs_sock *s, uint64_t wait_deadline_ns);
 int fs_negotiate_client_ack(struct fs_sock *s, uint64_t deadline_ns);
 void fs_negotiate_abort(struct fs_sock *s);

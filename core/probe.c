@@ -18,6 +18,7 @@
 #include "core/engine.h"
 #include "core/stats.h"
 #include "core/udp.h"
+#include "core/wait.h"
 #include "core/wire.h"
 #include "preload/real.h"
 
@@ -184,27 +185,27 @@ enum fs_probe_outcome fs_probe_result(struct fs_probe_client *pc, int fd, uint64
 	 * to wait polls without sleeping for FABSOCK_SPIN_US first, as a
 	 * blocking receive does. Waking from a sleep costs as much again on a
 	 * virtual machine, and that is on every connection's critical path. */
-	uint64_t spin_end = fs_spin_end(fs_now_ns());
-	unsigned step = 0;
+	struct fs_wait w;
 
 	*tcp_readable = false;
 	if (pc->udp_fd < 0)
 		return FS_PROBE_OUT_TIMEOUT;
+	/* until the caller's deadline or the probe's, whichever comes first */
+	fs_wait_init(&w, fs_now_ns(), deadline_ns && deadline_ns < pc->deadline_ns ? deadline_ns : pc->deadline_ns,
+		     false);
 	for (;;) {
 		struct pollfd pfd[2] = {
 			{ .fd = pc->udp_fd, .events = POLLIN },
 			{ .fd = fd, .events = POLLIN },
 		};
-		uint64_t now = fs_now_ns(), until = deadline_ns < pc->deadline_ns ? deadline_ns : pc->deadline_ns;
-		bool spin = now < spin_end && now < until;
-		int timeout_ms, ret;
-
-		until = fs_probe_resend(pc, now, until);
-		timeout_ms = spin ? 0 : until > now ? (int)((until - now + 999999) / 1000000) : 0;
-		ret = fs_real.poll(pfd, 2, timeout_ms);
+		uint64_t now = fs_now_ns();
+		bool spin = fs_wait_next(&w, now) == FS_WAIT_SPIN;
+		/* a sleep ends at the next resend, if one is due before */
+		uint64_t until = fs_probe_resend(pc, now, w.deadline);
+		int ret = fs_real.poll(pfd, 2, spin ? 0 : fs_wait_ms_until(now, until));
 
 		if (ret == 0 && spin) {
-			fs_spin_relax(&step);
+			fs_wait_spin(&w);
 			continue;
 		}
 
@@ -224,7 +225,7 @@ enum fs_probe_outcome fs_probe_result(struct fs_probe_client *pc, int fd, uint64
 			out = FS_PROBE_OUT_TIMEOUT;
 			break;
 		}
-		if (fs_now_ns() >= deadline_ns)
+		if (deadline_ns && fs_now_ns() >= deadline_ns)
 			return FS_PROBE_PENDING;
 	}
 	return fs_probe_finish(pc, fd, out, arrival_real, tcp_readable);

@@ -38,9 +38,10 @@ struct fs_probe_client {
 
 /* Sends the ASK for TCP socket FD connected to PEER. Returns 0 or -errno. */
 int fs_probe_start(struct fs_probe_client *pc, int fd, const struct sockaddr *peer);
-/* Waits until an answer or DEADLINE (absolute CLOCK_MONOTONIC ns, 0 = poll
- * once) while also watching TCP socket FD for incoming bytes: *TCP_READABLE
- * is set if the server spoke first. Closes the UDP socket once final. */
+/* Waits until an answer, the probe's own timeout or DEADLINE (absolute
+ * fs_now_ns() ns, 0: none; a time already passed: one look) while also
+ * watching TCP socket FD for incoming bytes: *TCP_READABLE is set if the
+ * server spoke first. Closes the UDP socket once final. */
 enum fs_probe_outcome fs_probe_result(struct fs_probe_client *pc, int fd, uint64_t deadline_ns,
 				      bool *tcp_readable);
 void fs_probe_cancel(struct fs_probe_client *pc);

@@ -815,7 +815,7 @@ int fs_sock_settle(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 		}
 		/* fall through */
 	case FS_SOCK_CLIENT_PENDING:
-		ret = fs_sock_send_hello(s, deadline_ns ? deadline_ns : UINT64_MAX);
+		ret = fs_sock_send_hello(s, deadline_ns);
 		if (ret == 0)
 			ret = fs_sock_take_ack(s, deadline_ns);
 		break;

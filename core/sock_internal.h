@@ -23,8 +23,9 @@ extern unsigned fs_sock_hello_sent;
  * and watches go. Socket lock held. */
 void fs_sock_release(struct fs_sock *s);
 /* sock.c: the client's handshake steps (negotiate.c's, with the state
- * change): the HELLO once the probe is answered, then the HELLO-ACK. 0,
- * FS_PASS, -EAGAIN or -errno. Socket lock held. */
+ * change): the HELLO once the probe is answered, then the HELLO-ACK, each
+ * waited for until DEADLINE_NS (0: none; now: one look). 0, FS_PASS,
+ * -EAGAIN or -errno. Socket lock held. */
 int fs_sock_send_hello(struct fs_sock *s, uint64_t deadline_ns);
 int fs_sock_take_ack(struct fs_sock *s, uint64_t deadline_ns);
 /* sock.c: a socket in CONNECTING whose connect() finished moves on (its

@@ -172,7 +172,7 @@ static ssize_t fs_sock_send_early(struct fs_sock *s, const struct msghdr *msg, b
 		fs_lock(&s->lock);
 		ret = 0;
 		if (fs_sock_state(s) == FS_SOCK_CLIENT_PENDING)
-			ret = fs_sock_send_hello(s, deadline ? deadline : UINT64_MAX);
+			ret = fs_sock_send_hello(s, deadline);
 		if (ret == FS_PASS) {
 			fs_sock_release(s);
 			pthread_mutex_unlock(&s->lock);
@@ -368,7 +368,7 @@ static int fs_sock_shutdown_early(struct fs_sock *s, int how)
 		return 1;
 	fs_lock(&s->lock);
 	if (fs_sock_state(s) == FS_SOCK_CLIENT_PENDING)
-		ret = fs_sock_send_hello(s, UINT64_MAX);
+		ret = fs_sock_send_hello(s, 0);
 	if (ret == FS_PASS) {
 		fs_sock_release(s);
 	} else if (ret == 0 && fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT) {
