@@ -357,11 +357,16 @@ void fs_epoll_closed(int epfd)
 		fe->wake_fd = -1;
 	}
 	pthread_mutex_unlock(&fe->lock);
+	/* The kernel takes the closed instance out of every set it is in (with
+	 * its last fd): so go its members there, before another instance gets
+	 * the fd number and a stale member reports that one's readiness. */
+	fs_epoll_fd_closing(NULL, epfd);
 }
 
 static void fs_member_drop(struct fs_epoll *fe, struct fs_ep_member *m);
 
-/* The application is about to close FD, one of S's fds. Takes it out of
+/* The application is about to close FD, one of S's fds (S NULL: FD is a
+ * nested epoll instance). Takes it out of
  * every epoll instance now, while the fd still names the socket: the
  * kernel would keep its entry (tagged with a member of ours) as long as
  * the socket stays open, and fabsock keeps it open after close() (a

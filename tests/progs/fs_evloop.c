@@ -1610,6 +1610,38 @@ out:
 }
 
 /*
+ * nested_reused: set A (holding the socket) is in set B; the client closes
+ * A, its last fd, which takes it out of B, and a new set C - usually given
+ * A's fd number - gets the socket. After the server's 10 bytes C reports
+ * the socket, and B reports nothing for 200 ms: C was never added to it.
+ */
+static int nested_reused_client(int fd)
+{
+	enum { SOCKET_TAG = 0x50d, SET_TAG = 0x5e8 };
+	uint64_t offset = 0;
+	int set_a = ev_epoll_create(), set_b = ev_epoll_create(), set_c = -1, status = -1, a_number = set_a;
+
+	if (ev_epoll_ctl(set_a, EPOLL_CTL_ADD, fd, EPOLLIN, SOCKET_TAG) < 0 ||
+	    ev_epoll_ctl(set_b, EPOLL_CTL_ADD, set_a, EPOLLIN, SET_TAG) < 0)
+		goto out;
+	close(set_a);
+	set_c = ev_epoll_create();
+	harness_info("set A was fd %d, set C is fd %d", a_number, set_c);
+	if (ev_epoll_ctl(set_c, EPOLL_CTL_ADD, fd, EPOLLIN, SOCKET_TAG) < 0 || ev_request(fd, 10) < 0)
+		goto out;
+	if (!ev_expect_event(set_c, EV_EVENT_WAIT_MS, EPOLLIN, SOCKET_TAG, "C reports the socket") ||
+	    ev_expect_no_event(set_b, 200, "B, once its member A was closed") < 0 ||
+	    ev_recv_stream(fd, &offset, 10, "data") < 0)
+		goto out;
+	status = harness_finish_client(fd);
+out:
+	close(set_b);
+	if (set_c >= 0)
+		close(set_c);
+	return status;
+}
+
+/*
  * close_registered: the client's socket is in an epoll set; after its 'g' the
  * server writes 100 bytes every 20 ms. Once the first bytes are reported the
  * client close()s the socket without removing it from the set (closing the
@@ -2569,6 +2601,7 @@ static const struct harness_scenario scenarios[] = {
 	{ "mixed_set", ev_serve, mixed_set_client, 0 },
 	{ "two_sets", ev_serve, two_sets_client, 0 },
 	{ "nested", ev_serve, nested_client, 0 },
+	{ "nested_reused", ev_serve, nested_reused_client, 0 },
 	{ "close_registered", close_registered_server, close_registered_client, HARNESS_CLIENT_CLOSES_FD },
 	{ "timeouts", timeouts_server, timeouts_client, 0 },
 	{ "eintr", eintr_server, eintr_client, 0 },
