@@ -34,7 +34,9 @@
  *       fs_probe_table.lock (listener.c)  a listener's probe records
  *       the flock of a shared table file  creating, joining, leaving it
  *     fs_sigs_lock (sigs.c: the provider's and the exit's signal handlers)
- *     is taken under the engine lock, or with nothing held (sigaction()).
+ *     is taken under the engine lock, or with nothing held (sigaction()),
+ *     with every signal blocked in the thread while held: an application
+ *     handler calling sigaction() cannot interrupt its holder.
  *  6. Leaves under fs_epoll.lock: fs_epoll.rlock (the ready list; also
  *     under the engine lock, from fs_stream_changed), fs_ep_slot_lock
  *     (member slots). fs_ept_lock (the instance table) is taken with

@@ -28,6 +28,24 @@ static void *fs_sigs_handler(const struct sigaction *sa)
 	return (sa->sa_flags & SA_SIGINFO) ? (void *)sa->sa_sigaction : (void *)sa->sa_handler;
 }
 
+/* fs_sigs_lock with every signal blocked in this thread while it is held:
+ * an application's handler that calls sigaction() (through
+ * fs_sigs_app_sigaction) cannot run in a thread that holds it. */
+static void fs_sigs_lock_take(sigset_t *old)
+{
+	sigset_t all;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, old);
+	pthread_mutex_lock(&fs_sigs_lock);
+}
+
+static void fs_sigs_lock_give(const sigset_t *old)
+{
+	pthread_mutex_unlock(&fs_sigs_lock);
+	pthread_sigmask(SIG_SETMASK, old, NULL);
+}
+
 static bool fs_sigs_is_handler(const struct sigaction *sa)
 {
 	return !(sa->sa_flags & SA_SIGINFO) ? sa->sa_handler != SIG_DFL && sa->sa_handler != SIG_IGN
@@ -42,7 +60,9 @@ void fs_sigs_before(struct fs_sigs_snapshot *snap)
 
 void fs_sigs_after(const struct fs_sigs_snapshot *snap)
 {
-	pthread_mutex_lock(&fs_sigs_lock);
+	sigset_t old;
+
+	fs_sigs_lock_take(&old);
 	for (int sig = 1; sig < NSIG; sig++) {
 		struct sigaction now;
 
@@ -53,7 +73,7 @@ void fs_sigs_after(const struct fs_sigs_snapshot *snap)
 		__atomic_store_n(&fs_sigs_provider[sig], fs_sigs_handler(&now), __ATOMIC_RELEASE);
 		fs_sigs_app[sig] = snap->act[sig];
 	}
-	pthread_mutex_unlock(&fs_sigs_lock);
+	fs_sigs_lock_give(&old);
 }
 
 bool fs_sigs_restart(void)
@@ -176,7 +196,9 @@ static bool fs_action_is_default(const struct sigaction *sa)
 
 void fs_sigs_exit_install(void)
 {
-	pthread_mutex_lock(&fs_sigs_lock);
+	sigset_t old;
+
+	fs_sigs_lock_take(&old);
 	for (int sig = 1; sig < NSIG; sig++) {
 		struct sigaction now;
 		void *provider = __atomic_load_n(&fs_sigs_provider[sig], __ATOMIC_ACQUIRE);
@@ -191,7 +213,7 @@ void fs_sigs_exit_install(void)
 	}
 	/* from now on the application's sigaction() calls come through here */
 	__atomic_store_n(&fs_exit_armed, 1, __ATOMIC_RELEASE);
-	pthread_mutex_unlock(&fs_sigs_lock);
+	fs_sigs_lock_give(&old);
 }
 
 bool fs_sigs_exit_watched(int sig)
@@ -201,9 +223,10 @@ bool fs_sigs_exit_watched(int sig)
 
 int fs_sigs_app_sigaction(int sig, const struct sigaction *act, struct sigaction *oldact)
 {
+	sigset_t old;
 	int ret = 0;
 
-	pthread_mutex_lock(&fs_sigs_lock);
+	fs_sigs_lock_take(&old);
 	if (!fs_exit_managed[sig]) {
 		/* the application's own action is in place; one that sets the
 		 * default gets fabsock's exit handler in its stead */
@@ -211,7 +234,7 @@ int fs_sigs_app_sigaction(int sig, const struct sigaction *act, struct sigaction
 			ret = -errno;
 		else if (act && fs_action_is_default(act))
 			fs_exit_take(sig, act);
-		pthread_mutex_unlock(&fs_sigs_lock);
+		fs_sigs_lock_give(&old);
 		return ret;
 	}
 	if (oldact) {
@@ -227,7 +250,7 @@ int fs_sigs_app_sigaction(int sig, const struct sigaction *act, struct sigaction
 		else
 			__atomic_store_n(&fs_exit_managed[sig], 0, __ATOMIC_RELEASE);
 	}
-	pthread_mutex_unlock(&fs_sigs_lock);
+	fs_sigs_lock_give(&old);
 	return ret;
 }
 
