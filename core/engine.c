@@ -192,8 +192,13 @@ int fs_engine_rail(struct fs_engine *e, unsigned kind, const struct sockaddr *lo
 	return 0;
 }
 
-int fs_engine_rail_for(struct fs_engine *e, unsigned kind, const struct sockaddr *local, const void *peer,
-		       size_t peer_len, struct fs_engine_rail **out, char *why, size_t whylen)
+/* An endpoint of KIND for a stream to the peer at PEER (NULL: not known
+ * yet, a client before the HELLO-ACK): one whose address vector holds the
+ * peer or has room for it, the first endpoints first; opens another when
+ * all are full; -ENOSPC (WHY says so) when FS_ENGINE_MAX_EPS are open and
+ * full, so that the socket stays on TCP. Engine lock held. */
+static int fs_engine_rail_for(struct fs_engine *e, unsigned kind, const struct sockaddr *local, const void *peer,
+			      size_t peer_len, struct fs_engine_rail **out, char *why, size_t whylen)
 {
 	struct fs_engine_rail *first, *er, *last = NULL;
 	int ret = fs_engine_rail(e, kind, local, &first, why, whylen);

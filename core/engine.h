@@ -387,14 +387,9 @@ void fs_engine_forget_after_fork(void);
  * calls on streams that remain fail instead of touching closed rails. */
 void fs_engine_shutdown(void);
 
-/* An endpoint of KIND for a stream to the peer at PEER (NULL: not known
- * yet, a client before the HELLO-ACK): one whose address vector holds the
- * peer or has room for it, the first endpoints first; opens another when
- * all are full; -ENOSPC (WHY says so) when FS_ENGINE_MAX_EPS are open and
- * full, so that the socket stays on TCP. Engine lock held. */
+/* The most endpoints of one kind a process opens (fs_engine_rail_for in
+ * engine.c: another when every one's address vector is full). */
 #define FS_ENGINE_MAX_EPS 16
-int fs_engine_rail_for(struct fs_engine *e, unsigned kind, const struct sockaddr *local, const void *peer,
-		       size_t peer_len, struct fs_engine_rail **out, char *why, size_t whylen);
 /* Opens the rail of KIND if needed. Engine lock held. */
 int fs_engine_rail(struct fs_engine *e, unsigned kind, const struct sockaddr *local,
 		   struct fs_engine_rail **out, char *why, size_t whylen);

@@ -370,9 +370,9 @@ static int fs_epoll_kernel_wait(int epfd, struct epoll_event *kbuf, int k, uint6
 
 /* An epoll_wait returns N > 0 events: tells the engine whether it waited
  * past its spin for them (fs_engine_wait_done). */
-static int fs_epoll_waited(int n, uint64_t late_at)
+static int fs_epoll_waited(const struct fs_wait *w, int n)
 {
-	fs_engine_wait_done(fs_engine_peek(), fs_now_ns() >= late_at, n);
+	fs_wait_done(w, fs_engine_peek(), n);
 	return n;
 }
 
@@ -532,7 +532,7 @@ int fs_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeo
 		wait_us = fs_epoll_plan_wait(epfd, n, &w, &longwait);
 		k = maxevents - n < FS_EP_BATCH ? maxevents - n : FS_EP_BATCH;
 		if (!k)
-			return fs_epoll_waited(n, w.late_at); /* full from our members alone (a kernel call with no room fails EINVAL) */
+			return fs_epoll_waited(&w, n); /* full from our members alone (a kernel call with no room fails EINVAL) */
 		if (wait_us) {
 			int r = fs_epoll_deep_sleep(epfd, &w, sigmask, &wait_us);
 
@@ -544,7 +544,7 @@ int fs_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeo
 			return n ? n : k;
 		n = fs_epoll_merge_kernel(fe, kbuf, k, events, n, maxevents, gen);
 		if (n)
-			return fs_epoll_waited(n, w.late_at);
+			return fs_epoll_waited(&w, n);
 		if (fs_wait_next(&w, fs_now_ns()) == FS_WAIT_OVER)
 			return 0;
 		if (!wait_us && !longwait)

@@ -111,10 +111,6 @@ static inline void fs_prov_call_end(void)
 	/* callers hold the engine lock: no locked add needed */
 	__atomic_store_n(&fs_prov_calls, __atomic_load_n(&fs_prov_calls, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
 }
-/* A provider call has been stuck for a while: if process PID, or another
- * peer called lately, is gone (or a zombie), releases its region's lock and
- * our own when they stay taken (see fabric.c). True if it released one. */
-bool fs_shm_release_dead(long pid);
 /* pthread_spin_lock inside a provider call (FS_GUARDED; the wrapper in
  * preload/wrappers.c). libfabric 1.17's shm guards each region with a
  * pthread spin lock in shared memory, taken by every process that sends to

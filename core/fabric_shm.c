@@ -421,7 +421,10 @@ static long fs_recent_peer_dead(void)
 	return 0;
 }
 
-bool fs_shm_release_dead(long pid)
+/* A provider call has been stuck for a while: if process PID, or another
+ * peer called lately, is gone (or a zombie), releases its region's lock and
+ * our own when they stay taken. True if it released one. */
+static bool fs_shm_release_dead(long pid)
 {
 	char whose[64];
 	bool done = false;

@@ -112,7 +112,8 @@ static bool fs_negotiate_provider_allowed(const struct sockaddr *local, const st
 
 /* ---- blocking helpers on the kernel socket ----------------------------- */
 
-/* Writes all of BUF, waiting for room even on a nonblocking socket. */
+/* Writes all of BUF, waiting for room even on a nonblocking socket, until
+ * DEADLINE_NS (0: none, the core's convention: core/wait.h). */
 static int fs_send_all(int fd, const uint8_t *buf, size_t len, uint64_t deadline_ns)
 {
 	size_t done = 0;
@@ -129,7 +130,7 @@ static int fs_send_all(int fd, const uint8_t *buf, size_t len, uint64_t deadline
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
 			struct pollfd p = { .fd = fd, .events = POLLOUT };
 
-			if (fs_now_ns() >= deadline_ns)
+			if (deadline_ns && fs_now_ns() >= deadline_ns)
 				return -ETIMEDOUT;
 			fs_real.poll(&p, 1, 10);
 			continue;
@@ -507,7 +508,7 @@ static int fs_send_held(void *arg, const void *data, size_t len)
 {
 	struct fs_sock *s = arg;
 
-	return fs_send_all(s->fd, data, len, UINT64_MAX);
+	return fs_send_all(s->fd, data, len, 0);
 }
 
 /* Drops the half-made stream of a socket in CLIENT_HELLO_SENT. What the

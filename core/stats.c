@@ -11,7 +11,8 @@
 
 struct fs_stats fs_stats;
 
-void fs_stats_log(void)
+/* Logs one line "stats: offloaded=N kernel=N ..." at warn level. */
+static void fs_stats_log(void)
 {
 	char line[1024];
 	size_t used = 0;

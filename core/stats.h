@@ -21,9 +21,8 @@ extern struct fs_stats fs_stats;
 #define FS_STAT_ADD(name, n) __atomic_fetch_add(&fs_stats.name, (n), __ATOMIC_RELAXED)
 #define FS_STAT_INC(name) FS_STAT_ADD(name, 1)
 
-/* Logs one line "stats: offloaded=N kernel=N ..." at warn level. */
-void fs_stats_log(void);
-/* The same, at most once per process (exit paths). */
+/* Logs one line "stats: offloaded=N kernel=N ..." at warn level, at most
+ * once per process (exit paths). */
 void fs_stats_log_once(void);
 /* In a forked child: start from zero (each process reports its own). */
 void fs_stats_after_fork(void);
