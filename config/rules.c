@@ -294,11 +294,26 @@ static int fs_rules_parse_target(const char *rule, char *s, struct fs_rule *r, c
 
 /* One rule: exactly three blank-separated fields. RULE is the trimmed text,
  * modified in place. */
+/* A rule's first two words and their values. */
+static const char *const fs_rule_actions[] = { "offload", "probe", "kernel" };
+static const int fs_rule_action_values[] = { FS_RULE_OFFLOAD, FS_RULE_PROBE, FS_RULE_KERNEL };
+static const char *const fs_rule_sides[] = { "client", "server", "any" };
+static const int fs_rule_side_values[] = { FS_SIDE_CLIENT, FS_SIDE_SERVER, FS_SIDE_ANY };
+
+/* The value of WORD (any case) among the three NAMES, or -1. */
+static int fs_rules_word(const char *word, const char *const names[3], const int values[3])
+{
+	for (int i = 0; i < 3; i++)
+		if (!strcasecmp(word, names[i]))
+			return values[i];
+	return -1;
+}
+
 static int fs_rules_parse_one(char *rule, struct fs_rule *r, char *err, size_t errlen)
 {
 	char quote[FS_RULES_QUOTE_MAX + 4];
 	char *field[4];
-	int count = 0;
+	int count = 0, v;
 	char *p = rule;
 
 	/* Keep the original text for messages: fields are cut in place. */
@@ -322,25 +337,14 @@ static int fs_rules_parse_one(char *rule, struct fs_rule *r, char *err, size_t e
 				     "expected ACTION SIDE ADDRESS[/PREFIX][:PORT[-PORT]], found %s fields",
 				     count > 3 ? "more than 3" : count == 2 ? "2" : "1");
 
-	if (!strcasecmp(field[0], "offload"))
-		r->action = FS_RULE_OFFLOAD;
-	else if (!strcasecmp(field[0], "probe"))
-		r->action = FS_RULE_PROBE;
-	else if (!strcasecmp(field[0], "kernel"))
-		r->action = FS_RULE_KERNEL;
-	else
+	if ((v = fs_rules_word(field[0], fs_rule_actions, fs_rule_action_values)) < 0)
 		return fs_rules_fail(err, errlen, quote,
 				     "action '%s' is not offload, probe or kernel", field[0]);
-
-	if (!strcasecmp(field[1], "client"))
-		r->side = FS_SIDE_CLIENT;
-	else if (!strcasecmp(field[1], "server"))
-		r->side = FS_SIDE_SERVER;
-	else if (!strcasecmp(field[1], "any"))
-		r->side = FS_SIDE_ANY;
-	else
+	r->action = (enum fs_rule_action)v;
+	if ((v = fs_rules_word(field[1], fs_rule_sides, fs_rule_side_values)) < 0)
 		return fs_rules_fail(err, errlen, quote, "side '%s' is not client, server or any",
 				     field[1]);
+	r->side = (enum fs_rule_side)v;
 
 	return fs_rules_parse_target(quote, field[2], r, err, errlen);
 }

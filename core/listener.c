@@ -207,17 +207,21 @@ bool fs_probe_rec_stale(const struct fs_probe_rec *r, uint64_t accepted_ns)
 	return accepted_ns && (r->state == FS_REC_TCP || r->state == FS_REC_DONE) && r->stamp_ns < accepted_ns;
 }
 
-enum fs_rec_state fs_listener_claim_tcp(struct fs_listener *l, const uint8_t addr[16], uint16_t port,
-					uint64_t accepted_ns, struct fs_probe_rec *out)
+/* The record of (ADDR, PORT) in L's table, under its lock: with CLAIM made
+ * if missing and, when new or stale for ACCEPTED_NS, taken for TCP. Copied
+ * to OUT (if any). Its state; NONE_STATE when the table cannot be used or
+ * holds no such record. */
+static enum fs_rec_state fs_listener_rec(struct fs_listener *l, const uint8_t addr[16], uint16_t port, bool claim,
+					 uint64_t accepted_ns, struct fs_probe_rec *out, enum fs_rec_state none_state)
 {
 	struct fs_probe_rec *r;
-	enum fs_rec_state state = FS_REC_TCP;
+	enum fs_rec_state state = none_state;
 
 	if (fs_table_lock(l))
-		return FS_REC_TCP;
-	r = fs_table_find(l->table, addr, port, true);
+		return none_state;
+	r = fs_table_find(l->table, addr, port, claim);
 	if (r) {
-		if (r->state == FS_REC_NONE || fs_probe_rec_stale(r, accepted_ns)) {
+		if (claim && (r->state == FS_REC_NONE || fs_probe_rec_stale(r, accepted_ns))) {
 			r->state = FS_REC_TCP;
 			r->stamp_ns = fs_now_ns();
 			/* this connection's now: a later probe must not take it
@@ -232,22 +236,16 @@ enum fs_rec_state fs_listener_claim_tcp(struct fs_listener *l, const uint8_t add
 	return state;
 }
 
+enum fs_rec_state fs_listener_claim_tcp(struct fs_listener *l, const uint8_t addr[16], uint16_t port,
+					uint64_t accepted_ns, struct fs_probe_rec *out)
+{
+	return fs_listener_rec(l, addr, port, true, accepted_ns, out, FS_REC_TCP);
+}
+
 enum fs_rec_state fs_listener_lookup(struct fs_listener *l, const uint8_t addr[16], uint16_t port,
 				     struct fs_probe_rec *out)
 {
-	struct fs_probe_rec *r;
-	enum fs_rec_state state = FS_REC_NONE;
-
-	if (fs_table_lock(l))
-		return FS_REC_NONE;
-	r = fs_table_find(l->table, addr, port, false);
-	if (r) {
-		state = r->state;
-		if (out)
-			*out = *r;
-	}
-	pthread_mutex_unlock(&l->table->lock);
-	return state;
+	return fs_listener_rec(l, addr, port, false, 0, out, FS_REC_NONE);
 }
 
 void fs_listener_forget(struct fs_listener *l, const uint8_t addr[16], uint16_t port)
