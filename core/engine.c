@@ -461,7 +461,7 @@ static void fs_stream_destroy(struct fs_engine *e, struct fs_stream *s)
 		e->live_streams--;
 	}
 	if (s->ctl_fd >= 0)
-		fs_real.close(s->ctl_fd);
+		fs_internal_fd_close(s->ctl_fd);
 	if (s->peer_addr != FI_ADDR_UNSPEC)
 		fs_rail_av_release(&er->rail, s->peer_addr);
 	if (s->wake_queued) {
@@ -742,7 +742,7 @@ void fs_engine_progress_locked(void)
 void fs_orphan_check(struct fs_engine *e, struct fs_stream *s)
 {
 	if (s->ctl_fd >= 0 && ((s->fin_done && !s->tx_inflight) || s->error)) {
-		fs_real.close(s->ctl_fd);
+		fs_internal_fd_close(s->ctl_fd);
 		s->ctl_fd = -1;
 	}
 }

@@ -496,7 +496,7 @@ enum fs_close_need fs_stream_close(struct fs_stream *s, int ctl_fd, bool abort, 
 
 	if (!e) {
 		if (ctl_fd >= 0)
-			fs_real.close(ctl_fd);
+			fs_internal_fd_close(ctl_fd);
 		return FS_CLOSE_DONE;
 	}
 	pthread_mutex_lock(&e->lock);
@@ -508,7 +508,7 @@ enum fs_close_need fs_stream_close(struct fs_stream *s, int ctl_fd, bool abort, 
 		 * already: adding it again would free it twice. */
 		pthread_mutex_unlock(&e->lock);
 		if (ctl_fd >= 0)
-			fs_real.close(ctl_fd);
+			fs_internal_fd_close(ctl_fd);
 		return FS_CLOSE_DONE;
 	}
 	fs_engine_progress(e);
@@ -517,7 +517,7 @@ enum fs_close_need fs_stream_close(struct fs_stream *s, int ctl_fd, bool abort, 
 		 * socket's close is all there is */
 		pthread_mutex_unlock(&e->lock);
 		if (ctl_fd >= 0)
-			fs_real.close(ctl_fd);
+			fs_internal_fd_close(ctl_fd);
 		return FS_CLOSE_DONE;
 	}
 	/* Other processes may still hold the socket (forked after the offload):
@@ -531,7 +531,7 @@ enum fs_close_need fs_stream_close(struct fs_stream *s, int ctl_fd, bool abort, 
 		 * closing it, the last one, is the FIN */
 		s->state = FS_STREAM_CLOSED;
 		if (ctl_fd >= 0)
-			fs_real.close(ctl_fd);
+			fs_internal_fd_close(ctl_fd);
 		s->ctl_fd = -1;
 		s->close_deadline_ns = now + fs_params.linger_sec * 1000000000ull;
 		fs_stream_changed(e, s);
@@ -549,7 +549,7 @@ enum fs_close_need fs_stream_close(struct fs_stream *s, int ctl_fd, bool abort, 
 
 		if (ctl_fd >= 0) {
 			fs_real.setsockopt(ctl_fd, SOL_SOCKET, SO_LINGER, &lin, sizeof(lin));
-			fs_real.close(ctl_fd);
+			fs_internal_fd_close(ctl_fd);
 		}
 		ctl_fd = -1;
 		if (!s->error)

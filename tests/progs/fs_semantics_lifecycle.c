@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -146,6 +147,46 @@ static int close_exit_client(int fd)
 		return harness_fail("close: %s", strerror(errno));
 	harness_print_pass();
 	exit(0);
+}
+
+/*
+ * closed_number_reused (nginx under load: a file opened per request gets a
+ * number fabsock used before): the client writes 64 KiB and closes; under
+ * fabsock the stream outlives the fd on a descriptor of its own, moved high
+ * (512 and up) and closed once the FIN is out. Then the client opens
+ * /dev/null up to 700 times, past those numbers, and closes each: every
+ * close() must succeed - a number fabsock gave back is the application's.
+ */
+static int closed_number_reused_server(int fd)
+{
+	if (harness_recv_pattern(fd, 90, 0, 65536, "data written before close") < 0)
+		return -1;
+	return harness_expect_eof(fd);
+}
+
+static int closed_number_reused_client(int fd)
+{
+	enum { MOST = 700 };
+	int files[MOST], n = 0, status = 0;
+	struct rlimit lim;
+	int most = MOST;
+
+	if (harness_send_pattern(fd, 90, 0, 65536) < 0)
+		return -1;
+	if (close(fd) != 0)
+		return harness_fail("close: %s", strerror(errno));
+	harness_sleep_ms(500); /* the FIN is out; the stream's descriptor closes */
+	if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY && lim.rlim_cur < MOST + 32)
+		most = (int)lim.rlim_cur - 32;
+	while (n < most && (files[n] = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0)
+		n++;
+	if (n < most)
+		status = harness_fail("open /dev/null: %d of %d: %s", n, most, strerror(errno));
+	for (int i = 0; i < n; i++)
+		if (close(files[i]) != 0 && status == 0)
+			status = harness_fail("close() of /dev/null at fd %d: %s", files[i], strerror(errno));
+	harness_info("opened and closed %d files, up to fd %d", n, n ? files[n - 1] : -1);
+	return status;
 }
 
 /*
@@ -1151,6 +1192,7 @@ static const struct harness_scenario scenarios[] = {
 	{ "dup2_replace", dup2_replace_server, dup2_replace_client, 0 },
 	{ "close_exit", close_exit_server, close_exit_client, 0 },
 	{ "close_exit_late", close_exit_late_server, close_exit_late_client, 0 },
+	{ "closed_number_reused", closed_number_reused_server, closed_number_reused_client, HARNESS_CLIENT_CLOSES_FD },
 	{ "close_settles", close_settles_server, close_settles_client, 0 },
 	{ "linger0", linger0_server, linger0_client, 0 },
 	{ "close_blocked", close_blocked_server, close_blocked_client, 0 },
