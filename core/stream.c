@@ -75,10 +75,14 @@ static void fs_stream_check_ctl(struct fs_stream *s, int ctl_fd)
 
 /* A vanished peer whose FIN never came is a reset, once the grace period
  * for its last messages is over. */
+static bool fs_stream_grace_runs(const struct fs_stream *s)
+{
+	return s->peer_gone && !s->peer_fin && !s->error;
+}
+
 static void fs_stream_check_gone(struct fs_stream *s, uint64_t now)
 {
-	if (s->peer_gone && !s->peer_fin && !s->error &&
-	    now >= s->peer_gone_ns + fs_params.peer_grace_ms * 1000000ull) {
+	if (fs_stream_grace_runs(s) && now >= s->peer_gone_ns + fs_params.peer_grace_ms * 1000000ull) {
 		s->error = -ECONNRESET;
 		fs_stream_changed(fs_engine_peek(), s);
 		FS_STAT_INC(resets);
@@ -574,7 +578,7 @@ enum fs_close_need fs_stream_close(struct fs_stream *s, int ctl_fd, bool abort, 
 
 bool fs_stream_timed_locked(const struct fs_stream *s)
 {
-	return s->state != FS_STREAM_CLOSED && s->hb == FS_HB_NONE && s->peer_gone && !s->peer_fin && !s->error;
+	return s->state != FS_STREAM_CLOSED && s->hb == FS_HB_NONE && fs_stream_grace_runs(s);
 }
 
 unsigned fs_stream_events_locked(struct fs_stream *s, uint32_t *gen)

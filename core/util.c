@@ -55,6 +55,8 @@ static bool fs_mutex_mine(pthread_mutex_t *m)
 }
 
 bool fs_lock_forked;
+/* How soon a lock orphaned by a fork is found: a wait looks every this long. */
+#define FS_ORPHAN_LOOK_NS 10000000ull
 /* Serialises taking over: two threads of the child finding the same
  * orphaned lock re-initialise it once. */
 static pthread_mutex_t fs_orphan_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -108,7 +110,7 @@ void fs_lock_slow(pthread_mutex_t *m)
 	if (pthread_mutex_trylock(m) == 0)
 		return;
 	/* a live holder lets go; an orphaned lock is found within 10 ms */
-	while (fs_mutex_timedlock_ns(m, 10000000ull) != 0)
+	while (fs_mutex_timedlock_ns(m, FS_ORPHAN_LOOK_NS) != 0)
 		fs_mutex_adopt(m);
 }
 
@@ -145,7 +147,7 @@ int fs_mutex_lock_until(pthread_mutex_t *m, uint64_t deadline_ns)
 			return pthread_mutex_trylock(m) ? -ETIMEDOUT : 0;
 		if (!__atomic_load_n(&fs_lock_forked, __ATOMIC_RELAXED))
 			return fs_mutex_timedlock_ns(m, deadline_ns - now) ? -ETIMEDOUT : 0;
-		if (fs_mutex_timedlock_ns(m, deadline_ns - now < 10000000ull ? deadline_ns - now : 10000000ull) == 0)
+		if (fs_mutex_timedlock_ns(m, deadline_ns - now < FS_ORPHAN_LOOK_NS ? deadline_ns - now : FS_ORPHAN_LOOK_NS) == 0)
 			return 0;
 		fs_mutex_adopt(m);
 	}
