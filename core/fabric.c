@@ -169,6 +169,7 @@ static void fs_fabric_do_load(void)
 	FS_FI_SYM(strerror, "fi_strerror");
 #undef FS_FI_SYM
 	fs_fabric_status = 0;
+	FS_STAT_INC(fabric_loads);
 	if (fs_fabric_exit_teardown && dlsym(RTLD_DEFAULT, "__tsan_init"))
 		atexit(fs_fabric_exit_teardown);
 }
@@ -306,6 +307,54 @@ static struct fi_info *fs_rail_pick(struct fi_info *list, unsigned kind)
 
 static int fs_rail_open_inner(struct fs_rail *rail, unsigned kind, const struct sockaddr *local, char *why,
 			      size_t whylen);
+
+/* Whether a child forked by this process may inherit a libfabric loaded and
+ * initialised here. Not when the process could change user (root, or set-id):
+ * its children would drop privileges after the load, and the provider's
+ * choice of cross-memory attach, made when it initialised, must be the
+ * child's (fs_rail_self_check refuses a child that became non-dumpable, so
+ * every one of them would stay on TCP). Not on a host with an EFA device:
+ * its provider opens the device when it initialises, and a child must open
+ * its own. */
+static bool fs_fabric_warm_safe(void)
+{
+	uid_t ruid, euid, suid;
+	gid_t rgid, egid, sgid;
+
+	if (getresuid(&ruid, &euid, &suid) || getresgid(&rgid, &egid, &sgid))
+		return false;
+	if (euid == 0 || ruid != euid || suid != euid || rgid != egid || sgid != egid)
+		return false;
+	return fs_self_dumpable() && !fs_fabric_host_has_efa();
+}
+
+void fs_fabric_warm(void)
+{
+	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+	static struct fs_sigs_snapshot snap;
+	static bool done;
+	struct fi_info *hints, *list = NULL;
+
+	if (__atomic_load_n(&done, __ATOMIC_ACQUIRE))
+		return;
+	pthread_mutex_lock(&lock);
+	if (!done && fs_fabric_warm_safe()) {
+		fs_sigs_before(&snap);
+		hints = fs_fabric_load(NULL, 0) ? NULL : fs_rail_hints(FS_PROV_SHM, NULL, false);
+		if (hints) {
+			/* the first fi_getinfo initialises every provider */
+			FS_GUARD_ENTER();
+			fs_fi.getinfo(fs_fabric_api_version(), NULL, NULL, 0, hints, &list);
+			fs_fi.freeinfo(hints);
+			if (list)
+				fs_fi.freeinfo(list);
+			FS_GUARD_LEAVE();
+		}
+		fs_sigs_after(&snap);
+	}
+	__atomic_store_n(&done, true, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&lock);
+}
 
 
 /* Opens a rail, noting the signal handlers the provider installs (sigs.h). */

@@ -44,6 +44,12 @@ extern struct fs_fabric_api fs_fi;
 
 /* Loads libfabric once. Returns 0, or -ENOENT with a reason in WHY. */
 int fs_fabric_load(char *why, size_t whylen);
+/* Loads libfabric and initialises its providers in a process that listens,
+ * once, so that the children it forks per connection (a postmaster's
+ * backends, a preforking server's workers) inherit them instead of paying
+ * them each (a third of a child's first shm rail). Only where a child may
+ * inherit them (fabric.c: fs_fabric_warm_safe); otherwise nothing. */
+void fs_fabric_warm(void);
 /* The process's exit teardown, which closes rails and so must run before
  * libfabric's destructor. Core registers it with atexit() at start; under
  * ThreadSanitizer, whose atexit interceptor runs what a library constructor

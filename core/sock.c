@@ -737,6 +737,7 @@ int fs_core_listen(struct fs_sock *s, int backlog)
 	fs_sock_neg_free(s);
 	fs_sock_note_inherit(s);
 	pthread_mutex_unlock(&s->lock);
+	fs_fabric_warm();
 	return 0;
 plain:
 	fs_sock_release(s);

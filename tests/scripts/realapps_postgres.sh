@@ -7,12 +7,15 @@
 # never the unix socket). Server and clients run as postgres, so in fabsock
 # mode every connection must offload (shm: same user).
 #   - pgbench -i -s 2 (client-side generation: 200000 rows go up by COPY);
-#   - pgbench -S -c 4 -j 2 -T 3 (select only) and pgbench -c 4 -j 2 -T 3
-#     (TPC-B): exit 0, no failed transaction, tps printed as figures
-#     (RA_PG_CLIENTS sets -c: scale_postgres_c300 runs 300 clients, so that
-#     pgbench talks to 300 backend processes, past shm's 256 peers per
-#     endpoint; max_connections and -T grow to match, and the time pgbench
-#     took to connect them all is a figure);
+#   - pgbench -S -c 4 -j 2 (select only, 60000 transactions) and pgbench
+#     -c 4 -j 2 (TPC-B, 6000): exit 0, every transaction done, none failed,
+#     tps printed as figures (RA_PG_CLIENTS sets -c: scale_postgres_c300
+#     runs 300 clients, so that pgbench talks to 300 backend processes, past
+#     shm's 256 peers per endpoint; max_connections grows to match, and the
+#     time pgbench took to connect them all is a figure). A count of
+#     transactions per client (-t), not a duration: pgbench's -T counts its
+#     connection phase too, which for 300 backend processes took 10 s once
+#     in CI, leaving no time for a single transaction;
 #   - psql: count(*) of pgbench_accounts is 200000; after TPC-B the balances
 #     of accounts, tellers and branches each sum to the sum of the history
 #     deltas, and the history holds one row per transaction pgbench counted;
@@ -44,10 +47,10 @@ CLIENTS=${RA_PG_CLIENTS:-4}
 MIN_CONNS=$((2 * CLIENTS + 4)) # pgbench -i 1, -S C+1, TPC-B C+1, psql 4 (at least)
 # the handshakes: a probe-table look-up's HELLO and ACK per connection
 TCP_LIMIT=$((32768 + CLIENTS * 2 * 640))
-# pgbench -T counts the connection phase too: with a backend process per
-# connection (each opening its fabric endpoint under fabsock) 300 clients
-# need seconds before the first transaction
-DURATION=$((3 + CLIENTS / 40))
+# transactions per client: about 60000 select-only and 6000 TPC-B in all
+S_TX=$((60000 / CLIENTS)) TPCB_TX=$((6000 / CLIENTS))
+[ "$S_TX" -ge 100 ] || S_TX=100
+[ "$TPCB_TX" -ge 10 ] || TPCB_TX=10
 SRV_LIMIT=$((110 + CLIENTS / 2)) # seconds for the whole run of one mode
 
 PG_DATA=$FS_TMP/pgdata
@@ -76,13 +79,15 @@ pg_sql() { # NAME SQL
 	pgc 60 "$1" psql -X -At -h 127.0.0.1 -p "$PORT" -U postgres -d postgres -c "$2"
 }
 
-# One pgbench -T run: PASS needs exit 0, a tps figure, no failed transaction.
-pg_bench() { # MODE NAME FIGVAR PGBENCH-ARGS...
-	local mode=$1 name=$2 fig=$3 rc=0 tps failed n
-	shift 3
+# One pgbench -t run: PASS needs exit 0, a tps figure, no failed
+# transaction, and all CLIENTS x PER_CLIENT of them done.
+pg_bench() { # MODE NAME FIGVAR PER_CLIENT PGBENCH-ARGS...
+	local mode=$1 name=$2 fig=$3 per=$4 want=$(($4 * CLIENTS)) rc=0 tps failed n
+	shift 4
+	set -- "$@" -c "$CLIENTS" -t "$per"
 	pgc $((40 + CLIENTS / 4)) "$name" pgbench -h 127.0.0.1 -p "$PORT" -U postgres "$@" postgres &
 	local pid=$!
-	# a pgbench -T 3 still running after 30 s hangs: its stacks and the
+	# a pgbench still running after 30 s (4 clients) hangs: its stacks and the
 	# server's go to the log before the timeout kills it (seen once, ASan)
 	ra_stacks_if_running "$pid" $((30 + CLIENTS / 4)) pgbench postgres
 	wait "$pid" || rc=$?
@@ -90,9 +95,9 @@ pg_bench() { # MODE NAME FIGVAR PGBENCH-ARGS...
 	failed=$(sed -nE 's/^number of failed transactions: ([0-9]+).*/\1/p' "$LOG-$name.out" | head -n 1)
 	n=$(sed -nE 's/^number of transactions actually processed: ([0-9]+).*/\1/p' "$LOG-$name.out" | head -n 1)
 	PG_LAST_CONN_MS=$(sed -nE 's/^initial connection time = ([0-9.]+) ms.*/\1/p' "$LOG-$name.out" | head -n 1)
-	if [ "$rc" -ne 0 ] || [ -z "$tps" ] || [ "${failed:-0}" != 0 ] || [ "${n:-0}" -lt 1 ]; then
-		fs_fail "$RA_CASE $mode: pgbench $* exited $rc, tps=${tps:-none}, processed=${n:-none}, failed=${failed:-?}"
-		ra_tail 6 "$LOG-$name.out" "$LOG-$name.err"
+	if [ "$rc" -ne 0 ] || [ -z "$tps" ] || [ "${failed:-0}" != 0 ] || [ "${n:-0}" != "$want" ]; then
+		fs_fail "$RA_CASE $mode: pgbench $* exited $rc, tps=${tps:-none}, processed=${n:-none} of $want, failed=${failed:-?}, connecting took ${PG_LAST_CONN_MS:-?} ms"
+		ra_tail 12 "$LOG-$name.out" "$LOG-$name.err"
 		# what the server said about it (a backend's own view of a lost
 		# connection), and fabsock's warnings on both sides
 		grep -E 'FATAL|could not|unexpected' "$LOG-server.log" 2>/dev/null | tail -n 8 |
@@ -105,11 +110,11 @@ pg_bench() { # MODE NAME FIGVAR PGBENCH-ARGS...
 	tps=$(printf "%.0f" "$tps")
 	eval "$fig[\$mode]=\$tps"
 	PG_LAST_N=$n
-	fs_pass "$RA_CASE $mode: pgbench $*: $n transactions, $tps tps, 0 failed"
+	fs_pass "$RA_CASE $mode: pgbench $*: $n transactions, $tps tps, 0 failed, connecting took $PG_LAST_CONN_MS ms"
 }
 
 pg_run() {
-	local mode=$1 srv pm pm_after rc t0 t1 got want n_tpcb=0 i
+	local mode=$1 srv pm pm_after rc t0 t1 got want n_tpcb=0 i loads
 	LOG=$FS_TMP/$mode
 	ra_env "$mode" postgres
 	pg_as
@@ -168,9 +173,9 @@ pg_run() {
 		ra_tail 6 "$LOG-rows.err"
 	fi
 
-	pg_bench "$mode" select FIG_S -S -c "$CLIENTS" -j 2 -T "$DURATION" || true
+	pg_bench "$mode" select FIG_S "$S_TX" -S -j 2 || true
 	FIG_CONN[$mode]=$PG_LAST_CONN_MS
-	if pg_bench "$mode" tpcb FIG_TPCB -c "$CLIENTS" -j 2 -T "$DURATION"; then n_tpcb=$PG_LAST_N; fi
+	if pg_bench "$mode" tpcb FIG_TPCB "$TPCB_TX" -j 2; then n_tpcb=$PG_LAST_N; fi
 
 	# TPC-B consistency: each balance table sums to the history's deltas,
 	# and the history has one row per transaction pgbench counted.
@@ -208,6 +213,14 @@ pg_run() {
 	if [ "$mode" = fabsock ]; then
 		ra_offloaded postgres fabsock "$MIN_CONNS"
 		ra_offloaded pgclients fabsock "$MIN_CONNS"
+		# the postmaster loaded libfabric when it listened (fs_fabric_warm):
+		# every backend it forked inherited it instead of loading its own
+		loads=$(ra_sum postgres fabsock fabric_loads)
+		if [ "$loads" = 1 ]; then
+			fs_pass "$RA_CASE fabsock: libfabric loaded once on the server side (the postmaster), inherited by every backend"
+		else
+			fs_fail "$RA_CASE fabsock: libfabric loaded ${loads:-?} times on the server side (want 1: the postmaster's, inherited by its backends)"
+		fi
 		fs_log "$RA_CASE fabsock: stats lines: server processes $(grep -c ': stats:' "$RA_DIR/postgres.fabsock.log" || true), clients $(grep -c ': stats:' "$RA_DIR/pgclients.fabsock.log" || true)"
 		if [ "$(ra_sum postgres fabsock offloaded)" != "$(ra_sum pgclients fabsock offloaded)" ]; then
 			fs_fail "$RA_CASE fabsock: the server offloaded $(ra_sum postgres fabsock offloaded) streams, the clients $(ra_sum pgclients fabsock offloaded)"
