@@ -735,6 +735,19 @@ void fs_engine_progress_locked(void)
 	pthread_mutex_unlock(&e->lock);
 }
 
+bool fs_engine_progress_try(void)
+{
+	struct fs_engine *e = fs_engine_peek();
+
+	if (!e)
+		return true;
+	if (pthread_mutex_trylock(&e->lock))
+		return false;
+	fs_engine_progress(e);
+	pthread_mutex_unlock(&e->lock);
+	return true;
+}
+
 /* ---- orphans ----------------------------------------------------------- */
 
 /* An orphan's kernel socket closes once its FIN is out: the peer's control

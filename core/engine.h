@@ -335,8 +335,21 @@ bool fs_engine_wait_deep(struct fs_engine *e, bool checked);
  * while late waits for one or two events are more than about one in five.
  * No lock. */
 void fs_engine_wait_done(struct fs_engine *e, bool late, int events);
-/* Waiters arm at the end of their spin: FABSOCK_WAIT_ARM, or sleepy. */
+/* Waiters arm at the end of their spin: FABSOCK_WAIT_ARM, or sleepy while
+ * at most one thread waits in poll, select or epoll_wait (see
+ * fs_ready_wait_enter). */
 bool fs_engine_arms_early(const struct fs_engine *e);
+/* A thread starts / ends a poll, select or epoll_wait that waits for
+ * offloaded sockets. While two or more do, the engine does not arm early:
+ * the doorbell wakes a waiter only from a deep sleep, which needs the whole
+ * engine settled (no send of any thread in flight), so with several waiters
+ * each mostly slept polling slices past its answer and every message paid
+ * a ring besides (pgbench -c 4 -j 2: a tenth of the kernel's rate; with
+ * FABSOCK_DOORBELL=0 as fast as it). No lock. */
+void fs_ready_wait_enter(void);
+void fs_ready_wait_leave(void);
+/* In a forked child: no thread of it is waiting. */
+void fs_ready_wait_after_fork(void);
 /* Waiters arm early and nothing of ours is in flight: while one of them
  * sleeps deeply, the service thread may sleep as long as in deep idle.
  * Lock held. */
@@ -454,6 +467,14 @@ int fs_engine_progress(struct fs_engine *e);
 /* The same, taking the engine lock; for readiness scans, which progress
  * once per scan and then look at each member without progressing. */
 void fs_engine_progress_locked(void);
+/* The same if the engine lock is free at once; false (nothing done) when
+ * another thread holds it. For the rounds of a spinning wait after its
+ * first: the holder's progress serves every stream, and a spinner that
+ * queued on the lock would sleep in the kernel behind it, for a whole
+ * scheduler slice when the holder was preempted (several threads waiting
+ * in poll or epoll_wait on a machine with fewer cores than runnable
+ * threads: pgbench -j 4 ran at a tenth of the kernel's speed). */
+bool fs_engine_progress_try(void);
 
 /* Data path, called without the engine lock. DEADLINE_NS 0 = none.
  * NONBLOCK: return -EAGAIN rather than wait. */

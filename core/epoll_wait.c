@@ -222,14 +222,14 @@ static int fs_epoll_scan_pending(struct fs_epoll *fe, struct epoll_event *out, i
  * OUT, the output GEN. fe->lock held. The completion queue runs once for
  * the whole pass, and the offloaded members are looked at under one engine
  * lock, not one each. */
-static int fs_epoll_scan(struct fs_epoll *fe, struct epoll_event *out, int max, uint64_t gen)
+static int fs_epoll_scan(struct fs_epoll *fe, struct epoll_event *out, int max, uint64_t gen, bool progress)
 {
 	struct fs_engine *e = fs_engine_peek();
 	struct fs_ep_member *m, *next;
 	const void *drained = NULL;
 	int n = 0;
 
-	if (fe->members)
+	if (fe->members && progress)
 		fs_engine_progress_locked();
 
 	for (m = fe->members; m && n < max; m = next) {
@@ -384,16 +384,21 @@ static int fs_epoll_waited(const struct fs_wait *w, int n)
  * scan is at most FS_EP_FULL_EVERY_NS old then, and a deep sleep lasts
  * FS_BELL_SLICE_MS at most, so a change no stream told of (there should be
  * none: epoll_unsignalled) is found that late, never lost. */
-static int fs_epoll_look(struct fs_epoll *fe, struct epoll_event *events, int maxevents, uint64_t *gen)
+static int fs_epoll_look(struct fs_epoll *fe, struct epoll_event *events, int maxevents, uint64_t *gen,
+			 bool spinning)
 {
 	int n;
 
+	/* a spinning round after the first: when another thread is in the
+	 * engine, its progress is ours too (fs_engine_progress_try) */
+	if (spinning && __atomic_load_n(&fe->members, __ATOMIC_ACQUIRE) && !fs_engine_progress_try())
+		return -1;
 	fs_lock(&fe->lock);
 	*gen = ++fe->out_gen;
 	if (!fs_epoll_ready_list_will_do(fe, fs_now_ns())) {
-		n = fs_epoll_scan(fe, events, maxevents, *gen);
+		n = fs_epoll_scan(fe, events, maxevents, *gen, !spinning);
 	} else {
-		if (fe->members)
+		if (fe->members && !spinning)
 			fs_engine_progress_locked();
 		n = fs_epoll_scan_pending(fe, events, 0, maxevents, *gen);
 		n = fs_epoll_scan_ready(fe, events, n, maxevents, *gen);
@@ -506,12 +511,53 @@ static int fs_epoll_merge_kernel(struct fs_epoll *fe, const struct epoll_event *
 	return n;
 }
 
+/* fs_epoll_wait's rounds for FE at EPFD, W begun. */
+static int fs_epoll_wait_rounds(struct fs_epoll *fe, int epfd, struct epoll_event *events, int maxevents,
+				struct fs_wait *w, const sigset_t *sigmask)
+{
+	struct epoll_event kbuf[FS_EP_BATCH];
+
+	for (bool first = true;; first = false) {
+		int n, k;
+		uint64_t wait_us, gen;
+		bool longwait = false;
+
+		n = fs_epoll_look(fe, events, maxevents, &gen,
+				  !first && fs_wait_next(w, fs_now_ns()) == FS_WAIT_SPIN);
+		if (n < 0) {
+			fs_wait_spin(w); /* skipped: another thread is in the engine */
+			continue;
+		}
+		wait_us = fs_epoll_plan_wait(epfd, n, w, &longwait);
+		k = maxevents - n < FS_EP_BATCH ? maxevents - n : FS_EP_BATCH;
+		if (!k)
+			return fs_epoll_waited(w, n); /* full from our members alone (a kernel call with no room fails EINVAL) */
+		if (wait_us) {
+			int r = fs_epoll_deep_sleep(epfd, w, sigmask, &wait_us);
+
+			if (r < 0)
+				return r;
+		}
+		k = fs_epoll_collect(fe, epfd, kbuf, k, n ? 0 : wait_us, longwait, w, sigmask);
+		if (k < 0)
+			return n ? n : k;
+		n = fs_epoll_merge_kernel(fe, kbuf, k, events, n, maxevents, gen);
+		if (n)
+			return fs_epoll_waited(w, n);
+		if (fs_wait_next(w, fs_now_ns()) == FS_WAIT_OVER)
+			return 0;
+		if (!wait_us && !longwait)
+			fs_wait_spin(w);
+	}
+}
+
 int fs_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout_ms, const sigset_t *sigmask)
 {
 	struct fs_epoll *fe = fs_epoll_peek(epfd);
 	uint64_t start = fs_now_ns();
 	struct fs_wait w;
-	struct epoll_event kbuf[FS_EP_BATCH];
+	bool counted;
+	int ret;
 
 	if (maxevents <= 0)
 		return -EINVAL;
@@ -522,34 +568,14 @@ int fs_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeo
 
 		return k < 0 ? -errno : k;
 	}
+	counted = fs_epoll_has_members(epfd);
+	if (counted)
+		fs_ready_wait_enter();
 	fs_wait_begin(&w, fs_engine_peek(), start, fs_wait_deadline_ms(start, timeout_ms));
-	for (;;) {
-		int n, k;
-		uint64_t wait_us, gen;
-		bool longwait = false;
-
-		n = fs_epoll_look(fe, events, maxevents, &gen);
-		wait_us = fs_epoll_plan_wait(epfd, n, &w, &longwait);
-		k = maxevents - n < FS_EP_BATCH ? maxevents - n : FS_EP_BATCH;
-		if (!k)
-			return fs_epoll_waited(&w, n); /* full from our members alone (a kernel call with no room fails EINVAL) */
-		if (wait_us) {
-			int r = fs_epoll_deep_sleep(epfd, &w, sigmask, &wait_us);
-
-			if (r < 0)
-				return r;
-		}
-		k = fs_epoll_collect(fe, epfd, kbuf, k, n ? 0 : wait_us, longwait, &w, sigmask);
-		if (k < 0)
-			return n ? n : k;
-		n = fs_epoll_merge_kernel(fe, kbuf, k, events, n, maxevents, gen);
-		if (n)
-			return fs_epoll_waited(&w, n);
-		if (fs_wait_next(&w, fs_now_ns()) == FS_WAIT_OVER)
-			return 0;
-		if (!wait_us && !longwait)
-			fs_wait_spin(&w);
-	}
+	ret = fs_epoll_wait_rounds(fe, epfd, events, maxevents, &w, sigmask);
+	if (counted)
+		fs_ready_wait_leave();
+	return ret;
 }
 
 int fs_epoll_drop_ours(struct epoll_event *events, int k)

@@ -41,15 +41,17 @@ static bool fs_poll_is_ours(int fd)
 
 /* Fills REVENTS of the offloaded entries; returns how many are ready.
  * KERNEL holds the kernel's answers for this round (may be NULL). */
-static int fs_poll_ours(struct pollfd *fds, nfds_t nfds, const struct pollfd *kernel, bool *any_ours)
+static int fs_poll_ours(struct pollfd *fds, nfds_t nfds, const struct pollfd *kernel, bool progress,
+			bool *any_ours)
 {
 	const void *drained = NULL;
 	int ready = 0;
 
 	*any_ours = false;
-	/* One completion-queue round for the whole set; members then only look
-	 * at their stream's state. */
-	fs_engine_progress_locked();
+	/* One completion-queue round for the whole set (unless the caller ran
+	 * it); members then only look at their stream's state. */
+	if (progress)
+		fs_engine_progress_locked();
 	for (nfds_t i = 0; i < nfds; i++) {
 		struct fs_sock *s;
 		uint32_t gen;
@@ -218,11 +220,23 @@ int fs_core_poll(struct pollfd *fds, nfds_t nfds, int64_t timeout_ns, const sigs
 	kset = nfds + 2 <= FS_POLL_STACK ? stack : calloc(nfds + 2, sizeof(*kset));
 	if (!kset)
 		return -ENOMEM;
+	fs_ready_wait_enter();
 	fs_wait_begin(&w, fs_engine_peek(), start, fs_wait_deadline_ns(start, timeout_ns));
-	for (;;) {
+	for (bool first = true;; first = false) {
 		int kready, ours, total;
 		enum fs_wait_step next;
 
+		bool progressed = false;
+
+		/* a spinning round after the first: when another thread is in
+		 * the engine, its progress is ours too; look next round */
+		if (!first && fs_wait_next(&w, fs_now_ns()) == FS_WAIT_SPIN) {
+			if (!fs_engine_progress_try()) {
+				fs_wait_spin(&w);
+				continue;
+			}
+			progressed = true;
+		}
 		fs_poll_kernel_set(kset, fds, nfds);
 		kready = fs_poll_kernel_wait(kset, nfds, &w, sigmask);
 		if (kready < 0) {
@@ -231,7 +245,7 @@ int fs_core_poll(struct pollfd *fds, nfds_t nfds, int64_t timeout_ns, const sigs
 		}
 		for (nfds_t i = 0; i < nfds; i++)
 			fds[i].revents = 0;
-		ours = fs_poll_ours(fds, nfds, kset, &any_ours);
+		ours = fs_poll_ours(fds, nfds, kset, !progressed, &any_ours);
 		total = fs_poll_kernel_answers(fds, nfds, kset) + ours;
 		if (total)
 			fs_wait_done(&w, fs_engine_peek(), total);
@@ -247,6 +261,7 @@ int fs_core_poll(struct pollfd *fds, nfds_t nfds, int64_t timeout_ns, const sigs
 		if (next == FS_WAIT_SPIN)
 			fs_wait_spin(&w);
 	}
+	fs_ready_wait_leave();
 	if (kset != stack)
 		free(kset);
 	return ret;

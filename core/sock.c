@@ -282,6 +282,7 @@ static void fs_core_atfork_child(void)
 	fs_self_pid_refresh();
 	fs_lock_after_fork();
 	fs_engine_forget_after_fork();
+	fs_ready_wait_after_fork();
 	fs_service_after_fork();
 	fs_listeners_after_fork();
 	fs_diag_after_fork();

@@ -144,9 +144,17 @@ static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_read
 		if (next == FS_WAIT_OVER)
 			return -EAGAIN;
 		if (next == FS_WAIT_SPIN) {
+			bool locked;
+
+			/* back into the engine without queueing on its lock while
+			 * the spin lasts (see fs_engine_progress_try) */
 			pthread_mutex_unlock(&e->lock);
-			fs_wait_spin(&w);
-			pthread_mutex_lock(&e->lock);
+			do {
+				fs_wait_spin(&w);
+				locked = pthread_mutex_trylock(&e->lock) == 0;
+			} while (!locked && fs_wait_next(&w, fs_now_ns()) == FS_WAIT_SPIN);
+			if (!locked)
+				pthread_mutex_lock(&e->lock);
 			continue;
 		}
 		if (!e->has_poller) {

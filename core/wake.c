@@ -110,9 +110,29 @@ void fs_engine_wait_done(struct fs_engine *e, bool late, int events)
 	__atomic_store_n(&e->wait_score, (uint8_t)v, __ATOMIC_RELAXED);
 }
 
+/* Threads now inside a poll, select or epoll_wait of offloaded sockets. */
+static unsigned fs_ready_waiters;
+
+void fs_ready_wait_enter(void)
+{
+	__atomic_add_fetch(&fs_ready_waiters, 1, __ATOMIC_RELAXED);
+}
+
+void fs_ready_wait_leave(void)
+{
+	__atomic_sub_fetch(&fs_ready_waiters, 1, __ATOMIC_RELAXED);
+}
+
+void fs_ready_wait_after_fork(void)
+{
+	__atomic_store_n(&fs_ready_waiters, 0, __ATOMIC_RELAXED);
+}
+
 bool fs_engine_arms_early(const struct fs_engine *e)
 {
-	return fs_params.doorbell && (fs_params.wait_arm || __atomic_load_n(&e->sleepy, __ATOMIC_RELAXED));
+	return fs_params.doorbell &&
+	       (fs_params.wait_arm || (__atomic_load_n(&e->sleepy, __ATOMIC_RELAXED) &&
+				       __atomic_load_n(&fs_ready_waiters, __ATOMIC_RELAXED) <= 1));
 }
 
 bool fs_engine_wait_deep(struct fs_engine *e, bool checked)
