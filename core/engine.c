@@ -724,13 +724,21 @@ int fs_engine_progress(struct fs_engine *e)
 	return handled;
 }
 
-void fs_engine_progress_locked(void)
+struct fs_engine *fs_engine_lock_cur(void)
 {
 	struct fs_engine *e = fs_engine_peek();
 
+	if (e)
+		pthread_mutex_lock(&e->lock);
+	return e;
+}
+
+void fs_engine_progress_locked(void)
+{
+	struct fs_engine *e = fs_engine_lock_cur();
+
 	if (!e)
 		return;
-	pthread_mutex_lock(&e->lock);
 	fs_engine_progress(e);
 	pthread_mutex_unlock(&e->lock);
 }

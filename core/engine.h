@@ -462,6 +462,9 @@ void fs_engine_grants_idle(struct fs_engine *e);
  * held. */
 void fs_engine_debug_dump(struct fs_engine *e, uint64_t now);
 
+/* The process's engine with its lock taken; NULL (nothing taken) while
+ * there is none. */
+struct fs_engine *fs_engine_lock_cur(void);
 /* Runs the completion queues once. Returns completions handled. Lock held. */
 int fs_engine_progress(struct fs_engine *e);
 /* The same, taking the engine lock; for readiness scans, which progress

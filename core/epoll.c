@@ -61,7 +61,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 #include <uthash.h>
@@ -140,13 +139,8 @@ static struct fs_epoll *fs_epoll_get_or_make(int epfd)
 	if (fe || epfd < 0 || (size_t)epfd >= fs_fdt_size)
 		return fe;
 	fs_lock(&fs_ept_lock);
-	if (!fs_ept) {
-		void *map = mmap(NULL, fs_fdt_size * sizeof(*fs_ept), PROT_READ | PROT_WRITE,
-				 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-
-		if (map != MAP_FAILED)
-			__atomic_store_n(&fs_ept, map, __ATOMIC_RELEASE);
-	}
+	if (!fs_ept)
+		__atomic_store_n(&fs_ept, fs_fd_table_map(fs_fdt_size, sizeof(*fs_ept)), __ATOMIC_RELEASE);
 	if (fs_ept && !(fe = fs_ept[epfd])) {
 		fe = calloc(1, sizeof(*fe));
 		if (fe) {
@@ -154,6 +148,7 @@ static struct fs_epoll *fs_epoll_get_or_make(int epfd)
 
 			pthread_mutex_init(&fe->lock, NULL);
 			pthread_mutex_init(&fe->rlock, NULL);
+			fs_dlist_init(&fe->ready);
 			fs_dlist_init(&fe->pending);
 			fe->need_full = true;
 			fe->epfd = epfd;
@@ -188,35 +183,18 @@ static struct fs_epoll *fs_epoll_get_or_make(int epfd)
 
 /* ---- the ready list ------------------------------------------------------ */
 
-static void fs_ready_unlink_locked(struct fs_epoll *fe, struct fs_ep_member *m)
+/* M leaves the ready list, or the batch a look took from it. rlock held. */
+static void fs_ready_unlink_locked(struct fs_ep_member *m)
 {
-	if (!m->queued)
-		return;
-	if (m->rprev)
-		m->rprev->rnext = m->rnext;
-	else
-		fe->rhead = m->rnext;
-	if (m->rnext)
-		m->rnext->rprev = m->rprev;
-	else
-		fe->rtail = m->rprev;
-	m->rnext = m->rprev = NULL;
-	m->queued = false;
+	if (fs_dlist_linked(&m->rnode))
+		fs_dlist_del(&m->rnode);
 }
 
 void fs_ready_push(struct fs_epoll *fe, struct fs_ep_member *m)
 {
 	fs_lock(&fe->rlock);
-	if (!m->queued) {
-		m->queued = true;
-		m->rnext = NULL;
-		m->rprev = fe->rtail;
-		if (fe->rtail)
-			fe->rtail->rnext = m;
-		else
-			fe->rhead = m;
-		fe->rtail = m;
-	}
+	if (!fs_dlist_linked(&m->rnode))
+		fs_dlist_add_tail(&fe->ready, &m->rnode);
 	pthread_mutex_unlock(&fe->rlock);
 }
 
@@ -297,7 +275,7 @@ static void fs_member_unlink(struct fs_epoll *fe, struct fs_ep_member *m)
 		}
 	}
 	fs_lock(&fe->rlock);
-	fs_ready_unlink_locked(fe, m);
+	fs_ready_unlink_locked(m);
 	pthread_mutex_unlock(&fe->rlock);
 	if (fs_member_pending(m))
 		fs_dlist_del(&m->pnode);

@@ -50,8 +50,7 @@ struct fs_ep_member {
 	 * its instance's ready list (fs_epoll.rlock) when the stream changes,
 	 * or after it was reported level-triggered. */
 	struct fs_stream_watch watch;
-	struct fs_ep_member *rnext, *rprev;
-	bool queued;
+	struct fs_dlist rnode; /* on the ready list (or a look's batch of it) */
 	/* On fs_epoll.pending (fe->lock) while not settled: see there. */
 	struct fs_dlist pnode;
 	uint32_t look_gen; /* the stream's event generation at its last look */
@@ -75,7 +74,7 @@ struct fs_epoll {
 	 * leaf: taken under fe->lock, and under the engine lock by
 	 * fs_stream_changed. */
 	pthread_mutex_t rlock;
-	struct fs_ep_member *rhead, *rtail;
+	struct fs_dlist ready;
 	/* The pending list (fe->lock): members that are not a settled one (an
 	 * offloaded socket whose member watches its stream): new ones, those
 	 * still negotiating, nested instances. Every look fixes them up and
@@ -149,6 +148,11 @@ static inline bool fs_member_pending(const struct fs_ep_member *m)
 static inline struct fs_ep_member *fs_member_of_pnode(struct fs_dlist *node)
 {
 	return (struct fs_ep_member *)((char *)node - offsetof(struct fs_ep_member, pnode));
+}
+
+static inline struct fs_ep_member *fs_member_of_rnode(struct fs_dlist *node)
+{
+	return (struct fs_ep_member *)((char *)node - offsetof(struct fs_ep_member, rnode));
 }
 
 /* Defined in epoll.c, used by epoll_wait.c. fe->lock held unless said. */

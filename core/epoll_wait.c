@@ -22,7 +22,6 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <sys/mman.h>
 #include <time.h>
 
 #include "config/log.h"
@@ -260,7 +259,7 @@ static int fs_epoll_scan(struct fs_epoll *fe, struct epoll_event *out, int max, 
 		}
 		/* a settled member off the ready list, whose stream told of
 		 * no change since its last look, has nothing new to say */
-		quiet = !fs_member_pending(m) && !m->queued && m->watch.stream;
+		quiet = !fs_member_pending(m) && !fs_dlist_linked(&m->rnode) && m->watch.stream;
 		was = m->look_gen;
 		n = fs_member_look(fe, m, out, n, gen);
 		if (quiet && n > before && m->look_gen == was) {
@@ -283,27 +282,21 @@ static int fs_epoll_scan_ready(struct fs_epoll *fe, struct epoll_event *out, int
 {
 	struct fs_engine *e = fs_engine_peek();
 	struct fs_ep_member *batch[FS_EP_BATCH];
-	struct fs_ep_member *head, *tail;
+	struct fs_dlist rest; /* what this look took; rlock guards it too */
 
 	if (!e)
 		return n;
 	fs_lock(&fe->rlock);
-	head = fe->rhead;
-	tail = fe->rtail;
-	fe->rhead = fe->rtail = NULL;
+	fs_dlist_take_all(&fe->ready, &rest);
 	pthread_mutex_unlock(&fe->rlock);
-	while (head && n < max) {
+	while (!fs_dlist_empty(&rest) && n < max) {
 		int nb = 0;
 
 		fs_lock(&fe->rlock);
-		while (head && nb < FS_EP_BATCH && nb < max - n) {
-			struct fs_ep_member *m = head;
+		while (!fs_dlist_empty(&rest) && nb < FS_EP_BATCH && nb < max - n) {
+			struct fs_ep_member *m = fs_member_of_rnode(rest.next);
 
-			head = m->rnext;
-			if (head)
-				head->rprev = NULL;
-			m->rnext = m->rprev = NULL;
-			m->queued = false;
+			fs_dlist_del(&m->rnode);
 			batch[nb++] = m;
 		}
 		pthread_mutex_unlock(&fe->rlock);
@@ -321,17 +314,10 @@ static int fs_epoll_scan_ready(struct fs_epoll *fe, struct epoll_event *out, int
 		}
 		pthread_mutex_unlock(&e->lock);
 	}
-	if (head) {
-		/* no room for them: first in line next time */
-		fs_lock(&fe->rlock);
-		tail->rnext = fe->rhead;
-		if (fe->rhead)
-			fe->rhead->rprev = tail;
-		else
-			fe->rtail = tail;
-		fe->rhead = head;
-		pthread_mutex_unlock(&fe->rlock);
-	}
+	/* no room for them: first in line next time */
+	fs_lock(&fe->rlock);
+	fs_dlist_splice_front(&fe->ready, &rest);
+	pthread_mutex_unlock(&fe->rlock);
 	return n;
 }
 
@@ -598,13 +584,9 @@ int fs_epoll_wait_plain(int epfd, struct epoll_event *events, int maxevents, int
 
 	if (!plain && epfd >= 0 && (size_t)epfd < fs_fdt_size) {
 		fs_lock(&fs_ept_lock);
-		if (!fs_ep_plain) {
-			void *map = mmap(NULL, fs_fdt_size * sizeof(*fs_ep_plain), PROT_READ | PROT_WRITE,
-					 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-
-			if (map != MAP_FAILED)
-				__atomic_store_n(&fs_ep_plain, map, __ATOMIC_RELEASE);
-		}
+		if (!fs_ep_plain)
+			__atomic_store_n(&fs_ep_plain, fs_fd_table_map(fs_fdt_size, sizeof(*fs_ep_plain)),
+					 __ATOMIC_RELEASE);
 		plain = fs_ep_plain;
 		pthread_mutex_unlock(&fs_ept_lock);
 	}

@@ -198,13 +198,7 @@ uint32_t fs_fabric_api_version(void)
 
 const char *fs_fabric_prov_name(unsigned kind)
 {
-	switch (kind) {
-	case FS_PROV_SHM: return "shm";
-	case FS_PROV_EFA: return "efa";
-	case FS_PROV_TCP: return "tcp";
-	case FS_PROV_NET: return "net";
-	default: return NULL;
-	}
+	return kind > FS_PROV_NONE && kind < FS_PROV_MAX_ ? fs_wire_provider_name(kind) : NULL;
 }
 
 unsigned fs_fabric_prov_parse(const char *name)

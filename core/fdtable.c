@@ -20,6 +20,14 @@
 struct fs_sock **fs_fdt;
 size_t fs_fdt_size;
 
+void *fs_fd_table_map(size_t count, size_t size)
+{
+	void *map = mmap(NULL, count * size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1,
+			 0);
+
+	return map == MAP_FAILED ? NULL : map;
+}
+
 int fs_fdt_init(void)
 {
 	struct rlimit lim;
@@ -32,9 +40,8 @@ int fs_fdt_init(void)
 		size = lim.rlim_max;
 	if (size > FS_FDT_MAX)
 		size = FS_FDT_MAX;
-	map = mmap(NULL, size * sizeof(*fs_fdt), PROT_READ | PROT_WRITE,
-		   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (map == MAP_FAILED)
+	map = fs_fd_table_map(size, sizeof(*fs_fdt));
+	if (!map)
 		return -ENOMEM;
 	fs_fdt = map;
 	__atomic_store_n(&fs_fdt_size, size, __ATOMIC_RELEASE);

@@ -22,6 +22,11 @@ struct fs_sock;
 extern struct fs_sock **fs_fdt;
 extern size_t fs_fdt_size;
 
+/* A zeroed table of COUNT entries of SIZE bytes (one per possible fd),
+ * whose pages exist only once touched (MAP_NORESERVE): NULL when it cannot
+ * be mapped. The fd table's, and epoll's per-fd tables. */
+void *fs_fd_table_map(size_t count, size_t size);
+
 /* Maps the table. Returns 0 or -ENOMEM. Idempotent. */
 int fs_fdt_init(void);
 

@@ -417,6 +417,32 @@ static int fs_client_rail_check(struct fs_engine_rail *er, void *arg, char *why,
 	return FS_NAK_USER;
 }
 
+/* Sends MSG (a HELLO or its ACK) on S's connection within
+ * FABSOCK_HELLO_TIMEOUT_MS; when that fails, ST (if any) is abandoned.
+ * Returns 0 or -errno. */
+static int fs_send_hello(struct fs_sock *s, const struct fs_hello *msg, struct fs_engine *e, struct fs_stream *st)
+{
+	uint8_t wire[FS_WIRE_HELLO_MAX];
+	int len = fs_wire_hello_encode(msg, wire, sizeof(wire));
+	int ret = len > 0 ? fs_send_all(s->fd, wire, (size_t)len, fs_now_ns() + fs_params.hello_timeout_ms * FS_MS)
+			  : -EINVAL;
+
+	if (ret && st) {
+		pthread_mutex_lock(&e->lock);
+		fs_stream_abandon(e, st);
+		pthread_mutex_unlock(&e->lock);
+	}
+	return ret;
+}
+
+/* S's local address, in LOCAL; -errno when the kernel has none. */
+static int fs_sock_local(const struct fs_sock *s, struct sockaddr_storage *local)
+{
+	socklen_t llen = sizeof(*local);
+
+	return fs_real.getsockname(s->fd, (struct sockaddr *)local, &llen) ? -errno : 0;
+}
+
 /* Phase 1, run by the service thread as soon as the probe is answered (or
  * by the application's first use if that comes first): on "yes", open the
  * rail, create the stream and send the HELLO. Returns 0 once the HELLO is
@@ -427,11 +453,9 @@ int fs_negotiate_client_hello(struct fs_sock *s, uint64_t wait_deadline_ns)
 	struct fs_engine *e;
 	struct fs_stream *st = NULL;
 	struct fs_hello hello = { 0 };
-	uint8_t wire[FS_WIRE_HELLO_MAX];
 	struct sockaddr_storage local;
-	socklen_t llen = sizeof(local);
 	char why[200] = "";
-	int len, ret, nak = FS_NAK_NONE;
+	int ret, nak = FS_NAK_NONE;
 
 	if (!s->neg->skip_probe) {
 		bool tcp_readable;
@@ -463,8 +487,9 @@ int fs_negotiate_client_hello(struct fs_sock *s, uint64_t wait_deadline_ns)
 
 	/* The server now waits for our HELLO: from here we always send one,
 	 * empty (provider none) if we cannot offload, so it need not time out. */
-	if (fs_real.getsockname(s->fd, (struct sockaddr *)&local, &llen))
-		return -errno;
+	ret = fs_sock_local(s, &local);
+	if (ret)
+		return ret;
 	e = fs_engine_get();
 	if (getrandom(&hello.token, sizeof(hello.token), GRND_NONBLOCK) != sizeof(hello.token))
 		hello.token = fs_now_ns() * 0x9e3779b97f4a7c15ull;
@@ -478,17 +503,10 @@ int fs_negotiate_client_hello(struct fs_sock *s, uint64_t wait_deadline_ns)
 		fs_fill_hello(&hello, FS_WIRE_HELLO_MAGIC, e, st, s->neg->provider, s->fd);
 	else
 		hello.magic = FS_WIRE_HELLO_MAGIC;
-	len = fs_wire_hello_encode(&hello, wire, sizeof(wire));
 	if (fs_params.test_hello_delay_ms)
 		usleep((useconds_t)(fs_params.test_hello_delay_ms * 1000));
-	ret = len > 0 ? fs_send_all(s->fd, wire, (size_t)len, fs_now_ns() + fs_params.hello_timeout_ms * FS_MS)
-		      : -EINVAL;
+	ret = fs_send_hello(s, &hello, e, st);
 	if (ret) {
-		if (st) {
-			pthread_mutex_lock(&e->lock);
-			fs_stream_abandon(e, st);
-			pthread_mutex_unlock(&e->lock);
-		}
 		FS_WARN("fd %d: cannot send the HELLO: %s", s->fd, strerror(-ret));
 		return -ECONNRESET;
 	}
@@ -662,11 +680,9 @@ static int fs_server_accept_hello(struct fs_sock *s, const struct fs_hello *hell
 	struct fs_engine *e;
 	struct fs_stream *st = NULL;
 	struct fs_hello ack = { 0 };
-	uint8_t wire[FS_WIRE_HELLO_MAX];
-	struct sockaddr_storage local;
-	socklen_t llen = sizeof(local);
+	struct sockaddr_storage local = { 0 };
 	char why[200] = "";
-	int nak = FS_NAK_PROVIDER, ret, alen;
+	int nak = FS_NAK_PROVIDER, ret;
 
 	if (fs_consume(s->fd, (size_t)len))
 		return -EIO;
@@ -681,7 +697,7 @@ static int fs_server_accept_hello(struct fs_sock *s, const struct fs_hello *hell
 		return fs_server_refuse(s, hello->token, hello->nonce, FS_NAK_HOST, e);
 	if (!hello->stream_id || !hello->window || !hello->chunk)
 		return fs_server_refuse(s, hello->token, hello->nonce, FS_NAK_VERSION, e);
-	fs_real.getsockname(s->fd, (struct sockaddr *)&local, &llen);
+	(void)fs_sock_local(s, &local);
 	{
 		struct sockaddr_storage peer;
 		socklen_t plen = sizeof(peer);
@@ -714,15 +730,9 @@ static int fs_server_accept_hello(struct fs_sock *s, const struct fs_hello *hell
 	fs_fill_hello(&ack, FS_WIRE_ACK_MAGIC, e, st, hello->provider, s->fd);
 	ack.token = hello->token;
 	ack.nonce = hello->nonce;
-	alen = fs_wire_hello_encode(&ack, wire, sizeof(wire));
-	ret = alen > 0 ? fs_send_all(s->fd, wire, (size_t)alen, fs_now_ns() + fs_params.hello_timeout_ms * FS_MS)
-		       : -EINVAL;
-	if (ret) {
-		pthread_mutex_lock(&e->lock);
-		fs_stream_abandon(e, st);
-		pthread_mutex_unlock(&e->lock);
+	ret = fs_send_hello(s, &ack, e, st);
+	if (ret)
 		return ret;
-	}
 	s->stream = st;
 	/* atomic: the exit path looks at it before it takes the lock */
 	__atomic_store_n(&s->pid, fs_self_pid(), __ATOMIC_RELAXED);

@@ -119,6 +119,22 @@ int fs_stream_wait(struct fs_engine *e, struct fs_stream *s, fs_ready_fn ready, 
 	return ret;
 }
 
+/* One step of W's spin, the engine lock let go: it is taken back without
+ * queueing on it while the spin lasts (see fs_engine_progress_try), and
+ * waited for after. */
+static void fs_stream_spin_step(struct fs_engine *e, struct fs_wait *w)
+{
+	bool locked;
+
+	pthread_mutex_unlock(&e->lock);
+	do {
+		fs_wait_spin(w);
+		locked = pthread_mutex_trylock(&e->lock) == 0;
+	} while (!locked && fs_wait_next(w, fs_now_ns()) == FS_WAIT_SPIN);
+	if (!locked)
+		pthread_mutex_lock(&e->lock);
+}
+
 static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_ready_fn ready, void *arg,
 			       uint64_t deadline_ns, int ctl_fd, bool *poller)
 {
@@ -144,17 +160,7 @@ static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_read
 		if (next == FS_WAIT_OVER)
 			return -EAGAIN;
 		if (next == FS_WAIT_SPIN) {
-			bool locked;
-
-			/* back into the engine without queueing on its lock while
-			 * the spin lasts (see fs_engine_progress_try) */
-			pthread_mutex_unlock(&e->lock);
-			do {
-				fs_wait_spin(&w);
-				locked = pthread_mutex_trylock(&e->lock) == 0;
-			} while (!locked && fs_wait_next(&w, fs_now_ns()) == FS_WAIT_SPIN);
-			if (!locked)
-				pthread_mutex_lock(&e->lock);
+			fs_stream_spin_step(e, &w);
 			continue;
 		}
 		if (!e->has_poller) {
@@ -468,26 +474,24 @@ ssize_t fs_stream_recv(struct fs_stream *s, const struct iovec *iov, int iovcnt,
 
 size_t fs_stream_readable(struct fs_stream *s)
 {
-	struct fs_engine *e = fs_engine_peek();
-	size_t n;
+	struct fs_engine *e = fs_engine_lock_cur();
+	size_t n = 0;
 
-	if (!e)
-		return 0;
-	pthread_mutex_lock(&e->lock);
-	fs_engine_progress(e);
-	n = s->rx_bytes;
-	pthread_mutex_unlock(&e->lock);
+	if (e) {
+		fs_engine_progress(e);
+		n = s->rx_bytes;
+		pthread_mutex_unlock(&e->lock);
+	}
 	return n;
 }
 
 int fs_stream_shutdown_wr(struct fs_stream *s)
 {
-	struct fs_engine *e = fs_engine_peek();
+	struct fs_engine *e = fs_engine_lock_cur();
 	int ret;
 
 	if (!e)
 		return -EIO;
-	pthread_mutex_lock(&e->lock);
 	if (s->state == FS_STREAM_CLOSED)
 		ret = -EBADF;
 	else if (s->hb != FS_HB_NONE && fs_handback_tx_tcp(s))
@@ -625,12 +629,11 @@ unsigned fs_stream_events_locked(struct fs_stream *s, uint32_t *gen)
 
 unsigned fs_stream_poll_state(struct fs_stream *s, uint32_t *gen)
 {
-	struct fs_engine *e = fs_engine_peek();
+	struct fs_engine *e = fs_engine_lock_cur();
 	unsigned ev;
 
 	if (!e)
 		return POLLERR;
-	pthread_mutex_lock(&e->lock);
 	ev = fs_stream_events_locked(s, gen);
 	pthread_mutex_unlock(&e->lock);
 	return ev;
@@ -639,11 +642,10 @@ unsigned fs_stream_poll_state(struct fs_stream *s, uint32_t *gen)
 /* Checks the control connection after poll() reported it readable/hung up. */
 void fs_stream_note_ctl(struct fs_stream *s, int ctl_fd)
 {
-	struct fs_engine *e = fs_engine_peek();
+	struct fs_engine *e = fs_engine_lock_cur();
 
 	if (!e)
 		return;
-	pthread_mutex_lock(&e->lock);
 	if (s->state != FS_STREAM_CLOSED)
 		fs_stream_check_ctl(s, ctl_fd);
 	pthread_mutex_unlock(&e->lock);

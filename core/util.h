@@ -96,4 +96,42 @@ static inline void fs_dlist_del(struct fs_dlist *node)
 	node->prev = node->next = NULL;
 }
 
+static inline bool fs_dlist_empty(const struct fs_dlist *head)
+{
+	return head->next == head;
+}
+
+/* NODE becomes HEAD's last. */
+static inline void fs_dlist_add_tail(struct fs_dlist *head, struct fs_dlist *node)
+{
+	fs_dlist_add(head->prev, node);
+}
+
+/* Every node of FROM moves to TO (whatever TO held is forgotten); FROM is
+ * left empty. */
+static inline void fs_dlist_take_all(struct fs_dlist *from, struct fs_dlist *to)
+{
+	fs_dlist_init(to);
+	if (fs_dlist_empty(from))
+		return;
+	to->next = from->next;
+	to->prev = from->prev;
+	to->next->prev = to;
+	to->prev->next = to;
+	fs_dlist_init(from);
+}
+
+/* The nodes of LIST go in front of HEAD's, in their order; LIST is left
+ * empty. */
+static inline void fs_dlist_splice_front(struct fs_dlist *head, struct fs_dlist *list)
+{
+	if (fs_dlist_empty(list))
+		return;
+	list->prev->next = head->next;
+	head->next->prev = list->prev;
+	head->next = list->next;
+	list->next->prev = head;
+	fs_dlist_init(list);
+}
+
 #endif

@@ -412,13 +412,11 @@ int fs_wire_bell_decode(const uint8_t *buf, size_t len, struct fs_bell_entry *en
 
 /* ---- names ------------------------------------------------------------ */
 
-static const char *const fs_provider_names[FS_PROV_MAX_] = {
-	[FS_PROV_NONE] = "none",
-	[FS_PROV_SHM] = "shm",
-	[FS_PROV_EFA] = "efa",
-	[FS_PROV_TCP] = "tcp",
-	[FS_PROV_NET] = "net",
-};
+/* by FS_PROV_*: libfabric's names for the providers (fs_fabric_prov_name) */
+static const char fs_provider_names[FS_PROV_MAX_][5] = { "none", "shm", "efa", "tcp", "net" };
+_Static_assert(FS_PROV_NONE == 0 && FS_PROV_SHM == 1 && FS_PROV_EFA == 2 && FS_PROV_TCP == 3 &&
+		       FS_PROV_NET == 4 && FS_PROV_MAX_ == 5,
+	       "fs_provider_names follows FS_PROV_*");
 
 static const char *const fs_nak_names[FS_NAK_MAX_] = {
 	[FS_NAK_NONE] = "none",

@@ -72,6 +72,27 @@ static inline long fs_ret(long ret)
 	return ret;
 }
 
+/* The socket of ours behind FD, a reference (fs_sock_put); NULL for one
+ * fabsock leaves alone. */
+static struct fs_sock *fs_wrap_sock(int fd)
+{
+	return fs_fdt_peek_any(fd) && !fs_core_hands_off() ? fs_sock_get(fd) : NULL;
+}
+
+/* listen() and shutdown(): the core's CALL for a socket of ours, the
+ * kernel's REAL for any other and when the core passes (FS_PASS). */
+static int fs_int_call(int fd, int arg, int (*call)(struct fs_sock *, int), int (*real)(int, int))
+{
+	struct fs_sock *s = fs_wrap_sock(fd);
+	int ret;
+
+	if (!s)
+		return real(fd, arg);
+	ret = call(s, arg);
+	fs_sock_put(s);
+	return ret == FS_PASS ? real(fd, arg) : (int)fs_ret(ret);
+}
+
 FS_EXPORT int socket(int domain, int type, int protocol)
 {
 	int fd = FS_REAL(socket)(domain, type, protocol);
@@ -88,19 +109,12 @@ FS_EXPORT int bind(int fd, const struct sockaddr *addr, socklen_t len)
 
 FS_EXPORT int listen(int fd, int backlog)
 {
-	struct fs_sock *s = fs_fdt_peek_any(fd) && !fs_core_hands_off() ? fs_sock_get(fd) : NULL;
-	long ret;
-
-	if (!s)
-		return FS_REAL(listen)(fd, backlog);
-	ret = fs_core_listen(s, backlog);
-	fs_sock_put(s);
-	return (int)fs_ret(ret);
+	return fs_int_call(fd, backlog, fs_core_listen, FS_REAL(listen));
 }
 
 static int fs_accept_common(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 {
-	struct fs_sock *s = fs_fdt_peek_any(fd) && !fs_core_hands_off() ? fs_sock_get(fd) : NULL;
+	struct fs_sock *s = fs_wrap_sock(fd);
 	int newfd = FS_REAL(accept4)(fd, addr, len, flags);
 
 	if (s) {
@@ -113,7 +127,7 @@ static int fs_accept_common(int fd, struct sockaddr *addr, socklen_t *len, int f
 
 FS_EXPORT int accept(int fd, struct sockaddr *addr, socklen_t *len)
 {
-	struct fs_sock *s = fs_fdt_peek_any(fd) && !fs_core_hands_off() ? fs_sock_get(fd) : NULL;
+	struct fs_sock *s = fs_wrap_sock(fd);
 	int newfd;
 
 	if (!s)
@@ -132,7 +146,7 @@ FS_EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 
 FS_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
 {
-	struct fs_sock *s = fs_fdt_peek_any(fd) && !fs_core_hands_off() ? fs_sock_get(fd) : NULL;
+	struct fs_sock *s = fs_wrap_sock(fd);
 	long ret;
 
 	if (!s)
@@ -467,16 +481,7 @@ FS_EXPORT int dup3(int fd, int newfd, int flags)
 
 FS_EXPORT int shutdown(int fd, int how)
 {
-	struct fs_sock *s = fs_fdt_peek_any(fd) && !fs_core_hands_off() ? fs_sock_get(fd) : NULL;
-	long ret;
-
-	if (!s)
-		return FS_REAL(shutdown)(fd, how);
-	ret = fs_core_shutdown(s, how);
-	fs_sock_put(s);
-	if (ret == FS_PASS)
-		return FS_REAL(shutdown)(fd, how);
-	return (int)fs_ret(ret);
+	return fs_int_call(fd, how, fs_core_shutdown, FS_REAL(shutdown));
 }
 
 FS_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
