@@ -66,6 +66,8 @@ FIXED_ROWS = {
     "nginx_c1k": ("nginx (2 workers), wrk -c 1000, 600 B file", "req/s", "higher", ("fk", ">=", "1.5")),
     "conn_usec": ("connect+accept+round trip+close", "usec", "lower", ("fk", "<=", "2")),
     "conn_rate": ("connection setup rate", "conn/s", "higher", None),
+    "mt_rps": ("4 threads in poll(), answer after 150 us: per thread", "round trips/s", "higher", ("report",)),
+    "mt_p90": ("4 threads in poll(), answer after 150 us: p90", "usec", "lower", ("report",)),
     "mem_proc_client": ("RSS of a client process, 1 connection", "KiB", "lower", ("report",)),
     "mem_proc_server": ("RSS of a server process, 1 connection", "KiB", "lower", ("report",)),
     "mem_conn_client": ("RSS per connection, first 64, client", "KiB", "lower", ("report",)),
@@ -81,12 +83,13 @@ FIXED_ROWS = {
 # Rows with no raw libfabric twin (n/a in the raw column).
 APP_ROWS = ("iperf3_1", "iperf3_p4", "epoll_p50", "epoll_tput", "redis_get", "redis_set", "redis_get_p16",
             "redis_set_p16", "redis_get_c1k", "redis_set_c1k", "nginx_c1k", "conn_usec", "conn_rate",
-            "mem_proc_client", "mem_proc_server", "mem_conn_client", "mem_conn_server", "scale_setup",
+            "mt_rps", "mt_p90", "mem_proc_client", "mem_proc_server", "mem_conn_client", "mem_conn_server", "scale_setup",
             "scale_mem_client", "scale_mem_server", "slow_peak", "slow_growth", "idle_recv", "idle_epoll")
 # Keys of the offload notes (one per fabsock run whose offload was checked), in print order.
 NOTE_KEYS = ("sockperf", "netbench-pingpong", "sockperf-epoll-pingpong", "sockperf-epoll-throughput", "iperf2",
              "iperf2-sizes", "iperf3", "iperf3-P4", "redis", "redis-P16", "redis-c1000", "nginx-c1000",
-             "netbench-connect", "netbench-hold", "scale", "netbench-slowwrite", "idle-recv", "idle-epoll")
+             "netbench-connect", "netbench-threads", "netbench-hold", "scale", "netbench-slowwrite", "idle-recv",
+             "idle-epoll")
 
 
 class Row:
@@ -916,6 +919,19 @@ class Bench:
             self.cells[("conn_usec", mode)], self.cells[("conn_rate", mode)] = v["avg_usec"], v["per_sec"]
             print("  %s usec per connection (p50 %s), %s per s" % (v["avg_usec"], v.get("p50_usec"), v["per_sec"]))
 
+    def threads(self, mode):
+        """A multi-threaded client (pgbench -j, a worker pool): 4 threads of
+        one process, each with its own connection, each waiting in poll() for
+        an answer the server gives 150 us after the question."""
+        seconds = 2 if self.quick else 4
+        print("running fabsock-netbench threads (4 threads, %d s) under %s..." % (seconds, self.mode_label(mode)))
+        v = self.netbench(mode, "netbench-threads", self.logs("netbench-threads-" + mode), seconds + 40,
+                          ["mt_rps", "mt_p90"], "threads", "--conns", 4, "--delay-us", 150, "--seconds", seconds)
+        if v:
+            self.cells[("mt_rps", mode)], self.cells[("mt_p90", mode)] = v["per_thread_rps"], v["p90_usec"]
+            print("  %s round trips/s per thread, p50 %s usec, p90 %s usec, p99 %s usec"
+                  % (v["per_thread_rps"], v.get("p50_usec"), v["p90_usec"], v.get("p99_usec")))
+
     def mem(self, mode):
         """VmRSS of client and server with 1 connection (the RSS query
         connection), then with K more idle connections."""
@@ -1088,7 +1104,7 @@ class Bench:
                     steps += [(r, self.redis_c1k, (m,)), (r, self.nginx_c1k, (m,))]
             for m in ("kernel", "fabsock"):
                 if self.usable(m):
-                    steps += [(r, f, (m,)) for f in (self.conn, self.mem, self.scale, self.slow)]
+                    steps += [(r, f, (m,)) for f in (self.conn, self.threads, self.mem, self.scale, self.slow)]
             each(self.idle, "recv")
             if not self.quick:
                 each(self.idle, "epoll")

@@ -10,6 +10,7 @@
  *   fabsock-netbench connect   HOST PORT [--count N]
  *   fabsock-netbench hold      HOST PORT [--conns K]
  *   fabsock-netbench slowwrite HOST PORT [--seconds T]
+ *   fabsock-netbench threads   HOST PORT [--conns K] [--delay-us D] [--seconds T]
  *
  * Every client connection starts with an 8-byte request (operation, size;
  * network byte order) that tells the server's per-connection thread what to do:
@@ -17,7 +18,14 @@
  *              connection setup, idle connections);
  *   RSS:       per byte received, answer the server's VmRSS in KiB (8 bytes);
  *   SINK size: answer the server's pid (4 bytes), then read at most `size`
- *              bytes every millisecond until EOF (a slow reader).
+ *              bytes every millisecond until EOF (a slow reader);
+ *   SLOW delay: read 64 bytes, sleep `delay` microseconds (a server that
+ *              computes its answer), write them back, until EOF.
+ * `threads` runs K client threads in one process, each with its own
+ * connection (SLOW), each waiting for its answer in poll() before it reads
+ * it: a multi-threaded client (pgbench -j, a worker pool) whose waits
+ * outlast a spin. It prints round trips per second per thread and the
+ * round-trip percentiles over all threads.
  * Each client prints one line of key=value pairs on stdout; the bench parses
  * it. Latencies are one-way: round trip / 2, like sockperf and fi_pingpong.
  * The server exits through exit() on SIGINT or SIGTERM, so a preloaded
@@ -28,6 +36,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -40,7 +49,7 @@
 
 #include "fullio.h"
 
-enum netbench_op { OP_ECHO = 1, OP_RSS = 2, OP_SINK = 3 };
+enum netbench_op { OP_ECHO = 1, OP_RSS = 2, OP_SINK = 3, OP_SLOW = 4 };
 
 #define REQUEST_SIZE 8
 #define MAX_MESSAGE (64u << 20)
@@ -48,6 +57,9 @@ enum netbench_op { OP_ECHO = 1, OP_RSS = 2, OP_SINK = 3 };
 #define SINK_SLEEP_NS 1000000L /* the slow reader's pause between reads */
 #define SINK_CHUNK 16384u      /* ... and its largest read: about 16 MB/s */
 #define WRITE_BLOCK 65536u     /* slowwrite's write size */
+#define SLOW_SIZE 64u          /* a SLOW connection's message */
+#define MAX_DELAY_US 1000000u
+#define MAX_THREADS 64
 
 static volatile sig_atomic_t stop_requested;
 
@@ -144,6 +156,19 @@ static void serve_sink(int fd, uint32_t size)
 	free(buf);
 }
 
+static void serve_slow(int fd, uint32_t delay_us)
+{
+	const struct timespec pause = { 0, (long)delay_us * 1000L };
+	char buf[SLOW_SIZE];
+
+	while (fullio_read(fd, buf, sizeof(buf)) == 0) {
+		if (delay_us)
+			nanosleep(&pause, NULL);
+		if (fullio_write(fd, buf, sizeof(buf)) < 0)
+			break;
+	}
+}
+
 static void *serve_connection(void *arg)
 {
 	int fd = (int)(intptr_t)arg;
@@ -160,6 +185,8 @@ static void *serve_connection(void *arg)
 			serve_rss(fd);
 		else if (op == OP_SINK)
 			serve_sink(fd, size);
+		else if (op == OP_SLOW && size < MAX_DELAY_US)
+			serve_slow(fd, size);
 	}
 	close(fd);
 	return NULL;
@@ -312,6 +339,84 @@ static int run_pingpong(uint32_t size, double seconds)
 	return 0;
 }
 
+struct thread_run {
+	pthread_t thread;
+	uint32_t delay_us;
+	double seconds;
+	double *rtt; /* usec */
+	size_t n, cap;
+};
+
+static void *threads_one(void *arg)
+{
+	struct thread_run *r = arg;
+	unsigned char request[REQUEST_SIZE];
+	char buf[SLOW_SIZE];
+	double start, t0;
+	int fd = connect_to();
+
+	memset(buf, 'y', sizeof(buf));
+	encode_request(request, OP_SLOW, r->delay_us);
+	if (fullio_write(fd, request, sizeof(request)) < 0)
+		die("send request");
+	start = now_sec();
+	do {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+
+		t0 = now_sec();
+		if (fullio_write(fd, buf, sizeof(buf)) < 0)
+			die("send");
+		while (poll(&p, 1, -1) < 0)
+			if (errno != EINTR)
+				die("poll");
+		if (fullio_read(fd, buf, sizeof(buf)) < 0)
+			die("receive");
+		if (r->n == r->cap) {
+			r->cap = r->cap ? 2 * r->cap : 4096;
+			r->rtt = realloc(r->rtt, r->cap * sizeof(*r->rtt));
+			if (!r->rtt)
+				die("realloc");
+		}
+		r->rtt[r->n++] = (now_sec() - t0) * 1e6;
+	} while (now_sec() - start < r->seconds);
+	close(fd);
+	return NULL;
+}
+
+static int run_threads(unsigned conns, uint32_t delay_us, double seconds)
+{
+	struct thread_run runs[MAX_THREADS] = { 0 };
+	double *all;
+	size_t total = 0;
+
+	for (unsigned i = 0; i < conns; i++) {
+		runs[i].delay_us = delay_us;
+		runs[i].seconds = seconds;
+		if (pthread_create(&runs[i].thread, NULL, threads_one, &runs[i]) != 0)
+			die("pthread_create");
+	}
+	for (unsigned i = 0; i < conns; i++) {
+		pthread_join(runs[i].thread, NULL);
+		total += runs[i].n;
+	}
+	all = malloc((total ? total : 1) * sizeof(*all));
+	if (!all || !total)
+		die("no round trips");
+	total = 0;
+	for (unsigned i = 0; i < conns; i++) {
+		memcpy(all + total, runs[i].rtt, runs[i].n * sizeof(*all));
+		total += runs[i].n;
+		free(runs[i].rtt);
+	}
+	qsort(all, total, sizeof(*all), compare_double);
+	printf("threads=%u delay_usec=%u round_trips=%zu per_thread_rps=%.1f p50_usec=%.1f p90_usec=%.1f "
+	       "p99_usec=%.1f\n",
+	       conns, delay_us, total, (double)total / conns / seconds, percentile(all, total, 0.50),
+	       percentile(all, total, 0.90), percentile(all, total, 0.99));
+	free(all);
+	return 0;
+}
+
 /* One connection: connect, request + 1 byte, 1 byte back, close. The
  * byte differs from one connection to the next, and the echo must be it. */
 static double one_connection(void)
@@ -453,7 +558,8 @@ static void usage(void)
 			"       fabsock-netbench pingpong  HOST PORT [--size BYTES] [--seconds T]\n"
 			"       fabsock-netbench connect   HOST PORT [--count N]\n"
 			"       fabsock-netbench hold      HOST PORT [--conns K]\n"
-			"       fabsock-netbench slowwrite HOST PORT [--seconds T]\n");
+			"       fabsock-netbench slowwrite HOST PORT [--seconds T]\n"
+			"       fabsock-netbench threads   HOST PORT [--conns K] [--delay-us D] [--seconds T]\n");
 	exit(2);
 }
 
@@ -474,7 +580,7 @@ static unsigned long parse_number(const char *name, const char *text, unsigned l
 int main(int argc, char **argv)
 {
 	const char *cmd, *bind_addr = "127.0.0.1", *ready_file = NULL;
-	unsigned long size = 64, count = 1000, conns = 64, port = 0;
+	unsigned long size = 64, count = 1000, conns = 64, port = 0, delay_us = 150;
 	double seconds = 2;
 	int i = 2;
 
@@ -505,6 +611,8 @@ int main(int argc, char **argv)
 			count = parse_number(name, v, 10000000);
 		else if (strcmp(name, "--conns") == 0)
 			conns = parse_number(name, v, MAX_HOLD);
+		else if (strcmp(name, "--delay-us") == 0)
+			delay_us = parse_number(name, v, MAX_DELAY_US - 1);
 		else if (strcmp(name, "--seconds") == 0) {
 			char *end;
 
@@ -526,6 +634,13 @@ int main(int argc, char **argv)
 		return run_hold((unsigned)conns);
 	if (strcmp(cmd, "slowwrite") == 0)
 		return run_slowwrite(seconds);
+	if (strcmp(cmd, "threads") == 0) {
+		if (conns < 1 || conns > MAX_THREADS) {
+			fprintf(stderr, "fabsock-netbench: threads takes --conns 1..%d\n", MAX_THREADS);
+			return 2;
+		}
+		return run_threads((unsigned)conns, (uint32_t)delay_us, seconds);
+	}
 	usage();
 	return 2;
 }
