@@ -93,7 +93,7 @@ class Arithmetic(unittest.TestCase):
         self.assertEqual([r for r in quick if r.startswith("lat_sz_")],
                          ["lat_sz_64", "lat_sz_4096", "lat_sz_65536", "lat_sz_1048576"])
         self.assertNotIn("idle_epoll", quick)
-        self.assertEqual(len(self.rows), 3 + 8 + 1 + 8 + 24)
+        self.assertEqual(len(self.rows), 3 + 8 + 1 + 8 + 26)
         self.assertEqual(fp.raw_iterations(64, False), 100000)
         self.assertEqual(fp.raw_iterations(1048576, True), 409)
 
@@ -229,6 +229,8 @@ class Netbench(unittest.TestCase):
                 for args, keys in (
                         (["pingpong", "--size", "65536", "--seconds", "0.3"], ["avg_usec", "p50_usec", "p99_usec"]),
                         (["connect", "--count", "50"], ["avg_usec", "per_sec"]),
+                        (["threads", "--conns", "2", "--delay-us", "150", "--seconds", "0.5"],
+                         ["per_thread_rps", "p90_usec"]),
                         (["hold", "--conns", "8"], ["client_rss_one_kib", "client_rss_all_kib", "server_rss_one_kib",
                                                     "server_rss_all_kib"]),
                         (["slowwrite", "--seconds", "0.5"], ["client_peak1_kib", "client_peak2_kib",
