@@ -11,12 +11,15 @@
 # <scenario>` and no FAIL line; in fabsock mode each process's exit stats
 # line (`fabsock[PID]: warn: stats: offloaded=N ...`) must also show N equal
 # to the `connections=N` it reports - except in nb_connect_refused, which
-# makes no connection (its stats are only logged). A mode stops starting
+# makes no connection (its stats are only logged) - and the TCP segments on
+# the server's port (nftables) must have carried no more than the
+# handshakes (lib.sh, fs_tcp_proof). A mode stops starting
 # scenarios after 240 s (each left out counts as a failure), so the script
 # stays under ~4 minutes per mode even when processes hang until their
 # bounds. FS_MODES (default "kernel fabsock") picks the modes; FS_SCENARIOS
 # narrows the scenario list. A summary table ends the output.
 . "$(dirname "$0")/lib.sh"
+fs_need_nft
 
 FS_MODES=${FS_MODES:-kernel fabsock}
 EVLOOP_PROG=$FS_PROGS/fs_evloop
@@ -110,6 +113,7 @@ run_scenario() { # MODE SCENARIO
 		# no connection may be pending before the server's EAGAIN checks
 		fs_wait_line "$dir/server.out" '^accept-checked' "$server_pid" || true
 	fi
+	fs_tcp_count_start "$port" || fs_fail "$label: nft counter not set up"
 	fs_bg client_pid "${prefix[@]}" "$EVLOOP_PROG" client 127.0.0.1 "$port" "$scenario" \
 		>"$dir/client.out" 2>"$dir/client.err"
 	fs_wait_pid "$client_pid" "$CLIENT_LIMIT_S" || client_rc=$?
@@ -118,6 +122,7 @@ run_scenario() { # MODE SCENARIO
 	FS_PIDS+=($(sed -n 's/^child-pid //p' "$dir/client.out"))
 	check_side "$label" server "$scenario" "$mode" "$server_rc" "$dir"
 	check_side "$label" client "$scenario" "$mode" "$client_rc" "$dir"
+	fs_tcp_proof "$label" "$mode" "$(sed -n 's/^connections=//p' "$dir/server.out")"
 	# every re-add after the first round took the parked member back, no
 	# kernel epoll_ctl (core/epoll.c)
 	# the writer's queue got its credit from a CLOSING, not from the reader

@@ -9,9 +9,11 @@
 #   default: fabsock's stand-ins (libfabsock-psm*.so), never the real PSM
 #   libraries, and /proc/kallsyms never opened;
 #   FABSOCK_STUB_PSM=0: the real PSM libraries, and the stream still works.
-# Both runs must offload. (The time itself is a benchmark figure, not a test.)
+# Both runs must offload, TCP carrying only the handshake (nftables,
+# fs_tcp_proof). (The time itself is a benchmark figure, not a test.)
 . "$(dirname "$0")/lib.sh"
 
+fs_need_nft
 command -v python3 >/dev/null || fs_skip "python3 is missing"
 libdir=$(dirname "$FABSOCK_LIB")
 ls "$libdir"/libfabsock-psm*.so >/dev/null 2>&1 || fs_skip "no PSM stand-ins were built (this libfabric links no PSM library)"
@@ -43,12 +45,14 @@ run() { # LABEL EXPECT_STUBS ENV...
 	fs_bg spid env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 "$@" python3 "$FS_TMP/peer.py" server "$port" \
 		>"$FS_TMP/s.out" 2>"$FS_TMP/s.err"
 	fs_wait_listen "$port" || { fs_fail "$label: the server did not listen"; return 0; }
+	fs_tcp_count_start "$port" || fs_fail "$label: nft counter not set up"
 	local -a senv=(-E "LD_PRELOAD=$FABSOCK_LIB" -E FABSOCK_STATS=1) kv
 	for kv in "$@"; do senv+=(-E "$kv"); done
 	# the preload for the traced client only, not for strace
 	strace -f -qq -e trace=openat -o "$FS_TMP/trace" "${senv[@]}" \
 		python3 "$FS_TMP/peer.py" client "$port" >"$FS_TMP/c.out" 2>"$FS_TMP/c.err" || rc=$?
 	fs_wait_pid "$spid" 10 || true
+	fs_tcp_proof "$label" fabsock 1
 	if [ "$rc" -ne 0 ] || ! grep -q '^bytes ok' "$FS_TMP/c.out"; then
 		fs_fail "$label: client exit $rc: $(tr '\n' ' ' <"$FS_TMP/c.out")"
 		return 0

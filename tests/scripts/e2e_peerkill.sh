@@ -6,8 +6,10 @@
 # recv at that moment, must end by itself within 5 s: the source with EPIPE
 # or ECONNRESET, the sink with EOF or ECONNRESET. Three rounds each way. The
 # survivor's stats line must show the connection was offloaded, and the shm
-# regions the killed processes left must be removed by the later ones.
+# regions the killed processes left must be removed by the later ones; in
+# fabsock mode TCP carried only the handshake (nftables, fs_tcp_proof).
 . "$(dirname "$0")/lib.sh"
+fs_need_nft
 
 PROG=$FS_PROGS/fs_shapes
 [ -x "$PROG" ] || { fs_fail "$PROG is not built"; fs_done; exit 1; }
@@ -34,6 +36,7 @@ round() { # MODE VICTIM N
 	fs_bg sink "${prefix[@]}" "$PROG" sink >"$dir/sink.out" 2>"$dir/sink.err"
 	port=$(fs_listen_port "$dir/sink.out" "$sink")
 	[ -n "$port" ] || { fs_fail "$mode $victim $n: no listener"; return; }
+	fs_tcp_count_start "$port" || fs_fail "$mode $victim $n: nft counter not set up"
 	fs_bg source "${prefix[@]}" "$PROG" source 127.0.0.1 "$port" >"$dir/source.out" 2>"$dir/source.err"
 	if ! fs_wait_line "$dir/sink.out" '^streaming' "$sink"; then
 		fs_fail "$mode $victim $n: no data flowed"
@@ -63,6 +66,7 @@ round() { # MODE VICTIM N
 	else
 		fs_pass "$mode: kill -9 of the $victim (round $n): $(grep -h 'ended' "$survivor_out") $(((end - start) / 1000000)) ms later"
 	fi
+	fs_tcp_proof "$mode: kill -9 of the $victim (round $n)" "$mode" 1
 }
 
 VICTIMS=()

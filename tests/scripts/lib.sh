@@ -20,6 +20,7 @@ FS_PIDS=()
 FS_NETNS=()
 FS_FAILS=0
 FS_PASSES=0
+FS_NFT=fstest_$$ # the nftables table of fs_tcp_count_start
 
 # PID and all its descendants, children first (while the tree is intact).
 fs_tree() {
@@ -49,6 +50,7 @@ fs_cleanup() {
 	for pid in "${FS_PIDS[@]:-}"; do
 		[ -n "$pid" ] && rm -f /dev/shm/fabsock-*-"$pid"-* 2>/dev/null || true
 	done
+	fs_tcp_count_stop
 	rm -rf "$FS_TMP"
 }
 trap fs_cleanup EXIT
@@ -217,4 +219,60 @@ fs_lib_copy() {
 		cp "$f" "$dir/" && chmod 755 "$dir/$(basename "$f")"
 	done
 	echo "$dir/$(basename "$FABSOCK_LIB")"
+}
+
+# ---- the proof that the payload did not go over kernel TCP --------------
+
+# fs_tcp_count_start PORT...: counts the bytes of every TCP segment to or
+# from each PORT on this host (each loopback segment passes the output hook
+# once) from now on.
+fs_tcp_count_start() {
+	local port
+	nft delete table inet "$FS_NFT" 2>/dev/null || true
+	nft add table inet "$FS_NFT" &&
+		nft add chain inet "$FS_NFT" out '{ type filter hook output priority 0; policy accept; }' || return 1
+	for port in "$@"; do
+		nft add rule inet "$FS_NFT" out tcp sport "$port" counter &&
+			nft add rule inet "$FS_NFT" out tcp dport "$port" counter || return 1
+	done
+}
+
+# Prints "PACKETS BYTES PAYLOAD" counted since fs_tcp_count_start (PAYLOAD:
+# bytes minus 52 header bytes per segment, IPv4 with timestamps).
+fs_tcp_count_read() {
+	nft list table inet "$FS_NFT" 2>/dev/null | awk '
+		/counter packets/ { for (i = 1; i <= NF; i++) { if ($i == "packets") p += $(i + 1); if ($i == "bytes") b += $(i + 1) } }
+		END { pl = b - 52 * p; if (pl < 0) pl = 0; printf "%d %d %d\n", p, b, pl }'
+}
+
+fs_tcp_count_stop() {
+	nft delete table inet "$FS_NFT" 2>/dev/null || true
+}
+
+# What one offloaded connection's handshake may carry over TCP: the HELLO
+# and its ACK (246 payload bytes measured), with room to spare.
+FS_TCP_PER_CONNECTION=512
+
+# fs_tcp_proof LABEL MODE CONNECTIONS: reads and stops the count that
+# fs_tcp_count_start began, and logs it. In MODE fabsock (any other mode
+# only logs) LABEL fails when TCP carried more payload than CONNECTIONS
+# handshakes (at least one): the data went over kernel TCP, not the fabric.
+fs_tcp_proof() {
+	local label=$1 mode=$2 connections=${3:-1} p b pl limit
+	read -r p b pl < <(fs_tcp_count_read)
+	fs_tcp_count_stop
+	[ "$connections" -ge 1 ] 2>/dev/null || connections=1
+	limit=$((FS_TCP_PER_CONNECTION * connections))
+	fs_log "$label: TCP carried $pl payload bytes in $p segments"
+	[ "$mode" = fabsock ] || return 0
+	[ "$pl" -le "$limit" ] ||
+		fs_fail "$label: TCP carried $pl payload bytes (> $limit for $connections handshakes): the data did not go over the fabric"
+}
+
+# Fails the script at once when nft (the counter of fs_tcp_count_start) is missing.
+fs_need_nft() {
+	command -v nft >/dev/null 2>&1 && return 0
+	fs_fail "nft is needed to prove the payload did not go over TCP (bash tools/setup.sh --deps-only)"
+	fs_done
+	exit 1
 }

@@ -182,7 +182,7 @@ apache_case() {
 	sleep 0.5 # let the first workers start
 
 	# Same user as the workers: offloaded in fabsock mode, TCP counted.
-	ra_tcp_count_start "$PORT"
+	fs_tcp_count_start "$PORT"
 	moved=0 conns=0
 	ab_run "$mode" "$mpm" www-data ab-k "$AB_N_KA" -k && :
 	moved=$((moved + AB_BYTES)) conns=$((conns + 8))
@@ -195,7 +195,7 @@ apache_case() {
 	else
 		fs_log "$mode $mpm: nothing was moved, so no TCP payload check"
 	fi
-	ra_tcp_count_stop
+	fs_tcp_count_stop
 	sleep 0.5 # cores of workers that just died
 	n_sig=$(apache_signal_lines "$dir/error.log")
 	if [ "$n_sig" -gt 0 ]; then

@@ -48,7 +48,6 @@ RA_DIR=$FS_TMP/ra
 mkdir -p "$RA_DIR"
 chmod 755 "$FS_TMP"
 chmod 1777 "$RA_DIR"
-RA_NFT=fstest_$$
 RA_CORES=$RA_DIR/cores
 mkdir -p "$RA_CORES"
 chmod 1777 "$RA_CORES"
@@ -78,7 +77,6 @@ ra_cleanup() {
 	for pid in "${FS_PIDS[@]:-}"; do
 		[ -n "$pid" ] && kill -KILL -- "-$pid" 2>/dev/null || true
 	done
-	nft delete table inet "$RA_NFT" 2>/dev/null || true
 	if [ -n "$RA_CORES_SAVED" ]; then
 		# fs.suid_dumpable first: the kernel warns when it is 2 while
 		# core_pattern is a relative path.
@@ -315,34 +313,6 @@ ra_mean_mb() {
 	echo "$1" | awk '{ for (i = 1; i <= NF; i++) s += $i; if (NF) printf "%.1f", s / NF / 1e6; else print 0 }'
 }
 
-# ---- the proof that the payload did not go over kernel TCP --------------
-
-# ra_tcp_count_start PORT...: counts the bytes of every TCP segment to or
-# from each PORT on this host (each loopback segment passes the output hook
-# once) from now on.
-ra_tcp_count_start() {
-	local port
-	nft delete table inet "$RA_NFT" 2>/dev/null || true
-	nft add table inet "$RA_NFT" &&
-		nft add chain inet "$RA_NFT" out '{ type filter hook output priority 0; policy accept; }' || return 1
-	for port in "$@"; do
-		nft add rule inet "$RA_NFT" out tcp sport "$port" counter &&
-			nft add rule inet "$RA_NFT" out tcp dport "$port" counter || return 1
-	done
-}
-
-# Prints "PACKETS BYTES PAYLOAD" counted since ra_tcp_count_start (PAYLOAD:
-# bytes minus 52 header bytes per segment, IPv4 with timestamps).
-ra_tcp_count_read() {
-	nft list table inet "$RA_NFT" 2>/dev/null | awk '
-		/counter packets/ { for (i = 1; i <= NF; i++) { if ($i == "packets") p += $(i + 1); if ($i == "bytes") b += $(i + 1) } }
-		END { pl = b - 52 * p; if (pl < 0) pl = 0; printf "%d %d %d\n", p, b, pl }'
-}
-
-ra_tcp_count_stop() {
-	nft delete table inet "$RA_NFT" 2>/dev/null || true
-}
-
 # ---- judging ------------------------------------------------------------
 
 # ra_cores_report LABEL [MAX]: fails the case for the core files written
@@ -456,13 +426,13 @@ ra_offloaded() {
 	fi
 }
 
-# ra_tcp_payload_check MODE MOVED LIMIT: after ra_tcp_count_start, in
+# ra_tcp_payload_check MODE MOVED LIMIT: after fs_tcp_count_start, in
 # fabsock mode the TCP connections must have carried at most LIMIT payload
 # bytes (the handshakes) while the programs moved MOVED bytes; in kernel
 # mode they must have carried at least MOVED (the counter works).
 ra_tcp_payload_check() {
 	local mode=$1 moved=$2 limit=$3 p b pl
-	read -r p b pl < <(ra_tcp_count_read)
+	read -r p b pl < <(fs_tcp_count_read)
 	if [ "$mode" = kernel ]; then
 		if [ "$pl" -ge "$moved" ]; then
 			fs_pass "$RA_CASE kernel: TCP carried $pl payload bytes (>= $moved moved)"

@@ -164,7 +164,7 @@ mc_case() {
 
 	# What memcached moved from here on, and what went over TCP.
 	read -r r1 w1 < <(mc_stats | sed -nE 's/^bytes_read=([0-9]+) bytes_written=([0-9]+).*/\1 \2/p') || true
-	ra_tcp_count_start "$PORT"
+	fs_tcp_count_start "$PORT"
 	mc_roundtrip "$mode"
 	mc_slap "$mode" set && :
 	mc_slap "$mode" get && :
@@ -176,7 +176,7 @@ mc_case() {
 	moved=$(( ${r2:-0} + ${w2:-0} - ${r1:-0} - ${w1:-0} ))
 	fs_log "$mode: memcached moved $moved bytes while counted (its stats: $RT_STATS)"
 	ra_tcp_payload_check "$mode" "$moved" $((20 * HELLO_BYTES + STATS_BYTES))
-	ra_tcp_count_stop
+	fs_tcp_count_stop
 
 	ra_alive "$mode" "$srv" memcached || true
 	ra_stop "$mode" "$srv" SIGTERM memcached 20 "$RA_DIR/memcached.$mode.err" || true

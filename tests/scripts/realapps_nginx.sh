@@ -97,7 +97,7 @@ nginx_case() {
 	nginx_start "$mode" "$name" "$dir" "$port" || return 0
 	srv=$NGX_PID
 
-	[ "$user" = nobody ] && { ra_tcp_count_start "$port" || fs_fail "$RA_CASE $mode: nft counter not set up"; }
+	[ "$user" = nobody ] && { fs_tcp_count_start "$port" || fs_fail "$RA_CASE $mode: nft counter not set up"; }
 	moved=0 conns=0
 	wrk_run "$mode" "$user" "$user" "$dir" "$port" && :
 	moved=$((moved + WRK_BYTES)) conns=$((conns + WRK_CONNS_SEEN))
@@ -105,7 +105,7 @@ nginx_case() {
 	moved=$((moved + CURL_BYTES)) conns=$((conns + CURL_RUNS))
 	if [ "$user" = nobody ]; then
 		ra_tcp_payload_check "$mode" "$moved" $((conns * HELLO_BYTES))
-		ra_tcp_count_stop
+		fs_tcp_count_stop
 	fi
 	nginx_stop "$mode" "$dir" "$srv" "nginx ($user clients)" 'exited on signal|core dumped|\[alert\]|\[emerg\]'
 	ra_cores_report "$mode $user clients"

@@ -132,7 +132,7 @@ pg_run() {
 		return
 	fi
 	pm=$(head -n 1 "$PG_DATA/postmaster.pid" 2>/dev/null || true)
-	ra_tcp_count_start "$PORT" || fs_fail "$RA_CASE $mode: nft counter not set up"
+	fs_tcp_count_start "$PORT" || fs_fail "$RA_CASE $mode: nft counter not set up"
 
 	ra_env "$mode" pgclients
 	pg_as
@@ -190,7 +190,7 @@ pg_run() {
 	fi
 
 	ra_tcp_payload_check "$mode" "$PG_DL_BYTES" "$TCP_LIMIT"
-	ra_tcp_count_stop
+	fs_tcp_count_stop
 
 	# The postmaster: the same process, alive, no backend lost to a signal.
 	pm_after=$(head -n 1 "$PG_DATA/postmaster.pid" 2>/dev/null || true)

@@ -145,7 +145,7 @@ proxy_case() {
 	nginx_start "$mode" nginx-front "$FDIR" "$FRONT" || return 0
 	fsrv=$NGX_PID
 
-	ra_tcp_count_start "$FRONT" "$BACK" || fs_fail "$RA_CASE $mode: nft counter not set up"
+	fs_tcp_count_start "$FRONT" "$BACK" || fs_fail "$RA_CASE $mode: nft counter not set up"
 	SPEEDS="" STALLS=0 CURL_BYTES=0 CURL_DONE=0 WRK_BYTES=0 WRK_FCONNS=0 WRK_BCONNS=0
 	SECONDS=0
 	curl_runs "$mode" before "$CURL_RUNS"
@@ -162,7 +162,7 @@ proxy_case() {
 	moved=$((2 * CURL_BYTES + 2 * WRK_BYTES))
 	conns=$((2 * CURL_DONE + WRK_FCONNS + WRK_BCONNS))
 	ra_tcp_payload_check "$mode" "$moved" $((conns * HELLO_BYTES))
-	ra_tcp_count_stop
+	fs_tcp_count_stop
 
 	upstream_errs=$(grep -cE '\[(error|crit|alert)\].*upstream' "$FDIR/error.log" || true)
 	if [ "$upstream_errs" -gt 0 ]; then

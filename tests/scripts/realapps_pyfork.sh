@@ -110,7 +110,7 @@ py_run() {
 		sed 's/^/    /' "$LOG-server.err" >&2 || true
 		return
 	fi
-	ra_tcp_count_start "$port" || fs_fail "$RA_CASE $mode: nft counter not set up"
+	fs_tcp_count_start "$port" || fs_fail "$RA_CASE $mode: nft counter not set up"
 
 	ra_env "$mode" client
 	t0=$(date +%s.%N)
@@ -134,7 +134,7 @@ py_run() {
 		fs_pass "$RA_CASE $mode: all $NCLI clients got their $MIB MiB back byte-exact (${FIG_RATE[$mode]} MB/s both ways together)"
 	fi
 	ra_tcp_payload_check "$mode" $((2 * NCLI * MIB << 20)) "$TCP_LIMIT"
-	ra_tcp_count_stop
+	fs_tcp_count_stop
 
 	ra_alive "$mode" "$srv" "the server" "the clients" ||
 		tail -n 2 "$LOG-server.err" | sed 's/^/    /' >&2 || true

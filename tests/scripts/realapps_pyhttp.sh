@@ -62,7 +62,7 @@ pyhttp_case() {
 		return
 	fi
 
-	ra_tcp_count_start "$port" || fs_fail "$RA_CASE $mode: nft counter not set up"
+	fs_tcp_count_start "$port" || fs_fail "$RA_CASE $mode: nft counter not set up"
 	ra_env "$mode" curl
 	for i in $(seq 1 "$CURL_RUNS"); do
 		out=$dir/big.$i
@@ -107,7 +107,7 @@ pyhttp_case() {
 		grep -v ': stats:' "$dir/one.err" | tail -n 2 | sed 's/^/    stderr: /' >&2 || true
 	fi
 	ra_tcp_payload_check "$mode" "$moved" $((2 * CURL_RUNS * HELLO_BYTES))
-	ra_tcp_count_stop
+	fs_tcp_count_stop
 
 	ra_alive "$mode" "$srv" http.server || true
 	ra_stop "$mode" "$srv" SIGINT http.server 15 || true

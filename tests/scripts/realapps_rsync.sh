@@ -148,14 +148,14 @@ rsync_run() {
 	[ -n "$SRV_RSYNC" ] || SRV_RSYNC=$SRV
 
 	ra_env "$mode" rsync
-	ra_tcp_count_start "$PORT" || fs_fail "$RA_CASE $mode: nft counter not set up"
+	fs_tcp_count_start "$PORT" || fs_fail "$RA_CASE $mode: nft counter not set up"
 	rsync_pull "$mode" FIG_ROOT root "$FS_TMP/dest-root-$mode" || true
 	rsync_pull "$mode" FIG_NOBODY nobody "$FS_TMP/dest-nobody-$mode" || true
 	# Over TCP in both modes: fabsock hands the root pull back to TCP when
 	# the client forks (below), and the nobody pull never offloads. The
 	# count then shows that the data did not vanish into neither.
 	[ "$mode" = kernel ] && ra_tcp_payload_check "$mode" $((2 * TOTAL)) "$TCP_LIMIT"
-	ra_tcp_count_stop
+	fs_tcp_count_stop
 
 	ra_alive "$mode" "$SRV_RSYNC" "the daemon" "the pulls" || true
 	# SIGTERM: the daemon leaves through exit() (its stats line).

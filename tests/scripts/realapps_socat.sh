@@ -44,14 +44,14 @@ socat_run() {
 		fs_fail "$RA_CASE $mode run $n: the receiving socat did not listen ($RA_LISTEN_WHY)"
 		return
 	fi
-	ra_tcp_count_start "$port"
+	fs_tcp_count_start "$port"
 	ra_env "$mode" "$name-cli"
 	t0=$(date +%s.%N)
 	timeout -k 2 60 "${RA_ENV[@]}" socat -u - "TCP:127.0.0.1:$port" <"$SRC" 2>"$FS_TMP/$name.$mode.cli.err" || rc_c=$?
 	fs_wait_pid "$srv" 60 || rc_s=$?
 	t1=$(date +%s.%N)
-	read -r p b pl < <(ra_tcp_count_read)
-	ra_tcp_count_stop
+	read -r p b pl < <(fs_tcp_count_read)
+	fs_tcp_count_stop
 	mbs=$(awk -v b="$BYTES" -v a="$t0" -v z="$t1" 'BEGIN { printf "%.1f", b / 1048576 / (z - a) }')
 	sum=$(sha256sum <"$out" 2>/dev/null | cut -d' ' -f1) || true
 	if [ "$rc_c" -ne 0 ] || [ "$rc_s" -ne 0 ] || [ "$sum" != "$SRC_SUM" ]; then

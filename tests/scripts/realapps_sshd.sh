@@ -114,7 +114,7 @@ sshd_run() {
 	for i in $(seq 1 100); do [ -s "$D/sshd.pid" ] && break; sleep 0.05; done
 	lpid=$(cat "$D/sshd.pid" 2>/dev/null || true)
 
-	ra_tcp_count_start "$PORT" || fs_fail "$RA_CASE $mode: nft counter not set up"
+	fs_tcp_count_start "$PORT" || fs_fail "$RA_CASE $mode: nft counter not set up"
 
 	ok=0
 	for i in $(seq 1 "$NSHORT"); do
@@ -157,7 +157,7 @@ sshd_run() {
 	# Over TCP in both modes: under fabsock each connection goes back to
 	# TCP when the preauth child takes it over (below).
 	[ "$mode" = kernel ] && ra_tcp_payload_check "$mode" $((2 * SIZE_MB << 20)) "$TCP_LIMIT"
-	ra_tcp_count_stop
+	fs_tcp_count_stop
 
 	lpid_after=$(cat "$D/sshd.pid" 2>/dev/null || true)
 	if [ -n "$lpid" ] && [ "$lpid" = "$lpid_after" ] && kill -0 "$lpid" 2>/dev/null; then
