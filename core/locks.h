@@ -46,7 +46,8 @@
  * fs_service_lock released (fs_service_run_watches drops it first): the
  * watches try fs_sock.lock (fs_sock_watch_lock: never a wait, since an
  * application thread may hold it through a whole handshake; busy, they
- * look again 10 ms later) and may queue themselves again; the probe twins'
+ * look again 10 ms later) and may queue themselves again, before they let
+ * the socket go (a close() moves s->fd under its lock); the probe twins'
  * READY takes fs_probe_table.lock. The thread takes the engine lock with a
  * trylock for its look and its progress round, plainly for the doorbell
  * and the hand-back requests.

@@ -526,12 +526,13 @@ static void fs_sock_client_watch(void *arg, bool timed_out)
 		/* Wait for the ACK (the server answers when its application first
 		 * uses the connection), keeping our reference. Woken with bytes
 		 * that are not yet a whole ACK: look again in a millisecond, not
-		 * in a tight loop. */
-		pthread_mutex_unlock(&s->lock);
+		 * in a tight loop. Armed before unlocking: a close() then moves
+		 * s->fd to its duplicate under the lock (fs_sock_bg_close). */
 		if (timed_out)
 			fs_sock_watch_ack(s);
 		else
 			fs_service_watch(&s->client_watch, -1, 0, fs_now_ns() + 1000000ull, fs_sock_client_watch, s);
+		pthread_mutex_unlock(&s->lock);
 		return;
 	}
 	pthread_mutex_unlock(&s->lock);
@@ -648,8 +649,8 @@ static void fs_sock_connect_watch(void *arg, bool timed_out)
 	if (!fs_sock_watch_lock(s, &s->connect_watch, fs_sock_connect_watch, s))
 		return;
 	if (!s->closed && !fs_sock_connect_done(s)) {
+		fs_sock_watch_connect(s); /* reads s->fd: under the lock */
 		pthread_mutex_unlock(&s->lock);
-		fs_sock_watch_connect(s);
 		return;
 	}
 	pthread_mutex_unlock(&s->lock);
@@ -671,9 +672,9 @@ int fs_core_connect(struct fs_sock *s, const struct sockaddr *addr, socklen_t le
 		/* Nonblocking: the service thread goes on when the connection is
 		 * up; the application sees EINPROGRESS as from the kernel. */
 		fs_sock_set_state(s, FS_SOCK_CONNECTING);
-		pthread_mutex_unlock(&s->lock);
 		fs_sock_ref(s);
 		fs_sock_watch_connect(s);
+		pthread_mutex_unlock(&s->lock);
 		return -EINPROGRESS;
 	}
 	fs_sock_after_connect(s, true);

@@ -214,10 +214,12 @@ static void fs_sock_bg_watch(void *arg, bool timed_out)
 		if (ret == -EAGAIN && now < bg->deadline_ns) {
 			uint64_t next = timed_out ? bg->deadline_ns : now + 1000000ull;
 
-			/* not yet (woken with part of an ACK: again in a millisecond) */
-			pthread_mutex_unlock(&s->lock);
+			/* not yet (woken with part of an ACK: again in a
+			 * millisecond); armed before unlocking, as the exit path
+			 * may finish S and close s->fd (fs_sock_bg_exit) */
 			fs_service_watch(&bg->watch, timed_out ? s->fd : -1, POLLIN,
 					 next < bg->deadline_ns ? next : bg->deadline_ns, fs_sock_bg_watch, bg);
+			pthread_mutex_unlock(&s->lock);
 			return;
 		}
 	}
