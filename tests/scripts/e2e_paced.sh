@@ -10,7 +10,9 @@
 # every connection offloaded on both ends with the bytes over the fabric,
 # ARMs carried and rings received on both ends, and no round trip over
 # 100 ms but for MAX_SLOW scheduling hiccups (a lost ring costs an armed
-# sleeper its 250 ms safety slice).
+# sleeper its 250 ms safety slice). Each connection's first echo, which
+# finishes its handshake and may wait for a process's first rail, is not a
+# round (fs_scale.c).
 . "$(dirname "$0")/lib.sh"
 
 PROG=$FS_PROGS/fs_scale
