@@ -256,14 +256,18 @@ FS_TCP_PER_CONNECTION=512
 # fs_tcp_proof LABEL MODE CONNECTIONS: reads and stops the count that
 # fs_tcp_count_start began, and logs it. In MODE fabsock (any other mode
 # only logs) LABEL fails when TCP carried more payload than CONNECTIONS
-# handshakes (at least one): the data went over kernel TCP, not the fabric.
+# handshakes (at least one): the data went over kernel TCP, not the fabric;
+# in any mode, when the counter saw no segment of the CONNECTIONS (> 0).
 fs_tcp_proof() {
-	local label=$1 mode=$2 connections=${3:-1} p b pl limit
+	local label=$1 mode=$2 connections=${3:-1} p b pl limit made=1
 	read -r p b pl < <(fs_tcp_count_read)
 	fs_tcp_count_stop
-	[ "$connections" -ge 1 ] 2>/dev/null || connections=1
+	[ "$connections" -ge 1 ] 2>/dev/null || { connections=1 made=0; }
 	limit=$((FS_TCP_PER_CONNECTION * connections))
 	fs_log "$label: TCP carried $pl payload bytes in $p segments"
+	# a connection's handshake segments always pass the hook: none counted
+	# means a counter on the wrong port, or none at all, proving nothing
+	[ "$p" -gt 0 ] || [ "$made" = 0 ] || { fs_fail "$label: the TCP counter saw no segment on the port: it proves nothing"; return 0; }
 	[ "$mode" = fabsock ] || return 0
 	[ "$pl" -le "$limit" ] ||
 		fs_fail "$label: TCP carried $pl payload bytes (> $limit for $connections handshakes): the data did not go over the fabric"
