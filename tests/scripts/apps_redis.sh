@@ -198,7 +198,7 @@ apps_run() {
 	fi
 }
 
-for mode in kernel fabsock; do
+for mode in $FS_MODES; do
 	apps_run "$mode"
 done
 fs_done

@@ -24,7 +24,7 @@ PROG=$FS_PROGS/fs_shapes
 [ -x "$PROG" ] || { fs_fail "$PROG is not built"; fs_done; exit 1; }
 
 
-for mode in kernel fabsock; do
+for mode in $FS_MODES; do
 	prefix=(env)
 	[ "$mode" = fabsock ] && prefix=(env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 FABSOCK_LOG=info)
 

@@ -66,7 +66,7 @@ run() { # MODE IOMODE
 }
 
 for io in recv epoll; do
-	for mode in kernel fabsock; do
+	for mode in $FS_MODES; do
 		run "$mode" "$io"
 	done
 	fs_log "$io, $CONNS connections, ${DELAY_MS} ms before first use: kernel: ${RESULT[kernel-$io]:-n/a} | fabsock: ${RESULT[fabsock-$io]:-n/a}"

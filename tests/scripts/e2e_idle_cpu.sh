@@ -127,7 +127,7 @@ idle_run() {
 }
 
 for io in recv epoll; do
-	for mode in kernel fabsock; do
+	for mode in $FS_MODES; do
 		idle_run "$mode" "$io"
 	done
 done

@@ -133,7 +133,7 @@ run() { # MODE
 }
 
 declare -A RATE
-for mode in kernel fabsock; do
+for mode in $FS_MODES; do
 	run "$mode"
 done
 fs_log "connection per request, $CLIENTS clients x $COUNT (the last nine tenths): kernel ${RATE[kernel]:-?} conn/s, fabsock ${RATE[fabsock]:-?} conn/s"

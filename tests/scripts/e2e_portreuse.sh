@@ -56,7 +56,7 @@ for i in range(n):
 print("echoed %d of %d from port %d" % (ok, n, lport))
 EOF
 
-for mode in kernel fabsock; do
+for mode in $FS_MODES; do
 	dir=$FS_TMP/$mode
 	mkdir -p "$dir"
 	pre=(env -u LD_PRELOAD)

@@ -66,7 +66,7 @@ run_shape() { # MODE SHAPE
 
 [ -x "$SHAPES_PROG" ] || { fs_fail "$SHAPES_PROG is not built"; fs_done; exit 1; }
 for shape in ${FS_SHAPES:-fork prefork reuseport threads epoll}; do
-	for mode in kernel fabsock; do
+	for mode in $FS_MODES; do
 		run_shape "$mode" "$shape"
 	done
 done

@@ -22,6 +22,26 @@ FS_FAILS=0
 FS_PASSES=0
 FS_NFT=fstest_$$ # the nftables table of fs_tcp_count_start
 
+# The modes a script runs its cases in: "kernel" (no preload anywhere: the
+# baseline, and a check of the test itself) and "fabsock". With
+# FS_SKIP_KERNEL_HALF=1 the kernel half is left out: CMake sets it in
+# sanitizer builds (the kernel half runs none of fabsock's code under the
+# sanitizer) and .ci/run in its slow stage (the scale tests' baselines). The
+# release build's default run keeps both halves. The skip is said at the
+# start and in fs_done's closing line, never counted as a pass. A script
+# loops `for mode in $FS_MODES` (or asks mode_wanted); FS_MODES set by hand
+# wins.
+if [ "${FS_SKIP_KERNEL_HALF:-0}" = 1 ]; then
+	FS_MODES=${FS_MODES:-fabsock}
+else
+	FS_MODES=${FS_MODES:-kernel fabsock}
+fi
+FS_KERNEL_SKIPPED=
+if [[ " $FS_MODES " != *" kernel "* ]]; then
+	FS_KERNEL_SKIPPED="kernel half not run (FS_MODES=\"$FS_MODES\"$([ "${FS_SKIP_KERNEL_HALF:-0}" = 1 ] && echo ', FS_SKIP_KERNEL_HALF=1'))"
+	printf '%s: %s\n' "$(basename "$0" .sh)" "SKIP: $FS_KERNEL_SKIPPED" >&2
+fi
+
 # PID and all its descendants, children first (while the tree is intact).
 fs_tree() {
 	local kid
@@ -64,7 +84,7 @@ fs_skip() { fs_log "SKIP: $*"; exit 77; }
 # left in the test's directory (a program that exits 66 under TSan or 1
 # under ASan says why only in its stderr file).
 fs_done() {
-	echo "$FS_PASSES passed, $FS_FAILS failed"
+	echo "$FS_PASSES passed, $FS_FAILS failed${FS_KERNEL_SKIPPED:+, $FS_KERNEL_SKIPPED}"
 	if [ "$FS_FAILS" -ne 0 ]; then
 		local f
 		f=$(grep -rlE '^(WARNING: ThreadSanitizer|==[0-9]+==ERROR: (Address|Leak)Sanitizer|.*: runtime error: )' "$FS_TMP" 2>/dev/null | head -n 1 || true)

@@ -249,7 +249,7 @@ apache_case() {
 }
 
 for mpm in event prefork; do
-	for mode in kernel fabsock; do
+	for mode in $FS_MODES; do
 		apache_case "$mpm" "$mode"
 	done
 	ra_figure "$mpm ab -k -c 8 small file" "req/s" "${FIG["$mpm ab-k kernel"]:-0}" "${FIG["$mpm ab-k fabsock"]:-0}"

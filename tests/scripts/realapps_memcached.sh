@@ -198,7 +198,7 @@ mc_case() {
 	fi
 }
 
-for mode in kernel fabsock; do
+for mode in $FS_MODES; do
 	mc_case "$mode"
 done
 ra_figure "memcslap set -c 8" "ops/s" "${FIG["set kernel"]:-0}" "${FIG["set fabsock"]:-0}"

@@ -144,7 +144,7 @@ nginx_case() {
 }
 
 for user in nobody root; do
-	for mode in kernel fabsock; do
+	for mode in $FS_MODES; do
 		nginx_case "$mode" "$user"
 	done
 	ra_figure "wrk -c $WRK_CONNS small file, $user clients" "req/s" "${FIG["wrk $user kernel"]:-0}" "${FIG["wrk $user fabsock"]:-0}"

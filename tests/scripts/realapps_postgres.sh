@@ -244,7 +244,7 @@ if [ "$rc" -ne 0 ]; then
 	exit
 fi
 
-for mode in kernel fabsock; do
+for mode in $FS_MODES; do
 	pg_run "$mode"
 done
 

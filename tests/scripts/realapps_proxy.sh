@@ -192,7 +192,7 @@ proxy_case() {
 	done
 }
 
-for mode in kernel fabsock; do
+for mode in $FS_MODES; do
 	proxy_case "$mode"
 done
 ra_figure "curl 4 MB through proxy_pass" "MB/s" "${FIG["curl kernel"]:-0}" "${FIG["curl fabsock"]:-0}"

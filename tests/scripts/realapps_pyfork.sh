@@ -170,7 +170,7 @@ py_run() {
 	fi
 }
 
-for mode in kernel fabsock; do
+for mode in $FS_MODES; do
 	py_run "$mode"
 done
 

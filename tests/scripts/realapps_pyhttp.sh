@@ -133,7 +133,7 @@ pyhttp_case() {
 	done
 }
 
-for mode in kernel fabsock; do
+for mode in $FS_MODES; do
 	pyhttp_case "$mode"
 done
 ra_figure "curl 4 MB from http.server" "MB/s" "${FIG[kernel]:-0}" "${FIG[fabsock]:-0}"

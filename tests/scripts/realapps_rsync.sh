@@ -195,7 +195,7 @@ rsync_run() {
 	fi
 }
 
-for mode in kernel fabsock; do
+for mode in $FS_MODES; do
 	rsync_run "$mode"
 done
 

@@ -82,7 +82,7 @@ socat_run() {
 	ra_log_clean "$name-cli" "$mode" || true
 }
 
-socat_run kernel 1
+[[ " $FS_MODES " != *" kernel "* ]] || socat_run kernel 1
 for i in $(seq 1 "$RUNS"); do
 	socat_run fabsock "$i"
 done

@@ -197,7 +197,7 @@ sshd_run() {
 	fi
 }
 
-for mode in kernel fabsock; do
+for mode in $FS_MODES; do
 	sshd_run "$mode"
 done
 

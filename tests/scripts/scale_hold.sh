@@ -128,7 +128,7 @@ run() { # MODE
 	return 0
 }
 
-for mode in kernel fabsock; do
+for mode in $FS_MODES; do
 	run "$mode"
 done
 printf '%-44s | %10s | %10s\n' "$NCONN connections, one server process" kernel fabsock >&2
