@@ -244,8 +244,9 @@ FS_WIRE_HELLO_MIN=68
 # from each PORT on this host (a loopback segment passes the output hook
 # once), in three exact classes:
 #   handshake  a segment whose payload starts with a HELLO's or an ACK's
-#              magic ('FSBH', 'FSBA': core/wire.h) and is no longer than
-#              FS_WIRE_HELLO_MAX: fabsock's own negotiation (a NAK too);
+#              magic ('FSBH', 'FSBA': core/wire.h) and whose length is
+#              one's (FS_WIRE_HELLO_MIN..MAX): fabsock's own negotiation
+#              (a NAK too);
 #   payload    every other segment's TCP payload: its bytes less its own
 #              IP and TCP headers (each header length matched, not assumed:
 #              a SYN's options or SACK blocks do not count as payload);
@@ -277,11 +278,11 @@ fs_tcp_count_start() {
 				if [ "$fam" = 4 ]; then
 					hdr=$((20 + 4 * doff))
 					fam="ip hdrlength 5"
-					len="ip length <= $((hdr + FS_WIRE_HELLO_MAX))"
+					len="ip length $((hdr + FS_WIRE_HELLO_MIN))-$((hdr + FS_WIRE_HELLO_MAX))"
 				else
 					hdr=$((40 + 4 * doff))
 					fam="ip6 nexthdr tcp"
-					len="ip6 length <= $((4 * doff + FS_WIRE_HELLO_MAX))"
+					len="ip6 length $((4 * doff + FS_WIRE_HELLO_MIN))-$((4 * doff + FS_WIRE_HELLO_MAX))"
 				fi
 				[ -z "$mark" ] || echo "$fam tcp doff $doff @th,$((32 * doff)),32 $mark counter comment \"mark 0\""
 				echo "$fam tcp doff $doff @th,$((32 * doff)),32 { 0x46534248, 0x46534241 } $len counter accept comment \"hs $hdr\""
@@ -333,10 +334,10 @@ fs_tcp_count_stop() {
 # other mode only logs) LABEL fails when TCP carried any payload byte beyond
 # the handshakes (exactly: the HELLO and ACK segments are told apart by
 # their magic, not by an allowance of bytes), or a segment of unknown
-# shape. (The handshake segments are only logged: a segment the kernel sent
-# again, on a loaded machine, passes the hook twice.) A scenario that puts bytes on TCP on
-# purpose (a stream handed back to TCP) says how many at most in ALLOWED,
-# and WHY. In any mode it fails when the counter saw no segment of the
+# shape. (The handshake segments are only logged: a segment the kernel
+# sent again, on a loaded machine, passes the hook twice.) A scenario that
+# puts bytes on TCP on purpose (a stream handed back to TCP) says how many
+# at most in ALLOWED, and WHY. In any mode it fails when the counter saw no segment of the
 # CONNECTIONS (> 0): a counter on the wrong port proves nothing.
 fs_tcp_proof() {
 	local label=$1 mode=$2 connections=${3:-1} allowed=${4:-0} why=${5:-} p b pl hs hsb odd made=1
