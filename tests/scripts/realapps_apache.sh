@@ -171,6 +171,12 @@ apache_case() {
 		return
 	fi
 	ra_env "$mode" "apache-$mpm"
+	# The TCP count, from before apache2 starts to its end. Connections from
+	# root are not counted but numbered (FS_TCP_SKIP_UID): the root client
+	# below, and the parent's own (apache wakes its workers with a
+	# connection to its port: a "dummy connection", from root to www-data,
+	# stays on TCP), from the first.
+	fs_tcp_count_start "$PORT" || fs_fail "$RA_CASE $mode $mpm: nft counter not set up"
 	# setsid: apache2 leads its own process group, which the cleanup kills.
 	fs_bg srv setsid "${RA_ENV[@]}" apache2 -f "$dir/httpd.conf" -DFOREGROUND \
 		>"$dir/stdout" 2>"$dir/stderr"
@@ -182,11 +188,6 @@ apache_case() {
 	sleep 0.5 # let the first workers start
 
 	# Same user as the workers: offloaded in fabsock mode, TCP counted.
-	# Connections from root are not counted but numbered (FS_TCP_SKIP_UID):
-	# the root client below, and the parent's own (apache wakes its
-	# workers with a connection to its port: a "dummy connection", from
-	# root to www-data, stays on TCP). The count runs to the end.
-	fs_tcp_count_start "$PORT"
 	moved=0 conns=0
 	ab_run "$mode" "$mpm" www-data ab-k "$AB_N_KA" -k && :
 	moved=$((moved + AB_BYTES)) conns=$((conns + 8))

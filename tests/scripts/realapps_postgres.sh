@@ -225,8 +225,7 @@ pg_run() {
 			fs_fail "$RA_CASE fabsock: the server offloaded $(ra_sum postgres fabsock offloaded) streams, the clients $(ra_sum pgclients fabsock offloaded)"
 		fi
 		for i in postgres pgclients; do
-			ra_all_offloaded "$i" fabsock
-			ra_log_clean "$i" fabsock || true
+			ra_log_clean "$i" fabsock || true # ra_offloaded checked that none stayed on TCP
 		done
 	fi
 }
