@@ -20,20 +20,22 @@
  *       "held N setup_ms=T rss_before_kib=R0 rss_held_kib=R1" and waits until
  *       GOFILE exists (at most 300 s), then closes them all and prints
  *       "PASS client N" (or FAIL lines; exit 1).
- *   fs_scale paced PORT[,PORT...] N ROUNDS GAP_US
- *       Opens N connections (as the client does), then ROUNDS times: on
- *       each connection in turn one 64-byte request and its echo, checked;
- *       then GAP_US of sleep. A process that waits on its peers more than
- *       it computes, like the hundreds of PostgreSQL backends pgbench
- *       drives: the doorbell carries every wake-up. Before the rounds, one
- *       echo per connection (checked, not timed into the rounds): the first
- *       message on a connection also finishes its handshake and may wait
- *       for a process's first rail (libfabric's load and its shm region:
- *       200-350 ms under ASan). Prints "paced rounds=R conns=N
- *       max_rtt_ms=X slow=S first_ms=F" (S: round trips over SC_SLOW_MS,
- *       which a lost ring shows as: an armed sleeper's safety slice is
- *       250 ms; F: the longest first echo) and "PASS paced" (or FAIL
- *       lines; exit 1).
+ *   fs_scale paced PORT[,PORT...] N ROUNDS GAP_US [GOFILE]
+ *       First one warm-up connection and echo to every server (untimed:
+ *       the rails of both ends open, 200-350 ms under ASan); with GOFILE,
+ *       prints "warm" and waits until GOFILE exists. Then opens N
+ *       connections (as the client does) and ROUNDS times: on each
+ *       connection in turn one 64-byte request and its echo, checked; then
+ *       GAP_US of sleep. A process that waits on its peers more than it
+ *       computes, like the hundreds of PostgreSQL backends pgbench drives:
+ *       the doorbell carries every wake-up. Before the rounds, one echo per
+ *       connection (round 0: it also finishes the handshake), checked and
+ *       held to the same bounds, its longest time printed apart. Prints
+ *       "paced rounds=R conns=N max_rtt_ms=X slow=S lost=L first_ms=F"
+ *       (S: round trips over SC_SLOW_MS; L: over SC_LOST_MS, which a lost
+ *       ring shows as: an armed sleeper's safety slice is 250 ms, and each
+ *       such round trip is printed; F: the longest first echo) and "PASS
+ *       paced" (or FAIL lines; exit 1).
  * Plain blocking calls in the client, epoll in the server: the same program
  * runs under kernel TCP and under the preload.
  */
@@ -232,18 +234,70 @@ static int sc_client(const int *ports, unsigned nports, unsigned n, size_t size,
 
 #define SC_PACED_SIZE 64
 #define SC_SLOW_MS 100.0
+/* A round trip this long is a lost doorbell ring: the sleeper it missed
+ * wakes at the end of its safety slice (FS_BELL_SLICE_MS, 250 ms, counted
+ * from when it went to sleep, just after its request or its last answer);
+ * a scheduling hiccup on a loaded machine stays well under it. */
+#define SC_LOST_MS 200.0
 
-static int sc_paced(const int *ports, unsigned nports, unsigned n, unsigned rounds, unsigned gap_us)
+/* One 64-byte request KEY on FD and its echo, checked: the round trip in
+ * ms, or -1 (a FAIL line printed). */
+static double sc_echo(int fd, uint64_t key, const char *what)
+{
+	uint8_t out[SC_PACED_SIZE], in[SC_PACED_SIZE];
+	double t0 = harness_now_ms(), rtt;
+	int result;
+
+	harness_pattern_fill(key, 0, out, sizeof(out));
+	result = harness_write_full(fd, out, sizeof(out), NULL);
+	if (result == 0)
+		result = harness_read_full(fd, in, sizeof(in), NULL);
+	if (result < 0) {
+		printf("FAIL %s: %s\n", what, result == -ENODATA ? "EOF" : strerror(-result));
+		return -1;
+	}
+	rtt = harness_now_ms() - t0;
+	if (harness_pattern_mismatch(key, 0, in, sizeof(in)) != sizeof(in)) {
+		printf("FAIL %s: the echo differs\n", what);
+		return -1;
+	}
+	return rtt;
+}
+
+static int sc_paced(const int *ports, unsigned nports, unsigned n, unsigned rounds, unsigned gap_us,
+		    const char *gofile)
 {
 	static struct addrinfo *targets[SC_MAX_PORTS];
 	int *fds = calloc(n, sizeof(*fds));
+	int warm[SC_MAX_PORTS];
 	double max_rtt = 0, first_ms = 0;
-	unsigned slow = 0, fails = 0;
+	unsigned slow = 0, lost = 0, fails = 0;
+	char what[64];
 
 	if (!fds)
 		return perror("calloc"), 1;
 	if (sc_targets(ports, nports, targets) < 0)
 		return 1;
+	/* Warm-up: one connection and one echo to every server, so that every
+	 * process has opened its rail (libfabric's load and its shm region,
+	 * 200-350 ms under ASan when nine start together) and knows its peers
+	 * before anything is timed; with GOFILE, then "warm" and wait for it,
+	 * so that no other client's warm-up stalls a server during the timed
+	 * part. Kept open to the end. */
+	for (unsigned p = 0; p < nports; p++) {
+		warm[p] = harness_connect(targets[p], 0);
+		snprintf(what, sizeof(what), "warm-up echo to server %u", p);
+		if (warm[p] < 0 || sc_echo(warm[p], (uint64_t)0xffff << 32 | p, what) < 0) {
+			printf("FAIL warm-up connection to server %u\n", p);
+			return 1;
+		}
+	}
+	if (gofile) {
+		printf("warm\n");
+		fflush(stdout);
+		if (sc_wait_file(gofile))
+			return 1;
+	}
 	for (unsigned i = 0; i < n; i++) {
 		fds[i] = harness_connect(targets[i % nports], 0);
 		if (fds[i] < 0) {
@@ -251,45 +305,38 @@ static int sc_paced(const int *ports, unsigned nports, unsigned n, unsigned roun
 			return 1;
 		}
 	}
-	/* round 0: the first echo of each connection, not counted as a round */
+	/* round 0: the first echo of each connection (it also finishes the
+	 * handshake), timed apart (first_ms) but held to the same bounds */
 	for (unsigned r = 0; r <= rounds && !fails; r++) {
 		for (unsigned i = 0; i < n && !fails; i++) {
-			uint8_t out[SC_PACED_SIZE], in[SC_PACED_SIZE];
-			uint64_t key = (uint64_t)i << 32 | r;
-			double t0 = harness_now_ms(), rtt;
-			int result;
+			double rtt;
 
-			harness_pattern_fill(key, 0, out, sizeof(out));
-			result = harness_write_full(fds[i], out, sizeof(out), NULL);
-			if (result == 0)
-				result = harness_read_full(fds[i], in, sizeof(in), NULL);
-			if (result < 0) {
-				printf("FAIL round %u connection %u: %s\n", r, i,
-				       result == -ENODATA ? "EOF" : strerror(-result));
+			snprintf(what, sizeof(what), "round %u connection %u", r, i);
+			rtt = sc_echo(fds[i], (uint64_t)i << 32 | r, what);
+			if (rtt < 0) {
 				fails++;
 				break;
 			}
-			rtt = harness_now_ms() - t0;
-			if (harness_pattern_mismatch(key, 0, in, sizeof(in)) != sizeof(in)) {
-				printf("FAIL round %u connection %u: the echo differs\n", r, i);
-				fails++;
-			}
-			if (r == 0) {
-				if (rtt > first_ms)
-					first_ms = rtt;
-				continue;
-			}
-			if (rtt > max_rtt)
+			if (r == 0 && rtt > first_ms)
+				first_ms = rtt;
+			if (r > 0 && rtt > max_rtt)
 				max_rtt = rtt;
 			if (rtt > SC_SLOW_MS)
 				slow++;
+			if (rtt > SC_LOST_MS) {
+				lost++;
+				printf("lost? round %u connection %u: %.3f ms\n", r, i, rtt);
+			}
 		}
 		usleep(gap_us);
 	}
 	for (unsigned i = 0; i < n; i++)
 		close(fds[i]);
+	for (unsigned p = 0; p < nports; p++)
+		close(warm[p]);
 	free(fds);
-	printf("paced rounds=%u conns=%u max_rtt_ms=%.3f slow=%u first_ms=%.3f\n", rounds, n, max_rtt, slow, first_ms);
+	printf("paced rounds=%u conns=%u max_rtt_ms=%.3f slow=%u lost=%u first_ms=%.3f\n", rounds, n, max_rtt, slow,
+	       lost, first_ms);
 	if (fails)
 		return 1;
 	printf("PASS paced\n");
@@ -332,7 +379,7 @@ int main(int argc, char **argv)
 		}
 		return sc_client(ports, nports, (unsigned)n, (size_t)size, argv[5]);
 	}
-	if (argc == 6 && strcmp(argv[1], "paced") == 0) {
+	if ((argc == 6 || argc == 7) && strcmp(argv[1], "paced") == 0) {
 		static int ports[SC_MAX_PORTS];
 		long n = atol(argv[3]), rounds = atol(argv[4]), gap = atol(argv[5]);
 		unsigned nports = sc_ports(argv[2], ports);
@@ -341,9 +388,9 @@ int main(int argc, char **argv)
 			fprintf(stderr, "fs_scale: bad PORT[,PORT...], N, ROUNDS (1..1000000) or GAP_US (0..1000000)\n");
 			return 2;
 		}
-		return sc_paced(ports, nports, (unsigned)n, (unsigned)rounds, (unsigned)gap);
+		return sc_paced(ports, nports, (unsigned)n, (unsigned)rounds, (unsigned)gap, argc == 7 ? argv[6] : NULL);
 	}
 	fprintf(stderr, "usage: fs_scale server | fs_scale client PORT[,PORT...] N SIZE GOFILE | "
-			"fs_scale paced PORT[,PORT...] N ROUNDS GAP_US\n");
+			"fs_scale paced PORT[,PORT...] N ROUNDS GAP_US [GOFILE]\n");
 	return 2;
 }

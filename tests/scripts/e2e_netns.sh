@@ -3,7 +3,8 @@
 # Server and client in two fresh network namespaces (fs-PID-a, fs-PID-b)
 # joined by a veth pair with 10.250.X.1/24 and .2/24, 64 MiB checksummed, in
 # kernel mode and with both ends preloaded and FABSOCK_PROVIDER=tcp. Exits 77
-# (skipped) when network namespaces cannot be created.
+# (skipped) when network namespaces cannot be created; under CI=true that
+# fails instead (fs_skip).
 # The work is done by the stream driver in e2e_stream.sh (case "netns"), which
 # states the pass/fail rules; FS_MODES picks the modes (default "kernel fabsock").
 FS_STREAM_CASE=netns

@@ -10,9 +10,11 @@
 # lines of all the server's processes (the parent, children or workers)
 # must add up to NCONN, and their fabric_rx_bytes to at least NCONN MiB each
 # way: every connection and every byte went over the fabric, in whichever
-# process served it. Afterwards no /dev/shm region of a finished process of
+# process served it; and the TCP connections carried no payload byte, only
+# the handshakes (nftables, fs_tcp_proof). Afterwards no /dev/shm region of a finished process of
 # this test, and no shared probe table of its ports, may be left.
 . "$(dirname "$0")/lib.sh"
+fs_need_nft
 
 SHAPES_PROG=$FS_PROGS/fs_shapes
 NCONN=${NCONN:-12}
@@ -32,10 +34,12 @@ run_shape() { # MODE SHAPE
 		fs_fail "$label: the server did not listen"
 		return 0
 	fi
+	fs_tcp_count_start "$port" || fs_fail "$label: nft counter not set up"
 	fs_bg client_pid "${prefix[@]}" "$SHAPES_PROG" client 127.0.0.1 "$port" "$NCONN" "$PARALLEL" \
 		>"$dir/client.out" 2>"$dir/client.err"
 	fs_wait_pid "$client_pid" 120 || client_rc=$?
 	fs_wait_pid "$server_pid" 30 || server_rc=$?
+	fs_tcp_proof "$label" "$mode" "$NCONN"
 	if [ "$client_rc" -ne 0 ] || ! grep -q '^PASS client' "$dir/client.out"; then
 		fs_fail "$label: client exit $client_rc: $(grep -h '^FAIL' "$dir/client.out" | head -n 3 | tr '\n' ' ')"
 		tail -n 5 "$dir/client.err" >&2 || true

@@ -25,7 +25,6 @@ if [ "$WRK_CONNS" -gt 300 ]; then
 fi
 SMALL_SIZE=600
 BIG_SIZE=$((4 << 20))
-HELLO_BYTES=640 # most TCP payload the negotiation may use per connection
 
 DOCROOT=$RA_DIR/htdocs
 ra_make_docroot "$DOCROOT" "$SMALL_SIZE" "$BIG_SIZE"
@@ -152,22 +151,4 @@ access_count() {
 	AL_BAD=$(awk -v sz="$SMALL_SIZE" '($3 != 200 || $4 != sz) && $3 != 499' "$1" | wc -l)
 	AL_499=$(awk '$3 == 499' "$1" | wc -l)
 	AL_CONNS=$(awk '{ print $1 }' "$1" | sort -u | wc -l)
-}
-
-# access_abandoned FILE REQ CONNS: requests wrk abandoned when its time was
-# up can also show as 200 with fewer body bytes (nginx's write failed once
-# wrk had closed: fabsock reports the peer's close on the first write, the
-# kernel one write later). Counts those among the last 2 x CONNS lines of
-# FILE into AL_SHORT, and takes them off AL_BAD when they are requests wrk
-# did not count (lines - REQ) and, with the 499s, at most one per
-# connection. A short answer anywhere earlier stays an error.
-access_abandoned() {
-	local tail_from=$(($(wc -l <"$1") - 2 * $3))
-	AL_SHORT=$(awk -v sz="$SMALL_SIZE" -v from="$tail_from" 'NR > from && $3 == 200 && $4 < sz' "$1" | wc -l)
-	if [ "$AL_SHORT" -gt 0 ] && [ $((AL_LINES - $2)) -ge "$AL_SHORT" ] &&
-		[ $((AL_SHORT + AL_499)) -le "$3" ]; then
-		AL_BAD=$((AL_BAD - AL_SHORT))
-	else
-		AL_SHORT=0
-	fi
 }

@@ -13,12 +13,15 @@
 # no (the listener's probe table holds such a burst), all NCONN were
 # offloaded (shared receives, issue 14), every offloaded stream was freed
 # on the server (streams_freed), and the server answers and offloads a fresh
-# connection after all of them closed. Printed, not required: the setup
+# connection after all of them closed; the TCP connections carried no
+# payload byte, only the handshakes (nftables, fs_tcp_proof). Printed, not
+# required: the setup
 # time and the RSS per idle connection on each end above the kernel's.
 . "$(dirname "$0")/lib.sh"
 
 PROG=$FS_PROGS/fs_scale
 [ -x "$PROG" ] || { fs_fail "$PROG is not built"; fs_done; exit 1; }
+fs_need_nft
 NCONN=${FS_SCALE_CONNS:-10000}
 SIZE=${FS_SCALE_SIZE:-2048}
 ulimit -n $((NCONN + 1024)) 2>/dev/null || ulimit -n "$(ulimit -Hn)"
@@ -36,6 +39,7 @@ run() { # MODE
 	port=$(fs_listen_port "$dir/server.out" "$srv")
 	[ -n "$port" ] || { fs_fail "$mode: the server did not listen"; return 0; }
 	s0=$(rss "$srv")
+	fs_tcp_count_start "$port" || fs_fail "$mode: nft counter not set up"
 	fs_bg cli timeout -k 2 600 "${pre[@]}" "$PROG" client "$port" "$NCONN" "$SIZE" "$dir/go" \
 		>"$dir/client.out" 2>"$dir/client.err"
 	# a tenth of the way: the server's memory there too (the slope from
@@ -78,6 +82,7 @@ run() { # MODE
 	[ "$src" = 0 ] || fs_fail "$mode: server exit $src"
 	local want=$NCONN
 	[ "$mode" = fabsock ] && want=$((NCONN + 1))
+	fs_tcp_proof "$mode: $want connections" "$mode" "$want"
 	grep -q "^accepted=$want closed=$want\$" "$dir/server.out" ||
 		fs_fail "$mode: server says $(grep '^accepted=' "$dir/server.out" || echo nothing), expected accepted=$want closed=$want"
 	local c0 c1

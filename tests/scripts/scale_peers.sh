@@ -4,13 +4,15 @@
 # fs_scale server and PEERS (300) client processes, each holding one
 # connection that echoed 2 KiB byte-exact, all open at once. The server
 # opens a second endpoint for the processes past the 256th; every
-# connection is offloaded on both ends, the bytes went over the fabric, and
-# nothing is left in /dev/shm by the clients afterwards. (e2e_endpoints
+# connection is offloaded on both ends, the bytes went over the fabric and
+# none over TCP (nftables, fs_tcp_proof: the handshakes only), and nothing
+# is left in /dev/shm by the clients afterwards. (e2e_endpoints
 # covers the client side and the most endpoints with a lowered limit.)
 . "$(dirname "$0")/lib.sh"
 
 PROG=$FS_PROGS/fs_scale
 [ -x "$PROG" ] || { fs_fail "$PROG is not built"; fs_done; exit 1; }
+fs_need_nft
 PEERS=${FS_SCALE_PEERS:-300}
 SIZE=2048
 ulimit -n $((PEERS + 1024)) 2>/dev/null || true
@@ -20,6 +22,7 @@ mkdir -p "$dir"
 fs_bg srv env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 FABSOCK_LOG=info "$PROG" server >"$dir/server.out" 2>"$dir/server.err"
 port=$(fs_listen_port "$dir/server.out" "$srv")
 [ -n "$port" ] || { fs_fail "the server did not listen"; fs_done; exit 1; }
+fs_tcp_count_start "$port" || fs_fail "nft counter not set up"
 cpids=()
 # 300 processes that start at once on two cores load libfabric together
 # (seconds of CPU between them); a probe answered after the default 250 ms
@@ -48,6 +51,7 @@ for i in $(seq 1 "$PEERS"); do
 	[ "$(fs_stat "$dir/c$i.err" offloaded)" = 1 ] && off=$((off + 1))
 done
 [ "$bad" = 0 ] || fs_fail "$bad of $PEERS clients failed"
+fs_tcp_proof "$PEERS client processes" fabsock "$PEERS"
 [ "$off" = "$PEERS" ] ||
 	fs_fail "$off of $PEERS clients offloaded; the rest: $(cat "$dir"/c*.err | fs_stats_fallbacks /dev/stdin)"
 sleep 1

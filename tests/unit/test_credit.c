@@ -1364,10 +1364,8 @@ int main(void)
 	pthread_mutex_lock(&engine->lock);
 	ret = fs_engine_rail(engine, FS_PROV_SHM, NULL, &erail, why, sizeof(why));
 	pthread_mutex_unlock(&engine->lock);
-	if (ret && strstr(why, "not usable")) {
-		printf("skipped: %s\n", why);
-		return 77;
-	}
+	if (ret && strstr(why, "not usable"))
+		return fs_check_skip(why);
 	if (ret)
 		fprintf(stderr, "fs_engine_rail(shm): %d: %s\n", ret, why);
 	CHECK(ret == 0);

@@ -251,10 +251,8 @@ int main(void)
 	fs_log_init();
 
 	ret = fs_rail_open(&rail, FS_PROV_SHM, NULL, why, sizeof(why));
-	if (ret && strstr(why, "not usable")) {
-		printf("skipped: %s\n", why);
-		return 77;
-	}
+	if (ret && strstr(why, "not usable"))
+		return fs_check_skip(why);
 	if (ret)
 		fprintf(stderr, "fs_rail_open(shm) failed: %d: %s\n", ret, why);
 	CHECK(ret == 0);
