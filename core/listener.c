@@ -773,6 +773,36 @@ static bool fs_listener_rate_ok(struct fs_listener *l)
 	return ++l->bucket_used <= FS_PROBE_RATE_PER_SEC;
 }
 
+/* A probe from this host (the client's end of the connection was found,
+ * owned by CLIENT_UID) came from the UDP socket at SRC:SRC_PORT: honoured
+ * only if that socket belongs to the same user. Another local user can
+ * send a probe from the client's address for any connection; a yes to it
+ * made a server that speaks first hold its banner back for up to the
+ * probe's wait (10 s) from a plain client (issue 26). The answer is then
+ * no, and no record is written: the real client's own probe, if any, is
+ * answered as if the forged one never came. */
+static bool fs_probe_owner_ok(const uint8_t local[16], uint16_t lport, const uint8_t src[16], uint16_t src_port,
+			      uint32_t client_uid, uint16_t client_port)
+{
+	uint32_t probe_uid;
+	int found = fs_udp_owner(src, src_port, local, lport, &probe_uid);
+
+	if (found < 0) {
+		/* no UDP sock_diag here (the udp_diag module missing): the
+		 * address check alone, as before, counted */
+		FS_STAT_INC(probes_owner_unchecked);
+		FS_WARN_ONCE("cannot tell who sent a probe (UDP sock_diag); answering local probes by address only");
+		return true;
+	}
+	if (found == 0 || client_uid == FS_DIAG_NO_UID || probe_uid != client_uid) {
+		FS_STAT_INC(probes_foreign);
+		FS_DBG("probe for port %u from UDP port %u: its socket's user (%d) is not the connection's (%d)",
+		       client_port, src_port, found ? (int)probe_uid : -1, (int)client_uid);
+		return false;
+	}
+	return true;
+}
+
 static void fs_listener_answer(struct fs_listener *l, const uint8_t *pkt, ssize_t len,
 			       const struct sockaddr_storage *from, socklen_t fromlen, const uint8_t local[16],
 			       bool have_local)
@@ -815,7 +845,9 @@ static void fs_listener_answer(struct fs_listener *l, const uint8_t *pkt, ssize_
 	}
 	/* Only a connection that exists gets a record (and a yes). */
 	if (have_local) {
-		int exists = fs_conn_exists(local, l->port, ask.client_addr, ask.client_port, &client_inode);
+		uint32_t client_uid;
+		int exists = fs_conn_exists(local, l->port, ask.client_addr, ask.client_port, &client_inode,
+					    &client_uid);
 
 		if (exists == 0) {
 			FS_STAT_INC(probes_bad);
@@ -827,6 +859,8 @@ static void fs_listener_answer(struct fs_listener *l, const uint8_t *pkt, ssize_
 			FS_WARN_ONCE("cannot check probes against the kernel's connections (sock_diag); "
 				     "answering them unchecked");
 		}
+		if (client_inode && !fs_probe_owner_ok(local, l->port, src, src_port, client_uid, ask.client_port))
+			goto reply;
 	}
 	if (fs_table_lock(l) == 0) {
 		r = fs_table_find(l->table, ask.client_addr, ask.client_port, true);
