@@ -3,7 +3,10 @@
  * diag.h). */
 #include "core/diag.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <stdio.h>
+#include <unistd.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -205,6 +208,37 @@ int fs_udp_owner(const uint8_t addr[16], uint16_t port, const uint8_t peer[16], 
 	if (answer != 1)
 		*uid = FS_DIAG_NO_UID;
 	return answer;
+}
+
+int fs_conn_held_here(const uint8_t local[16], uint16_t lport, const uint8_t client[16], uint16_t cport)
+{
+	uint32_t inode = 0;
+	char want[32], link[64];
+	struct dirent *de;
+	DIR *dir;
+	int found = 0;
+
+	if (fs_diag_lookup(local, lport, client, cport, &inode, NULL, false) != 1)
+		return 0;
+	if (!inode)
+		return 0; /* in the accept queue: the listening socket there now will take it */
+	snprintf(want, sizeof(want), "socket:[%u]", inode);
+	dir = opendir("/proc/self/fd");
+	if (!dir)
+		return -1;
+	while (!found && (de = readdir(dir))) {
+		char path[300];
+		ssize_t n;
+
+		snprintf(path, sizeof(path), "/proc/self/fd/%s", de->d_name);
+		n = readlink(path, link, sizeof(link) - 1);
+		if (n > 0) {
+			link[n] = 0;
+			found = strcmp(link, want) == 0;
+		}
+	}
+	closedir(dir);
+	return found;
 }
 
 int fs_conn_peer_inode(int fd, uint32_t *inode)

@@ -27,6 +27,11 @@ int fs_conn_exists(const uint8_t local[16], uint16_t lport, const uint8_t client
  * this host is honoured only if its socket belongs to the user whose socket
  * made the connection (docs/security.md). */
 int fs_udp_owner(const uint8_t addr[16], uint16_t port, const uint8_t peer[16], uint16_t peer_port, uint32_t *uid);
+/* Whether a descriptor of this process holds the server end of the TCP
+ * connection LOCAL:LPORT <-> CLIENT:CPORT: 1 (yes), 0 (no, or not accepted
+ * yet, or no such connection), -1 (cannot tell). A sock_diag lookup and a
+ * look through /proc/self/fd: for a closed listener's last probes only. */
+int fs_conn_held_here(const uint8_t local[16], uint16_t lport, const uint8_t client[16], uint16_t cport);
 /* The inode of the socket at the other end of the TCP connection FD, if
  * that end lives in this network namespace: one exact sock_diag lookup.
  * 1: found (*INODE set; 0 when no descriptor holds it any more), 0: no

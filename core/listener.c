@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <sys/stat.h>
 #include <stdio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "config/log.h"
@@ -51,6 +52,18 @@
 #define FS_PROBE_RATE_PER_SEC 20000u
 #define FS_PROBE_RCVBUF (4 << 20)
 #define FS_PROBE_TABLE_USERS 64
+/* A closed listener's twin waits at most this long for the probes of the
+ * connections it accepted (a client probes as its connect() returns, about
+ * when the server's accept() does; it sends again after 30, 60 and 120 ms). */
+#define FS_TWIN_CLOSE_GRACE_NS (500ull * 1000000ull)
+/* A live listener without its twin binds it again: after a bind that found
+ * the port taken, from FS_TWIN_RETRY_FIRST_MS doubling to the maximum; after
+ * the application took the port (it closing that socket retries at once). */
+#define FS_TWIN_RETRY_FIRST_MS 50u
+#define FS_TWIN_RETRY_YIELDED_MS 1000u
+#define FS_TWIN_RETRY_MAX_MS 4000u
+/* How long a bind waits for a twin this process let go to be gone. */
+#define FS_TWIN_BIND_SOON_MS 200
 
 struct fs_probe_table {
 	pthread_mutex_t lock; /* process-shared, robust */
@@ -62,8 +75,28 @@ struct fs_probe_table {
 };
 
 struct fs_listener {
+	/* the twin while twin_bound; else a placeholder (an unbound AF_UNIX
+	 * socket under the same number, which never reads anything) or -1:
+	 * the number stays valid for whoever polls or drains it meanwhile */
 	int udp_fd;
 	uint16_t port;
+	/* the twin's address and options: the listening socket's (a twin bound
+	 * again later cannot look at that socket, which may be gone) */
+	struct sockaddr_storage addr;
+	socklen_t addrlen;
+	int v6only;
+	bool reuseport;
+	/* The twin (fs_listeners_lock): bound from listen() to close() unless
+	 * the application binds the UDP port itself, which it always gets
+	 * (fs_listeners_yield); a live listener without it tries again at
+	 * twin_retry_ns (fs_twin_timer_fire), a closed one lets it go once no
+	 * connection it accepted waits for a probe (unsettled), at most
+	 * FS_TWIN_CLOSE_GRACE_NS after the close. */
+	bool twin_bound;
+	uint64_t twin_retry_ns; /* 0: no retry due */
+	unsigned twin_retry_ms;
+	uint64_t closed_ns;
+	int unsettled; /* accepted with the twin bound, still SERVER_PENDING (atomic) */
 	int refs;
 	pid_t pid; /* the process whose service thread watches udp_fd */
 	struct fs_probe_table *table;
@@ -291,6 +324,7 @@ bool fs_listener_move(struct fs_listener *l, const uint8_t addr[16], uint16_t po
 static pthread_mutex_t fs_listeners_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct fs_listener *fs_service_listeners;
 static const struct fs_service_fds fs_listeners_fds;
+static void fs_twin_timer_arm(uint64_t at);
 
 /* ---- listener side ----------------------------------------------------- */
 
@@ -536,31 +570,22 @@ static void fs_probe_table_leave(struct fs_listener *l)
 	fs_probe_table_unlock(fd);
 }
 
-/* A UDP twin for the listening socket FD of FAMILY, not bound yet: FD's
- * IPV6_V6ONLY, and its SO_REUSEPORT (*SHARED: FD has it), with room for a
- * burst of probes. Returns the socket, or -1. */
-static int fs_listener_twin(int fd, int family, bool *shared)
+/* A UDP twin for L, not bound yet: the listening socket's IPV6_V6ONLY, and
+ * its SO_REUSEPORT (never SO_REUSEADDR: a twin must never share its port
+ * with an application's socket, whose bind then fails and takes the port
+ * from the twin instead, fs_listeners_yield), with room for a burst of
+ * probes. Returns the socket, or -1. */
+static int fs_listener_twin(const struct fs_listener *l)
 {
 	int udp, one = 1;
 
-	udp = fs_real.socket(family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	udp = fs_real.socket(l->addr.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (udp < 0)
 		return -1;
-	if (family == AF_INET6) {
-		int v6only = 0;
-		socklen_t olen = sizeof(v6only);
-
-		fs_real.getsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, &olen);
-		fs_real.setsockopt(udp, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof(v6only));
-	}
-	{
-		int reuseport = 0;
-		socklen_t olen = sizeof(reuseport);
-
-		if (fs_real.getsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &reuseport, &olen) == 0 && reuseport)
-			fs_real.setsockopt(udp, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
-		*shared = reuseport != 0;
-	}
+	if (l->addr.ss_family == AF_INET6)
+		fs_real.setsockopt(udp, IPPROTO_IPV6, IPV6_V6ONLY, &l->v6only, sizeof(l->v6only));
+	if (l->reuseport)
+		fs_real.setsockopt(udp, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
 	{
 		/* Room for a burst: wrk -c 1000 probes 1000 connections at once,
 		 * and the default buffer (208 KiB, about 270 small datagrams)
@@ -573,6 +598,79 @@ static int fs_listener_twin(int fd, int family, bool *shared)
 			fs_real.setsockopt(udp, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
 	}
 	return udp;
+}
+
+/* Binds L's twin: 0, or -errno (EADDRINUSE: the port is another socket's,
+ * the application's or another process's). The socket takes the number of
+ * L's placeholder. fs_listeners_lock held, or L not published yet. */
+static int fs_twin_bind(struct fs_listener *l)
+{
+	int udp = fs_listener_twin(l), err;
+
+	if (udp < 0)
+		return -errno;
+	if (fs_real.bind(udp, (struct sockaddr *)&l->addr, l->addrlen))
+		goto fail;
+	fs_udp_want_dest(udp, l->addr.ss_family); /* which local address each probe was sent to */
+	if (l->udp_fd < 0) {
+		__atomic_store_n(&l->udp_fd, udp, __ATOMIC_RELEASE);
+	} else {
+		if (fs_real.dup3(udp, l->udp_fd, O_CLOEXEC) < 0)
+			goto fail;
+		fs_real.close(udp);
+	}
+	l->twin_bound = true;
+	l->twin_retry_ns = 0;
+	return 0;
+fail:
+	err = -errno;
+	fs_real.close(udp);
+	return err;
+}
+
+/* fs_twin_bind, for a twin this process let go a moment ago: its socket
+ * closes once no poll holds its file (the service thread's ends at the
+ * kick, an application thread's look for a probe within
+ * FABSOCK_FIRST_SEND_WAIT_MS), so a port still taken is tried again for a
+ * while. A client that probes meanwhile would find the port closed and
+ * keep this host as plain TCP for FABSOCK_NEG_CACHE_SEC: the listener has
+ * its twin when listen() returns. fs_listeners_lock held. */
+static int fs_twin_bind_soon(struct fs_listener *l)
+{
+	int err = fs_twin_bind(l);
+
+	for (int i = 0; i < FS_TWIN_BIND_SOON_MS && err == -EADDRINUSE; i++) {
+		struct timespec ms = { 0, 1000000 };
+
+		fs_service_kick();
+		nanosleep(&ms, NULL);
+		err = fs_twin_bind(l);
+	}
+	return err;
+}
+
+/* Lets L's twin go: the port is free once no poll holds the socket's file
+ * (the caller kicks the service thread out of its poll). The number stays
+ * L's, an unbound placeholder, so that a thread draining or polling it
+ * meanwhile never touches a descriptor the application opened under it.
+ * fs_listeners_lock held. */
+static void fs_twin_release(struct fs_listener *l)
+{
+	int placeholder;
+
+	if (!l->twin_bound)
+		return;
+	l->twin_bound = false;
+	placeholder = fs_real.socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (placeholder >= 0 && fs_real.dup3(placeholder, l->udp_fd, O_CLOEXEC) >= 0) {
+		fs_real.close(placeholder);
+		return;
+	}
+	/* no descriptor to spare: close it; a drain racing this reads a
+	 * closed number, at worst another socket's datagram's EAGAIN */
+	if (placeholder >= 0)
+		fs_real.close(placeholder);
+	fs_real.close(__atomic_exchange_n(&l->udp_fd, -1, __ATOMIC_ACQ_REL));
 }
 
 /* Gives L a probe table of its own (no SO_REUSEPORT), ready for use.
@@ -615,54 +713,100 @@ static void fs_listener_publish(struct fs_listener *l)
 	fs_service_kick(); /* starts the service thread if it is not running */
 }
 
+/* A closed listener of this process on the same address whose connections
+ * still hold it: a new listening socket there (iperf3 makes one for each
+ * test) carries on with its twin and its table, so a late probe of the old
+ * one's connections and the new one's own are answered from the same
+ * records. fs_listeners_lock held. */
+static struct fs_listener *fs_listener_reopen(const struct sockaddr_storage *ss, socklen_t len, bool reuseport)
+{
+	for (struct fs_listener *l = fs_service_listeners; l; l = l->next) {
+		if (l->pid != getpid() || !__atomic_load_n(&l->closed, __ATOMIC_ACQUIRE) || l->addrlen != len ||
+		    l->reuseport != reuseport || memcmp(&l->addr, ss, len) != 0)
+			continue;
+		fs_listener_get(l); /* the new listening socket's */
+		__atomic_store_n(&l->closed, false, __ATOMIC_RELEASE);
+		l->closed_ns = 0;
+		if (!l->twin_bound && fs_twin_bind_soon(l)) {
+			l->twin_retry_ms = FS_TWIN_RETRY_FIRST_MS;
+			l->twin_retry_ns = fs_now_ns() + l->twin_retry_ms * 1000000ull;
+		}
+		return l;
+	}
+	return NULL;
+}
+
 struct fs_listener *fs_listener_open(int fd)
 {
 	struct sockaddr_storage ss;
-	socklen_t len = sizeof(ss);
+	socklen_t len = sizeof(ss), olen;
 	struct fs_listener *l;
-	bool shared;
-	int udp;
+	int reuseport = 0, v6only = 0, err;
 
 	if (fs_real.getsockname(fd, (struct sockaddr *)&ss, &len))
 		return NULL;
 	if (ss.ss_family != AF_INET && ss.ss_family != AF_INET6)
 		return NULL;
-	udp = fs_listener_twin(fd, ss.ss_family, &shared);
-	if (udp < 0)
-		return NULL;
-	if (fs_real.bind(udp, (struct sockaddr *)&ss, len)) {
-		FS_INFO("listener on port %u: UDP port taken (%s); this listener stays plain TCP",
-			ntohs(((struct sockaddr_in *)&ss)->sin_port), strerror(errno));
-		fs_real.close(udp);
-		return NULL;
+	olen = sizeof(reuseport);
+	fs_real.getsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &reuseport, &olen);
+	olen = sizeof(v6only);
+	if (ss.ss_family == AF_INET6)
+		fs_real.getsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, &olen);
+	pthread_mutex_lock(&fs_listeners_lock);
+	l = fs_listener_reopen(&ss, len, reuseport != 0);
+	pthread_mutex_unlock(&fs_listeners_lock);
+	if (l) {
+		fs_service_kick(); /* polls the twin if it is bound again */
+		fs_twin_timer_arm(l->twin_retry_ns);
+		return l;
 	}
 	l = calloc(1, sizeof(*l));
-	if (!l) {
-		fs_real.close(udp);
+	if (!l)
 		return NULL;
-	}
+	l->udp_fd = -1;
 	l->table_fd = -1;
-	if (shared) { /* SO_REUSEPORT */
-		l->table = fs_probe_table_shared(l, &ss);
-		if (!l->table) {
-			FS_INFO("listener on port %u: cannot share a probe table (%s); this listener stays plain TCP",
-				ntohs(((struct sockaddr_in *)&ss)->sin_port), strerror(errno));
-			fs_real.close(udp);
-			free(l);
-			return NULL;
-		}
-	} else if (!fs_probe_table_private(l)) {
-		fs_real.close(udp);
+	memcpy(&l->addr, &ss, len);
+	l->addrlen = len;
+	l->v6only = v6only;
+	l->reuseport = reuseport != 0;
+	l->port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+	err = fs_twin_bind(l);
+	if (err == -EADDRINUSE) {
+		/* The UDP port is taken: by the application itself (a DNS server
+		 * binds UDP 53 before it listens on TCP 53), whose socket drops
+		 * probes (fs_udp_shun_probes), or by another process. The
+		 * listener answers nothing until the port is free; its
+		 * connections stay on TCP (peers_plain). */
+		FS_INFO("listener on port %u: the UDP port is taken; its connections stay on TCP until it is free",
+			l->port);
+		FS_STAT_INC(twins_missing);
+		l->twin_retry_ms = FS_TWIN_RETRY_FIRST_MS;
+		l->twin_retry_ns = fs_now_ns() + l->twin_retry_ms * 1000000ull;
+	} else if (err) {
+		FS_INFO("listener on port %u: no UDP twin (%s); this listener stays plain TCP", l->port, strerror(-err));
 		free(l);
 		return NULL;
 	}
-	l->udp_fd = udp;
-	fs_udp_want_dest(udp, ss.ss_family); /* which local address each probe was sent to */
+	if (l->reuseport) { /* SO_REUSEPORT */
+		l->table = fs_probe_table_shared(l, &ss);
+		if (!l->table) {
+			FS_INFO("listener on port %u: cannot share a probe table (%s); this listener stays plain TCP",
+				l->port, strerror(errno));
+			goto fail;
+		}
+	} else if (!fs_probe_table_private(l)) {
+		goto fail;
+	}
 	l->refs = 1;
 	l->pid = getpid();
-	l->port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
 	fs_listener_publish(l);
+	fs_twin_timer_arm(l->twin_retry_ns);
 	return l;
+fail:
+	if (l->udp_fd >= 0)
+		fs_real.close(l->udp_fd);
+	free(l);
+	return NULL;
 }
 
 int fs_listener_exec_fd(struct fs_listener *l)
@@ -734,16 +878,46 @@ void fs_listener_put(struct fs_listener *l)
 	free(l);
 }
 
-/* The application closed the listening socket. Connections it accepted may
- * still negotiate, and their probes may not have arrived yet (socat closes
- * its listener right after accept()): the service thread keeps answering
- * on the twin until the last of them lets go of it, then drops it
- * (fs_service_drop_closed). */
+/* The application closed the listening socket: its twin goes with it, so
+ * that the port is free for a new listener (of this process or another) or
+ * the application's own UDP socket. Probes already queued are answered
+ * first. Connections it accepted whose probe may still be on its way (socat
+ * closes its listener right after accept()) keep the twin for at most
+ * FS_TWIN_CLOSE_GRACE_NS, answered only for connections this process holds
+ * (fs_listener_answer); a later probe finds the port closed and its client
+ * stays on TCP. The records stay while connections hold L. */
 void fs_listener_close(struct fs_listener *l)
 {
+	bool release;
+
+	fs_listener_drain(l);
+	pthread_mutex_lock(&fs_listeners_lock);
 	__atomic_store_n(&l->closed, true, __ATOMIC_RELEASE);
+	l->closed_ns = fs_now_ns();
+	l->twin_retry_ns = 0;
+	release = __atomic_load_n(&l->unsettled, __ATOMIC_ACQUIRE) == 0 || l->pid != getpid();
+	if (release)
+		fs_twin_release(l);
+	pthread_mutex_unlock(&fs_listeners_lock);
+	if (!release)
+		fs_twin_timer_arm(l->closed_ns + FS_TWIN_CLOSE_GRACE_NS);
 	fs_listener_put(l);
-	fs_service_kick();
+	fs_service_kick(); /* its poll lets go of the twin's file */
+}
+
+void fs_listener_unsettled(struct fs_listener *l, bool more)
+{
+	if (more) {
+		__atomic_add_fetch(&l->unsettled, 1, __ATOMIC_ACQ_REL);
+		return;
+	}
+	if (__atomic_sub_fetch(&l->unsettled, 1, __ATOMIC_ACQ_REL) == 0 && __atomic_load_n(&l->closed, __ATOMIC_ACQUIRE))
+		fs_twin_timer_arm(fs_now_ns()); /* the twin can go now */
+}
+
+bool fs_listener_has_twin(struct fs_listener *l)
+{
+	return __atomic_load_n(&l->twin_bound, __ATOMIC_ACQUIRE);
 }
 
 /* Takes closed listeners that nothing but the service list holds off the
@@ -755,11 +929,168 @@ static void fs_service_drop_closed(void)
 
 		if (__atomic_load_n(&l->closed, __ATOMIC_ACQUIRE) && __atomic_load_n(&l->refs, __ATOMIC_ACQUIRE) == 1) {
 			*link = l->next;
+			fs_twin_release(l);
 			fs_listener_put(l);
 			continue;
 		}
 		link = &l->next;
 	}
+}
+
+/* ---- the twin's timer: grace after a close, retries while the port is taken */
+
+static struct fs_watch fs_twin_timer;
+static bool fs_twin_timer_armed;
+static uint64_t fs_twin_timer_at;
+
+static void fs_twin_timer_fire(void *arg, bool timed_out)
+{
+	uint64_t now = fs_now_ns(), next = 0;
+	bool changed = false;
+
+	(void)arg;
+	(void)timed_out;
+	__atomic_store_n(&fs_twin_timer_armed, false, __ATOMIC_RELEASE);
+	pthread_mutex_lock(&fs_listeners_lock);
+	for (struct fs_listener *l = fs_service_listeners; l; l = l->next) {
+		uint64_t due = 0;
+
+		if (l->pid != getpid())
+			continue;
+		if (__atomic_load_n(&l->closed, __ATOMIC_ACQUIRE)) {
+			if (!l->twin_bound)
+				continue;
+			if (__atomic_load_n(&l->unsettled, __ATOMIC_ACQUIRE) == 0 ||
+			    now >= l->closed_ns + FS_TWIN_CLOSE_GRACE_NS) {
+				fs_twin_release(l);
+				changed = true;
+			} else {
+				due = l->closed_ns + FS_TWIN_CLOSE_GRACE_NS;
+			}
+		} else if (!l->twin_bound && l->twin_retry_ns) {
+			if (now >= l->twin_retry_ns) {
+				if (fs_twin_bind(l) == 0) {
+					FS_INFO("listener on port %u: the UDP port is free again; probes answered", l->port);
+					changed = true;
+				} else {
+					l->twin_retry_ms = l->twin_retry_ms * 2 > FS_TWIN_RETRY_MAX_MS ? FS_TWIN_RETRY_MAX_MS
+												: l->twin_retry_ms * 2;
+					l->twin_retry_ns = now + l->twin_retry_ms * 1000000ull;
+				}
+			}
+			due = l->twin_retry_ns;
+		}
+		if (due && (!next || due < next))
+			next = due;
+	}
+	pthread_mutex_unlock(&fs_listeners_lock);
+	if (changed)
+		fs_service_kick(); /* a new round polls the twins as they are now */
+	fs_twin_timer_arm(next);
+}
+
+/* The twins' timer fires at AT (CLOCK_MONOTONIC; 0: not needed), or
+ * earlier: it runs every due change and arms itself for the next. Takes
+ * fs_service_lock: never with fs_listeners_lock held. */
+static void fs_twin_timer_arm(uint64_t at)
+{
+	if (!at)
+		return;
+	if (__atomic_exchange_n(&fs_twin_timer_armed, true, __ATOMIC_ACQ_REL)) {
+		/* queued for later: fire now, and it arms itself for the earliest */
+		if (at < __atomic_load_n(&fs_twin_timer_at, __ATOMIC_ACQUIRE))
+			fs_service_watch_expire(&fs_twin_timer);
+		return;
+	}
+	__atomic_store_n(&fs_twin_timer_at, at, __ATOMIC_RELEASE);
+	fs_service_watch(&fs_twin_timer, -1, 0, at, fs_twin_timer_fire, NULL);
+}
+
+/* The application's UDP sockets bound to a port (fs_listeners_note_udp), up
+ * to FS_TWIN_DISPLACERS of them: closing one lets a twin waiting for that
+ * port bind at once (fs_listeners_fd_closed), before the application's
+ * next connection probes. Beyond that, twins retry on their timer. */
+#define FS_TWIN_DISPLACERS 64
+static int fs_twin_displacers[FS_TWIN_DISPLACERS];
+static uint16_t fs_twin_displacer_ports[FS_TWIN_DISPLACERS];
+int fs_twin_displacers_n;
+
+void fs_listeners_note_udp(int fd, uint16_t port)
+{
+	pthread_mutex_lock(&fs_listeners_lock);
+	if (fs_twin_displacers_n < FS_TWIN_DISPLACERS) {
+		int n = fs_twin_displacers_n;
+
+		__atomic_store_n(&fs_twin_displacers[n], fd, __ATOMIC_RELEASE);
+		fs_twin_displacer_ports[n] = port;
+		__atomic_store_n(&fs_twin_displacers_n, n + 1, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&fs_listeners_lock);
+}
+
+int fs_listeners_yield(uint16_t port, int app_fd)
+{
+	uint64_t now = fs_now_ns(), next = 0;
+	int released = 0;
+
+	pthread_mutex_lock(&fs_listeners_lock);
+	for (struct fs_listener *l = fs_service_listeners; l; l = l->next) {
+		if (l->pid != getpid() || l->port != port || !l->twin_bound)
+			continue;
+		fs_twin_release(l);
+		released++;
+		FS_STAT_INC(twins_yielded);
+		FS_INFO("listener on port %u: the application binds the UDP port; the probe twin gives way "
+			"(connections stay on TCP until the port is free again)", port);
+		if (!__atomic_load_n(&l->closed, __ATOMIC_ACQUIRE)) {
+			l->twin_retry_ms = FS_TWIN_RETRY_YIELDED_MS;
+			l->twin_retry_ns = now + l->twin_retry_ms * 1000000ull;
+			if (!next || l->twin_retry_ns < next)
+				next = l->twin_retry_ns;
+		}
+	}
+	pthread_mutex_unlock(&fs_listeners_lock);
+	(void)app_fd;
+	if (released)
+		fs_service_kick(); /* its poll lets go of the twin's file */
+	fs_twin_timer_arm(next);
+	return released;
+}
+
+void fs_listeners_fd_closed(int fd)
+{
+	int n = __atomic_load_n(&fs_twin_displacers_n, __ATOMIC_ACQUIRE), i;
+	bool bound = false;
+	uint16_t port;
+
+	for (i = 0; i < n && __atomic_load_n(&fs_twin_displacers[i], __ATOMIC_ACQUIRE) != fd; i++)
+		;
+	if (i == n)
+		return; /* not one of them: the common case, without the lock */
+	pthread_mutex_lock(&fs_listeners_lock);
+	for (i = 0; i < fs_twin_displacers_n && fs_twin_displacers[i] != fd; i++)
+		;
+	if (i == fs_twin_displacers_n) {
+		pthread_mutex_unlock(&fs_listeners_lock);
+		return;
+	}
+	port = fs_twin_displacer_ports[i];
+	n = fs_twin_displacers_n - 1;
+	__atomic_store_n(&fs_twin_displacers[i], fs_twin_displacers[n], __ATOMIC_RELEASE);
+	fs_twin_displacer_ports[i] = fs_twin_displacer_ports[n];
+	__atomic_store_n(&fs_twin_displacers_n, n, __ATOMIC_RELEASE);
+	/* the port may be free: the twins waiting for it bind now, in this
+	 * thread, so that the application's next connection finds them */
+	for (struct fs_listener *l = fs_service_listeners; l; l = l->next)
+		if (l->pid == getpid() && l->port == port && !l->twin_bound && l->twin_retry_ns &&
+		    !__atomic_load_n(&l->closed, __ATOMIC_ACQUIRE) && fs_twin_bind(l) == 0) {
+			FS_INFO("listener on port %u: the application closed its UDP socket; probes answered again",
+				port);
+			bound = true;
+		}
+	pthread_mutex_unlock(&fs_listeners_lock);
+	if (bound)
+		fs_service_kick(); /* a new round polls the twin */
 }
 
 static bool fs_listener_rate_ok(struct fs_listener *l)
@@ -861,6 +1192,15 @@ static void fs_listener_answer(struct fs_listener *l, const uint8_t *pkt, ssize_
 		}
 		if (client_inode && !fs_probe_owner_ok(local, l->port, src, src_port, client_uid, ask.client_port))
 			goto reply;
+		/* A closed listener's twin, kept for the probes of connections it
+		 * accepted (fs_listener_close): a connection this process does
+		 * not hold is another listener's (a new one of another process
+		 * on the port), whose records are elsewhere. */
+		if (__atomic_load_n(&l->closed, __ATOMIC_ACQUIRE) &&
+		    fs_conn_held_here(local, l->port, ask.client_addr, ask.client_port) == 0) {
+			FS_DBG("probe for port %u: not a connection of this closed listener's", ask.client_port);
+			goto reply;
+		}
 	}
 	if (fs_table_lock(l) == 0) {
 		r = fs_table_find(l->table, ask.client_addr, ask.client_port, true);
@@ -907,7 +1247,7 @@ reply:
 
 void fs_listener_drain(struct fs_listener *l)
 {
-	if (l->udp_fd < 0)
+	if (__atomic_load_n(&l->udp_fd, __ATOMIC_ACQUIRE) < 0)
 		return; /* attached (fs_listener_attach): another process answers */
 	for (int i = 0; i < 256; i++) {
 		uint8_t pkt[FS_WIRE_PROBE_LEN + 1], local[16];
@@ -931,6 +1271,8 @@ void fs_listeners_after_fork(void)
 	/* The parent's listeners stay the parent's to answer. */
 	pthread_mutex_init(&fs_listeners_lock, NULL);
 	fs_service_listeners = NULL;
+	fs_twin_displacers_n = 0;
+	__atomic_store_n(&fs_twin_timer_armed, false, __ATOMIC_RELEASE);
 }
 
 /* ---- the service thread's share ---------------------------------------- */
@@ -967,9 +1309,13 @@ static void fs_listeners_add_fds(struct fs_service_set *set)
 	if (!fs_params.test_service_probes)
 		return;
 	pthread_mutex_lock(&fs_listeners_lock);
-	for (struct fs_listener *l = fs_service_listeners;
-	     l && fs_service_set_add(set, l->udp_fd, POLLIN, fs_listener_polled, l); l = l->next)
+	for (struct fs_listener *l = fs_service_listeners; l; l = l->next) {
+		if (!l->twin_bound)
+			continue; /* a placeholder reads nothing */
+		if (!fs_service_set_add(set, l->udp_fd, POLLIN, fs_listener_polled, l))
+			break;
 		fs_listener_get(l);
+	}
 	pthread_mutex_unlock(&fs_listeners_lock);
 }
 
