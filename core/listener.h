@@ -20,6 +20,11 @@
  *
  * The service thread (service.h) polls every listener's UDP socket, so
  * probes are answered whatever the application is doing.
+ *
+ * The UDP socket (the twin) lives as long as the listening socket (a short
+ * grace for the probes of connections it accepted), and gives its port up
+ * to the application's own bind (fs_listeners_yield); the records live as
+ * long as connections hold the listener (docs/design.md, issue 26).
  */
 #ifndef FS_CORE_LISTENER_H
 #define FS_CORE_LISTENER_H
