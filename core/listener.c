@@ -619,7 +619,7 @@ static int fs_twin_bind(struct fs_listener *l)
 			goto fail;
 		fs_real.close(udp);
 	}
-	l->twin_bound = true;
+	__atomic_store_n(&l->twin_bound, true, __ATOMIC_RELEASE);
 	l->twin_retry_ns = 0;
 	return 0;
 fail:
@@ -660,7 +660,7 @@ static void fs_twin_release(struct fs_listener *l)
 
 	if (!l->twin_bound)
 		return;
-	l->twin_bound = false;
+	__atomic_store_n(&l->twin_bound, false, __ATOMIC_RELEASE);
 	placeholder = fs_real.socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (placeholder >= 0 && fs_real.dup3(placeholder, l->udp_fd, O_CLOEXEC) >= 0) {
 		fs_real.close(placeholder);
