@@ -3,7 +3,10 @@
  * diag.h). */
 #include "core/diag.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <stdio.h>
+#include <unistd.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -43,8 +46,9 @@ static int fs_diag_socket_locked(void)
 /* Sends the sock_diag request ASK and reads its answer: 1 (a connection in
  * a live state, or with ANY_STATE in any state), 0 (none), -1 (cannot tell).
  * A socket found stores its inode in *INODE (0 once no descriptor holds
- * it: closed, TIME_WAIT). Called with fs_diag_lock. */
-static int fs_diag_exchange(const struct nlmsghdr *ask, uint32_t *inode, bool any_state)
+ * it: closed, TIME_WAIT) and its owner in *UID (the user that made it).
+ * Called with fs_diag_lock. */
+static int fs_diag_exchange(const struct nlmsghdr *ask, uint32_t *inode, uint32_t *uid, bool any_state)
 {
 	struct sockaddr_nl kernel = { .nl_family = AF_NETLINK };
 	union {
@@ -74,6 +78,7 @@ static int fs_diag_exchange(const struct nlmsghdr *ask, uint32_t *inode, bool an
 			if (n < (ssize_t)NLMSG_LENGTH(sizeof(*info)))
 				return -1;
 			*inode = info->idiag_inode;
+			*uid = info->idiag_uid;
 			if (any_state)
 				return 1;
 			/* An exact lookup ignores idiag_states: judge the state here.
@@ -98,9 +103,9 @@ static int fs_diag_exchange(const struct nlmsghdr *ask, uint32_t *inode, bool an
  * connections that do not exist (which would deny offload to whoever later
  * uses that port). Returns 1 (exists), 0 (does not), -1 (cannot tell). */
 static int fs_diag_lookup(const uint8_t local[16], uint16_t lport, const uint8_t client[16], uint16_t cport,
-			  uint32_t *inode, bool any_state)
+			  uint32_t *inode, uint32_t *uid, bool any_state)
 {
-	uint32_t ignored;
+	uint32_t ignored, ignored_uid;
 	static const uint8_t mapped[12] = { [10] = 0xff, [11] = 0xff };
 	struct {
 		struct nlmsghdr nlh;
@@ -128,7 +133,7 @@ static int fs_diag_lookup(const uint8_t local[16], uint16_t lport, const uint8_t
 	msg.req.id.idiag_cookie[0] = INET_DIAG_NOCOOKIE;
 	msg.req.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
 	pthread_mutex_lock(&fs_diag_lock);
-	answer = fs_diag_exchange(&msg.nlh, inode ? inode : &ignored, any_state);
+	answer = fs_diag_exchange(&msg.nlh, inode ? inode : &ignored, uid ? uid : &ignored_uid, any_state);
 	pthread_mutex_unlock(&fs_diag_lock);
 	return answer;
 }
@@ -151,13 +156,89 @@ static bool fs_client_local(const uint8_t local[16], const uint8_t client[16])
  * inode of the client's socket (*CLIENT_INODE, else 0), which the HELLO's
  * shm address is later checked against (fs_negotiate: one readlink). */
 int fs_conn_exists(const uint8_t local[16], uint16_t lport, const uint8_t client[16], uint16_t cport,
-		   uint32_t *client_inode)
+		   uint32_t *client_inode, uint32_t *client_uid)
 {
 	*client_inode = 0;
-	if (fs_client_local(local, client) && fs_diag_lookup(client, cport, local, lport, client_inode, false) == 1)
+	*client_uid = FS_DIAG_NO_UID;
+	if (fs_client_local(local, client) &&
+	    fs_diag_lookup(client, cport, local, lport, client_inode, client_uid, false) == 1)
 		return 1;
 	*client_inode = 0;
-	return fs_diag_lookup(local, lport, client, cport, NULL, false);
+	*client_uid = FS_DIAG_NO_UID;
+	return fs_diag_lookup(local, lport, client, cport, NULL, NULL, false);
+}
+
+int fs_udp_owner(const uint8_t addr[16], uint16_t port, const uint8_t peer[16], uint16_t peer_port, uint32_t *uid)
+{
+	static const uint8_t mapped[12] = { [10] = 0xff, [11] = 0xff };
+	struct {
+		struct nlmsghdr nlh;
+		struct inet_diag_req_v2 req;
+	} msg = { 0 };
+	bool v4 = memcmp(addr, mapped, 12) == 0;
+	uint32_t inode;
+	int answer;
+
+	*uid = FS_DIAG_NO_UID;
+	msg.nlh.nlmsg_len = sizeof(msg);
+	msg.nlh.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+	msg.nlh.nlmsg_flags = NLM_F_REQUEST;
+	msg.nlh.nlmsg_seq = (uint32_t)fs_now_ns();
+	msg.req.sdiag_family = v4 ? AF_INET : AF_INET6;
+	msg.req.sdiag_protocol = IPPROTO_UDP;
+	msg.req.idiag_states = ~0u;
+	/* udp_dump_one() looks the socket up as the receiver of a datagram
+	 * from idiag_src:sport to idiag_dst:dport ("src and dst are swapped
+	 * for historical reasons", net/ipv4/udp_diag.c): the socket's own
+	 * address goes in dst, its peer's in src. */
+	msg.req.id.idiag_sport = htons(peer_port);
+	msg.req.id.idiag_dport = htons(port);
+	if (v4) {
+		memcpy(msg.req.id.idiag_src, peer + 12, 4);
+		memcpy(msg.req.id.idiag_dst, addr + 12, 4);
+	} else {
+		memcpy(msg.req.id.idiag_src, peer, 16);
+		memcpy(msg.req.id.idiag_dst, addr, 16);
+	}
+	msg.req.id.idiag_cookie[0] = INET_DIAG_NOCOOKIE;
+	msg.req.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
+	pthread_mutex_lock(&fs_diag_lock);
+	answer = fs_diag_exchange(&msg.nlh, &inode, uid, true);
+	pthread_mutex_unlock(&fs_diag_lock);
+	if (answer != 1)
+		*uid = FS_DIAG_NO_UID;
+	return answer;
+}
+
+int fs_conn_held_here(const uint8_t local[16], uint16_t lport, const uint8_t client[16], uint16_t cport)
+{
+	uint32_t inode = 0;
+	char want[32], link[64];
+	struct dirent *de;
+	DIR *dir;
+	int found = 0;
+
+	if (fs_diag_lookup(local, lport, client, cport, &inode, NULL, false) != 1)
+		return 0;
+	if (!inode)
+		return 0; /* in the accept queue: the listening socket there now will take it */
+	snprintf(want, sizeof(want), "socket:[%u]", inode);
+	dir = opendir("/proc/self/fd");
+	if (!dir)
+		return -1;
+	while (!found && (de = readdir(dir))) {
+		char path[300];
+		ssize_t n;
+
+		snprintf(path, sizeof(path), "/proc/self/fd/%s", de->d_name);
+		n = readlink(path, link, sizeof(link) - 1);
+		if (n > 0) {
+			link[n] = 0;
+			found = strcmp(link, want) == 0;
+		}
+	}
+	closedir(dir);
+	return found;
 }
 
 int fs_conn_peer_inode(int fd, uint32_t *inode)
@@ -173,7 +254,7 @@ int fs_conn_peer_inode(int fd, uint32_t *inode)
 	fs_sockaddr_key((struct sockaddr *)&me, maddr, &mport);
 	fs_sockaddr_key((struct sockaddr *)&peer, paddr, &pport);
 	/* the peer's socket: its local end is our remote one */
-	return fs_diag_lookup(paddr, pport, maddr, mport, inode, true);
+	return fs_diag_lookup(paddr, pport, maddr, mport, inode, NULL, true);
 }
 
 void fs_diag_after_fork(void)

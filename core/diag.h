@@ -11,12 +11,27 @@
 
 #include <stdint.h>
 
+/* A socket's owner the kernel did not give. */
+#define FS_DIAG_NO_UID 0xffffffffu
+
 /* Whether the TCP connection LOCAL:LPORT <-> CLIENT:CPORT (16-byte
  * addresses, host-order ports) exists, established or in the accept queue:
  * 1 (exists), 0 (does not), -1 (cannot tell). For a client on this host,
- * *CLIENT_INODE is the inode of its socket (else 0). */
+ * *CLIENT_INODE is the inode of its socket (else 0) and *CLIENT_UID the user
+ * that owns it (else FS_DIAG_NO_UID). */
 int fs_conn_exists(const uint8_t local[16], uint16_t lport, const uint8_t client[16], uint16_t cport,
-		   uint32_t *client_inode);
+		   uint32_t *client_inode, uint32_t *client_uid);
+/* The owner (*UID) of the UDP socket bound to ADDR:PORT that a datagram from
+ * PEER:PEER_PORT would reach (a client's probe socket, connected to the
+ * listener): 1 (found), 0 (no such socket), -1 (cannot tell). A probe from
+ * this host is honoured only if its socket belongs to the user whose socket
+ * made the connection (docs/security.md). */
+int fs_udp_owner(const uint8_t addr[16], uint16_t port, const uint8_t peer[16], uint16_t peer_port, uint32_t *uid);
+/* Whether a descriptor of this process holds the server end of the TCP
+ * connection LOCAL:LPORT <-> CLIENT:CPORT: 1 (yes), 0 (no, or not accepted
+ * yet, or no such connection), -1 (cannot tell). A sock_diag lookup and a
+ * look through /proc/self/fd: for a closed listener's last probes only. */
+int fs_conn_held_here(const uint8_t local[16], uint16_t lport, const uint8_t client[16], uint16_t cport);
 /* The inode of the socket at the other end of the TCP connection FD, if
  * that end lives in this network namespace: one exact sock_diag lookup.
  * 1: found (*INODE set; 0 when no descriptor holds it any more), 0: no

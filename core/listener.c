@@ -1,13 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The listener side of the UDP capability probe: a listener's UDP twin and
- * its answers, the probe-record table they write (private, or shared in
- * /dev/shm by SO_REUSEPORT listeners). A probe is answered yes only for a
- * connection the kernel confirms (diag.h). See listener.h for the record
- * state machine. The service thread polls the twins (fs_service_on_fds); this
- * file keeps the list of them.
+ * The listener side of the UDP capability probe: a listener's answers, the
+ * probe-record table they write (private, or shared in /dev/shm by
+ * SO_REUSEPORT listeners), opening and closing listeners. A probe is
+ * answered yes only for a connection the kernel confirms (diag.h). See
+ * listener.h for the record state machine. The service thread polls the
+ * twins (fs_service_on_fds); this file keeps the list of them. The twin's
+ * socket, its lifetime and the application's UDP port are twin.c's.
  */
 #include "core/listener.h"
+#include "core/listener_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -22,6 +24,7 @@
 #include <stddef.h>
 #include <sys/stat.h>
 #include <stdio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "config/log.h"
@@ -36,10 +39,6 @@
 #include "core/wire.h"
 #include "preload/real.h"
 
-/* Records of connections in negotiation, and of those settled in the last
- * FS_PROBE_SETTLED_TTL_NS: room for a burst of 16,384 connections to one
- * listener (a table is 640 KiB of address space, resident where used). */
-#define FS_PROBE_TABLE_SLOTS 16384u
 /* A YES waits for the server to read the connection's HELLO, however long
  * the connection sits in the accept backlog. */
 #define FS_PROBE_REC_TTL_NS (120ull * 1000000000ull)
@@ -49,35 +48,6 @@
  * server settled it: kept that long and 5 s more. */
 #define FS_PROBE_SETTLED_TTL_NS ((FS_WIRE_PROBE_WAIT_MAX_MS + 5000ull) * 1000000ull)
 #define FS_PROBE_RATE_PER_SEC 20000u
-#define FS_PROBE_RCVBUF (4 << 20)
-#define FS_PROBE_TABLE_USERS 64
-
-struct fs_probe_table {
-	pthread_mutex_t lock; /* process-shared, robust */
-	struct fs_probe_rec rec[FS_PROBE_TABLE_SLOTS];
-	/* A table shared by SO_REUSEPORT listeners of several processes (a
-	 * named file, see fs_probe_table_shared): which processes use it. */
-	uint32_t ready;
-	int32_t users[FS_PROBE_TABLE_USERS];
-};
-
-struct fs_listener {
-	int udp_fd;
-	uint16_t port;
-	int refs;
-	pid_t pid; /* the process whose service thread watches udp_fd */
-	struct fs_probe_table *table;
-	bool shared_table; /* named: see fs_probe_table_shared */
-	char table_path[96];
-	uint64_t bucket_ns; /* rate limiter: start of the current second */
-	unsigned bucket_used;
-	bool closed; /* the application closed the listening socket (atomic) */
-	int table_fd; /* a private table's memfd (internal, CLOEXEC), or -1 */
-	/* the table's lock was held past FS_PROBE_TABLE_LOCK_MS: until then
-	 * (atomic), tries do not wait (fs_table_lock) */
-	uint64_t table_stuck_until_ns;
-	struct fs_listener *next;
-};
 
 /* ---- the shared record table ------------------------------------------- */
 
@@ -288,8 +258,8 @@ bool fs_listener_move(struct fs_listener *l, const uint8_t addr[16], uint16_t po
  * newest first. Lock order: the service thread takes fs_listeners_lock
  * inside its own lock (fs_listeners_count, fs_listeners_add_fds), never the
  * other way. */
-static pthread_mutex_t fs_listeners_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct fs_listener *fs_service_listeners;
+pthread_mutex_t fs_listeners_lock = PTHREAD_MUTEX_INITIALIZER;
+struct fs_listener *fs_service_listeners;
 static const struct fs_service_fds fs_listeners_fds;
 
 /* ---- listener side ----------------------------------------------------- */
@@ -536,45 +506,6 @@ static void fs_probe_table_leave(struct fs_listener *l)
 	fs_probe_table_unlock(fd);
 }
 
-/* A UDP twin for the listening socket FD of FAMILY, not bound yet: FD's
- * IPV6_V6ONLY, and its SO_REUSEPORT (*SHARED: FD has it), with room for a
- * burst of probes. Returns the socket, or -1. */
-static int fs_listener_twin(int fd, int family, bool *shared)
-{
-	int udp, one = 1;
-
-	udp = fs_real.socket(family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (udp < 0)
-		return -1;
-	if (family == AF_INET6) {
-		int v6only = 0;
-		socklen_t olen = sizeof(v6only);
-
-		fs_real.getsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, &olen);
-		fs_real.setsockopt(udp, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof(v6only));
-	}
-	{
-		int reuseport = 0;
-		socklen_t olen = sizeof(reuseport);
-
-		if (fs_real.getsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &reuseport, &olen) == 0 && reuseport)
-			fs_real.setsockopt(udp, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
-		*shared = reuseport != 0;
-	}
-	{
-		/* Room for a burst: wrk -c 1000 probes 1000 connections at once,
-		 * and the default buffer (208 KiB, about 270 small datagrams)
-		 * dropped some, whose clients then waited out their probe timeout
-		 * and stayed on TCP. A privileged process is not held to
-		 * net.core.rmem_max (the client also sends its probe again). */
-		int rcvbuf = FS_PROBE_RCVBUF;
-
-		if (fs_real.setsockopt(udp, SOL_SOCKET, SO_RCVBUFFORCE, &rcvbuf, sizeof(rcvbuf)))
-			fs_real.setsockopt(udp, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
-	}
-	return udp;
-}
-
 /* Gives L a probe table of its own (no SO_REUSEPORT), ready for use.
  * Returns false if there is no memory for one. */
 static bool fs_probe_table_private(struct fs_listener *l)
@@ -615,54 +546,100 @@ static void fs_listener_publish(struct fs_listener *l)
 	fs_service_kick(); /* starts the service thread if it is not running */
 }
 
+/* A closed listener of this process on the same address whose connections
+ * still hold it: a new listening socket there (iperf3 makes one for each
+ * test) carries on with its twin and its table, so a late probe of the old
+ * one's connections and the new one's own are answered from the same
+ * records. fs_listeners_lock held. */
+static struct fs_listener *fs_listener_reopen(const struct sockaddr_storage *ss, socklen_t len, bool reuseport)
+{
+	for (struct fs_listener *l = fs_service_listeners; l; l = l->next) {
+		if (l->pid != getpid() || !__atomic_load_n(&l->closed, __ATOMIC_ACQUIRE) || l->addrlen != len ||
+		    l->reuseport != reuseport || memcmp(&l->addr, ss, len) != 0)
+			continue;
+		fs_listener_get(l); /* the new listening socket's */
+		__atomic_store_n(&l->closed, false, __ATOMIC_RELEASE);
+		l->closed_ns = 0;
+		if (!l->twin_bound && fs_twin_bind_soon(l)) {
+			l->twin_retry_ms = FS_TWIN_RETRY_FIRST_MS;
+			l->twin_retry_ns = fs_now_ns() + l->twin_retry_ms * 1000000ull;
+		}
+		return l;
+	}
+	return NULL;
+}
+
 struct fs_listener *fs_listener_open(int fd)
 {
 	struct sockaddr_storage ss;
-	socklen_t len = sizeof(ss);
+	socklen_t len = sizeof(ss), olen;
 	struct fs_listener *l;
-	bool shared;
-	int udp;
+	int reuseport = 0, v6only = 0, err;
 
 	if (fs_real.getsockname(fd, (struct sockaddr *)&ss, &len))
 		return NULL;
 	if (ss.ss_family != AF_INET && ss.ss_family != AF_INET6)
 		return NULL;
-	udp = fs_listener_twin(fd, ss.ss_family, &shared);
-	if (udp < 0)
-		return NULL;
-	if (fs_real.bind(udp, (struct sockaddr *)&ss, len)) {
-		FS_INFO("listener on port %u: UDP port taken (%s); this listener stays plain TCP",
-			ntohs(((struct sockaddr_in *)&ss)->sin_port), strerror(errno));
-		fs_real.close(udp);
-		return NULL;
+	olen = sizeof(reuseport);
+	fs_real.getsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &reuseport, &olen);
+	olen = sizeof(v6only);
+	if (ss.ss_family == AF_INET6)
+		fs_real.getsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, &olen);
+	pthread_mutex_lock(&fs_listeners_lock);
+	l = fs_listener_reopen(&ss, len, reuseport != 0);
+	pthread_mutex_unlock(&fs_listeners_lock);
+	if (l) {
+		fs_service_kick(); /* polls the twin if it is bound again */
+		fs_twin_timer_arm(l->twin_retry_ns);
+		return l;
 	}
 	l = calloc(1, sizeof(*l));
-	if (!l) {
-		fs_real.close(udp);
+	if (!l)
 		return NULL;
-	}
+	l->udp_fd = -1;
 	l->table_fd = -1;
-	if (shared) { /* SO_REUSEPORT */
-		l->table = fs_probe_table_shared(l, &ss);
-		if (!l->table) {
-			FS_INFO("listener on port %u: cannot share a probe table (%s); this listener stays plain TCP",
-				ntohs(((struct sockaddr_in *)&ss)->sin_port), strerror(errno));
-			fs_real.close(udp);
-			free(l);
-			return NULL;
-		}
-	} else if (!fs_probe_table_private(l)) {
-		fs_real.close(udp);
+	memcpy(&l->addr, &ss, len);
+	l->addrlen = len;
+	l->v6only = v6only;
+	l->reuseport = reuseport != 0;
+	l->port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+	err = fs_twin_bind(l);
+	if (err == -EADDRINUSE) {
+		/* The UDP port is taken: by the application itself (a DNS server
+		 * binds UDP 53 before it listens on TCP 53), whose socket drops
+		 * probes (fs_udp_shun_probes), or by another process. The
+		 * listener answers nothing until the port is free; its
+		 * connections stay on TCP (peers_plain). */
+		FS_INFO("listener on port %u: the UDP port is taken; its connections stay on TCP until it is free",
+			l->port);
+		FS_STAT_INC(twins_missing);
+		l->twin_retry_ms = FS_TWIN_RETRY_FIRST_MS;
+		l->twin_retry_ns = fs_now_ns() + l->twin_retry_ms * 1000000ull;
+	} else if (err) {
+		FS_INFO("listener on port %u: no UDP twin (%s); this listener stays plain TCP", l->port, strerror(-err));
 		free(l);
 		return NULL;
 	}
-	l->udp_fd = udp;
-	fs_udp_want_dest(udp, ss.ss_family); /* which local address each probe was sent to */
+	if (l->reuseport) { /* SO_REUSEPORT */
+		l->table = fs_probe_table_shared(l, &ss);
+		if (!l->table) {
+			FS_INFO("listener on port %u: cannot share a probe table (%s); this listener stays plain TCP",
+				l->port, strerror(errno));
+			goto fail;
+		}
+	} else if (!fs_probe_table_private(l)) {
+		goto fail;
+	}
 	l->refs = 1;
 	l->pid = getpid();
-	l->port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
 	fs_listener_publish(l);
+	fs_twin_timer_arm(l->twin_retry_ns);
 	return l;
+fail:
+	if (l->udp_fd >= 0)
+		fs_real.close(l->udp_fd);
+	free(l);
+	return NULL;
 }
 
 int fs_listener_exec_fd(struct fs_listener *l)
@@ -734,16 +711,46 @@ void fs_listener_put(struct fs_listener *l)
 	free(l);
 }
 
-/* The application closed the listening socket. Connections it accepted may
- * still negotiate, and their probes may not have arrived yet (socat closes
- * its listener right after accept()): the service thread keeps answering
- * on the twin until the last of them lets go of it, then drops it
- * (fs_service_drop_closed). */
+/* The application closed the listening socket: its twin goes with it, so
+ * that the port is free for a new listener (of this process or another) or
+ * the application's own UDP socket. Probes already queued are answered
+ * first. Connections it accepted whose probe may still be on its way (socat
+ * closes its listener right after accept()) keep the twin for at most
+ * FS_TWIN_CLOSE_GRACE_NS, answered only for connections this process holds
+ * (fs_listener_answer); a later probe finds the port closed and its client
+ * stays on TCP. The records stay while connections hold L. */
 void fs_listener_close(struct fs_listener *l)
 {
+	bool release;
+
+	fs_listener_drain(l);
+	pthread_mutex_lock(&fs_listeners_lock);
 	__atomic_store_n(&l->closed, true, __ATOMIC_RELEASE);
+	l->closed_ns = fs_now_ns();
+	l->twin_retry_ns = 0;
+	release = __atomic_load_n(&l->unsettled, __ATOMIC_ACQUIRE) == 0 || l->pid != getpid();
+	if (release)
+		fs_twin_release(l);
+	pthread_mutex_unlock(&fs_listeners_lock);
+	if (!release)
+		fs_twin_timer_arm(l->closed_ns + FS_TWIN_CLOSE_GRACE_NS);
 	fs_listener_put(l);
-	fs_service_kick();
+	fs_service_kick(); /* its poll lets go of the twin's file */
+}
+
+void fs_listener_unsettled(struct fs_listener *l, bool more)
+{
+	if (more) {
+		__atomic_add_fetch(&l->unsettled, 1, __ATOMIC_ACQ_REL);
+		return;
+	}
+	if (__atomic_sub_fetch(&l->unsettled, 1, __ATOMIC_ACQ_REL) == 0 && __atomic_load_n(&l->closed, __ATOMIC_ACQUIRE))
+		fs_twin_timer_arm(fs_now_ns()); /* the twin can go now */
+}
+
+bool fs_listener_has_twin(struct fs_listener *l)
+{
+	return __atomic_load_n(&l->twin_bound, __ATOMIC_ACQUIRE);
 }
 
 /* Takes closed listeners that nothing but the service list holds off the
@@ -755,6 +762,7 @@ static void fs_service_drop_closed(void)
 
 		if (__atomic_load_n(&l->closed, __ATOMIC_ACQUIRE) && __atomic_load_n(&l->refs, __ATOMIC_ACQUIRE) == 1) {
 			*link = l->next;
+			fs_twin_release(l);
 			fs_listener_put(l);
 			continue;
 		}
@@ -771,6 +779,36 @@ static bool fs_listener_rate_ok(struct fs_listener *l)
 		l->bucket_used = 0;
 	}
 	return ++l->bucket_used <= FS_PROBE_RATE_PER_SEC;
+}
+
+/* A probe from this host (the client's end of the connection was found,
+ * owned by CLIENT_UID) came from the UDP socket at SRC:SRC_PORT: honoured
+ * only if that socket belongs to the same user. Another local user can
+ * send a probe from the client's address for any connection; a yes to it
+ * made a server that speaks first hold its banner back for up to the
+ * probe's wait (10 s) from a plain client (issue 26). The answer is then
+ * no, and no record is written: the real client's own probe, if any, is
+ * answered as if the forged one never came. */
+static bool fs_probe_owner_ok(const uint8_t local[16], uint16_t lport, const uint8_t src[16], uint16_t src_port,
+			      uint32_t client_uid, uint16_t client_port)
+{
+	uint32_t probe_uid;
+	int found = fs_udp_owner(src, src_port, local, lport, &probe_uid);
+
+	if (found < 0) {
+		/* no UDP sock_diag here (the udp_diag module missing): the
+		 * address check alone, as before, counted */
+		FS_STAT_INC(probes_owner_unchecked);
+		FS_WARN_ONCE("cannot tell who sent a probe (UDP sock_diag); answering local probes by address only");
+		return true;
+	}
+	if (found == 0 || client_uid == FS_DIAG_NO_UID || probe_uid != client_uid) {
+		FS_STAT_INC(probes_foreign);
+		FS_DBG("probe for port %u from UDP port %u: its socket's user (%d) is not the connection's (%d)",
+		       client_port, src_port, found ? (int)probe_uid : -1, (int)client_uid);
+		return false;
+	}
+	return true;
 }
 
 static void fs_listener_answer(struct fs_listener *l, const uint8_t *pkt, ssize_t len,
@@ -815,7 +853,9 @@ static void fs_listener_answer(struct fs_listener *l, const uint8_t *pkt, ssize_
 	}
 	/* Only a connection that exists gets a record (and a yes). */
 	if (have_local) {
-		int exists = fs_conn_exists(local, l->port, ask.client_addr, ask.client_port, &client_inode);
+		uint32_t client_uid;
+		int exists = fs_conn_exists(local, l->port, ask.client_addr, ask.client_port, &client_inode,
+					    &client_uid);
 
 		if (exists == 0) {
 			FS_STAT_INC(probes_bad);
@@ -826,6 +866,17 @@ static void fs_listener_answer(struct fs_listener *l, const uint8_t *pkt, ssize_
 			FS_STAT_INC(probes_unchecked);
 			FS_WARN_ONCE("cannot check probes against the kernel's connections (sock_diag); "
 				     "answering them unchecked");
+		}
+		if (client_inode && !fs_probe_owner_ok(local, l->port, src, src_port, client_uid, ask.client_port))
+			goto reply;
+		/* A closed listener's twin, kept for the probes of connections it
+		 * accepted (fs_listener_close): a connection this process does
+		 * not hold is another listener's (a new one of another process
+		 * on the port), whose records are elsewhere. */
+		if (__atomic_load_n(&l->closed, __ATOMIC_ACQUIRE) &&
+		    fs_conn_held_here(local, l->port, ask.client_addr, ask.client_port) == 0) {
+			FS_DBG("probe for port %u: not a connection of this closed listener's", ask.client_port);
+			goto reply;
 		}
 	}
 	if (fs_table_lock(l) == 0) {
@@ -873,7 +924,7 @@ reply:
 
 void fs_listener_drain(struct fs_listener *l)
 {
-	if (l->udp_fd < 0)
+	if (__atomic_load_n(&l->udp_fd, __ATOMIC_ACQUIRE) < 0)
 		return; /* attached (fs_listener_attach): another process answers */
 	for (int i = 0; i < 256; i++) {
 		uint8_t pkt[FS_WIRE_PROBE_LEN + 1], local[16];
@@ -897,6 +948,7 @@ void fs_listeners_after_fork(void)
 	/* The parent's listeners stay the parent's to answer. */
 	pthread_mutex_init(&fs_listeners_lock, NULL);
 	fs_service_listeners = NULL;
+	fs_twin_after_fork();
 }
 
 /* ---- the service thread's share ---------------------------------------- */
@@ -933,9 +985,13 @@ static void fs_listeners_add_fds(struct fs_service_set *set)
 	if (!fs_params.test_service_probes)
 		return;
 	pthread_mutex_lock(&fs_listeners_lock);
-	for (struct fs_listener *l = fs_service_listeners;
-	     l && fs_service_set_add(set, l->udp_fd, POLLIN, fs_listener_polled, l); l = l->next)
+	for (struct fs_listener *l = fs_service_listeners; l; l = l->next) {
+		if (!l->twin_bound)
+			continue; /* a placeholder reads nothing */
+		if (!fs_service_set_add(set, l->udp_fd, POLLIN, fs_listener_polled, l))
+			break;
 		fs_listener_get(l);
+	}
 	pthread_mutex_unlock(&fs_listeners_lock);
 }
 

@@ -20,6 +20,11 @@
  *
  * The service thread (service.h) polls every listener's UDP socket, so
  * probes are answered whatever the application is doing.
+ *
+ * The UDP socket (the twin) lives as long as the listening socket (a short
+ * grace for the probes of connections it accepted), and gives its port up
+ * to the application's own bind (fs_listeners_yield); the records live as
+ * long as connections hold the listener (docs/design.md, issue 26).
  */
 #ifndef FS_CORE_LISTENER_H
 #define FS_CORE_LISTENER_H
@@ -50,8 +55,29 @@ void fs_listener_get(struct fs_listener *l);
 void fs_listener_put(struct fs_listener *l);
 /* Answers every probe waiting on the listener's UDP socket. */
 void fs_listener_drain(struct fs_listener *l);
-/* The application closed the listening socket: stop answering, drop a ref. */
+/* The application closed the listening socket: the twin goes (at once, or
+ * once the connections it accepted had their probes, within 500 ms), the
+ * records stay while connections hold L; drops a ref. */
 void fs_listener_close(struct fs_listener *l);
+/* A connection accepted from L while its twin was bound starts (MORE) or
+ * ends (!MORE) waiting for its probe: a closed listener keeps its twin for
+ * such connections only. */
+void fs_listener_unsettled(struct fs_listener *l, bool more);
+/* Whether L's twin is bound now (its connections' probes reach it). */
+bool fs_listener_has_twin(struct fs_listener *l);
+/* The application binds (or bound, with SO_REUSEPORT) a UDP socket APP_FD
+ * (-1: none to note) to PORT: every twin of this process on PORT lets the
+ * port go, so that the application's bind succeeds and its socket is the
+ * only one there. Returns how many did. Closing APP_FD lets them try again
+ * (fs_listeners_fd_closed). */
+int fs_listeners_yield(uint16_t port, int app_fd);
+/* The application bound its UDP socket FD to PORT: closing it may free the
+ * port for a twin (fs_listeners_fd_closed). */
+void fs_listeners_note_udp(int fd, uint16_t port);
+/* How many such sockets are noted (the close wrapper's fast look), and the
+ * hook for closing an fd that is none of fabsock's. */
+extern int fs_twin_displacers_n;
+void fs_listeners_fd_closed(int fd);
 int fs_listener_fd(struct fs_listener *l);
 /* A descriptor of L's probe table that survives exec (no FD_CLOEXEC, out of
  * the application's way), for a connection accepted from L that a program

@@ -20,7 +20,10 @@
  *       spin lock inside provider calls (fs_prov_spin_lock waits for it);
  *     - fs_service_lock (service.c): the watch list, the thread's start;
  *       then fs_listeners_lock (listener.c): the listeners whose twins the
- *       service thread polls; then a shared probe table file's flock.
+ *       service thread polls, and each twin's state (twin.c binds, swaps
+ *       and closes the sockets under it; the twins' timer is armed only
+ *       after it is dropped, since arming takes fs_service_lock); then a
+ *       shared probe table file's flock.
  *  5. Leaves, under fs_sock.lock or with nothing held; nothing is taken
  *     under them, and no two are held at once:
  *       fs_engine_create_lock (engine.c)  the engine's creation

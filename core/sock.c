@@ -62,9 +62,19 @@ unsigned fs_sock_hello_sent;
 
 /* Every change of a socket's state is made here, in this file, under
  * fs_sock.lock (sock.h: the state machine). */
+/* S no longer waits for its probe: its listener may let its twin go. */
+static void fs_sock_settled(struct fs_sock *s)
+{
+	if (__atomic_exchange_n(&s->unsettled, false, __ATOMIC_ACQ_REL) && s->listener)
+		fs_listener_unsettled(s->listener, false);
+}
+
 static void fs_sock_set_state(struct fs_sock *s, enum fs_sock_state state)
 {
 	enum fs_sock_state old = __atomic_exchange_n(&s->state, state, __ATOMIC_ACQ_REL);
+
+	if (state != FS_SOCK_SERVER_PENDING)
+		fs_sock_settled(s);
 
 	if (old != state && (old == FS_SOCK_CLIENT_HELLO_SENT || state == FS_SOCK_CLIENT_HELLO_SENT))
 		__atomic_add_fetch(&fs_sock_hello_sent, state == FS_SOCK_CLIENT_HELLO_SENT ? 1u : -1u,
@@ -156,6 +166,7 @@ void fs_sock_put(struct fs_sock *s)
 {
 	if (__atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL))
 		return;
+	fs_sock_settled(s);
 	fs_sock_neg_free(s);
 	/* Nobody can look at S any more: the stream's memory may go once the
 	 * engine is done with it (only in the process that owns it). */
@@ -179,6 +190,7 @@ void fs_sock_release(struct fs_sock *s)
 		s->have_peer_key = false;
 	}
 	fs_sock_neg_free(s);
+	fs_sock_settled(s);
 	if (s->listener) {
 		if (fs_sock_state(s) == FS_SOCK_LISTENING)
 			fs_listener_close(s->listener);
@@ -762,9 +774,14 @@ void fs_core_accepted(struct fs_sock *ls, int newfd, int flags)
 	s->neg->accepted_ns = fs_now_ns();
 	s->nonblock = (flags & SOCK_NONBLOCK) != 0;
 	s->local_port = ls->local_port;
-	if (ls->listener) {
+	/* A listener without its twin (the application holds the UDP port)
+	 * answers no probe: its connections go as those of no listener (stay
+	 * on TCP, strip a HELLO another twin may have asked for). */
+	if (ls->listener && fs_listener_has_twin(ls->listener)) {
 		fs_listener_get(ls->listener);
 		s->listener = ls->listener;
+		s->unsettled = true;
+		fs_listener_unsettled(s->listener, true);
 	}
 	old = fs_fdt_set(newfd, s);
 	if (old && old != FS_SOCK_INTERNAL)

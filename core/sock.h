@@ -133,6 +133,9 @@ struct fs_sock {
 	uint8_t peer_key[16]; /* server side: the client's address and port, */
 	uint16_t peer_port;   /* the key of the probe record */
 	bool have_peer_key;
+	/* accepted while the listener's twin was bound, and still waiting
+	 * for its probe: counted in fs_listener_unsettled (atomic) */
+	bool unsettled;
 
 	struct fs_stream *stream;
 	/* For a process forked after the offload (handback.h): the owner's

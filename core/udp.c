@@ -3,9 +3,16 @@
  * they are written in (see udp.h). */
 #include "core/udp.h"
 
+#include <errno.h>
+#include <linux/filter.h>
 #include <netinet/in.h>
 #include <string.h>
+#include <time.h>
 
+#include "config/log.h"
+#include "core/listener.h"
+#include "core/sock.h"
+#include "core/wire.h"
 #include "preload/real.h"
 
 void fs_sockaddr_key(const struct sockaddr *sa, uint8_t addr[16], uint16_t *port)
@@ -120,4 +127,63 @@ ssize_t fs_udp_send_from(int fd, const void *buf, size_t len, int flags, const s
 		}
 	}
 	return fs_real.sendmsg(fd, &msg, flags);
+}
+
+/* Drops probes (FS_WIRE_PROBE_LEN bytes starting with the probe magic)
+ * before they reach FD, an application's UDP socket: a client's probe for a
+ * TCP listener on the same port number lands there when the application
+ * holds the UDP port (a DNS server's 53), and a plain service must never
+ * receive a datagram it did not ask for. A socket filter sees a datagram
+ * from its UDP header on (udp_queue_rcv_one_skb trims to it): the length
+ * includes the 8-byte header, the payload starts at offset 8. An
+ * application that sets a filter of its own replaces this one. */
+static void fs_udp_shun_probes(int fd)
+{
+	struct sock_filter code[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_LEN, 0),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 8 + FS_WIRE_PROBE_LEN, 0, 2),
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, 8),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, FS_WIRE_PROBE_MAGIC, 1, 0),
+		BPF_STMT(BPF_RET | BPF_K, 0xffffffffu), /* everything else: whole */
+		BPF_STMT(BPF_RET | BPF_K, 0),           /* a probe: dropped */
+	};
+	struct sock_fprog prog = { .len = sizeof(code) / sizeof(code[0]), .filter = code };
+
+	if (fs_real.setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof(prog)))
+		FS_WARN_ONCE("cannot keep probes out of an application's UDP socket (SO_ATTACH_FILTER: %s)",
+			     strerror(errno));
+}
+
+int fs_core_udp_bind(int fd, const struct sockaddr *addr, socklen_t len)
+{
+	uint8_t key[16];
+	uint16_t port = 0;
+	int type = 0, reuseport = 0, ret, yielded = 0;
+	socklen_t olen = sizeof(type);
+
+	if (addr && len >= sizeof(struct sockaddr_in) &&
+	    (addr->sa_family == AF_INET || (addr->sa_family == AF_INET6 && len >= sizeof(struct sockaddr_in6))))
+		fs_sockaddr_key(addr, key, &port);
+	if (!port || !fs_core_enabled || fs_real.getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &olen) || type != SOCK_DGRAM)
+		return fs_real.bind(fd, addr, len) ? -errno : 0;
+	ret = fs_real.bind(fd, addr, len) ? -errno : 0;
+	if (ret == -EADDRINUSE && (yielded = fs_listeners_yield(port, fd)) > 0) {
+		/* The twin's socket closes once no poll holds its file (the
+		 * service thread's ends at the kick; an application thread's
+		 * look for a probe within FABSOCK_FIRST_SEND_WAIT_MS). */
+		for (int i = 0; i < 500 && ret == -EADDRINUSE; i++) {
+			struct timespec ms = { 0, 1000000 };
+
+			nanosleep(&ms, NULL);
+			ret = fs_real.bind(fd, addr, len) ? -errno : 0;
+		}
+	}
+	if (ret)
+		return ret;
+	olen = sizeof(reuseport);
+	if (!yielded && fs_real.getsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &reuseport, &olen) == 0 && reuseport)
+		fs_listeners_yield(port, fd); /* it may have joined a twin's SO_REUSEPORT group */
+	fs_udp_shun_probes(fd);
+	fs_listeners_note_udp(fd, port);
+	return 0;
 }

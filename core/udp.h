@@ -36,4 +36,11 @@ ssize_t fs_udp_recv(int fd, void *buf, size_t len, struct sockaddr_storage *from
 ssize_t fs_udp_send_from(int fd, const void *buf, size_t len, int flags, const struct sockaddr *to,
 			 socklen_t tolen, const uint8_t from[16]);
 
+/* bind() of an application's socket FD that is not fabsock's (the fd table
+ * has no entry): for an AF_INET/AF_INET6 UDP socket and a port, the port
+ * is the application's even where a probe twin of this process holds it
+ * (the twin gives way, fs_listeners_yield), and the socket never receives
+ * a probe (a socket filter drops them). Returns 0 or -errno. */
+int fs_core_udp_bind(int fd, const struct sockaddr *addr, socklen_t len);
+
 #endif

@@ -24,8 +24,10 @@
 #include "core/fdtable.h"
 #include "core/guard.h"
 #include "core/handback.h"
+#include "core/listener.h"
 #include "core/sigs.h"
 #include "core/sock.h"
+#include "core/udp.h"
 #include "preload/real.h"
 
 #define FS_EXPORT __attribute__((visibility("default")))
@@ -104,7 +106,11 @@ FS_EXPORT int socket(int domain, int type, int protocol)
 
 FS_EXPORT int bind(int fd, const struct sockaddr *addr, socklen_t len)
 {
-	return FS_REAL(bind)(fd, addr, len);
+	/* TCP sockets are in the fd table; a UDP port is the application's
+	 * even where a probe twin holds it */
+	if (FS_BEFORE_INIT() || fs_fdt_peek_any(fd) || fs_core_hands_off())
+		return FS_REAL(bind)(fd, addr, len);
+	return (int)fs_ret(fs_core_udp_bind(fd, addr, len));
 }
 
 FS_EXPORT int listen(int fd, int backlog)
@@ -364,8 +370,17 @@ FS_EXPORT int close(int fd)
 	struct fs_sock *s;
 	long ret;
 
-	if (FS_BEFORE_INIT() || (!fs_fdt_peek_any(fd) && !fs_epoll_known(fd)))
-		return FS_REAL(close)(fd);
+	if (FS_BEFORE_INIT() || (!fs_fdt_peek_any(fd) && !fs_epoll_known(fd))) {
+		int closed = FS_REAL(close)(fd), err = errno;
+
+		/* an application's UDP socket that took a probe twin's port */
+		if (__atomic_load_n(&fs_twin_displacers_n, __ATOMIC_RELAXED) && !FS_BEFORE_INIT() &&
+		    !fs_core_hands_off()) {
+			fs_listeners_fd_closed(fd);
+			errno = err;
+		}
+		return closed;
+	}
 	if (fs_core_hands_off())
 		return FS_GUARDED() && fs_fdt_peek(fd) == FS_SOCK_INTERNAL ? fs_internal_fd_close(fd), 0
 									    : FS_REAL(close)(fd);
