@@ -85,9 +85,9 @@ EOF
 	fs_tcp_count_start "$port" || fs_fail "$RA_CASE $label: nft counter not set up"
 	ra_env "$mode" "client-$user"
 	ra_as_argv "$user"
-	if ! timeout -k 2 30 "${RA_AS[@]}" "${RA_ENV[@]}" ldapadd -x -H "ldap://127.0.0.1:$port/" -D "$ROOTDN" \
-		-w "$ROOTPW" -f "$LDIF" >"$dir/add.out" 2>&1; then
-		rc=$?
+	timeout -k 2 30 "${RA_AS[@]}" "${RA_ENV[@]}" ldapadd -x -H "ldap://127.0.0.1:$port/" -D "$ROOTDN" \
+		-w "$ROOTPW" -f "$LDIF" >"$dir/add.out" 2>&1 || rc=$?
+	if [ "$rc" -ne 0 ]; then
 		fs_fail "$RA_CASE $label: ldapadd exit $rc$([ "$rc" = 124 ] && echo ' (timed out: a hang)')"
 		ra_tail 3 "$dir/add.out"
 		ra_stacks_if_running "$srv" 0 slapd
