@@ -90,14 +90,16 @@ static int fcntl64_dup_client(int fd)
 }
 
 /*
- * fcntl64_nonblock: once a byte went each way (the connection is up, and
- * offloaded under fabsock), the client sets O_NONBLOCK with fcntl64: a recv
+ * fcntl64_nonblock: once a byte went each way, the client's first (the
+ * connection is up, and offloaded under fabsock: a server that spoke first
+ * might settle it as TCP before a slow probe's answer, the fallback the
+ * server-first rule makes), the client sets O_NONBLOCK with fcntl64: a recv
  * with nothing to read is -1 EAGAIN at once, not a wait. Blocking again
  * (fcntl64), it reads the byte the server sends after 200 ms.
  */
 static int fcntl64_nonblock_server(int fd)
 {
-	if (harness_send_byte(fd, 'x') < 0 || harness_expect_byte(fd, 'y') < 0)
+	if (harness_expect_byte(fd, 'y') < 0 || harness_send_byte(fd, 'x') < 0)
 		return -1;
 	harness_sleep_ms(200);
 	if (harness_send_byte(fd, 'z') < 0 || harness_expect_byte(fd, 'a') < 0)
@@ -112,7 +114,7 @@ static int fcntl64_nonblock_client(int fd)
 	ssize_t n;
 	int flags;
 
-	if (harness_expect_byte(fd, 'x') < 0 || harness_send_byte(fd, 'y') < 0)
+	if (harness_send_byte(fd, 'y') < 0 || harness_expect_byte(fd, 'x') < 0)
 		return -1;
 	flags = fcntl64(fd, F_GETFL);
 	if (flags < 0 || fcntl64(fd, F_SETFL, flags | O_NONBLOCK) != 0)
@@ -142,7 +144,7 @@ static int fcntl64_nonblock_client(int fd)
  * then with preadv2 at offset -1, and checks every byte in order. Both
  * check that pwritev2/preadv2 at offset 0 is ESPIPE (the kernel's answer
  * for a socket). First, a nonblocking recvmmsg with nothing to read is
- * EAGAIN (the client waits for the server's 's' before it sends).
+ * EAGAIN (the client sends 'c', then waits for the server's 's').
  */
 #define MMSG_BATCHES (64u << 10)
 #define MMSG_TAIL 3000u
@@ -156,13 +158,17 @@ static int mmsg_server(int fd)
 	struct iovec iov;
 
 	{
-		/* the client sends nothing before 's': a nonblocking recvmmsg
-		 * has nothing to read, EAGAIN */
+		/* the client sends nothing after its 'c' before 's': a
+		 * nonblocking recvmmsg has nothing to read, EAGAIN ('c' first:
+		 * a server that spoke first could settle on TCP, the
+		 * server-first rule, before a slow probe's answer) */
 		struct mmsghdr one = { 0 };
 		unsigned char byte;
 		struct iovec b = { .iov_base = &byte, .iov_len = 1 };
 		int n;
 
+		if (harness_expect_byte(fd, 'c') < 0)
+			return -1;
 		one.msg_hdr.msg_iov = &b;
 		one.msg_hdr.msg_iovlen = 1;
 		n = recvmmsg(fd, &one, 1, MSG_DONTWAIT, NULL);
@@ -239,7 +245,7 @@ static int mmsg_client(int fd)
 	ssize_t n;
 
 	harness_pattern_fill(KEY, 0, data, sizeof(data));
-	if (harness_expect_byte(fd, 's') < 0)
+	if (harness_send_byte(fd, 'c') < 0 || harness_expect_byte(fd, 's') < 0)
 		return -1;
 	while (sent < MMSG_BATCHES) {
 		struct mmsghdr vec[4];
