@@ -120,6 +120,10 @@ struct fs_sock {
 	 * (fs_sock_writable_early). */
 	bool hold_full;
 	uint64_t rcvtimeo_ns, sndtimeo_ns;
+	/* A receive error recvmmsg() met after it had messages to return:
+	 * the next receive reports it (negative errno; atomic), as the
+	 * kernel keeps it in sk_err. */
+	int rx_deferred_error;
 
 	struct fs_sock_neg *neg; /* while negotiating (above) */
 	/* client: the service thread's watches: a nonblocking connect()
@@ -183,6 +187,9 @@ int fs_core_listen(struct fs_sock *s, int backlog);
 void fs_core_accepted(struct fs_sock *s, int newfd, int flags);
 ssize_t fs_core_recvmsg(struct fs_sock *s, struct msghdr *msg, int flags);
 ssize_t fs_core_sendmsg(struct fs_sock *s, const struct msghdr *msg, int flags);
+/* recvmmsg: ERR (not -EAGAIN) ended a batch that had messages already;
+ * the next receive on S returns it. */
+void fs_core_recv_defer_error(struct fs_sock *s, int err);
 /* The application closes FD, one of S's fds. */
 int fs_core_close(struct fs_sock *s, int fd);
 /* FD (S's) was duplicated to NEWFD by the real call. Returns 0 or -ENOMEM

@@ -97,12 +97,21 @@ static int fs_sock_prepare(struct fs_sock *s, bool for_send, uint64_t deadline_n
 	return fs_sock_ours(s);
 }
 
+void fs_core_recv_defer_error(struct fs_sock *s, int err)
+{
+	__atomic_store_n(&s->rx_deferred_error, err, __ATOMIC_RELEASE);
+}
+
 ssize_t fs_core_recvmsg(struct fs_sock *s, struct msghdr *msg, int flags)
 {
 	bool nonblock = s->nonblock || (flags & MSG_DONTWAIT);
 	uint64_t deadline = fs_deadline(s->rcvtimeo_ns);
-	ssize_t ret = fs_sock_prepare(s, false, nonblock ? fs_now_ns() : deadline);
+	ssize_t ret;
 
+	if (__builtin_expect(__atomic_load_n(&s->rx_deferred_error, __ATOMIC_RELAXED) != 0, 0) &&
+	    (ret = __atomic_exchange_n(&s->rx_deferred_error, 0, __ATOMIC_ACQ_REL)) != 0)
+		return ret;
+	ret = fs_sock_prepare(s, false, nonblock ? fs_now_ns() : deadline);
 	if (ret == -EAGAIN && !nonblock && !deadline)
 		return -EIO; /* an unbounded wait for the handshake ended undecided */
 	if (ret == FS_PASS && fs_sock_state(s) != FS_SOCK_OFFLOADED && s->strip_hello &&

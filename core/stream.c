@@ -417,7 +417,18 @@ ssize_t fs_stream_recv(struct fs_stream *s, const struct iovec *iov, int iovcnt,
 			result = (ssize_t)done;
 			break;
 		}
-		if (s->rxq_head && s->rxq_head->kind == FS_MSG_FIN) {
+		/* End of stream only for a stream that is not broken: a reset
+		 * wins over the FIN behind it, as the kernel reports ECONNRESET,
+		 * never 0, for a connection that was reset. Bytes on the control
+		 * connection are such a reset (fs_stream_check_ctl): a process
+		 * that wrote on a descriptor fabsock did not know (a duplicate
+		 * made past it) and then closed the one it knew sent the FIN
+		 * over the fabric, and the rest of its bytes over TCP, before
+		 * it. They are looked for here, once, before the 0 is given:
+		 * the waits only look when they sleep. */
+		if (s->rxq_head && s->rxq_head->kind == FS_MSG_FIN && !done && !s->error)
+			fs_stream_check_ctl(s, ctl_fd);
+		if (s->rxq_head && s->rxq_head->kind == FS_MSG_FIN && !(s->error && !s->error_reported && !done)) {
 			s->fin_consumed = true;
 			result = (ssize_t)done;
 			break;

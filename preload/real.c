@@ -39,7 +39,9 @@ void fs_real_init(void)
 			fs_real_missing(#name);                                    \
 		__atomic_store_n((void **)(void *)&fs_real.name, sym, __ATOMIC_RELAXED); \
 	} while (0);
+#define FS_ALIAS(name, target)
 #include "preload/symbols.def"
+#undef FS_ALIAS
 #undef FS_SYM
 	__atomic_store_n(&fs_real_done, 1, __ATOMIC_RELEASE);
 }

@@ -13,6 +13,7 @@
 #define FS_PRELOAD_REAL_H
 
 #include <poll.h>
+#include <pty.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <pthread.h>
@@ -30,7 +31,9 @@
 
 struct fs_real_syms {
 #define FS_SYM(ret, name, params) ret(*name) params;
+#define FS_ALIAS(name, target) /* shares TARGET's real function */
 #include "preload/symbols.def"
+#undef FS_ALIAS
 #undef FS_SYM
 };
 

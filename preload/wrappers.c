@@ -29,15 +29,8 @@
 #include "core/sock.h"
 #include "core/udp.h"
 #include "preload/real.h"
+#include "preload/wrappers.h"
 
-#define FS_EXPORT __attribute__((visibility("default")))
-
-/* Whether fabsock has any entry for FD: a lock-free look that lets every
- * call on an fd that is none of fabsock's go straight to the kernel. */
-static inline int fs_fdt_peek_any(int fd)
-{
-	return fs_fdt_peek(fd) != NULL;
-}
 
 #ifdef FS_SANITIZE_THREAD
 /* A TSan-built library preloaded into a program that was not built with
@@ -48,7 +41,6 @@ static inline int fs_fdt_peek_any(int fd)
  * built without TSan instrumentation: CMakeLists.txt.) */
 static int fs_preload_ready;
 extern int __sigaction(int sig, const struct sigaction *act, struct sigaction *oldact);
-extern sighandler_t bsd_signal(int sig, sighandler_t handler);
 /* Before it (another library's constructor, the runtime's own start), a
  * wrapper that would call into the instrumented core goes to libc: no
  * socket of fabsock's can exist yet. */
@@ -65,14 +57,6 @@ __attribute__((constructor(101))) static void fs_preload_init(void)
 #endif
 }
 
-static inline long fs_ret(long ret)
-{
-	if (ret < 0) {
-		errno = (int)-ret;
-		return -1;
-	}
-	return ret;
-}
 
 /* The socket of ours behind FD, a reference (fs_sock_put); NULL for one
  * fabsock leaves alone. */
@@ -166,9 +150,7 @@ FS_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
 
 /* ---- receive variants -------------------------------------------------- */
 
-/* The core's receive (SEND false) or send entry for a socket of ours;
- * FS_PASS when the fd is not fabsock's. */
-static ssize_t fs_msg_entry(int fd, struct msghdr *msg, int flags, bool send)
+ssize_t fs_msg_entry(int fd, struct msghdr *msg, int flags, bool send)
 {
 	struct fs_sock *s = fs_sock_get(fd);
 	ssize_t ret;
@@ -525,24 +507,43 @@ FS_EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t
 	return ret;
 }
 
-FS_EXPORT int fcntl(int fd, int cmd, ...)
+/* fcntl and fcntl64 (the same function on 64-bit glibc; on 32-bit, fcntl64
+ * is the one with 64-bit locks): REAL does it, and a duplicate or a new
+ * O_NONBLOCK of a socket of ours is noted. */
+static int fs_fcntl_common(int fd, int cmd, long arg, int (*real)(int, int, ...))
 {
-	va_list ap;
-	long arg;
-	int ret;
+	int ret = real(fd, cmd, arg);
 	struct fs_sock *s;
 
-	va_start(ap, cmd);
-	arg = va_arg(ap, long); /* every command's argument fits in a long */
-	va_end(ap);
-	ret = FS_REAL(fcntl)(fd, cmd, arg);
 	if (ret >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) && fs_fdt_peek_any(fd) && !fs_core_hands_off())
 		return fs_dup_done(fd, ret);
-	if (ret >= 0 && cmd == F_SETFL && (s = fs_sock_get(fd))) {
+	if (ret >= 0 && cmd == F_SETFL && fs_fdt_peek_any(fd) && (s = fs_sock_get(fd))) {
 		fs_core_set_nonblock(s, (arg & O_NONBLOCK) != 0);
 		fs_sock_put(s);
 	}
 	return ret;
+}
+
+FS_EXPORT int fcntl(int fd, int cmd, ...)
+{
+	va_list ap;
+	long arg;
+
+	va_start(ap, cmd);
+	arg = va_arg(ap, long); /* every command's argument fits in a long */
+	va_end(ap);
+	return fs_fcntl_common(fd, cmd, arg, FS_REAL(fcntl));
+}
+
+FS_EXPORT int fcntl64(int fd, int cmd, ...)
+{
+	va_list ap;
+	long arg;
+
+	va_start(ap, cmd);
+	arg = va_arg(ap, long);
+	va_end(ap);
+	return fs_fcntl_common(fd, cmd, arg, FS_REAL(fcntl64));
 }
 
 FS_EXPORT int ioctl(int fd, unsigned long request, ...)
@@ -719,6 +720,15 @@ FS_EXPORT int epoll_pwait2(int epfd, struct epoll_event *events, int maxevents, 
 	return (int)fs_ret(fs_epoll_wait(epfd, events, maxevents, ms, sigmask));
 }
 
+FS_EXPORT pid_t forkpty(int *amaster, char *name, const struct termios *termp, const struct winsize *winp)
+{
+	pid_t pid = FS_REAL(forkpty)(amaster, name, termp, winp);
+
+	if (pid > 0 && !fs_core_hands_off())
+		fs_handback_forked(pid);
+	return pid;
+}
+
 FS_EXPORT pid_t fork(void)
 {
 	pid_t pid = FS_REAL(fork)();
@@ -888,21 +898,39 @@ FS_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *
 	return (int)fs_ret(fs_sigs_app_sigaction(sig, act, oldact));
 }
 
+/* signal() and sysv_signal(): sigaction() with FLAGS (what glibc passes). */
+static sighandler_t fs_signal_common(int sig, sighandler_t handler, int flags, bool reset_mask)
+{
+	struct sigaction act = { .sa_handler = handler, .sa_flags = flags }, old;
+
+	sigemptyset(&act.sa_mask);
+	if (!reset_mask)
+		sigaddset(&act.sa_mask, sig);
+	return sigaction(sig, &act, &old) ? SIG_ERR : old.sa_handler;
+}
+
 FS_EXPORT sighandler_t signal(int sig, sighandler_t handler)
 {
-	struct sigaction act = { .sa_handler = handler, .sa_flags = SA_RESTART }, old;
-
-#ifdef FS_SANITIZE_THREAD
+	/* (before the constructor under TSan: through the sigaction wrapper,
+	 * which goes to libc's __sigaction then; bsd_signal is this function) */
 	if (FS_BEFORE_INIT())
-		return bsd_signal(sig, handler);
-#endif
-
+		return fs_signal_common(sig, handler, SA_RESTART, false);
 	if (FS_GUARDED() || !fs_sigs_exit_watched(sig))
 		return FS_REAL(signal)(sig, handler);
-	/* glibc's signal(): BSD semantics */
-	sigemptyset(&act.sa_mask);
-	sigaddset(&act.sa_mask, sig);
-	return sigaction(sig, &act, &old) ? SIG_ERR : old.sa_handler;
+	return fs_signal_common(sig, handler, SA_RESTART, false); /* glibc's signal(): BSD semantics */
+}
+
+/* System V semantics: reset to the default on delivery, not blocked while
+ * its handler runs, no restart (glibc's sysv_signal). */
+FS_EXPORT sighandler_t sysv_signal(int sig, sighandler_t handler)
+{
+	if (FS_BEFORE_INIT() || FS_GUARDED() || !fs_sigs_exit_watched(sig))
+		return FS_REAL(sysv_signal)(sig, handler);
+	if (handler == SIG_ERR || sig <= 0 || sig >= NSIG) {
+		errno = EINVAL;
+		return SIG_ERR;
+	}
+	return fs_signal_common(sig, handler, SA_RESETHAND | SA_NODEFER, true);
 }
 
 /* A provider's spin lock, taken inside a provider call: spin briefly, then
@@ -948,3 +976,11 @@ FS_EXPORT int pthread_create(pthread_t *thread, const pthread_attr_t *attr, void
 		free(ts);
 	return ret;
 }
+
+/* glibc's other public names of these functions (symbols.def) */
+#define FS_SYM(ret, name, params)
+#define FS_ALIAS(name, target) \
+	extern __typeof__(target) name __attribute__((alias(#target), copy(target), visibility("default")));
+#include "preload/symbols.def"
+#undef FS_ALIAS
+#undef FS_SYM

@@ -26,13 +26,14 @@
 # urgent, whose MSG_OOB byte takes the stream back to TCP) in tests/progs/fs_semantics_share.c, and
 # fork_children (its spawned programs inherit the socket): under
 # fabsock the server must also have answered exactly one hand-back to TCP. FS_MODES (default
-# "kernel fabsock") picks the modes; FS_SCENARIOS narrows the scenario list.
+# "kernel fabsock") picks the modes; FS_SCENARIOS narrows the scenario list;
+# FS_SEMANTICS_PROGS replaces the programs (e2e_glibc_entries: fs_glibc_entries).
 . "$(dirname "$0")/lib.sh"
 shopt -s extglob
 fs_need_nft
 
 FS_MODES=${FS_MODES:-kernel fabsock}
-SEMANTICS_PROGS="fs_semantics fs_semantics_lifecycle fs_semantics_share"
+SEMANTICS_PROGS=${FS_SEMANTICS_PROGS:-fs_semantics fs_semantics_lifecycle fs_semantics_share}
 declare -A scenario_prog # scenario -> the program that holds it
 declare -A kernel_tcp    # scenario -> TCP payload bytes of its kernel run
 

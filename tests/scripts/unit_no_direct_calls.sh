@@ -14,7 +14,8 @@ set -euo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
 # a skip (77) fails under CI=true, as lib.sh's fs_skip
 command -v nm >/dev/null || { echo "nm is missing"; [ "${CI:-}" = true ] && exit 1; exit 77; }
-mapfile -t syms < <(sed -nE 's/^FS_SYM\([^,]+, ([a-z_0-9]+),.*/\1/p' "$src/preload/symbols.def")
+mapfile -t syms < <(sed -nE -e 's/^FS_SYM\([^,]+, ([A-Za-z_0-9]+),.*/\1/p' \
+	-e 's/^FS_ALIAS\(([A-Za-z_0-9]+),.*/\1/p' "$src/preload/symbols.def")
 [ "${#syms[@]}" -gt 20 ] || { echo "could not read the symbol list"; exit 1; }
 fails=0 checked=0
 for lib in "$FS_BUILD/libfabsock_core.a" "$FS_BUILD/libfabsock_base.a"; do
