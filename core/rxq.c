@@ -592,8 +592,9 @@ static int fs_recv_pull(struct fs_engine *e, struct fs_stream *s, struct fs_buf 
  * application's buffer when this read takes all of it into one iovec
  * element. When it does not fit, a read that already has bytes (and may
  * return short: SHORT_OK) stops before it, so that the next read starts
- * with it; otherwise it is pulled into its bounce buffer first. Returns
- * bytes copied. */
+ * with it, unless the peer's FIN is in (then a short read would say "no
+ * more bytes"); otherwise it is pulled into its bounce buffer first.
+ * Returns bytes copied. */
 size_t fs_recv_copy(struct fs_engine *e, struct fs_stream *s, const struct iovec *iov, int iovcnt,
 		    size_t done, size_t total, bool peek, bool short_ok, int ctl_fd)
 {
@@ -617,7 +618,12 @@ size_t fs_recv_copy(struct fs_engine *e, struct fs_stream *s, const struct iovec
 
 		if (buf->kind == FS_MSG_PULL) {
 			direct = !peek && buf == s->rxq_head && space >= buf->len && buf->pull == FS_PULL_NONE;
-			if (!direct && !peek && short_ok && done + copied)
+			/* Stopping short is only safe before the peer's FIN: after
+			 * it (POLLRDHUP reported), a read shorter than asked means
+			 * "drained" to a reader, as the kernel never returns less
+			 * than it holds; haproxy then takes the FIN as reached and
+			 * dropped the rest of a response (issue 26). */
+			if (!direct && !peek && short_ok && done + copied && !s->peer_fin)
 				break;
 			if (fs_recv_pull(e, s, buf, direct ? (char *)iov[i].iov_base + iov_off : NULL, ctl_fd))
 				break;
