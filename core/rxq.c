@@ -373,7 +373,7 @@ void fs_rx_data(struct fs_engine *e, struct fs_engine_rail *er, struct fs_buf *b
 {
 	uint64_t tag = bytes >= FS_WIRE_MSG_PREFIX ? fs_wire_ctrl_tag_decode(buf->mem) : 0;
 	struct fs_stream *s = NULL;
-	struct fs_wire_msg_hdr hdr;
+	struct fs_wire_msg_hdr hdr = { 0 };
 	unsigned kind = fs_tag_kind(tag) & ~FS_MSG_ARM;
 	bool arm = fs_tag_kind(tag) & FS_MSG_ARM, in_order;
 	uint32_t slot;
@@ -454,8 +454,13 @@ void fs_rx_data(struct fs_engine *e, struct fs_engine_rail *er, struct fs_buf *b
 	return;
 drop:
 	FS_STAT_INC(msgs_dropped);
-	FS_DBG("dropped a data message for stream %u (tag %#llx, %zu bytes)", fs_tag_stream(tag),
-	       (unsigned long long)tag, bytes);
+	if (s)
+		FS_DBG("dropped a data message for stream %u (tag %#llx, %zu bytes): seq %u len %u, expected %u, "
+		       "limit %u, state %d", s->id, (unsigned long long)tag, bytes, hdr.seq, hdr.len, s->rx_expect,
+		       s->credit.limit, s->state);
+	else
+		FS_DBG("dropped a data message for stream %u (tag %#llx, %zu bytes): no such stream",
+		       fs_tag_stream(tag), (unsigned long long)tag, bytes);
 	fs_engine_repost(er, buf);
 }
 
@@ -475,6 +480,8 @@ void fs_rx_ctrl(struct fs_engine *e, struct fs_engine_rail *er, struct fs_buf *b
 	kind = fs_tag_kind(tag) & ~FS_MSG_ARM;
 	if (!s || !fs_msg_is_ctrl(kind)) {
 		FS_STAT_INC(msgs_dropped);
+		FS_DBG("dropped a control message for stream %u (tag %#llx, kind %u, %zu bytes)", fs_tag_stream(tag),
+		       (unsigned long long)tag, kind, bytes);
 		fs_engine_repost(er, buf);
 		return;
 	}
