@@ -453,6 +453,12 @@ void fs_rx_data(struct fs_engine *e, struct fs_engine_rail *er, struct fs_buf *b
 	fs_stream_arrived(e, s);
 	return;
 drop:
+	if (!s && fs_tag_class(tag) == FS_CLASS_DATA &&
+	    fs_engine_freed_recently(e, fs_tag_stream(tag), fs_tag_token(tag))) {
+		FS_STAT_INC(msgs_late);
+		fs_engine_repost(er, buf);
+		return;
+	}
 	FS_STAT_INC(msgs_dropped);
 	if (s)
 		FS_DBG("dropped a data message for stream %u (tag %#llx, %zu bytes): seq %u len %u, expected %u, "
@@ -478,6 +484,12 @@ void fs_rx_ctrl(struct fs_engine *e, struct fs_engine_rail *er, struct fs_buf *b
 			s = fs_rx_stream(e, er, tag, src);
 	}
 	kind = fs_tag_kind(tag) & ~FS_MSG_ARM;
+	if (!s && fs_tag_class(tag) == FS_CLASS_CTRL && fs_msg_is_ctrl(kind) &&
+	    fs_engine_freed_recently(e, fs_tag_stream(tag), fs_tag_token(tag))) {
+		FS_STAT_INC(msgs_late); /* (msgs_late: engine.h) */
+		fs_engine_repost(er, buf);
+		return;
+	}
 	if (!s || !fs_msg_is_ctrl(kind)) {
 		FS_STAT_INC(msgs_dropped);
 		FS_DBG("dropped a control message for stream %u (tag %#llx, kind %u, %zu bytes)", fs_tag_stream(tag),
