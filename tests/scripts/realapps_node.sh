@@ -34,6 +34,18 @@ CURL_MAX=${RA_CURL_MAX:-15}
 BIG_SIZE=$((4 << 20))
 HELLO_BYTES=640 # most TCP payload the negotiation may use per connection
 
+# A sanitizer-built library brings its runtime into node, whose start-up
+# it cannot survive (GCC 12's ASan dies in InitTlsSize, a call through
+# NULL, before any code of fabsock's runs; any fabsock branch): nothing of
+# fabsock's to test there.
+ra_env fabsock node-probe
+if ! "${RA_ENV[@]}" "$NODE" -e 0 >"$RA_DIR/node-probe.out" 2>&1; then
+	grep -q 'Sanitizer' "$RA_DIR/node-probe.out" &&
+		fs_skip "node does not start with the sanitizer runtime preloaded: $(grep -m 1 'ERROR: ' "$RA_DIR/node-probe.out" | cut -c1-120)"
+	fs_fail "$RA_CASE: node -e 0 under the library failed: $(head -n 3 "$RA_DIR/node-probe.out" | tr '\n' ' ')"
+	ra_done
+fi
+
 DOCROOT=$RA_DIR/www
 ra_make_docroot "$DOCROOT" 0 "$BIG_SIZE"
 
