@@ -476,12 +476,24 @@ static void fs_stream_destroy(struct fs_engine *e, struct fs_stream *s)
 	s->wake_fd = -1;
 	s->ctl_fd = -1;
 	s->dead = true;
-	if (s->peer_id)
+	if (s->peer_id) {
 		FS_STAT_INC(streams_freed); /* it was connected: offloaded */
+		e->freed_ring[e->freed_next % FS_ENGINE_FREED_RING].id = s->id;
+		e->freed_ring[e->freed_next % FS_ENGINE_FREED_RING].token = (uint32_t)s->token;
+		e->freed_next++;
+	}
 	free(s->ooo);
 	s->ooo = NULL;
 	if (!s->app_ref)
 		free(s);
+}
+
+bool fs_engine_freed_recently(const struct fs_engine *e, uint32_t id, uint32_t token)
+{
+	for (unsigned i = 0; i < FS_ENGINE_FREED_RING; i++)
+		if (e->freed_ring[i].id == id && e->freed_ring[i].token == token && id)
+			return true;
+	return false;
 }
 
 void fs_engine_retire(struct fs_engine *e, struct fs_stream *s)

@@ -268,6 +268,8 @@ static inline void fs_stream_hb_set(struct fs_stream *s, unsigned hb)
 	__atomic_store_n(&s->hb, (uint8_t)hb, __ATOMIC_RELEASE);
 }
 
+#define FS_ENGINE_FREED_RING 64u
+
 struct fs_engine {
 	pthread_mutex_t lock;
 	pid_t pid;
@@ -278,6 +280,15 @@ struct fs_engine {
 	uint32_t next_id;
 	uint32_t live_streams; /* streams holding an id: open, and orphans until freed */
 	struct fs_stream *orphans;
+	/* The streams freed last, (id, token) of each: a message that comes
+	 * for one of them is late (a CREDIT its reader sent while our FIN was
+	 * on its way, a FIN behind the control connection's end), counted
+	 * msgs_late, not dropped as foreign. Like TCP's TIME_WAIT, which
+	 * takes such segments in silence. */
+	struct {
+		uint32_t id, token;
+	} freed_ring[FS_ENGINE_FREED_RING];
+	unsigned freed_next;
 	unsigned pending_tx; /* streams with queued data waiting for credit */
 	struct fs_dlist pending;  /* those streams (pending_link) */
 	struct fs_dlist sleeping; /* streams with sleepers (sleep_link) */

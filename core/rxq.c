@@ -373,7 +373,7 @@ void fs_rx_data(struct fs_engine *e, struct fs_engine_rail *er, struct fs_buf *b
 {
 	uint64_t tag = bytes >= FS_WIRE_MSG_PREFIX ? fs_wire_ctrl_tag_decode(buf->mem) : 0;
 	struct fs_stream *s = NULL;
-	struct fs_wire_msg_hdr hdr;
+	struct fs_wire_msg_hdr hdr = { 0 };
 	unsigned kind = fs_tag_kind(tag) & ~FS_MSG_ARM;
 	bool arm = fs_tag_kind(tag) & FS_MSG_ARM, in_order;
 	uint32_t slot;
@@ -453,9 +453,20 @@ void fs_rx_data(struct fs_engine *e, struct fs_engine_rail *er, struct fs_buf *b
 	fs_stream_arrived(e, s);
 	return;
 drop:
+	if (!s && fs_tag_class(tag) == FS_CLASS_DATA &&
+	    fs_engine_freed_recently(e, fs_tag_stream(tag), fs_tag_token(tag))) {
+		FS_STAT_INC(msgs_late);
+		fs_engine_repost(er, buf);
+		return;
+	}
 	FS_STAT_INC(msgs_dropped);
-	FS_DBG("dropped a data message for stream %u (tag %#llx, %zu bytes)", fs_tag_stream(tag),
-	       (unsigned long long)tag, bytes);
+	if (s)
+		FS_DBG("dropped a data message for stream %u (tag %#llx, %zu bytes): seq %u len %u, expected %u, "
+		       "limit %u, state %d", s->id, (unsigned long long)tag, bytes, hdr.seq, hdr.len, s->rx_expect,
+		       s->credit.limit, s->state);
+	else
+		FS_DBG("dropped a data message for stream %u (tag %#llx, %zu bytes): no such stream",
+		       fs_tag_stream(tag), (unsigned long long)tag, bytes);
 	fs_engine_repost(er, buf);
 }
 
@@ -473,8 +484,16 @@ void fs_rx_ctrl(struct fs_engine *e, struct fs_engine_rail *er, struct fs_buf *b
 			s = fs_rx_stream(e, er, tag, src);
 	}
 	kind = fs_tag_kind(tag) & ~FS_MSG_ARM;
+	if (!s && fs_tag_class(tag) == FS_CLASS_CTRL && fs_msg_is_ctrl(kind) &&
+	    fs_engine_freed_recently(e, fs_tag_stream(tag), fs_tag_token(tag))) {
+		FS_STAT_INC(msgs_late); /* (msgs_late: engine.h) */
+		fs_engine_repost(er, buf);
+		return;
+	}
 	if (!s || !fs_msg_is_ctrl(kind)) {
 		FS_STAT_INC(msgs_dropped);
+		FS_DBG("dropped a control message for stream %u (tag %#llx, kind %u, %zu bytes)", fs_tag_stream(tag),
+		       (unsigned long long)tag, kind, bytes);
 		fs_engine_repost(er, buf);
 		return;
 	}
@@ -592,8 +611,9 @@ static int fs_recv_pull(struct fs_engine *e, struct fs_stream *s, struct fs_buf 
  * application's buffer when this read takes all of it into one iovec
  * element. When it does not fit, a read that already has bytes (and may
  * return short: SHORT_OK) stops before it, so that the next read starts
- * with it; otherwise it is pulled into its bounce buffer first. Returns
- * bytes copied. */
+ * with it, unless the peer's FIN is in (then a short read would say "no
+ * more bytes"); otherwise it is pulled into its bounce buffer first.
+ * Returns bytes copied. */
 size_t fs_recv_copy(struct fs_engine *e, struct fs_stream *s, const struct iovec *iov, int iovcnt,
 		    size_t done, size_t total, bool peek, bool short_ok, int ctl_fd)
 {
@@ -617,7 +637,12 @@ size_t fs_recv_copy(struct fs_engine *e, struct fs_stream *s, const struct iovec
 
 		if (buf->kind == FS_MSG_PULL) {
 			direct = !peek && buf == s->rxq_head && space >= buf->len && buf->pull == FS_PULL_NONE;
-			if (!direct && !peek && short_ok && done + copied)
+			/* Stopping short is only safe before the peer's FIN: after
+			 * it (POLLRDHUP reported), a read shorter than asked means
+			 * "drained" to a reader, as the kernel never returns less
+			 * than it holds; haproxy then takes the FIN as reached and
+			 * dropped the rest of a response (issue 26). */
+			if (!direct && !peek && short_ok && done + copied && !s->peer_fin)
 				break;
 			if (fs_recv_pull(e, s, buf, direct ? (char *)iov[i].iov_base + iov_off : NULL, ctl_fd))
 				break;

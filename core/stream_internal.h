@@ -124,6 +124,8 @@ void fs_orphan_check(struct fs_engine *e, struct fs_stream *s);
  * its socket until that lets go of it). */
 void fs_engine_retire(struct fs_engine *e, struct fs_stream *s);
 void fs_engine_reap(struct fs_engine *e);
+/* A stream with ID and TOKEN was among the last ones freed. */
+bool fs_engine_freed_recently(const struct fs_engine *e, uint32_t id, uint32_t token);
 
 /* In wake.c. */
 

@@ -16,6 +16,20 @@
 
 struct fs_real_syms fs_real;
 int fs_real_done;
+static fs_syscall_fn fs_real_syscall;
+
+fs_syscall_fn fs_real_syscall_get(void)
+{
+	fs_syscall_fn fn = __atomic_load_n(&fs_real_syscall, __ATOMIC_ACQUIRE);
+
+	if (__builtin_expect(!fn, 0)) {
+		fn = (fs_syscall_fn)dlsym(RTLD_NEXT, "syscall");
+		if (!fn)
+			abort(); /* no libc syscall(): nothing to report with */
+		__atomic_store_n(&fs_real_syscall, fn, __ATOMIC_RELEASE);
+	}
+	return fn;
+}
 
 static void fs_real_missing(const char *name)
 {

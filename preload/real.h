@@ -39,6 +39,11 @@ struct fs_real_syms {
 
 extern struct fs_real_syms fs_real;
 extern int fs_real_done;
+/* libc's syscall(), outside the table: fabsock exports a syscall() of its
+ * own (wrappers.c) and its own raw calls (below, real.c) go through it, so
+ * it is resolved by itself, first, without the table (fs_real_syscall_get). */
+typedef long (*fs_syscall_fn)(long number, ...);
+fs_syscall_fn fs_real_syscall_get(void);
 
 /* Resolves every symbol; aborts with a message if one is missing. */
 void fs_real_init(void);

@@ -17,6 +17,7 @@
 #include <sys/ioctl.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "core/epoll.h"
@@ -479,6 +480,52 @@ FS_EXPORT int dup3(int fd, int newfd, int flags)
 FS_EXPORT int shutdown(int fd, int how)
 {
 	return fs_int_call(fd, how, fs_core_shutdown, FS_REAL(shutdown));
+}
+
+/* syscall(): libuv (Node.js and everything else built on it) closes every
+ * descriptor with syscall(SYS_close, fd), not close(), so that a signal
+ * cannot cancel it. That close went straight to the kernel: the socket's
+ * stream never learned of it, its FIN never went, the kernel socket (the
+ * stream's control connection) closed at once, and the peer, seeing the
+ * connection end without a FIN while bytes still waited for credit, reset
+ * it (issue 26: 3.1-3.7 MB of a 4 MB response). The calls that decide what
+ * a descriptor is (close, close_range, dup, dup2, dup3) and shutdown go to
+ * their wrappers, which return -1/errno as syscall() does; every other
+ * number, and fabsock's own raw calls (guarded, or before the table is
+ * resolved), go to libc's syscall() unchanged. Six arguments are always
+ * passed on, as glibc's syscall() itself loads six registers. */
+FS_EXPORT long syscall(long number, ...)
+{
+	long a[6];
+	va_list ap;
+
+	va_start(ap, number);
+	for (int i = 0; i < 6; i++)
+		a[i] = va_arg(ap, long);
+	va_end(ap);
+	if (!FS_BEFORE_INIT() && !FS_GUARDED() && __atomic_load_n(&fs_real_done, __ATOMIC_ACQUIRE)) {
+		switch (number) {
+		case SYS_close:
+			return close((int)a[0]);
+#ifdef SYS_close_range
+		case SYS_close_range:
+			return close_range((unsigned int)a[0], (unsigned int)a[1], (int)a[2]);
+#endif
+		case SYS_dup:
+			return dup((int)a[0]);
+#ifdef SYS_dup2
+		case SYS_dup2:
+			return dup2((int)a[0], (int)a[1]);
+#endif
+		case SYS_dup3:
+			return dup3((int)a[0], (int)a[1], (int)a[2]);
+		case SYS_shutdown:
+			return shutdown((int)a[0], (int)a[1]);
+		default:
+			break;
+		}
+	}
+	return fs_real_syscall_get()(number, a[0], a[1], a[2], a[3], a[4], a[5]);
 }
 
 FS_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)

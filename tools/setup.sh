@@ -29,6 +29,7 @@ FABSOCK_PACKAGES=(
 	memcached libmemcached-tools     # memcached, memcslap, memccapable
 	rsync socat curl wrk python3     # rsync daemon, socat, HTTP clients; Python servers, the bench driver
 	slapd ldap-utils                 # OpenLDAP's slapd, ldapadd and ldapsearch (liblber's fcntl64)
+	haproxy nodejs                   # a proxy in front of http.server; Node's libuv server (issue 26)
 	nftables util-linux gdb file     # TCP payload counter, setpriv, backtraces of cores
 	strace binutils                  # e2e_load's trace; objdump for the PSM stand-ins
 	clang libclang-rt-dev            # clang and libFuzzer for tests/fuzz (CI's fuzz stage)

@@ -720,7 +720,8 @@ static int harness_scenario_serve(const struct harness_scenario *scenario, const
 		return -1;
 	}
 	int result = scenario->server(fd);
-	close(fd);
+	if (!(scenario->flags & HARNESS_SERVER_CLOSES_FD))
+		close(fd);
 	return result;
 }
 

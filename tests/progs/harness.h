@@ -167,6 +167,7 @@ enum harness_scenario_flags {
 	HARNESS_CLIENT_CONNECTS_ITSELF = 1 << 0, /* the client opens and closes its own connections */
 	HARNESS_SERVER_ACCEPTS_ITSELF = 1 << 1,  /* the server accepts and closes its own connections */
 	HARNESS_CLIENT_CLOSES_FD = 1 << 2,       /* the client closes the connection it is given */
+	HARNESS_SERVER_CLOSES_FD = 1 << 3,       /* the server closes the connection it is given */
 };
 
 /* One semantic: each side gets the connected socket (or -1 with the flags

@@ -1,0 +1,183 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# Real application: haproxy (Debian's 2.6, `mode http` and the defaults
+# otherwise: no splicing, one process, its event loop on epoll) in front of
+# Python's http.server (`python3 -m http.server`, HTTP/1.0: it closes after
+# every answer), curl through the proxy (issue 26). All three under the
+# library in fabsock mode, none in kernel mode, on free ports of 127.0.0.1.
+# haproxy reads the backend as its raw socket layer does: once epoll
+# reported EPOLLRDHUP, a read shorter than asked is the end of the stream
+# (the kernel never returns less than it holds); the backend closes with
+# the end of the 4 MB file still queued.
+#   - DOWNLOADS downloads of the 4 MB file by one curl process, keep-alive
+#     to haproxy (one client connection reused; a backend connection per
+#     answer), each sha256 equal;
+#   - DOWNLOADS downloads, a curl process each, with `Connection: close`,
+#     each sha256 equal;
+#   - http.server logged every answer 200 and no traceback; haproxy and
+#     http.server alive after the load and stopped cleanly (SIGUSR1: a
+#     soft stop, SIGINT), their stats lines written, no core files;
+#   - fabsock mode: every connection offloaded on every end, no reset, no
+#     message dropped, no fabsock warning about lost bytes; the TCP
+#     connections of both ports carried only the HELLOs (nftables), while
+#     in kernel mode they carried every byte (the counter works).
+# Figures: MB/s of the keep-alive series and of the Connection: close
+# series, kernel vs fabsock.
+
+. "$(dirname "$0")/realapps_lib.sh"
+
+PY=/usr/bin/python3
+HAPROXY=$(command -v haproxy || true)
+[ -x "$PY" ] || fs_skip "no $PY (apt-get install python3)"
+[ -n "$HAPROXY" ] || fs_skip "haproxy is not installed (bash tools/setup.sh --deps-only)"
+ra_need curl nft sha256sum timeout
+
+DOWNLOADS=${RA_DOWNLOADS:-10}
+CURL_MAX=${RA_CURL_MAX:-15}
+BIG_SIZE=$((4 << 20))
+HELLO_BYTES=640 # most TCP payload the negotiation may use per connection
+
+DOCROOT=$RA_DIR/www
+ra_make_docroot "$DOCROOT" 0 "$BIG_SIZE"
+
+PY_MAIN='import runpy, signal
+signal.signal(signal.SIGINT, signal.default_int_handler)
+runpy.run_module("http.server", run_name="__main__", alter_sys=True)'
+
+declare -A FIG
+
+# check_download MODE WHAT OUT CODE SIZE: fails unless OUT holds the file
+# (CODE 200, SIZE and sha256 right); returns 0 when it does.
+check_download() {
+	local mode=$1 what=$2 out=$3 code=$4 size=$5 sum
+	sum=$(sha256sum <"$out" 2>/dev/null | cut -d' ' -f1) || true
+	if [ "$code" = 200 ] && [ "$size" = "$BIG_SIZE" ] && [ "$sum" = "$BIG_SUM" ]; then
+		return 0
+	fi
+	fs_fail "$RA_CASE $mode: $what: HTTP ${code:-none}, ${size:-0} of $BIG_SIZE bytes ($((BIG_SIZE - ${size:-0})) missing), sha256 ${sum:0:16} (want ${BIG_SUM:0:16})"
+	return 1
+}
+
+haproxy_case() {
+	local mode=$1 dir py hap fport bport i rc good moved=0 speeds n200 tb code size t KA_CONNS=0
+	local -a urls=()
+	dir=$FS_TMP/hap-$mode
+	mkdir -p "$dir"
+	bport=$(fs_free_port) || { fs_fail "$RA_CASE $mode: no free port"; return; }
+	fport=$(fs_free_port) || { fs_fail "$RA_CASE $mode: no free port"; return; }
+	[ "$fport" != "$bport" ] || fport=$((bport + 1))
+	cat >"$dir/haproxy.cfg" <<EOF
+global
+    maxconn 200
+defaults
+    mode http
+    timeout connect 5s
+    timeout client 30s
+    timeout server 30s
+frontend fe
+    bind 127.0.0.1:$fport
+    default_backend be
+backend be
+    server py 127.0.0.1:$bport
+EOF
+	ra_env "$mode" pyhttp
+	fs_bg py setsid "${RA_ENV[@]}" PYTHONUNBUFFERED=1 "$PY" -c "$PY_MAIN" --bind 127.0.0.1 \
+		--directory "$DOCROOT" "$bport" >"$dir/py.stdout" 2>"$dir/py.stderr"
+	ra_env "$mode" haproxy
+	fs_bg hap setsid "${RA_ENV[@]}" "$HAPROXY" -db -f "$dir/haproxy.cfg" >"$dir/hap.stdout" 2>"$dir/hap.stderr"
+	if ! ra_wait_listen "$bport" "$py"; then
+		fs_fail "$RA_CASE $mode: http.server did not listen on $bport ($RA_LISTEN_WHY)"
+		return
+	fi
+	if ! ra_wait_listen "$fport" "$hap"; then
+		fs_fail "$RA_CASE $mode: haproxy did not listen on $fport ($RA_LISTEN_WHY)"
+		tail -n 5 "$dir/hap.stderr" | sed 's/^/    /' >&2 || true
+		return
+	fi
+
+	fs_tcp_count_start "$fport" "$bport" || fs_fail "$RA_CASE $mode: nft counter not set up"
+	ra_env "$mode" curl
+	# keep-alive: one curl, one client connection to haproxy for them all
+	for i in $(seq 1 "$DOWNLOADS"); do
+		urls+=(-o "$dir/ka.$i" "http://127.0.0.1:$fport/big.bin")
+	done
+	rc=0
+	timeout -k 2 $((CURL_MAX * 2 + 5)) "${RA_ENV[@]}" curl -sS --max-time $((CURL_MAX * 2)) \
+		-w '%{http_code} %{size_download} %{time_total} %{num_connects}\n' "${urls[@]}" \
+		>"$dir/ka.out" 2>"$dir/ka.err" || rc=$?
+	good=0 t=0
+	for i in $(seq 1 "$DOWNLOADS"); do
+		read -r code size _ _ < <(sed -n "${i}p" "$dir/ka.out") || true
+		moved=$((moved + $(stat -c %s "$dir/ka.$i" 2>/dev/null || echo 0)))
+		check_download "$mode" "keep-alive download $i" "$dir/ka.$i" "${code:-}" "${size:-}" && good=$((good + 1))
+		rm -f "$dir/ka.$i"
+	done
+	KA_CONNS=$(awk '{ c += $4 } END { print c + 0 }' "$dir/ka.out")
+	FIG["$mode ka"]=$(awk '$1 == 200 { b += $2; t += $3 } END { if (t > 0) printf "%.1f", b / t / 1e6; else print 0 }' "$dir/ka.out")
+	if [ "$rc" -eq 0 ] && [ "$good" -eq "$DOWNLOADS" ]; then
+		fs_pass "$RA_CASE $mode: one curl, keep-alive, $DOWNLOADS downloads through haproxy, sha256 equal, ${FIG["$mode ka"]} MB/s ($KA_CONNS connection(s) opened)"
+	else
+		fs_fail "$RA_CASE $mode: one curl, keep-alive: exit status $rc, $good of $DOWNLOADS whole"
+		grep -v ': stats:' "$dir/ka.err" | tail -n 2 | sed 's/^/    stderr: /' >&2 || true
+	fi
+	# Connection: close, a curl process each
+	good=0 speeds=""
+	for i in $(seq 1 "$DOWNLOADS"); do
+		rc=0
+		t=$(timeout -k 2 $((CURL_MAX + 5)) "${RA_ENV[@]}" curl -sS --max-time "$CURL_MAX" -H 'Connection: close' \
+			-o "$dir/cc.$i" -w '%{http_code} %{size_download} %{speed_download}' \
+			"http://127.0.0.1:$fport/big.bin" 2>"$dir/cc.$i.err") || rc=$?
+		read -r code size t <<<"$t" || true
+		moved=$((moved + ${size:-0}))
+		if [ "$rc" -eq 0 ] && check_download "$mode" "Connection: close download $i" "$dir/cc.$i" "${code:-}" "${size:-}"; then
+			good=$((good + 1))
+			speeds="$speeds $t"
+		else
+			[ "$rc" -eq 0 ] || fs_fail "$RA_CASE $mode: Connection: close download $i: curl exit status $rc"
+			grep -v ': stats:' "$dir/cc.$i.err" | tail -n 2 | sed 's/^/    stderr: /' >&2 || true
+		fi
+		rm -f "$dir/cc.$i"
+	done
+	FIG["$mode cc"]=$(ra_mean_mb "$speeds")
+	[ "$good" -eq "$DOWNLOADS" ] &&
+		fs_pass "$RA_CASE $mode: $DOWNLOADS curls with Connection: close through haproxy, sha256 equal, ${FIG["$mode cc"]} MB/s"
+	# (each byte crosses both ports: in kernel mode the counter sees it twice)
+	ra_tcp_payload_check "$mode" "$moved" $((4 * DOWNLOADS * HELLO_BYTES))
+	fs_tcp_count_stop
+
+	ra_alive "$mode" "$hap" haproxy || true
+	ra_alive "$mode" "$py" http.server || true
+	ra_stop "$mode" "$hap" SIGUSR1 haproxy 15 "$dir/hap.stderr" || true
+	ra_stop "$mode" "$py" SIGINT http.server 15 "$dir/py.stderr" || true
+	# (haproxy forwards HTTP/1.1 requests, and HTTP/1.0 after a backend closed)
+	n200=$(grep -cE '"GET /big.bin HTTP/1.[01]" 200' "$dir/py.stderr" || true)
+	tb=$(grep -cE '^Traceback|Error:' "$dir/py.stderr" || true)
+	if [ "$n200" -eq $((2 * DOWNLOADS)) ] && [ "$tb" -eq 0 ]; then
+		fs_pass "$RA_CASE $mode: http.server logged $n200 answers 200, no traceback"
+	else
+		fs_fail "$RA_CASE $mode: http.server logged $n200 answers 200 (want $((2 * DOWNLOADS))) and $tb traceback/error lines"
+		grep -E 'Error:|^Traceback' "$dir/py.stderr" | sort | uniq -c | sort -rn | head -n 4 | sed 's/^/    /' >&2 || true
+	fi
+
+	[ "$mode" = fabsock ] || return 0
+	ra_offloaded pyhttp "$mode" $((2 * DOWNLOADS))
+	# its backend connections, and the frontend ones: the keep-alive curl's
+	# (haproxy closes some after an HTTP/1.0 backend's answer), one per curl
+	ra_offloaded haproxy "$mode" $((3 * DOWNLOADS + KA_CONNS))
+	ra_offloaded curl "$mode" $((DOWNLOADS + KA_CONNS))
+	for i in pyhttp haproxy curl; do
+		ra_all_offloaded "$i" "$mode"
+		for t in resets msgs_dropped; do
+			[ "$(ra_sum "$i" "$mode" "$t")" = 0 ] || fs_fail "$RA_CASE $mode: $i counted $t=$(ra_sum "$i" "$mode" "$t")"
+		done
+		ra_log_clean "$i" "$mode" || true
+		ra_fabsock_notes "$i" "$mode"
+	done
+}
+
+for mode in kernel fabsock; do
+	haproxy_case "$mode"
+done
+ra_figure "haproxy+http.server, curl keep-alive, 4 MB" "MB/s" "${FIG["kernel ka"]:-0}" "${FIG["fabsock ka"]:-0}"
+ra_figure "haproxy+http.server, Connection: close, 4 MB" "MB/s" "${FIG["kernel cc"]:-0}" "${FIG["fabsock cc"]:-0}"
+ra_done
