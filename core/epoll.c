@@ -464,8 +464,17 @@ bool fs_member_fixup(struct fs_epoll *fe, struct fs_ep_member *m)
 		return false;
 	}
 	if (st == FS_SOCK_KERNEL || st == FS_SOCK_SERVER_PLAIN || st == FS_SOCK_LISTENING) {
-		/* plain kernel socket from now on: the application's own entry */
-		fs_kernel_ctl(fe, EPOLL_CTL_MOD, m, m->disarmed ? 0 : m->events, true);
+		/* plain kernel socket from now on: the application's own entry,
+		 * its events and data exactly (a readiness the kernel already
+		 * has is reported again: EPOLL_CTL_MOD looks at the file). An
+		 * exclusive entry cannot be modified: it is made anew (with
+		 * EPOLLEXCLUSIVE, which ours left out; never one-shot). */
+		if (m->events & EPOLLEXCLUSIVE) {
+			fs_kernel_ctl(fe, EPOLL_CTL_DEL, m, 0, true);
+			fs_kernel_ctl(fe, EPOLL_CTL_ADD, m, m->events, true);
+		} else {
+			fs_kernel_ctl(fe, EPOLL_CTL_MOD, m, m->disarmed ? 0 : m->events, true);
+		}
 		fs_member_free(fe, m);
 		return false;
 	}
