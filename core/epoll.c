@@ -129,6 +129,18 @@ static uint64_t fs_member_tag(const struct fs_ep_member *m)
 struct fs_epoll **fs_ept;
 /* Per epoll fd: threads in fs_epoll_wait_plain on it (atomic counters). */
 uint32_t *fs_ep_plain;
+/* Per fd: the socket fabsock let go of there (fs_sock_release: settled as
+ * TCP, handed back) while epoll member records still name it
+ * (fs_epoll_sock_left), until the last of them goes. From then on the
+ * application's epoll_ctl and close() of that fd no longer come through
+ * fabsock's socket, so they look here first: a member converted later, at
+ * the next epoll_wait, would put back the events and data it had and undo
+ * what the application registered since (memcaslap waited for EPOLLIN
+ * forever: its DEL and ADD of EPOLLIN went to the kernel, and the member's
+ * conversion restored the EPOLLOUT of before). Made with fs_ept, before
+ * any member exists; compared as a key only, never dereferenced unless a
+ * member (which holds a reference) is found for it. */
+static struct fs_sock **fs_ep_left;
 static int fs_ept_hi = -1; /* highest epfd with an instance record */
 pthread_mutex_t fs_ept_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -141,6 +153,8 @@ static struct fs_epoll *fs_epoll_get_or_make(int epfd)
 	fs_lock(&fs_ept_lock);
 	if (!fs_ept)
 		__atomic_store_n(&fs_ept, fs_fd_table_map(fs_fdt_size, sizeof(*fs_ept)), __ATOMIC_RELEASE);
+	if (!fs_ep_left)
+		__atomic_store_n(&fs_ep_left, fs_fd_table_map(fs_fdt_size, sizeof(*fs_ep_left)), __ATOMIC_RELEASE);
 	if (fs_ept && !(fe = fs_ept[epfd])) {
 		fe = calloc(1, sizeof(*fe));
 		if (fe) {
@@ -308,8 +322,18 @@ static void fs_member_free(struct fs_epoll *fe, struct fs_ep_member *m)
 		__atomic_fetch_sub(&fe->parked, 1, __ATOMIC_RELEASE);
 	else
 		fs_member_unlink(fe, m);
-	if (m->s)
+	if (m->s) {
+		struct fs_sock **left = __atomic_load_n(&fs_ep_left, __ATOMIC_ACQUIRE);
+		struct fs_sock *expect = m->s;
+
+		/* the last record naming a socket fabsock let go of: its fd
+		 * is a plain one from now on */
+		if (!__atomic_sub_fetch(&m->s->ep_members, 1, __ATOMIC_ACQ_REL) && left && m->fd >= 0 &&
+		    (size_t)m->fd < fs_fdt_size)
+			__atomic_compare_exchange_n(&left[m->fd], &expect, NULL, false, __ATOMIC_ACQ_REL,
+						    __ATOMIC_ACQUIRE);
 		fs_sock_put(m->s);
+	}
 	fs_member_release(m);
 }
 
@@ -440,8 +464,17 @@ bool fs_member_fixup(struct fs_epoll *fe, struct fs_ep_member *m)
 		return false;
 	}
 	if (st == FS_SOCK_KERNEL || st == FS_SOCK_SERVER_PLAIN || st == FS_SOCK_LISTENING) {
-		/* plain kernel socket from now on: the application's own entry */
-		fs_kernel_ctl(fe, EPOLL_CTL_MOD, m, m->disarmed ? 0 : m->events, true);
+		/* plain kernel socket from now on: the application's own entry,
+		 * its events and data exactly (a readiness the kernel already
+		 * has is reported again: EPOLL_CTL_MOD looks at the file). An
+		 * exclusive entry cannot be modified: it is made anew (with
+		 * EPOLLEXCLUSIVE, which ours left out; never one-shot). */
+		if (m->events & EPOLLEXCLUSIVE) {
+			fs_kernel_ctl(fe, EPOLL_CTL_DEL, m, 0, true);
+			fs_kernel_ctl(fe, EPOLL_CTL_ADD, m, m->events, true);
+		} else {
+			fs_kernel_ctl(fe, EPOLL_CTL_MOD, m, m->disarmed ? 0 : m->events, true);
+		}
 		fs_member_free(fe, m);
 		return false;
 	}
@@ -501,20 +534,75 @@ static bool fs_member_unpark(struct fs_epoll *fe, struct fs_ep_member *m, const 
 	return true;
 }
 
-/* An ADD of a socket fabsock leaves to the kernel: a parked member of the
- * same fd and socket must not stand in the kernel's way (EEXIST). */
-static void fs_epoll_unpark_kernel(int epfd, int fd, struct fs_sock *s)
+/* Before the kernel gets an epoll_ctl of FD for socket S, which fabsock
+ * does not offload (any more): EPFD's member for them must not stand in
+ * its way. A parked one (the application took it out) goes with its
+ * kernel entry, so that an ADD does not fail EEXIST; one still in the set
+ * becomes the application's own kernel entry now, with the events and
+ * data the application gave it (EPOLLET and EPOLLONESHOT too), so that
+ * the call changes that entry, as it would without fabsock. */
+static void fs_epoll_pass_member(int epfd, int fd, struct fs_sock *s)
 {
 	struct fs_epoll *fe = fs_epoll_peek(epfd);
 	struct fs_ep_member *m;
 
-	if (!fe || !__atomic_load_n(&fe->parked, __ATOMIC_ACQUIRE))
+	if (!fe || (!__atomic_load_n(&fe->members, __ATOMIC_ACQUIRE) && !__atomic_load_n(&fe->parked, __ATOMIC_ACQUIRE)))
 		return;
 	fs_lock(&fe->lock);
 	m = fs_member_find(fe, fd, s);
 	if (m && m->parked)
 		fs_member_drop(fe, m);
+	else if (m)
+		fs_member_fixup(fe, m);
 	pthread_mutex_unlock(&fe->lock);
+}
+
+void fs_epoll_sock_left(struct fs_sock *s)
+{
+	struct fs_sock **left = __atomic_load_n(&fs_ep_left, __ATOMIC_ACQUIRE);
+
+	if (!left || s->closed || !__atomic_load_n(&s->ep_members, __ATOMIC_ACQUIRE))
+		return;
+	for (unsigned i = 0; i < s->n_app_fds; i++) {
+		int fd = s->app_fds[i];
+
+		if (fd >= 0 && (size_t)fd < fs_fdt_size)
+			__atomic_store_n(&left[fd], s, __ATOMIC_RELEASE);
+	}
+}
+
+/* The socket noted at FD by fs_epoll_sock_left, or NULL. */
+static struct fs_sock *fs_epoll_left_sock(int fd)
+{
+	struct fs_sock **left = __atomic_load_n(&fs_ep_left, __ATOMIC_ACQUIRE);
+
+	if (!left || fd < 0 || (size_t)fd >= fs_fdt_size)
+		return NULL;
+	return __atomic_load_n(&left[fd], __ATOMIC_ACQUIRE);
+}
+
+bool fs_epoll_left(int fd)
+{
+	return fs_epoll_left_sock(fd) != NULL;
+}
+
+void fs_epoll_left_ctl(int epfd, int fd)
+{
+	struct fs_sock *s = fs_epoll_left_sock(fd);
+
+	if (s)
+		fs_epoll_pass_member(epfd, fd, s);
+}
+
+void fs_epoll_left_closing(int fd)
+{
+	struct fs_sock **left = __atomic_load_n(&fs_ep_left, __ATOMIC_ACQUIRE);
+	struct fs_sock *s;
+
+	if (!left || fd < 0 || (size_t)fd >= fs_fdt_size ||
+	    !(s = __atomic_exchange_n(&left[fd], NULL, __ATOMIC_ACQ_REL)))
+		return;
+	fs_epoll_fd_closing(s, fd);
 }
 
 /* Adds a member for FD (a fabsock socket S, or a nested epoll instance when
@@ -546,6 +634,7 @@ static int fs_member_add(struct fs_epoll *fe, int fd, struct fs_sock *s, const s
 	}
 	if (s) {
 		fs_sock_ref(s);
+		__atomic_add_fetch(&s->ep_members, 1, __ATOMIC_ACQ_REL);
 		fs_core_epoll_add(s); /* close() must take it out of epoll sets */
 	}
 	fs_member_key(m->key, fd, s);
@@ -655,11 +744,15 @@ bool fs_epoll_is_instance(int fd)
 
 int fs_epoll_ctl_nested(int epfd, int op, int fd, struct epoll_event *event)
 {
-	struct fs_epoll *fe, *inner = fs_epoll_get_or_make(fd);
+	struct fs_epoll *fe, *inner;
 	struct fs_ep_member *m;
 	int ret = 0;
 
 	if (op != EPOLL_CTL_ADD) {
+		/* FD may be any descriptor (a MOD or DEL is not asked whether
+		 * it is an instance): a member exists only for an instance that
+		 * has a record already, so make none (a record and its eventfd
+		 * for every pipe or kernel socket the application modifies) */
 		fe = fs_epoll_peek(epfd);
 		if (!fe)
 			return FS_PASS;
@@ -687,6 +780,7 @@ int fs_epoll_ctl_nested(int epfd, int op, int fd, struct epoll_event *event)
 	}
 	if (!event)
 		return -EFAULT;
+	inner = fs_epoll_get_or_make(fd);
 	fe = fs_epoll_get_or_make(epfd);
 	if (!fe || !inner)
 		return FS_PASS;
@@ -701,7 +795,7 @@ int fs_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event, struct fs_
 
 	if (op == EPOLL_CTL_ADD) {
 		if (!fs_epoll_wants(s)) {
-			fs_epoll_unpark_kernel(epfd, fd, s);
+			fs_epoll_pass_member(epfd, fd, s);
 			return FS_PASS;
 		}
 		if (!event)

@@ -41,5 +41,16 @@ int fs_epoll_ctl_nested(int epfd, int op, int fd, struct epoll_event *event);
 void fs_epoll_fd_closing(struct fs_sock *s, int fd);
 /* The application closed EPFD. */
 void fs_epoll_closed(int epfd);
+/* fabsock lets go of S (fs_sock_release; S's lock held): if epoll member
+ * records still name it, notes its fds, whose epoll_ctl and close() no
+ * longer come through S, so that they meet those records first. */
+void fs_epoll_sock_left(struct fs_sock *s);
+/* Whether FD has such a note (a cheap look). */
+bool fs_epoll_left(int fd);
+/* Before the kernel gets an epoll_ctl of such an FD on EPFD: EPFD's
+ * record for it becomes the application's kernel entry (or, parked, goes). */
+void fs_epoll_left_ctl(int epfd, int fd);
+/* Before such an FD closes: its records go from every instance. */
+void fs_epoll_left_closing(int fd);
 
 #endif

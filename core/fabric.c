@@ -442,7 +442,9 @@ static int fs_rail_open_objects(struct fs_rail *rail, struct fi_info *fi, const 
 	if (ret)
 		goto err_av;
 	*step = "fi_endpoint";
-	ret = fi_endpoint(rail->domain, fi, &rail->ep, NULL);
+	/* fault injection: the step a full /dev/shm fails at, with what was
+	 * opened before it to undo */
+	ret = fs_params.test_provider_fail ? -FI_ENOMEM : fi_endpoint(rail->domain, fi, &rail->ep, NULL);
 	if (ret)
 		goto err_cq;
 	*step = "fi_ep_bind(av)";

@@ -198,6 +198,9 @@ void fs_sock_release(struct fs_sock *s)
 			fs_listener_put(s->listener);
 		s->listener = NULL;
 	}
+	/* before the fds become plain ones: epoll records of S must meet the
+	 * application's next epoll_ctl or close() of them (epoll.c) */
+	fs_epoll_sock_left(s);
 	for (unsigned i = 0; i < s->n_app_fds; i++) {
 		fs_inherit_note(s->app_fds[i], FS_INH_NONE);
 		if (fs_fdt_clear(s->app_fds[i], s))

@@ -104,6 +104,9 @@ struct fs_sock {
 	int family;
 	bool nonblock;
 	bool event_loop; /* added to an epoll set */
+	/* epoll member records that name it (atomic; epoll.c): while one is
+	 * left after fs_sock_release, its fds stay noted (fs_epoll_sock_left) */
+	unsigned ep_members;
 	bool closed;     /* the application closed it (epoll members drop it) */
 	/* closed before its HELLO-ACK: the handshake finishes in the service
 	 * thread on a private duplicate (struct fs_sock_bg in sock.c) */

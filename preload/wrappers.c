@@ -353,7 +353,7 @@ FS_EXPORT int close(int fd)
 	struct fs_sock *s;
 	long ret;
 
-	if (FS_BEFORE_INIT() || (!fs_fdt_peek_any(fd) && !fs_epoll_known(fd))) {
+	if (FS_BEFORE_INIT() || (!fs_fdt_peek_any(fd) && !fs_epoll_known(fd) && !fs_epoll_left(fd))) {
 		int closed = FS_REAL(close)(fd), err = errno;
 
 		/* an application's UDP socket that took a probe twin's port */
@@ -369,6 +369,7 @@ FS_EXPORT int close(int fd)
 									    : FS_REAL(close)(fd);
 	if (fs_epoll_known(fd))
 		fs_epoll_closed(fd);
+	fs_epoll_left_closing(fd);
 	if (!fs_fdt_peek_any(fd))
 		return FS_REAL(close)(fd);
 	if (fs_fdt_peek(fd) == FS_SOCK_INTERNAL && !FS_GUARDED())
@@ -398,6 +399,7 @@ FS_EXPORT int close_range(unsigned int first, unsigned int last, int flags)
 
 		if (fs_epoll_known((int)fd))
 			fs_epoll_closed((int)fd);
+		fs_epoll_left_closing((int)fd);
 		if (!peek)
 			continue;
 		if (peek == FS_SOCK_INTERNAL) {
@@ -452,7 +454,8 @@ static int fs_dup_replace(int fd, int newfd, int flags, bool three)
 {
 	struct fs_sock *target = fs_fdt_peek(newfd);
 
-	if (fd == newfd || (!fs_fdt_peek_any(fd) && !target && !fs_epoll_known(newfd)) || fs_core_hands_off())
+	if (fd == newfd || (!fs_fdt_peek_any(fd) && !target && !fs_epoll_known(newfd) && !fs_epoll_left(newfd)) ||
+	    fs_core_hands_off())
 		return three ? FS_REAL(dup3)(fd, newfd, flags) : FS_REAL(dup2)(fd, newfd);
 	if (FS_REAL(fcntl)(fd, F_GETFD) < 0)
 		return -1; /* EBADF, and NEWFD stays as it was */
@@ -462,6 +465,7 @@ static int fs_dup_replace(int fd, int newfd, int flags, bool three)
 		return (int)fs_ret(-EINVAL);
 	if (fs_epoll_known(newfd))
 		fs_epoll_closed(newfd);
+	fs_epoll_left_closing(newfd);
 	if (target)
 		fs_core_dup_target(newfd);
 	return fs_dup_done(fd, three ? FS_REAL(dup3)(fd, newfd, flags) : FS_REAL(dup2)(fd, newfd));
@@ -714,11 +718,15 @@ FS_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 	if (s) {
 		ret = fs_epoll_ctl(epfd, op, fd, event, s);
 		fs_sock_put(s);
-	} else if (!FS_GUARDED() && fs_core_enabled && fs_fdt_peek(fd) == NULL &&
-		   (op != EPOLL_CTL_ADD || fs_epoll_is_instance(fd))) {
+	} else if (!FS_GUARDED() && fs_core_enabled && fs_fdt_peek(fd) == NULL) {
+		/* a socket fabsock let go of while epoll records named it:
+		 * they go first, or a later look would undo this call */
+		if (fs_epoll_left(fd))
+			fs_epoll_left_ctl(epfd, fd);
 		/* an epoll instance inside another: its fabsock members must be
 		 * seen through it */
-		ret = fs_epoll_ctl_nested(epfd, op, fd, event);
+		if (op != EPOLL_CTL_ADD || fs_epoll_is_instance(fd))
+			ret = fs_epoll_ctl_nested(epfd, op, fd, event);
 	}
 	if (ret == FS_PASS)
 		return FS_REAL(epoll_ctl)(epfd, op, fd, event);
