@@ -289,6 +289,13 @@ fs_tcp_count_start() {
 		mark=0x$(printf '%s' "$FS_TCP_MARK" | od -An -tx1 | tr -d ' \n')
 	fi
 	nft delete table inet "$FS_NFT" 2>/dev/null || true
+	# Tables of test scripts that died without their cleanup (ctest's
+	# timeout kills with SIGKILL): their hooks would count every packet of
+	# the host on those ports for ever.
+	local t
+	for t in $(nft list tables inet 2>/dev/null | sed -n 's/^table inet fstest_\([0-9]*\)$/\1/p'); do
+		kill -0 "$t" 2>/dev/null || nft delete table inet "fstest_$t" 2>/dev/null || true
+	done
 	{
 		echo "table inet $FS_NFT {"
 		echo "chain count {"
