@@ -147,6 +147,11 @@ run_scenario() { # MODE SCENARIO
 		else
 			fs_tcp_proof "$label (handed back, not judged: no kernel run)" shown 1
 		fi
+	elif [ "$scenario" = control_reset ]; then
+		# fs_glibc_entries: the client writes 16 bytes on the control
+		# connection behind fabsock's back (a raw write), on purpose
+		fs_tcp_proof "$label" "$mode" "$(sed -n 's/^connections=//p' "$dir/server.out")" 16 \
+			"the 16 bytes written on the control connection with a raw write, which reset the stream"
 	else
 		fs_tcp_proof "$label" "$mode" "$(sed -n 's/^connections=//p' "$dir/server.out")"
 		if [ "$mode" = kernel ]; then kernel_tcp[$scenario]=$FS_TCP_PAYLOAD; fi
