@@ -243,7 +243,7 @@ apache_case() {
 		# (The workers' count against the kernel's count of connections
 		# from root is logged, not judged: under prefork the workers have
 		# counted one or two more refusals of "another user" than the
-		# kernel saw connections from root, in 2 of 4 runs on 2026-11-28;
+		# kernel saw connections from root, in most runs on 2026-11-28;
 		# open in issue 26's note, not explained yet.)
 		[ "$left" -le "$from_root" ] ||
 			fs_log "$RA_CASE $mode $mpm: NOTE: the workers refused $left streams as another user's, the kernel saw $from_root connections from root"
