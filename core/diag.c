@@ -96,6 +96,44 @@ static int fs_diag_exchange(const struct nlmsghdr *ask, uint32_t *inode, uint32_
 	return -1;
 }
 
+/* One exact NETLINK_SOCK_DIAG lookup of the PROTOCOL socket whose
+ * identity is SRC:SPORT -> DST:DPORT (addresses IPv6 or v4-mapped), under
+ * the one question at a time lock; as fs_diag_exchange. */
+static int fs_diag_ask(uint8_t protocol, uint32_t states, const uint8_t src[16], uint16_t sport,
+		       const uint8_t dst[16], uint16_t dport, uint32_t *inode, uint32_t *uid, bool any_state)
+{
+	static const uint8_t mapped[12] = { [10] = 0xff, [11] = 0xff };
+	struct {
+		struct nlmsghdr nlh;
+		struct inet_diag_req_v2 req;
+	} msg = { 0 };
+	bool v4 = memcmp(dst, mapped, 12) == 0;
+	int answer;
+
+	msg.nlh.nlmsg_len = sizeof(msg);
+	msg.nlh.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+	msg.nlh.nlmsg_flags = NLM_F_REQUEST;
+	msg.nlh.nlmsg_seq = (uint32_t)fs_now_ns();
+	msg.req.sdiag_family = v4 ? AF_INET : AF_INET6;
+	msg.req.sdiag_protocol = protocol;
+	msg.req.idiag_states = states;
+	msg.req.id.idiag_sport = htons(sport);
+	msg.req.id.idiag_dport = htons(dport);
+	if (v4) {
+		memcpy(msg.req.id.idiag_src, src + 12, 4);
+		memcpy(msg.req.id.idiag_dst, dst + 12, 4);
+	} else {
+		memcpy(msg.req.id.idiag_src, src, 16);
+		memcpy(msg.req.id.idiag_dst, dst, 16);
+	}
+	msg.req.id.idiag_cookie[0] = INET_DIAG_NOCOOKIE;
+	msg.req.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
+	pthread_mutex_lock(&fs_diag_lock);
+	answer = fs_diag_exchange(&msg.nlh, inode, uid, any_state);
+	pthread_mutex_unlock(&fs_diag_lock);
+	return answer;
+}
+
 /* Asks the kernel whether an established TCP connection LOCAL:LPORT <->
  * CLIENT:CPORT exists (in the accept queue or accepted): one exact socket
  * lookup over NETLINK_SOCK_DIAG. A probe is answered yes only for a real
@@ -106,36 +144,11 @@ static int fs_diag_lookup(const uint8_t local[16], uint16_t lport, const uint8_t
 			  uint32_t *inode, uint32_t *uid, bool any_state)
 {
 	uint32_t ignored, ignored_uid;
-	static const uint8_t mapped[12] = { [10] = 0xff, [11] = 0xff };
-	struct {
-		struct nlmsghdr nlh;
-		struct inet_diag_req_v2 req;
-	} msg = { 0 };
-	bool v4 = memcmp(client, mapped, 12) == 0;
-	int answer;
 
-	msg.nlh.nlmsg_len = sizeof(msg);
-	msg.nlh.nlmsg_type = SOCK_DIAG_BY_FAMILY;
-	msg.nlh.nlmsg_flags = NLM_F_REQUEST;
-	msg.nlh.nlmsg_seq = (uint32_t)fs_now_ns();
-	msg.req.sdiag_family = v4 ? AF_INET : AF_INET6;
-	msg.req.sdiag_protocol = IPPROTO_TCP;
-	msg.req.idiag_states = (1u << TCP_ESTABLISHED) | (1u << TCP_SYN_RECV); /* for dumps; see below */
-	msg.req.id.idiag_sport = htons(lport);
-	msg.req.id.idiag_dport = htons(cport);
-	if (v4) {
-		memcpy(msg.req.id.idiag_src, local + 12, 4);
-		memcpy(msg.req.id.idiag_dst, client + 12, 4);
-	} else {
-		memcpy(msg.req.id.idiag_src, local, 16);
-		memcpy(msg.req.id.idiag_dst, client, 16);
-	}
-	msg.req.id.idiag_cookie[0] = INET_DIAG_NOCOOKIE;
-	msg.req.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
-	pthread_mutex_lock(&fs_diag_lock);
-	answer = fs_diag_exchange(&msg.nlh, inode ? inode : &ignored, uid ? uid : &ignored_uid, any_state);
-	pthread_mutex_unlock(&fs_diag_lock);
-	return answer;
+	/* the state filter is for dumps; an exact lookup ignores it (see
+	 * fs_diag_exchange, which checks the state in the reply) */
+	return fs_diag_ask(IPPROTO_TCP, (1u << TCP_ESTABLISHED) | (1u << TCP_SYN_RECV), local, lport, client, cport,
+			   inode ? inode : &ignored, uid ? uid : &ignored_uid, any_state);
 }
 
 /* A client on this host (its address is ours: the listener's own, or
@@ -170,41 +183,14 @@ int fs_conn_exists(const uint8_t local[16], uint16_t lport, const uint8_t client
 
 int fs_udp_owner(const uint8_t addr[16], uint16_t port, const uint8_t peer[16], uint16_t peer_port, uint32_t *uid)
 {
-	static const uint8_t mapped[12] = { [10] = 0xff, [11] = 0xff };
-	struct {
-		struct nlmsghdr nlh;
-		struct inet_diag_req_v2 req;
-	} msg = { 0 };
-	bool v4 = memcmp(addr, mapped, 12) == 0;
 	uint32_t inode;
 	int answer;
 
-	*uid = FS_DIAG_NO_UID;
-	msg.nlh.nlmsg_len = sizeof(msg);
-	msg.nlh.nlmsg_type = SOCK_DIAG_BY_FAMILY;
-	msg.nlh.nlmsg_flags = NLM_F_REQUEST;
-	msg.nlh.nlmsg_seq = (uint32_t)fs_now_ns();
-	msg.req.sdiag_family = v4 ? AF_INET : AF_INET6;
-	msg.req.sdiag_protocol = IPPROTO_UDP;
-	msg.req.idiag_states = ~0u;
 	/* udp_dump_one() looks the socket up as the receiver of a datagram
 	 * from idiag_src:sport to idiag_dst:dport ("src and dst are swapped
 	 * for historical reasons", net/ipv4/udp_diag.c): the socket's own
 	 * address goes in dst, its peer's in src. */
-	msg.req.id.idiag_sport = htons(peer_port);
-	msg.req.id.idiag_dport = htons(port);
-	if (v4) {
-		memcpy(msg.req.id.idiag_src, peer + 12, 4);
-		memcpy(msg.req.id.idiag_dst, addr + 12, 4);
-	} else {
-		memcpy(msg.req.id.idiag_src, peer, 16);
-		memcpy(msg.req.id.idiag_dst, addr, 16);
-	}
-	msg.req.id.idiag_cookie[0] = INET_DIAG_NOCOOKIE;
-	msg.req.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
-	pthread_mutex_lock(&fs_diag_lock);
-	answer = fs_diag_exchange(&msg.nlh, &inode, uid, true);
-	pthread_mutex_unlock(&fs_diag_lock);
+	answer = fs_diag_ask(IPPROTO_UDP, ~0u, peer, peer_port, addr, port, &inode, uid, true);
 	if (answer != 1)
 		*uid = FS_DIAG_NO_UID;
 	return answer;
