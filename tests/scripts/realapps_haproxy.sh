@@ -164,14 +164,7 @@ EOF
 	# (haproxy closes some after an HTTP/1.0 backend's answer), one per curl
 	ra_offloaded haproxy "$mode" $((3 * DOWNLOADS + KA_CONNS))
 	ra_offloaded curl "$mode" $((DOWNLOADS + KA_CONNS))
-	for i in pyhttp haproxy curl; do
-		ra_all_offloaded "$i" "$mode"
-		for t in resets msgs_dropped; do
-			[ "$(ra_sum "$i" "$mode" "$t")" = 0 ] || fs_fail "$RA_CASE $mode: $i counted $t=$(ra_sum "$i" "$mode" "$t")"
-		done
-		ra_log_clean "$i" "$mode" || true
-		ra_fabsock_notes "$i" "$mode"
-	done
+	ra_streams_clean "$mode" pyhttp haproxy curl
 }
 
 for mode in kernel fabsock; do

@@ -431,6 +431,23 @@ ra_offloaded() {
 	ra_all_offloaded "$name" "$mode" "${4:-0}" "${5:-}"
 }
 
+# ra_streams_clean MODE NAME...: each NAME's processes in MODE counted no
+# reset and no dropped message, and logged no warning that means a lost
+# byte (ra_log_clean); their notes are shown. (Whether their streams were
+# offloaded is ra_offloaded's.)
+ra_streams_clean() {
+	local mode=$1 name v
+	shift
+	for name in "$@"; do
+		for v in resets msgs_dropped; do
+			[ "$(ra_sum "$name" "$mode" "$v")" = 0 ] ||
+				fs_fail "$RA_CASE $mode: $name counted $v=$(ra_sum "$name" "$mode" "$v")"
+		done
+		ra_log_clean "$name" "$mode" || true
+		ra_fabsock_notes "$name" "$mode"
+	done
+}
+
 # ra_tcp_payload_check MODE MOVED CONNECTIONS [ALLOWED WHY]: after
 # fs_tcp_count_start, in kernel mode the TCP connections must have carried
 # at least MOVED payload bytes (the counter works); in fabsock mode no

@@ -57,7 +57,7 @@ http.createServer((q, s) => {
 declare -A FIG
 
 node_case() {
-	local mode=$1 dir srv port i out speeds="" good=0 moved=0 v
+	local mode=$1 dir srv port i out speeds="" good=0 moved=0
 	dir=$FS_TMP/node-$mode
 	mkdir -p "$dir"
 	port=$(fs_free_port) || { fs_fail "$RA_CASE $mode: no free port"; return; }
@@ -98,14 +98,7 @@ node_case() {
 	[ "$mode" = fabsock ] || return 0
 	ra_offloaded node "$mode" "$DOWNLOADS"
 	ra_offloaded curl "$mode" "$DOWNLOADS"
-	for i in node curl; do
-		ra_all_offloaded "$i" "$mode"
-		for v in resets msgs_dropped; do
-			[ "$(ra_sum "$i" "$mode" "$v")" = 0 ] || fs_fail "$RA_CASE $mode: $i counted $v=$(ra_sum "$i" "$mode" "$v")"
-		done
-		ra_log_clean "$i" "$mode" || true
-		ra_fabsock_notes "$i" "$mode"
-	done
+	ra_streams_clean "$mode" node curl
 }
 
 for mode in kernel fabsock; do
