@@ -486,6 +486,26 @@ FS_EXPORT int shutdown(int fd, int how)
 	return fs_int_call(fd, how, fs_core_shutdown, FS_REAL(shutdown));
 }
 
+/* The syscall() numbers that go to fabsock's wrappers (below). */
+static inline bool fs_syscall_changes_fd(long number)
+{
+	switch (number) {
+	case SYS_close:
+#ifdef SYS_close_range
+	case SYS_close_range:
+#endif
+	case SYS_dup:
+#ifdef SYS_dup2
+	case SYS_dup2:
+#endif
+	case SYS_dup3:
+	case SYS_shutdown:
+		return true;
+	default:
+		return false;
+	}
+}
+
 /* syscall(): libuv (Node.js and everything else built on it) closes every
  * descriptor with syscall(SYS_close, fd), not close(), so that a signal
  * cannot cancel it. That close went straight to the kernel: the socket's
@@ -507,7 +527,10 @@ FS_EXPORT long syscall(long number, ...)
 	for (int i = 0; i < 6; i++)
 		a[i] = va_arg(ap, long);
 	va_end(ap);
-	if (!FS_BEFORE_INIT() && !FS_GUARDED() && __atomic_load_n(&fs_real_done, __ATOMIC_ACQUIRE)) {
+	/* the number first: futex and the other hot numbers (Rust's locks)
+	 * pass straight on without a look at the thread's guard */
+	if (fs_syscall_changes_fd(number) && !FS_BEFORE_INIT() && !FS_GUARDED() &&
+	    __atomic_load_n(&fs_real_done, __ATOMIC_ACQUIRE)) {
 		switch (number) {
 		case SYS_close:
 			return close((int)a[0]);
