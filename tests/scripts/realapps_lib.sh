@@ -493,10 +493,13 @@ RA_RESULTS=()
 
 # ra_figure METRIC UNIT KERNEL FABSOCK [lower]: records a main figure of the
 # case (higher is better unless "lower"); printed side by side by ra_done and
-# appended to $FS_REALAPPS_RESULTS (if set) as a tab-separated line.
+# appended to $FS_REALAPPS_RESULTS (if set) as a tab-separated line. A value
+# may be a word ("failed", "n/a (not installed: X)": bench_realapps.sh); the
+# ratio is then "-".
 ra_figure() {
 	local metric=$1 unit=$2 k=$3 f=$4 dir=${5:-higher} ratio
-	ratio=$(awk -v k="$k" -v f="$f" 'BEGIN { if (k > 0) printf "%.2f", f / k; else print "-" }')
+	ratio=$(awk -v k="$k" -v f="$f" 'BEGIN { n = "^[0-9]+([.][0-9]+)?$"
+		if (k ~ n && f ~ n && k > 0) printf "%.2f", f / k; else print "-" }')
 	RA_RESULTS+=("$(printf '%-44s %14s %14s %7sx  %s' "$RA_CASE: $metric ($unit)" "$k" "$f" "$ratio" "$dir is better")")
 	if [ -n "${FS_REALAPPS_RESULTS:-}" ]; then
 		printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$RA_CASE" "$metric" "$unit" "$k" "$f" "$ratio" "$dir" >>"$FS_REALAPPS_RESULTS"

@@ -113,7 +113,8 @@ nginx_stop() {
 }
 
 # wrk_load USER URL OUT: wrk -t 2 -c WRK_CONNS on URL for WRK_SECS s as
-# USER under "${RA_ENV[@]}", output in OUT and OUT.err. Sets WRK_RC and,
+# USER under "${RA_ENV[@]}" (with the extra wrk arguments of the array
+# WRK_ARGS, if set), output in OUT and OUT.err. Sets WRK_RC and,
 # from its summary line (WRK_SUMMARY, empty without one): WRK_REQ,
 # WRK_BYTES, WRK_ERRS (wrk's error counters in words), WRK_NERR (their
 # sum), WRK_DUR (us) and WRK_RPS.
@@ -123,7 +124,7 @@ wrk_load() {
 	WRK_RC=0
 	local wpid
 	ra_as "$user" timeout -k 2 $((WRK_SECS + 12)) "${RA_ENV[@]}" wrk -t 2 -c "$WRK_CONNS" -d "${WRK_SECS}s" --timeout 5s \
-		-s "$WRK_LUA" "$url" >"$out" 2>"$out.err" &
+		${WRK_ARGS[@]+"${WRK_ARGS[@]}"} -s "$WRK_LUA" "$url" >"$out" 2>"$out.err" &
 	wpid=$!
 	# wrk ends on its own after WRK_SECS: if it has not 8 s later, where
 	# each thread of it and of the servers waits says why (seen once in CI:
