@@ -206,6 +206,7 @@ from fabsock_bench_parse import (  # noqa: E402
     parse_iperf3_json, parse_redis_rps, parse_wrk, parse_fi_pingpong, parse_keyvalues,
     parse_scale_client, stats_offloaded, stats_sum, proc_cpu_ticks, proc_rss_kib, gbits_from_mbytes,
     per_conn, slow_cells, idle_percent, raw_iterations)
+import fabsock_bench_real as real  # noqa: E402  (the real-programs section)
 
 
 # ---------------------------------------------------------------------------
@@ -413,6 +414,10 @@ class Bench:
         self.samples = {}  # (row, mode) -> [text of every run]
         self.notes = {}    # note key -> offload seen in fabsock runs
         self.failures = 0
+        self.sections = opts.get("sections", ("main", "real"))
+        # the real-programs section: rows and summary of
+        # fabsock_bench_real.judge, the offload lines of the driver
+        self.real_rows, self.real_summary, self.real_notes = None, None, []
         self.children = Children()
         self.self_dir = os.path.dirname(os.path.realpath(__file__))
 
@@ -1075,6 +1080,72 @@ class Bench:
 
     # -- the plan
 
+    # -- real programs (issue 27): tests/scripts/bench_realapps.sh
+
+    def find_realapps(self):
+        """The driver: FABSOCK_REALAPPS_DIR, the source tree beside this
+        file (tools/../tests/scripts), or the source tree of the build that
+        holds the library (its CMakeCache.txt)."""
+        dirs = [os.environ.get("FABSOCK_REALAPPS_DIR") or "", os.path.join(self.self_dir, "..", "tests", "scripts")]
+        for build in (os.path.dirname(self.lib) if self.lib else "", os.environ.get("FABSOCK_BUILD") or "",
+                      os.path.join(self.self_dir, "..")):
+            home = last_match(r"^CMAKE_HOME_DIRECTORY:INTERNAL=(.*)$", read(os.path.join(build, "CMakeCache.txt"))
+                              if build else "")
+            if home:
+                dirs.append(os.path.join(home, "tests", "scripts"))
+        for d in dirs:
+            path = os.path.join(d, "bench_realapps.sh")
+            if d and os.path.isfile(path) and os.path.isfile(os.path.join(d, "realapps_lib.sh")):
+                return os.path.realpath(path)
+        return None
+
+    def realapps_unavailable(self):
+        """Why the section cannot run here, as its cells say it; "" if it can."""
+        if not self.usable("kernel"):
+            return "n/a (kernel column not run)"
+        if not self.usable("fabsock"):
+            return "n/a (no fabsock library)" if "fabsock" in self.modes else "n/a (fabsock column not run)"
+        if self.provider != "shm":
+            return "n/a (the real programs run on shm, not %s)" % self.provider
+        if os.geteuid() != 0:
+            return "n/a (needs root: the servers drop to their users)"
+        if not shutil.which("bash"):
+            return "n/a (not installed: bash)"
+        if not self.find_realapps():
+            return "n/a (tests/scripts/bench_realapps.sh not found: FABSOCK_REALAPPS_DIR)"
+        return ""
+
+    def realapps(self):
+        why = self.realapps_unavailable()
+        if why:
+            print("real programs: %s" % why)
+            self.real_rows, self.real_summary = real.judge({}, why)
+            return
+        driver, log = self.find_realapps(), self.logs("realapps")
+        tsv = log + ".tsv"
+        if os.path.exists(tsv):
+            os.unlink(tsv)
+        env = self.env_for("kernel")
+        lib_dir = os.path.dirname(self.lib)
+        env.update(FABSOCK_LIB=self.lib, FS_REALAPPS_RESULTS=tsv,
+                   FS_PROGS=os.environ.get("FS_PROGS") or os.path.join(lib_dir, "tests", "progs"))
+        argv = ["bash", driver, "--rounds", str(self.repeat)] + (["--quick"] if self.quick else [])
+        # about 70 s a round with --quick on the loaded 2-core VM, 3 min in full
+        limit = self.repeat * (150 if self.quick else 400)
+        t0 = time.monotonic()
+        child = self.children.start(limit, log, env, argv)
+        rc = wait(child)
+        samples = real.parse_tsv(read(tsv))
+        self.real_rows, self.real_summary = real.judge(samples)
+        self.real_notes = [l[len("offload "):] for l in read(log + ".out").splitlines() if l.startswith("offload ")]
+        failed = [r["benchmark"] for r in self.real_rows if "failed" in (r["kernel_tcp"], r["fabsock"])]
+        print("real programs: %d figures, %d round(s) in %s%s" % (
+            len(samples), self.repeat, clock(int(time.monotonic() - t0)),
+            "" if rc == 0 and not failed else ", %d failed (exit status %d)" % (len(failed), rc)))
+        if rc != 0 or failed:
+            self.failures += 1
+            self.show_failure("bench_realapps.sh", rc, log)
+
     def usable(self, mode):
         return mode in self.modes and (mode != "fabsock" or bool(self.lib))
 
@@ -1108,6 +1179,12 @@ class Bench:
             each(self.idle, "recv")
             if not self.quick:
                 each(self.idle, "epoll")
+        if "main" not in self.sections:
+            steps = []
+        if "real" in self.sections:
+            # one step: bench_realapps.sh runs its rounds itself, kernel then
+            # fabsock per program in each
+            steps.append((self.repeat, self.realapps, ()))
         return steps
 
     def run(self, out):
@@ -1166,6 +1243,9 @@ class Bench:
                 k + "x" if k else "-", r + "x" if r else "-", target_text(row), target_met(row, cells)]
 
     def print_table(self):
+        if "main" not in self.sections:
+            self.print_real()
+            return
         head = ["benchmark", "kernel TCP", "fabsock", "raw libfabric", "fabsock/kernel", "fabsock/raw", "target",
                 "met?"]
         texts = [self.row_texts(row) for row in self.rows]
@@ -1193,6 +1273,27 @@ class Bench:
         for key in NOTE_KEYS:
             if self.notes.get(key):
                 print("fabsock %s: %s" % (key, self.notes[key]))
+        self.print_real()
+
+    def print_real(self):
+        if self.real_rows is None:
+            return
+        print()
+        print("Real programs (tests/scripts/bench_realapps.sh: the realapps suite's servers as Debian\n"
+              "ships them, clients as their users, kernel TCP then fabsock for each program in each\n"
+              "round; median of %d round(s)).\n%s\n"
+              "ratio: fabsock vs kernel, > 1 is faster (rates: fabsock/kernel; times: kernel/fabsock,\n"
+              "a curl process's wall time from exec to exit). Targets: issue 27's."
+              % (self.repeat, "--quick: the same figures from shorter runs: 2 s per wrk or pgbench run (5 s in\n"
+                 "the full run), 5 curl processes per size (10), 2 downloads through the proxy (4),\n"
+                 "memcslap 1000 keys per thread (4000), pgbench -i -s 1 (2)." if self.quick else
+                 "5 s per wrk or pgbench run, 10 curl processes per size, 4 downloads through the\n"
+                 "proxy, memcslap 4000 keys per thread, pgbench -i -s 2."))
+        print()
+        for line in real.table_lines(self.real_rows, self.real_summary):
+            print(line)
+        for note in self.real_notes:
+            print("fabsock realapps %s" % note)
 
     def write_results(self):
         csv_path, json_path = os.path.join(self.out, "results.csv"), os.path.join(self.out, "results.json")
@@ -1227,6 +1328,23 @@ class Bench:
                 ("latency", "one-way (round trip / 2) in every column"),
                 ("cell", "median of the numeric samples of every run"),
                 ("offload", [(k, self.notes.get(k, "")) for k in NOTE_KEYS])]
+        if self.real_rows is not None:
+            head.append(("realapps_summary", [(k, v if isinstance(v, int) else str(v))
+                                              for k, v in self.real_summary.items()]))
+            head.append(("realapps_offload", self.real_notes))
+            head.append(("realapps", [[(k, list(v.items()) if isinstance(v, dict) else v) for k, v in r.items()]
+                                      for r in self.real_rows]))
+            md += ["", "Real programs (ratio: fabsock vs kernel, > 1 is faster)", "",
+                   "| real program | kernel TCP | fabsock | ratio | target | met? |", "|---|---:|---:|---:|---|---|"]
+            for r in self.real_rows:
+                md.append("| %s (%s) | %s | %s | %s | %s | %s |" % (
+                    r["benchmark"], r["unit"], r["kernel_tcp"] or "-", r["fabsock"] or "-",
+                    r["ratio"] + "x" if r["ratio"] else "-", r["target"].replace("<", "&lt;").replace(">", "&gt;"),
+                    r["met"]))
+            g = self.real_summary
+            md.append("| geometric mean of %d ratios | | | %s | %s | %s |" % (
+                g["geomean_of"], g["geomean"] + "x" if g["geomean"] else "-",
+                g["geomean_target"].replace(">", "&gt;"), g["geomean_met"]))
         with open(csv_path, "w") as f:
             f.write("\n".join(csv) + "\n")
         with open(json_path, "w") as f:
@@ -1280,7 +1398,7 @@ def results_json(head, results):
 # missing cell ("failed", n/a) leaves a gap in its line.
 
 WIDTH, HEIGHT = 760, 440
-LEFT, RIGHT, TOP, BOTTOM = 78, 170, 58, 62
+LEFT, RIGHT, TOP, BOTTOM = 78, 170, 58, 62  # RIGHT: the least right margin
 SERIES = [  # (results key, legend, colour, dash)
     ("kernel_tcp", "kernel TCP", "#6b6b6b", ""),
     ("fabsock", "fabsock", "#d62728", ""),
@@ -1298,6 +1416,13 @@ def chart_number(v):
     return v if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else None
 
 
+def legend_margin():
+    """The right margin the legends need: line sample (30 px) after a 14 px
+    gap, the longest legend's text, 12 px to spare. A fixed 170 px cut
+    "raw libfabric (fi_pingpong)" to "raw libfabric (fi_pingp"."""
+    return max(RIGHT, 14 + 30 + max(real.text_width(legend) for _, legend, _, _ in SERIES) + 12)
+
+
 def chart(rows, title, subtitle, ylabel):
     """The SVG text of one log-log chart of rows (dicts from results.json), None without numbers."""
     sizes = [r["size_bytes"] for r in rows]
@@ -1313,6 +1438,7 @@ def chart(rows, title, subtitle, ylabel):
     if y_hi == y_lo:
         y_hi += 1
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+    width = LEFT + plot_w + legend_margin()
 
     def px(size):
         return LEFT + (math.log2(size) - x_lo) / (x_hi - x_lo) * plot_w
@@ -1322,7 +1448,7 @@ def chart(rows, title, subtitle, ylabel):
 
     out = [
         '<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" '
-        'font-family="sans-serif" font-size="12">' % (WIDTH, HEIGHT, WIDTH, HEIGHT),
+        'font-family="sans-serif" font-size="12">' % (width, HEIGHT, width, HEIGHT),
         '<rect width="100%" height="100%" fill="white"/>',
         '<text x="%d" y="22" font-size="16" font-weight="bold">%s</text>' % (LEFT, html.escape(title)),
         '<text x="%d" y="40" fill="#555">%s</text>' % (LEFT, html.escape(subtitle)),
@@ -1406,9 +1532,19 @@ def draw_charts(results_path, out_dir):
         with open(os.path.join(out_dir, name), "w") as f:
             f.write(svg)
         drawn.append(os.path.join(out_dir, name))
+    wanted = len(charts)
+    if data.get("realapps"):
+        wanted += 1
+        rows = [real.row_from_json(r) for r in data["realapps"]]
+        svg = real.chart(rows, real.summary_from_json(data.get("realapps_summary") or {}),
+                         "%s, kernel TCP then fabsock per round" % where)
+        if svg is not None:
+            with open(os.path.join(out_dir, "realapps.svg"), "w") as f:
+                f.write(svg)
+            drawn.append(os.path.join(out_dir, "realapps.svg"))
     if drawn:
         print("charts: %s" % ", ".join(drawn))
-    return len(drawn) == len(charts)
+    return len(drawn) == wanted
 
 
 # ---------------------------------------------------------------------------
@@ -1419,12 +1555,15 @@ USAGE = """usage: fabsock bench [--quick] [--repeat N] [--provider P] [--out DIR
 Benchmark on this host: kernel TCP vs fabsock (both ends preloaded) vs raw
 libfabric (fi_pingpong) on the same provider, with the performance issue's
 target per row and whether it is met. Each cell is the median of N runs
-(default 3; 1 with --quick). Writes results.csv, results.json, results.md,
-logs/ and the charts latency.svg and bandwidth.svg into DIR (default
+(default 3; 1 with --quick). Then, as root from a source tree, the real
+programs (nginx, PostgreSQL, memcached, an nginx proxy: issue 27's targets,
+tests/scripts/bench_realapps.sh), kernel TCP then fabsock per round.
+Writes results.csv, results.json, results.md, logs/ and the charts
+latency.svg, bandwidth.svg and realapps.svg into DIR (default
 ./fabsock-bench-results). --quick: 2 s per run, 4 message sizes instead of
-8, one repetition (CI, about 2 min); the full run takes about 15 min.
---charts redraws the charts of a results.json (into DIR, default its own
-directory). See docs/bench.md.
+8, one repetition, shorter real-program runs (CI, about 3-4 min); the full
+run takes about 25 min. --charts redraws the charts of a results.json
+(into DIR, default its own directory). See docs/bench.md.
 """
 
 
@@ -1436,11 +1575,14 @@ def die(text):
 def parse_args(argv):
     opts = {"quick": False, "repeat": None, "provider": "shm", "out": None, "verbose": False, "lib": "",
             "lib_how": "", "preload": "", "charts": None,
-            "modes": os.environ.get("FABSOCK_BENCH_MODES") or "kernel,fabsock,raw"}
+            "modes": os.environ.get("FABSOCK_BENCH_MODES") or "kernel,fabsock,raw",
+            "sections": os.environ.get("FABSOCK_BENCH_SECTIONS") or "main,real"}
     # --lib, --lib-how, --preload: from the launcher; --modes (also
-    # FABSOCK_BENCH_MODES), not in the help: choose columns.
+    # FABSOCK_BENCH_MODES), not in the help: choose columns; --sections
+    # (also FABSOCK_BENCH_SECTIONS), not in the help: "main" (the table of
+    # rows), "real" (the real programs), or both.
     valued = {"--repeat": "repeat", "--provider": "provider", "--out": "out", "--modes": "modes", "--lib": "lib",
-              "--lib-how": "lib_how", "--preload": "preload", "--charts": "charts"}
+              "--lib-how": "lib_how", "--preload": "preload", "--charts": "charts", "--sections": "sections"}
     i = 0
     while i < len(argv):
         arg = argv[i]
@@ -1470,6 +1612,9 @@ def parse_args(argv):
             die("unknown bench mode '%s' (kernel, fabsock, raw)" % m)
     if not opts["modes"]:
         die("no bench modes selected")
+    opts["sections"] = [x for x in re.split(r"[, ]+", opts["sections"]) if x]
+    if not opts["sections"] or any(x not in ("main", "real") for x in opts["sections"]):
+        die("--sections: main, real or both")
     repeat = opts["repeat"] or ("1" if opts["quick"] else "3")
     if not re.match(r"^[1-9][0-9]?$", repeat):
         die("--repeat: '%s' is not a count from 1 to 99" % repeat)

@@ -6,11 +6,15 @@
 # each kind of target; its output parsers on real outputs of each tool
 # (tests/data/bench, captured on the 2-core VM); the charts of a small
 # results.json, whose SVG must parse and break its line where a cell is
-# missing; a child past its time limit killed with its process group; and
+# missing, the legends inside the picture; the real-programs section
+# (bench_realapps.sh's lines parsed, issue 27's targets met or missed, n/a
+# cells, the geometric mean, realapps.svg); a child past its time limit
+# killed with its process group; and
 # fabsock-netbench's clients once over kernel TCP, so that a broken
 # key=value line shows up here first.
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -24,6 +28,7 @@ sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, TOOLS)
 import fabsock_bench as fb  # noqa: E402
 import fabsock_bench_parse as fp  # noqa: E402
+import fabsock_bench_real as fr  # noqa: E402
 
 
 def sample(name):
@@ -189,6 +194,170 @@ class Charts(unittest.TestCase):
         # kernel: one line of 3 points; fabsock: two pieces around the gap; raw: one of 2.
         self.assertEqual(sorted(lines), sorted(["#6b6b6b", "#d62728", "#d62728", "#1f77b4"]))
         self.assertEqual(len(list(svg["bandwidth"].iter(ns + "polyline"))), 3)
+
+
+class Legend(unittest.TestCase):
+    def test_legend_fits(self):
+        """The longest legend ends inside the picture (it was cut at 170 px:
+        "raw libfabric (fi_pingp"), and the plot keeps its size."""
+        rows = [{"id": "lat_sz_64", "size_bytes": 64, "kernel_tcp": 10.5, "fabsock": 1.9, "raw_libfabric": 0.8},
+                {"id": "lat_sz_4096", "size_bytes": 4096, "kernel_tcp": 12.0, "fabsock": 2.5, "raw_libfabric": 2.1}]
+        root = ET.fromstring(fb.chart(rows, "t", "s", "y"))
+        width = float(root.get("width"))
+        self.assertEqual(root.get("viewBox"), "0 0 %s %s" % (root.get("width"), root.get("height")))
+        ns = "{http://www.w3.org/2000/svg}"
+        legends = [t for t in root.iter(ns + "text") if t.text in [l for _, l, _, _ in fb.SERIES]]
+        self.assertEqual(len(legends), 3)
+        for t in legends:
+            self.assertLessEqual(float(t.get("x")) + fr.text_width(t.text), width, t.text)
+        self.assertGreater(fb.legend_margin(), 170)
+        plot = [r for r in root.iter(ns + "rect") if r.get("fill") == "none"][0]
+        self.assertEqual(float(plot.get("width")), fb.WIDTH - fb.LEFT - fb.RIGHT)
+
+
+def real_lines(rounds):
+    """bench_realapps.sh's lines (ra_figure's format) for ROUNDS dicts of
+    id -> (kernel, fabsock)."""
+    rows = {r[0]: r for r in fr.REAL_ROWS}
+    out = []
+    for values in rounds:
+        for rid, (k, f) in values.items():
+            r = rows[rid]
+            out.append("\t".join([r[1], r[2], r[3], k, f, "-", r[4]]))
+    return "\n".join(out) + "\n"
+
+
+class Real(unittest.TestCase):
+    ROUNDS = [
+        {"nginx_ka": ("10000", "9400"), "pg_s1": ("100", "179"), "pg_b1": ("100", "99.6"),
+         "curl_4m": ("10", "11"), "curl_100k": ("10", "11.2"), "mc_set": ("100", "200"), "mc_get": ("100", "50"),
+         "px_wrk": ("1000", "failed")},
+        {"nginx_ka": ("10400", "9900"), "pg_s1": ("100", "181"), "pg_b1": ("100", "99.6"),
+         "curl_4m": ("10", "11"), "curl_100k": ("10", "11.2"), "mc_set": ("100", "200"), "mc_get": ("100", "50"),
+         "px_wrk": ("1000", "failed")},
+        {"nginx_ka": ("10200", "1"), "pg_s1": ("100", "180"), "pg_b1": ("100", "99.6"),
+         "curl_4m": ("10", "11"), "curl_100k": ("10", "11.2"), "mc_set": ("100", "200"), "mc_get": ("100", "50"),
+         "px_wrk": ("1000", "failed")},
+    ]
+
+    def setUp(self):
+        self.samples = fr.parse_tsv(real_lines(self.ROUNDS) + "a line of another shape\n")
+        self.rows, self.summary = fr.judge(self.samples)
+        self.by = {r["id"]: r for r in self.rows}
+
+    def test_parse(self):
+        self.assertEqual(self.samples[("nginx", "wrk -c 4 keep-alive, 600 B file")],
+                         {"kernel": ["10000", "10400", "10200"], "fabsock": ["9400", "9900", "1"]})
+        self.assertEqual(len(self.samples), 8)
+
+    def test_medians_and_ratios(self):
+        r = self.by["nginx_ka"]
+        self.assertEqual((r["kernel_tcp"], r["fabsock"], r["ratio"]), ("10200", "9400", "0.92"))
+        self.assertEqual(self.by["curl_4m"]["ratio"], "0.91")    # a time: kernel / fabsock
+        self.assertEqual(self.by["px_wrk"]["fabsock"], "failed")
+        self.assertEqual(self.by["px_wrk"]["ratio"], "")
+        self.assertEqual(self.by["pg_s4"]["kernel_tcp"], "failed")  # no line: the driver died before it
+
+    def test_targets(self):
+        met = {rid: self.by[rid]["met"] for rid in self.by}
+        self.assertEqual(met["nginx_ka"], "no")     # 0.92 < 0.95
+        self.assertEqual(met["pg_s1"], "yes")       # median 180/100: 1.80x meets >= 1.8x
+        self.assertEqual(met["pg_b1"], "yes")       # 0.996 prints 1.00x: meets >= 1x
+        self.assertEqual(met["curl_4m"], "yes")     # 10 % more time
+        self.assertEqual(met["curl_100k"], "no")    # 12 % more
+        self.assertEqual(met["mc_set"], "yes")
+        self.assertEqual(met["mc_get"], "no")
+        self.assertEqual(met["px_wrk"], "-")        # failed: no verdict
+        self.assertEqual(self.by["curl_4m"]["target"], "time <= 1.1x kernel")
+        self.assertEqual(self.by["pg_s1"]["target"], ">= 1.8x")
+        self.assertEqual(self.by["pg_b4"]["target"], ">= 1x")
+        self.assertEqual(self.by["nginx_ka"]["target"], ">= 0.95x")
+        rows, _ = fr.judge(fr.parse_tsv(real_lines([{"pg_s1": ("100", "179")}])))
+        self.assertEqual([r["met"] for r in rows if r["id"] == "pg_s1"], ["no"])
+
+    def test_geomean(self):
+        self.assertAlmostEqual(fr.geomean([2.0, 0.5, None]), 1.0)
+        self.assertIsNone(fr.geomean([None]))
+        # nginx_ka .92, pg_s1 1.8, pg_b1 .996, curl .909, .893, mc 2, .5
+        want = (0.9216 * 1.8 * 0.996 * (10 / 11) * (10 / 11.2) * 2 * 0.5) ** (1 / 7)
+        self.assertEqual(self.summary["geomean_of"], 7)
+        self.assertEqual(self.summary["geomean"], "%.2f" % want)
+        self.assertEqual(self.summary["geomean_met"], "no")
+        _, s = fr.judge(fr.parse_tsv(real_lines([{"mc_set": ("100", "200"), "mc_get": ("100", "100")}])))
+        self.assertEqual((s["geomean"], s["geomean_met"]), ("1.41", "yes"))
+        self.assertEqual((self.summary["met"], self.summary["missed"]), (4, 3))
+
+    def test_not_installed(self):
+        why = "n/a (not installed: nginx wrk)"
+        rows, s = fr.judge(fr.parse_tsv(real_lines([{"nginx_ka": (why, why), "pg_s1": ("100", "200")}])),
+                           "n/a (needs root)")
+        by = {r["id"]: r for r in rows}
+        self.assertEqual((by["nginx_ka"]["kernel_tcp"], by["nginx_ka"]["ratio"], by["nginx_ka"]["met"]),
+                         (why, "", "-"))
+        self.assertEqual(by["mc_get"]["fabsock"], "n/a (needs root)")
+        self.assertEqual((s["geomean"], s["geomean_of"]), ("2.00", 1))
+        text = "\n".join(fr.table_lines(rows, s))
+        self.assertIn(why, text)
+        self.assertIn("geometric mean of 1 ratios", text)
+        _, none = fr.judge({}, "n/a (needs root)")
+        self.assertEqual((none["geomean"], none["geomean_met"]), ("", "-"))
+
+    def test_chart(self):
+        why = "n/a (not installed: memcached memcslap)"
+        rows, s = fr.judge(fr.parse_tsv(real_lines(self.ROUNDS[:1] + [{"mc_set": (why, why)}])), why)
+        root = ET.fromstring(fr.chart(rows, s, "host, cpu"))
+        ns = "{http://www.w3.org/2000/svg}"
+        width = float(root.get("width"))
+        bars = [r for r in root.iter(ns + "rect") if r.get("fill") in ("#2ca02c", "#d62728", "#888888")]
+        # one bar per figure with a ratio (7 of 12) and the geometric mean
+        self.assertEqual(len(bars), 7 + 1)
+        # met: pg_b1, curl_4m, mc_set (its n/a round left out of the median)
+        self.assertEqual(sum(b.get("fill") == "#2ca02c" for b in bars), 3)
+        texts = [t.text for t in root.iter(ns + "text")]
+        self.assertIn(why, texts)
+        self.assertIn("kernel TCP 1000, fabsock failed", texts)  # px_wrk: its cells instead of a bar
+        self.assertIn("kernel TCP", texts)  # the 1.0x line's label
+        for t in root.iter(ns + "text"):
+            if t.get("text-anchor") in (None, "start") and t.get("transform") is None:
+                self.assertLessEqual(float(t.get("x")) + fr.text_width(t.text), width, t.text)
+            if t.get("text-anchor") == "end":
+                self.assertGreaterEqual(float(t.get("x")) - fr.text_width(t.text), 0, t.text)
+        # the 1.0x line: at the same x as a 1.0x bar would end
+        line = [l for l in root.iter(ns + "line") if l.get("stroke-dasharray")][0]
+        plot = [r for r in root.iter(ns + "rect") if r.get("fill") == "none"][0]
+        x0, pw = float(plot.get("x")), float(plot.get("width"))
+        self.assertAlmostEqual((float(line.get("x1")) - x0) / pw * 2.0, 1.0, places=2)  # axis 0..2x here
+        self.assertIsNone(fr.chart([], s, ""))
+
+    def test_results_json_and_redraw(self):
+        rows, s = self.rows, self.summary
+        head = [("host", "h"), ("cpu", "c"), ("provider", "shm"), ("repeat", 3), ("date", "2026-01-01T00:00:00Z"),
+                ("realapps_summary", [(k, v if isinstance(v, int) else str(v)) for k, v in s.items()]),
+                ("realapps", [[(k, list(v.items()) if isinstance(v, dict) else v) for k, v in r.items()]
+                              for r in rows])]
+        data = json.loads(fb.results_json(head, []))
+        self.assertEqual(data["realapps"][0]["ratio"], 0.92)
+        self.assertEqual(data["realapps"][0]["samples"]["fabsock"], [9400, 9900, 1])
+        self.assertEqual(fr.row_from_json(data["realapps"][0])["ratio"], "0.92")
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "results.json")
+            with open(path, "w") as f:
+                json.dump(data, f)
+            fb.draw_charts(path, d)
+            self.assertTrue(os.path.exists(os.path.join(d, "realapps.svg")))
+            ET.parse(os.path.join(d, "realapps.svg"))
+
+    def test_driver_names(self):
+        """Every figure of REAL_ROWS is one bench_realapps.sh defines, with
+        the same case, unit and direction (the two are matched by name)."""
+        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_realapps.sh")) as f:
+            text = f.read()
+        for rid, case, metric, unit, better, _ in fr.REAL_ROWS:
+            self.assertIn('rb_def %s "%s" %s %s\n' % (rid, metric, unit, better), text)
+            fn = re.search(r"\nrb_%s\(\) \{\n\tlocal [^\n]*ids=\"([^\"]*)\"" % case, text)
+            self.assertIsNotNone(fn, "no rb_%s with its ids" % case)
+            self.assertIn(rid, fn.group(1).split())
+            self.assertIn("\trb_figures %s $ids\n" % case, text)
 
 
 class Children(unittest.TestCase):
