@@ -129,6 +129,7 @@ rb_offload() {
 rb_wrk() {
 	local id=$1 mode=$2 user=$3 url=$4
 	shift 4
+	# shellcheck disable=SC2034 # read by wrk_load (realapps_nginx_lib.sh)
 	local -a WRK_ARGS=("$@")
 	ra_env "$mode" "wrk"
 	wrk_load "$user" "$url" "$RA_DIR/wrk-$id.$mode.out"
@@ -361,6 +362,7 @@ rb_memcached() {
 
 for round in $(seq 1 "$RB_ROUNDS"); do
 	for group in $RB_ONLY; do
+		SECONDS=0
 		case $group in
 		nginx) rb_nginx ;;
 		proxy) rb_proxy ;;
@@ -368,6 +370,7 @@ for round in $(seq 1 "$RB_ROUNDS"); do
 		memcached) rb_memcached ;;
 		*) fs_fail "unknown group $group" ;;
 		esac
+		echo "round $round: $group took ${SECONDS}s" >&2
 	done
 	echo "round $round of $RB_ROUNDS done" >&2
 done
