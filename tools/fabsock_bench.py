@@ -1078,8 +1078,6 @@ class Bench:
         self.cells[(row, mode)] = idle_percent(s, c, os.sysconf("SC_CLK_TCK"), window)
         print("  %s %% of one core (busier process; server %d, client %d ticks)" % (self.cells[(row, mode)], s, c))
 
-    # -- the plan
-
     # -- real programs (issue 27): tests/scripts/bench_realapps.sh
 
     def find_realapps(self):
@@ -1145,6 +1143,8 @@ class Bench:
         if rc != 0 or failed:
             self.failures += 1
             self.show_failure("bench_realapps.sh", rc, log)
+
+    # -- the plan
 
     def usable(self, mode):
         return mode in self.modes and (mode != "fabsock" or bool(self.lib))
