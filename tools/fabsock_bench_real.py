@@ -191,7 +191,7 @@ def chart(rows, summary, subtitle):
     plot_h = n * (bar_h + gap) + gap
     # the ratio beside a bar may pass the plot's right edge; a cell in
     # words (n/a, failed) starts inside it
-    width = max([left + plot_w + 12 + text_width("0.00x") + 16] +
+    width = max([left + plot_w + 12 + text_width("0.00x") + 16, 16 + text_width(subtitle) + 16] +
                 [left + 6 + text_width(no_ratio_text(r)) + 16 for r in rows if not r["ratio"]])
     height = top + plot_h + 48
 

@@ -305,7 +305,8 @@ class Real(unittest.TestCase):
     def test_chart(self):
         why = "n/a (not installed: memcached memcslap)"
         rows, s = fr.judge(fr.parse_tsv(real_lines(self.ROUNDS[:1] + [{"mc_set": (why, why)}])), why)
-        root = ET.fromstring(fr.chart(rows, s, "host, cpu"))
+        root = ET.fromstring(fr.chart(rows, s, "host, Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz, provider shm, "
+                                            "median of 3 runs, 2026-11-28, kernel TCP then fabsock per round"))
         ns = "{http://www.w3.org/2000/svg}"
         width = float(root.get("width"))
         bars = [r for r in root.iter(ns + "rect") if r.get("fill") in ("#2ca02c", "#d62728", "#888888")]
