@@ -1106,11 +1106,12 @@ class Bench:
         if self.provider != "shm":
             return "n/a (the real programs run on shm, not %s)" % self.provider
         if os.geteuid() != 0:
-            return "n/a (needs root: the servers drop to their users)"
+            return "n/a (needs root)"  # the servers start as root and drop to their users
         if not shutil.which("bash"):
             return "n/a (not installed: bash)"
         if not self.find_realapps():
-            return "n/a (tests/scripts/bench_realapps.sh not found: FABSOCK_REALAPPS_DIR)"
+            # FABSOCK_REALAPPS_DIR names tests/scripts of a source tree
+            return "n/a (no bench_realapps.sh)"
         return ""
 
     def realapps(self):
