@@ -1131,6 +1131,8 @@ class Bench:
         argv = ["bash", driver, "--rounds", str(self.repeat)] + (["--quick"] if self.quick else [])
         # about 70 s a round with --quick on the loaded 2-core VM, 3 min in full
         limit = self.repeat * (150 if self.quick else 400)
+        print("running the real programs (nginx, PostgreSQL, memcached, nginx proxy_pass), %d round(s) of "
+              "kernel TCP then fabsock, about %s a round..." % (self.repeat, "1-2 min" if self.quick else "3-5 min"))
         t0 = time.monotonic()
         child = self.children.start(limit, log, env, argv)
         rc = wait(child)
@@ -1138,7 +1140,7 @@ class Bench:
         self.real_rows, self.real_summary = real.judge(samples)
         self.real_notes = [l[len("offload "):] for l in read(log + ".out").splitlines() if l.startswith("offload ")]
         failed = [r["benchmark"] for r in self.real_rows if "failed" in (r["kernel_tcp"], r["fabsock"])]
-        print("real programs: %d figures, %d round(s) in %s%s" % (
+        print("  %d figures, %d round(s) in %s%s" % (
             len(samples), self.repeat, clock(int(time.monotonic() - t0)),
             "" if rc == 0 and not failed else ", %d failed (exit status %d)" % (len(failed), rc)))
         if rc != 0 or failed:
