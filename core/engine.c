@@ -133,11 +133,14 @@ static int fs_engine_ep_open(struct fs_engine_rail *er, unsigned kind, const str
 			     size_t whylen)
 {
 	uint32_t chunk = (uint32_t)fs_params.chunk_size;
+	uint64_t t[2] = { 0, 0 };
 	int ret;
 
+	fs_rail_stamp("start", t);
 	ret = fs_rail_open(&er->rail, kind, local, why, whylen);
 	if (ret)
 		return ret;
+	fs_rail_stamp("endpoint open in all", t);
 	/* from now on a signal that ends the process delivers first */
 	fs_sigs_exit_install();
 	if (er->rail.max_msg_size && chunk + FS_WIRE_MSG_PREFIX > er->rail.max_msg_size)
@@ -171,6 +174,7 @@ static int fs_engine_ep_open(struct fs_engine_rail *er, unsigned kind, const str
 		er->posted_ctrl = 0;
 		return -EIO;
 	}
+	fs_rail_stamp("pools and first receives", t);
 	return 0;
 }
 

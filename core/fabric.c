@@ -422,31 +422,38 @@ static int fs_rail_open_objects(struct fs_rail *rail, struct fi_info *fi, const 
 {
 	struct fi_av_attr av_attr = { .type = FI_AV_TABLE };
 	struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_TAGGED, .wait_obj = FI_WAIT_NONE };
+	uint64_t t[2] = { 0, 0 };
 	int ret;
 
+	fs_rail_stamp("start", t);
 	*step = "fi_fabric";
 	ret = fs_fi.fabric(fi->fabric_attr, &rail->fabric, NULL);
 	if (ret)
 		return ret;
+	fs_rail_stamp("fi_fabric", t);
 	*step = "fi_domain";
 	ret = fi_domain(rail->fabric, fi, &rail->domain, NULL);
 	if (ret)
 		goto err_fabric;
+	fs_rail_stamp("fi_domain", t);
 	*step = "fi_av_open";
 	ret = fi_av_open(rail->domain, &av_attr, &rail->av, NULL);
 	if (ret)
 		goto err_domain;
+	fs_rail_stamp("fi_av_open", t);
 	*step = "fi_cq_open";
 	cq_attr.size = rail->tx_depth + rail->rx_depth;
 	ret = fi_cq_open(rail->domain, &cq_attr, &rail->cq, NULL);
 	if (ret)
 		goto err_av;
+	fs_rail_stamp("fi_cq_open", t);
 	*step = "fi_endpoint";
 	/* fault injection: the step a full /dev/shm fails at, with what was
 	 * opened before it to undo */
 	ret = fs_params.test_provider_fail ? -FI_ENOMEM : fi_endpoint(rail->domain, fi, &rail->ep, NULL);
 	if (ret)
 		goto err_cq;
+	fs_rail_stamp("fi_endpoint", t);
 	*step = "fi_ep_bind(av)";
 	ret = fi_ep_bind(rail->ep, &rail->av->fid, 0);
 	if (ret)
@@ -455,10 +462,12 @@ static int fs_rail_open_objects(struct fs_rail *rail, struct fi_info *fi, const 
 	ret = fi_ep_bind(rail->ep, &rail->cq->fid, FI_TRANSMIT | FI_RECV);
 	if (ret)
 		goto err_ep;
+	fs_rail_stamp("fi_ep_bind", t);
 	*step = "fi_enable";
 	ret = fi_enable(rail->ep);
 	if (ret)
 		goto err_ep;
+	fs_rail_stamp("fi_enable", t);
 	*step = "fi_getname";
 	rail->addr_len = sizeof(rail->addr);
 	ret = fi_getname(&rail->ep->fid, rail->addr, &rail->addr_len);
@@ -483,33 +492,61 @@ err_fabric:
 	return ret;
 }
 
+/* Where a rail open's time goes (FABSOCK_LOG=debug): the wall and this
+ * thread's CPU microseconds since the stamp T[0..1], which then moves on
+ * (the CPU figure is the one to trust on a loaded machine). A process's
+ * first connection waits for all of it. */
+void fs_rail_stamp(const char *what, uint64_t t[2])
+{
+	struct timespec cpu;
+	uint64_t now, cpu_ns;
+
+	if (fs_log_level < FS_LOG_DEBUG)
+		return;
+	now = fs_now_ns();
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
+	cpu_ns = (uint64_t)cpu.tv_sec * 1000000000ull + (uint64_t)cpu.tv_nsec;
+	if (t[0])
+		FS_DBG("rail open: %s: %llu us (cpu %llu us)", what, (unsigned long long)((now - t[0]) / 1000),
+		       (unsigned long long)((cpu_ns - t[1]) / 1000));
+	t[0] = now;
+	t[1] = cpu_ns;
+}
+
 static int fs_rail_open_inner(struct fs_rail *rail, unsigned kind, const struct sockaddr *local, char *why,
 			      size_t whylen)
 {
 	const char *step;
 	struct fi_info *fi;
+	uint64_t t[2] = { 0, 0 };
 	int ret;
 
 	memset(rail, 0, sizeof(*rail));
 	rail->kind = kind;
+	fs_rail_stamp("start", t);
 	ret = fs_fabric_load(why, whylen);
 	if (ret)
 		return ret;
+	fs_rail_stamp("libfabric loaded", t);
 	if (kind == FS_PROV_SHM)
 		fs_shm_clean_stale();
+	fs_rail_stamp("stale regions cleaned", t);
 
 	FS_GUARD_ENTER();
 	ret = fs_rail_getinfo(rail, kind, local, why, whylen);
 	if (ret)
 		goto err_none;
+	fs_rail_stamp("fi_getinfo", t);
 	fi = rail->info;
 	fs_rail_read_limits(rail, fi, kind);
 	ret = fs_rail_open_objects(rail, fi, &step);
 	if (ret)
 		goto err_info;
 	FS_GUARD_LEAVE();
+	fs_rail_stamp("fabric, domain, av, cq, endpoint", t);
 	if (kind == FS_PROV_SHM)
 		fs_shm_watch_lock();
+	fs_rail_stamp("region lock found", t);
 	FS_INFO("opened %s rail: domain %s, inject %zu, tx %zu, rx %zu, iov %zu, mr_local %d, source %d",
 		fs_fabric_prov_name(kind), fi->domain_attr->name, rail->inject_size, rail->tx_depth,
 		rail->rx_depth, rail->iov_limit, rail->mr_local, rail->source);
