@@ -55,6 +55,9 @@ static char fs_fabric_why[160];
 static void (*fs_fabric_exit_teardown)(void);
 /* FI_SHM_DISABLE_CMA was on when libfabric was loaded (fs_fabric_do_load). */
 bool fs_fabric_cma_off;
+/* fabsock set FI_PROVIDER_PATH for libfabric's initialisation and takes it
+ * back after the first fi_getinfo (fs_fabric_getinfo). */
+static bool fs_fabric_path_ours;
 
 static bool fs_env_true(const char *name)
 {
@@ -119,6 +122,46 @@ static bool fs_fabric_drop_stubs(void)
 	return any;
 }
 
+/* libfabric 1.17 initialises on its first fi_getinfo. Unless
+ * FI_PROVIDER_PATH is set, it then looks for a plug-in library of every
+ * provider it knows by name (libefa-fi.so, libverbs-fi.so... ~20 names)
+ * through the whole library search path, and only after that reads its own
+ * plug-in directory: ~500 failed opens, about 10 ms of CPU in every process
+ * that opens a rail, for plug-ins that Debian's build (every provider built
+ * in) does not have. Naming that directory (LIBDIR/libfabric, beside the
+ * library, which is what the unset variable means besides the search) keeps
+ * the plug-ins of the directory and skips the search. A user who set the
+ * variable keeps their value. It is taken back after the initialisation
+ * (fs_fabric_getinfo), so that the programs this process runs do not
+ * inherit it. */
+static void fs_fabric_set_provider_path(void)
+{
+	char dir[PATH_MAX];
+	Dl_info lib;
+	char *slash;
+
+	if (getenv("FI_PROVIDER_PATH") || !dladdr((void *)fs_fi.getinfo, &lib) || !lib.dli_fname ||
+	    !lib.dli_fname[0])
+		return;
+	snprintf(dir, sizeof(dir), "%s", lib.dli_fname);
+	slash = strrchr(dir, '/');
+	if (!slash || (size_t)(slash - dir) + sizeof("/libfabric") > sizeof(dir))
+		return;
+	strcpy(slash, "/libfabric");
+	fs_fabric_path_ours = setenv("FI_PROVIDER_PATH", dir, 0) == 0;
+}
+
+/* fi_getinfo; the first one initialises libfabric, which has then read
+ * FI_PROVIDER_PATH (fs_fabric_set_provider_path). Under the guard. */
+static int fs_fabric_getinfo(struct fi_info *hints, struct fi_info **list)
+{
+	int ret = fs_fi.getinfo(fs_fabric_api_version(), NULL, NULL, 0, hints, list);
+
+	if (__atomic_exchange_n(&fs_fabric_path_ours, false, __ATOMIC_ACQ_REL))
+		unsetenv("FI_PROVIDER_PATH");
+	return ret;
+}
+
 static void fs_fabric_do_load(void)
 {
 	static const char *const names[] = { "libfabric.so.1", "libfabric.so" };
@@ -168,6 +211,7 @@ static void fs_fabric_do_load(void)
 	FS_FI_SYM(version, "fi_version");
 	FS_FI_SYM(strerror, "fi_strerror");
 #undef FS_FI_SYM
+	fs_fabric_set_provider_path();
 	fs_fabric_status = 0;
 	FS_STAT_INC(fabric_loads);
 	if (fs_fabric_exit_teardown && dlsym(RTLD_DEFAULT, "__tsan_init"))
@@ -338,7 +382,7 @@ void fs_fabric_warm(void)
 		if (hints) {
 			/* the first fi_getinfo initialises every provider */
 			FS_GUARD_ENTER();
-			fs_fi.getinfo(fs_fabric_api_version(), NULL, NULL, 0, hints, &list);
+			fs_fabric_getinfo(hints, &list);
 			fs_fi.freeinfo(hints);
 			if (list)
 				fs_fi.freeinfo(list);
@@ -377,7 +421,7 @@ static int fs_rail_getinfo(struct fs_rail *rail, unsigned kind, const struct soc
 		hints = fs_rail_hints(kind, local, source);
 		if (!hints)
 			return -ENOMEM;
-		ret = fs_fi.getinfo(fs_fabric_api_version(), NULL, NULL, 0, hints, &list);
+		ret = fs_fabric_getinfo(hints, &list);
 		fs_fi.freeinfo(hints);
 		if (ret == 0 && fs_rail_pick(list, kind))
 			break;
