@@ -508,7 +508,15 @@ static int fs_rail_open_objects(struct fs_rail *rail, struct fi_info *fi, const 
 		goto err_ep;
 	fs_rail_stamp("fi_ep_bind", t);
 	*step = "fi_enable";
+	/* shm creates its region here, in a new file (the name is ours, with
+	 * this pid and a random nonce; the stale ones of dead processes were
+	 * removed before): its name's zero-fill can be skipped (the strncpy
+	 * wrapper). Were the file somehow there already (libfabric then reuses
+	 * it), only bytes after the name that nothing reads (the IPC socket's
+	 * name, unused without FI_HMEM) would keep old contents. */
+	fs_fresh_region = rail->kind == FS_PROV_SHM;
 	ret = fi_enable(rail->ep);
+	fs_fresh_region = 0;
 	if (ret)
 		goto err_ep;
 	fs_rail_stamp("fi_enable", t);
