@@ -880,10 +880,11 @@ bool fs_stream_holds(struct fs_stream *s, uint64_t deadline_ns)
 void fs_engine_shutdown(void)
 {
 	struct fs_engine *e = fs_engine_peek();
-	uint64_t deadline;
+	uint64_t deadline, t[2] = { 0, 0 };
 
 	if (!e || __atomic_exchange_n(&fs_engine_ended, 1, __ATOMIC_ACQ_REL))
 		return;
+	fs_rail_stamp("exit: start", t);
 	deadline = fs_now_ns() + fs_params.linger_sec * 1000000000ull;
 	if (fs_engine_lock_until(e, deadline)) {
 		/* held by the thread this exit interrupted, or stuck: the peers
@@ -942,6 +943,7 @@ void fs_engine_shutdown(void)
 		if (fs_engine_lock_until(e, deadline))
 			return;
 	}
+	fs_rail_stamp("exit: streams ended", t);
 	for (unsigned kind = FS_PROV_SHM; kind < FS_PROV_MAX_; kind++) {
 		struct fs_engine_rail *er = &e->rails[kind];
 
@@ -956,6 +958,7 @@ void fs_engine_shutdown(void)
 			er = next;
 		}
 	}
+	fs_rail_stamp("exit: rails closed", t);
 	pthread_mutex_unlock(&e->lock);
 }
 
