@@ -618,6 +618,7 @@ err_none:
 void fs_rail_close(struct fs_rail *rail)
 {
 	struct fs_av_peer *peer, *tmp;
+	uint64_t t[2] = { 0, 0 };
 
 	if (!rail->info)
 		return;
@@ -627,11 +628,15 @@ void fs_rail_close(struct fs_rail *rail)
 	}
 	rail->av_count = 0;
 	FS_GUARD_ENTER();
+	fs_rail_stamp("close: start", t);
 	fi_close(&rail->ep->fid);
+	fs_rail_stamp("close: endpoint", t);
 	fi_close(&rail->cq->fid);
 	fi_close(&rail->av->fid);
+	fs_rail_stamp("close: cq, av", t);
 	fi_close(&rail->domain->fid);
 	fi_close(&rail->fabric->fid);
+	fs_rail_stamp("close: domain, fabric", t);
 	fs_fi.freeinfo(rail->info);
 	rail->info = NULL;
 	FS_GUARD_LEAVE();
