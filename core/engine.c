@@ -133,11 +133,14 @@ static int fs_engine_ep_open(struct fs_engine_rail *er, unsigned kind, const str
 			     size_t whylen)
 {
 	uint32_t chunk = (uint32_t)fs_params.chunk_size;
+	uint64_t t[2] = { 0, 0 };
 	int ret;
 
+	fs_rail_stamp("start", t);
 	ret = fs_rail_open(&er->rail, kind, local, why, whylen);
 	if (ret)
 		return ret;
+	fs_rail_stamp("endpoint open in all", t);
 	/* from now on a signal that ends the process delivers first */
 	fs_sigs_exit_install();
 	if (er->rail.max_msg_size && chunk + FS_WIRE_MSG_PREFIX > er->rail.max_msg_size)
@@ -171,6 +174,7 @@ static int fs_engine_ep_open(struct fs_engine_rail *er, unsigned kind, const str
 		er->posted_ctrl = 0;
 		return -EIO;
 	}
+	fs_rail_stamp("pools and first receives", t);
 	return 0;
 }
 
@@ -876,10 +880,11 @@ bool fs_stream_holds(struct fs_stream *s, uint64_t deadline_ns)
 void fs_engine_shutdown(void)
 {
 	struct fs_engine *e = fs_engine_peek();
-	uint64_t deadline;
+	uint64_t deadline, t[2] = { 0, 0 };
 
 	if (!e || __atomic_exchange_n(&fs_engine_ended, 1, __ATOMIC_ACQ_REL))
 		return;
+	fs_rail_stamp("exit: start", t);
 	deadline = fs_now_ns() + fs_params.linger_sec * 1000000000ull;
 	if (fs_engine_lock_until(e, deadline)) {
 		/* held by the thread this exit interrupted, or stuck: the peers
@@ -938,6 +943,7 @@ void fs_engine_shutdown(void)
 		if (fs_engine_lock_until(e, deadline))
 			return;
 	}
+	fs_rail_stamp("exit: streams ended", t);
 	for (unsigned kind = FS_PROV_SHM; kind < FS_PROV_MAX_; kind++) {
 		struct fs_engine_rail *er = &e->rails[kind];
 
@@ -952,6 +958,7 @@ void fs_engine_shutdown(void)
 			er = next;
 		}
 	}
+	fs_rail_stamp("exit: rails closed", t);
 	pthread_mutex_unlock(&e->lock);
 }
 

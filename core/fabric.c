@@ -55,6 +55,9 @@ static char fs_fabric_why[160];
 static void (*fs_fabric_exit_teardown)(void);
 /* FI_SHM_DISABLE_CMA was on when libfabric was loaded (fs_fabric_do_load). */
 bool fs_fabric_cma_off;
+/* fabsock set FI_PROVIDER_PATH for libfabric's initialisation and takes it
+ * back after the first fi_getinfo (fs_fabric_getinfo). */
+static bool fs_fabric_path_ours;
 
 static bool fs_env_true(const char *name)
 {
@@ -119,6 +122,46 @@ static bool fs_fabric_drop_stubs(void)
 	return any;
 }
 
+/* libfabric 1.17 initialises on its first fi_getinfo. Unless
+ * FI_PROVIDER_PATH is set, it then looks for a plug-in library of every
+ * provider it knows by name (libefa-fi.so, libverbs-fi.so... ~20 names)
+ * through the whole library search path, and only after that reads its own
+ * plug-in directory: ~500 failed opens, about 10 ms of CPU in every process
+ * that opens a rail, for plug-ins that Debian's build (every provider built
+ * in) does not have. Naming that directory (LIBDIR/libfabric, beside the
+ * library, which is what the unset variable means besides the search) keeps
+ * the plug-ins of the directory and skips the search. A user who set the
+ * variable keeps their value. It is taken back after the initialisation
+ * (fs_fabric_getinfo), so that the programs this process runs do not
+ * inherit it. */
+static void fs_fabric_set_provider_path(void)
+{
+	char dir[PATH_MAX];
+	Dl_info lib;
+	char *slash;
+
+	if (getenv("FI_PROVIDER_PATH") || !dladdr((void *)fs_fi.getinfo, &lib) || !lib.dli_fname ||
+	    !lib.dli_fname[0])
+		return;
+	snprintf(dir, sizeof(dir), "%s", lib.dli_fname);
+	slash = strrchr(dir, '/');
+	if (!slash || (size_t)(slash - dir) + sizeof("/libfabric") > sizeof(dir))
+		return;
+	strcpy(slash, "/libfabric");
+	fs_fabric_path_ours = setenv("FI_PROVIDER_PATH", dir, 0) == 0;
+}
+
+/* fi_getinfo; the first one initialises libfabric, which has then read
+ * FI_PROVIDER_PATH (fs_fabric_set_provider_path). Under the guard. */
+static int fs_fabric_getinfo(struct fi_info *hints, struct fi_info **list)
+{
+	int ret = fs_fi.getinfo(fs_fabric_api_version(), NULL, NULL, 0, hints, list);
+
+	if (__atomic_exchange_n(&fs_fabric_path_ours, false, __ATOMIC_ACQ_REL))
+		unsetenv("FI_PROVIDER_PATH");
+	return ret;
+}
+
 static void fs_fabric_do_load(void)
 {
 	static const char *const names[] = { "libfabric.so.1", "libfabric.so" };
@@ -168,6 +211,7 @@ static void fs_fabric_do_load(void)
 	FS_FI_SYM(version, "fi_version");
 	FS_FI_SYM(strerror, "fi_strerror");
 #undef FS_FI_SYM
+	fs_fabric_set_provider_path();
 	fs_fabric_status = 0;
 	FS_STAT_INC(fabric_loads);
 	if (fs_fabric_exit_teardown && dlsym(RTLD_DEFAULT, "__tsan_init"))
@@ -338,7 +382,7 @@ void fs_fabric_warm(void)
 		if (hints) {
 			/* the first fi_getinfo initialises every provider */
 			FS_GUARD_ENTER();
-			fs_fi.getinfo(fs_fabric_api_version(), NULL, NULL, 0, hints, &list);
+			fs_fabric_getinfo(hints, &list);
 			fs_fi.freeinfo(hints);
 			if (list)
 				fs_fi.freeinfo(list);
@@ -377,7 +421,7 @@ static int fs_rail_getinfo(struct fs_rail *rail, unsigned kind, const struct soc
 		hints = fs_rail_hints(kind, local, source);
 		if (!hints)
 			return -ENOMEM;
-		ret = fs_fi.getinfo(fs_fabric_api_version(), NULL, NULL, 0, hints, &list);
+		ret = fs_fabric_getinfo(hints, &list);
 		fs_fi.freeinfo(hints);
 		if (ret == 0 && fs_rail_pick(list, kind))
 			break;
@@ -422,31 +466,38 @@ static int fs_rail_open_objects(struct fs_rail *rail, struct fi_info *fi, const 
 {
 	struct fi_av_attr av_attr = { .type = FI_AV_TABLE };
 	struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_TAGGED, .wait_obj = FI_WAIT_NONE };
+	uint64_t t[2] = { 0, 0 };
 	int ret;
 
+	fs_rail_stamp("start", t);
 	*step = "fi_fabric";
 	ret = fs_fi.fabric(fi->fabric_attr, &rail->fabric, NULL);
 	if (ret)
 		return ret;
+	fs_rail_stamp("fi_fabric", t);
 	*step = "fi_domain";
 	ret = fi_domain(rail->fabric, fi, &rail->domain, NULL);
 	if (ret)
 		goto err_fabric;
+	fs_rail_stamp("fi_domain", t);
 	*step = "fi_av_open";
 	ret = fi_av_open(rail->domain, &av_attr, &rail->av, NULL);
 	if (ret)
 		goto err_domain;
+	fs_rail_stamp("fi_av_open", t);
 	*step = "fi_cq_open";
 	cq_attr.size = rail->tx_depth + rail->rx_depth;
 	ret = fi_cq_open(rail->domain, &cq_attr, &rail->cq, NULL);
 	if (ret)
 		goto err_av;
+	fs_rail_stamp("fi_cq_open", t);
 	*step = "fi_endpoint";
 	/* fault injection: the step a full /dev/shm fails at, with what was
 	 * opened before it to undo */
 	ret = fs_params.test_provider_fail ? -FI_ENOMEM : fi_endpoint(rail->domain, fi, &rail->ep, NULL);
 	if (ret)
 		goto err_cq;
+	fs_rail_stamp("fi_endpoint", t);
 	*step = "fi_ep_bind(av)";
 	ret = fi_ep_bind(rail->ep, &rail->av->fid, 0);
 	if (ret)
@@ -455,10 +506,20 @@ static int fs_rail_open_objects(struct fs_rail *rail, struct fi_info *fi, const 
 	ret = fi_ep_bind(rail->ep, &rail->cq->fid, FI_TRANSMIT | FI_RECV);
 	if (ret)
 		goto err_ep;
+	fs_rail_stamp("fi_ep_bind", t);
 	*step = "fi_enable";
+	/* shm creates its region here, in a new file (the name is ours, with
+	 * this pid and a random nonce; the stale ones of dead processes were
+	 * removed before): its name's zero-fill can be skipped (the strncpy
+	 * wrapper). Were the file somehow there already (libfabric then reuses
+	 * it), only bytes after the name that nothing reads (the IPC socket's
+	 * name, unused without FI_HMEM) would keep old contents. */
+	fs_fresh_region = rail->kind == FS_PROV_SHM;
 	ret = fi_enable(rail->ep);
+	fs_fresh_region = 0;
 	if (ret)
 		goto err_ep;
+	fs_rail_stamp("fi_enable", t);
 	*step = "fi_getname";
 	rail->addr_len = sizeof(rail->addr);
 	ret = fi_getname(&rail->ep->fid, rail->addr, &rail->addr_len);
@@ -483,33 +544,61 @@ err_fabric:
 	return ret;
 }
 
+/* Where a rail open's time goes (FABSOCK_LOG=debug): the wall and this
+ * thread's CPU microseconds since the stamp T[0..1], which then moves on
+ * (the CPU figure is the one to trust on a loaded machine). A process's
+ * first connection waits for all of it. */
+void fs_rail_stamp(const char *what, uint64_t t[2])
+{
+	struct timespec cpu;
+	uint64_t now, cpu_ns;
+
+	if (fs_log_level < FS_LOG_DEBUG)
+		return;
+	now = fs_now_ns();
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
+	cpu_ns = (uint64_t)cpu.tv_sec * 1000000000ull + (uint64_t)cpu.tv_nsec;
+	if (t[0])
+		FS_DBG("rail open: %s: %llu us (cpu %llu us)", what, (unsigned long long)((now - t[0]) / 1000),
+		       (unsigned long long)((cpu_ns - t[1]) / 1000));
+	t[0] = now;
+	t[1] = cpu_ns;
+}
+
 static int fs_rail_open_inner(struct fs_rail *rail, unsigned kind, const struct sockaddr *local, char *why,
 			      size_t whylen)
 {
 	const char *step;
 	struct fi_info *fi;
+	uint64_t t[2] = { 0, 0 };
 	int ret;
 
 	memset(rail, 0, sizeof(*rail));
 	rail->kind = kind;
+	fs_rail_stamp("start", t);
 	ret = fs_fabric_load(why, whylen);
 	if (ret)
 		return ret;
+	fs_rail_stamp("libfabric loaded", t);
 	if (kind == FS_PROV_SHM)
 		fs_shm_clean_stale();
+	fs_rail_stamp("stale regions cleaned", t);
 
 	FS_GUARD_ENTER();
 	ret = fs_rail_getinfo(rail, kind, local, why, whylen);
 	if (ret)
 		goto err_none;
+	fs_rail_stamp("fi_getinfo", t);
 	fi = rail->info;
 	fs_rail_read_limits(rail, fi, kind);
 	ret = fs_rail_open_objects(rail, fi, &step);
 	if (ret)
 		goto err_info;
 	FS_GUARD_LEAVE();
+	fs_rail_stamp("fabric, domain, av, cq, endpoint", t);
 	if (kind == FS_PROV_SHM)
 		fs_shm_watch_lock();
+	fs_rail_stamp("region lock found", t);
 	FS_INFO("opened %s rail: domain %s, inject %zu, tx %zu, rx %zu, iov %zu, mr_local %d, source %d",
 		fs_fabric_prov_name(kind), fi->domain_attr->name, rail->inject_size, rail->tx_depth,
 		rail->rx_depth, rail->iov_limit, rail->mr_local, rail->source);
@@ -529,6 +618,7 @@ err_none:
 void fs_rail_close(struct fs_rail *rail)
 {
 	struct fs_av_peer *peer, *tmp;
+	uint64_t t[2] = { 0, 0 };
 
 	if (!rail->info)
 		return;
@@ -538,11 +628,15 @@ void fs_rail_close(struct fs_rail *rail)
 	}
 	rail->av_count = 0;
 	FS_GUARD_ENTER();
+	fs_rail_stamp("close: start", t);
 	fi_close(&rail->ep->fid);
+	fs_rail_stamp("close: endpoint", t);
 	fi_close(&rail->cq->fid);
 	fi_close(&rail->av->fid);
+	fs_rail_stamp("close: cq, av", t);
 	fi_close(&rail->domain->fid);
 	fi_close(&rail->fabric->fid);
+	fs_rail_stamp("close: domain, fabric", t);
 	fs_fi.freeinfo(rail->info);
 	rail->info = NULL;
 	FS_GUARD_LEAVE();

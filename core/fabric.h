@@ -140,6 +140,8 @@ long fs_shm_addr_pid(const void *addr, size_t len);
 int fs_rail_open(struct fs_rail *rail, unsigned kind, const struct sockaddr *local, char *why,
 		 size_t whylen);
 void fs_rail_close(struct fs_rail *rail);
+/* FABSOCK_LOG=debug: logs the time since the stamp T, then stamps T again. */
+void fs_rail_stamp(const char *what, uint64_t t[2]);
 
 /* ---- the data path's calls, in the core's error convention ------------
  *

@@ -252,7 +252,8 @@ int fs_rail_peer_check(const struct fs_rail *rail, const void *addr, size_t len)
  *
  * Where the lock is in a region differs between libfabric versions; in all
  * of them it follows the region's base_addr field (the owner's mapping
- * address). At rail open we look for that field in our own region, so the
+ * address). The watchdog, started at rail open, first looks for that field
+ * in our own region, so the
  * lock's offset is learnt from the running library, not assumed; if the
  * search fails (another layout) the release is simply not done. */
 long fs_prov_call_pid;
@@ -526,6 +527,12 @@ static void fs_shm_check_stuck(void)
 static void *fs_shm_watchdog(void *arg)
 {
 	FS_GUARD_ENTER(); /* everything this thread does is fabsock's own */
+	/* Learnt here rather than in the rail open that started this thread:
+	 * reading /proc/self/maps of a process with many libraries took 0.5-3
+	 * ms of its first connection's setup. Only this thread uses it. */
+	fs_shm_find_lock();
+	if (!fs_shm_lock_off)
+		return arg;
 	for (;;) {
 		struct timespec ts = { 0, 250 * 1000000L };
 
@@ -563,7 +570,5 @@ long fs_shm_addr_pid(const void *addr, size_t len)
 
 void fs_shm_watch_lock(void)
 {
-	fs_shm_find_lock();
-	if (fs_shm_lock_off)
-		fs_shm_watchdog_start();
+	fs_shm_watchdog_start();
 }

@@ -17,6 +17,10 @@
  * TLS is in the static block. */
 extern __thread int fs_guard_depth __attribute__((tls_model("initial-exec")));
 
+/* Set by core/fabric.c while the shm provider builds its region in a file
+ * it has just created, so all zeros (see the strncpy wrapper). */
+extern __thread int fs_fresh_region __attribute__((tls_model("initial-exec")));
+
 #define FS_GUARD_ENTER() (fs_guard_depth++)
 #define FS_GUARD_LEAVE() (fs_guard_depth--)
 #define FS_GUARDED() (fs_guard_depth > 0)

@@ -13,6 +13,7 @@
 #include "preload/real.h"
 
 __thread int fs_guard_depth __attribute__((tls_model("initial-exec")));
+__thread int fs_fresh_region __attribute__((tls_model("initial-exec")));
 
 pid_t fs_pid_cache;
 

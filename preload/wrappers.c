@@ -961,6 +961,36 @@ FS_EXPORT FILE *fopen64(const char *path, const char *mode)
 	return FS_REAL(fopen64)(path, mode);
 }
 
+/* libfabric 1.17's shm provider writes its region's name with
+ * strncpy(name, src, total_size - name_offset): the region's size is rounded
+ * up to a power of two, so that zero-fills the 3-4 MiB between the name and
+ * the end of a region that ftruncate() has just created, faulting in every
+ * page of it: the largest part of a process's first rail open (~40 % of a
+ * curl's CPU under fabsock). While fabric.c enables an shm endpoint whose
+ * region file did not exist (fs_fresh_region), a long strncpy therefore
+ * writes the string and one NUL only: the rest of a new file reads as
+ * zeros already, which is all the zero-fill would have written. Every other
+ * strncpy is the real one (or, before the table is resolved, the same
+ * semantics spelt out). */
+FS_EXPORT char *strncpy(char *dst, const char *src, size_t len)
+{
+	size_t n;
+
+	if (fs_fresh_region && FS_GUARDED() && len > 4096) {
+		n = strnlen(src, len);
+		memcpy(dst, src, n);
+		if (n < len)
+			dst[n] = '\0';
+		return dst;
+	}
+	if (fs_real.strncpy)
+		return fs_real.strncpy(dst, src, len);
+	n = strnlen(src, len);
+	memcpy(dst, src, n);
+	memset(dst + n, 0, len - n);
+	return dst;
+}
+
 /* sigaction() and signal(): a signal whose default action fabsock's exit
  * handler stands in for (core/sigs.h) still looks like the default to the
  * application, and its own handler replaces fabsock's. Any other signal is
