@@ -9,6 +9,11 @@
  * first use sends: a blocking send larger than the pre-ACK hold (or any
  * send, with an empty HELLO) hung for ever.
  *
+ * peer_late is the same question between two processes: a forked server
+ * accepts only once the client says it sent. With an empty HELLO (the
+ * provider failing to open) the client's sends waited for the server's NAK,
+ * so for the server's first read, and here for ever.
+ *
  * Usage: fs_selfconn list | fs_selfconn SCENARIO. One scenario per process,
  * under a watchdog; every byte is a pattern checked where it lands, every
  * errno is the kernel's. Prints `PASS <scenario>` or `FAIL <scenario>: ...`.
@@ -20,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -349,6 +355,94 @@ out:
 	return ret;
 }
 
+/* The forked server of peer_late: listens, says its port on TO_PARENT,
+ * accepts only when the parent's byte comes on FROM_PARENT. */
+static int sc_late_server(int to_parent, int from_parent)
+{
+	char port[16], go;
+	int lfd = sc_listen(port, sizeof(port)), afd;
+	struct pollfd p = { .fd = from_parent, .events = POLLIN };
+
+	if (lfd < 0 || write(to_parent, port, sizeof(port)) != (ssize_t)sizeof(port))
+		return harness_fail("server: cannot listen or say its port");
+	if (poll(&p, 1, 20000) != 1 || read(from_parent, &go, 1) != 1)
+		return harness_fail("server: the client never said it sent (its send waited for this server)");
+	afd = harness_accept(lfd, 5000, 0, NULL, NULL);
+	if (afd < 0 || harness_recv_pattern(afd, 7, 0, 100 + 256 * 1024, "server reads the late-accepted client") ||
+	    harness_send_pattern(afd, 8, 0, 1000) || harness_expect_eof(afd))
+		return -1;
+	close(afd);
+	close(lfd);
+	return 0;
+}
+
+static int sc_peer_late(void)
+{
+	int up[2], down[2], cfd = -1, ret = -1;
+	char port[16];
+	size_t sent = 100;
+	pid_t pid;
+
+	if (pipe(up) || pipe(down))
+		return harness_fail("pipe: %s", strerror(errno));
+	pid = fork();
+	if (pid < 0)
+		return harness_fail("fork: %s", strerror(errno));
+	if (pid == 0) {
+		close(up[0]);
+		close(down[1]);
+		_exit(sc_late_server(up[1], down[0]) || harness_failures() ? 1 : 0);
+	}
+	close(up[1]);
+	close(down[0]);
+	if (read(up[0], port, sizeof(port)) != (ssize_t)sizeof(port)) {
+		harness_fail("the server did not say its port");
+		goto out;
+	}
+	cfd = sc_connect(port, 0);
+	if (cfd < 0)
+		goto out;
+	/* blocking 100 B, then nonblocking calls: each returns at once, as
+	 * the kernel's do, before the server has accepted */
+	if (harness_send_pattern(cfd, 7, 0, 100) || fcntl(cfd, F_SETFL, O_NONBLOCK))
+		goto out;
+	while (sent < 100 + 256 * 1024) {
+		double t0 = harness_now_ms();
+		char buf[4096];
+		size_t want = 100 + 256 * 1024 - sent < sizeof(buf) ? 100 + 256 * 1024 - sent : sizeof(buf);
+		ssize_t n;
+
+		harness_pattern_fill(7, sent, buf, want);
+		n = send(cfd, buf, want, MSG_NOSIGNAL);
+		if (harness_now_ms() - t0 > 1000) {
+			harness_fail("a nonblocking send took %.0f ms", harness_now_ms() - t0);
+			goto out;
+		}
+		if (n > 0) {
+			sent += (size_t)n;
+			continue;
+		}
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			break; /* the rest after the server accepts */
+		harness_fail("nonblocking send before accept: %zd (%s)", n, n < 0 ? strerror(errno) : "");
+		goto out;
+	}
+	harness_info("%zu bytes sent before the server accepted", sent);
+	if (write(down[1], "g", 1) != 1 || fcntl(cfd, F_SETFL, 0) ||
+	    harness_send_pattern(cfd, 7, sent, 100 + 256 * 1024 - sent) ||
+	    harness_recv_pattern(cfd, 8, 0, 1000, "client reads the answer") || shutdown(cfd, SHUT_WR))
+		goto out;
+	ret = 0;
+out:
+	close(down[1]); /* a server still waiting gives up */
+	if (cfd >= 0)
+		close(cfd);
+	close(up[0]);
+	if (harness_wait_child(pid, "server", 0))
+		ret = -1;
+	return ret;
+}
+
 static const struct {
 	const char *name;
 	int (*run)(void);
@@ -356,6 +450,7 @@ static const struct {
 	{ "blocking_100", sc_blocking_100 },   { "blocking_1m", sc_blocking_1m },
 	{ "accept_later", sc_accept_later },   { "nonblocking_100", sc_nonblocking_100 },
 	{ "nonblocking_4m", sc_nonblocking_4m }, { "echo", sc_echo },
+	{ "peer_late", sc_peer_late },
 };
 
 int main(int argc, char **argv)

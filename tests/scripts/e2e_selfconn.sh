@@ -9,7 +9,9 @@
 # its own process under a 30 s watchdog (a hang fails it), bytes checked
 # against the pattern, errno values the kernel's; in every mode: the
 # kernel, fabsock, fabsock with the provider failing to open (an empty
-# HELLO), and fabsock with an `offload` rule (no probe). Under fabsock such
+# HELLO), and fabsock with an `offload` rule (no probe). peer_late: the
+# same between two processes (the server accepts only once the client says
+# it sent): offloaded, or with the empty HELLO on TCP. Under fabsock such
 # a connection stays on kernel TCP (`fallback_own_listener`): its server
 # end has no descriptor until this process accepts it, so nothing could
 # answer its HELLO before the thread that waits does.
@@ -36,6 +38,23 @@ run_mode() { # MODE: runs every scenario, checks, reports
 		timeout 60 env "${envs[@]}" "$PROG" "$sc" >"$out" 2>"$err" || rc=$?
 		if [ "$rc" != 0 ] || ! grep -qx "PASS $sc" "$out"; then
 			fs_fail "$mode $sc: exit $rc: $(grep -h -m 3 -E 'FAIL|watchdog' "$out" "$err" | tr '\n' ' ')"
+			continue
+		fi
+		if [ "$sc" = peer_late ]; then
+			# two processes: offloaded, or (fault) stayed on TCP after an
+			# empty HELLO, the client's sends not waiting for the NAK
+			local off prov
+			off=$(fs_stat_sum "$err" offloaded)
+			prov=$(fs_stat_sum "$err" fallback_provider)
+			case $mode in
+			fault) [ "$off" = 0 ] && [ "${prov:-0}" -ge 1 ] ;;
+			fabsock | rule) [ "$off" = 2 ] ;;
+			*) true ;;
+			esac || {
+				fs_fail "$mode $sc: passed, but offloaded=$off fallback_provider=$prov"
+				continue
+			}
+			fs_pass "$mode $sc: $(sed -n 's/^info peer_late: //p' "$out"), bytes exact"
 			continue
 		fi
 		if [ "$mode" != kernel ]; then
