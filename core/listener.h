@@ -77,6 +77,10 @@ int fs_listeners_yield(uint16_t port, int app_fd);
  * listens where PEER points: its port, and its address or a wildcard one.
  * A client connected to it stays on TCP (fs_sock_after_connect). */
 bool fs_listeners_own(const struct sockaddr *peer);
+/* Such a client, whose local address is LOCAL, is noted; the server end
+ * asks whether the client at ADDR/PORT is one (it sends no HELLO). */
+void fs_listeners_own_client(const struct sockaddr *local);
+bool fs_listeners_is_own_client(const uint8_t addr[16], uint16_t port);
 /* The application bound its UDP socket FD to PORT: closing it may free the
  * port for a twin (fs_listeners_fd_closed). */
 void fs_listeners_note_udp(int fd, uint16_t port);

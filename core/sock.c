@@ -586,6 +586,7 @@ static void fs_sock_after_connect(struct fs_sock *s, bool wait_here)
 	if (fs_listeners_own(addr)) {
 		/* the server end is this process's to accept: see fs_listeners_own */
 		FS_STAT_INC(fallback_own_listener);
+		fs_listeners_own_client((struct sockaddr *)&local);
 		why = "the listener is this process's own";
 		goto kernel;
 	}

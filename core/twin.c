@@ -319,8 +319,52 @@ bool fs_listeners_own(const struct sockaddr *peer)
 	return own;
 }
 
+/* The client ends of the last FS_OWN_CLIENTS connections kept on TCP
+ * because their listener is ours (fs_listeners_own), for the server end:
+ * such a client sends no HELLO, so a server that speaks first must not wait
+ * for one (an `offload` rule vouching for the address made it wait its
+ * 3.25 s). The server end takes its entry. A stale one (a connection
+ * whose server end was never used, its port reused since by a client of
+ * another process) only makes that server not wait, and strip a HELLO that
+ * comes later. */
+#define FS_OWN_CLIENTS 64
+static struct {
+	uint8_t addr[16];
+	uint16_t port; /* 0: empty */
+} fs_own_clients[FS_OWN_CLIENTS];
+static unsigned fs_own_clients_next;
+
+void fs_listeners_own_client(const struct sockaddr *local)
+{
+	unsigned i;
+
+	pthread_mutex_lock(&fs_listeners_lock);
+	i = fs_own_clients_next++ % FS_OWN_CLIENTS;
+	fs_sockaddr_key(local, fs_own_clients[i].addr, &fs_own_clients[i].port);
+	pthread_mutex_unlock(&fs_listeners_lock);
+}
+
+bool fs_listeners_is_own_client(const uint8_t addr[16], uint16_t port)
+{
+	bool own = false;
+
+	if (!__atomic_load_n(&fs_own_clients_next, __ATOMIC_ACQUIRE))
+		return false;
+	pthread_mutex_lock(&fs_listeners_lock);
+	for (unsigned i = 0; i < FS_OWN_CLIENTS && !own; i++) {
+		own = fs_own_clients[i].port == port && memcmp(fs_own_clients[i].addr, addr, 16) == 0;
+		if (own)
+			fs_own_clients[i].port = 0; /* one server end per connection */
+	}
+	pthread_mutex_unlock(&fs_listeners_lock);
+	return own;
+}
+
 void fs_twin_after_fork(void)
 {
 	fs_twin_displacers_n = 0;
 	__atomic_store_n(&fs_twin_timer_armed, false, __ATOMIC_RELEASE);
+	/* the parent's clients are not this process's */
+	memset(fs_own_clients, 0, sizeof(fs_own_clients));
+	fs_own_clients_next = 0;
 }
