@@ -32,7 +32,8 @@
 #include "config/params.h"
 #include "preload/real.h"
 
-#define FS_LOG_LINE_MAX 1024
+/* room for the exit's stats line (core/stats.c), the longest there is */
+#define FS_LOG_LINE_MAX 2048
 
 int fs_log_level = FS_LOG_WARN;
 

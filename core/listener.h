@@ -32,6 +32,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+struct sockaddr;
+
 enum fs_rec_state { FS_REC_NONE = 0, FS_REC_YES = 1, FS_REC_TCP = 2, FS_REC_DONE = 3 };
 
 struct fs_probe_rec {
@@ -71,6 +73,14 @@ bool fs_listener_has_twin(struct fs_listener *l);
  * only one there. Returns how many did. Closing APP_FD lets them try again
  * (fs_listeners_fd_closed). */
 int fs_listeners_yield(uint16_t port, int app_fd);
+/* Whether a listener of this process (not one inherited from a parent)
+ * listens where PEER points: its port, and its address or a wildcard one.
+ * A client connected to it stays on TCP (fs_sock_after_connect). */
+bool fs_listeners_own(const struct sockaddr *peer);
+/* Such a client, whose local address is LOCAL, is noted; the server end
+ * asks whether the client at ADDR/PORT is one (it sends no HELLO). */
+void fs_listeners_own_client(const struct sockaddr *local);
+bool fs_listeners_is_own_client(const uint8_t addr[16], uint16_t port);
 /* The application bound its UDP socket FD to PORT: closing it may free the
  * port for a twin (fs_listeners_fd_closed). */
 void fs_listeners_note_udp(int fd, uint16_t port);

@@ -882,6 +882,15 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 		FS_STAT_INC(fallback_rule);
 		return fs_kernel(s, "a FABSOCK_RULES rule says kernel");
 	}
+	if (fs_listeners_is_own_client(addr, port)) {
+		/* a client of this process kept on TCP (fs_listeners_own): no
+		 * probe, no HELLO, whatever a rule says; nothing to wait for */
+		if (s->listener)
+			fs_listener_claim_tcp(s->listener, addr, port, s->neg->accepted_ns, NULL);
+		fs_strip_hello_later(s, 0, for_send);
+		FS_STAT_INC(fallback_peer_plain);
+		return fs_kernel(s, "a client of this process's own (kept on TCP)");
+	}
 	if (!s->listener) {
 		if (rule == FS_RULE_OFFLOAD)
 			return fs_server_expect_hello(s, NULL, true, addr, port, for_send, deadline_ns);

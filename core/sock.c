@@ -583,6 +583,13 @@ static void fs_sock_after_connect(struct fs_sock *s, bool wait_here)
 		FS_STAT_INC(fallback_remote);
 		goto kernel;
 	}
+	if (fs_listeners_own(addr)) {
+		/* the server end is this process's to accept: see fs_listeners_own */
+		FS_STAT_INC(fallback_own_listener);
+		fs_listeners_own_client((struct sockaddr *)&local);
+		why = "the listener is this process's own";
+		goto kernel;
+	}
 	if (rule == FS_RULE_OFFLOAD) {
 		s->neg->skip_probe = true;
 	} else if (fs_negcache_hit(addr)) {

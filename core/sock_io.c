@@ -187,9 +187,20 @@ static ssize_t fs_sock_send_early(struct fs_sock *s, const struct msghdr *msg, b
 			pthread_mutex_unlock(&s->lock);
 			return FS_PASS;
 		}
+		if (ret == 0 && fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT && !s->stream) {
+			/* An empty HELLO: the connection stays TCP, and the server
+			 * takes exactly the HELLO off its head (it answers with a
+			 * NAK, or strips it if it spoke first), so the bytes may
+			 * follow it at once, as shutdown's FIN does. Waiting for the
+			 * NAK made every send before the server's first read wait
+			 * for it (for ever in a thread that accepts that connection
+			 * itself later); the NAK is still read before the first
+			 * receive. */
+			pthread_mutex_unlock(&s->lock);
+			return FS_PASS;
+		}
 		if (ret == 0 && fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT)
-			ret = s->stream ? fs_stream_send(s->stream, msg->msg_iov, (int)msg->msg_iovlen, true, 0, s->fd)
-					: -EAGAIN; /* an empty HELLO: the kernel's, once the NAK is read */
+			ret = fs_stream_send(s->stream, msg->msg_iov, (int)msg->msg_iovlen, true, 0, s->fd);
 		if (ret > 0 || ret == -EAGAIN)
 			s->hold_full = ret == -EAGAIN;
 		pthread_mutex_unlock(&s->lock);

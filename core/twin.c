@@ -284,8 +284,87 @@ void fs_listeners_fd_closed(int fd)
 		fs_service_kick(); /* a new round polls the twin */
 }
 
+/* A client of its own process's listener stays on TCP: the connection
+ * waits in the listener's queue, where no descriptor and so no fabsock
+ * state exists for it, until this process accepts it, and a HELLO there is
+ * answered only when the application first uses the accepted socket. A
+ * thread that connects and then writes more than the pre-ACK hold (or, with
+ * an empty HELLO, anything) before it accepts would wait on itself. Over
+ * TCP the kernel buffers those bytes as it would for any client. */
+static bool fs_key_wildcard(const uint8_t a[16])
+{
+	static const uint8_t any6[16];
+	static const uint8_t any4[16] = { [10] = 0xff, [11] = 0xff };
+
+	return memcmp(a, any6, 16) == 0 || memcmp(a, any4, 16) == 0;
+}
+
+bool fs_listeners_own(const struct sockaddr *peer)
+{
+	uint8_t want[16], have[16];
+	uint16_t port, lport;
+	bool own = false;
+
+	if (!__atomic_load_n(&fs_service_listeners, __ATOMIC_ACQUIRE))
+		return false; /* a process that listens on nothing: no lock */
+	fs_sockaddr_key(peer, want, &port);
+	pthread_mutex_lock(&fs_listeners_lock);
+	for (struct fs_listener *l = fs_service_listeners; l && !own; l = l->next) {
+		if (l->pid != fs_self_pid() || l->port != port || __atomic_load_n(&l->closed, __ATOMIC_ACQUIRE))
+			continue;
+		fs_sockaddr_key((const struct sockaddr *)&l->addr, have, &lport);
+		own = fs_key_wildcard(have) || memcmp(have, want, 16) == 0;
+	}
+	pthread_mutex_unlock(&fs_listeners_lock);
+	return own;
+}
+
+/* The client ends of the last FS_OWN_CLIENTS connections kept on TCP
+ * because their listener is ours (fs_listeners_own), for the server end:
+ * such a client sends no HELLO, so a server that speaks first must not wait
+ * for one (an `offload` rule vouching for the address made it wait its
+ * 3.25 s). The server end takes its entry. A stale one (a connection
+ * whose server end was never used, its port reused since by a client of
+ * another process) only makes that server not wait, and strip a HELLO that
+ * comes later. */
+#define FS_OWN_CLIENTS 64
+static struct {
+	uint8_t addr[16];
+	uint16_t port; /* 0: empty */
+} fs_own_clients[FS_OWN_CLIENTS];
+static unsigned fs_own_clients_next;
+
+void fs_listeners_own_client(const struct sockaddr *local)
+{
+	unsigned i;
+
+	pthread_mutex_lock(&fs_listeners_lock);
+	i = fs_own_clients_next++ % FS_OWN_CLIENTS;
+	fs_sockaddr_key(local, fs_own_clients[i].addr, &fs_own_clients[i].port);
+	pthread_mutex_unlock(&fs_listeners_lock);
+}
+
+bool fs_listeners_is_own_client(const uint8_t addr[16], uint16_t port)
+{
+	bool own = false;
+
+	if (!__atomic_load_n(&fs_own_clients_next, __ATOMIC_ACQUIRE))
+		return false;
+	pthread_mutex_lock(&fs_listeners_lock);
+	for (unsigned i = 0; i < FS_OWN_CLIENTS && !own; i++) {
+		own = fs_own_clients[i].port == port && memcmp(fs_own_clients[i].addr, addr, 16) == 0;
+		if (own)
+			fs_own_clients[i].port = 0; /* one server end per connection */
+	}
+	pthread_mutex_unlock(&fs_listeners_lock);
+	return own;
+}
+
 void fs_twin_after_fork(void)
 {
 	fs_twin_displacers_n = 0;
 	__atomic_store_n(&fs_twin_timer_armed, false, __ATOMIC_RELEASE);
+	/* the parent's clients are not this process's */
+	memset(fs_own_clients, 0, sizeof(fs_own_clients));
+	fs_own_clients_next = 0;
 }
