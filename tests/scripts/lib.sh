@@ -38,7 +38,11 @@ else
 fi
 FS_KERNEL_SKIPPED=
 if [[ " $FS_MODES " != *" kernel "* ]]; then
-	FS_KERNEL_SKIPPED="kernel half not run (FS_MODES=\"$FS_MODES\"$([ "${FS_SKIP_KERNEL_HALF:-0}" = 1 ] && echo ', FS_SKIP_KERNEL_HALF=1'))"
+	# (an if, not `[ ] && echo` in the substitution: a false test there
+	# made the assignment fail and set -e end the script silently)
+	FS_KERNEL_SKIPPED="kernel half not run (FS_MODES=\"$FS_MODES\""
+	if [ "${FS_SKIP_KERNEL_HALF:-0}" = 1 ]; then FS_KERNEL_SKIPPED+=', FS_SKIP_KERNEL_HALF=1'; fi
+	FS_KERNEL_SKIPPED+=")"
 	printf '%s: %s\n' "$(basename "$0" .sh)" "SKIP: $FS_KERNEL_SKIPPED" >&2
 fi
 
