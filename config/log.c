@@ -32,7 +32,7 @@
 #include "config/params.h"
 #include "preload/real.h"
 
-#define FS_LOG_LINE_MAX 1024
+#define FS_LOG_LINE_MAX 2048 /* the stats line: every counter of stats.def */
 
 int fs_log_level = FS_LOG_WARN;
 

@@ -14,7 +14,7 @@ struct fs_stats fs_stats;
 /* Logs one line "stats: offloaded=N kernel=N ..." at warn level. */
 static void fs_stats_log(void)
 {
-	char line[1024];
+	char line[2048]; /* every counter, name and value: grows with stats.def */
 	size_t used = 0;
 
 #define FS_STAT(name, help)                                                                  \
