@@ -243,7 +243,7 @@ struct fs_rec_listening {
 
 static void fs_rec_read_listening(const char *path, struct fs_rec_listening *l)
 {
-	FILE *f = fopen(path, "re");
+	FILE *f = fs_real.fopen(path, "re"); /* not the wrapper: no libfabric question here */
 	char line[512];
 
 	if (!f) {
