@@ -428,6 +428,7 @@ void fs_records_publish(struct fs_record_pub *p, int listen_fd, uint16_t port)
 	p->port = port;
 	p->uid = (uint32_t)geteuid();
 	p->seen_uid = p->uid;
+	p->marked_uid = FS_REC_ANY_UID; /* the first accept looks at the slot */
 	p->pid = getpid();
 	fs_lock(&fs_records_lock);
 	p->forks = fs_records_forks;
@@ -502,11 +503,12 @@ void fs_records_withdraw(struct fs_record_pub *p)
 	pthread_mutex_unlock(&fs_records_lock);
 }
 
-/* This process now serves P's listener as UID: the record in the
- * publisher's directory says so (its clients of the publisher's user are
- * refused: they stay on TCP at once), and UID's directory gets one.
- * fs_records_lock held. */
-static void fs_rec_moved(struct fs_record_pub *p, uint32_t uid)
+/* This process serves P's listener as UID: the slot in the publisher's
+ * directory says which user accepts (the first user other than the
+ * publisher's takes it over, so the publisher's own clients are refused:
+ * they stay on TCP at once; a second user, the publisher's own included,
+ * makes it "several": clients probe). fs_records_lock held. */
+static void fs_rec_mark(struct fs_record_pub *p, uint32_t uid)
 {
 	if (p->fd >= 0) {
 		struct fs_rec_slot s;
@@ -516,15 +518,22 @@ static void fs_rec_moved(struct fs_record_pub *p, uint32_t uid)
 		 * process may no longer open the publisher's directory */
 		if (fs_rec_flock(p->fd, LOCK_EX)) {
 			if (pread(p->fd, &s, sizeof(s), off) == (ssize_t)sizeof(s) && s.inode == p->inode &&
-			    s.serve_uid != uid) {
-				/* the first other user takes it over; a second
-				 * one makes it "several": clients probe */
+			    s.serve_uid != uid && s.serve_uid != FS_REC_ANY_UID) {
 				s.serve_uid = s.serve_uid == p->uid ? uid : FS_REC_ANY_UID;
 				fs_rec_slot_write(p->fd, p->slot, &s);
 			}
 			flock(p->fd, LOCK_UN);
 		}
 	}
+	__atomic_store_n(&p->marked_uid, uid, __ATOMIC_RELEASE);
+}
+
+/* This process now runs as UID (a setuid, or first seen at an accept): it
+ * serves P's listener as UID (fs_rec_mark), and UID's directory gets a
+ * record so that UID's clients probe. fs_records_lock held. */
+static void fs_rec_moved(struct fs_record_pub *p, uint32_t uid)
+{
+	fs_rec_mark(p, uid);
 	if (p->moved_fd >= 0) { /* it moved before: that record stays (hint) */
 		fs_internal_fd_close(p->moved_fd);
 		p->moved_fd = -1;
@@ -543,11 +552,13 @@ void fs_records_accepting(struct fs_record_pub *p)
 	if (!p->inode)
 		return;
 	uid = (uint32_t)geteuid();
-	if (uid == __atomic_load_n(&p->seen_uid, __ATOMIC_ACQUIRE))
-		return;
+	if (uid == __atomic_load_n(&p->marked_uid, __ATOMIC_ACQUIRE))
+		return; /* this process looked at the slot for this user before */
 	fs_lock(&fs_records_lock);
 	if (p->inode && uid != p->seen_uid)
 		fs_rec_moved(p, uid);
+	else if (p->inode)
+		fs_rec_mark(p, uid); /* e.g. a root parent that accepts while a child serves as another user */
 	pthread_mutex_unlock(&fs_records_lock);
 }
 

@@ -26,6 +26,7 @@ struct fs_record_pub {
 	uint16_t port;
 	uint32_t uid;      /* whose directory FD is in */
 	uint32_t seen_uid; /* the effective uid this process last published for */
+	uint32_t marked_uid; /* the uid this process last told the slot it accepts as */
 	int moved_fd;      /* the record in seen_uid's directory when that is not uid's (internal), or -1 */
 	int moved_slot;
 	uint32_t moved_uid;
