@@ -111,8 +111,9 @@ static int fs_rec_dir(uint32_t uid, bool create)
 
 	if (fs_rec_dir_fd >= 0 && fs_rec_dir_uid == uid) {
 		/* removed under us (rm -rf of /dev/shm/fabsock-*): make it again,
-		 * or a client would never see a listener published since */
-		if (fstat(fs_rec_dir_fd, &st) == 0 && st.st_nlink > 0)
+		 * or a client would never see a listener published since (a
+		 * client looks only when a file is missing: fs_rec_dir_gone) */
+		if (!create || (fstat(fs_rec_dir_fd, &st) == 0 && st.st_nlink > 0))
 			return fs_rec_dir_fd;
 		fs_internal_fd_close(fs_rec_dir_fd);
 		fs_rec_dir_fd = -1;
@@ -155,6 +156,19 @@ bad:
 	FS_STAT_INC(records_refused);
 	fs_rec_bad_uid = uid;
 	return -EPERM;
+}
+
+/* The cached directory was removed (a file was missing in it): forget it, so
+ * that the next look opens the new one. fs_records_lock held. */
+static bool fs_rec_dir_gone(void)
+{
+	struct stat st;
+
+	if (fs_rec_dir_fd < 0 || (fstat(fs_rec_dir_fd, &st) == 0 && st.st_nlink > 0))
+		return false;
+	fs_internal_fd_close(fs_rec_dir_fd);
+	fs_rec_dir_fd = -1;
+	return true;
 }
 
 /* Takes FD's flock (LOCK_SH or LOCK_EX), waiting at most ~20 ms: a holder
@@ -614,8 +628,12 @@ enum fs_record_hint fs_records_lookup(uint16_t port)
 	uid = (uint32_t)geteuid();
 	fs_rec_name(name, sizeof(name), port);
 	fs_lock(&fs_records_lock);
-	dfd = fs_rec_dir(uid, false);
-	fd = dfd >= 0 ? openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK) : -1;
+	for (int tries = 0; tries < 2; tries++) {
+		dfd = fs_rec_dir(uid, false);
+		fd = dfd >= 0 ? openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK) : -1;
+		if (fd >= 0 || dfd < 0 || errno != ENOENT || !fs_rec_dir_gone())
+			break;
+	}
 	pthread_mutex_unlock(&fs_records_lock);
 	if (dfd == -ENOENT)
 		return FS_RECORD_NONE; /* no listener of this user published anything */
