@@ -502,11 +502,17 @@ void fs_records_withdraw(struct fs_record_pub *p)
 		}
 	}
 	/* only a process that forked no child since it published knows that
-	 * no other process holds the socket; else the sweep looks later */
+	 * no other process holds the socket; else the sweep looks later. Nor
+	 * while another listener of ours publishes the same socket (two
+	 * threads' listen() raced: the loser's goes, the socket stays). */
+	for (struct fs_record_pub *o = fs_records_list; o; o = o->next)
+		if (o->inode == p->inode)
+			goto keep;
 	if (fs_rec_sole_holder(p)) {
 		fs_rec_clear(p, p->fd, p->slot, p->uid);
 		fs_rec_clear(p, p->moved_fd, p->moved_slot, p->moved_uid);
 	}
+keep:
 	if (p->fd >= 0)
 		fs_internal_fd_close(p->fd);
 	if (p->moved_fd >= 0)
