@@ -33,7 +33,7 @@
 #include "preload/real.h"
 
 /* room for the exit's stats line (core/stats.c), the longest there is */
-#define FS_LOG_LINE_MAX 2048
+#define FS_LOG_LINE_MAX 4096
 
 int fs_log_level = FS_LOG_WARN;
 

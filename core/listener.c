@@ -591,6 +591,7 @@ struct fs_listener *fs_listener_open(int fd)
 	if (l) {
 		fs_service_kick(); /* polls the twin if it is bound again */
 		fs_twin_timer_arm(l->twin_retry_ns);
+		fs_records_publish(&l->rec, fd, l->port); /* a new socket: a new inode */
 		return l;
 	}
 	l = calloc(1, sizeof(*l));
@@ -634,6 +635,8 @@ struct fs_listener *fs_listener_open(int fd)
 	l->pid = getpid();
 	fs_listener_publish(l);
 	fs_twin_timer_arm(l->twin_retry_ns);
+	/* clients of this user on this host now probe it (core/records.h) */
+	fs_records_publish(&l->rec, fd, l->port);
 	return l;
 fail:
 	if (l->udp_fd >= 0)
@@ -701,6 +704,7 @@ void fs_listener_put(struct fs_listener *l)
 {
 	if (__atomic_sub_fetch(&l->refs, 1, __ATOMIC_ACQ_REL))
 		return;
+	fs_records_withdraw(&l->rec); /* closed before: a no-op then */
 	if (l->udp_fd >= 0)
 		fs_real.close(l->udp_fd);
 	if (l->table_fd >= 0)
@@ -723,6 +727,7 @@ void fs_listener_close(struct fs_listener *l)
 {
 	bool release;
 
+	fs_records_withdraw(&l->rec);
 	fs_listener_drain(l);
 	pthread_mutex_lock(&fs_listeners_lock);
 	__atomic_store_n(&l->closed, true, __ATOMIC_RELEASE);
@@ -746,6 +751,11 @@ void fs_listener_unsettled(struct fs_listener *l, bool more)
 	}
 	if (__atomic_sub_fetch(&l->unsettled, 1, __ATOMIC_ACQ_REL) == 0 && __atomic_load_n(&l->closed, __ATOMIC_ACQUIRE))
 		fs_twin_timer_arm(fs_now_ns()); /* the twin can go now */
+}
+
+void fs_listener_accepting(struct fs_listener *l)
+{
+	fs_records_accepting(&l->rec);
 }
 
 bool fs_listener_has_twin(struct fs_listener *l)

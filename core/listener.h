@@ -66,6 +66,9 @@ void fs_listener_close(struct fs_listener *l);
  * such connections only. */
 void fs_listener_unsettled(struct fs_listener *l, bool more);
 /* Whether L's twin is bound now (its connections' probes reach it). */
+/* This process accepted a connection from L's socket (its listener record
+ * notes a worker that runs as another user: core/records.h). */
+void fs_listener_accepting(struct fs_listener *l);
 bool fs_listener_has_twin(struct fs_listener *l);
 /* The application binds (or bound, with SO_REUSEPORT) a UDP socket APP_FD
  * (-1: none to note) to PORT: every twin of this process on PORT lets the

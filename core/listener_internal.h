@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 
 #include "core/listener.h"
+#include "core/records.h"
 
 /* Records of connections in negotiation, and of those settled in the last
  * FS_PROBE_SETTLED_TTL_NS: room for a burst of 16,384 connections to one
@@ -75,6 +76,8 @@ struct fs_listener {
 	/* the table's lock was held past FS_PROBE_TABLE_LOCK_MS: until then
 	 * (atomic), tries do not wait (fs_table_lock) */
 	uint64_t table_stuck_until_ns;
+	/* its listener record (core/records.h): inode 0 when none */
+	struct fs_record_pub rec;
 	struct fs_listener *next;
 };
 

@@ -28,6 +28,10 @@
  *     under them, and no two are held at once:
  *       fs_engine_create_lock (engine.c)  the engine's creation
  *       fs_negcache_lock (negcache.c)     destinations known not fabsock
+ *       fs_records_lock (records.c)       the record directory, the published
+ *                                         listeners; under it only the record
+ *                                         files' flocks (also taken under
+ *                                         fs_listeners_lock, by a put)
  *       fs_inh_lock (inherit.c)           the exec record file's creation
  *       fs_bell_lock (bell.c)             the doorbell socket's opening
  *       fs_sock_bg_lock (sock_close.c)    background closes
@@ -70,7 +74,7 @@
  * Fork: the prepare handler takes fs_service_busy with a bounded wait (the
  * forking thread may hold, in a signal handler, a lock the service thread
  * waits for). The child re-initialises fs_service_busy, fs_service_lock,
- * fs_listeners_lock, fs_diag_lock, fs_bell_lock, fs_inh_lock, fs_sigs_lock,
+ * fs_listeners_lock, fs_records_lock, fs_diag_lock, fs_bell_lock, fs_inh_lock, fs_sigs_lock,
  * fs_hb_fork_lock, fs_sock_free_lock, fs_sock_bg_lock, and
  * fs_engine_create_lock if the parent had an engine (whose lock the child
  * never takes: it makes its own). fs_sock.lock, the fs_epoll locks,

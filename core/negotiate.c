@@ -37,6 +37,7 @@
 #include "core/fabric.h"
 #include "core/listener.h"
 #include "core/negcache.h"
+#include "core/records.h"
 #include "core/probe.h"
 #include "core/sock.h"
 #include "core/stats.h"
@@ -476,6 +477,8 @@ int fs_negotiate_client_hello(struct fs_sock *s, uint64_t wait_deadline_ns)
 			return fs_kernel(s, "the server's listener said no");
 		case FS_PROBE_OUT_REFUSED:
 			fs_negcache_add((struct sockaddr *)&s->neg->peer, true);
+			if (s->neg->provider == FS_PROV_SHM) /* a record led us here: a stale one */
+				fs_records_sweep_port(ntohs(((struct sockaddr_in *)&s->neg->peer)->sin_port));
 			FS_STAT_INC(fallback_probe_refused);
 			return fs_kernel(s, "no fabsock listener (probe port unreachable)");
 		default:

@@ -36,6 +36,7 @@
 #include "core/inherit.h"
 #include "core/listener.h"
 #include "core/negcache.h"
+#include "core/records.h"
 #include "core/negotiate.h"
 #include "core/service.h"
 #include "core/sigs.h"
@@ -290,6 +291,7 @@ static void fs_core_atfork_prepare(void)
 static void fs_core_atfork_parent(void)
 {
 	fs_service_fork_parent();
+	fs_records_fork_parent();
 }
 
 static void fs_core_atfork_child(void)
@@ -300,6 +302,7 @@ static void fs_core_atfork_child(void)
 	fs_ready_wait_after_fork();
 	fs_service_after_fork();
 	fs_listeners_after_fork();
+	fs_records_after_fork();
 	fs_diag_after_fork();
 	fs_bell_after_fork();
 	fs_inherit_after_fork();
@@ -367,6 +370,13 @@ void fs_core_exit(void)
 	 * nothing more will be */
 	fs_handback_owner_ended(fs_engine_peek(), true);
 	fs_listeners_exit();
+	fs_records_exit();
+}
+
+void fs_core_uid_changed(void)
+{
+	if (fs_core_enabled)
+		fs_records_uid_changed();
 }
 
 static void fs_core_atexit(void)
@@ -592,6 +602,12 @@ static void fs_sock_after_connect(struct fs_sock *s, bool wait_here)
 	}
 	if (rule == FS_RULE_OFFLOAD) {
 		s->neg->skip_probe = true;
+	} else if (s->neg->provider == FS_PROV_SHM && fs_records_say_no(port, &why)) {
+		/* on this host only a listener of our own user can be a fabric
+		 * peer, and every such listener publishes a record: without
+		 * one, or with only refusing ones, a probe could only cost */
+		FS_STAT_INC(fallback_no_record);
+		goto kernel;
 	} else if (fs_negcache_hit(addr)) {
 		FS_STAT_INC(fallback_neg_cache);
 		why = "destination cached as not fabsock";
@@ -787,6 +803,8 @@ void fs_core_accepted(struct fs_sock *ls, int newfd, int flags)
 	/* A listener without its twin (the application holds the UDP port)
 	 * answers no probe: its connections go as those of no listener (stay
 	 * on TCP, strip a HELLO another twin may have asked for). */
+	if (ls->listener)
+		fs_listener_accepting(ls->listener);
 	if (ls->listener && fs_listener_has_twin(ls->listener)) {
 		fs_listener_get(ls->listener);
 		s->listener = ls->listener;

@@ -174,6 +174,8 @@ extern bool fs_core_enabled;
  * fabsock disabled, or a vfork child, whose descriptor table is its own
  * while every table of fabsock's is its parent's (fs_vfork_child). */
 bool fs_core_hands_off(void);
+/* The process's effective user changed (setuid and friends). */
+void fs_core_uid_changed(void);
 
 /* Takes a reference on FD's state; NULL when fabsock has none (or inside
  * fabsock). */

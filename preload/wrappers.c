@@ -807,6 +807,35 @@ FS_EXPORT pid_t forkpty(int *amaster, char *name, const struct termios *termp, c
 	return pid;
 }
 
+/* The user changes: listener records follow (fs_core_uid_changed). */
+#define FS_SETUID(call)                                         \
+	do {                                                    \
+		int ret_ = (call);                              \
+		if (ret_ == 0 && !FS_BEFORE_INIT() && !fs_core_hands_off()) \
+			fs_core_uid_changed();                  \
+		return ret_;                                    \
+	} while (0)
+
+FS_EXPORT int setuid(uid_t uid)
+{
+	FS_SETUID(FS_REAL(setuid)(uid));
+}
+
+FS_EXPORT int seteuid(uid_t uid)
+{
+	FS_SETUID(FS_REAL(seteuid)(uid));
+}
+
+FS_EXPORT int setreuid(uid_t ruid, uid_t euid)
+{
+	FS_SETUID(FS_REAL(setreuid)(ruid, euid));
+}
+
+FS_EXPORT int setresuid(uid_t ruid, uid_t euid, uid_t suid)
+{
+	FS_SETUID(FS_REAL(setresuid)(ruid, euid, suid));
+}
+
 FS_EXPORT pid_t fork(void)
 {
 	pid_t pid = FS_REAL(fork)();

@@ -21,6 +21,11 @@
 # when both ends exit 0 with their PASS line, neither offloaded anything,
 # the client counted the setup's reason, and nothing was left running.
 . "$(dirname "$0")/lib.sh"
+# These setups must reach the negotiation: with listener records
+# (core/records.h) the user and rule clients would say no before it (no
+# record of theirs), and the paths under test would not run. e2e_records
+# and e2e_users cover the early no.
+export FABSOCK_RECORDS=0
 
 PROG=$FS_PROGS/fs_settle
 ROUNDS=${FS_SETTLE_ROUNDS:-1}

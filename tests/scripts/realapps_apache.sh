@@ -237,9 +237,16 @@ apache_case() {
 		# The workers leave on TCP exactly the streams of another user:
 		# the root client's AB_N_ROOT and the parent's dummy connections
 		# they accepted, no more than the kernel saw come from root.
+		# Such a client finds no listener record of root's that the
+		# workers (www-data) serve, and says no before any probe
+		# (core/records.h): a worker then sees a plain client
+		# (fallback_peer_plain), and the root parent's own dummy
+		# connections count fallback_no_record on its side. Without
+		# records the refusal came with the HELLO: fallback_other_user.
 		local left other
 		left=$(($(ra_sum "apache-$mpm" "$mode" kernel) - $(ra_sum "apache-$mpm" "$mode" fallback_peer_closed)))
-		other=$(ra_sum "apache-$mpm" "$mode" fallback_other_user)
+		other=$(($(ra_sum "apache-$mpm" "$mode" fallback_other_user) + $(ra_sum "apache-$mpm" "$mode" fallback_peer_plain) +
+			$(ra_sum "apache-$mpm" "$mode" fallback_no_record)))
 		# (The workers' count against the kernel's count of connections
 		# from root is logged, not judged: under prefork the workers have
 		# counted one or two more refusals of "another user" than the
@@ -256,9 +263,16 @@ apache_case() {
 		ra_offloaded "ab-$mpm-ab-k" "$mode" 8
 		ra_offloaded "ab-$mpm-ab" "$mode" "$AB_N"
 		ra_offloaded "curl-$mpm" "$mode" "$CURL_RUNS"
-		local ro rk
+		local ro rk rp rn
 		ro=$(ra_sum "ab-$mpm-ab-root" "$mode" offloaded)
 		rk=$(ra_sum "ab-$mpm-ab-root" "$mode" kernel)
+		# issue 27 target 5: the root client opens nothing (no probe,
+		# hence no rail and no HELLO): the workers' record refuses root
+		rp=$(ra_sum "ab-$mpm-ab-root" "$mode" probes_sent)
+		rn=$(ra_sum "ab-$mpm-ab-root" "$mode" fallback_no_record)
+		if [ "$rp" -ne 0 ] || [ "$rn" -ne "$rk" ]; then
+			fs_fail "$RA_CASE $mode $mpm: the root client sent $rp probes and said no early $rn times of $rk (want 0, all)"
+		fi
 		if [ "$ro" -eq 0 ] && [ "$rk" -ge "$AB_N_ROOT" ]; then
 			fs_pass "$RA_CASE $mode $mpm: the root client left its $rk connections on TCP ($(ra_why "ab-$mpm-ab-root" "$mode"))"
 		else

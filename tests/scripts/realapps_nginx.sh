@@ -135,7 +135,23 @@ nginx_case() {
 			else
 				fs_fail "$RA_CASE $mode: root clients: $i offloaded $ro, left $rk on TCP (want 0 and >= $want): $(ra_why "$i" "$mode")"
 			fi
-			[ "$rother" -gt 0 ] || fs_log "note: $i counted no fallback_other_user"
+			case $i in
+			wrk-* | curl-*)
+				# issue 27 target 5: the workers' setuid marked root's
+				# listener record as served by nobody, so a root
+				# client says no before any probe, rail or HELLO
+				# (core/records.h); the workers see plain clients
+				local rp rn
+				rp=$(ra_sum "$i" "$mode" probes_sent)
+				rn=$(ra_sum "$i" "$mode" fallback_no_record)
+				if [ "$rp" -eq 0 ] && [ "$rn" -eq "$rk" ]; then
+					fs_pass "$RA_CASE $mode: root clients: $i sent no probe, said no early on all $rn connections"
+				else
+					fs_fail "$RA_CASE $mode: root clients: $i sent $rp probes, said no early on $rn of $rk connections (want 0, all)"
+				fi
+				;;
+			*) [ "$rother" -eq 0 ] || fs_log "note: $i counted $rother fallback_other_user (a connection that probed)" ;;
+			esac
 		done
 	fi
 	for i in "$name" "wrk-$user" "curl-$user"; do

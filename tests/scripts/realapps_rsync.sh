@@ -194,11 +194,23 @@ rsync_run() {
 		# The nobody pull is refused: the daemon reads the client's first
 		# bytes as root, before it drops to nobody (README, "What is not
 		# offloaded"). Nothing else may leave a connection on TCP.
+		# The nobody client finds no listener record of nobody's for the
+		# daemon's port (its record is root's) and says no before any
+		# probe (core/records.h): fallback_no_record on its side, and the
+		# daemon, which speaks first, waits for no probe and counts
+		# fallback_server_first; without records the HELLO's refusal
+		# counted fallback_other_user on both.
 		for i in rsync rsyncd; do
-			local off hb other tx
+			local off hb other tx early
 			off=$(ra_sum "$i" fabsock offloaded)
 			hb=$(ra_sum "$i" fabsock handbacks)
 			other=$(ra_sum "$i" fabsock fallback_other_user)
+			if [ "$i" = rsync ]; then
+				early=$(ra_sum "$i" fabsock fallback_no_record)
+			else
+				early=$(ra_sum "$i" fabsock fallback_server_first)
+			fi
+			[ "$early" = 1 ] && [ "$other" = 0 ] && other=1 # the same refusal, said early
 			tx=$(( $(ra_sum "$i" fabsock fabric_tx_bytes) + $(ra_sum "$i" fabsock fabric_rx_bytes) ))
 			if [ "$off" = 1 ] && [ "$hb" = 1 ] && [ "$other" = 1 ] && [ "$tx" -gt 0 ] &&
 				[ "$(ra_why "$i" fabsock | tr ' ' '\n' | grep -c '^fallback_')" = 1 ]; then

@@ -1,0 +1,689 @@
+/* SPDX-License-Identifier: MIT */
+/* Listener records (see records.h): one file per port in the user's
+ * directory, a fixed array of slots, one per listening socket. Writers take
+ * the file's flock exclusively and write one slot at a time; readers take it
+ * shared. Everything here is a hint: a record that is missing where a
+ * listener offloads costs that listener's clients the fabric (so records are
+ * removed only when no process can hold the socket), one that is left over
+ * costs its clients what every connection cost before (a probe). */
+#include "core/records.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config/log.h"
+#include "config/params.h"
+#include "core/fdtable.h"
+#include "core/stats.h"
+#include "core/util.h"
+#include "preload/real.h"
+
+#define FS_REC_MAGIC 0x31525346u /* "FSR1" */
+#define FS_REC_VERSION 1u
+/* listening sockets per port and user: SO_REUSEPORT groups, addresses,
+ * network namespaces */
+#define FS_REC_SLOTS 32
+/* files per directory: a publisher makes no new one beyond this */
+#define FS_REC_MAX_FILES 4096
+/* a slot this young is not swept: its publisher may not have called the
+ * kernel's listen() yet (the twin is bound, and the record written, first) */
+#define FS_REC_YOUNG_NS (2ull * 1000000000ull)
+/* how often a process sweeps its directory (at most) */
+#define FS_REC_SWEEP_EVERY_NS (2ull * 1000000000ull)
+/* listening sockets of this network namespace a sweep can hold in mind;
+ * beyond that it does not judge this namespace's slots */
+#define FS_REC_MAX_LISTENERS 8192
+#define FS_REC_ANY_UID 0xffffffffu
+#define FS_REC_OFFLOAD 1u /* the listener may offload a client of serve_uid */
+
+struct fs_rec_slot {
+	uint64_t inode; /* the listening socket; 0: a free slot */
+	uint64_t netns; /* the publisher's network namespace (inode of /proc/self/ns/net) */
+	uint64_t born_ns; /* CLOCK_BOOTTIME: one clock for every process of the host */
+	int32_t pid; /* the publisher (for a slot of another namespace: its liveness) */
+	uint32_t serve_uid; /* the effective uid of the processes that accept (FS_REC_ANY_UID: several) */
+	uint32_t flags;
+	uint32_t pad;
+};
+
+struct fs_rec_file {
+	uint32_t magic;
+	uint32_t version;
+	struct fs_rec_slot slot[FS_REC_SLOTS];
+};
+
+/* fs_records_lock guards the directory cache and the list; a leaf (the
+ * files' flocks are taken under it; no fabsock lock is). */
+static pthread_mutex_t fs_records_lock = PTHREAD_MUTEX_INITIALIZER;
+static int fs_rec_dir_fd = -1; /* internal */
+static uint32_t fs_rec_dir_uid = FS_REC_ANY_UID;
+static uint32_t fs_rec_bad_uid = FS_REC_ANY_UID; /* its directory was not ours: not tried again */
+static struct fs_record_pub *fs_records_list;
+static uint64_t fs_records_forks;
+static uint64_t fs_rec_last_sweep_ns;
+static uint32_t fs_rec_last_sweep_uid = FS_REC_ANY_UID;
+
+static uint64_t fs_rec_boot_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_BOOTTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t fs_rec_netns(void)
+{
+	static uint64_t ns;
+	struct stat st;
+
+	if (!ns && stat("/proc/self/ns/net", &st) == 0)
+		ns = (uint64_t)st.st_ino;
+	return ns;
+}
+
+static void fs_rec_close(int fd)
+{
+	if (fd >= 0)
+		fs_real.close(fd);
+}
+
+/* The directory of UID, checked: a directory, not a symlink, owned by UID,
+ * no access for group or others. CREATE: make it if it is missing. Returns
+ * the cached descriptor (valid while fs_records_lock is held), -ENOENT when
+ * it is missing and not made, or another negative errno when it cannot be
+ * used (logged once). fs_records_lock held. */
+static int fs_rec_dir(uint32_t uid, bool create)
+{
+	char path[PATH_MAX];
+	struct stat st;
+	int fd;
+
+	if (fs_rec_dir_fd >= 0 && fs_rec_dir_uid == uid) {
+		/* removed under us (rm -rf of /dev/shm/fabsock-*): make it again,
+		 * or a client would never see a listener published since (a
+		 * client looks only when a file is missing: fs_rec_dir_gone) */
+		if (!create || (fstat(fs_rec_dir_fd, &st) == 0 && st.st_nlink > 0))
+			return fs_rec_dir_fd;
+		fs_internal_fd_close(fs_rec_dir_fd);
+		fs_rec_dir_fd = -1;
+	}
+	if (uid == fs_rec_bad_uid)
+		return -EPERM;
+	if (fs_rec_dir_fd >= 0) { /* another user's: this process changed user */
+		fs_internal_fd_close(fs_rec_dir_fd);
+		fs_rec_dir_fd = -1;
+	}
+	if (snprintf(path, sizeof(path), "%s/fabsock-u%u", fs_params.records_dir, uid) >= (int)sizeof(path))
+		return -ENAMETOOLONG;
+	if (create && mkdir(path, 0700) && errno != EEXIST)
+		goto bad;
+	fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0) {
+		if (errno == ENOENT)
+			return -ENOENT;
+		goto bad; /* ELOOP, ENOTDIR: a symlink or a file planted there */
+	}
+	if (fstat(fd, &st) || !S_ISDIR(st.st_mode) || st.st_uid != uid || (st.st_mode & 077)) {
+		fs_rec_close(fd);
+		errno = EPERM;
+		goto bad;
+	}
+	/* made under a umask that took our own bits: ours, so give them back */
+	if ((st.st_mode & 0700) != 0700 && fchmod(fd, 0700)) {
+		fs_rec_close(fd);
+		goto bad;
+	}
+	fd = fs_internal_fd(fd);
+	if (fd < 0)
+		return -EMFILE;
+	fs_rec_dir_fd = fd;
+	fs_rec_dir_uid = uid;
+	return fd;
+bad:
+	FS_WARN("listener records: %s is not a private directory of user %u (%s); connections probe as without records",
+		path, uid, strerror(errno));
+	FS_STAT_INC(records_refused);
+	fs_rec_bad_uid = uid;
+	return -EPERM;
+}
+
+/* The cached directory was removed (a file was missing in it): forget it, so
+ * that the next look opens the new one. fs_records_lock held. */
+static bool fs_rec_dir_gone(void)
+{
+	struct stat st;
+
+	if (fs_rec_dir_fd < 0 || (fstat(fs_rec_dir_fd, &st) == 0 && st.st_nlink > 0))
+		return false;
+	fs_internal_fd_close(fs_rec_dir_fd);
+	fs_rec_dir_fd = -1;
+	return true;
+}
+
+/* Takes FD's flock (LOCK_SH or LOCK_EX), waiting at most ~20 ms: a holder
+ * writes one slot, so only a stopped process holds it longer. */
+static bool fs_rec_flock(int fd, int how)
+{
+	for (int i = 0; i < 200; i++) {
+		if (flock(fd, how | LOCK_NB) == 0)
+			return true;
+		if (errno != EWOULDBLOCK && errno != EINTR)
+			return false;
+		usleep(100);
+	}
+	return false;
+}
+
+/* A record file we may trust: a regular file of UID, of our size (or empty:
+ * just made). */
+static bool fs_rec_file_ok(int fd, uint32_t uid, struct stat *st)
+{
+	return fstat(fd, st) == 0 && S_ISREG(st->st_mode) && st->st_uid == uid && !(st->st_mode & 077) &&
+	       (st->st_size == 0 || (size_t)st->st_size == sizeof(struct fs_rec_file));
+}
+
+static void fs_rec_name(char *name, size_t len, uint16_t port)
+{
+	snprintf(name, len, "port-%u", port);
+}
+
+/* Opens and locks (exclusive) PORT's record file in DFD (UID's), making it
+ * if CREATE; *F gets its content (a fresh header if it was empty). Returns
+ * the descriptor, or -1. */
+static int fs_rec_file_lock(int dfd, uint32_t uid, uint16_t port, bool create, struct fs_rec_file *f)
+{
+	char name[32];
+	struct stat st;
+
+	fs_rec_name(name, sizeof(name), port);
+	for (int tries = 0; tries < 3; tries++) {
+		int fd = openat(dfd, name, O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | (create ? O_CREAT : 0), 0600);
+
+		if (fd < 0)
+			return -1;
+		if (!fs_rec_file_ok(fd, uid, &st) || !fs_rec_flock(fd, LOCK_EX)) {
+			fs_rec_close(fd);
+			return -1;
+		}
+		/* a sweep removed it while we waited for the lock: a slot
+		 * written into it would be lost */
+		if (fstat(fd, &st) || st.st_nlink == 0) {
+			fs_rec_close(fd);
+			continue;
+		}
+		memset(f, 0, sizeof(*f));
+		if (st.st_size == 0) {
+			f->magic = FS_REC_MAGIC;
+			f->version = FS_REC_VERSION;
+			if (pwrite(fd, f, sizeof(*f), 0) != (ssize_t)sizeof(*f)) {
+				fs_rec_close(fd);
+				return -1;
+			}
+		} else if (pread(fd, f, sizeof(*f), 0) != (ssize_t)sizeof(*f) || f->magic != FS_REC_MAGIC ||
+			   f->version != FS_REC_VERSION) {
+			fs_rec_close(fd);
+			return -1;
+		}
+		return fd;
+	}
+	return -1;
+}
+
+static bool fs_rec_slot_write(int fd, int i, const struct fs_rec_slot *s)
+{
+	off_t off = (off_t)(offsetof(struct fs_rec_file, slot) + (size_t)i * sizeof(*s));
+
+	return pwrite(fd, s, sizeof(*s), off) == (ssize_t)sizeof(*s);
+}
+
+/* ---- the sweep ---------------------------------------------------------- */
+
+struct fs_rec_listening {
+	uint64_t inode[FS_REC_MAX_LISTENERS];
+	unsigned n;
+	bool complete; /* every listener of this namespace is in inode[] */
+};
+
+static void fs_rec_read_listening(const char *path, struct fs_rec_listening *l)
+{
+	FILE *f = fs_real.fopen(path, "re"); /* not the wrapper: no libfabric question here */
+	char line[512];
+
+	if (!f) {
+		if (errno != ENOENT) /* no IPv6: nothing listens there */
+			l->complete = false;
+		return;
+	}
+	if (!fgets(line, sizeof(line), f)) /* the header */
+		l->complete = false;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned st;
+		unsigned long ino;
+
+		if (sscanf(line, "%*s %*s %*s %x %*s %*s %*s %*u %*u %lu", &st, &ino) != 2) {
+			l->complete = false;
+			continue;
+		}
+		if (st != 0x0A) /* TCP_LISTEN */
+			continue;
+		if (l->n == FS_REC_MAX_LISTENERS) {
+			l->complete = false;
+			break;
+		}
+		l->inode[l->n++] = ino;
+	}
+	fclose(f);
+}
+
+static bool fs_rec_slot_stale(const struct fs_rec_slot *s, const struct fs_rec_listening *l, uint64_t now)
+{
+	if (!s->inode || now - s->born_ns < FS_REC_YOUNG_NS)
+		return false;
+	if (s->netns != fs_rec_netns()) {
+		/* another namespace's listener: the kernel lists it there only.
+		 * Its publisher's death is all we can see (a forked worker that
+		 * outlives it loses the record, and that namespace's clients
+		 * of this user stay on TCP: docs/design.md names the limit). */
+		return s->pid > 0 && kill(s->pid, 0) && errno == ESRCH;
+	}
+	if (!l->complete)
+		return false;
+	for (unsigned i = 0; i < l->n; i++)
+		if (l->inode[i] == s->inode)
+			return false;
+	return true;
+}
+
+/* Clears stale slots in DFD's files (only PORT's if PORT): a listening
+ * socket the kernel no longer lists (SIGKILL, or closed by a process whose
+ * children held it); removes files left empty. Returns the number of files
+ * that remain. fs_records_lock held. */
+static unsigned fs_rec_sweep(int dfd, uint32_t uid, int port)
+{
+	struct fs_rec_listening *l = calloc(1, sizeof(*l));
+	unsigned files = 0;
+	uint64_t now = fs_rec_boot_ns();
+	DIR *dir;
+	struct dirent *de;
+	int dfd2;
+
+	if (!l)
+		return 0;
+	l->complete = true;
+	fs_rec_read_listening("/proc/net/tcp", l);
+	fs_rec_read_listening("/proc/net/tcp6", l);
+	dfd2 = fs_real.fcntl(dfd, F_DUPFD_CLOEXEC, 0);
+	if (dfd2 < 0 || !(dir = fdopendir(dfd2))) {
+		fs_rec_close(dfd2);
+		free(l);
+		return 0;
+	}
+	rewinddir(dir);
+	while ((de = readdir(dir))) {
+		struct fs_rec_file f;
+		unsigned p;
+		int fd, used = 0;
+		char end;
+
+		if (sscanf(de->d_name, "port-%u%c", &p, &end) != 1 || p > 65535)
+			continue;
+		files++;
+		if (port >= 0 && (int)p != port)
+			continue;
+		fd = fs_rec_file_lock(dfd, uid, (uint16_t)p, false, &f);
+		if (fd < 0)
+			continue;
+		for (int i = 0; i < FS_REC_SLOTS; i++) {
+			if (fs_rec_slot_stale(&f.slot[i], l, now)) {
+				memset(&f.slot[i], 0, sizeof(f.slot[i]));
+				if (fs_rec_slot_write(fd, i, &f.slot[i]))
+					FS_STAT_INC(records_swept);
+			}
+			used += f.slot[i].inode != 0;
+		}
+		if (!used && unlinkat(dfd, de->d_name, 0) == 0)
+			files--;
+		fs_rec_close(fd); /* drops the flock */
+	}
+	closedir(dir);
+	free(l);
+	return files;
+}
+
+/* ---- publishing --------------------------------------------------------- */
+
+/* Writes P's listener into UID's directory, served by SERVE_UID. KEEP: the
+ * descriptor of the file is returned (P's own record), else closed. Returns
+ * the descriptor kept, or -1. fs_records_lock held. */
+static int fs_rec_put(struct fs_record_pub *p, uint32_t uid, uint32_t serve_uid, bool keep, int *slot_out)
+{
+	struct fs_rec_file f;
+	struct fs_rec_slot s;
+	uint64_t now = fs_rec_boot_ns();
+	int dfd = fs_rec_dir(uid, true), fd, slot = -1;
+	char name[32];
+
+	if (dfd < 0)
+		return -1;
+	fs_rec_name(name, sizeof(name), p->port);
+	if (now - fs_rec_last_sweep_ns > FS_REC_SWEEP_EVERY_NS || uid != fs_rec_last_sweep_uid) {
+		fs_rec_last_sweep_ns = now;
+		fs_rec_last_sweep_uid = uid;
+		if (fs_rec_sweep(dfd, uid, -1) >= FS_REC_MAX_FILES && faccessat(dfd, name, F_OK, AT_SYMLINK_NOFOLLOW)) {
+			FS_WARN_ONCE("listener records: %u files in %s/fabsock-u%u; no more are made", FS_REC_MAX_FILES,
+				     fs_params.records_dir, uid);
+			return -1;
+		}
+	}
+	fd = fs_rec_file_lock(dfd, uid, p->port, true, &f);
+	if (fd < 0)
+		return -1;
+	for (int pass = 0; pass < 2 && slot < 0; pass++) {
+		for (int i = 0; i < FS_REC_SLOTS; i++) {
+			if (f.slot[i].inode == p->inode && f.slot[i].netns == fs_rec_netns()) {
+				slot = i; /* ours already: a fork's child, an exec, a re-listen */
+				break;
+			}
+			if (!f.slot[i].inode && slot < 0)
+				slot = i;
+		}
+		if (slot < 0 && pass == 0) { /* full: stale slots may free one */
+			fs_rec_close(fd);
+			fs_rec_sweep(dfd, uid, p->port);
+			fd = fs_rec_file_lock(dfd, uid, p->port, true, &f);
+			if (fd < 0)
+				return -1;
+		}
+	}
+	memset(&s, 0, sizeof(s));
+	s.inode = p->inode;
+	s.netns = fs_rec_netns();
+	s.born_ns = now;
+	s.pid = (int32_t)getpid();
+	s.serve_uid = serve_uid;
+	/* a listener whose process cannot use shm refuses its local clients */
+	s.flags = fs_params.shm ? FS_REC_OFFLOAD : 0;
+	if (slot < 0 || !fs_rec_slot_write(fd, slot, &s)) {
+		FS_INFO("listener records: no room for port %u", p->port);
+		fs_rec_close(fd);
+		return -1;
+	}
+	FS_STAT_INC(records_published);
+	flock(fd, LOCK_UN);
+	if (!keep) {
+		fs_rec_close(fd);
+		return -1;
+	}
+	*slot_out = slot;
+	return fs_internal_fd(fd);
+}
+
+void fs_records_publish(struct fs_record_pub *p, int listen_fd, uint16_t port)
+{
+	struct stat st;
+
+	memset(p, 0, sizeof(*p));
+	p->fd = -1;
+	p->moved_fd = -1;
+	if (!fs_params.records || fstat(listen_fd, &st))
+		return;
+	p->inode = (uint64_t)st.st_ino;
+	p->port = port;
+	p->uid = (uint32_t)geteuid();
+	p->seen_uid = p->uid;
+	p->marked_uid = FS_REC_ANY_UID; /* the first accept looks at the slot */
+	p->pid = getpid();
+	fs_lock(&fs_records_lock);
+	p->forks = fs_records_forks;
+	p->fd = fs_rec_put(p, p->uid, p->uid, true, &p->slot);
+	p->next = fs_records_list;
+	fs_records_list = p;
+	pthread_mutex_unlock(&fs_records_lock);
+}
+
+/* Clears slot SLOT of FD (UID's file of P's port) if it is still P's, and
+ * removes the file if that left it empty and we may (our own directory).
+ * fs_records_lock held. */
+static void fs_rec_clear(struct fs_record_pub *p, int fd, int slot, uint32_t uid)
+{
+	struct fs_rec_file f;
+	struct stat st;
+	int used = 0;
+
+	if (fd < 0 || !fs_rec_flock(fd, LOCK_EX))
+		return;
+	if (pread(fd, &f, sizeof(f), 0) == (ssize_t)sizeof(f) && f.slot[slot].inode == p->inode &&
+	    f.slot[slot].netns == fs_rec_netns()) {
+		memset(&f.slot[slot], 0, sizeof(f.slot[slot]));
+		fs_rec_slot_write(fd, slot, &f.slot[slot]);
+		for (int i = 0; i < FS_REC_SLOTS; i++)
+			used += f.slot[i].inode != 0;
+		/* under the flock: a writer that waits for it finds the file
+		 * unlinked (st_nlink 0) and makes a new one */
+		if (!used && uid == (uint32_t)geteuid() && fstat(fd, &st) == 0 && st.st_nlink > 0) {
+			int dfd = fs_rec_dir(uid, false);
+			char name[32];
+
+			fs_rec_name(name, sizeof(name), p->port);
+			if (dfd >= 0)
+				unlinkat(dfd, name, 0);
+		}
+	}
+	flock(fd, LOCK_UN);
+}
+
+/* Whether this process knows that no other holds P's socket: it published
+ * it and forked no child since. */
+static bool fs_rec_sole_holder(const struct fs_record_pub *p)
+{
+	return p->pid == getpid() && p->forks == fs_records_forks;
+}
+
+void fs_records_withdraw(struct fs_record_pub *p)
+{
+	if (!p->inode)
+		return;
+	fs_lock(&fs_records_lock);
+	for (struct fs_record_pub **link = &fs_records_list; *link; link = &(*link)->next) {
+		if (*link == p) {
+			*link = p->next;
+			break;
+		}
+	}
+	/* only a process that forked no child since it published knows that
+	 * no other process holds the socket; else the sweep looks later. Nor
+	 * while another listener of ours publishes the same socket (two
+	 * threads' listen() raced: the loser's goes, the socket stays). */
+	for (struct fs_record_pub *o = fs_records_list; o; o = o->next)
+		if (o->inode == p->inode)
+			goto keep;
+	if (fs_rec_sole_holder(p)) {
+		fs_rec_clear(p, p->fd, p->slot, p->uid);
+		fs_rec_clear(p, p->moved_fd, p->moved_slot, p->moved_uid);
+	}
+keep:
+	if (p->fd >= 0)
+		fs_internal_fd_close(p->fd);
+	if (p->moved_fd >= 0)
+		fs_internal_fd_close(p->moved_fd);
+	p->fd = -1;
+	p->moved_fd = -1;
+	p->inode = 0;
+	pthread_mutex_unlock(&fs_records_lock);
+}
+
+/* This process serves P's listener as UID: the slot in the publisher's
+ * directory says which user accepts (the first user other than the
+ * publisher's takes it over, so the publisher's own clients are refused:
+ * they stay on TCP at once; a second user, the publisher's own included,
+ * makes it "several": clients probe). fs_records_lock held. */
+static void fs_rec_mark(struct fs_record_pub *p, uint32_t uid)
+{
+	if (p->fd >= 0) {
+		struct fs_rec_slot s;
+		off_t off = (off_t)(offsetof(struct fs_rec_file, slot) + (size_t)p->slot * sizeof(s));
+
+		/* through the descriptor inherited from the publisher: this
+		 * process may no longer open the publisher's directory */
+		if (fs_rec_flock(p->fd, LOCK_EX)) {
+			if (pread(p->fd, &s, sizeof(s), off) == (ssize_t)sizeof(s) && s.inode == p->inode &&
+			    s.serve_uid != uid && s.serve_uid != FS_REC_ANY_UID) {
+				s.serve_uid = s.serve_uid == p->uid ? uid : FS_REC_ANY_UID;
+				fs_rec_slot_write(p->fd, p->slot, &s);
+			}
+			flock(p->fd, LOCK_UN);
+		}
+	}
+	__atomic_store_n(&p->marked_uid, uid, __ATOMIC_RELEASE);
+}
+
+/* This process now runs as UID (a setuid, or first seen at an accept): it
+ * serves P's listener as UID (fs_rec_mark), and UID's directory gets a
+ * record so that UID's clients probe. fs_records_lock held. */
+static void fs_rec_moved(struct fs_record_pub *p, uint32_t uid)
+{
+	fs_rec_mark(p, uid);
+	if (p->moved_fd >= 0) { /* it moved before: that record stays (hint) */
+		fs_internal_fd_close(p->moved_fd);
+		p->moved_fd = -1;
+	}
+	if (uid != p->uid) {
+		p->moved_fd = fs_rec_put(p, uid, uid, true, &p->moved_slot);
+		p->moved_uid = uid;
+	}
+	__atomic_store_n(&p->seen_uid, uid, __ATOMIC_RELEASE);
+}
+
+void fs_records_accepting(struct fs_record_pub *p)
+{
+	uint32_t uid;
+
+	if (!p->inode)
+		return;
+	uid = (uint32_t)geteuid();
+	if (uid == __atomic_load_n(&p->marked_uid, __ATOMIC_ACQUIRE))
+		return; /* this process looked at the slot for this user before */
+	fs_lock(&fs_records_lock);
+	if (p->inode && uid != p->seen_uid)
+		fs_rec_moved(p, uid);
+	else if (p->inode)
+		fs_rec_mark(p, uid); /* e.g. a root parent that accepts while a child serves as another user */
+	pthread_mutex_unlock(&fs_records_lock);
+}
+
+void fs_records_uid_changed(void)
+{
+	uint32_t uid = (uint32_t)geteuid();
+
+	if (!fs_params.records)
+		return;
+	fs_lock(&fs_records_lock);
+	for (struct fs_record_pub *p = fs_records_list; p; p = p->next)
+		if (p->inode && uid != p->seen_uid)
+			fs_rec_moved(p, uid);
+	pthread_mutex_unlock(&fs_records_lock);
+}
+
+void fs_records_exit(void)
+{
+	/* the exit may have stopped a thread inside the lock */
+	if (fs_mutex_lock_until(&fs_records_lock, fs_now_ns() + 50000000ull))
+		return;
+	for (struct fs_record_pub *p = fs_records_list; p; p = p->next)
+		if (fs_rec_sole_holder(p)) {
+			fs_rec_clear(p, p->fd, p->slot, p->uid);
+			fs_rec_clear(p, p->moved_fd, p->moved_slot, p->moved_uid);
+		}
+	pthread_mutex_unlock(&fs_records_lock);
+}
+
+void fs_records_fork_parent(void)
+{
+	__atomic_add_fetch(&fs_records_forks, 1, __ATOMIC_RELAXED);
+}
+
+void fs_records_after_fork(void)
+{
+	pthread_mutex_init(&fs_records_lock, NULL);
+}
+
+/* ---- the client's question ---------------------------------------------- */
+
+enum fs_record_hint fs_records_lookup(uint16_t port)
+{
+	struct fs_rec_file f;
+	struct stat st;
+	uint32_t uid;
+	char name[32];
+	int dfd, fd;
+	bool any = false;
+
+	if (!fs_params.records)
+		return FS_RECORD_UNKNOWN;
+	uid = (uint32_t)geteuid();
+	fs_rec_name(name, sizeof(name), port);
+	fs_lock(&fs_records_lock);
+	for (int tries = 0; tries < 2; tries++) {
+		dfd = fs_rec_dir(uid, false);
+		fd = dfd >= 0 ? openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK) : -1;
+		if (fd >= 0 || dfd < 0 || errno != ENOENT || !fs_rec_dir_gone())
+			break;
+	}
+	pthread_mutex_unlock(&fs_records_lock);
+	if (dfd == -ENOENT)
+		return FS_RECORD_NONE; /* no listener of this user published anything */
+	if (dfd < 0)
+		return FS_RECORD_UNKNOWN;
+	if (fd < 0)
+		return errno == ENOENT ? FS_RECORD_NONE : FS_RECORD_UNKNOWN;
+	if (!fs_rec_file_ok(fd, uid, &st) || !fs_rec_flock(fd, LOCK_SH)) {
+		fs_rec_close(fd);
+		return FS_RECORD_UNKNOWN;
+	}
+	if (st.st_size == 0) { /* being made: its writer holds the lock we now have */
+		fs_rec_close(fd);
+		return FS_RECORD_UNKNOWN;
+	}
+	if (pread(fd, &f, sizeof(f), 0) != (ssize_t)sizeof(f) || f.magic != FS_REC_MAGIC ||
+	    f.version != FS_REC_VERSION) {
+		fs_rec_close(fd);
+		return FS_RECORD_UNKNOWN;
+	}
+	fs_rec_close(fd);
+	for (int i = 0; i < FS_REC_SLOTS; i++) {
+		const struct fs_rec_slot *s = &f.slot[i];
+
+		if (!s->inode)
+			continue;
+		any = true;
+		if ((s->flags & FS_REC_OFFLOAD) && (s->serve_uid == uid || s->serve_uid == FS_REC_ANY_UID))
+			return FS_RECORD_PRESENT;
+	}
+	return any ? FS_RECORD_REFUSES : FS_RECORD_NONE;
+}
+
+void fs_records_sweep_port(uint16_t port)
+{
+	uint32_t uid;
+	int dfd;
+
+	if (!fs_params.records)
+		return;
+	uid = (uint32_t)geteuid();
+	fs_lock(&fs_records_lock);
+	dfd = fs_rec_dir(uid, false);
+	if (dfd >= 0)
+		fs_rec_sweep(dfd, uid, port);
+	pthread_mutex_unlock(&fs_records_lock);
+}
