@@ -859,8 +859,34 @@ int fs_negotiate_strip_hello(struct fs_sock *s, uint64_t deadline_ns)
 	return ret;
 }
 
+/* Whether the client of this connection runs on this host as another user
+ * than this process, with listener records on: such a client found no
+ * record of ours in its user's directory (records.h) and sends no probe, so
+ * a server that speaks first need not wait for one. One getsockname and one
+ * sock_diag lookup, for a server about to write first only. */
+static bool fs_client_other_user(struct fs_sock *s, const struct sockaddr *peer, const uint8_t addr[16],
+				 uint16_t port)
+{
+	struct sockaddr_storage local;
+	socklen_t llen = sizeof(local);
+	uint32_t inode = 0, uid = FS_DIAG_NO_UID;
+	const char *why = NULL;
+	uint8_t laddr[16];
+	uint16_t lport;
+
+	if (!fs_params.records || fs_real.getsockname(s->fd, (struct sockaddr *)&local, &llen))
+		return false;
+	if (fs_negotiate_pick_provider((struct sockaddr *)&local, peer, &why) != FS_PROV_SHM)
+		return false;
+	fs_sockaddr_key((struct sockaddr *)&local, laddr, &lport);
+	if (fs_conn_exists(laddr, lport, addr, port, &inode, &uid) != 1 || uid == FS_DIAG_NO_UID)
+		return false;
+	return uid != (uint32_t)geteuid();
+}
+
 int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 {
+	bool other_user = false;
 	struct sockaddr_storage peer;
 	socklen_t plen = sizeof(peer);
 	struct fs_probe_rec rec;
@@ -924,7 +950,10 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 		/* No record yet. Bytes from the client, or the application
 		 * speaking first, settle it as TCP, unless a "yes" beats us. */
 		readable = fs_real.poll(&p, 1, 0) > 0;
-		if (for_send && !readable && fs_params.first_send_wait_ms) {
+		if (for_send && !readable && !wait_end_ns && fs_params.first_send_wait_ms &&
+		    fs_client_other_user(s, (struct sockaddr *)&peer, addr, port))
+			other_user = true; /* no probe is coming: do not wait for one */
+		if (for_send && !readable && fs_params.first_send_wait_ms && !other_user) {
 			/* The client sends its probe as its connect() returns, about
 			 * when our accept() does: give it a moment to land. Another
 			 * client's probe (or a signal) may end a poll early, so the
@@ -952,7 +981,8 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 	}
 	if (for_send) {
 		FS_STAT_INC(fallback_server_first);
-		return fs_kernel(s, "the server application spoke first");
+		return fs_kernel(s, other_user ? "the server application spoke first to a client of another user"
+					       : "the server application spoke first");
 	}
 	{
 		/* Readable with no record: a client without fabsock sent bytes,

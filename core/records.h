@@ -64,20 +64,6 @@ enum fs_record_hint {
 	FS_RECORD_REFUSES, /* records only of listeners that will refuse: plain TCP */
 };
 enum fs_record_hint fs_records_lookup(uint16_t port);
-/* fs_records_lookup said NONE or REFUSES (*WHY: which, for the log). */
-static inline bool fs_records_say_no(uint16_t port, const char **why)
-{
-	switch (fs_records_lookup(port)) {
-	case FS_RECORD_NONE:
-		*why = "no listener record of this user for the port";
-		return true;
-	case FS_RECORD_REFUSES:
-		*why = "the port's listener records refuse this user";
-		return true;
-	default:
-		return false;
-	}
-}
 /* A probe to PORT on this host found no listener: clear that port's stale
  * records now rather than at the next publish. */
 void fs_records_sweep_port(uint16_t port);

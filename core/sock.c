@@ -574,6 +574,7 @@ static void fs_sock_after_connect(struct fs_sock *s, bool wait_here)
 	socklen_t llen = sizeof(local);
 	enum fs_rule_action rule;
 	const char *why = NULL;
+	enum fs_record_hint hint = FS_RECORD_UNKNOWN;
 	uint16_t port;
 	uint8_t key[16];
 
@@ -600,15 +601,22 @@ static void fs_sock_after_connect(struct fs_sock *s, bool wait_here)
 		why = "the listener is this process's own";
 		goto kernel;
 	}
+	if (s->neg->provider == FS_PROV_SHM && rule != FS_RULE_OFFLOAD)
+		hint = fs_records_lookup(port);
 	if (rule == FS_RULE_OFFLOAD) {
 		s->neg->skip_probe = true;
-	} else if (s->neg->provider == FS_PROV_SHM && fs_records_say_no(port, &why)) {
+	} else if (hint == FS_RECORD_NONE || hint == FS_RECORD_REFUSES) {
 		/* on this host only a listener of our own user can be a fabric
 		 * peer, and every such listener publishes a record: without
 		 * one, or with only refusing ones, a probe could only cost */
 		FS_STAT_INC(fallback_no_record);
+		why = hint == FS_RECORD_NONE ? "no listener record of this user for the port"
+					     : "the port's listener records refuse this user";
 		goto kernel;
-	} else if (fs_negcache_hit(addr)) {
+	} else if (hint != FS_RECORD_PRESENT && fs_negcache_hit(addr)) {
+		/* (not where a record of our own user says a listener may
+		 * offload: that outweighs one probe lost under load, which
+		 * would otherwise send every later connection to TCP) */
 		FS_STAT_INC(fallback_neg_cache);
 		why = "destination cached as not fabsock";
 		goto kernel;

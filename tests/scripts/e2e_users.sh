@@ -33,14 +33,16 @@ PROG=$FS_TMP/fs_stream
 BYTES=4M
 STREAMS=2
 
-run_pair() { # SERVER_USER CLIENT_USER EXPECT(offload|tcp) RECORDS(1|0)
-	local su=$1 cu=$2 expect=$3 rec=$4 label="server $1, client $2, records $4" dir=$FS_TMP/$1-$2-$4 spid cpid port
-	local -a sargs=()
+run_pair() { # SERVER_USER CLIENT_USER EXPECT(offload|tcp) RECORDS(1|0) [banner]
+	local su=$1 cu=$2 expect=$3 rec=$4 banner=${5:-} label="server $1, client $2, records $4${banner:+, $banner}"
+	local dir=$FS_TMP/$1-$2-$4$banner spid cpid port
+	local -a sargs=() bargs=()
 	mkdir -p "$dir"
 	chmod 777 "$dir"
 	[ "$su" = root ] || sargs=(--setuid "$su")
-	fs_bg spid env "LD_PRELOAD=$LIB" FABSOCK_STATS=1 FABSOCK_RECORDS="$rec" "$PROG" server --port 0 --ready-file "$dir/ready" \
-		"${sargs[@]}" --streams "$STREAMS" --bytes "$BYTES" --bidir >"$dir/server.out" 2>"$dir/server.err"
+	[ -z "$banner" ] || bargs=(--banner)
+	fs_bg spid env "LD_PRELOAD=$LIB" FABSOCK_STATS=1 FABSOCK_LOG=info FABSOCK_RECORDS="$rec" "$PROG" server --port 0 --ready-file "$dir/ready" \
+		"${sargs[@]}" "${bargs[@]}" --streams "$STREAMS" --bytes "$BYTES" --bidir >"$dir/server.out" 2>"$dir/server.err"
 	for _ in $(seq 1 100); do [ -s "$dir/ready" ] && break; sleep 0.05; done
 	port=$(cat "$dir/ready" 2>/dev/null || true)
 	if [ -z "$port" ]; then
@@ -48,7 +50,7 @@ run_pair() { # SERVER_USER CLIENT_USER EXPECT(offload|tcp) RECORDS(1|0)
 		return 0
 	fi
 	fs_bg cpid setpriv --reuid="$cu" --regid="$(id -gn "$cu")" --init-groups -- env "LD_PRELOAD=$LIB" \
-		FABSOCK_STATS=1 FABSOCK_RECORDS="$rec" "$PROG" client 127.0.0.1 "$port" --streams "$STREAMS" --bytes "$BYTES" --bidir \
+		FABSOCK_STATS=1 FABSOCK_RECORDS="$rec" "$PROG" client 127.0.0.1 "$port" "${bargs[@]}" --streams "$STREAMS" --bytes "$BYTES" --bidir \
 		>"$dir/client.out" 2>"$dir/client.err"
 	local crc=0 src=0
 	fs_wait_pid "$cpid" 60 || crc=$?
@@ -72,6 +74,20 @@ run_pair() { # SERVER_USER CLIENT_USER EXPECT(offload|tcp) RECORDS(1|0)
 				fs_fail "$label: $side offloaded=${off:-none}, largest TCP receive $rx bytes (expected $STREAMS offloaded, < 4096)"
 				continue
 			fi
+		elif [ "$rec" = 1 ] && [ -n "$banner" ] && [ "$side" = server ]; then
+			# a server that speaks first to a client of another user: no
+			# probe can come (the client found no record of its user), so
+			# it wrote at once instead of waiting FIRST_SEND_WAIT_MS
+			local first quick
+			first=$(fs_stat "$dir/$side.err" fallback_server_first)
+			quick=$(grep -c 'spoke first to a client of another user' "$dir/$side.err" || true)
+			if [ "${off:-0}" -ne 0 ] || [ "${first:--1}" -ne "$STREAMS" ] || [ "$quick" -ne "$STREAMS" ] ||
+				[ "${rx:-0}" -lt 4194304 ]; then
+				fs_fail "$label: server offloaded=${off:-none} fallback_server_first=${first:-none}, $quick settled without waiting, largest TCP receive $rx (expected 0, $STREAMS, $STREAMS, >= 4 MiB)"
+				continue
+			fi
+			fs_pass "$label: the server spoke first at once to each client of another user ($quick), TCP received $rx bytes"
+			continue
 		elif [ "$rec" = 1 ]; then
 			# said no early: the client sent no probe, the server saw
 			# a plain client, nobody reached the HELLO
@@ -98,4 +114,7 @@ for rec in 1 0; do
 	run_pair root nobody tcp "$rec"
 	run_pair root root offload "$rec"
 done
+run_pair root nobody tcp 1 banner
+run_pair nobody root tcp 1 banner
+run_pair nobody nobody offload 1 banner
 fs_done
