@@ -28,6 +28,9 @@
 # fabsock the server must also have answered exactly one hand-back to TCP. FS_MODES (default
 # "kernel fabsock") picks the modes; FS_SCENARIOS narrows the scenario list;
 # FS_SEMANTICS_PROGS replaces the programs (e2e_glibc_entries: fs_glibc_entries).
+# The kernel runs of the other scenarios go beside the fabsock half, as a
+# second instance of this script (lib.sh, fs_kernel_beside_start;
+# FS_KERNEL_BESIDE=0: one after the other); its output follows at the end.
 . "$(dirname "$0")/lib.sh"
 shopt -s extglob
 fs_need_nft
@@ -194,7 +197,25 @@ scenarios=${FS_SCENARIOS:-$all_scenarios}
 for scenario in $scenarios; do
 	[ -n "${scenario_prog[$scenario]:-}" ] || { fs_fail "no program holds the scenario $scenario"; fs_done; exit 1; }
 done
+# The kernel half runs beside the fabsock half (lib.sh,
+# fs_kernel_beside_start), but for the hand-back scenarios: the fabsock run
+# of each is judged against its kernel run's TCP bytes, which this instance
+# measures first.
+handback_scenarios= other_scenarios=
+for scenario in $scenarios; do
+	case $scenario in
+	$HANDBACK_SCENARIOS) handback_scenarios+="$scenario " ;;
+	*) other_scenarios+="$scenario " ;;
+	esac
+done
+[ -z "$other_scenarios" ] || fs_kernel_beside_start FS_SCENARIOS="$other_scenarios"
 for mode in kernel fabsock; do
+	if [ "$mode" = kernel ] && [ -n "$FS_BESIDE_PID" ]; then
+		for scenario in $handback_scenarios; do
+			run_scenario kernel "$scenario"
+		done
+		continue
+	fi
 	mode_wanted "$mode" || continue
 	if [ "$mode" = fabsock ] && [ ! -f "$FABSOCK_LIB" ]; then
 		fs_fail "fabsock mode: $FABSOCK_LIB does not exist"
@@ -204,4 +225,5 @@ for mode in kernel fabsock; do
 		run_scenario "$mode" "$scenario"
 	done
 done
+fs_kernel_beside_wait 120
 fs_done
