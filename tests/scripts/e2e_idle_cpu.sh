@@ -4,9 +4,10 @@
 # connections open after a 16-byte exchange each and then sit idle, either
 # with one thread per connection blocked in recv() or with one thread in
 # epoll_wait(). Each process's CPU time (utime + stime from /proc/PID/stat)
-# is measured over 10 s of the idle phase, on the kernel and then with both
+# is measured over 10 s of the idle phase, on the kernel and with both
 # under the preload (where the stats lines must show the 8 connections
-# offloaded on both ends, or the measurement says nothing about the fabric).
+# offloaded on both ends, or the measurement says nothing about the fabric),
+# the four pairs idle side by side over one window.
 # Each process must stay below IDLE_LIMIT_PCT (1 %, the target) of one core.
 # Under fabsock the doorbell (core/bell.h) must have been used: every
 # connection armed on both ends, and a ring received by both ends for the
@@ -39,23 +40,38 @@ cpu_ticks() {
 declare -A RESULT
 
 
-# idle_run MODE IOMODE: sets RESULT[MODE-IOMODE]="server% client%".
-idle_run() {
-	local mode=$1 io=$2 what="$1 $2" srv cli port log s0 c0 s1 c1 rc=0 pre=()
+# The pairs (kernel and fabsock, recv and epoll) sit idle side by side and
+# are measured over one window: an idle process's CPU time is its own, and
+# the four windows one after the other took 4 x 15 s. The clients are
+# started within LAUNCH_S (each one's --idle-s makes them all end together,
+# LAUNCH_S + IDLE_S after the first start), the window opens 1 s after the
+# last one is idle, and a pair whose idle phase could have ended before the
+# window closed fails (its figure would include the 'q' exchange).
+LAUNCH_S=10
+declare -A SRV CLI SPID CPID IDLE_END_MS S0 C0 S1 C1
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+
+# idle_start MODE IOMODE: starts the pair and waits until it is idle.
+idle_start() {
+	local mode=$1 io=$2 what="$1 $2" key="$1-$2" srv cli port log idle_s pre=()
 	log="$FS_TMP/$mode-$io"
 	pre=(env -u LD_PRELOAD)
 	[ "$mode" = fabsock ] && pre=(env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1)
 	rm -f "$log.ready"
 
-	fs_bg srv timeout -k 2 $((IDLE_S + 30)) "${pre[@]}" "$IDLE" server --ready-file "$log.ready" \
+	fs_bg srv timeout -k 2 $((IDLE_S + LAUNCH_S + 30)) "${pre[@]}" "$IDLE" server --ready-file "$log.ready" \
 		--mode "$io" --conns "$CONNS" >"$log-server.out" 2>"$log-server.err"
 	for _ in $(seq 1 200); do [ -s "$log.ready" ] && break; sleep 0.05; done
 	if ! port=$(cat "$log.ready" 2>/dev/null) || [ -z "$port" ]; then
 		fs_fail "$what: fs_idle server not ready"
 		return
 	fi
-	fs_bg cli timeout -k 2 $((IDLE_S + 30)) "${pre[@]}" "$IDLE" client 127.0.0.1 "$port" \
-		--mode "$io" --conns "$CONNS" --idle-s "$IDLE_S" >"$log-client.out" 2>"$log-client.err"
+	# the idle phase ends at LAUNCH_END_MS for every pair (IDLE_S at least)
+	idle_s=$(((LAUNCH_END_MS - $(now_ms) + 999) / 1000))
+	[ "$idle_s" -ge "$IDLE_S" ] || idle_s=$IDLE_S
+	IDLE_END_MS[$key]=$(($(now_ms) + idle_s * 1000))
+	fs_bg cli timeout -k 2 $((idle_s + 30)) "${pre[@]}" "$IDLE" client 127.0.0.1 "$port" \
+		--mode "$io" --conns "$CONNS" --idle-s "$idle_s" >"$log-client.out" 2>"$log-client.err"
 	for _ in $(seq 1 200); do grep -q idle "$log-client.out" 2>/dev/null && break; sleep 0.05; done
 	if ! grep -q idle "$log-client.out"; then
 		fs_fail "$what: the client did not reach the idle phase in 10 s"
@@ -70,13 +86,20 @@ idle_run() {
 		fs_fail "$what: cannot find the fs_idle processes"
 		return
 	fi
-	sleep 1 # let the hello exchange and any lingering work settle
-	s0=$(cpu_ticks "$spid") c0=$(cpu_ticks "$cpid")
-	sleep "$WINDOW"
-	s1=$(cpu_ticks "$spid") c1=$(cpu_ticks "$cpid")
-	fs_wait_pid "$cli" $((IDLE_S + 20)) || rc=$?
-	local src=0
-	fs_wait_pid "$srv" 15 || src=$?
+	SRV[$key]=$srv CLI[$key]=$cli SPID[$key]=$spid CPID[$key]=$cpid
+}
+
+# idle_judge MODE IOMODE: waits for the pair's end; sets RESULT[MODE-IOMODE].
+idle_judge() {
+	local mode=$1 io=$2 what="$1 $2" key="$1-$2" log rc=0 src=0 s0 c0 s1 c1
+	log="$FS_TMP/$mode-$io"
+	[ -n "${CLI[$key]:-}" ] || return 0 # its start failed (and said so)
+	s0=${S0[$key]} c0=${C0[$key]} s1=${S1[$key]} c1=${C1[$key]}
+	if [ "$WINDOW_END_MS" -ge "${IDLE_END_MS[$key]}" ]; then
+		fs_fail "$what: the window closed $((WINDOW_END_MS - IDLE_END_MS[$key] + 1)) ms after the pair's idle phase could have ended (starting the pairs took longer than ${LAUNCH_S} s)"
+	fi
+	fs_wait_pid "${CLI[$key]}" $((IDLE_S + LAUNCH_S + 20)) || rc=$?
+	fs_wait_pid "${SRV[$key]}" 15 || src=$?
 	if [ "$rc" -ne 0 ] || [ "$src" -ne 0 ] || [ "$s0" -lt 0 ] || [ "$s1" -lt 0 ] || [ "$c1" -lt 0 ]; then
 		fs_fail "$what: client exit $rc, server exit $src (or a process ended during the idle window)"
 		grep -hv ': stats:' "$log-client.err" "$log-server.err" | tail -n 6 | sed 's/^/    /' >&2 || true
@@ -126,9 +149,24 @@ idle_run() {
 	fi
 }
 
+LAUNCH_END_MS=$(($(now_ms) + (LAUNCH_S + IDLE_S) * 1000))
 for io in recv epoll; do
 	for mode in $FS_MODES; do
-		idle_run "$mode" "$io"
+		idle_start "$mode" "$io"
+	done
+done
+sleep 1 # let the hello exchanges and any lingering work settle
+for key in "${!CLI[@]}"; do
+	S0[$key]=$(cpu_ticks "${SPID[$key]}") C0[$key]=$(cpu_ticks "${CPID[$key]}")
+done
+sleep "$WINDOW"
+for key in "${!CLI[@]}"; do
+	S1[$key]=$(cpu_ticks "${SPID[$key]}") C1[$key]=$(cpu_ticks "${CPID[$key]}")
+done
+WINDOW_END_MS=$(now_ms)
+for io in recv epoll; do
+	for mode in $FS_MODES; do
+		idle_judge "$mode" "$io"
 	done
 done
 for io in recv epoll; do
