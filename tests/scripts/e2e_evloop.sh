@@ -13,7 +13,10 @@
 # to the `connections=N` it reports - except in nb_connect_refused, which
 # makes no connection (its stats are only logged) - and the TCP segments on
 # the server's port (nftables) must have carried no more than the
-# handshakes (lib.sh, fs_tcp_proof). A mode stops starting
+# handshakes (lib.sh, fs_tcp_proof). The kernel half runs beside the
+# fabsock half, as a second instance of this script (lib.sh,
+# fs_kernel_beside_start; FS_KERNEL_BESIDE=0: one after the other; its
+# summary follows this one's). A mode stops starting
 # scenarios after 240 s (each left out counts as a failure), so the script
 # stays under ~4 minutes per mode even when processes hang until their
 # bounds. FS_MODES (default "kernel fabsock") picks the modes; FS_SCENARIOS
@@ -146,6 +149,8 @@ run_scenario() { # MODE SCENARIO
 
 [ -x "$EVLOOP_PROG" ] || { fs_fail "$EVLOOP_PROG is not built"; fs_done; exit 1; }
 scenarios=${FS_SCENARIOS:-$("$EVLOOP_PROG" list | tr '\n' ' ')}
+# the kernel half shares nothing with the fabsock half (lib.sh)
+fs_kernel_beside_start
 for mode in kernel fabsock; do
 	mode_wanted "$mode" || continue
 	if [ "$mode" = fabsock ] && [ ! -f "$FABSOCK_LIB" ]; then
@@ -165,4 +170,5 @@ for mode in kernel fabsock; do
 done
 echo "summary (mode, scenario, verdict, time, connections and offloaded count per side):"
 printf '  %s\n' "${SUMMARY[@]}"
+fs_kernel_beside_wait $((MODE_BUDGET_S + 120))
 fs_done

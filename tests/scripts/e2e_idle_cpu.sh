@@ -4,9 +4,10 @@
 # connections open after a 16-byte exchange each and then sit idle, either
 # with one thread per connection blocked in recv() or with one thread in
 # epoll_wait(). Each process's CPU time (utime + stime from /proc/PID/stat)
-# is measured over 10 s of the idle phase, on the kernel and then with both
+# is measured over 10 s of the idle phase, on the kernel and with both
 # under the preload (where the stats lines must show the 8 connections
-# offloaded on both ends, or the measurement says nothing about the fabric).
+# offloaded on both ends, or the measurement says nothing about the fabric),
+# the four pairs idle side by side, each measured in its own idle phase.
 # Each process must stay below IDLE_LIMIT_PCT (1 %, the target) of one core.
 # Under fabsock the doorbell (core/bell.h) must have been used: every
 # connection armed on both ends, and a ring received by both ends for the
@@ -22,7 +23,7 @@ IDLE="$FS_PROGS/fs_idle"
 
 CONNS=8
 WINDOW=10          # seconds measured
-IDLE_S=$((WINDOW + 4))
+IDLE_S=$((WINDOW + 6)) # 1 s to settle, the window, and room for a loaded machine
 IDLE_LIMIT_PCT=1
 WAKE_LIMIT_MS=100
 TICKS=$(getconf CLK_TCK)
@@ -39,9 +40,28 @@ cpu_ticks() {
 declare -A RESULT
 
 
-# idle_run MODE IOMODE: sets RESULT[MODE-IOMODE]="server% client%".
-idle_run() {
-	local mode=$1 io=$2 what="$1 $2" srv cli port log s0 c0 s1 c1 rc=0 pre=()
+# The pairs (kernel and fabsock, recv and epoll) sit idle side by side: an
+# idle process's CPU time is its own, and the four idle phases one after
+# the other took 4 x 15 s. Each pair is measured in its own idle phase, as
+# when they ran alone (a measurer in the background, from 1 s after the
+# client is idle, over WINDOW), and fails when its window closed after its
+# idle phase could have ended (the figure would include the 'q' exchange).
+declare -A SRV CLI SPID CPID MEASURER IDLE_END_MS
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+
+# measure SPID CPID FILE: writes "S0 C0 S1 C1 END_MS" into FILE.
+measure() {
+	local s0 c0 s1 c1
+	sleep 1 # let the hello exchange and any lingering work settle
+	s0=$(cpu_ticks "$1") c0=$(cpu_ticks "$2")
+	sleep "$WINDOW"
+	s1=$(cpu_ticks "$1") c1=$(cpu_ticks "$2")
+	echo "$s0 $c0 $s1 $c1 $(now_ms)" >"$3"
+}
+
+# idle_start MODE IOMODE: starts the pair, and its measurer once it is idle.
+idle_start() {
+	local mode=$1 io=$2 what="$1 $2" key="$1-$2" srv cli port log pre=()
 	log="$FS_TMP/$mode-$io"
 	pre=(env -u LD_PRELOAD)
 	[ "$mode" = fabsock ] && pre=(env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1)
@@ -54,29 +74,49 @@ idle_run() {
 		fs_fail "$what: fs_idle server not ready"
 		return
 	fi
+	# The client prints "idle" and then sleeps IDLE_S before its 'q': it
+	# printed after the last look that did not find the line (before_ms),
+	# so its idle phase ends after before_ms + IDLE_S.
+	local before_ms t
+	before_ms=$(now_ms)
 	fs_bg cli timeout -k 2 $((IDLE_S + 30)) "${pre[@]}" "$IDLE" client 127.0.0.1 "$port" \
 		--mode "$io" --conns "$CONNS" --idle-s "$IDLE_S" >"$log-client.out" 2>"$log-client.err"
-	for _ in $(seq 1 200); do grep -q idle "$log-client.out" 2>/dev/null && break; sleep 0.05; done
+	for _ in $(seq 1 200); do
+		t=$(now_ms)
+		grep -q idle "$log-client.out" 2>/dev/null && break
+		before_ms=$t
+		sleep 0.05
+	done
+	IDLE_END_MS[$key]=$((before_ms + IDLE_S * 1000))
 	if ! grep -q idle "$log-client.out"; then
 		fs_fail "$what: the client did not reach the idle phase in 10 s"
 		cat "$log-client.err" "$log-server.err" | sed 's/^/    /' >&2
 		return
 	fi
 	# fs_bg ran timeout(1): the program is its child.
-	local spid cpid
+	local spid cpid measurer
 	spid=$(pgrep -P "$srv" -x fs_idle | head -1)
 	cpid=$(pgrep -P "$cli" -x fs_idle | head -1)
 	if [ -z "$spid" ] || [ -z "$cpid" ]; then
 		fs_fail "$what: cannot find the fs_idle processes"
 		return
 	fi
-	sleep 1 # let the hello exchange and any lingering work settle
-	s0=$(cpu_ticks "$spid") c0=$(cpu_ticks "$cpid")
-	sleep "$WINDOW"
-	s1=$(cpu_ticks "$spid") c1=$(cpu_ticks "$cpid")
-	fs_wait_pid "$cli" $((IDLE_S + 20)) || rc=$?
-	local src=0
-	fs_wait_pid "$srv" 15 || src=$?
+	fs_bg measurer measure "$spid" "$cpid" "$log.ticks"
+	SRV[$key]=$srv CLI[$key]=$cli MEASURER[$key]=$measurer
+}
+
+# idle_judge MODE IOMODE: waits for the pair's end; sets RESULT[MODE-IOMODE].
+idle_judge() {
+	local mode=$1 io=$2 what="$1 $2" key="$1-$2" log rc=0 src=0 s0 c0 s1 c1 end_ms
+	log="$FS_TMP/$mode-$io"
+	[ -n "${CLI[$key]:-}" ] || return 0 # its start failed (and said so)
+	fs_wait_pid "${MEASURER[$key]}" $((WINDOW + 20)) || true
+	read -r s0 c0 s1 c1 end_ms <"$log.ticks" || { s0=-1 c0=-1 s1=-1 c1=-1 end_ms=0; }
+	if [ "$end_ms" -ge "${IDLE_END_MS[$key]}" ]; then
+		fs_fail "$what: the window closed $((end_ms - IDLE_END_MS[$key] + 1)) ms after the pair's idle phase could have ended"
+	fi
+	fs_wait_pid "${CLI[$key]}" $((IDLE_S + 20)) || rc=$?
+	fs_wait_pid "${SRV[$key]}" 15 || src=$?
 	if [ "$rc" -ne 0 ] || [ "$src" -ne 0 ] || [ "$s0" -lt 0 ] || [ "$s1" -lt 0 ] || [ "$c1" -lt 0 ]; then
 		fs_fail "$what: client exit $rc, server exit $src (or a process ended during the idle window)"
 		grep -hv ': stats:' "$log-client.err" "$log-server.err" | tail -n 6 | sed 's/^/    /' >&2 || true
@@ -128,7 +168,12 @@ idle_run() {
 
 for io in recv epoll; do
 	for mode in $FS_MODES; do
-		idle_run "$mode" "$io"
+		idle_start "$mode" "$io"
+	done
+done
+for io in recv epoll; do
+	for mode in $FS_MODES; do
+		idle_judge "$mode" "$io"
 	done
 done
 for io in recv epoll; do

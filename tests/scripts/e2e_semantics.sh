@@ -28,6 +28,9 @@
 # fabsock the server must also have answered exactly one hand-back to TCP. FS_MODES (default
 # "kernel fabsock") picks the modes; FS_SCENARIOS narrows the scenario list;
 # FS_SEMANTICS_PROGS replaces the programs (e2e_glibc_entries: fs_glibc_entries).
+# The kernel runs of the other scenarios go beside the fabsock half, as a
+# second instance of this script (lib.sh, fs_kernel_beside_start;
+# FS_KERNEL_BESIDE=0: one after the other); its output follows at the end.
 . "$(dirname "$0")/lib.sh"
 shopt -s extglob
 fs_need_nft
@@ -194,14 +197,43 @@ scenarios=${FS_SCENARIOS:-$all_scenarios}
 for scenario in $scenarios; do
 	[ -n "${scenario_prog[$scenario]:-}" ] || { fs_fail "no program holds the scenario $scenario"; fs_done; exit 1; }
 done
-for mode in kernel fabsock; do
-	mode_wanted "$mode" || continue
-	if [ "$mode" = fabsock ] && [ ! -f "$FABSOCK_LIB" ]; then
-		fs_fail "fabsock mode: $FABSOCK_LIB does not exist"
-		continue
-	fi
-	for scenario in $scenarios; do
-		run_scenario "$mode" "$scenario"
-	done
+# The kernel half runs beside the fabsock half (lib.sh,
+# fs_kernel_beside_start), but for the hand-back scenarios: the fabsock run
+# of each is judged against its kernel run's TCP bytes, and how much a run
+# writes before its hand-back depends on the machine's load.
+handback_scenarios= other_scenarios=
+for scenario in $scenarios; do
+	case $scenario in
+	$HANDBACK_SCENARIOS) handback_scenarios+="$scenario " ;;
+	*) other_scenarios+="$scenario " ;;
+	esac
 done
+if [ "${FS_KERNEL_BESIDE:-1}" != 0 ] && mode_wanted kernel && mode_wanted fabsock &&
+	[ -n "$other_scenarios" ] && [ -f "$FABSOCK_LIB" ]; then
+	# the hand-back scenarios' runs, kernel and fabsock, have the machine
+	# to themselves: the kernel ones first, the fabsock ones once the
+	# kernel half beside has ended
+	for scenario in $handback_scenarios; do
+		run_scenario kernel "$scenario"
+	done
+	fs_kernel_beside_start FS_SCENARIOS="$other_scenarios"
+	for scenario in $other_scenarios; do
+		run_scenario fabsock "$scenario"
+	done
+	fs_kernel_beside_wait 120
+	for scenario in $handback_scenarios; do
+		run_scenario fabsock "$scenario"
+	done
+else
+	for mode in kernel fabsock; do
+		mode_wanted "$mode" || continue
+		if [ "$mode" = fabsock ] && [ ! -f "$FABSOCK_LIB" ]; then
+			fs_fail "fabsock mode: $FABSOCK_LIB does not exist"
+			continue
+		fi
+		for scenario in $scenarios; do
+			run_scenario "$mode" "$scenario"
+		done
+	done
+fi
 fs_done

@@ -389,6 +389,52 @@ fs_tcp_proof() {
 	fi
 }
 
+# The kernel half beside the fabsock half. A script whose two halves share
+# nothing (the kernel half runs no fabsock code, makes no shm region and no
+# probe, and its processes mostly sleep in the scenarios' waits) calls
+# fs_kernel_beside_start [NAME=VALUE...] before its mode loop: when FS_MODES
+# holds both halves (the release build's default run), it starts this
+# script again with FS_MODES=kernel (and the NAME=VALUEs, e.g. a narrower
+# FS_SCENARIOS) in the background, with its own temporary directory and
+# nftables table, and takes "kernel" out of FS_MODES. The script then runs
+# its fabsock half and calls fs_kernel_beside_wait LIMIT_S before fs_done:
+# it prints the kernel half's output, adds its passes and failures to this
+# script's counts and fails when the kernel half exited otherwise than its
+# closing line says, or did not end within LIMIT_S. FS_KERNEL_BESIDE=0 runs
+# the halves one after the other as before.
+FS_BESIDE_PID=
+fs_kernel_beside_start() {
+	[ "${FS_KERNEL_BESIDE:-1}" != 0 ] || return 0
+	[[ " $FS_MODES " == *" kernel "* && " $FS_MODES " == *" fabsock "* ]] || return 0
+	FS_BESIDE_LOG=$FS_TMP/kernel-half.log
+	fs_bg FS_BESIDE_PID env "$@" FS_MODES=kernel FS_KERNEL_BESIDE=0 bash "$0" >"$FS_BESIDE_LOG" 2>&1
+	FS_MODES=$(printf '%s\n' $FS_MODES | grep -vx kernel | tr '\n' ' ')
+	fs_log "the kernel half runs beside the fabsock half (pid $FS_BESIDE_PID); its output follows at the end"
+}
+fs_kernel_beside_wait() { # LIMIT_S
+	local rc=0 passed failed line
+	[ -n "$FS_BESIDE_PID" ] || return 0
+	fs_wait_pid "$FS_BESIDE_PID" "$1" || rc=$?
+	echo "---- the kernel half (run beside, exit status $rc):"
+	cat "$FS_BESIDE_LOG" 2>/dev/null || true
+	echo "---- end of the kernel half"
+	line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$FS_BESIDE_LOG" 2>/dev/null | tail -n 1 || true)
+	passed=$(sed -nE 's/^([0-9]+) passed, ([0-9]+) failed.*/\1/p' <<<"$line")
+	failed=$(sed -nE 's/^([0-9]+) passed, ([0-9]+) failed.*/\2/p' <<<"$line")
+	if [ -z "$line" ]; then
+		fs_fail "the kernel half (beside) printed no closing count line (exit status $rc)"
+		return 0
+	fi
+	FS_PASSES=$((FS_PASSES + passed))
+	FS_FAILS=$((FS_FAILS + failed))
+	if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then
+		fs_fail "the kernel half (beside) exited $rc after $passed passes and no failure"
+	elif [ "$rc" -eq 0 ] && [ "$failed" -ne 0 ]; then
+		fs_fail "the kernel half (beside) exited 0 after $failed failures"
+	fi
+	[ "$passed" -gt 0 ] || fs_fail "the kernel half (beside) passed nothing"
+}
+
 # Fails the script at once when nft (the counter of fs_tcp_count_start) is missing.
 fs_need_nft() {
 	command -v nft >/dev/null 2>&1 && return 0
