@@ -12,12 +12,19 @@
 
 #include "config/params.h"
 #include "core/fdtable.h"
+#include "core/util.h"
 #include "preload/real.h"
 
 static int fs_runq_fd = -2; /* -2: not opened yet; -1: cannot */
 static long fs_runq_cpus;
 static uint64_t fs_runq_next_ns;
 static bool fs_runq_busy_host;
+/* /proc/self/schedstat, opened by the process that reads it (an fd opened
+ * before a fork would show the parent's), and its last sample */
+static int fs_runq_self_fd = -1;
+static pid_t fs_runq_self_pid;
+static uint64_t fs_runq_last_ns, fs_runq_last_delay;
+static pid_t fs_runq_sampler; /* the process whose thread samples now, 0: none */
 
 long fs_runq_parse(const char *buf, size_t len)
 {
@@ -39,11 +46,40 @@ long fs_runq_parse(const char *buf, size_t len)
 	return i < len && buf[i] == '/' ? r : -1;
 }
 
-static void fs_runq_sample(void)
+/* Our run-queue delay (ns, /proc/self/schedstat's second field: the time
+ * the thread group leader spent runnable but not running), or -1. */
+static int64_t fs_runq_self_delay(void)
+{
+	char buf[96], *end;
+	unsigned long long delay;
+	ssize_t n;
+
+	if (fs_runq_self_pid != fs_self_pid()) {
+		if (fs_runq_self_fd >= 0)
+			fs_internal_fd_close(fs_runq_self_fd);
+		fs_runq_self_fd = open("/proc/self/schedstat", O_RDONLY | O_CLOEXEC);
+		if (fs_runq_self_fd >= 0)
+			fs_runq_self_fd = fs_internal_fd(fs_runq_self_fd);
+		fs_runq_self_pid = fs_self_pid();
+		fs_runq_last_ns = 0;
+	}
+	if (fs_runq_self_fd < 0 || (n = pread(fs_runq_self_fd, buf, sizeof(buf) - 1, 0)) <= 0)
+		return -1;
+	buf[n] = 0;
+	(void)strtoull(buf, &end, 10);
+	if (end == buf || *end != ' ')
+		return -1;
+	delay = strtoull(end + 1, NULL, 10);
+	return (int64_t)delay;
+}
+
+static void fs_runq_sample(uint64_t now)
 {
 	char buf[128];
 	ssize_t n;
 	long r;
+	int64_t delay;
+	bool waited;
 	int fd = __atomic_load_n(&fs_runq_fd, __ATOMIC_ACQUIRE);
 
 	if (fd == -2) {
@@ -61,9 +97,18 @@ static void fs_runq_sample(void)
 		return;
 	n = pread(fd, buf, sizeof(buf) - 1, 0);
 	r = n > 0 ? fs_runq_parse(buf, (size_t)n) : -1;
-	/* the global count, against the CPUs we may use: on a host with more
-	 * CPUs than our affinity allows this errs towards spinning */
-	__atomic_store_n(&fs_runq_busy_host, r > fs_runq_cpus, __ATOMIC_RELAXED);
+	/* Both signs, so that a passing third thread on a quiet host (a
+	 * kernel worker, our service thread) does not stop a ping-pong's spin:
+	 * more runnable threads than CPUs now, and we ourselves waited for a
+	 * CPU more than a twentieth of the time since the last sample. */
+	delay = fs_runq_self_delay();
+	waited = delay >= 0 && fs_runq_last_ns && now > fs_runq_last_ns &&
+		 (uint64_t)delay > fs_runq_last_delay && ((uint64_t)delay - fs_runq_last_delay) * 20 > now - fs_runq_last_ns;
+	if (delay >= 0) {
+		fs_runq_last_ns = now;
+		fs_runq_last_delay = (uint64_t)delay;
+	}
+	__atomic_store_n(&fs_runq_busy_host, r > fs_runq_cpus && waited, __ATOMIC_RELAXED);
 }
 
 bool fs_runq_crowded(uint64_t now)
@@ -74,7 +119,20 @@ bool fs_runq_crowded(uint64_t now)
 		return false;
 	/* one thread samples; the others read what it found */
 	if (now >= next && __atomic_compare_exchange_n(&fs_runq_next_ns, &next, now + FS_RUNQ_SAMPLE_MS * 1000000ull,
-						      false, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-		fs_runq_sample();
+						      false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+		/* and never two at once (a sampler preempted past the next
+		 * slot): the sample reopens a descriptor after a fork. A
+		 * sampler of another process is a parent's, forked mid-sample:
+		 * the child takes over. */
+		pid_t self = fs_self_pid(), owner = 0;
+
+		if (__atomic_compare_exchange_n(&fs_runq_sampler, &owner, self, false, __ATOMIC_ACQUIRE,
+						__ATOMIC_RELAXED) ||
+		    (owner != self &&
+		     __atomic_compare_exchange_n(&fs_runq_sampler, &owner, self, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))) {
+			fs_runq_sample(now);
+			__atomic_store_n(&fs_runq_sampler, 0, __ATOMIC_RELEASE);
+		}
+	}
 	return __atomic_load_n(&fs_runq_busy_host, __ATOMIC_RELAXED);
 }

@@ -5,12 +5,16 @@
  * A waiter that spins while more threads are runnable than there are CPUs
  * takes the core the peer it waits for needs (pgbench -c 4 on 2 cores: the
  * backends and the client's threads queue behind each other's spins). The
- * kernel's waiters block; so do ours then. The signal is /proc/loadavg's
- * count of runnable tasks (the fourth field, "R/T"; spinners count
- * themselves, which is the point: two spinners and a peer on two cores are
- * one too many), read through one descriptor kept open, by one thread at a
- * time, at most every FS_RUNQ_SAMPLE_MS: a pread of a seq file, a few
- * microseconds every 20 ms at worst. Everything else reads a cached bool.
+ * kernel's waiters block; so do ours then. Two signs, both needed: the
+ * host has more runnable tasks than the CPUs we may use (/proc/loadavg's
+ * fourth field, "R/T"; spinners count themselves, which is the point: two
+ * spinners and a peer on two cores are one too many), and this process
+ * itself waited for a CPU more than 5 % of the time since the last sample
+ * (/proc/self/schedstat's run delay, of the thread group leader): a third
+ * thread passing through a quiet host must not stop a ping-pong's spin.
+ * Read through descriptors kept open, by one thread at a time, at most
+ * every FS_RUNQ_SAMPLE_MS: two preads of seq files, a few microseconds
+ * every 20 ms at worst. Everything else reads a cached bool.
  */
 #ifndef FS_CORE_RUNQ_H
 #define FS_CORE_RUNQ_H
