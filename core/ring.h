@@ -40,7 +40,7 @@
 struct fs_stream;
 
 #define FS_RING_PEERS 256
-#define FS_RING_HANDOVER_MS 1000
+#define FS_RING_HANDOVER_MS 5000
 
 /* Opens this process's ring eventfd and handover socket, named after
  * BELL_PORT (host order). Called once the doorbell is open; failures leave
