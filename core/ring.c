@@ -237,8 +237,11 @@ void fs_ring_prepare(struct fs_stream *s)
 	uint16_t port = ntohs(s->bell_addr.sin6_port);
 	int fd;
 
-	if (!fs_ring_local_peer(s) || pid == fs_self_pid() || fs_ring_fd() < 0)
-		return; /* without a ring of our own we are not the process to ask */
+	/* Not "only with a ring of our own": a server joins its stream before
+	 * its HELLO-ACK opens its doorbell and ring (fs_bell_port), and a
+	 * postgres backend has no other stream to fetch it for later. */
+	if (!fs_ring_local_peer(s) || pid == fs_self_pid())
+		return;
 	p = fs_ring_find(pid, port, true);
 	if (!p || p->state != FS_RING_FREE)
 		return; /* no room (datagrams), or known */
