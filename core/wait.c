@@ -51,9 +51,13 @@ void fs_wait_init(struct fs_wait *w, uint64_t now, uint64_t deadline, bool short
 	if (short_spin && spin_us > FS_SLEEPY_SPIN_US)
 		spin_us = FS_SLEEPY_SPIN_US;
 	/* more runnable threads than cores: a spin would take the core the
-	 * answer needs (runq.h); sleep at once, as the kernel's waiters do */
-	if (spin_us && fs_runq_crowded(now))
-		spin_us = 0;
+	 * answer needs (runq.h); look once, then sleep, as the kernel's
+	 * waiters do. One microsecond, not 0: a loop asks its first step with
+	 * the NOW it started with, and a spin of 0 would sleep before any look
+	 * (with FABSOCK_SPIN_US=0 a psql download of 18 MB hangs, before this
+	 * change too) */
+	if (spin_us > FS_CROWDED_SPIN_US && fs_runq_crowded(now))
+		spin_us = FS_CROWDED_SPIN_US;
 	w->start = now;
 	w->deadline = deadline;
 	w->spin_end = now + spin_us * 1000ull;

@@ -40,6 +40,8 @@ struct fs_engine;
  * work. Waits are still judged late or quick by SPIN_US (late_at), so
  * that quick answers end the sleepiness. */
 #define FS_SLEEPY_SPIN_US 10u
+/* The spin of a wait while the host has no core free (runq.h): one look. */
+#define FS_CROWDED_SPIN_US 1u
 
 struct fs_wait {
 	uint64_t start;      /* when the wait began */
@@ -139,7 +141,11 @@ static inline void fs_wait_spin(struct fs_wait *w)
  * FABSOCK_SPIN_US later. For waits that keep no struct fs_wait. */
 static inline uint64_t fs_spin_end(uint64_t now)
 {
-	return fs_runq_crowded(now) ? now : now + fs_params.spin_us * 1000ull;
+	uint64_t us = fs_params.spin_us;
+
+	if (us > FS_CROWDED_SPIN_US && fs_runq_crowded(now))
+		us = FS_CROWDED_SPIN_US;
+	return now + us * 1000ull;
 }
 
 static inline struct timespec fs_wait_timespec(uint64_t ns)
