@@ -79,9 +79,18 @@ for side in ev.s ev.c; do
 	fs_log "eventfd $side: handovers=$(st $side ring_handovers) given=$(st $side ring_given) rings_local=$(st $side bell_rings_local) rings_sent=$(st $side bell_rings_sent) received=$(st $side bell_rings_received)"
 	eq "eventfd $side ring_handovers" "$(st $side ring_handovers)" 1
 	eq "eventfd $side ring_handover_failed" "$(st $side ring_handover_failed)" 0
-	ge "eventfd $side bell_rings_local" "$(st $side bell_rings_local)" $((ROUNDS / 4))
-	ge "eventfd $side bell_rings_received" "$(st $side bell_rings_received)" $((ROUNDS / 4))
+	# datagrams still ring before the handover completes, and for a late
+	# ARM or a refused post (ring.h): a few
+	d=$(($(st $side bell_rings_sent) - $(st $side bell_rings_local)))
+	[ "$d" -le $((ROUNDS / 10)) ] || fs_fail "eventfd $side: $d of its rings were datagrams"
 done
+# The server sleeps GAP_US between requests, so nearly every request
+# rings it; the client sleeps only when an echo outlasts its spin, which
+# depends on the host's load: at least one.
+ge "eventfd client bell_rings_local" "$(st ev.c bell_rings_local)" $((ROUNDS / 4))
+ge "eventfd server bell_rings_received" "$(st ev.s bell_rings_received)" $((ROUNDS / 4))
+ge "eventfd server bell_rings_local" "$(st ev.s bell_rings_local)" 1
+ge "eventfd client bell_rings_received" "$(st ev.c bell_rings_received)" 1
 [ "$FS_FAILS" = 0 ] && fs_pass "eventfd: $ROUNDS paced round trips, both ends rung through the eventfd they handed over"
 
 # ---- refused: the datagram fall-back -------------------------------------
