@@ -15,6 +15,7 @@
 #include "config/params.h"
 #include "core/engine.h"
 #include "core/fdtable.h"
+#include "core/ring.h"
 #include "core/service.h"
 #include "core/sock.h"
 #include "core/stats.h"
@@ -79,6 +80,7 @@ uint16_t fs_bell_port(void)
 			FS_INFO("no doorbell socket (%s): idle waiters keep polling", strerror(errno));
 		} else {
 			opened = true;
+			fs_ring_open(fs_bell_local_port); /* peers of this host ring it instead */
 		}
 	}
 	if (fs_bell_sock >= 0)
@@ -101,6 +103,7 @@ void fs_bell_after_fork(void)
 		fs_internal_fd_close(fs_bell_sock); /* the child's copy only */
 		__atomic_store_n(&fs_bell_sock, -1, __ATOMIC_RELEASE);
 	}
+	fs_ring_after_fork();
 	fs_bell_failed = false;
 }
 
@@ -125,6 +128,7 @@ void fs_bell_set_peer(struct fs_stream *s, const struct sockaddr *peer, const st
 		return;
 	}
 	s->bell_addr.sin6_port = htons(port);
+	fs_ring_prepare(s); /* a peer of this host: fetch its eventfd meanwhile */
 	/* an ARM that came before the address (bell.c: fs_bell_on_arm), and a
 	 * message already posted: it asked for this ring */
 	if (s->peer_armed && (s->tx_seq || s->ctrl_sent))
@@ -167,6 +171,19 @@ void fs_bell_ring(struct fs_stream *s)
 	s->peer_armed = false;
 	if (len > 0 && fs_bell_send(s, buf, (size_t)len) == 0)
 		FS_STAT_INC(bell_rings_sent);
+}
+
+void fs_bell_ring_posted(struct fs_stream *s)
+{
+	/* the message just posted disarms the stream at the peer (ring.h):
+	 * this ring need not name it */
+	if (s->bell_addr.sin6_port && fs_ring_peer(s)) {
+		s->peer_armed = false;
+		FS_STAT_INC(bell_rings_sent);
+		FS_STAT_INC(bell_rings_local);
+		return;
+	}
+	fs_bell_ring(s);
 }
 
 /* Streams whose peer will send nothing more need no ring: they are left
@@ -375,24 +392,52 @@ static bool fs_bell_read(struct fs_engine *e, int fd)
 	return rung;
 }
 
-void fs_bell_drain(struct fs_engine *e)
+/* A ring on our eventfd (ring.h): it names no stream, the message it
+ * announces disarms its own. Lock held. */
+static bool fs_bell_read_ring(struct fs_engine *e)
+{
+	if (!fs_ring_take())
+		return false;
+	FS_STAT_INC(bell_rings_received);
+	fs_engine_note_activity(e);
+	return true;
+}
+
+void fs_bell_drain_some(struct fs_engine *e, bool datagrams, bool ring)
 {
 	int fd = fs_bell_fd();
+	bool rung = false;
 
-	if (fd < 0)
-		return;
 	if (!e) {
 		/* no engine (yet, or after fork): nothing to ring; empty the socket */
 		uint8_t buf[FS_WIRE_BELL_LEN_MAX];
 
-		for (unsigned i = 0; i < 256 && fs_real.recvfrom(fd, buf, sizeof(buf), MSG_DONTWAIT, NULL, NULL) >= 0; i++)
+		for (unsigned i = 0; datagrams && fd >= 0 && i < 256 &&
+				     fs_real.recvfrom(fd, buf, sizeof(buf), MSG_DONTWAIT, NULL, NULL) >= 0;
+		     i++)
 			;
+		if (ring)
+			(void)fs_ring_take();
 		return;
 	}
 	pthread_mutex_lock(&e->lock);
-	if (fs_bell_read(e, fd))
+	if (datagrams && fd >= 0)
+		rung = fs_bell_read(e, fd);
+	if (ring && fs_bell_read_ring(e))
+		rung = true;
+	if (rung)
 		fs_engine_progress(e);
 	pthread_mutex_unlock(&e->lock);
+}
+
+void fs_bell_drain(struct fs_engine *e)
+{
+	fs_bell_drain_some(e, true, true);
+}
+
+bool fs_bell_take_ring(struct fs_engine *e)
+{
+	return fs_bell_read_ring(e);
 }
 
 void fs_bell_take_arms(struct fs_engine *e)

@@ -60,6 +60,11 @@ void fs_bell_after_fork(void);
  * with the stream's token. */
 void fs_bell_set_peer(struct fs_stream *s, const struct sockaddr *peer, const struct sockaddr *local, uint16_t port);
 
+/* We just posted a message on S and its peer is armed: ring it, by its
+ * eventfd if it is a process of this host that handed us one (ring.h),
+ * else by datagram. Lock held. */
+void fs_bell_ring_posted(struct fs_stream *s);
+
 /* Arms every stream not armed yet. Engine lock held; the service thread
  * calls it once the engine is idle. True when every stream is armed. */
 bool fs_bell_arm_all(struct fs_engine *e);
@@ -73,6 +78,13 @@ void fs_bell_armed_by(struct fs_stream *s, uint32_t data_seen, uint32_t ctrl_see
 /* Reads every datagram waiting on the doorbell and acts on it. Takes the
  * engine lock. */
 void fs_bell_drain(struct fs_engine *e);
+/* The same for the ready ones only: DATAGRAMS, the doorbell socket; RING,
+ * our ring eventfd (ring.h). */
+void fs_bell_drain_some(struct fs_engine *e, bool datagrams, bool ring);
+/* Reads our ring eventfd and counts a ring as activity (the progress
+ * round the caller runs next reads what it announced). Lock held. True if
+ * rung. */
+bool fs_bell_take_ring(struct fs_engine *e);
 /* The same with the engine lock held, from a send: the ARMs are acted on
  * (so that this send rings whom it owes), a RING only noted (the caller's
  * next progress round reads what it announced). */

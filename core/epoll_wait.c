@@ -421,7 +421,7 @@ static uint64_t fs_epoll_plan_wait(int epfd, int n, struct fs_wait *w, bool *lon
  * for epoll_wait to return (EINTR: a signal). */
 static int fs_epoll_deep_sleep(int epfd, const struct fs_wait *w, const sigset_t *sigmask, uint64_t *wait_us)
 {
-	struct pollfd dp[3] = { { .fd = epfd, .events = POLLIN } };
+	struct pollfd dp[1 + FS_WAIT_DEEP_SLOTS] = { { .fd = epfd, .events = POLLIN } };
 	bool slept;
 	int r = fs_wait_deep_sleep(w, dp, 1, sigmask, &slept);
 

@@ -216,8 +216,9 @@ int fs_core_poll(struct pollfd *fds, nfds_t nfds, int64_t timeout_ns, const sigs
 		ret = fs_real.ppoll(fds, nfds, timeout_ns < 0 ? NULL : &ts, sigmask);
 		return ret < 0 ? -errno : ret;
 	}
-	/* two slots more: the engine's deep fd and the doorbell (fs_wait_deep_sleep) */
-	kset = nfds + 2 <= FS_POLL_STACK ? stack : calloc(nfds + 2, sizeof(*kset));
+	/* three slots more: the engine's deep fd, the doorbell and the ring
+	 * (fs_wait_deep_sleep) */
+	kset = nfds + FS_WAIT_DEEP_SLOTS <= FS_POLL_STACK ? stack : calloc(nfds + FS_WAIT_DEEP_SLOTS, sizeof(*kset));
 	if (!kset)
 		return -ENOMEM;
 	fs_ready_wait_enter();

@@ -18,6 +18,7 @@
 #include "config/log.h"
 #include "config/params.h"
 #include "core/bell.h"
+#include "core/ring.h"
 #include "core/engine.h"
 #include "core/fdtable.h"
 #include "core/guard.h"
@@ -331,10 +332,10 @@ static nfds_t fs_service_set_put(struct fs_service_set *set, nfds_t n, int fd, s
 }
 
 /* The service thread's poll set: wake-up eventfd, bell, timer, hand-back
- * requests; then the registered descriptors (the listeners' probe sockets),
+ * requests, the ring eventfd and the ring's handover socket (ring.h); then the registered descriptors (the listeners' probe sockets),
  * the watches, and at most FS_SERVICE_BLOCKED kernel sockets a hand-back
  * waits to write to. */
-#define FS_SERVICE_FIXED 4
+#define FS_SERVICE_FIXED 6
 #define FS_SERVICE_BLOCKED 16
 
 bool fs_service_set_add(struct fs_service_set *set, int fd, short events, fs_service_ready_fn ready, void *arg)
@@ -375,6 +376,9 @@ static nfds_t fs_service_build_set(struct fs_service_set *set, nfds_t *nl, nfds_
 	n = fs_service_set_put(set, n, fs_service_timer_fd, POLLIN, NULL, NULL, NULL);
 	/* requests for a stream back from processes forked later */
 	n = fs_service_set_put(set, n, fs_handback_request_fd(fs_engine_peek()), POLLIN, NULL, NULL, NULL);
+	/* rings of peers of this host, and peers asking for our eventfd */
+	n = fs_service_set_put(set, n, fs_ring_fd(), POLLIN, NULL, NULL, NULL);
+	n = fs_service_set_put(set, n, fs_ring_listen_fd(), POLLIN, NULL, NULL, NULL);
 	set->n = n;
 	if (reg)
 		reg->put(set);
@@ -436,8 +440,10 @@ static int fs_service_engine_look(struct fs_service_set *set, nfds_t *n, uint64_
 		 * ring, theirs (fs_engine_bell_watched) */
 		*bell_off = deep && e->deep_waiters;
 		__atomic_store_n(&e->service_bell_off, *bell_off, __ATOMIC_RELAXED);
-		if (*bell_off)
+		if (*bell_off) {
 			set->pfd[1].fd = -1;
+			set->pfd[4].fd = -1;
+		}
 		pthread_mutex_unlock(&e->lock);
 	}
 	if (busy)
@@ -475,10 +481,12 @@ static void fs_service_fixed_ready(const struct pollfd *pfd, int ret, bool *bell
 		(void)r;
 		__atomic_store_n(&fs_service_exit_wanted, 0, __ATOMIC_RELEASE);
 	}
-	if (ret > 0 && (pfd[1].revents & POLLIN)) {
-		fs_bell_drain(fs_engine_peek());
+	if (ret > 0 && ((pfd[1].revents | pfd[4].revents) & POLLIN)) {
+		fs_bell_drain_some(fs_engine_peek(), pfd[1].revents & POLLIN, pfd[4].revents & POLLIN);
 		*idle_us = 1000; /* a ring: the peer's message is on its way */
 	}
+	if (ret > 0 && (pfd[5].revents & POLLIN))
+		fs_ring_serve();
 	if (ret > 0 && (pfd[2].revents & POLLIN)) {
 		uint64_t v;
 		ssize_t r = fs_real.read(fs_service_timer_fd, &v, sizeof(v));

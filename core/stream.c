@@ -33,6 +33,7 @@
 #include "config/log.h"
 #include "config/params.h"
 #include "core/bell.h"
+#include "core/ring.h"
 #include "core/engine.h"
 #include "core/fdtable.h"
 #include "core/handback.h"
@@ -175,11 +176,13 @@ static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_read
 			 * (the poller through the engine's deep fd, the others through
 			 * their stream's eventfd), the slice is only a safety net. */
 			bool deep = fs_engine_wait_deep(e, true);
-			struct pollfd pfd[4] = {
+			struct pollfd pfd[5] = {
 				{ .fd = ctl_fd, .events = POLLIN | POLLRDHUP },
 				{ .fd = *poller ? -1 : s->wake_fd, .events = POLLIN },
 				{ .fd = deep && *poller ? fs_engine_deep_begin(e) : -1, .events = POLLIN },
 				/* a deep sleeper reads a ring itself (fs_engine_bell_watched) */
+				{ .fd = -1, .events = POLLIN },
+				/* and a ring of a peer of this host (ring.h) */
 				{ .fd = -1, .events = POLLIN },
 			};
 			struct timespec ts;
@@ -206,14 +209,18 @@ static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_read
 			if (!*poller)
 				fs_stream_sleep_begin(e, s);
 			pthread_mutex_unlock(&e->lock);
-			if (pfd[2].fd >= 0)
+			if (pfd[2].fd >= 0) {
 				pfd[3].fd = fs_bell_fd();
-			ret = fs_real.ppoll(pfd, 4, &ts, NULL);
+				pfd[4].fd = fs_ring_fd();
+			}
+			ret = fs_real.ppoll(pfd, 5, &ts, NULL);
 			pthread_mutex_lock(&e->lock);
 			if (pfd[2].fd >= 0)
 				fs_engine_deep_end(e);
 			if (ret > 0 && (pfd[3].revents & POLLIN))
 				fs_bell_take_arms(e); /* and the progress round below reads what a ring announced */
+			if (ret > 0 && (pfd[4].revents & POLLIN))
+				fs_bell_take_ring(e);
 			if (!*poller) {
 				fs_stream_sleep_end(e, s);
 				if (ret > 0 && (pfd[1].revents & POLLIN)) {

@@ -47,11 +47,12 @@ bool fs_stream_can_post(const struct fs_stream *s)
 }
 
 /* Sends BYTES at DATA (inside BUF) to S's peer: tagged with TAG if TAGGED,
- * else untagged; by inject when it fits (BUF->posted 2: done, no completion
- * will come), else with BUF as the context (posted 1). Returns 0,
+ * else untagged; HEADER: a message with a header (not a pulled payload);
+ * by inject when it fits (BUF->posted 2: done, no completion will come),
+ * else with BUF as the context (posted 1). Returns 0,
  * -EAGAIN (try later) or another negative errno. */
 static int fs_post(struct fs_stream *s, struct fs_buf *buf, const void *data, size_t bytes, bool tagged,
-		   uint64_t tag)
+		   uint64_t tag, bool header)
 {
 	struct fs_rail *rail = &s->erail->rail;
 	bool inject = bytes <= rail->inject_size;
@@ -85,8 +86,14 @@ static int fs_post(struct fs_stream *s, struct fs_buf *buf, const void *data, si
 	buf->posted = inject ? 2 : 1;
 	if (!inject)
 		s->erail->tx_posted++;
-	if (s->peer_armed)
-		fs_bell_ring(s); /* the peer sleeps until told */
+	if (s->peer_armed) {
+		/* the peer sleeps until told; only a message with a header
+		 * disarms the stream there, so a pulled payload's ring names it */
+		if (header)
+			fs_bell_ring_posted(s);
+		else
+			fs_bell_ring(s);
+	}
 	return 0;
 }
 
@@ -114,7 +121,7 @@ static int fs_post_msg(struct fs_stream *s, struct fs_buf *buf, unsigned cls, bo
 
 	fs_wire_ctrl_tag_encode(fs_tag_make(cls, kind | (arm ? FS_MSG_ARM : 0), s->peer_id, s->token), buf->mem);
 	ret = fs_post(s, buf, buf->mem, FS_WIRE_MSG_PREFIX + (announce ? 0 : buf->len), cls == FS_CLASS_CTRL,
-		      FS_TAG_CTRL_ALL);
+		      FS_TAG_CTRL_ALL, true);
 	if (!ret && arm) {
 		s->armed = true;
 		FS_STAT_INC(bell_arms);
@@ -195,7 +202,7 @@ void fs_stream_flush(struct fs_engine *e, struct fs_stream *s)
 		if (buf->announced) {
 			/* The announcement is out: the payload must follow, credit or not. */
 			ret = fs_post(s, buf, buf->mem + FS_WIRE_MSG_PREFIX, buf->len, true,
-				      fs_tag_pull(s->peer_id, buf->seq, s->token));
+				      fs_tag_pull(s->peer_id, buf->seq, s->token), false);
 			if (ret == -EAGAIN)
 				break;
 			if (ret)

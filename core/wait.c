@@ -18,6 +18,8 @@
 #include "config/params.h"
 #include "core/bell.h"
 #include "core/engine.h"
+#include "core/ring.h"
+#include "core/runq.h"
 #include "core/util.h"
 #include "core/wait.h"
 #include "preload/real.h"
@@ -48,6 +50,14 @@ void fs_wait_init(struct fs_wait *w, uint64_t now, uint64_t deadline, bool short
 
 	if (short_spin && spin_us > FS_SLEEPY_SPIN_US)
 		spin_us = FS_SLEEPY_SPIN_US;
+	/* more runnable threads than cores: a spin would take the core the
+	 * answer needs (runq.h); look once, then sleep, as the kernel's
+	 * waiters do. One microsecond, not 0: a loop asks its first step with
+	 * the NOW it started with, and a spin of 0 would sleep before any look
+	 * (with FABSOCK_SPIN_US=0 a psql download of 18 MB hangs, before this
+	 * change too) */
+	if (spin_us > FS_CROWDED_SPIN_US && fs_runq_crowded(now))
+		spin_us = FS_CROWDED_SPIN_US;
 	w->start = now;
 	w->deadline = deadline;
 	w->spin_end = now + spin_us * 1000ull;
@@ -136,9 +146,12 @@ int fs_wait_deep_sleep(const struct fs_wait *w, struct pollfd *fds, nfds_t n, co
 	fds[n + 1].fd = fs_bell_fd();
 	fds[n + 1].events = POLLIN;
 	fds[n + 1].revents = 0;
+	fds[n + 2].fd = fs_ring_fd(); /* rung by peers of this host (ring.h) */
+	fds[n + 2].events = POLLIN;
+	fds[n + 2].revents = 0;
 	ns = fs_wait_clamp_ns(w, now, ns);
 	ts = fs_wait_timespec(ns);
-	ret = fs_real.ppoll(fds, n + 2, &ts, sigmask);
+	ret = fs_real.ppoll(fds, n + FS_WAIT_DEEP_SLOTS, &ts, sigmask);
 	err = errno;
 	pthread_mutex_lock(&e->lock);
 	fs_engine_deep_end(e);
@@ -146,7 +159,7 @@ int fs_wait_deep_sleep(const struct fs_wait *w, struct pollfd *fds, nfds_t n, co
 	*slept = true;
 	if (ret < 0)
 		return -err;
-	if (fds[n + 1].revents)
-		fs_bell_drain(e); /* a ring: read it here, not through the service thread */
-	return ret - (fds[n].revents ? 1 : 0) - (fds[n + 1].revents ? 1 : 0);
+	if (fds[n + 1].revents || fds[n + 2].revents) /* a ring: read it here, not through the service thread */
+		fs_bell_drain_some(e, fds[n + 1].revents != 0, fds[n + 2].revents != 0);
+	return ret - (fds[n].revents ? 1 : 0) - (fds[n + 1].revents ? 1 : 0) - (fds[n + 2].revents ? 1 : 0);
 }

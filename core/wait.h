@@ -27,6 +27,7 @@
 #include <time.h>
 
 #include "config/params.h"
+#include "core/runq.h"
 
 struct fs_engine;
 
@@ -39,6 +40,8 @@ struct fs_engine;
  * work. Waits are still judged late or quick by SPIN_US (late_at), so
  * that quick answers end the sleepiness. */
 #define FS_SLEEPY_SPIN_US 10u
+/* The spin of a wait while the host has no core free (runq.h): one look. */
+#define FS_CROWDED_SPIN_US 1u
 
 struct fs_wait {
 	uint64_t start;      /* when the wait began */
@@ -105,13 +108,14 @@ void fs_wait_done(const struct fs_wait *w, struct fs_engine *e, int events);
 
 /* For poll, select and epoll_wait, which wait without the engine lock:
  * when the engine is deeply idle, sleeps in ppoll on FDS[0..N), the
- * engine's deep fd and the doorbell (FDS has room for N + 2; a ring is
- * read here) for FS_BELL_SLICE_MS at most, never past W's deadline, sets
+ * engine's deep fd, the doorbell and the ring eventfd (FDS has room for
+ * N + FS_WAIT_DEEP_SLOTS; a ring is read here) for FS_BELL_SLICE_MS at most, never past W's deadline, sets
  * *SLEPT and returns ppoll's count of FDS[0..N) or -errno. Otherwise
  * returns 0 at once with *SLEPT false; and -EAGAIN when this call has just
  * armed every stream: the caller looks at its set once more (a message may
  * have come before the ARM) and may then sleep deeply. Takes the engine
  * lock itself and sleeps without it. */
+#define FS_WAIT_DEEP_SLOTS 3
 int fs_wait_deep_sleep(const struct fs_wait *w, struct pollfd *fds, nfds_t n, const sigset_t *sigmask,
 		       bool *slept);
 
@@ -137,7 +141,11 @@ static inline void fs_wait_spin(struct fs_wait *w)
  * FABSOCK_SPIN_US later. For waits that keep no struct fs_wait. */
 static inline uint64_t fs_spin_end(uint64_t now)
 {
-	return now + fs_params.spin_us * 1000ull;
+	uint64_t us = fs_params.spin_us;
+
+	if (us > FS_CROWDED_SPIN_US && fs_runq_crowded(now))
+		us = FS_CROWDED_SPIN_US;
+	return now + us * 1000ull;
 }
 
 static inline struct timespec fs_wait_timespec(uint64_t ns)

@@ -30,6 +30,21 @@ static void set_params(void)
 	fs_params.sleep_max_us = 1000;
 	fs_params.idle_after_ms = 1000;
 	fs_params.idle_sleep_us = 4000;
+	fs_params.spin_free_core = 0; /* the host's load must not decide the spins checked here */
+}
+
+/* The runnable count of a /proc/loadavg line (core/runq.c). */
+static void test_runq_parse(void)
+{
+	static const char ok[] = "0.50 0.40 0.30 3/512 1234\n";
+	static const char big[] = "12.00 8.10 4.00 17/900 99\n";
+
+	CHECK(fs_runq_parse(ok, sizeof(ok) - 1) == 3);
+	CHECK(fs_runq_parse(big, sizeof(big) - 1) == 17);
+	CHECK(fs_runq_parse("0.50 0.40 0.30", 14) == -1);
+	CHECK(fs_runq_parse("0.50 0.40 0.30 x/5 1", 20) == -1);
+	CHECK(fs_runq_parse("0.50 0.40 0.30 3", 16) == -1); /* cut before the slash */
+	CHECK(fs_runq_parse("", 0) == -1);
 }
 
 static void test_deadlines(void)
@@ -156,6 +171,7 @@ static void test_deadline_rounds(void)
 int main(void)
 {
 	test_deadlines();
+	test_runq_parse();
 	test_spin();
 	test_slices();
 	test_deadline_rounds();

@@ -1,0 +1,369 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The local ring (see ring.h): our eventfd and its handover socket, and the
+ * table of the eventfds peers of this host handed us.
+ */
+#include "core/ring.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "config/log.h"
+#include "config/params.h"
+#include "core/engine.h"
+#include "core/fdtable.h"
+#include "core/stats.h"
+#include "core/util.h"
+#include "preload/real.h"
+
+/* What the listener sends with its eventfd: says whose it is, so that a
+ * connector that reached another process (a pid reused, a name taken)
+ * notices. */
+#define FS_RING_MAGIC 0x46535247u /* "FSRG" */
+struct fs_ring_hello {
+	uint32_t magic;
+	uint32_t pid;
+	uint16_t bell_port; /* host order */
+	uint16_t reserved;
+};
+_Static_assert(sizeof(struct fs_ring_hello) == 12, "ring hello is 12 bytes");
+
+static int fs_ring_efd = -1;	 /* ours; written by peers */
+static int fs_ring_lfd = -1;	 /* the handover socket */
+static uint16_t fs_ring_port;	 /* the doorbell port our name carries */
+static pid_t fs_ring_owner;	 /* the process that opened them */
+
+enum fs_ring_state { FS_RING_FREE = 0, FS_RING_PENDING, FS_RING_READY, FS_RING_FAILED };
+
+/* A peer process of this host; engine lock held for all of them. */
+struct fs_ring_peer {
+	pid_t pid;
+	uint16_t bell_port; /* host order */
+	uint8_t state;	    /* enum fs_ring_state */
+	int fd;		    /* PENDING: our connection to its socket; READY: its eventfd */
+	uint64_t since_ns;  /* PENDING: when we connected */
+};
+
+static struct fs_ring_peer fs_ring_peers[FS_RING_PEERS];
+static unsigned fs_ring_used; /* entries not FREE */
+
+static socklen_t fs_ring_name(struct sockaddr_un *sun, pid_t pid, uint16_t port)
+{
+	int len;
+
+	memset(sun, 0, sizeof(*sun));
+	sun->sun_family = AF_UNIX;
+	/* abstract: sun_path[0] is 0, the name is the bytes after it */
+	len = snprintf(sun->sun_path + 1, sizeof(sun->sun_path) - 1, "fabsock-ring-%d-%u", (int)pid, (unsigned)port);
+	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len);
+}
+
+void fs_ring_open(uint16_t bell_port)
+{
+	struct sockaddr_un sun;
+	socklen_t len;
+	int efd, lfd;
+
+	if (!fs_params.ring_local || fs_ring_efd >= 0)
+		return;
+	efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (efd < 0)
+		return;
+	lfd = fs_real.socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	len = fs_ring_name(&sun, fs_self_pid(), bell_port);
+	if (lfd < 0 || fs_real.bind(lfd, (struct sockaddr *)&sun, len) || fs_real.listen(lfd, 64)) {
+		FS_INFO("no ring socket (%s): peers of this host ring the doorbell", strerror(errno));
+		if (lfd >= 0)
+			fs_real.close(lfd);
+		fs_real.close(efd);
+		return;
+	}
+	fs_ring_port = bell_port;
+	fs_ring_owner = fs_self_pid();
+	__atomic_store_n(&fs_ring_efd, fs_internal_fd(efd), __ATOMIC_RELEASE);
+	__atomic_store_n(&fs_ring_lfd, fs_internal_fd(lfd), __ATOMIC_RELEASE);
+}
+
+int fs_ring_fd(void)
+{
+	return __atomic_load_n(&fs_ring_efd, __ATOMIC_ACQUIRE);
+}
+
+int fs_ring_listen_fd(void)
+{
+	return __atomic_load_n(&fs_ring_lfd, __ATOMIC_ACQUIRE);
+}
+
+/* The credentials of the process at the other end of unix socket FD. */
+static int fs_ring_cred(int fd, struct ucred *cred)
+{
+	socklen_t len = sizeof(*cred);
+
+	return fs_real.getsockopt(fd, SOL_SOCKET, SO_PEERCRED, cred, &len) || len != sizeof(*cred) ? -1 : 0;
+}
+
+void fs_ring_serve(void)
+{
+	int lfd = fs_ring_listen_fd(), efd = fs_ring_fd();
+
+	if (lfd < 0 || efd < 0)
+		return;
+	for (unsigned i = 0; i < 16; i++) {
+		struct fs_ring_hello h = { .magic = FS_RING_MAGIC, .pid = (uint32_t)fs_self_pid(), .bell_port = fs_ring_port };
+		union {
+			struct cmsghdr align;
+			char buf[CMSG_SPACE(sizeof(int))];
+		} ctl;
+		struct iovec iov = { .iov_base = &h, .iov_len = sizeof(h) };
+		struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+		struct cmsghdr *cm;
+		struct ucred cred;
+		int cfd = fs_real.accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+		if (cfd < 0)
+			break;
+		/* Our own user only: an abstract name is open to every local
+		 * user, and a write to our eventfd is a wake-up of this process.
+		 * Anyone else gets a closed connection and nothing in it. */
+		if (fs_ring_cred(cfd, &cred) || cred.uid != geteuid() || fs_params.test_ring_refuse) {
+			FS_STAT_INC(ring_refused);
+			fs_real.close(cfd);
+			continue;
+		}
+		memset(&ctl, 0, sizeof(ctl));
+		msg.msg_control = ctl.buf;
+		msg.msg_controllen = sizeof(ctl.buf);
+		cm = CMSG_FIRSTHDR(&msg);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(cm), &efd, sizeof(int));
+		if (fs_real.sendmsg(cfd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)sizeof(h))
+			FS_STAT_INC(ring_given);
+		fs_real.close(cfd);
+	}
+}
+
+bool fs_ring_take(void)
+{
+	uint64_t v = 0;
+	int fd = fs_ring_fd();
+
+	return fd >= 0 && fs_real.read(fd, &v, sizeof(v)) == (ssize_t)sizeof(v) && v;
+}
+
+static void fs_ring_peer_free(struct fs_ring_peer *p)
+{
+	if (p->fd >= 0)
+		fs_internal_fd_close(p->fd);
+	p->fd = -1;
+	if (p->state != FS_RING_FREE)
+		fs_ring_used--;
+	p->state = FS_RING_FREE;
+}
+
+static void fs_ring_peer_fail(struct fs_ring_peer *p)
+{
+	if (p->fd >= 0)
+		fs_internal_fd_close(p->fd);
+	p->fd = -1;
+	p->state = FS_RING_FAILED;
+	FS_STAT_INC(ring_handover_failed);
+}
+
+/* Frees the entries of processes that have exited. */
+static void fs_ring_reap(void)
+{
+	for (unsigned i = 0; i < FS_RING_PEERS; i++) {
+		struct fs_ring_peer *p = &fs_ring_peers[i];
+
+		if (p->state != FS_RING_FREE && kill(p->pid, 0) < 0 && errno == ESRCH)
+			fs_ring_peer_free(p);
+	}
+}
+
+static struct fs_ring_peer *fs_ring_find(pid_t pid, uint16_t port, bool add)
+{
+	struct fs_ring_peer *free_slot = NULL;
+
+	for (unsigned i = 0; i < FS_RING_PEERS; i++) {
+		struct fs_ring_peer *p = &fs_ring_peers[i];
+
+		if (p->state == FS_RING_FREE) {
+			if (!free_slot)
+				free_slot = p;
+		} else if (p->pid == pid && p->bell_port == port) {
+			return p;
+		}
+	}
+	if (!add)
+		return NULL;
+	if (!free_slot) {
+		fs_ring_reap();
+		for (unsigned i = 0; i < FS_RING_PEERS && !free_slot; i++)
+			if (fs_ring_peers[i].state == FS_RING_FREE)
+				free_slot = &fs_ring_peers[i];
+	}
+	if (free_slot) {
+		free_slot->pid = pid;
+		free_slot->bell_port = port;
+		free_slot->fd = -1;
+	}
+	return free_slot;
+}
+
+/* Whether S's peer may be rung by eventfd: a process of this host (the shm
+ * rail) with a doorbell, not this one (which rings itself). */
+static bool fs_ring_local_peer(const struct fs_stream *s)
+{
+	return fs_params.ring_local && s->erail && s->erail->rail.kind == FS_PROV_SHM && s->peer_pid > 0 &&
+	       s->bell_addr.sin6_port;
+}
+
+void fs_ring_prepare(struct fs_stream *s)
+{
+	struct sockaddr_un sun;
+	struct fs_ring_peer *p;
+	struct ucred cred;
+	socklen_t len;
+	pid_t pid = (pid_t)s->peer_pid;
+	uint16_t port = ntohs(s->bell_addr.sin6_port);
+	int fd;
+
+	/* Not "only with a ring of our own": a server joins its stream before
+	 * its HELLO-ACK opens its doorbell and ring (fs_bell_port), and a
+	 * postgres backend has no other stream to fetch it for later. */
+	if (!fs_ring_local_peer(s) || pid == fs_self_pid())
+		return;
+	p = fs_ring_find(pid, port, true);
+	if (!p || p->state != FS_RING_FREE)
+		return; /* no room (datagrams), or known */
+	fs_ring_used++;
+	p->state = FS_RING_PENDING;
+	p->since_ns = fs_now_ns();
+	fd = fs_real.socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		fs_ring_peer_fail(p);
+		return;
+	}
+	p->fd = fs_internal_fd(fd);
+	len = fs_ring_name(&sun, pid, port);
+	/* The listener must be the stream's peer, of our user: an abstract
+	 * name can be taken by anyone, and its eventfd will be written to. */
+	if (fs_real.connect(p->fd, (struct sockaddr *)&sun, len) || fs_ring_cred(p->fd, &cred) ||
+	    cred.uid != geteuid() || cred.pid != pid)
+		fs_ring_peer_fail(p);
+}
+
+/* Takes the eventfd of PENDING peer P if it came. */
+static void fs_ring_receive(struct fs_ring_peer *p)
+{
+	struct fs_ring_hello h;
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(int) * 4)];
+	} ctl;
+	struct iovec iov = { .iov_base = &h, .iov_len = sizeof(h) };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf) };
+	struct cmsghdr *cm;
+	int efd = -1, extra = 0;
+	ssize_t n = fs_real.recvmsg(p->fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+
+	if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+		if (fs_now_ns() - p->since_ns > FS_RING_HANDOVER_MS * 1000000ull)
+			fs_ring_peer_fail(p); /* its service thread never answered */
+		return;
+	}
+	for (cm = n > 0 ? CMSG_FIRSTHDR(&msg) : NULL; cm; cm = CMSG_NXTHDR(&msg, cm)) {
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		for (size_t i = 0; i * sizeof(int) + CMSG_LEN(0) < cm->cmsg_len; i++) {
+			int fd;
+
+			memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+			if (efd < 0) {
+				efd = fd;
+			} else {
+				fs_real.close(fd); /* never more than one: not ours to keep */
+				extra++;
+			}
+		}
+	}
+	if (n != (ssize_t)sizeof(h) || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || extra || efd < 0 ||
+	    h.magic != FS_RING_MAGIC || h.pid != (uint32_t)p->pid || h.bell_port != p->bell_port) {
+		if (efd >= 0)
+			fs_real.close(efd);
+		fs_ring_peer_fail(p); /* refused (closed, nothing sent), or not the peer's */
+		return;
+	}
+	{
+		/* what we write to must be an eventfd: a file would take the bytes */
+		char path[64], link[32];
+		ssize_t l;
+
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", efd);
+		l = readlink(path, link, sizeof(link) - 1);
+		if (l < 0 || (size_t)l != strlen("anon_inode:[eventfd]") || memcmp(link, "anon_inode:[eventfd]", (size_t)l)) {
+			fs_real.close(efd);
+			fs_ring_peer_fail(p);
+			return;
+		}
+	}
+	fs_internal_fd_close(p->fd);
+	p->fd = fs_internal_fd(efd);
+	p->state = FS_RING_READY;
+	FS_STAT_INC(ring_handovers);
+}
+
+bool fs_ring_peer(struct fs_stream *s)
+{
+	static const uint64_t one = 1;
+	struct fs_ring_peer *p;
+	int fd;
+
+	if (!fs_ring_local_peer(s))
+		return false;
+	if ((pid_t)s->peer_pid == fs_self_pid() && ntohs(s->bell_addr.sin6_port) == fs_ring_port) {
+		fd = fs_ring_fd(); /* a stream to ourselves */
+	} else {
+		p = fs_ring_used ? fs_ring_find((pid_t)s->peer_pid, ntohs(s->bell_addr.sin6_port), false) : NULL;
+		if (!p)
+			return false;
+		if (p->state == FS_RING_PENDING)
+			fs_ring_receive(p);
+		if (p->state != FS_RING_READY)
+			return false;
+		fd = p->fd;
+		if (fs_real.write(fd, &one, sizeof(one)) == (ssize_t)sizeof(one))
+			return true;
+		if (errno == EAGAIN)
+			return true; /* the counter is full: it is rung */
+		fs_ring_peer_fail(p);
+		return false;
+	}
+	return fd >= 0 && fs_real.write(fd, &one, sizeof(one)) == (ssize_t)sizeof(one);
+}
+
+void fs_ring_after_fork(void)
+{
+	if (fs_ring_efd >= 0 && fs_ring_owner != fs_self_pid()) {
+		fs_internal_fd_close(fs_ring_efd);
+		fs_internal_fd_close(fs_ring_lfd);
+		__atomic_store_n(&fs_ring_efd, -1, __ATOMIC_RELEASE);
+		__atomic_store_n(&fs_ring_lfd, -1, __ATOMIC_RELEASE);
+	}
+	for (unsigned i = 0; i < FS_RING_PEERS; i++) {
+		struct fs_ring_peer *p = &fs_ring_peers[i];
+
+		if (p->state != FS_RING_FREE)
+			fs_ring_peer_free(p);
+	}
+	fs_ring_used = 0;
+}

@@ -1,0 +1,208 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# The local ring (core/ring.h): a sleeper of this host is woken by a write
+# to the eventfd it handed its peer over a unix socket, not by a doorbell
+# datagram. Cases (each echo byte-exact, offloaded, no payload over TCP):
+#  - eventfd: a paced client and an echo server (every wait outlasts the
+#    spin, so both sleep and are rung): both ends received the other's
+#    eventfd and rang by it (bell_rings_local), rings woke both, no round
+#    trip lost (a lost ring costs a sleeper its 250 ms safety slice);
+#  - refused: the server hands its eventfd to nobody (FABSOCK_TEST_RING_
+#    REFUSE): the client's handover fails and it rings by datagram (none
+#    local), the server is still woken, nothing lost;
+#  - foreign: a connector of another user (nobody) to the server's ring
+#    socket reads nothing and no descriptor; one of the server's user
+#    (the control: the check can fail) reads the eventfd; the server counts
+#    one refused, one given;
+#  - fork+exec: a python client that held the server's eventfd forks; the
+#    child opens its own connection, fetches its own copy (the server hands
+#    out a second), echoes byte-exact, then execs a program without the
+#    preload that must hold no eventfd; the parent keeps ringing through
+#    the one it had.
+. "$(dirname "$0")/lib.sh"
+
+PROG=$FS_PROGS/fs_scale
+[ -x "$PROG" ] || { fs_fail "$PROG is not built"; fs_done; exit 1; }
+fs_need_nft
+# the system's: another user must be able to run it (not a shim in a home)
+PY=/usr/bin/python3
+[ -x "$PY" ] || fs_skip "$PY is needed"
+ROUNDS=200 GAP_US=2000
+
+dir=$FS_TMP/ring
+mkdir -p "$dir"
+chmod 755 "$FS_TMP" "$dir"
+
+# start_server NAME [ENV...]: sets SPID and PORT
+start_server() {
+	local name=$1
+	shift
+	fs_bg SPID env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 "$@" "$PROG" server >"$dir/$name.s.out" 2>"$dir/$name.s.err"
+	PORT=$(fs_listen_port "$dir/$name.s.out" "$SPID")
+	[ -n "$PORT" ] || { fs_fail "$name: the server did not listen"; fs_done; exit 1; }
+}
+stop_server() { # NAME
+	local rc=0
+	kill -TERM "$SPID" 2>/dev/null || true
+	fs_wait_pid "$SPID" 60 || rc=$?
+	[ "$rc" = 0 ] || fs_fail "$1: server exit $rc"
+}
+# paced NAME [ENV...]: one paced client, checked
+paced() {
+	local name=$1 rc=0 lost
+	shift
+	timeout -k 5 90 env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 "$@" "$PROG" paced "$PORT" 1 "$ROUNDS" "$GAP_US" \
+		>"$dir/$name.c.out" 2>"$dir/$name.c.err" || rc=$?
+	[ "$rc" = 0 ] && grep -q '^PASS paced$' "$dir/$name.c.out" ||
+		fs_fail "$name: client exit $rc: $(grep -h '^FAIL' "$dir/$name.c.out" | head -n 2 | tr '\n' ' ')"
+	grep -h '^paced ' "$dir/$name.c.out" >&2 || true
+	lost=$(sed -n 's/^paced .* lost=\([0-9]*\).*/\1/p' "$dir/$name.c.out" | head -n 1)
+	[ "${lost:-1}" = 0 ] || fs_fail "$name: ${lost:-?} round trips over 200 ms: a lost ring"
+	# its warm-up connection and the timed one
+	[ "$(fs_stat "$dir/$name.c.err" offloaded)" = 2 ] || fs_fail "$name: the client offloaded $(fs_stat "$dir/$name.c.err" offloaded), not 2"
+}
+st() { fs_stat "$dir/$1.err" "$2"; } # FILE-STEM COUNTER
+ge() { # LABEL VALUE MIN
+	[ "${2:-0}" -ge "$3" ] 2>/dev/null || fs_fail "$1 = ${2:-none}, want >= $3"
+}
+eq() { # LABEL VALUE WANT
+	[ "${2:-none}" = "$3" ] || fs_fail "$1 = ${2:-none}, want $3"
+}
+
+# ---- eventfd -------------------------------------------------------------
+start_server ev
+fs_tcp_count_start "$PORT" || fs_fail "nft counter not set up"
+paced ev
+fs_tcp_proof "eventfd" fabsock 2
+stop_server ev
+for side in ev.s ev.c; do
+	fs_log "eventfd $side: handovers=$(st $side ring_handovers) given=$(st $side ring_given) rings_local=$(st $side bell_rings_local) rings_sent=$(st $side bell_rings_sent) received=$(st $side bell_rings_received)"
+	eq "eventfd $side ring_handovers" "$(st $side ring_handovers)" 1
+	eq "eventfd $side ring_handover_failed" "$(st $side ring_handover_failed)" 0
+	# datagrams still ring before the handover completes, and for a late
+	# ARM or a refused post (ring.h): a few
+	d=$(($(st $side bell_rings_sent) - $(st $side bell_rings_local)))
+	[ "$d" -le $((ROUNDS / 10)) ] || fs_fail "eventfd $side: $d of its rings were datagrams"
+done
+# The server sleeps GAP_US between requests, so nearly every request
+# rings it; the client sleeps only when an echo outlasts its spin, which
+# depends on the host's load: at least one.
+ge "eventfd client bell_rings_local" "$(st ev.c bell_rings_local)" $((ROUNDS / 4))
+ge "eventfd server bell_rings_received" "$(st ev.s bell_rings_received)" $((ROUNDS / 4))
+ge "eventfd server bell_rings_local" "$(st ev.s bell_rings_local)" 1
+ge "eventfd client bell_rings_received" "$(st ev.c bell_rings_received)" 1
+[ "$FS_FAILS" = 0 ] && fs_pass "eventfd: $ROUNDS paced round trips, both ends rung through the eventfd they handed over"
+
+# ---- refused: the datagram fall-back -------------------------------------
+f0=$FS_FAILS
+start_server rf FABSOCK_TEST_RING_REFUSE=1
+fs_tcp_count_start "$PORT" || fs_fail "nft counter not set up"
+paced rf
+fs_tcp_proof "refused" fabsock 2
+stop_server rf
+fs_log "refused: client failed=$(st rf.c ring_handover_failed) local=$(st rf.c bell_rings_local) sent=$(st rf.c bell_rings_sent); server refused=$(st rf.s ring_refused) received=$(st rf.s bell_rings_received)"
+eq "refused: client ring_handover_failed" "$(st rf.c ring_handover_failed)" 1
+eq "refused: client bell_rings_local" "$(st rf.c bell_rings_local)" 0
+ge "refused: client bell_rings_sent (datagrams)" "$(st rf.c bell_rings_sent)" $((ROUNDS / 4))
+ge "refused: server ring_refused" "$(st rf.s ring_refused)" 1
+ge "refused: server bell_rings_received" "$(st rf.s bell_rings_received)" $((ROUNDS / 4))
+[ "$FS_FAILS" = "$f0" ] && fs_pass "refused: the client rang the server by datagram, nothing lost"
+
+# ---- foreign: another user's connector gets nothing ----------------------
+f0=$FS_FAILS
+if ! id nobody >/dev/null 2>&1 || ! command -v setpriv >/dev/null || [ "$(id -u)" != 0 ]; then
+	fs_log "foreign: skipped (needs root, setpriv and the nobody user)"
+else
+	start_server fo
+	paced fo # its bell, and so its ring socket, open with the first HELLO
+	name=$(sed -n "s/.*@\(fabsock-ring-$SPID-[0-9]*\)\$/\1/p" /proc/net/unix | head -n 1)
+	if [ -z "$name" ]; then
+		fs_fail "foreign: the server ($SPID) has no ring socket in /proc/net/unix"
+	else
+		cat >"$dir/connect.py" <<'PY'
+import array, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+s.settimeout(5)
+s.connect("\0" + sys.argv[1])
+try:
+    data, anc, flags, _ = s.recvmsg(64, socket.CMSG_SPACE(16 * 4))
+except socket.timeout:
+    data, anc = b"", []
+fds = array.array("i")
+for level, kind, blob in anc:
+    if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+        fds.frombytes(blob[: len(blob) - len(blob) % fds.itemsize])
+print("got bytes=%d fds=%d" % (len(data), len(fds)))
+PY
+		chmod 644 "$dir/connect.py"
+		got=$(timeout 20 setpriv --reuid=nobody --regid=nogroup --clear-groups "$PY" "$dir/connect.py" "$name" 2>&1 || true)
+		eq "foreign: what nobody read" "$got" "got bytes=0 fds=0"
+		got=$(timeout 20 "$PY" "$dir/connect.py" "$name" 2>&1 || true)
+		eq "foreign: what the server's own user read (control)" "$got" "got bytes=12 fds=1"
+	fi
+	stop_server fo
+	eq "foreign: server ring_refused" "$(st fo.s ring_refused)" 1
+	eq "foreign: server ring_given (the paced client and the control)" "$(st fo.s ring_given)" 2
+	[ "$FS_FAILS" = "$f0" ] && fs_pass "foreign: another user's connector read nothing, the server's own user the eventfd"
+fi
+
+# ---- fork+exec of a process holding the eventfd --------------------------
+f0=$FS_FAILS
+start_server fx
+fs_tcp_count_start "$PORT" || fs_fail "nft counter not set up"
+cat >"$dir/forker.py" <<'PY'
+import os, socket, sys, time
+port, rounds = int(sys.argv[1]), int(sys.argv[2])
+
+def pingpong(tag):
+    s = socket.create_connection(("127.0.0.1", port))
+    for i in range(rounds):
+        msg = os.urandom(64)
+        s.sendall(msg)
+        got = b""
+        while len(got) < 64:
+            chunk = s.recv(64 - len(got))
+            if not chunk:
+                print("FAIL %s: EOF at round %d" % (tag, i)); sys.exit(1)
+            got += chunk
+        if got != msg:
+            print("FAIL %s: echo differs at round %d" % (tag, i)); sys.exit(1)
+        time.sleep(0.002)
+    s.close()
+
+pingpong("before")  # the handover happens here
+pid = os.fork()
+if pid == 0:
+    pingpong("child")
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    code = ("import os\n"
+            "n = 0\n"
+            "for f in os.listdir('/proc/self/fd'):\n"
+            "    try:\n"
+            "        n += os.readlink('/proc/self/fd/' + f) == 'anon_inode:[eventfd]'\n"
+            "    except OSError:\n"
+            "        pass\n"
+            "print('exec eventfds=%d' % n)\n")
+    os.execve(sys.executable, [sys.executable, "-c", code], env)
+pingpong("parent")
+_, status = os.waitpid(pid, 0)
+print("child status=%d" % status)
+print("PASS forker" if status == 0 else "FAIL child")
+PY
+rc=0
+timeout -k 5 120 env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 "$PY" "$dir/forker.py" "$PORT" 150 \
+	>"$dir/fx.c.out" 2>"$dir/fx.c.err" || rc=$?
+fs_tcp_proof "fork+exec" fabsock 3
+stop_server fx
+grep -q '^PASS forker$' "$dir/fx.c.out" || fs_fail "fork+exec: exit $rc: $(grep -h 'FAIL\|status' "$dir/fx.c.out" | tr '\n' ' ')"
+eq "fork+exec: eventfds in the exec'd program" "$(sed -n 's/^exec eventfds=//p' "$dir/fx.c.out")" 0
+# the parent's own line is the last: the forked child's stats never print (it execs)
+eq "fork+exec: parent offloaded" "$(st fx.c offloaded)" 2
+eq "fork+exec: parent ring_handovers (one, kept across the fork)" "$(st fx.c ring_handovers)" 1
+ge "fork+exec: parent bell_rings_local" "$(st fx.c bell_rings_local)" 10
+eq "fork+exec: server ring_given (parent, child)" "$(st fx.s ring_given)" 2
+eq "fork+exec: server ring_handovers (the parent's and the child's eventfds)" "$(st fx.s ring_handovers)" 2
+eq "fork+exec: server offloaded" "$(st fx.s offloaded)" 3
+if grep -q 'killed by\|Segmentation\|Aborted' "$dir"/fx.*.err; then fs_fail "fork+exec: a process died by a signal"; fi
+[ "$FS_FAILS" = "$f0" ] && fs_pass "fork+exec: parent and child rang through their own handovers, the exec'd program holds no eventfd"
+fs_done
