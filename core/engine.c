@@ -25,6 +25,7 @@
 #include "core/fdtable.h"
 #include "core/guard.h"
 #include "core/handback.h"
+#include "core/ring.h"
 #include "core/sigs.h"
 #include "core/sock.h"
 #include "core/stats.h"
@@ -410,6 +411,7 @@ static void fs_stream_destroy(struct fs_engine *e, struct fs_stream *s)
 	struct fs_engine_rail *er = s->erail;
 	struct fs_buf *buf, *next;
 
+	fs_ring_release(s);
 	if (s->av_pending) {
 		s->av_pending = false;
 		er->hello_pending--;

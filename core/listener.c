@@ -722,12 +722,14 @@ void fs_listener_put(struct fs_listener *l)
  * closes its listener right after accept()) keep the twin for at most
  * FS_TWIN_CLOSE_GRACE_NS, answered only for connections this process holds
  * (fs_listener_answer); a later probe finds the port closed and its client
- * stays on TCP. The records stay while connections hold L. */
+ * stays on TCP. The record goes with the twin when nothing is unsettled;
+ * else it stays while connections hold L (fs_listener_put), so that the
+ * client of a connection accepted just before the close (its connect()
+ * may look for the record after our accept() and close()) still probes. */
 void fs_listener_close(struct fs_listener *l)
 {
 	bool release;
 
-	fs_records_withdraw(&l->rec);
 	fs_listener_drain(l);
 	pthread_mutex_lock(&fs_listeners_lock);
 	__atomic_store_n(&l->closed, true, __ATOMIC_RELEASE);
@@ -737,7 +739,9 @@ void fs_listener_close(struct fs_listener *l)
 	if (release)
 		fs_twin_release(l);
 	pthread_mutex_unlock(&fs_listeners_lock);
-	if (!release)
+	if (release)
+		fs_records_withdraw(&l->rec);
+	else
 		fs_twin_timer_arm(l->closed_ns + FS_TWIN_CLOSE_GRACE_NS);
 	fs_listener_put(l);
 	fs_service_kick(); /* its poll lets go of the twin's file */

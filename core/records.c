@@ -171,11 +171,17 @@ static bool fs_rec_dir_gone(void)
 	return true;
 }
 
-/* Takes FD's flock (LOCK_SH or LOCK_EX), waiting at most ~20 ms: a holder
- * writes one slot, so only a stopped process holds it longer. */
+/* Takes FD's flock (LOCK_SH or LOCK_EX), waiting at most ~20 ms (a client,
+ * which probes as without records when it cannot look) or ~1 s (LOCK_EX:
+ * a publisher or a sweep, whose failure would leave a listener without a
+ * record and its clients on TCP). A holder writes one slot, but on a loaded
+ * machine it may wait for a core longer than 20 ms (17 servers started at
+ * once lost records that way); only a stopped process holds it for long. */
 static bool fs_rec_flock(int fd, int how)
 {
-	for (int i = 0; i < 200; i++) {
+	int tries = how == LOCK_EX ? 10000 : 200;
+
+	for (int i = 0; i < tries; i++) {
 		if (flock(fd, how | LOCK_NB) == 0)
 			return true;
 		if (errno != EWOULDBLOCK && errno != EINTR)
@@ -223,6 +229,12 @@ static int fs_rec_file_lock(int dfd, uint32_t uid, uint16_t port, bool create, s
 			continue;
 		}
 		memset(f, 0, sizeof(*f));
+		if (st.st_size == 0 && !create) {
+			/* being made by a publisher that has not taken the lock
+			 * yet: a sweep must not empty and remove it under it */
+			fs_rec_close(fd);
+			return -1;
+		}
 		if (st.st_size == 0) {
 			f->magic = FS_REC_MAGIC;
 			f->version = FS_REC_VERSION;
@@ -288,7 +300,10 @@ static void fs_rec_read_listening(const char *path, struct fs_rec_listening *l)
 
 static bool fs_rec_slot_stale(const struct fs_rec_slot *s, const struct fs_rec_listening *l, uint64_t now)
 {
-	if (!s->inode || now - s->born_ns < FS_REC_YOUNG_NS)
+	/* (born after NOW, the sweep's start, is young too: an unsigned
+	 * NOW - BORN wrapped round and swept records published while a sweep
+	 * ran, whose sockets its earlier read of /proc/net/tcp missed) */
+	if (!s->inode || s->born_ns + FS_REC_YOUNG_NS > now)
 		return false;
 	if (s->netns != fs_rec_netns()) {
 		/* another namespace's listener: the kernel lists it there only.
@@ -387,8 +402,12 @@ static int fs_rec_put(struct fs_record_pub *p, uint32_t uid, uint32_t serve_uid,
 		}
 	}
 	fd = fs_rec_file_lock(dfd, uid, p->port, true, &f);
-	if (fd < 0)
+	if (fd < 0) {
+		FS_INFO("listener records: cannot lock the record of port %u (%s); its local clients stay on TCP",
+			p->port, strerror(errno));
+		FS_STAT_INC(records_refused);
 		return -1;
+	}
 	for (int pass = 0; pass < 2 && slot < 0; pass++) {
 		for (int i = 0; i < FS_REC_SLOTS; i++) {
 			if (f.slot[i].inode == p->inode && f.slot[i].netns == fs_rec_netns()) {

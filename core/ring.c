@@ -48,6 +48,7 @@ struct fs_ring_peer {
 	uint16_t bell_port; /* host order */
 	uint8_t state;	    /* enum fs_ring_state */
 	int fd;		    /* PENDING: our connection to its socket; READY: its eventfd */
+	unsigned streams;   /* our streams with it: the entry (and its eventfd) goes with the last */
 	uint64_t since_ns;  /* PENDING: when we connected */
 };
 
@@ -215,6 +216,7 @@ static struct fs_ring_peer *fs_ring_find(pid_t pid, uint16_t port, bool add)
 		free_slot->pid = pid;
 		free_slot->bell_port = port;
 		free_slot->fd = -1;
+		free_slot->streams = 0;
 	}
 	return free_slot;
 }
@@ -243,8 +245,14 @@ void fs_ring_prepare(struct fs_stream *s)
 	if (!fs_ring_local_peer(s) || pid == fs_self_pid())
 		return;
 	p = fs_ring_find(pid, port, true);
-	if (!p || p->state != FS_RING_FREE)
-		return; /* no room (datagrams), or known */
+	if (!p)
+		return; /* no room: datagrams */
+	if (!s->ring_held) {
+		s->ring_held = true;
+		p->streams++;
+	}
+	if (p->state != FS_RING_FREE)
+		return; /* known */
 	fs_ring_used++;
 	p->state = FS_RING_PENDING;
 	p->since_ns = fs_now_ns();
@@ -349,6 +357,18 @@ bool fs_ring_peer(struct fs_stream *s)
 		return false;
 	}
 	return fd >= 0 && fs_real.write(fd, &one, sizeof(one)) == (ssize_t)sizeof(one);
+}
+
+void fs_ring_release(struct fs_stream *s)
+{
+	struct fs_ring_peer *p;
+
+	if (!s->ring_held)
+		return;
+	s->ring_held = false;
+	p = fs_ring_find((pid_t)s->peer_pid, ntohs(s->bell_addr.sin6_port), false);
+	if (p && p->streams && !--p->streams)
+		fs_ring_peer_free(p); /* a server of short-lived clients must not keep their eventfds */
 }
 
 void fs_ring_after_fork(void)

@@ -63,6 +63,10 @@ void fs_ring_prepare(struct fs_stream *s);
  * caller sends a datagram. Engine lock held. */
 bool fs_ring_peer(struct fs_stream *s);
 
+/* S is being freed: the last stream with its peer closes the peer's
+ * eventfd and frees its entry. Engine lock held. */
+void fs_ring_release(struct fs_stream *s);
+
 /* The child of a fork closes its copies (the parent's eventfd, socket and
  * peers' eventfds stay the parent's). */
 void fs_ring_after_fork(void);
