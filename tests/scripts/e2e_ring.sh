@@ -65,6 +65,9 @@ st() { fs_stat "$dir/$1.err" "$2"; } # FILE-STEM COUNTER
 ge() { # LABEL VALUE MIN
 	[ "${2:-0}" -ge "$3" ] 2>/dev/null || fs_fail "$1 = ${2:-none}, want >= $3"
 }
+within() { # LABEL VALUE MIN MAX
+	[ "${2:-0}" -ge "$3" ] 2>/dev/null && [ "${2:-0}" -le "$4" ] || fs_fail "$1 = ${2:-none}, want $3..$4"
+}
 eq() { # LABEL VALUE WANT
 	[ "${2:-none}" = "$3" ] || fs_fail "$1 = ${2:-none}, want $3"
 }
@@ -198,10 +201,14 @@ grep -q '^PASS forker$' "$dir/fx.c.out" || fs_fail "fork+exec: exit $rc: $(grep 
 eq "fork+exec: eventfds in the exec'd program" "$(sed -n 's/^exec eventfds=//p' "$dir/fx.c.out")" 0
 # the parent's own line is the last: the forked child's stats never print (it execs)
 eq "fork+exec: parent offloaded" "$(st fx.c offloaded)" 2
-eq "fork+exec: parent ring_handovers (one, kept across the fork)" "$(st fx.c ring_handovers)" 1
+# A peer's eventfd goes with the last stream with it (ring.h): the parent's
+# connection before the fork may be freed before its next one joins (then
+# both ends fetch again) or after (the entry is kept): 1 or 2 handovers to
+# the parent, and the child always fetches its own.
+within "fork+exec: parent ring_handovers (one per spell of streams with the server)" "$(st fx.c ring_handovers)" 1 2
 ge "fork+exec: parent bell_rings_local" "$(st fx.c bell_rings_local)" 10
-eq "fork+exec: server ring_given (parent, child)" "$(st fx.s ring_given)" 2
-eq "fork+exec: server ring_handovers (the parent's and the child's eventfds)" "$(st fx.s ring_handovers)" 2
+within "fork+exec: server ring_given (parent once or twice, child)" "$(st fx.s ring_given)" 2 3
+within "fork+exec: server ring_handovers (the parent's, the child's)" "$(st fx.s ring_handovers)" 2 3
 eq "fork+exec: server offloaded" "$(st fx.s offloaded)" 3
 if grep -q 'killed by\|Segmentation\|Aborted' "$dir"/fx.*.err; then fs_fail "fork+exec: a process died by a signal"; fi
 [ "$FS_FAILS" = "$f0" ] && fs_pass "fork+exec: parent and child rang through their own handovers, the exec'd program holds no eventfd"
