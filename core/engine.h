@@ -211,7 +211,7 @@ struct fs_stream {
 	uint32_t rx_msgs;      /* data-class messages received */
 	bool armed;            /* the peer rings our doorbell after its next message */
 	bool peer_armed;       /* we ring the peer's after our next message */
-	bool ring_held;        /* counted in its peer's ring entry (ring.h) */
+	uint16_t ring_slot;    /* its peer's ring entry (ring.h) + 1, counted in it; 0: none */
 	long peer_pid;         /* shm: the peer's process, for a lock it died holding (fabric.h) */
 	uint64_t peer_check_ns; /* orphan: when to look again whether that process exited */
 

@@ -190,6 +190,20 @@ static void fs_ring_reap(void)
 	}
 }
 
+/* S's peer's entry, found through the slot S counted itself in (no search
+ * on the ring path): NULL if none, or if the slot was reaped and reused. */
+static struct fs_ring_peer *fs_ring_of(const struct fs_stream *s)
+{
+	struct fs_ring_peer *p;
+
+	if (!s->ring_slot)
+		return NULL;
+	p = &fs_ring_peers[s->ring_slot - 1];
+	return p->state != FS_RING_FREE && p->pid == (pid_t)s->peer_pid && p->bell_port == ntohs(s->bell_addr.sin6_port)
+		       ? p
+		       : NULL;
+}
+
 static struct fs_ring_peer *fs_ring_find(pid_t pid, uint16_t port, bool add)
 {
 	struct fs_ring_peer *free_slot = NULL;
@@ -247,8 +261,8 @@ void fs_ring_prepare(struct fs_stream *s)
 	p = fs_ring_find(pid, port, true);
 	if (!p)
 		return; /* no room: datagrams */
-	if (!s->ring_held) {
-		s->ring_held = true;
+	if (!s->ring_slot) {
+		s->ring_slot = (uint16_t)(p - fs_ring_peers + 1);
 		p->streams++;
 	}
 	if (p->state != FS_RING_FREE)
@@ -341,7 +355,7 @@ bool fs_ring_peer(struct fs_stream *s)
 	if ((pid_t)s->peer_pid == fs_self_pid() && ntohs(s->bell_addr.sin6_port) == fs_ring_port) {
 		fd = fs_ring_fd(); /* a stream to ourselves */
 	} else {
-		p = fs_ring_used ? fs_ring_find((pid_t)s->peer_pid, ntohs(s->bell_addr.sin6_port), false) : NULL;
+		p = fs_ring_of(s);
 		if (!p)
 			return false;
 		if (p->state == FS_RING_PENDING)
@@ -363,10 +377,8 @@ void fs_ring_release(struct fs_stream *s)
 {
 	struct fs_ring_peer *p;
 
-	if (!s->ring_held)
-		return;
-	s->ring_held = false;
-	p = fs_ring_find((pid_t)s->peer_pid, ntohs(s->bell_addr.sin6_port), false);
+	p = fs_ring_of(s);
+	s->ring_slot = 0;
 	if (p && p->streams && !--p->streams)
 		fs_ring_peer_free(p); /* a server of short-lived clients must not keep their eventfds */
 }
