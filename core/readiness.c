@@ -132,14 +132,24 @@ static void fs_poll_kernel_set(struct pollfd *kset, const struct pollfd *fds, nf
 	}
 }
 
-/* Asks the kernel about KSET: without waiting while W spins or once it is
- * over, else for W's next slice, sleeping deeply on the engine's fd where
- * it can (fs_wait_deep_sleep). Returns the kernel's count, or -1 with
- * errno set. */
-static int fs_poll_kernel_wait(struct pollfd *kset, nfds_t nfds, struct fs_wait *w, const sigset_t *sigmask)
+/* Asks the kernel about KSET: without waiting on the FIRST round, while W
+ * spins or once it is over, else for W's next slice, sleeping deeply on
+ * the engine's fd where it can (fs_wait_deep_sleep). Returns the kernel's
+ * count, or -1 with errno set.
+ * The first round never sleeps because the offloaded sockets are looked
+ * at after the kernel (fs_poll_ours): bytes that arrived before this call
+ * and are still unread ring no doorbell, so a deep sleep taken before the
+ * first look lasted its whole FS_BELL_SLICE_MS with the socket readable.
+ * With FABSOCK_SPIN_US=0 (no spin: every round sleeps) that was every
+ * poll of a reader that reads less than is queued (libpq: 250 ms per
+ * 128 KiB, a psql download of 18 MB crawled at ~60 KB/s); with a spin,
+ * a waiter preempted past its short spin (FS_SLEEPY_SPIN_US) before its
+ * first round. */
+static int fs_poll_kernel_wait(struct pollfd *kset, nfds_t nfds, struct fs_wait *w, const sigset_t *sigmask,
+			       bool first)
 {
 	uint64_t now = fs_now_ns();
-	uint64_t ns = fs_wait_next(w, now) == FS_WAIT_SLEEP ? fs_wait_slice_ns(w, now) : 0;
+	uint64_t ns = !first && fs_wait_next(w, now) == FS_WAIT_SLEEP ? fs_wait_slice_ns(w, now) : 0;
 	struct timespec ts = fs_wait_timespec(ns);
 	bool slept = false;
 	int kready;
@@ -239,7 +249,7 @@ int fs_core_poll(struct pollfd *fds, nfds_t nfds, int64_t timeout_ns, const sigs
 			progressed = true;
 		}
 		fs_poll_kernel_set(kset, fds, nfds);
-		kready = fs_poll_kernel_wait(kset, nfds, &w, sigmask);
+		kready = fs_poll_kernel_wait(kset, nfds, &w, sigmask, first);
 		if (kready < 0) {
 			ret = -errno;
 			break;

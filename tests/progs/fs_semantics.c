@@ -20,6 +20,7 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -629,6 +630,83 @@ static int fionread_client(int fd)
 }
 
 /*
+ * poll_queued (libpq's read loop: psql's COPY ... TO STDOUT): the server
+ * sends 16 MiB in one blocking write after the client's 'g'; the client,
+ * nonblocking, reads at most 16 KiB at a time and calls poll(POLLIN)
+ * before every read, as libpq does while a message is incomplete, so that
+ * most polls start with bytes queued and unread. A poll with bytes queued
+ * (FIONREAD > 0 just before it) must return at once: more than
+ * POLL_QUEUED_SLOW_MAX of them taking POLL_QUEUED_SLOW_MS or more fails (a
+ * scheduling delay on a loaded host makes one slow now and then; the
+ * defect this catches made nearly all of them take 250 ms). The script runs
+ * it with FABSOCK_SPIN_US=0, where every wait sleeps from its first round.
+ */
+#define POLL_QUEUED_BYTES (16u << 20)
+#define POLL_QUEUED_PIECE (16u << 10)
+#define POLL_QUEUED_SLOW_MS 100.0
+#define POLL_QUEUED_SLOW_MAX 3
+
+static int poll_queued_server(int fd)
+{
+	return sem_send_stream(fd, 12, POLL_QUEUED_BYTES, true);
+}
+
+static int poll_queued_client(int fd)
+{
+	static unsigned char buffer[POLL_QUEUED_PIECE];
+	double start = harness_now_ms(), slowest = 0;
+	unsigned polls = 0, queued_polls = 0, slow = 0;
+	size_t got = 0;
+	int flags = fcntl(fd, F_GETFL);
+
+	if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0)
+		return harness_fail("fcntl(O_NONBLOCK): %s", strerror(errno));
+	if (harness_send_byte(fd, 'g') < 0)
+		return -1;
+	while (got < POLL_QUEUED_BYTES) {
+		int queued = 0, revents;
+		double before, took;
+		ssize_t n;
+
+		if (ioctl(fd, FIONREAD, &queued) < 0)
+			return harness_fail("ioctl(FIONREAD): %s", strerror(errno));
+		before = harness_now_ms();
+		revents = harness_wait_fd(fd, POLLIN, 10000);
+		took = harness_now_ms() - before;
+		polls++;
+		if (revents < 0)
+			return -1;
+		if (!(revents & POLLIN))
+			return harness_fail("poll returned revents 0x%x after %.0f ms with %zu of %u bytes read",
+					    (unsigned)revents, took, got, POLL_QUEUED_BYTES);
+		if (queued > 0) {
+			queued_polls++;
+			slowest = took > slowest ? took : slowest;
+			if (took >= POLL_QUEUED_SLOW_MS && ++slow > POLL_QUEUED_SLOW_MAX)
+				return harness_fail("%u polls with bytes queued took >= %.0f ms (the last %.0f ms, "
+						    "%d bytes queued before it); %zu of %u bytes read",
+						    slow, POLL_QUEUED_SLOW_MS, took, queued, got, POLL_QUEUED_BYTES);
+		}
+		n = recv(fd, buffer, sizeof(buffer), 0);
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			continue; /* poll may say readable for an end that is not there yet */
+		if (n <= 0)
+			return harness_fail("recv returned %zd (%s) after %zu bytes", n, n < 0 ? strerror(errno) : "EOF",
+					    got);
+		if (harness_pattern_check(12, got, buffer, (size_t)n, "data") < 0)
+			return -1;
+		got += (size_t)n;
+	}
+	harness_info("%u polls, %u with bytes queued (slowest %.1f ms, %u >= %.0f ms), %u bytes in %.0f ms", polls,
+		     queued_polls, slowest, slow, POLL_QUEUED_SLOW_MS, POLL_QUEUED_BYTES, harness_now_ms() - start);
+	if (queued_polls < 16)
+		return harness_fail("only %u polls started with bytes queued: the scenario tested nothing", queued_polls);
+	if (fcntl(fd, F_SETFL, flags) < 0)
+		return harness_fail("fcntl(blocking): %s", strerror(errno));
+	return harness_finish_client(fd);
+}
+
+/*
  * peer_kill: after a 'x'/'y' exchange the server prints `ready` and sleeps;
  * the client prints `waiting` and blocks in recv. The script kill -9's the
  * server; the client's recv must return 0 or -1 ECONNRESET (the script bounds
@@ -800,6 +878,7 @@ static const struct harness_scenario scenarios[] = {
 	{ "peer_kill_rev", peer_kill_rev_server, peer_kill_rev_client, 0 },
 	{ "read_write", read_write_server, read_write_client, 0 },
 	{ "getpeername", getpeername_server, getpeername_client, 0 },
+	{ "poll_queued", poll_queued_server, poll_queued_client, 0 },
 };
 
 int main(int argc, char **argv)

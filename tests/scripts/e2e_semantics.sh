@@ -6,7 +6,7 @@
 # with the same expectations. fs_semantics holds one semantic each
 # (partial_read, peek, waitall, dontwait, eof_after_data, shutdown_wr,
 # epipe_nosignal, sigpipe, rcvtimeo, sndtimeo, so_error, iov, fionread,
-# peer_kill, peer_kill_rev, read_write, getpeername). A scenario passes when
+# peer_kill, peer_kill_rev, read_write, getpeername, poll_queued). A scenario passes when
 # both processes exit 0, each prints `PASS <scenario>` and no FAIL line; in
 # fabsock mode each process's exit stats line (`fabsock[PID]: warn: stats:
 # offloaded=N ...`) must also show N equal to the `connections=N` it reports,
@@ -101,6 +101,9 @@ run_scenario() { # MODE SCENARIO
 	# enough on a loaded 2-core machine (seen with sanitizer runs beside),
 	# and these scenarios test semantics, not that race (as e2e_evloop)
 	[ "$mode" = fabsock ] && prefix+=(FABSOCK_FIRST_SEND_WAIT_MS=500)
+	# no spin: every wait sleeps from its first round, where a poll that
+	# slept before its first look missed bytes queued before it (fs_semantics.c)
+	[ "$mode" = fabsock ] && [ "$scenario" = poll_queued ] && prefix+=(FABSOCK_SPIN_US=0)
 	# the writer may not wait out the late reader (fs_semantics_lifecycle.c)
 	[ "$scenario" = close_exit_late ] && prefix+=(FABSOCK_LINGER_SEC=1)
 	# the connecting thread holds its socket through the handshake while
