@@ -9,10 +9,12 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/tcp.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -697,6 +699,28 @@ int harness_scenario_connect(void)
 }
 
 /* The server's side: listen, print the port, accept the first connection. */
+/* `tcp_info bytes_acked=A bytes_received=R bytes_retrans=X` for the
+ * server's connection FD at the end of its scenario, from the kernel's
+ * TCP_INFO: A + R are the payload bytes of both directions counted once
+ * each (sequence space: a peer's FIN counts 1, a retransmission nothing),
+ * the exact figure a test compares where the segments counted on the wire
+ * (an nftables counter, which sees every retransmission again) are not
+ * (e2e_semantics.sh, the hand-back scenarios). Nothing on a kernel without
+ * the fields, or when FD is no TCP socket now. */
+static void harness_print_tcp_info(int fd)
+{
+	struct tcp_info info;
+	socklen_t length = sizeof(info);
+
+	memset(&info, 0, sizeof(info));
+	if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &length) != 0 ||
+	    length < offsetof(struct tcp_info, tcpi_bytes_retrans) + sizeof(info.tcpi_bytes_retrans))
+		return;
+	printf("tcp_info bytes_acked=%llu bytes_received=%llu bytes_retrans=%llu\n", (unsigned long long)info.tcpi_bytes_acked,
+	       (unsigned long long)info.tcpi_bytes_received, (unsigned long long)info.tcpi_bytes_retrans);
+	fflush(stdout);
+}
+
 static int harness_scenario_serve(const struct harness_scenario *scenario, const char *port)
 {
 	bool nonblocking = scenario_program->nonblocking;
@@ -720,8 +744,11 @@ static int harness_scenario_serve(const struct harness_scenario *scenario, const
 		return -1;
 	}
 	int result = scenario->server(fd);
-	if (!(scenario->flags & HARNESS_SERVER_CLOSES_FD))
+	if (!(scenario->flags & HARNESS_SERVER_CLOSES_FD)) {
+		if (result == 0)
+			harness_print_tcp_info(fd);
 		close(fd);
+	}
 	return result;
 }
 

@@ -376,7 +376,7 @@ fs_tcp_proof() {
 	fs_tcp_count_stop
 	[ "$connections" -ge 1 ] 2>/dev/null || { connections=1 made=0; }
 	fs_log "$label: TCP carried $pl payload bytes in $p segments, besides $hs handshake segments ($hsb bytes, $connections connections)"
-	FS_TCP_PAYLOAD=$pl
+	FS_TCP_PAYLOAD=$pl FS_TCP_HS_BYTES=$hsb
 	# a connection's handshake segments always pass the hook: none counted
 	# means a counter on the wrong port, or none at all, proving nothing
 	[ "$p" -gt 0 ] || [ "$made" = 0 ] || { fs_fail "$label: the TCP counter saw no segment on the port: it proves nothing"; return 0; }
