@@ -589,6 +589,7 @@ struct fs_listener *fs_listener_open(int fd)
 	l = fs_listener_reopen(&ss, len, reuseport != 0);
 	pthread_mutex_unlock(&fs_listeners_lock);
 	if (l) {
+		l->app_fd = fd;
 		fs_service_kick(); /* polls the twin if it is bound again */
 		fs_twin_timer_arm(l->twin_retry_ns);
 		fs_records_publish(&l->rec, fd, l->port); /* a new socket: a new inode */
@@ -599,6 +600,7 @@ struct fs_listener *fs_listener_open(int fd)
 		return NULL;
 	l->udp_fd = -1;
 	l->table_fd = -1;
+	l->app_fd = fd;
 	memcpy(&l->addr, &ss, len);
 	l->addrlen = len;
 	l->v6only = v6only;
@@ -760,6 +762,7 @@ void fs_listener_unsettled(struct fs_listener *l, bool more)
 void fs_listener_accepting(struct fs_listener *l)
 {
 	fs_records_accepting(&l->rec);
+	fs_listeners_accepted(l);
 }
 
 bool fs_listener_has_twin(struct fs_listener *l)
@@ -959,8 +962,10 @@ void fs_listener_drain(struct fs_listener *l)
 
 void fs_listeners_after_fork(void)
 {
-	/* The parent's listeners stay the parent's to answer. */
+	/* The parent's listeners stay the parent's to answer; the ones whose
+	 * socket this child holds are still its own to accept from. */
 	pthread_mutex_init(&fs_listeners_lock, NULL);
+	fs_listeners_inherit(fs_service_listeners);
 	fs_service_listeners = NULL;
 	fs_twin_after_fork();
 }

@@ -76,9 +76,11 @@ bool fs_listener_has_twin(struct fs_listener *l);
  * only one there. Returns how many did. Closing APP_FD lets them try again
  * (fs_listeners_fd_closed). */
 int fs_listeners_yield(uint16_t port, int app_fd);
-/* Whether a listener of this process (not one inherited from a parent)
- * listens where PEER points: its port, and its address or a wildcard one.
- * A client connected to it stays on TCP (fs_sock_after_connect). */
+/* Whether a listener of this process, or one inherited from a parent whose
+ * socket this process still holds and has accepted from (a prefork
+ * worker's), listens where PEER points: its port, and its address or a
+ * wildcard one. A client connected to it stays on TCP
+ * (fs_sock_after_connect). */
 bool fs_listeners_own(const struct sockaddr *peer);
 /* Such a client, whose local address is LOCAL, is noted; the server end
  * asks whether the client at ADDR/PORT is one (it sends no HELLO). */

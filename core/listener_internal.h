@@ -66,6 +66,10 @@ struct fs_listener {
 	int unsettled; /* accepted with the twin bound, still SERVER_PENDING (atomic) */
 	int refs;
 	pid_t pid; /* the process whose service thread watches udp_fd */
+	/* the application's listening socket (its latest, for a reopened
+	 * listener): a forked child that still holds it there listens too
+	 * (fs_listeners_inherit) */
+	int app_fd;
 	struct fs_probe_table *table;
 	bool shared_table; /* named: see fs_probe_table_shared */
 	char table_path[96];
@@ -80,6 +84,13 @@ struct fs_listener {
 	struct fs_record_pub rec;
 	struct fs_listener *next;
 };
+
+/* A forked child notes the listeners its parent had, from the parent's list
+ * as the child sees it (fs_listeners_after_fork, before dropping it). */
+void fs_listeners_inherit(const struct fs_listener *parents);
+/* This process accepted a connection from L: if L is inherited, its
+ * connections to L stay on TCP from now on (fs_listeners_own). */
+void fs_listeners_accepted(const struct fs_listener *l);
 
 /* The listeners whose twins the service thread polls (fs_listeners_fds),
  * newest first. Lock order: the service thread takes fs_listeners_lock

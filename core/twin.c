@@ -17,7 +17,9 @@
 #include <unistd.h>
 
 #include "config/log.h"
+#include "core/fdtable.h"
 #include "core/service.h"
+#include "core/sock.h"
 #include "core/stats.h"
 #include "core/udp.h"
 #include "core/util.h"
@@ -299,13 +301,82 @@ static bool fs_key_wildcard(const uint8_t a[16])
 	return memcmp(a, any6, 16) == 0 || memcmp(a, any4, 16) == 0;
 }
 
+/* Listening sockets a forked child inherited (a prefork worker's, sharing
+ * its parent's): the parent's service thread answers their probes, but a
+ * worker accepts from them too, so a connection of the worker to one of
+ * them may wait in the queue for the worker itself, as for its own
+ * listener: one that writes more than the pre-ACK hold before it accepts
+ * waited for itself for ever. An entry counts once this process has
+ * accepted from it (fs_listeners_accepted): a child that only connects
+ * (a test's clients forked after listen(), holding the socket unused)
+ * still offloads, since another process accepts. Kept by value: the child
+ * may close the socket, and the parent's listener record (the child's
+ * copy) goes with it; an entry counts only while its descriptor still
+ * holds a listening socket with that record. At most FS_INHERITED_MAX
+ * (further ones are not noted: their connections may wait, as before).
+ * Filled only after a fork, in the single-threaded child; read and marked
+ * under fs_listeners_lock. */
+#define FS_INHERITED_MAX 32
+static struct {
+	const void *listener; /* compared, never dereferenced */
+	int fd;
+	uint16_t port;
+	bool accepting; /* this process accepted from it */
+	uint8_t addr[16];
+} fs_inherited[FS_INHERITED_MAX];
+static unsigned fs_inherited_n;
+
+/* Whether entry I's descriptor still holds the listening socket it named. */
+static bool fs_inherited_holds(unsigned i)
+{
+	struct fs_sock *s = fs_fdt_peek(fs_inherited[i].fd);
+
+	return s && s != FS_SOCK_INTERNAL && fs_sock_state(s) == FS_SOCK_LISTENING &&
+	       (const void *)s->listener == fs_inherited[i].listener;
+}
+
+void fs_listeners_inherit(const struct fs_listener *parents)
+{
+	unsigned kept = 0;
+
+	/* a grandchild holds what its parent inherited, while it still does */
+	for (unsigned i = 0; i < fs_inherited_n; i++)
+		if (fs_inherited_holds(i))
+			fs_inherited[kept++] = fs_inherited[i];
+	for (const struct fs_listener *l = parents; l && kept < FS_INHERITED_MAX; l = l->next) {
+		uint16_t port;
+
+		if (__atomic_load_n(&l->closed, __ATOMIC_ACQUIRE) || l->app_fd < 0)
+			continue;
+		fs_inherited[kept].listener = l;
+		fs_inherited[kept].fd = l->app_fd;
+		fs_inherited[kept].accepting = false;
+		fs_sockaddr_key((const struct sockaddr *)&l->addr, fs_inherited[kept].addr, &port);
+		fs_inherited[kept].port = l->port;
+		if (fs_inherited_holds(kept))
+			kept++;
+	}
+	__atomic_store_n(&fs_inherited_n, kept, __ATOMIC_RELEASE);
+}
+
+void fs_listeners_accepted(const struct fs_listener *l)
+{
+	if (!__atomic_load_n(&fs_inherited_n, __ATOMIC_ACQUIRE) || l->pid == fs_self_pid())
+		return; /* our own listener: fs_listeners_own knows it */
+	pthread_mutex_lock(&fs_listeners_lock);
+	for (unsigned i = 0; i < fs_inherited_n; i++)
+		if (fs_inherited[i].listener == (const void *)l)
+			fs_inherited[i].accepting = true;
+	pthread_mutex_unlock(&fs_listeners_lock);
+}
+
 bool fs_listeners_own(const struct sockaddr *peer)
 {
 	uint8_t want[16], have[16];
 	uint16_t port, lport;
 	bool own = false;
 
-	if (!__atomic_load_n(&fs_service_listeners, __ATOMIC_ACQUIRE))
+	if (!__atomic_load_n(&fs_service_listeners, __ATOMIC_ACQUIRE) && !__atomic_load_n(&fs_inherited_n, __ATOMIC_ACQUIRE))
 		return false; /* a process that listens on nothing: no lock */
 	fs_sockaddr_key(peer, want, &port);
 	pthread_mutex_lock(&fs_listeners_lock);
@@ -315,6 +386,9 @@ bool fs_listeners_own(const struct sockaddr *peer)
 		fs_sockaddr_key((const struct sockaddr *)&l->addr, have, &lport);
 		own = fs_key_wildcard(have) || memcmp(have, want, 16) == 0;
 	}
+	for (unsigned i = 0; i < fs_inherited_n && !own; i++)
+		own = fs_inherited[i].port == port && fs_inherited[i].accepting && fs_inherited_holds(i) &&
+		      (fs_key_wildcard(fs_inherited[i].addr) || memcmp(fs_inherited[i].addr, want, 16) == 0);
 	pthread_mutex_unlock(&fs_listeners_lock);
 	return own;
 }

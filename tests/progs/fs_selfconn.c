@@ -12,7 +12,8 @@
  * peer_late is the same question between two processes: a forked server
  * accepts only once the client says it sent. With an empty HELLO (the
  * provider failing to open) the client's sends waited for the server's NAK,
- * so for the server's first read, and here for ever.
+ * so for the server's first read, and here for ever. prefork_1m is a
+ * prefork worker connecting to the listener it shares with its parent.
  *
  * Usage: fs_selfconn list | fs_selfconn SCENARIO. One scenario per process,
  * under a watchdog; every byte is a pattern checked where it lands, every
@@ -456,6 +457,80 @@ out:
 	return ret;
 }
 
+/* The worker of prefork_1m: LFD is its parent's listening socket. */
+static int sc_prefork_worker(int lfd, const char *port)
+{
+	struct sc_pair p = { .lfd = -1, .cfd = -1, .afd = -1 };
+	char *buf = malloc(SC_MIB);
+	int ret = -1, warm;
+	ssize_t n;
+
+	/* the worker's first connection, accepted by itself: it serves */
+	warm = sc_connect(port, 0);
+	if (!buf || warm < 0 || harness_send_byte(warm, 'w') < 0)
+		goto out;
+	p.lfd = lfd;
+	if (sc_accept(&p) || harness_expect_byte(p.afd, 'w') < 0)
+		goto out;
+	close(p.afd);
+	p.afd = -1;
+	close(warm);
+	warm = -1;
+	/* then one it writes 1 MiB on before it accepts it */
+	p.cfd = sc_connect(port, 0);
+	if (p.cfd < 0)
+		goto out;
+	harness_pattern_fill(9, 0, buf, SC_MIB);
+	n = send(p.cfd, buf, SC_MIB, MSG_NOSIGNAL);
+	if (n != (ssize_t)SC_MIB) {
+		harness_fail("worker: blocking send of 1 MiB before accept returned %zd (%s)", n,
+			     n < 0 ? strerror(errno) : "");
+		goto out;
+	}
+	if (sc_accept(&p) || harness_recv_pattern(p.afd, 9, 0, SC_MIB, "worker reads what it sent before accept") ||
+	    harness_send_pattern(p.afd, 10, 0, SC_MIB) ||
+	    harness_recv_pattern(p.cfd, 10, 0, SC_MIB, "worker's client reads the answer") || shutdown(p.cfd, SHUT_WR) ||
+	    harness_expect_eof(p.afd))
+		goto out;
+	ret = 0;
+out:
+	if (warm >= 0)
+		close(warm);
+	p.lfd = -1; /* the parent's, closed at exit */
+	sc_close(&p);
+	free(buf);
+	return ret;
+}
+
+/* prefork_1m: a prefork server's worker connecting to the listener it
+ * shares with its parent (which never accepts): after serving a first
+ * connection of its own, it writes 1 MiB on a second one before accepting
+ * it, as a worker proxying to its own server may. The kernel buffers it;
+ * under fabsock the worker waited for a HELLO-ACK only its own accept()
+ * could bring. */
+static int sc_prefork_1m(void)
+{
+	char port[16];
+	int lfd = sc_listen(port, sizeof(port));
+	pid_t pid;
+
+	if (lfd < 0)
+		return -1;
+	pid = fork();
+	if (pid < 0)
+		return harness_fail("fork: %s", strerror(errno));
+	if (pid == 0) {
+		/* its own watchdog (alarms are not inherited): a hung worker
+		 * must not outlive the test */
+		harness_watchdog_start(SC_WATCHDOG_S - 5, NULL);
+		_exit(sc_prefork_worker(lfd, port) || harness_failures() ? 1 : 0);
+	}
+	if (harness_wait_child(pid, "the worker", 0))
+		return -1;
+	close(lfd);
+	return 0;
+}
+
 static const struct {
 	const char *name;
 	int (*run)(void);
@@ -463,7 +538,7 @@ static const struct {
 	{ "blocking_100", sc_blocking_100 },   { "blocking_1m", sc_blocking_1m },
 	{ "accept_later", sc_accept_later },   { "nonblocking_100", sc_nonblocking_100 },
 	{ "nonblocking_4m", sc_nonblocking_4m }, { "echo", sc_echo },
-	{ "peer_late", sc_peer_late },
+	{ "peer_late", sc_peer_late },     { "prefork_1m", sc_prefork_1m },
 };
 
 int main(int argc, char **argv)
