@@ -52,7 +52,7 @@
  * first time) before it can send the HELLO. */
 #define FS_HELLO_MARGIN_MS 3000ull
 
-static bool fs_addr_is_loopback(const uint8_t a[16])
+bool fs_negotiate_loopback(const uint8_t a[16])
 {
 	static const uint8_t v6_loop[16] = { [15] = 1 };
 	static const uint8_t v4_mapped[12] = { [10] = 0xff, [11] = 0xff };
@@ -70,7 +70,7 @@ unsigned fs_negotiate_pick_provider(const struct sockaddr *local, const struct s
 	fs_sockaddr_key(local, la, &lp);
 	fs_sockaddr_key(peer, pa, &pp);
 	*why = NULL;
-	if (fs_addr_is_loopback(pa) || memcmp(la, pa, 16) == 0) {
+	if (fs_negotiate_loopback(pa) || memcmp(la, pa, 16) == 0) {
 		if (fs_params.shm)
 			return FS_PROV_SHM;
 		if (named != FS_PROV_NONE)
@@ -105,7 +105,7 @@ static bool fs_negotiate_provider_allowed(const struct sockaddr *local, const st
 	fs_sockaddr_key(local, la, &lp);
 	fs_sockaddr_key(peer, pa, &pp);
 	if (provider == FS_PROV_SHM)
-		return fs_params.shm && (fs_addr_is_loopback(pa) || memcmp(la, pa, 16) == 0);
+		return fs_params.shm && (fs_negotiate_loopback(pa) || memcmp(la, pa, 16) == 0);
 	if (named != FS_PROV_NONE || fs_params.provider[0])
 		return provider == named;
 	return provider == FS_PROV_EFA && fs_fabric_host_has_efa();
