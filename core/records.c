@@ -279,6 +279,9 @@ static void fs_rec_read_listening(const char *path, struct fs_rec_listening *l)
 			l->complete = false;
 		return;
 	}
+	/* stdio reads /proc in 1 KiB pieces: a host with thousands of
+	 * connections (TIME_WAIT included) made a sweep thousands of reads */
+	setvbuf(f, NULL, _IOFBF, 64 << 10);
 	if (!fgets(line, sizeof(line), f)) /* the header */
 		l->complete = false;
 	while (fgets(line, sizeof(line), f)) {

@@ -800,7 +800,8 @@ plain:
 	return 0;
 }
 
-void fs_core_accepted(struct fs_sock *ls, int newfd, int flags)
+void fs_core_accepted(struct fs_sock *ls, int newfd, int flags, const struct sockaddr *addr, const socklen_t *len,
+		      socklen_t room)
 {
 	struct fs_sock *s, *old;
 
@@ -811,6 +812,13 @@ void fs_core_accepted(struct fs_sock *ls, int newfd, int flags)
 		return;
 	fs_sock_set_state(s, FS_SOCK_SERVER_PENDING);
 	s->neg->accepted_ns = fs_now_ns();
+	/* (only a whole address of the listener's family: a truncated one,
+	 * *LEN > ROOM, is not the client's) */
+	if (addr && len && *len <= room && *len <= sizeof(s->neg->accepted_peer) && *len >= sizeof(sa_family_t) &&
+	    addr->sa_family == ls->family) {
+		memcpy(&s->neg->accepted_peer, addr, *len);
+		s->neg->accepted_len = *len;
+	}
 	s->nonblock = (flags & SOCK_NONBLOCK) != 0;
 	s->local_port = ls->local_port;
 	/* A listener without its twin (the application holds the UDP port)
