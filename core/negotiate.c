@@ -52,7 +52,7 @@
  * first time) before it can send the HELLO. */
 #define FS_HELLO_MARGIN_MS 3000ull
 
-static bool fs_addr_is_loopback(const uint8_t a[16])
+bool fs_negotiate_loopback(const uint8_t a[16])
 {
 	static const uint8_t v6_loop[16] = { [15] = 1 };
 	static const uint8_t v4_mapped[12] = { [10] = 0xff, [11] = 0xff };
@@ -70,7 +70,7 @@ unsigned fs_negotiate_pick_provider(const struct sockaddr *local, const struct s
 	fs_sockaddr_key(local, la, &lp);
 	fs_sockaddr_key(peer, pa, &pp);
 	*why = NULL;
-	if (fs_addr_is_loopback(pa) || memcmp(la, pa, 16) == 0) {
+	if (fs_negotiate_loopback(pa) || memcmp(la, pa, 16) == 0) {
 		if (fs_params.shm)
 			return FS_PROV_SHM;
 		if (named != FS_PROV_NONE)
@@ -105,7 +105,7 @@ static bool fs_negotiate_provider_allowed(const struct sockaddr *local, const st
 	fs_sockaddr_key(local, la, &lp);
 	fs_sockaddr_key(peer, pa, &pp);
 	if (provider == FS_PROV_SHM)
-		return fs_params.shm && (fs_addr_is_loopback(pa) || memcmp(la, pa, 16) == 0);
+		return fs_params.shm && (fs_negotiate_loopback(pa) || memcmp(la, pa, 16) == 0);
 	if (named != FS_PROV_NONE || fs_params.provider[0])
 		return provider == named;
 	return provider == FS_PROV_EFA && fs_fabric_host_has_efa();
@@ -895,8 +895,13 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 	uint8_t addr[16];
 	uint16_t port;
 	uint64_t wait_end_ns = 0;
+	short seen = POLLRDHUP; /* what the last readable poll said (unknown: as if closed) */
 
-	if (fs_real.getpeername(s->fd, (struct sockaddr *)&peer, &plen)) {
+	if (s->neg->accepted_len) {
+		/* what accept() returned: the same answer without a system call
+		 * (a client gone meanwhile shows in the poll and peek below) */
+		memcpy(&peer, &s->neg->accepted_peer, s->neg->accepted_len);
+	} else if (fs_real.getpeername(s->fd, (struct sockaddr *)&peer, &plen)) {
 		FS_STAT_INC(fallback_peer_closed); /* gone already (ENOTCONN) */
 		return fs_kernel(s, "not connected");
 	}
@@ -933,7 +938,7 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 		return fs_kernel(s, "no probe record (accepted before exec(), or a listener without a probe twin)");
 	}
 	for (;;) {
-		struct pollfd p = { .fd = s->fd, .events = POLLIN };
+		struct pollfd p = { .fd = s->fd, .events = POLLIN | POLLRDHUP };
 		bool readable;
 
 		fs_listener_drain(s->listener);
@@ -950,6 +955,7 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 		/* No record yet. Bytes from the client, or the application
 		 * speaking first, settle it as TCP, unless a "yes" beats us. */
 		readable = fs_real.poll(&p, 1, 0) > 0;
+		seen = readable ? p.revents : POLLRDHUP;
 		if (for_send && !readable && !wait_end_ns && fs_params.first_send_wait_ms &&
 		    fs_client_other_user(s, (struct sockaddr *)&peer, addr, port))
 			other_user = true; /* no probe is coming: do not wait for one */
@@ -991,7 +997,10 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 		 * came, and that is not a connection lost to TCP. */
 		char byte;
 
-		if (fs_real.recv(s->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0) {
+		/* (the peek only when the poll saw the client's FIN or a hang-up:
+		 * bytes without either are a plain client's, one system call
+		 * less on every connection that stays on TCP) */
+		if ((seen & (POLLRDHUP | POLLHUP | POLLERR)) && fs_real.recv(s->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0) {
 			FS_STAT_INC(fallback_peer_closed);
 			return fs_kernel(s, "the client closed before negotiating");
 		}

@@ -32,6 +32,9 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns);
  * the fallback counter to bump in *REASON (an offset into fs_stats). */
 unsigned fs_negotiate_pick_provider(const struct sockaddr *local, const struct sockaddr *peer,
 				    const char **why);
+/* Whether the 16-byte address key A (fs_sockaddr_key) is a loopback address
+ * (::1, or 127.0.0.0/8 as v4-mapped): on this host whatever the local one. */
+bool fs_negotiate_loopback(const uint8_t a[16]);
 
 /* A server connection left to TCP while its client may still send a HELLO
  * (s->strip_hello): waits for the first bytes until DEADLINE_NS (0: as the

@@ -68,6 +68,7 @@ struct fs_rec_file {
 static pthread_mutex_t fs_records_lock = PTHREAD_MUTEX_INITIALIZER;
 static int fs_rec_dir_fd = -1; /* internal */
 static uint32_t fs_rec_dir_uid = FS_REC_ANY_UID;
+static uint32_t fs_rec_dir_gen; /* counts the openings of fs_rec_dir_fd: the client's cache is per opening */
 static uint32_t fs_rec_bad_uid = FS_REC_ANY_UID; /* its directory was not ours: not tried again */
 static struct fs_record_pub *fs_records_list;
 static uint64_t fs_records_forks;
@@ -149,6 +150,7 @@ static int fs_rec_dir(uint32_t uid, bool create)
 		return -EMFILE;
 	fs_rec_dir_fd = fd;
 	fs_rec_dir_uid = uid;
+	fs_rec_dir_gen++;
 	return fd;
 bad:
 	FS_WARN("listener records: %s is not a private directory of user %u (%s); connections probe as without records",
@@ -277,6 +279,9 @@ static void fs_rec_read_listening(const char *path, struct fs_rec_listening *l)
 			l->complete = false;
 		return;
 	}
+	/* stdio reads /proc in 1 KiB pieces: a host with thousands of
+	 * connections (TIME_WAIT included) made a sweep thousands of reads */
+	setvbuf(f, NULL, _IOFBF, 64 << 10);
 	if (!fgets(line, sizeof(line), f)) /* the header */
 		l->complete = false;
 	while (fgets(line, sizeof(line), f)) {
@@ -639,26 +644,142 @@ void fs_records_after_fork(void)
 
 /* ---- the client's question ---------------------------------------------- */
 
+/*
+ * The client's cache of its last answers, one entry per port (modulo
+ * FS_REC_CACHE): a connection per request to one port would otherwise pay
+ * open, fstat, flock, pread and close (or an open that fails and the
+ * directory's fstat) every time, each a few microseconds on a VM. An entry
+ * is checked with one system call and trusted only while what it was read
+ * from is unchanged:
+ *   - a file's answer: fstatat of the name gives the same inode, size,
+ *     owner, mode, mtime and ctime (every write of a slot is a pwrite, which
+ *     moves both);
+ *   - "no file": the directory's fstat gives the same mtime and ctime (a
+ *     file made or removed in it moves both) and a link count (not removed).
+ * The kernel stamps those times from a clock that may lag by a tick, so a
+ * change in the same tick as the stamp we keep would not show: an entry is
+ * kept only when the stamp is older than FS_REC_CACHE_STAMP_NS before the
+ * look began, and any later change then stamps a newer time. Only hints
+ * live here (a PRESENT answer still probes, and the listener checks the
+ * probe's owner); the same checks as an uncached look (our directory, our
+ * file of the exact size, mode 0600) hold for what it compares.
+ */
+#define FS_REC_CACHE 64
+#define FS_REC_CACHE_STAMP_NS 50000000ll
+
+struct fs_rec_cached {
+	uint32_t gen; /* fs_rec_dir_gen when read; 0: empty */
+	uint32_t uid;
+	uint16_t port;
+	bool absent; /* no file: stamps are the directory's */
+	uint8_t hint;
+	uint64_t ino;
+	int64_t size;
+	struct timespec mtim, ctim;
+};
+static struct fs_rec_cached fs_rec_cache[FS_REC_CACHE]; /* fs_records_lock */
+
+static int64_t fs_rec_ts_ns(const struct timespec *t)
+{
+	return (int64_t)t->tv_sec * 1000000000ll + t->tv_nsec;
+}
+
+static int64_t fs_rec_real_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return fs_rec_ts_ns(&ts);
+}
+
+static bool fs_rec_same_stamps(const struct fs_rec_cached *c, const struct stat *st)
+{
+	return c->ino == (uint64_t)st->st_ino && c->size == (int64_t)st->st_size &&
+	       fs_rec_ts_ns(&c->mtim) == fs_rec_ts_ns(&st->st_mtim) && fs_rec_ts_ns(&c->ctim) == fs_rec_ts_ns(&st->st_ctim);
+}
+
+/* Keeps ANSWER for PORT, read from ST (the file's, or the directory's when
+ * ABSENT) in a look that began at BEGAN_NS (CLOCK_REALTIME), if its stamps
+ * are old enough to show any later change. fs_records_lock held. */
+static void fs_rec_cache_put(uint16_t port, uint32_t uid, bool absent, enum fs_record_hint answer, const struct stat *st,
+			     int64_t began_ns)
+{
+	struct fs_rec_cached *c = &fs_rec_cache[port % FS_REC_CACHE];
+
+	c->gen = 0;
+	if (fs_rec_ts_ns(&st->st_mtim) > began_ns - FS_REC_CACHE_STAMP_NS ||
+	    fs_rec_ts_ns(&st->st_ctim) > began_ns - FS_REC_CACHE_STAMP_NS)
+		return;
+	c->uid = uid;
+	c->port = port;
+	c->absent = absent;
+	c->hint = (uint8_t)answer;
+	c->ino = (uint64_t)st->st_ino;
+	c->size = (int64_t)st->st_size;
+	c->mtim = st->st_mtim;
+	c->ctim = st->st_ctim;
+	c->gen = fs_rec_dir_gen;
+}
+
+/* The cached answer for PORT if what it was read from is unchanged (one
+ * fstat or fstatat of DFD), else FS_RECORD_UNKNOWN. fs_records_lock held. */
+static enum fs_record_hint fs_rec_cache_get(int dfd, uint16_t port, uint32_t uid, const char *name)
+{
+	struct fs_rec_cached *c = &fs_rec_cache[port % FS_REC_CACHE];
+	struct stat st;
+
+	if (!c->gen || c->gen != fs_rec_dir_gen || c->port != port || c->uid != uid)
+		return FS_RECORD_UNKNOWN;
+	if (c->absent) {
+		if (fstat(dfd, &st) == 0 && st.st_nlink > 0 && fs_rec_same_stamps(c, &st))
+			return (enum fs_record_hint)c->hint;
+	} else if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) && st.st_uid == uid &&
+		   !(st.st_mode & 077) && fs_rec_same_stamps(c, &st)) {
+		return (enum fs_record_hint)c->hint;
+	}
+	c->gen = 0;
+	return FS_RECORD_UNKNOWN;
+}
+
 enum fs_record_hint fs_records_lookup(uint16_t port)
 {
+	enum fs_record_hint answer = FS_RECORD_NONE;
 	struct fs_rec_file f;
-	struct stat st;
+	struct stat st, dst;
 	uint32_t uid;
 	char name[32];
 	int dfd, fd;
-	bool any = false;
+	int64_t began_ns;
+	uint32_t gen;
 
 	if (!fs_params.records)
 		return FS_RECORD_UNKNOWN;
 	uid = (uint32_t)geteuid();
 	fs_rec_name(name, sizeof(name), port);
 	fs_lock(&fs_records_lock);
+	dfd = fs_rec_dir(uid, false);
+	if (dfd >= 0 && (answer = fs_rec_cache_get(dfd, port, uid, name)) != FS_RECORD_UNKNOWN) {
+		pthread_mutex_unlock(&fs_records_lock);
+		FS_STAT_INC(records_cached);
+		return answer;
+	}
+	began_ns = fs_rec_real_ns();
 	for (int tries = 0; tries < 2; tries++) {
 		dfd = fs_rec_dir(uid, false);
 		fd = dfd >= 0 ? openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK) : -1;
-		if (fd >= 0 || dfd < 0 || errno != ENOENT || !fs_rec_dir_gone())
+		if (fd >= 0 || dfd < 0 || errno != ENOENT)
+			break;
+		/* no file: unless the directory itself was removed (rm -rf of
+		 * /dev/shm/fabsock-*: look again in the new one), that is the
+		 * answer, kept while the directory does not change */
+		if (fstat(dfd, &dst) == 0 && dst.st_nlink > 0) {
+			fs_rec_cache_put(port, uid, true, FS_RECORD_NONE, &dst, began_ns);
+			break;
+		}
+		if (!fs_rec_dir_gone())
 			break;
 	}
+	gen = fs_rec_dir_gen;
 	pthread_mutex_unlock(&fs_records_lock);
 	if (dfd == -ENOENT)
 		return FS_RECORD_NONE; /* no listener of this user published anything */
@@ -680,16 +801,26 @@ enum fs_record_hint fs_records_lookup(uint16_t port)
 		return FS_RECORD_UNKNOWN;
 	}
 	fs_rec_close(fd);
+	answer = FS_RECORD_NONE;
 	for (int i = 0; i < FS_REC_SLOTS; i++) {
 		const struct fs_rec_slot *s = &f.slot[i];
 
 		if (!s->inode)
 			continue;
-		any = true;
-		if ((s->flags & FS_REC_OFFLOAD) && (s->serve_uid == uid || s->serve_uid == FS_REC_ANY_UID))
-			return FS_RECORD_PRESENT;
+		if (answer == FS_RECORD_NONE)
+			answer = FS_RECORD_REFUSES;
+		if ((s->flags & FS_REC_OFFLOAD) && (s->serve_uid == uid || s->serve_uid == FS_REC_ANY_UID)) {
+			answer = FS_RECORD_PRESENT;
+			break;
+		}
 	}
-	return any ? FS_RECORD_REFUSES : FS_RECORD_NONE;
+	/* (ST was taken before the read: a write between them moved the
+	 * stamps past it, so the next look reads again) */
+	fs_lock(&fs_records_lock);
+	if (fs_rec_dir_gen == gen && fs_rec_dir_uid == uid)
+		fs_rec_cache_put(port, uid, false, answer, &st, began_ns);
+	pthread_mutex_unlock(&fs_records_lock);
+	return answer;
 }
 
 void fs_records_sweep_port(uint16_t port)

@@ -577,6 +577,7 @@ static void fs_sock_after_connect(struct fs_sock *s, bool wait_here)
 	enum fs_record_hint hint = FS_RECORD_UNKNOWN;
 	uint16_t port;
 	uint8_t key[16];
+	bool loopback;
 
 	fs_sockaddr_key(addr, key, &port);
 	rule = fs_rules_match(&fs_rules_global, FS_SIDE_CLIENT, addr, port);
@@ -585,11 +586,14 @@ static void fs_sock_after_connect(struct fs_sock *s, bool wait_here)
 		why = "a FABSOCK_RULES rule says kernel";
 		goto kernel;
 	}
-	if (fs_real.getsockname(s->fd, (struct sockaddr *)&local, &llen)) {
+	/* A loopback destination is on this host whatever our address: no
+	 * getsockname (a system call per connection) unless it is needed */
+	loopback = fs_negotiate_loopback(key);
+	if (!loopback && fs_real.getsockname(s->fd, (struct sockaddr *)&local, &llen)) {
 		why = "getsockname failed";
 		goto kernel;
 	}
-	s->neg->provider = fs_negotiate_pick_provider((struct sockaddr *)&local, addr, &why);
+	s->neg->provider = fs_negotiate_pick_provider(loopback ? addr : (struct sockaddr *)&local, addr, &why);
 	if (s->neg->provider == FS_PROV_NONE) {
 		FS_STAT_INC(fallback_remote);
 		goto kernel;
@@ -597,7 +601,8 @@ static void fs_sock_after_connect(struct fs_sock *s, bool wait_here)
 	if (fs_listeners_own(addr)) {
 		/* the server end is this process's to accept: see fs_listeners_own */
 		FS_STAT_INC(fallback_own_listener);
-		fs_listeners_own_client((struct sockaddr *)&local);
+		if (!loopback || fs_real.getsockname(s->fd, (struct sockaddr *)&local, &llen) == 0)
+			fs_listeners_own_client((struct sockaddr *)&local);
 		why = "the listener is this process's own";
 		goto kernel;
 	}
@@ -795,7 +800,8 @@ plain:
 	return 0;
 }
 
-void fs_core_accepted(struct fs_sock *ls, int newfd, int flags)
+void fs_core_accepted(struct fs_sock *ls, int newfd, int flags, const struct sockaddr *addr, const socklen_t *len,
+		      socklen_t room)
 {
 	struct fs_sock *s, *old;
 
@@ -806,6 +812,13 @@ void fs_core_accepted(struct fs_sock *ls, int newfd, int flags)
 		return;
 	fs_sock_set_state(s, FS_SOCK_SERVER_PENDING);
 	s->neg->accepted_ns = fs_now_ns();
+	/* (only a whole address of the listener's family: a truncated one,
+	 * *LEN > ROOM, is not the client's) */
+	if (addr && len && *len <= room && *len <= sizeof(s->neg->accepted_peer) && *len >= sizeof(sa_family_t) &&
+	    addr->sa_family == ls->family) {
+		memcpy(&s->neg->accepted_peer, addr, *len);
+		s->neg->accepted_len = *len;
+	}
 	s->nonblock = (flags & SOCK_NONBLOCK) != 0;
 	s->local_port = ls->local_port;
 	/* A listener without its twin (the application holds the UDP port)

@@ -75,6 +75,10 @@ struct fs_sock_neg {
 	/* server side: when accept() returned it (a probe record settled
 	 * before then is an earlier connection's from the same client port) */
 	uint64_t accepted_ns;
+	/* the client's address as accept() returned it to the application
+	 * (accepted_len 0: it passed no room): no getpeername to settle */
+	struct sockaddr_storage accepted_peer;
+	socklen_t accepted_len;
 	/* the nonce a HELLO to strip must carry (0: any; fs_sock.strip_hello) */
 	uint64_t strip_nonce;
 	/* client side */
@@ -189,7 +193,8 @@ void fs_core_socket(int fd, int domain, int type);
 int fs_core_connect(struct fs_sock *s, const struct sockaddr *addr, socklen_t len);
 int fs_core_listen(struct fs_sock *s, int backlog);
 /* After a real accept on listening S returned NEWFD. */
-void fs_core_accepted(struct fs_sock *s, int newfd, int flags);
+void fs_core_accepted(struct fs_sock *s, int newfd, int flags, const struct sockaddr *addr, const socklen_t *len,
+		      socklen_t room);
 ssize_t fs_core_recvmsg(struct fs_sock *s, struct msghdr *msg, int flags);
 ssize_t fs_core_sendmsg(struct fs_sock *s, const struct msghdr *msg, int flags);
 /* recvmmsg: ERR (not -EAGAIN) ended a batch that had messages already;

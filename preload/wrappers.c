@@ -106,11 +106,12 @@ FS_EXPORT int listen(int fd, int backlog)
 static int fs_accept_common(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 {
 	struct fs_sock *s = fs_wrap_sock(fd);
+	socklen_t room = len ? *len : 0;
 	int newfd = FS_REAL(accept4)(fd, addr, len, flags);
 
 	if (s) {
 		if (newfd >= 0)
-			fs_core_accepted(s, newfd, flags);
+			fs_core_accepted(s, newfd, flags, addr, len, room);
 		fs_sock_put(s);
 	}
 	return newfd;
@@ -119,13 +120,15 @@ static int fs_accept_common(int fd, struct sockaddr *addr, socklen_t *len, int f
 FS_EXPORT int accept(int fd, struct sockaddr *addr, socklen_t *len)
 {
 	struct fs_sock *s = fs_wrap_sock(fd);
+	socklen_t room;
 	int newfd;
 
 	if (!s)
 		return FS_REAL(accept)(fd, addr, len);
+	room = len ? *len : 0;
 	newfd = FS_REAL(accept)(fd, addr, len);
 	if (newfd >= 0)
-		fs_core_accepted(s, newfd, 0);
+		fs_core_accepted(s, newfd, 0, addr, len, room);
 	fs_sock_put(s);
 	return newfd;
 }
