@@ -16,11 +16,36 @@ set -o posix
 : "${FS_PROGS:?FS_PROGS must name the directory of the test programs}"
 
 FS_TMP=$(mktemp -d /tmp/fabsock-test.XXXXXX)
+# The script's name for fs_log, found once (a basename(1) per log line was a
+# process per line).
+FS_NAME=${0##*/}
+FS_NAME=${FS_NAME%.sh}
+# fs_sleep SECONDS: a sleep that starts no process. The scripts poll (a
+# pid, a port, a line) every 50 ms while their programs run, and a fork
+# and exec of sleep(1) costs ~10 ms of CPU on the CI's VM (a loaded one):
+# e2e_evloop's harness spent several times the CPU of its programs, on a
+# 2-core machine. (The helpers below start as few processes as they can
+# for the same reason.) This is read's
+# timeout on a FIFO nobody writes, opened read-write for the call only (so
+# it never blocks in open and no program inherits it); without the FIFO
+# (mkfifo failed, the directory removed) it is sleep(1).
+FS_SLEEP_FIFO=$FS_TMP/.sleep
+mkfifo "$FS_SLEEP_FIFO" 2>/dev/null || FS_SLEEP_FIFO=
+fs_sleep() {
+	local rc=0
+	if [ -n "$FS_SLEEP_FIFO" ]; then
+		read -rt "$1" <>"$FS_SLEEP_FIFO" 2>/dev/null || rc=$?
+		# > 128: the timeout ran out, the normal end
+		[ "$rc" -le 128 ] || return 0
+	fi
+	sleep "$1"
+}
 FS_PIDS=()
 FS_NETNS=()
 FS_FAILS=0
 FS_PASSES=0
 FS_NFT=fstest_$$ # the nftables table of fs_tcp_count_start
+FS_NFT_SWEPT=    # set once the tables of dead scripts are removed
 
 # The modes a script runs its cases in: "kernel" (no preload anywhere: the
 # baseline, and a check of the test itself) and "fabsock". With
@@ -43,7 +68,7 @@ if [[ " $FS_MODES " != *" kernel "* ]]; then
 	FS_KERNEL_SKIPPED="kernel half not run (FS_MODES=\"$FS_MODES\""
 	if [ "${FS_SKIP_KERNEL_HALF:-0}" = 1 ]; then FS_KERNEL_SKIPPED+=', FS_SKIP_KERNEL_HALF=1'; fi
 	FS_KERNEL_SKIPPED+=")"
-	printf '%s: %s\n' "$(basename "$0" .sh)" "SKIP: $FS_KERNEL_SKIPPED" >&2
+	printf '%s: %s\n' "$FS_NAME" "SKIP: $FS_KERNEL_SKIPPED" >&2
 fi
 
 # PID and all its descendants, children first (while the tree is intact).
@@ -57,10 +82,11 @@ fs_tree() {
 
 fs_cleanup() {
 	local pid ns
-	local -a tree=()
-	# The programs and whatever they forked (prefork workers, children).
+	local -a tree=() regions=()
+	# The programs and whatever they forked (prefork workers, children);
+	# a pid that has ended has no children left to it (they went to init).
 	for pid in "${FS_PIDS[@]:-}"; do
-		[ -n "$pid" ] && tree+=($(fs_tree "$pid"))
+		[ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && tree+=($(fs_tree "$pid"))
 	done
 	for pid in "${tree[@]:-}"; do
 		[ -n "$pid" ] && kill -9 "$pid" 2>/dev/null || true
@@ -70,16 +96,18 @@ fs_cleanup() {
 	for ns in "${FS_NETNS[@]:-}"; do
 		[ -n "$ns" ] && ip netns del "$ns" 2>/dev/null || true
 	done
-	# Regions of fabsock processes this test started and that did not exit cleanly.
+	# Regions of fabsock processes this test started and that did not exit
+	# cleanly (one rm for all: the names that match, or the patterns)
 	for pid in "${FS_PIDS[@]:-}"; do
-		[ -n "$pid" ] && rm -f /dev/shm/fabsock-*-"$pid"-* 2>/dev/null || true
+		[ -n "$pid" ] && regions+=(/dev/shm/fabsock-*-"$pid"-*)
 	done
+	[ "${#regions[@]}" = 0 ] || rm -f "${regions[@]}" 2>/dev/null || true
 	fs_tcp_count_stop
 	rm -rf "$FS_TMP"
 }
 trap fs_cleanup EXIT
 
-fs_log() { printf '%s: %s\n' "$(basename "$0" .sh)" "$*" >&2; }
+fs_log() { printf '%s: %s\n' "$FS_NAME" "$*" >&2; }
 fs_fail() { fs_log "FAIL: $*"; FS_FAILS=$((FS_FAILS + 1)); }
 fs_pass() { fs_log "ok: $*"; FS_PASSES=$((FS_PASSES + 1)); }
 # A missing prerequisite (program, user, permission) skips the test: exit 77,
@@ -129,10 +157,11 @@ fs_bg() {
 
 # A TCP port that is free now on loopback (and its UDP twin too).
 fs_free_port() {
-	local port
-	for _ in $(seq 1 200); do
+	local port i
+	for ((i = 0; i < 200; i++)); do
 		port=$((20000 + RANDOM % 30000))
-		if ! ss -Htan "sport = :$port" | grep -q . && ! ss -Huan "sport = :$port" | grep -q .; then
+		# (one ss for TCP and UDP, its output read here: no grep)
+		if [ -z "$(ss -Htuan "sport = :$port")" ]; then
 			echo "$port"; return 0
 		fi
 	done
@@ -142,13 +171,13 @@ fs_free_port() {
 # Waits until something listens on TCP PORT (optionally inside netns NS).
 fs_wait_listen() {
 	local port=$1 ns=${2:-} i
-	for i in $(seq 1 200); do
+	for ((i = 0; i < 200; i++)); do
 		if [ -n "$ns" ]; then
-			ip netns exec "$ns" ss -Htln "sport = :$port" | grep -q . && return 0
+			[ -n "$(ip netns exec "$ns" ss -Htln "sport = :$port")" ] && return 0
 		else
-			ss -Htln "sport = :$port" | grep -q . && return 0
+			[ -n "$(ss -Htln "sport = :$port")" ] && return 0
 		fi
-		sleep 0.05
+		fs_sleep 0.05
 	done
 	fs_log "nothing listens on port $port after 10 s"
 	return 1
@@ -159,10 +188,10 @@ fs_wait_listen() {
 # counts). Returns 0 or 1.
 fs_wait_line() { # FILE PATTERN PID [SEC]
 	local i
-	for i in $(seq 1 $((${4:-10} * 20))); do
+	for ((i = 0; i < ${4:-10} * 20; i++)); do
 		grep -q "$2" "$1" 2>/dev/null && return 0
 		kill -0 "$3" 2>/dev/null || { grep -q "$2" "$1" 2>/dev/null; return; }
-		sleep 0.05
+		fs_sleep 0.05
 	done
 	return 1
 }
@@ -179,11 +208,11 @@ fs_listen_port() { # FILE PID
 # 124 after killing it if it ran too long.
 fs_wait_pid() {
 	local pid=$1 limit=${2:-60} i
-	for i in $(seq 1 $((limit * 20))); do
+	for ((i = 0; i < limit * 20; i++)); do
 		if ! kill -0 "$pid" 2>/dev/null; then
 			wait "$pid"; return $?
 		fi
-		sleep 0.05
+		fs_sleep 0.05
 	done
 	kill -9 "$pid" 2>/dev/null || true
 	wait "$pid" 2>/dev/null || true
@@ -197,7 +226,8 @@ fs_pre() { LD_PRELOAD="$FABSOCK_LIB" FABSOCK_STATS=1 "$@"; }
 # fs_stat FILE NAME: the value of counter NAME in the last
 # "fabsock[PID]: warn: stats: ..." line of FILE (empty without one).
 fs_stat() {
-	sed -nE "s/^.*: stats: (.* )?$2=([0-9]+).*$/\2/p" "$1" 2>/dev/null | tail -n 1
+	# (the last matching line held, printed at the end: one sed, no tail)
+	sed -nE "/^.*: stats: (.* )?$2=[0-9]+/h; \${x; s/^.*: stats: (.* )?$2=([0-9]+).*$/\2/p}" "$1" 2>/dev/null
 }
 
 # fs_stat_sum FILE NAME: counter NAME summed over every stats line of FILE
@@ -292,19 +322,25 @@ fs_tcp_count_start() {
 		[ "${#FS_TCP_MARK}" = 4 ] || return 1
 		mark=0x$(printf '%s' "$FS_TCP_MARK" | od -An -tx1 | tr -d ' \n')
 	fi
-	nft delete table inet "$FS_NFT" 2>/dev/null || true
 	# Tables of test scripts that died without their cleanup (ctest's
 	# timeout kills with SIGKILL): their hooks would count every packet of
-	# the host on those ports for ever.
+	# the host on those ports for ever. Looked for once per script.
 	local t
-	for t in $(nft list tables inet 2>/dev/null | sed -n 's/^table inet fstest_\([0-9]*\)$/\1/p'); do
-		kill -0 "$t" 2>/dev/null || nft delete table inet "fstest_$t" 2>/dev/null || true
-	done
+	if [ -z "$FS_NFT_SWEPT" ]; then
+		FS_NFT_SWEPT=1
+		for t in $(nft list tables inet 2>/dev/null | sed -n 's/^table inet fstest_\([0-9]*\)$/\1/p'); do
+			kill -0 "$t" 2>/dev/null || nft delete table inet "fstest_$t" 2>/dev/null || true
+		done
+	fi
 	{
+		# a count still up replaced in the same transaction (created
+		# empty if absent, deleted, made anew: no nft process more)
+		echo "table inet $FS_NFT {}"
+		echo "delete table inet $FS_NFT"
 		echo "table inet $FS_NFT {"
 		echo "chain count {"
 		echo "tcp flags & syn == syn counter accept comment \"syn 0\""
-		for doff in $(seq 5 15); do
+		for ((doff = 5; doff <= 15; doff++)); do
 			for fam in 4 6; do
 				if [ "$fam" = 4 ]; then
 					hdr=$((20 + 4 * doff))
