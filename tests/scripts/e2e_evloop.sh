@@ -16,9 +16,11 @@
 # handshakes (lib.sh, fs_tcp_proof). The kernel half runs beside the
 # fabsock half, as a second instance of this script (lib.sh,
 # fs_kernel_beside_start; FS_KERNEL_BESIDE=0: one after the other; its
-# summary follows this one's). A mode stops starting scenarios after 240 s
-# (each left out counts as a failure), so the script stays under ~4
-# minutes per mode even when processes hang until their bounds. FS_MODES (default "kernel fabsock") picks the modes; FS_SCENARIOS
+# summary follows this one's), and each half runs half of its scenarios in
+# a further instance beside (fs_split_beside; FS_SPLIT=0: not). A mode
+# stops starting scenarios after 240 s (each left out counts as a
+# failure), so the script stays under ~4 minutes per mode even when
+# processes hang until their bounds. FS_MODES (default "kernel fabsock") picks the modes; FS_SCENARIOS
 # narrows the scenario list. A summary table ends the output.
 . "$(dirname "$0")/lib.sh"
 fs_need_nft
@@ -176,8 +178,12 @@ run_scenario() { # MODE SCENARIO
 
 [ -x "$EVLOOP_PROG" ] || { fs_fail "$EVLOOP_PROG is not built"; fs_done; exit 1; }
 scenarios=${FS_SCENARIOS:-$("$EVLOOP_PROG" list | tr '\n' ' ')}
-# the kernel half shares nothing with the fabsock half (lib.sh)
+# the kernel half shares nothing with the fabsock half (lib.sh), and each
+# half shares its scenarios with a second instance beside (fs_split_beside:
+# most of a scenario's time is its programs' sleeps)
 fs_kernel_beside_start
+fs_split_beside $scenarios
+scenarios=$FS_SPLIT_MINE
 for mode in kernel fabsock; do
 	mode_wanted "$mode" || continue
 	if [ "$mode" = fabsock ] && [ ! -f "$FABSOCK_LIB" ]; then

@@ -68,7 +68,8 @@ if [[ " $FS_MODES " != *" kernel "* ]]; then
 	FS_KERNEL_SKIPPED="kernel half not run (FS_MODES=\"$FS_MODES\""
 	if [ "${FS_SKIP_KERNEL_HALF:-0}" = 1 ]; then FS_KERNEL_SKIPPED+=', FS_SKIP_KERNEL_HALF=1'; fi
 	FS_KERNEL_SKIPPED+=")"
-	printf '%s: %s\n' "$FS_NAME" "SKIP: $FS_KERNEL_SKIPPED" >&2
+	# (said once: not again by the half of the scenarios beside, fs_split_beside)
+	[ -n "${FS_SPLIT_SECOND:-}" ] || printf '%s: %s\n' "$FS_NAME" "SKIP: $FS_KERNEL_SKIPPED" >&2
 fi
 
 # PID and all its descendants, children first (while the tree is intact).
@@ -434,41 +435,83 @@ fs_tcp_proof() {
 # FS_SCENARIOS) in the background, with its own temporary directory and
 # nftables table, and takes "kernel" out of FS_MODES. The script then runs
 # its fabsock half and calls fs_kernel_beside_wait LIMIT_S before fs_done:
-# it prints the kernel half's output, adds its passes and failures to this
-# script's counts and fails when the kernel half exited otherwise than its
-# closing line says, or did not end within LIMIT_S. FS_KERNEL_BESIDE=0 runs
-# the halves one after the other as before.
-FS_BESIDE_PID=
+# it prints the output of every instance started beside (this one and
+# fs_split_beside's), adds their passes and failures to this script's
+# counts and fails when one exited otherwise than its closing line says,
+# or did not end within LIMIT_S. FS_KERNEL_BESIDE=0 runs the halves one
+# after the other as before.
+FS_BESIDE_PIDS=()
+FS_BESIDE_LOGS=()
+FS_BESIDE_WHAT=()
+# fs_beside_start WHAT NAME=VALUE...: this script again, in the background,
+# with NAME=VALUE... in its environment; fs_kernel_beside_wait collects it.
+fs_beside_start() {
+	# (not `pid`: fs_bg's own local of that name would take the value)
+	local what=$1 beside_pid log=$FS_TMP/beside-${#FS_BESIDE_PIDS[@]}.log
+	shift
+	fs_bg beside_pid env "$@" bash "$0" >"$log" 2>&1
+	FS_BESIDE_PIDS+=("$beside_pid")
+	FS_BESIDE_LOGS+=("$log")
+	FS_BESIDE_WHAT+=("$what")
+	fs_log "$what runs beside (pid $beside_pid); its output follows at the end"
+}
 fs_kernel_beside_start() {
 	[ "${FS_KERNEL_BESIDE:-1}" != 0 ] || return 0
 	[[ " $FS_MODES " == *" kernel "* && " $FS_MODES " == *" fabsock "* ]] || return 0
-	FS_BESIDE_LOG=$FS_TMP/kernel-half.log
-	fs_bg FS_BESIDE_PID env "$@" FS_MODES=kernel FS_KERNEL_BESIDE=0 bash "$0" >"$FS_BESIDE_LOG" 2>&1
+	fs_beside_start "the kernel half" "$@" FS_MODES=kernel FS_KERNEL_BESIDE=0
 	FS_MODES=$(printf '%s\n' $FS_MODES | grep -vx kernel | tr '\n' ' ')
-	fs_log "the kernel half runs beside the fabsock half (pid $FS_BESIDE_PID); its output follows at the end"
+}
+# fs_split_beside SCENARIO...: the other way to share the machine's idle
+# time. A script whose scenarios are independent of each other (each its
+# own processes, port, nftables count and directory) and mostly sleep in
+# their waits calls it with the scenarios it would run in its mode loop
+# (after fs_kernel_beside_start, so the kernel half is already elsewhere):
+# with FS_SPLIT=1 (the default) and two or more scenarios, it starts this
+# script again beside with the second half of them (FS_SCENARIOS, same
+# FS_MODES, FS_SPLIT=0, FS_KERNEL_BESIDE=0), and leaves the first half in
+# FS_SPLIT_MINE; otherwise FS_SPLIT_MINE is every scenario given. The
+# halves alternate through the list, so that long scenarios (grouped by
+# name) go to both. A sanitizer build's fabsock-only run becomes two
+# instances side by side, as the release run's fabsock and kernel halves
+# are (each of those splits its own list too). FS_SPLIT=0: one instance.
+FS_SPLIT_MINE=
+fs_split_beside() {
+	local mine= other= i=0 scenario
+	FS_SPLIT_MINE="$*"
+	[ "${FS_SPLIT:-1}" != 0 ] && [ "$#" -ge 2 ] || return 0
+	for scenario in "$@"; do
+		if [ $((i % 2)) = 0 ]; then mine+="$scenario "; else other+="$scenario "; fi
+		i=$((i + 1))
+	done
+	fs_beside_start "the second half of the $(echo $FS_MODES) scenarios" \
+		FS_SCENARIOS="$other" FS_MODES="$FS_MODES" FS_SPLIT=0 FS_KERNEL_BESIDE=0 FS_SPLIT_SECOND=1
+	FS_SPLIT_MINE=$mine
 }
 fs_kernel_beside_wait() { # LIMIT_S
-	local rc=0 passed failed line
-	[ -n "$FS_BESIDE_PID" ] || return 0
-	fs_wait_pid "$FS_BESIDE_PID" "$1" || rc=$?
-	echo "---- the kernel half (run beside, exit status $rc):"
-	cat "$FS_BESIDE_LOG" 2>/dev/null || true
-	echo "---- end of the kernel half"
-	line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$FS_BESIDE_LOG" 2>/dev/null | tail -n 1 || true)
-	passed=$(sed -nE 's/^([0-9]+) passed, ([0-9]+) failed.*/\1/p' <<<"$line")
-	failed=$(sed -nE 's/^([0-9]+) passed, ([0-9]+) failed.*/\2/p' <<<"$line")
-	if [ -z "$line" ]; then
-		fs_fail "the kernel half (beside) printed no closing count line (exit status $rc)"
-		return 0
-	fi
-	FS_PASSES=$((FS_PASSES + passed))
-	FS_FAILS=$((FS_FAILS + failed))
-	if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then
-		fs_fail "the kernel half (beside) exited $rc after $passed passes and no failure"
-	elif [ "$rc" -eq 0 ] && [ "$failed" -ne 0 ]; then
-		fs_fail "the kernel half (beside) exited 0 after $failed failures"
-	fi
-	[ "$passed" -gt 0 ] || fs_fail "the kernel half (beside) passed nothing"
+	local rc i passed failed line what log
+	for i in "${!FS_BESIDE_PIDS[@]}"; do
+		rc=0 what=${FS_BESIDE_WHAT[$i]} log=${FS_BESIDE_LOGS[$i]}
+		fs_wait_pid "${FS_BESIDE_PIDS[$i]}" "$1" || rc=$?
+		echo "---- $what (run beside, exit status $rc):"
+		cat "$log" 2>/dev/null || true
+		echo "---- end of $what"
+		line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" 2>/dev/null | tail -n 1 || true)
+		passed=$(sed -nE 's/^([0-9]+) passed, ([0-9]+) failed.*/\1/p' <<<"$line")
+		failed=$(sed -nE 's/^([0-9]+) passed, ([0-9]+) failed.*/\2/p' <<<"$line")
+		if [ -z "$line" ]; then
+			fs_fail "$what (beside) printed no closing count line (exit status $rc)"
+			continue
+		fi
+		FS_PASSES=$((FS_PASSES + passed))
+		FS_FAILS=$((FS_FAILS + failed))
+		if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then
+			fs_fail "$what (beside) exited $rc after $passed passes and no failure"
+		elif [ "$rc" -eq 0 ] && [ "$failed" -ne 0 ]; then
+			fs_fail "$what (beside) exited 0 after $failed failures"
+		fi
+		[ "$passed" -gt 0 ] || fs_fail "$what (beside) passed nothing"
+	done
+	FS_BESIDE_PIDS=() FS_BESIDE_LOGS=() FS_BESIDE_WHAT=()
 }
 
 # Fails the script at once when nft (the counter of fs_tcp_count_start) is missing.
