@@ -64,7 +64,7 @@ apps_run() {
 	conns=$SS_CONNS rxmax=$SS_RXMAX
 	fs_wait_pid "$cli" $((DURATION + 30)) || rc=$?
 	# -1: the server exits by itself after the test; SIGINT if it did not.
-	for _ in $(seq 1 100); do kill -0 "$srv" 2>/dev/null || break; sleep 0.05; done
+	for _ in $(seq 1 100); do kill -0 "$srv" 2>/dev/null || break; fs_sleep 0.05; done
 	apps_stop "$srv"
 
 	local bytes gbps nstreams

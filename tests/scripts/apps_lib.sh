@@ -41,7 +41,7 @@ apps_stop() {
 	kill -INT "$pid" 2>/dev/null || true
 	for i in $(seq 1 300); do
 		kill -0 "$pid" 2>/dev/null || break
-		sleep 0.05
+		fs_sleep 0.05
 	done
 	if kill -0 "$pid" 2>/dev/null; then
 		fs_log "pid $pid ignored SIGINT for 15 s: killed"
@@ -72,7 +72,7 @@ apps_sample_while() {
 	local pid=$1 port=$2 c r i
 	SS_CONNS=0 SS_RXMAX=0
 	for i in $(seq 1 $(((DURATION + 40) * 2 + 20))); do
-		if [ "$i" -le 20 ]; then sleep 0.1; else sleep 0.5; fi
+		if [ "$i" -le 20 ]; then fs_sleep 0.1; else fs_sleep 0.5; fi
 		kill -0 "$pid" 2>/dev/null || break
 		read -r c r < <(apps_ss_sample "$port")
 		[ "$c" -gt "$SS_CONNS" ] && SS_CONNS=$c

@@ -119,7 +119,7 @@ redis_bgsave_under_load() {
 	st=$(rcli bgsave | tr -d '\r') || true
 	for i in $(seq 1 200); do
 		rcli info persistence | tr -d '\r' | grep -q '^rdb_bgsave_in_progress:0' && break
-		sleep 0.05
+		fs_sleep 0.05
 	done
 	fs_wait_pid "$cli" 130 || rc=$?
 	if ! rcli info persistence | tr -d '\r' | grep -q '^rdb_last_bgsave_status:ok'; then
@@ -178,7 +178,7 @@ apps_run() {
 
 	# Shut down through redis itself: it leaves through exit().
 	rcli shutdown nosave >/dev/null || true
-	for _ in $(seq 1 200); do kill -0 "$srv" 2>/dev/null || break; sleep 0.05; done
+	for _ in $(seq 1 200); do kill -0 "$srv" 2>/dev/null || break; fs_sleep 0.05; done
 	if kill -0 "$srv" 2>/dev/null; then
 		fs_log "$mode: redis-server still runs 10 s after SHUTDOWN NOSAVE: SIGINT"
 		apps_stop "$srv"

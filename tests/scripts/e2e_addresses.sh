@@ -90,13 +90,26 @@ run_case() { # LABEL LISTEN_ADDR DIAL_ADDR BIND_ADDR
 	return 0
 }
 
-run_case wildcard-to-127.0.0.2 0.0.0.0 127.0.0.2 -
-run_case wildcard-from-127.0.0.3 0.0.0.0 127.0.0.2 127.0.0.3
-run_case bound-127.0.0.2 127.0.0.2 127.0.0.2 -
-if [ -e /proc/net/if_inet6 ] && ip -6 addr show dev lo | grep -q '::1'; then
-	run_case dualstack-to-::1 :: ::1 -
-	run_case dualstack-to-127.0.0.2 :: 127.0.0.2 -
-else
+# The cases (LABEL LISTEN_ADDR DIAL_ADDR BIND_ADDR). FS_SCENARIOS narrows
+# them by label; they share the run with a second instance of this script
+# beside (lib.sh, fs_split_beside; FS_SPLIT=0: not): each is its own pair
+# of processes on its own port, and mostly sleeps (3 s of 4-5).
+declare -A CASES=(
+	[wildcard-to-127.0.0.2]="0.0.0.0 127.0.0.2 -"
+	[wildcard-from-127.0.0.3]="0.0.0.0 127.0.0.2 127.0.0.3"
+	[bound-127.0.0.2]="127.0.0.2 127.0.0.2 -"
+	[dualstack-to-::1]=":: ::1 -"
+	[dualstack-to-127.0.0.2]=":: 127.0.0.2 -"
+)
+cases=${FS_SCENARIOS:-wildcard-to-127.0.0.2 wildcard-from-127.0.0.3 bound-127.0.0.2 dualstack-to-::1 dualstack-to-127.0.0.2}
+if ! { [ -e /proc/net/if_inet6 ] && ip -6 addr show dev lo | grep -q '::1'; }; then
 	fs_log "no IPv6 on lo: the dual-stack cases are left out"
+	cases=$(printf '%s\n' $cases | grep -v '^dualstack-' | tr '\n' ' ')
 fi
+fs_split_beside $cases
+for c in $FS_SPLIT_MINE; do
+	[ -n "${CASES[$c]:-}" ] || { fs_fail "no case $c"; continue; }
+	run_case "$c" ${CASES[$c]}
+done
+fs_kernel_beside_wait 120
 fs_done

@@ -42,7 +42,7 @@ fs_bg SRV env LD_PRELOAD="$FABSOCK_LIB" FABSOCK_STATS=1 FABSOCK_HELLO_TIMEOUT_MS
 for _ in $(seq 1 200); do
 	[ -s "$FS_TMP/ready" ] && break
 	kill -0 "$SRV" 2>/dev/null || break
-	sleep 0.05
+	fs_sleep 0.05
 done
 if [ ! -s "$FS_TMP/ready" ]; then
 	cat "$SRV_ERR" >&2 || true

@@ -16,10 +16,11 @@
 # handshakes (lib.sh, fs_tcp_proof). The kernel half runs beside the
 # fabsock half, as a second instance of this script (lib.sh,
 # fs_kernel_beside_start; FS_KERNEL_BESIDE=0: one after the other; its
-# summary follows this one's). A mode stops starting
-# scenarios after 240 s (each left out counts as a failure), so the script
-# stays under ~4 minutes per mode even when processes hang until their
-# bounds. FS_MODES (default "kernel fabsock") picks the modes; FS_SCENARIOS
+# summary follows this one's), and each half runs half of its scenarios in
+# a further instance beside (fs_split_beside; FS_SPLIT=0: not). A mode
+# stops starting scenarios after 240 s (each left out counts as a
+# failure), so the script stays under ~4 minutes per mode even when
+# processes hang until their bounds. FS_MODES (default "kernel fabsock") picks the modes; FS_SCENARIOS
 # narrows the scenario list. A summary table ends the output.
 . "$(dirname "$0")/lib.sh"
 fs_need_nft
@@ -35,25 +36,48 @@ SUMMARY=()
 
 mode_wanted() { [[ " $FS_MODES " == *" $1 "* ]]; }
 
-# `connections=C offloaded=N` of one side, for the summary (N is - without a stats line).
-side_summary() { # DIR SIDE
-	local connections offloaded
-	connections=$(sed -n 's/^connections=//p' "$1/$2.out" 2>/dev/null)
-	offloaded=$(fs_stat "$1/$2.err" offloaded)
-	printf 'connections=%s offloaded=%s' "${connections:-?}" "${offloaded:--}"
+# read_side DIR SIDE SCENARIO: what one process printed, read in the shell
+# (a sed or grep per field was a process each, 2 cores, 38 scenarios, 3
+# builds): SIDE_PASS (1: its `PASS SCENARIO` line), SIDE_FAILS (its FAIL
+# lines), SIDE_CONNECTIONS, SIDE_CHILDREN (`child-pid` lines), SIDE_INFO
+# (`info` lines), and SIDE_STATS, its last fabsock stats line (one sed).
+read_side() {
+	local line
+	SIDE_PASS=0 SIDE_FAILS=() SIDE_CONNECTIONS= SIDE_CHILDREN=() SIDE_INFO=()
+	if [ -f "$1/$2.out" ]; then
+		while IFS= read -r line || [ -n "$line" ]; do
+			case $line in
+			"PASS $3") SIDE_PASS=1 ;;
+			FAIL*) SIDE_FAILS+=("$line") ;;
+			connections=*) SIDE_CONNECTIONS=${line#connections=} ;;
+			"child-pid "*) SIDE_CHILDREN+=("${line#child-pid }") ;;
+			info*) SIDE_INFO+=("$line") ;;
+			esac
+		done <"$1/$2.out"
+	fi
+	SIDE_STATS=$(sed -n '/^.*: stats: /h; ${x; s/^.*: stats: / /p}' "$1/$2.err" 2>/dev/null || true)
+}
+# side_stat NAME: counter NAME of SIDE_STATS (fs_stat's answer, no process).
+side_stat() {
+	local re=" $1=([0-9]+)"
+	[[ $SIDE_STATS =~ $re ]] && echo "${BASH_REMATCH[1]}" || true
 }
 
-# Judges one process of a scenario from its exit code and output.
+# Judges one process of a scenario from its exit code and output; leaves
+# `connections=C offloaded=N` of it, for the summary (N is - without a
+# stats line), in SIDE_SUMMARY.
 check_side() { # LABEL SIDE SCENARIO MODE RC DIR
 	local label=$1 side=$2 scenario=$3 mode=$4 rc=$5 dir=$6 connections offloaded
-	if [ "$rc" -ne 0 ] || ! grep -qx "PASS $scenario" "$dir/$side.out" || grep -q '^FAIL' "$dir/$side.out"; then
-		fs_fail "$label: $side exit $rc: $(grep -h '^FAIL' "$dir/$side.out" | head -n 3 | tr '\n' ' ')"
+	read_side "$dir" "$side" "$scenario"
+	connections=$SIDE_CONNECTIONS
+	offloaded=$(side_stat offloaded)
+	SIDE_SUMMARY="connections=${connections:-?} offloaded=${offloaded:--}"
+	if [ "$rc" -ne 0 ] || [ "$SIDE_PASS" != 1 ] || [ "${#SIDE_FAILS[@]}" != 0 ]; then
+		fs_fail "$label: $side exit $rc: $(printf '%s ' "${SIDE_FAILS[@]:0:3}")"
 		tail -n 5 "$dir/$side.err" >&2 || true
 		return 0
 	fi
 	[ "$mode" = fabsock ] || return 0
-	connections=$(sed -n 's/^connections=//p' "$dir/$side.out")
-	offloaded=$(fs_stat "$dir/$side.err" offloaded)
 	if [[ "$NO_CONNECTION_SCENARIOS" == *" $scenario "* ]]; then
 		fs_log "$label: $side connections=${connections:-?} offloaded=${offloaded:-none} (not checked)"
 	elif [ -z "$offloaded" ]; then
@@ -72,7 +96,7 @@ check_side() { # LABEL SIDE SCENARIO MODE RC DIR
 	# of its change (core/epoll_wait.c: every change goes through the
 	# ready list)
 	local unsignalled
-	unsignalled=$(fs_stat "$dir/$side.err" epoll_unsignalled)
+	unsignalled=$(side_stat epoll_unsignalled)
 	[ "${unsignalled:-0}" = 0 ] || fs_fail "$label: $side stats epoll_unsignalled=$unsignalled, expected 0"
 	return 0
 }
@@ -97,7 +121,7 @@ run_scenario() { # MODE SCENARIO
 	# runs out before the server's 2.5 s wait
 	[ "$mode" = fabsock ] && [ "$scenario" = late_reader_exit_big ] && prefix+=(FABSOCK_LINGER_SEC=1)
 	mkdir -p "$dir"
-	start_ns=$(date +%s%N)
+	start_ns=${EPOCHREALTIME/./}
 
 	if ! port=$(fs_free_port); then
 		fs_fail "$label: no free port"
@@ -121,11 +145,14 @@ run_scenario() { # MODE SCENARIO
 		>"$dir/client.out" 2>"$dir/client.err"
 	fs_wait_pid "$client_pid" "$CLIENT_LIMIT_S" || client_rc=$?
 	fs_wait_pid "$server_pid" "$SERVER_LIMIT_S" || server_rc=$?
-	# a killed child's leftovers (its shm region) go with the test's own
-	FS_PIDS+=($(sed -n 's/^child-pid //p' "$dir/client.out"))
+	local server_connections server_summary info=()
 	check_side "$label" server "$scenario" "$mode" "$server_rc" "$dir"
+	server_connections=$SIDE_CONNECTIONS server_summary=$SIDE_SUMMARY info=("${SIDE_INFO[@]}")
 	check_side "$label" client "$scenario" "$mode" "$client_rc" "$dir"
-	fs_tcp_proof "$label" "$mode" "$(sed -n 's/^connections=//p' "$dir/server.out")"
+	info+=("${SIDE_INFO[@]}")
+	# a killed child's leftovers (its shm region) go with the test's own
+	FS_PIDS+=("${SIDE_CHILDREN[@]}")
+	fs_tcp_proof "$label" "$mode" "$server_connections"
 	# every re-add after the first round took the parked member back, no
 	# kernel epoll_ctl (core/epoll.c)
 	# the writer's queue got its credit from a CLOSING, not from the reader
@@ -139,18 +166,24 @@ run_scenario() { # MODE SCENARIO
 		readds=$(fs_stat "$dir/client.err" epoll_readds)
 		[ "${readds:-0}" -ge 300 ] || fs_fail "$label: client stats epoll_readds=${readds:-none}, expected >= 300"
 	fi
-	grep -h '^info' "$dir/server.out" "$dir/client.out" 2>/dev/null | sed "s/^/    /" >&2 || true
+	[ "${#info[@]}" = 0 ] || printf '    %s\n' "${info[@]}" >&2
 	verdict=FAIL
 	[ "$FS_FAILS" -eq "$fails_before" ] && { fs_pass "$label"; verdict=ok; }
-	SUMMARY+=("$(printf '%-8s %-22s %-4s %6d ms  server %s  client %s' "$mode" "$scenario" "$verdict" \
-		$((($(date +%s%N) - start_ns) / 1000000)) "$(side_summary "$dir" server)" "$(side_summary "$dir" client)")")
+	local line
+	printf -v line '%-8s %-22s %-4s %6d ms  server %s  client %s' "$mode" "$scenario" "$verdict" \
+		$(((${EPOCHREALTIME/./} - start_ns) / 1000)) "$server_summary" "$SIDE_SUMMARY"
+	SUMMARY+=("$line")
 	return 0
 }
 
 [ -x "$EVLOOP_PROG" ] || { fs_fail "$EVLOOP_PROG is not built"; fs_done; exit 1; }
 scenarios=${FS_SCENARIOS:-$("$EVLOOP_PROG" list | tr '\n' ' ')}
-# the kernel half shares nothing with the fabsock half (lib.sh)
+# the kernel half shares nothing with the fabsock half (lib.sh), and each
+# half shares its scenarios with a second instance beside (fs_split_beside:
+# most of a scenario's time is its programs' sleeps)
 fs_kernel_beside_start
+fs_split_beside $scenarios
+scenarios=$FS_SPLIT_MINE
 for mode in kernel fabsock; do
 	mode_wanted "$mode" || continue
 	if [ "$mode" = fabsock ] && [ ! -f "$FABSOCK_LIB" ]; then

@@ -30,7 +30,7 @@ run() { # MODE IOMODE
 	[ "$mode" = fabsock ] && pre=(env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 FABSOCK_IDLE_AFTER_MS=$IDLE_AFTER_MS)
 	fs_bg srv timeout -k 2 60 "${pre[@]}" "$IDLE" server --ready-file "$log.ready" --mode "$io" --conns "$CONNS" \
 		>"$log-server.out" 2>"$log-server.err"
-	for _ in $(seq 1 200); do [ -s "$log.ready" ] && break; sleep 0.05; done
+	for _ in $(seq 1 200); do [ -s "$log.ready" ] && break; fs_sleep 0.05; done
 	if ! port=$(cat "$log.ready" 2>/dev/null) || [ -z "$port" ]; then
 		fs_fail "$what: fs_idle server not ready"
 		return 0

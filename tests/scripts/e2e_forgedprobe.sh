@@ -118,13 +118,13 @@ VERSION=$(sed -n 's/^#define FS_WIRE_VERSION \([0-9]*\).*/\1/p' "$(dirname "$0")
 
 fs_bg SRV env LD_PRELOAD="$FABSOCK_LIB" FABSOCK_STATS=1 python3 "$FS_TMP/server.py" "$PORT" "$FS_TMP" \
 	>"$FS_TMP/server.out" 2>"$FS_TMP/server.err"
-for _ in $(seq 1 200); do [ -e "$FS_TMP/ready" ] && break; sleep 0.05; done
+for _ in $(seq 1 200); do [ -e "$FS_TMP/ready" ] && break; fs_sleep 0.05; done
 [ -e "$FS_TMP/ready" ] || { fs_fail "the server did not start"; fs_done; exit 1; }
 
 # 1. the victim: plain, root; the forger: nobody, between connect and accept
 fs_bg VIC env -u LD_PRELOAD timeout 60 python3 "$FS_TMP/client.py" "$PORT" "$FS_TMP/vport" "$FS_TMP/go0" \
 	"$FS_TMP/forged" 65536 >"$FS_TMP/victim.out" 2>"$FS_TMP/victim.err"
-for _ in $(seq 1 200); do [ -s "$FS_TMP/vport" ] && break; sleep 0.05; done
+for _ in $(seq 1 200); do [ -s "$FS_TMP/vport" ] && break; fs_sleep 0.05; done
 setpriv --reuid nobody --regid nogroup --clear-groups env -u LD_PRELOAD timeout 20 \
 	python3 "$FS_TMP/forge.py" "$PORT" "$FS_TMP/vport" "$VERSION" >"$FS_TMP/forge.out" 2>&1 || true
 touch "$FS_TMP/forged"

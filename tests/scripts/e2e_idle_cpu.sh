@@ -69,7 +69,7 @@ idle_start() {
 
 	fs_bg srv timeout -k 2 $((IDLE_S + 30)) "${pre[@]}" "$IDLE" server --ready-file "$log.ready" \
 		--mode "$io" --conns "$CONNS" >"$log-server.out" 2>"$log-server.err"
-	for _ in $(seq 1 200); do [ -s "$log.ready" ] && break; sleep 0.05; done
+	for _ in $(seq 1 200); do [ -s "$log.ready" ] && break; fs_sleep 0.05; done
 	if ! port=$(cat "$log.ready" 2>/dev/null) || [ -z "$port" ]; then
 		fs_fail "$what: fs_idle server not ready"
 		return
@@ -85,7 +85,7 @@ idle_start() {
 		t=$(now_ms)
 		grep -q idle "$log-client.out" 2>/dev/null && break
 		before_ms=$t
-		sleep 0.05
+		fs_sleep 0.05
 	done
 	IDLE_END_MS[$key]=$((before_ms + IDLE_S * 1000))
 	if ! grep -q idle "$log-client.out"; then

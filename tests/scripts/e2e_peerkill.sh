@@ -20,7 +20,7 @@ wait_survivor() { # PID FILE
 	local i
 	for i in $(seq 1 100); do
 		kill -0 "$1" 2>/dev/null || break
-		sleep 0.05
+		fs_sleep 0.05
 	done
 	if kill -0 "$1" 2>/dev/null && command -v gdb >/dev/null; then
 		timeout 20 gdb -p "$1" -batch -ex 'thread apply all bt 12' >"$2" 2>&1 || true

@@ -44,7 +44,7 @@ run() { # MODE
 	[ "$mode" = fabsock ] && pre=(env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1)
 	mkdir -p "$dir"
 	fs_bg srv "${pre[@]}" "$NETBENCH" server --port 0 --ready-file "$dir/ready" >"$dir/server.out" 2>"$dir/server.err"
-	for _ in $(seq 1 200); do [ -s "$dir/ready" ] && break; sleep 0.05; done
+	for _ in $(seq 1 200); do [ -s "$dir/ready" ] && break; fs_sleep 0.05; done
 	port=$(cat "$dir/ready" 2>/dev/null || true)
 	[ -n "$port" ] || { fs_fail "$mode: the server did not start"; return 0; }
 	# the server's own resources once it has served one connection (its

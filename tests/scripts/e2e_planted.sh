@@ -207,7 +207,7 @@ if [ -x "$RAW" ]; then
 	port=$(fs_free_port) || port=""
 	fs_bg rawsrv timeout -k 2 60 env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 FABSOCK_HELLO_TIMEOUT_MS=300 \
 		"$RAW" serve --port "$port" --ready-file "$FS_TMP/raw.ready" >"$FS_TMP/raw.out" 2>"$FS_TMP/raw.err"
-	for _ in $(seq 1 200); do [ -s "$FS_TMP/raw.ready" ] && break; sleep 0.05; done
+	for _ in $(seq 1 200); do [ -s "$FS_TMP/raw.ready" ] && break; fs_sleep 0.05; done
 	rc=0
 	timeout 60 setpriv --reuid nobody --regid nogroup --clear-groups env -u LD_PRELOAD \
 		"$FS_TMP/fs_rawpeer" 127.0.0.1 "$port" foreign_region_hello --hello-timeout-ms 300 \

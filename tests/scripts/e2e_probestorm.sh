@@ -31,7 +31,7 @@ fs_attacker "$RAW"
 PORT=$(fs_free_port) || fs_skip "no free port"
 fs_bg SRV env LD_PRELOAD="$FABSOCK_LIB" FABSOCK_STATS=1 "$RAW" serve --port "$PORT" \
 	--ready-file "$FS_TMP/ready" >"$FS_TMP/server.out" 2>"$FS_TMP/server.err"
-for _ in $(seq 1 200); do [ -s "$FS_TMP/ready" ] && break; sleep 0.05; done
+for _ in $(seq 1 200); do [ -s "$FS_TMP/ready" ] && break; fs_sleep 0.05; done
 [ -s "$FS_TMP/ready" ] || { fs_fail "the server did not start"; fs_done; exit 1; }
 fs_wait_listen "$PORT"
 

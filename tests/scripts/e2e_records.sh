@@ -56,7 +56,7 @@ start_server() {
 		fs_bg srv_pid env LD_PRELOAD="$FABSOCK_LIB" FABSOCK_STATS=1 "$@" "$PROG" server --port 0 \
 			--ready-file "$dir/ready" --streams "$STREAMS" --bytes "$BYTES" >"$dir/server.out" 2>"$dir/server.err"
 	fi
-	for _ in $(seq 1 100); do [ -s "$dir/ready" ] && break; sleep 0.05; done
+	for _ in $(seq 1 100); do [ -s "$dir/ready" ] && break; fs_sleep 0.05; done
 	srv_port=$(cat "$dir/ready" 2>/dev/null || true)
 	SERVER_PID=$srv_pid
 	printf -v "$__var" '%s' "$srv_port"
@@ -254,7 +254,7 @@ EOF
 LD_PRELOAD=$FABSOCK_LIB FABSOCK_STATS=1 python3 "$d/server.py" "$d/ready" >"$d/server.out" 2>"$d/server.err" &
 FS_PIDS+=("$!")
 wait "$!" || true # the parent leaves at once; its worker goes on
-for _ in $(seq 1 100); do [ -s "$d/ready" ] && break; sleep 0.05; done
+for _ in $(seq 1 100); do [ -s "$d/ready" ] && break; fs_sleep 0.05; done
 fport=$(cat "$d/ready" 2>/dev/null || true)
 if [ -z "$fport" ]; then
 	fs_fail "forked: the server did not start"
@@ -270,7 +270,7 @@ else
 	fi
 	fs_tcp_count_start "$fport"
 	LD_PRELOAD=$FABSOCK_LIB FABSOCK_STATS=1 timeout 60 python3 "$d/client.py" "$fport" >"$d/client.out" 2>"$d/client.err"
-	for _ in $(seq 1 100); do grep -q '^worker' "$d/server.out" && break; sleep 0.05; done
+	for _ in $(seq 1 100); do grep -q '^worker' "$d/server.out" && break; fs_sleep 0.05; done
 	sum=$(sed -n 's/^client \([0-9a-f]*\) ok$/\1/p' "$d/client.out")
 	if [ -n "$sum" ] && grep -qx "worker $sum" "$d/server.out"; then
 		fs_tcp_proof "forked" fabsock 1

@@ -50,7 +50,7 @@ run_pair() {
 	for _ in $(seq 1 200); do
 		[ -s "$d/ready" ] && break
 		kill -0 "$spid" 2>/dev/null || break
-		sleep 0.05
+		fs_sleep 0.05
 	done
 	if [ ! -s "$d/ready" ]; then
 		sed "s/^/    server: /" "$d/server.out" "$d/server.err" >&2 || true

@@ -31,6 +31,8 @@
 # The kernel runs of the other scenarios go beside the fabsock half, as a
 # second instance of this script (lib.sh, fs_kernel_beside_start;
 # FS_KERNEL_BESIDE=0: one after the other); its output follows at the end.
+# Each half shares those scenarios with one more instance beside (lib.sh,
+# fs_split_beside; FS_SPLIT=0: not).
 . "$(dirname "$0")/lib.sh"
 shopt -s extglob
 fs_need_nft
@@ -244,8 +246,11 @@ if [ "${FS_KERNEL_BESIDE:-1}" != 0 ] && mode_wanted kernel && mode_wanted fabsoc
 	for scenario in $handback_scenarios; do
 		run_scenario kernel "$scenario"
 	done
+	# (and each half shares its scenarios with an instance of its own
+	# beside: lib.sh, fs_split_beside)
 	fs_kernel_beside_start FS_SCENARIOS="$other_scenarios"
-	for scenario in $other_scenarios; do
+	fs_split_beside $other_scenarios
+	for scenario in $FS_SPLIT_MINE; do
 		run_scenario fabsock "$scenario"
 	done
 	fs_kernel_beside_wait 120
@@ -253,14 +258,23 @@ if [ "${FS_KERNEL_BESIDE:-1}" != 0 ] && mode_wanted kernel && mode_wanted fabsoc
 		run_scenario fabsock "$scenario"
 	done
 else
-	for mode in kernel fabsock; do
-		mode_wanted "$mode" || continue
-		if [ "$mode" = fabsock ] && [ ! -f "$FABSOCK_LIB" ]; then
-			fs_fail "fabsock mode: $FABSOCK_LIB does not exist"
-			continue
-		fi
-		for scenario in $scenarios; do
-			run_scenario "$mode" "$scenario"
+	# One mode (the kernel half beside, a sanitizer build's fabsock half)
+	# or both one after the other: the scenarios but the hand-back ones
+	# shared with an instance beside (lib.sh, fs_split_beside); the
+	# hand-back ones once it has ended, the machine to themselves.
+	fs_split_beside $other_scenarios
+	for phase in split handback; do
+		[ "$phase" = split ] || fs_kernel_beside_wait 120
+		for mode in kernel fabsock; do
+			mode_wanted "$mode" || continue
+			if [ "$mode" = fabsock ] && [ ! -f "$FABSOCK_LIB" ]; then
+				[ "$phase" = split ] && fs_fail "fabsock mode: $FABSOCK_LIB does not exist"
+				continue
+			fi
+			if [ "$phase" = split ]; then phase_scenarios=$FS_SPLIT_MINE; else phase_scenarios=$handback_scenarios; fi
+			for scenario in $phase_scenarios; do
+				run_scenario "$mode" "$scenario"
+			done
 		done
 	done
 fi

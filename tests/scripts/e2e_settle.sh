@@ -59,7 +59,7 @@ for _ in $(seq 1 200); do
 	port=$(sed -n 's/^listening port=//p' "$dir/server.out")
 	[ -n "$port" ] && break
 	kill -0 "$sp" 2>/dev/null || break
-	sleep 0.05
+	fs_sleep 0.05
 done
 crc=91
 # the probe's answer may be late on a loaded host (sanitizers, two cores): a
@@ -68,7 +68,7 @@ crc=91
 [ -n "$port" ] && { timeout -s KILL 45 env LD_PRELOAD="$lib" FABSOCK_STATS=1 FABSOCK_PROBE_TIMEOUT_MS=3000 "${cenv[@]}" \
 	"$prog" client "$port" "$mode" \
 	>"$dir/client.out" 2>"$dir/client.err"; crc=$?; }
-for _ in $(seq 1 300); do kill -0 "$sp" 2>/dev/null || break; sleep 0.05; done
+for _ in $(seq 1 300); do kill -0 "$sp" 2>/dev/null || break; fs_sleep 0.05; done
 kill -9 "$sp" 2>/dev/null && echo "server killed after 15 s" >>"$dir/server.out"
 wait "$sp"; src=$?
 echo "client=$crc server=$src" >"$dir/rc"

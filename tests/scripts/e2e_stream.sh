@@ -87,7 +87,7 @@ run_pair() { # LABEL SERVER_WRAP CLIENT_WRAP LIMIT_S fs_stream-options...
 	for i in $(seq 1 200); do
 		[ -s "$dir/ready" ] && break
 		kill -0 "$RUN_SERVER_PID" 2>/dev/null || break
-		sleep 0.05
+		fs_sleep 0.05
 	done
 	if [ ! -s "$dir/ready" ]; then
 		fs_fail "$label: the server did not report a port within 10 s"
@@ -334,7 +334,7 @@ mixed_timing() { # LABEL SERVER_WRAP CLIENT_WRAP fs_stream-options...
 		--timeout 60 "$@" >"$dir/server.out" 2>"$dir/server.err"
 	for i in $(seq 1 200); do
 		[ -s "$dir/ready" ] && break
-		sleep 0.05
+		fs_sleep 0.05
 	done
 	if [ ! -s "$dir/ready" ]; then
 		fs_fail "$label: the server did not report a port within 10 s"

@@ -56,7 +56,7 @@ for order in udp-first tcp-first; do
 	for _ in $(seq 1 200); do
 		[ -e "$d/ready" ] && break
 		kill -0 "$SRV" 2>/dev/null || break
-		sleep 0.05
+		fs_sleep 0.05
 	done
 	if [ ! -e "$d/ready" ]; then
 		fs_fail "$order: the server did not start: $(head -n 3 "$d/srv" "$d/srv.err" | tr '\n' ' ')"
@@ -67,7 +67,7 @@ for order in udp-first tcp-first; do
 		>"$d/cli1" 2>"$d/cli1.err" || rc=$?
 	sed 's/^/    /' "$d/cli1" >&2
 	touch "$d/close-udp"
-	for _ in $(seq 1 200); do [ -e "$d/udp-closed" ] && break; sleep 0.05; done
+	for _ in $(seq 1 200); do [ -e "$d/udp-closed" ] && break; fs_sleep 0.05; done
 	[ -e "$d/udp-closed" ] || fs_fail "$order: the server did not close its UDP socket"
 	rc2=0
 	timeout 100 env LD_PRELOAD="$FABSOCK_LIB" FABSOCK_STATS=1 "$TWIN" dns-client "$PORT" 3 0 \

@@ -43,7 +43,7 @@ run_pair() { # SERVER_USER CLIENT_USER EXPECT(offload|tcp) RECORDS(1|0) [banner]
 	[ -z "$banner" ] || bargs=(--banner)
 	fs_bg spid env "LD_PRELOAD=$LIB" FABSOCK_STATS=1 FABSOCK_LOG=info FABSOCK_RECORDS="$rec" "$PROG" server --port 0 --ready-file "$dir/ready" \
 		"${sargs[@]}" "${bargs[@]}" --streams "$STREAMS" --bytes "$BYTES" --bidir >"$dir/server.out" 2>"$dir/server.err"
-	for _ in $(seq 1 100); do [ -s "$dir/ready" ] && break; sleep 0.05; done
+	for _ in $(seq 1 100); do [ -s "$dir/ready" ] && break; fs_sleep 0.05; done
 	port=$(cat "$dir/ready" 2>/dev/null || true)
 	if [ -z "$port" ]; then
 		fs_fail "$label: the server did not start"

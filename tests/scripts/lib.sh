@@ -16,11 +16,36 @@ set -o posix
 : "${FS_PROGS:?FS_PROGS must name the directory of the test programs}"
 
 FS_TMP=$(mktemp -d /tmp/fabsock-test.XXXXXX)
+# The script's name for fs_log, found once (a basename(1) per log line was a
+# process per line).
+FS_NAME=${0##*/}
+FS_NAME=${FS_NAME%.sh}
+# fs_sleep SECONDS: a sleep that starts no process. The scripts poll (a
+# pid, a port, a line) every 50 ms while their programs run, and a fork
+# and exec of sleep(1) costs ~10 ms of CPU on the CI's VM (a loaded one):
+# e2e_evloop's harness spent several times the CPU of its programs, on a
+# 2-core machine. (The helpers below start as few processes as they can
+# for the same reason.) This is read's
+# timeout on a FIFO nobody writes, opened read-write for the call only (so
+# it never blocks in open and no program inherits it); without the FIFO
+# (mkfifo failed, the directory removed) it is sleep(1).
+FS_SLEEP_FIFO=$FS_TMP/.sleep
+mkfifo "$FS_SLEEP_FIFO" 2>/dev/null || FS_SLEEP_FIFO=
+fs_sleep() {
+	local rc=0
+	if [ -n "$FS_SLEEP_FIFO" ]; then
+		read -rt "$1" <>"$FS_SLEEP_FIFO" 2>/dev/null || rc=$?
+		# > 128: the timeout ran out, the normal end
+		[ "$rc" -le 128 ] || return 0
+	fi
+	sleep "$1"
+}
 FS_PIDS=()
 FS_NETNS=()
 FS_FAILS=0
 FS_PASSES=0
 FS_NFT=fstest_$$ # the nftables table of fs_tcp_count_start
+FS_NFT_SWEPT=    # set once the tables of dead scripts are removed
 
 # The modes a script runs its cases in: "kernel" (no preload anywhere: the
 # baseline, and a check of the test itself) and "fabsock". With
@@ -43,7 +68,8 @@ if [[ " $FS_MODES " != *" kernel "* ]]; then
 	FS_KERNEL_SKIPPED="kernel half not run (FS_MODES=\"$FS_MODES\""
 	if [ "${FS_SKIP_KERNEL_HALF:-0}" = 1 ]; then FS_KERNEL_SKIPPED+=', FS_SKIP_KERNEL_HALF=1'; fi
 	FS_KERNEL_SKIPPED+=")"
-	printf '%s: %s\n' "$(basename "$0" .sh)" "SKIP: $FS_KERNEL_SKIPPED" >&2
+	# (said once: not again by the half of the scenarios beside, fs_split_beside)
+	[ -n "${FS_SPLIT_SECOND:-}" ] || printf '%s: %s\n' "$FS_NAME" "SKIP: $FS_KERNEL_SKIPPED" >&2
 fi
 
 # PID and all its descendants, children first (while the tree is intact).
@@ -57,10 +83,11 @@ fs_tree() {
 
 fs_cleanup() {
 	local pid ns
-	local -a tree=()
-	# The programs and whatever they forked (prefork workers, children).
+	local -a tree=() regions=()
+	# The programs and whatever they forked (prefork workers, children);
+	# a pid that has ended has no children left to it (they went to init).
 	for pid in "${FS_PIDS[@]:-}"; do
-		[ -n "$pid" ] && tree+=($(fs_tree "$pid"))
+		[ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && tree+=($(fs_tree "$pid"))
 	done
 	for pid in "${tree[@]:-}"; do
 		[ -n "$pid" ] && kill -9 "$pid" 2>/dev/null || true
@@ -70,16 +97,18 @@ fs_cleanup() {
 	for ns in "${FS_NETNS[@]:-}"; do
 		[ -n "$ns" ] && ip netns del "$ns" 2>/dev/null || true
 	done
-	# Regions of fabsock processes this test started and that did not exit cleanly.
+	# Regions of fabsock processes this test started and that did not exit
+	# cleanly (one rm for all: the names that match, or the patterns)
 	for pid in "${FS_PIDS[@]:-}"; do
-		[ -n "$pid" ] && rm -f /dev/shm/fabsock-*-"$pid"-* 2>/dev/null || true
+		[ -n "$pid" ] && regions+=(/dev/shm/fabsock-*-"$pid"-*)
 	done
+	[ "${#regions[@]}" = 0 ] || rm -f "${regions[@]}" 2>/dev/null || true
 	fs_tcp_count_stop
 	rm -rf "$FS_TMP"
 }
 trap fs_cleanup EXIT
 
-fs_log() { printf '%s: %s\n' "$(basename "$0" .sh)" "$*" >&2; }
+fs_log() { printf '%s: %s\n' "$FS_NAME" "$*" >&2; }
 fs_fail() { fs_log "FAIL: $*"; FS_FAILS=$((FS_FAILS + 1)); }
 fs_pass() { fs_log "ok: $*"; FS_PASSES=$((FS_PASSES + 1)); }
 # A missing prerequisite (program, user, permission) skips the test: exit 77,
@@ -129,10 +158,11 @@ fs_bg() {
 
 # A TCP port that is free now on loopback (and its UDP twin too).
 fs_free_port() {
-	local port
-	for _ in $(seq 1 200); do
+	local port i
+	for ((i = 0; i < 200; i++)); do
 		port=$((20000 + RANDOM % 30000))
-		if ! ss -Htan "sport = :$port" | grep -q . && ! ss -Huan "sport = :$port" | grep -q .; then
+		# (one ss for TCP and UDP, its output read here: no grep)
+		if [ -z "$(ss -Htuan "sport = :$port")" ]; then
 			echo "$port"; return 0
 		fi
 	done
@@ -142,13 +172,13 @@ fs_free_port() {
 # Waits until something listens on TCP PORT (optionally inside netns NS).
 fs_wait_listen() {
 	local port=$1 ns=${2:-} i
-	for i in $(seq 1 200); do
+	for ((i = 0; i < 200; i++)); do
 		if [ -n "$ns" ]; then
-			ip netns exec "$ns" ss -Htln "sport = :$port" | grep -q . && return 0
+			[ -n "$(ip netns exec "$ns" ss -Htln "sport = :$port")" ] && return 0
 		else
-			ss -Htln "sport = :$port" | grep -q . && return 0
+			[ -n "$(ss -Htln "sport = :$port")" ] && return 0
 		fi
-		sleep 0.05
+		fs_sleep 0.05
 	done
 	fs_log "nothing listens on port $port after 10 s"
 	return 1
@@ -159,10 +189,10 @@ fs_wait_listen() {
 # counts). Returns 0 or 1.
 fs_wait_line() { # FILE PATTERN PID [SEC]
 	local i
-	for i in $(seq 1 $((${4:-10} * 20))); do
+	for ((i = 0; i < ${4:-10} * 20; i++)); do
 		grep -q "$2" "$1" 2>/dev/null && return 0
 		kill -0 "$3" 2>/dev/null || { grep -q "$2" "$1" 2>/dev/null; return; }
-		sleep 0.05
+		fs_sleep 0.05
 	done
 	return 1
 }
@@ -179,11 +209,11 @@ fs_listen_port() { # FILE PID
 # 124 after killing it if it ran too long.
 fs_wait_pid() {
 	local pid=$1 limit=${2:-60} i
-	for i in $(seq 1 $((limit * 20))); do
+	for ((i = 0; i < limit * 20; i++)); do
 		if ! kill -0 "$pid" 2>/dev/null; then
 			wait "$pid"; return $?
 		fi
-		sleep 0.05
+		fs_sleep 0.05
 	done
 	kill -9 "$pid" 2>/dev/null || true
 	wait "$pid" 2>/dev/null || true
@@ -197,7 +227,8 @@ fs_pre() { LD_PRELOAD="$FABSOCK_LIB" FABSOCK_STATS=1 "$@"; }
 # fs_stat FILE NAME: the value of counter NAME in the last
 # "fabsock[PID]: warn: stats: ..." line of FILE (empty without one).
 fs_stat() {
-	sed -nE "s/^.*: stats: (.* )?$2=([0-9]+).*$/\2/p" "$1" 2>/dev/null | tail -n 1
+	# (the last matching line held, printed at the end: one sed, no tail)
+	sed -nE "/^.*: stats: (.* )?$2=[0-9]+/h; \${x; s/^.*: stats: (.* )?$2=([0-9]+).*$/\2/p}" "$1" 2>/dev/null
 }
 
 # fs_stat_sum FILE NAME: counter NAME summed over every stats line of FILE
@@ -292,19 +323,25 @@ fs_tcp_count_start() {
 		[ "${#FS_TCP_MARK}" = 4 ] || return 1
 		mark=0x$(printf '%s' "$FS_TCP_MARK" | od -An -tx1 | tr -d ' \n')
 	fi
-	nft delete table inet "$FS_NFT" 2>/dev/null || true
 	# Tables of test scripts that died without their cleanup (ctest's
 	# timeout kills with SIGKILL): their hooks would count every packet of
-	# the host on those ports for ever.
+	# the host on those ports for ever. Looked for once per script.
 	local t
-	for t in $(nft list tables inet 2>/dev/null | sed -n 's/^table inet fstest_\([0-9]*\)$/\1/p'); do
-		kill -0 "$t" 2>/dev/null || nft delete table inet "fstest_$t" 2>/dev/null || true
-	done
+	if [ -z "$FS_NFT_SWEPT" ]; then
+		FS_NFT_SWEPT=1
+		for t in $(nft list tables inet 2>/dev/null | sed -n 's/^table inet fstest_\([0-9]*\)$/\1/p'); do
+			kill -0 "$t" 2>/dev/null || nft delete table inet "fstest_$t" 2>/dev/null || true
+		done
+	fi
 	{
+		# a count still up replaced in the same transaction (created
+		# empty if absent, deleted, made anew: no nft process more)
+		echo "table inet $FS_NFT {}"
+		echo "delete table inet $FS_NFT"
 		echo "table inet $FS_NFT {"
 		echo "chain count {"
 		echo "tcp flags & syn == syn counter accept comment \"syn 0\""
-		for doff in $(seq 5 15); do
+		for ((doff = 5; doff <= 15; doff++)); do
 			for fam in 4 6; do
 				if [ "$fam" = 4 ]; then
 					hdr=$((20 + 4 * doff))
@@ -398,41 +435,83 @@ fs_tcp_proof() {
 # FS_SCENARIOS) in the background, with its own temporary directory and
 # nftables table, and takes "kernel" out of FS_MODES. The script then runs
 # its fabsock half and calls fs_kernel_beside_wait LIMIT_S before fs_done:
-# it prints the kernel half's output, adds its passes and failures to this
-# script's counts and fails when the kernel half exited otherwise than its
-# closing line says, or did not end within LIMIT_S. FS_KERNEL_BESIDE=0 runs
-# the halves one after the other as before.
-FS_BESIDE_PID=
+# it prints the output of every instance started beside (this one and
+# fs_split_beside's), adds their passes and failures to this script's
+# counts and fails when one exited otherwise than its closing line says,
+# or did not end within LIMIT_S. FS_KERNEL_BESIDE=0 runs the halves one
+# after the other as before.
+FS_BESIDE_PIDS=()
+FS_BESIDE_LOGS=()
+FS_BESIDE_WHAT=()
+# fs_beside_start WHAT NAME=VALUE...: this script again, in the background,
+# with NAME=VALUE... in its environment; fs_kernel_beside_wait collects it.
+fs_beside_start() {
+	# (not `pid`: fs_bg's own local of that name would take the value)
+	local what=$1 beside_pid log=$FS_TMP/beside-${#FS_BESIDE_PIDS[@]}.log
+	shift
+	fs_bg beside_pid env "$@" bash "$0" >"$log" 2>&1
+	FS_BESIDE_PIDS+=("$beside_pid")
+	FS_BESIDE_LOGS+=("$log")
+	FS_BESIDE_WHAT+=("$what")
+	fs_log "$what runs beside (pid $beside_pid); its output follows at the end"
+}
 fs_kernel_beside_start() {
 	[ "${FS_KERNEL_BESIDE:-1}" != 0 ] || return 0
 	[[ " $FS_MODES " == *" kernel "* && " $FS_MODES " == *" fabsock "* ]] || return 0
-	FS_BESIDE_LOG=$FS_TMP/kernel-half.log
-	fs_bg FS_BESIDE_PID env "$@" FS_MODES=kernel FS_KERNEL_BESIDE=0 bash "$0" >"$FS_BESIDE_LOG" 2>&1
+	fs_beside_start "the kernel half" "$@" FS_MODES=kernel FS_KERNEL_BESIDE=0
 	FS_MODES=$(printf '%s\n' $FS_MODES | grep -vx kernel | tr '\n' ' ')
-	fs_log "the kernel half runs beside the fabsock half (pid $FS_BESIDE_PID); its output follows at the end"
+}
+# fs_split_beside SCENARIO...: the other way to share the machine's idle
+# time. A script whose scenarios are independent of each other (each its
+# own processes, port, nftables count and directory) and mostly sleep in
+# their waits calls it with the scenarios it would run in its mode loop
+# (after fs_kernel_beside_start, so the kernel half is already elsewhere):
+# with FS_SPLIT=1 (the default) and two or more scenarios, it starts this
+# script again beside with the second half of them (FS_SCENARIOS, same
+# FS_MODES, FS_SPLIT=0, FS_KERNEL_BESIDE=0), and leaves the first half in
+# FS_SPLIT_MINE; otherwise FS_SPLIT_MINE is every scenario given. The
+# halves alternate through the list, so that long scenarios (grouped by
+# name) go to both. A sanitizer build's fabsock-only run becomes two
+# instances side by side, as the release run's fabsock and kernel halves
+# are (each of those splits its own list too). FS_SPLIT=0: one instance.
+FS_SPLIT_MINE=
+fs_split_beside() {
+	local mine= other= i=0 scenario
+	FS_SPLIT_MINE="$*"
+	[ "${FS_SPLIT:-1}" != 0 ] && [ "$#" -ge 2 ] || return 0
+	for scenario in "$@"; do
+		if [ $((i % 2)) = 0 ]; then mine+="$scenario "; else other+="$scenario "; fi
+		i=$((i + 1))
+	done
+	fs_beside_start "the second half of the $(echo $FS_MODES) scenarios" \
+		FS_SCENARIOS="$other" FS_MODES="$FS_MODES" FS_SPLIT=0 FS_KERNEL_BESIDE=0 FS_SPLIT_SECOND=1
+	FS_SPLIT_MINE=$mine
 }
 fs_kernel_beside_wait() { # LIMIT_S
-	local rc=0 passed failed line
-	[ -n "$FS_BESIDE_PID" ] || return 0
-	fs_wait_pid "$FS_BESIDE_PID" "$1" || rc=$?
-	echo "---- the kernel half (run beside, exit status $rc):"
-	cat "$FS_BESIDE_LOG" 2>/dev/null || true
-	echo "---- end of the kernel half"
-	line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$FS_BESIDE_LOG" 2>/dev/null | tail -n 1 || true)
-	passed=$(sed -nE 's/^([0-9]+) passed, ([0-9]+) failed.*/\1/p' <<<"$line")
-	failed=$(sed -nE 's/^([0-9]+) passed, ([0-9]+) failed.*/\2/p' <<<"$line")
-	if [ -z "$line" ]; then
-		fs_fail "the kernel half (beside) printed no closing count line (exit status $rc)"
-		return 0
-	fi
-	FS_PASSES=$((FS_PASSES + passed))
-	FS_FAILS=$((FS_FAILS + failed))
-	if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then
-		fs_fail "the kernel half (beside) exited $rc after $passed passes and no failure"
-	elif [ "$rc" -eq 0 ] && [ "$failed" -ne 0 ]; then
-		fs_fail "the kernel half (beside) exited 0 after $failed failures"
-	fi
-	[ "$passed" -gt 0 ] || fs_fail "the kernel half (beside) passed nothing"
+	local rc i passed failed line what log
+	for i in "${!FS_BESIDE_PIDS[@]}"; do
+		rc=0 what=${FS_BESIDE_WHAT[$i]} log=${FS_BESIDE_LOGS[$i]}
+		fs_wait_pid "${FS_BESIDE_PIDS[$i]}" "$1" || rc=$?
+		echo "---- $what (run beside, exit status $rc):"
+		cat "$log" 2>/dev/null || true
+		echo "---- end of $what"
+		line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" 2>/dev/null | tail -n 1 || true)
+		passed=$(sed -nE 's/^([0-9]+) passed, ([0-9]+) failed.*/\1/p' <<<"$line")
+		failed=$(sed -nE 's/^([0-9]+) passed, ([0-9]+) failed.*/\2/p' <<<"$line")
+		if [ -z "$line" ]; then
+			fs_fail "$what (beside) printed no closing count line (exit status $rc)"
+			continue
+		fi
+		FS_PASSES=$((FS_PASSES + passed))
+		FS_FAILS=$((FS_FAILS + failed))
+		if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then
+			fs_fail "$what (beside) exited $rc after $passed passes and no failure"
+		elif [ "$rc" -eq 0 ] && [ "$failed" -ne 0 ]; then
+			fs_fail "$what (beside) exited 0 after $failed failures"
+		fi
+		[ "$passed" -gt 0 ] || fs_fail "$what (beside) passed nothing"
+	done
+	FS_BESIDE_PIDS=() FS_BESIDE_LOGS=() FS_BESIDE_WHAT=()
 }
 
 # Fails the script at once when nft (the counter of fs_tcp_count_start) is missing.

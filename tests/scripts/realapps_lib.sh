@@ -155,7 +155,7 @@ ra_wait_listen() {
 	for i in $(seq 1 $((secs * 20))); do
 		ss -Htln "sport = :$port" | grep -q . && return 0
 		kill -0 "$pid" 2>/dev/null || break
-		sleep 0.05
+		fs_sleep 0.05
 	done
 	ss -Htln "sport = :$port" | grep -q . && return 0
 	if kill -0 "$pid" 2>/dev/null; then
@@ -250,7 +250,7 @@ ra_stacks_if_running() {
 	shift 2
 	for i in $(seq 1 $((sec * 10))); do
 		kill -0 "$pid" 2>/dev/null || return 0
-		sleep 0.1
+		fs_sleep 0.1
 	done
 	command -v gdb >/dev/null || return 0
 	for name in "$@"; do

@@ -104,7 +104,7 @@ rsync_pull() {
 		rsync -a "rsync://127.0.0.1:$PORT/mod/" "$dest/" >"$LOG-$name.out" 2>"$LOG-$name.err"
 	for i in $(seq 1 $((CLIENT_LIMIT * 10))); do
 		kill -0 "$cli" 2>/dev/null || break
-		sleep 0.1
+		fs_sleep 0.1
 	done
 	if kill -0 "$cli" 2>/dev/null; then
 		fs_fail "$RA_CASE $mode: rsync pull as $user still running after ${CLIENT_LIMIT}s: a hang ($(find "$dest" -type f | wc -l) of $NFILES files there, $(du -sb "$dest" | cut -f1) bytes)"

@@ -114,7 +114,7 @@ sshd_run() {
 		ra_tail 8 "$LOG-sshd.out" "$LOG-sshd.log" "$RA_DIR/sshd.$mode.log"
 		return
 	fi
-	for i in $(seq 1 100); do [ -s "$D/sshd.pid" ] && break; sleep 0.05; done
+	for i in $(seq 1 100); do [ -s "$D/sshd.pid" ] && break; fs_sleep 0.05; done
 	lpid=$(cat "$D/sshd.pid" 2>/dev/null || true)
 
 	fs_tcp_count_start "$PORT" || fs_fail "$RA_CASE $mode: nft counter not set up"
