@@ -862,10 +862,12 @@ int fs_negotiate_strip_hello(struct fs_sock *s, uint64_t deadline_ns)
 /* Whether the client of this connection runs on this host as another user
  * than this process, with listener records on: such a client found no
  * record of ours in its user's directory (records.h) and sends no probe, so
- * a server that speaks first need not wait for one. One getsockname and one
- * sock_diag lookup, for a server about to write first only. */
+ * a server that speaks first need not wait for one; nor does a client of
+ * our user that noted its history sent it to TCP (*CHOSE_TCP). One
+ * getsockname and one sock_diag lookup, for a server about to write first
+ * only. */
 static bool fs_client_other_user(struct fs_sock *s, const struct sockaddr *peer, const uint8_t addr[16],
-				 uint16_t port)
+				 uint16_t port, bool *chose_tcp)
 {
 	struct sockaddr_storage local;
 	socklen_t llen = sizeof(local);
@@ -881,12 +883,17 @@ static bool fs_client_other_user(struct fs_sock *s, const struct sockaddr *peer,
 	fs_sockaddr_key((struct sockaddr *)&local, laddr, &lport);
 	if (fs_conn_exists(laddr, lport, addr, port, &inode, &uid) != 1 || uid == FS_DIAG_NO_UID)
 		return false;
-	return uid != (uint32_t)geteuid();
+	if (uid != (uint32_t)geteuid())
+		return true;
+	/* our user's client whose history sent it to TCP before its connect()
+	 * (core/history.h): it sends no probe either */
+	*chose_tcp = fs_history_client_chose_tcp(inode);
+	return *chose_tcp;
 }
 
 int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 {
-	bool other_user = false;
+	bool other_user = false, chose_tcp = false;
 	struct sockaddr_storage peer;
 	socklen_t plen = sizeof(peer);
 	struct fs_probe_rec rec;
@@ -957,7 +964,7 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 		readable = fs_real.poll(&p, 1, 0) > 0;
 		seen = readable ? p.revents : POLLRDHUP;
 		if (for_send && !readable && !wait_end_ns && fs_params.first_send_wait_ms &&
-		    fs_client_other_user(s, (struct sockaddr *)&peer, addr, port))
+		    fs_client_other_user(s, (struct sockaddr *)&peer, addr, port, &chose_tcp))
 			other_user = true; /* no probe is coming: do not wait for one */
 		if (for_send && !readable && fs_params.first_send_wait_ms && !other_user) {
 			/* The client sends its probe as its connect() returns, about
@@ -987,8 +994,11 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 	}
 	if (for_send) {
 		FS_STAT_INC(fallback_server_first);
-		return fs_kernel(s, other_user ? "the server application spoke first to a client of another user"
-					       : "the server application spoke first");
+		if (chose_tcp)
+			FS_STAT_INC(server_first_client_tcp);
+		return fs_kernel(s, chose_tcp    ? "the server application spoke first to a client its history kept on TCP"
+				    : other_user ? "the server application spoke first to a client of another user"
+						 : "the server application spoke first");
 	}
 	{
 		/* Readable with no record: a client without fabsock sent bytes,

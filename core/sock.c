@@ -32,6 +32,7 @@
 #include "core/fabric.h"
 #include "core/fdtable.h"
 #include "core/handback.h"
+#include "core/history.h"
 #include "core/guard.h"
 #include "core/inherit.h"
 #include "core/listener.h"
@@ -363,6 +364,7 @@ void fs_core_exit(void)
 	if (!fs_core_enabled || __atomic_exchange_n(&done, 1, __ATOMIC_ACQ_REL))
 		return;
 	fs_sock_exit_held();
+	fs_history_exit();
 	if (fs_params.stats)
 		fs_stats_log_once();
 	fs_engine_shutdown();
@@ -586,6 +588,15 @@ static void fs_sock_after_connect(struct fs_sock *s, bool wait_here)
 		why = "a FABSOCK_RULES rule says kernel";
 		goto kernel;
 	}
+	if (s->hist.chose_tcp && rule != FS_RULE_OFFLOAD) {
+		/* decided before the kernel's connect() (fs_core_connect): only
+		 * a destination this program offloaded before has a history, so
+		 * the checks below passed then */
+		FS_STAT_INC(fallback_short_history);
+		fs_history_track(&s->hist, s->fd);
+		why = "this program's recent connections to the destination were short";
+		goto kernel;
+	}
 	/* A loopback destination is on this host whatever our address: no
 	 * getsockname (a system call per connection) unless it is needed */
 	loopback = fs_negotiate_loopback(key);
@@ -714,6 +725,9 @@ int fs_core_connect(struct fs_sock *s, const struct sockaddr *addr, socklen_t le
 
 	if (fs_sock_state(s) != FS_SOCK_FRESH || (addr->sa_family != AF_INET && addr->sa_family != AF_INET6))
 		return FS_PASS;
+	/* before the kernel's connect: a client that goes TCP by its history
+	 * leaves a note a server that speaks first looks for (history.h) */
+	fs_history_decide(&s->hist, s->fd, addr);
 	ret = fs_real.connect(s->fd, addr, len);
 	if (ret && errno != EINPROGRESS)
 		return -errno;

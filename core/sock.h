@@ -45,6 +45,7 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
+#include "core/history.h"
 #include "core/probe.h"
 #include "core/service.h"
 
@@ -137,6 +138,9 @@ struct fs_sock {
 	 * finishing, then the handshake (probe answer, HELLO-ACK) */
 	struct fs_watch connect_watch, client_watch;
 	uint64_t token;
+	/* client: its connection history (core/history.h): whether it chose
+	 * TCP, and what an offloaded one moved, reported at its close */
+	struct fs_history_conn hist;
 
 	/* listener, and accepted connections (the listener they came from) */
 	struct fs_listener *listener;

@@ -357,7 +357,13 @@ FS_EXPORT int close(int fd)
 	long ret;
 
 	if (FS_BEFORE_INIT() || (!fs_fdt_peek_any(fd) && !fs_epoll_known(fd) && !fs_epoll_left(fd))) {
-		int closed = FS_REAL(close)(fd), err = errno;
+		int closed, err;
+
+		/* a TCP connection its history chose: the kernel's counts first */
+		if (__atomic_load_n(&fs_history_tracked, __ATOMIC_RELAXED) && !FS_BEFORE_INIT() && !fs_core_hands_off())
+			fs_history_fd_closing(fd);
+		closed = FS_REAL(close)(fd);
+		err = errno;
 
 		/* an application's UDP socket that took a probe twin's port */
 		if (__atomic_load_n(&fs_twin_displacers_n, __ATOMIC_RELAXED) && !FS_BEFORE_INIT() &&
@@ -373,8 +379,11 @@ FS_EXPORT int close(int fd)
 	if (fs_epoll_known(fd))
 		fs_epoll_closed(fd);
 	fs_epoll_left_closing(fd);
-	if (!fs_fdt_peek_any(fd))
+	if (!fs_fdt_peek_any(fd)) {
+		if (__atomic_load_n(&fs_history_tracked, __ATOMIC_RELAXED))
+			fs_history_fd_closing(fd); /* (in an epoll set: as above) */
 		return FS_REAL(close)(fd);
+	}
 	if (fs_fdt_peek(fd) == FS_SOCK_INTERNAL && !FS_GUARDED())
 		return (int)fs_ret(-EBADF); /* fabsock's own: not the application's to close */
 	s = fs_sock_get(fd);

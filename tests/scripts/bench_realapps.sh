@@ -37,6 +37,12 @@ while [ $# -gt 0 ]; do
 done
 case $RB_ROUNDS in [1-9]) ;; *) echo "bench_realapps.sh: --rounds 1..9" >&2; exit 2 ;; esac
 
+# The connection history (core/history.h) is on, as for a user: the bench
+# measures what a program gets once fabsock has seen it (lib.sh turns it off
+# for the tests; FS_HISTORY=0 here measures without it).
+FS_HISTORY=${FS_HISTORY:-1}
+[ "$FS_HISTORY" = 1 ] || export FABSOCK_HISTORY_SHORT=0
+
 # A missing program is an n/a cell here, never a failed prerequisite.
 unset CI
 export FS_MODES="kernel fabsock"

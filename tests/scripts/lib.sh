@@ -15,6 +15,15 @@ set -o posix
 : "${FABSOCK_LIB:?FABSOCK_LIB must name the built libfabsock.so}"
 : "${FS_PROGS:?FS_PROGS must name the directory of the test programs}"
 
+# The connection history (core/history.h) outlives processes, per user: a
+# test that runs the same short client against a fixed port would see its
+# earlier runs' (and earlier scripts') connections and go TCP. Off unless the
+# script sets FS_HISTORY=1 before sourcing this (e2e_history, with a private
+# record directory; the real-programs bench, which measures what a user gets).
+if [ "${FS_HISTORY:-0}" != 1 ]; then
+	export FABSOCK_HISTORY_SHORT=0
+fi
+
 FS_TMP=$(mktemp -d /tmp/fabsock-test.XXXXXX)
 # The script's name for fs_log, found once (a basename(1) per log line was a
 # process per line).

@@ -1,0 +1,464 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Connection history: the shared table that says, per program and
+ * destination, whether recent connections were short (history.h). One file
+ * per user, history-v1 in that user's record directory (the directory of
+ * listener records, made and checked the same way: 0700, owned, no
+ * symlink), mapped MAP_SHARED by every process of the user that connects or
+ * serves a first write. It is a hint only: whatever it says, the worst
+ * outcome is a connection on kernel TCP (or negotiated as before records
+ * and history); it holds no pointer and every index into it is reduced
+ * modulo its fixed sizes, so a garbled file cannot make us read outside it.
+ *
+ * Layout (history-v1, 18,448 bytes, fixed):
+ *   header   magic, version, next note index
+ *   notes    FS_HIST_NOTES x { client socket inode, CLOCK_BOOTTIME ns }:
+ *            client sockets sent to TCP by their history, for servers that
+ *            speak first (fs_history_client_chose_tcp)
+ *   entries  FS_HIST_ENTRIES x { tag, short streak, TCP decisions, last
+ *            close (boot s), closes }, open addressing over FS_HIST_PROBE
+ *            slots from tag % FS_HIST_ENTRIES, the oldest replaced when full
+ * Every field is read and written with relaxed atomics and no lock: two
+ * processes closing at once may lose one count, which only delays a
+ * decision by a connection.
+ */
+#include "core/history.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/tcp.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config/log.h"
+#include "config/params.h"
+#include "core/stats.h"
+#include "core/udp.h"
+#include "core/util.h"
+#include "preload/real.h"
+
+#define FS_HIST_MAGIC 0x49485346u /* "FSHI" */
+#define FS_HIST_VERSION 1u
+#define FS_HIST_NOTES 128u
+#define FS_HIST_ENTRIES 512u
+#define FS_HIST_PROBE 8u
+/* A note older than this is an earlier connection's (a reused inode). */
+#define FS_HIST_NOTE_NS (30ull * 1000000000ull)
+/* How often a process checks that its mapped file is still the one in the
+ * directory (rm -rf of the directory, a new file made by another process). */
+#define FS_HIST_RECHECK_NS (2ull * 1000000000ull)
+/* At most this many mappings per process (old ones stay mapped: another
+ * thread may still be inside them). */
+#define FS_HIST_MAPS_MAX 8
+#define FS_HIST_STREAK_MAX 1000000u
+
+struct fs_hist_note {
+	uint64_t inode;
+	uint64_t boot_ns;
+};
+
+struct fs_hist_entry {
+	uint64_t tag;          /* 0: empty */
+	uint32_t short_streak; /* consecutive short connections reported */
+	uint32_t tcp_decided;  /* connections sent to TCP (the relearn count) */
+	uint32_t last_s;       /* last report, CLOCK_BOOTTIME seconds */
+	uint32_t closes;       /* reports, ever (debugging) */
+	uint64_t reserved;
+};
+
+struct fs_hist_file {
+	uint32_t magic;
+	uint32_t version;
+	uint32_t note_next;
+	uint32_t reserved;
+	struct fs_hist_note notes[FS_HIST_NOTES];
+	struct fs_hist_entry entries[FS_HIST_ENTRIES];
+};
+_Static_assert(sizeof(struct fs_hist_entry) == 32, "history entry layout");
+_Static_assert(sizeof(struct fs_hist_file) == 16 + 16 * FS_HIST_NOTES + 32 * FS_HIST_ENTRIES, "history file layout");
+
+static pthread_mutex_t fs_hist_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct fs_hist_file *fs_hist_map; /* the current mapping, or NULL */
+static uint32_t fs_hist_uid;             /* whose it is */
+static uint64_t fs_hist_ino;             /* the file's inode, to see it replaced */
+static uint64_t fs_hist_check_ns;        /* when to look at the directory again */
+static uint32_t fs_hist_bad_uid = UINT32_MAX; /* a user whose directory or file we refused */
+static int fs_hist_maps;
+static uint64_t fs_hist_prog;            /* hash of /proc/self/cmdline, 0: not yet */
+
+static uint64_t fs_hist_boot_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_BOOTTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t fs_hist_fnv(uint64_t h, const void *p, size_t n)
+{
+	const uint8_t *b = p;
+
+	for (size_t i = 0; i < n; i++) {
+		h ^= b[i];
+		h *= 0x100000001b3ull;
+	}
+	return h;
+}
+
+/* The program: its command line, so that `pgbench -C` (a connection per
+ * transaction) and `pgbench -S` (one connection for the run) learn apart,
+ * and one curl command run again and again learns from its predecessors. */
+static uint64_t fs_hist_program(void)
+{
+	uint64_t h = __atomic_load_n(&fs_hist_prog, __ATOMIC_RELAXED);
+	char buf[4096];
+	ssize_t n;
+	int fd;
+
+	if (h)
+		return h;
+	h = 0xcbf29ce484222325ull;
+	fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		n = fs_real.read(fd, buf, sizeof(buf));
+		if (n > 0)
+			h = fs_hist_fnv(h, buf, (size_t)n);
+		fs_real.close(fd);
+	}
+	h |= 1;
+	__atomic_store_n(&fs_hist_prog, h, __ATOMIC_RELAXED);
+	return h;
+}
+
+/* Forked children and exec'd programs: a child keeps its parent's command
+ * line (and the mapping); an exec'd program is a new library instance. */
+
+static void fs_hist_refuse(const char *path, uint32_t uid, const char *what)
+{
+	FS_WARN("connection history: %s %s (%s); connections negotiate without history", path, what,
+		strerror(errno));
+	FS_STAT_INC(history_refused);
+	fs_hist_bad_uid = uid;
+}
+
+/* Opens (making them if missing) the directory and the file of UID and maps
+ * the file. fs_hist_lock held. */
+static struct fs_hist_file *fs_hist_open(uint32_t uid, struct stat *fst)
+{
+	char path[PATH_MAX];
+	struct stat st;
+	struct fs_hist_file *m;
+	int dfd, fd;
+
+	if (snprintf(path, sizeof(path), "%s/fabsock-u%u", fs_params.records_dir, uid) >= (int)sizeof(path))
+		return NULL;
+	if (mkdir(path, 0700) && errno != EEXIST) {
+		fs_hist_refuse(path, uid, "cannot be made");
+		return NULL;
+	}
+	dfd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dfd < 0) {
+		fs_hist_refuse(path, uid, "cannot be opened");
+		return NULL;
+	}
+	if (fstat(dfd, &st) || !S_ISDIR(st.st_mode) || st.st_uid != uid || (st.st_mode & 077)) {
+		fs_real.close(dfd);
+		errno = EPERM;
+		fs_hist_refuse(path, uid, "is not a private directory of this user");
+		return NULL;
+	}
+	fd = openat(dfd, "history-v1", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	fs_real.close(dfd);
+	if (fd < 0) {
+		fs_hist_refuse(path, uid, "history-v1 cannot be opened");
+		return NULL;
+	}
+	if (fstat(fd, fst) || !S_ISREG(fst->st_mode) || fst->st_uid != uid || (fst->st_mode & 077) ||
+	    (fst->st_size && fst->st_size != (off_t)sizeof(struct fs_hist_file)) ||
+	    (!fst->st_size && ftruncate(fd, sizeof(struct fs_hist_file)))) {
+		fs_real.close(fd);
+		errno = EPERM;
+		fs_hist_refuse(path, uid, "history-v1 is not a private file of this user of the expected size");
+		return NULL;
+	}
+	m = mmap(NULL, sizeof(*m), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	fs_real.close(fd);
+	if (m == MAP_FAILED)
+		return NULL;
+	/* a new file is zeros: the first to map it stamps it; a file of
+	 * another layout with the right size is not ours to use */
+	{
+		uint32_t zero = 0;
+
+		if (__atomic_compare_exchange_n(&m->magic, &zero, FS_HIST_MAGIC, false, __ATOMIC_ACQ_REL,
+						__ATOMIC_ACQUIRE))
+			__atomic_store_n(&m->version, FS_HIST_VERSION, __ATOMIC_RELEASE);
+		else if (zero != FS_HIST_MAGIC)
+			goto bad;
+		/* (a file stamped a moment ago may show version 0 still) */
+		if (__atomic_load_n(&m->version, __ATOMIC_ACQUIRE) > FS_HIST_VERSION)
+			goto bad;
+	}
+	return m;
+bad:
+	munmap(m, sizeof(*m));
+	errno = EPROTO;
+	fs_hist_refuse(path, uid, "history-v1 has another format");
+	return NULL;
+}
+
+/* This user's table, mapped; NULL when history is unusable here. */
+static struct fs_hist_file *fs_hist_get(void)
+{
+	uint32_t uid = (uint32_t)geteuid();
+	uint64_t now = fs_now_ns();
+	struct fs_hist_file *m = __atomic_load_n(&fs_hist_map, __ATOMIC_ACQUIRE);
+	char path[PATH_MAX];
+	struct stat st;
+
+	if (m && fs_hist_uid == uid && now < __atomic_load_n(&fs_hist_check_ns, __ATOMIC_RELAXED))
+		return m;
+	if (uid == fs_hist_bad_uid)
+		return NULL;
+	fs_lock(&fs_hist_lock);
+	m = fs_hist_map;
+	if (m && fs_hist_uid == uid) {
+		/* still the file in the directory? */
+		if (snprintf(path, sizeof(path), "%s/fabsock-u%u/history-v1", fs_params.records_dir, uid) <
+			    (int)sizeof(path) &&
+		    lstat(path, &st) == 0 && (uint64_t)st.st_ino == fs_hist_ino) {
+			__atomic_store_n(&fs_hist_check_ns, now + FS_HIST_RECHECK_NS, __ATOMIC_RELAXED);
+			pthread_mutex_unlock(&fs_hist_lock);
+			return m;
+		}
+	}
+	if (fs_hist_maps >= FS_HIST_MAPS_MAX) {
+		pthread_mutex_unlock(&fs_hist_lock);
+		return m && fs_hist_uid == uid ? m : NULL;
+	}
+	m = fs_hist_open(uid, &st);
+	if (m) {
+		fs_hist_maps++;
+		fs_hist_uid = uid;
+		fs_hist_ino = (uint64_t)st.st_ino;
+		__atomic_store_n(&fs_hist_check_ns, now + FS_HIST_RECHECK_NS, __ATOMIC_RELAXED);
+		__atomic_store_n(&fs_hist_map, m, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&fs_hist_lock);
+	return m;
+}
+
+static struct fs_hist_entry *fs_hist_find(struct fs_hist_file *m, uint64_t tag, bool create)
+{
+	uint32_t first = (uint32_t)(tag % FS_HIST_ENTRIES), oldest_s = UINT32_MAX;
+	struct fs_hist_entry *oldest = NULL;
+
+	for (int round = 0; round < 2; round++) {
+		for (uint32_t i = 0; i < FS_HIST_PROBE; i++) {
+			struct fs_hist_entry *e = &m->entries[(first + i) % FS_HIST_ENTRIES];
+			uint64_t t = __atomic_load_n(&e->tag, __ATOMIC_ACQUIRE);
+			uint32_t s;
+
+			if (t == tag)
+				return e;
+			if (!create)
+				continue;
+			if (!t) {
+				if (__atomic_compare_exchange_n(&e->tag, &t, tag, false, __ATOMIC_ACQ_REL,
+								__ATOMIC_ACQUIRE))
+					return e; /* a fresh slot: zeros, as a new file's */
+				if (t == tag)
+					return e;
+				continue;
+			}
+			s = __atomic_load_n(&e->last_s, __ATOMIC_RELAXED);
+			if (s < oldest_s) {
+				oldest_s = s;
+				oldest = e;
+			}
+		}
+		if (!create || round)
+			break;
+	}
+	if (!oldest)
+		return NULL;
+	/* full: the least recently reported destination makes room */
+	__atomic_store_n(&oldest->short_streak, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&oldest->tcp_decided, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&oldest->closes, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&oldest->tag, tag, __ATOMIC_RELEASE);
+	return oldest;
+}
+
+bool fs_history_decide(struct fs_history_conn *h, int fd, const struct sockaddr *addr)
+{
+	struct fs_hist_file *m;
+	struct fs_hist_entry *e;
+	uint8_t key[16];
+	uint16_t port;
+	uint32_t n;
+	struct stat st;
+
+	memset(h, 0, sizeof(*h));
+	if (!fs_params.history_short || (addr->sa_family != AF_INET && addr->sa_family != AF_INET6))
+		return false;
+	m = fs_hist_get();
+	if (!m)
+		return false;
+	fs_sockaddr_key(addr, key, &port);
+	h->tag = fs_hist_fnv(fs_hist_fnv(fs_hist_program(), key, sizeof(key)), &port, sizeof(port)) | 1;
+	e = fs_hist_find(m, h->tag, false);
+	if (!e || __atomic_load_n(&e->short_streak, __ATOMIC_RELAXED) < fs_params.history_short)
+		return false; /* unknown, or not short enough: negotiate as before */
+	n = __atomic_add_fetch(&e->tcp_decided, 1, __ATOMIC_RELAXED);
+	if (fs_params.history_relearn && n % fs_params.history_relearn == 0) {
+		FS_STAT_INC(history_relearn);
+		return false; /* offload one now and then: the program may have changed */
+	}
+	h->chose_tcp = true;
+	if (fstat(fd, &st) == 0) {
+		uint32_t i = __atomic_fetch_add(&m->note_next, 1, __ATOMIC_RELAXED) % FS_HIST_NOTES;
+
+		/* the time first, so that a server never pairs the new inode
+		 * with a stale time and thinks the note old (nor a stale inode
+		 * with the new time: a false match only skips a server's wait
+		 * for a client whose history went TCP anyway) */
+		__atomic_store_n(&m->notes[i].boot_ns, fs_hist_boot_ns(), __ATOMIC_RELAXED);
+		__atomic_store_n(&m->notes[i].inode, (uint64_t)st.st_ino, __ATOMIC_RELEASE);
+	}
+	return true;
+}
+
+bool fs_history_client_chose_tcp(uint32_t inode)
+{
+	struct fs_hist_file *m;
+	uint64_t now;
+
+	if (!inode || !fs_params.history_short || !(m = fs_hist_get()))
+		return false;
+	now = fs_hist_boot_ns();
+	for (uint32_t i = 0; i < FS_HIST_NOTES; i++) {
+		if (__atomic_load_n(&m->notes[i].inode, __ATOMIC_ACQUIRE) == inode) {
+			uint64_t t = __atomic_load_n(&m->notes[i].boot_ns, __ATOMIC_RELAXED);
+
+			if (t <= now + 1000000000ull && now - t < FS_HIST_NOTE_NS)
+				return true;
+		}
+	}
+	return false;
+}
+
+static void fs_hist_report(uint64_t tag, uint64_t turns, uint64_t bytes)
+{
+	struct fs_hist_file *m = fs_hist_get();
+	struct fs_hist_entry *e;
+	bool is_short = turns < fs_params.history_turns && bytes < fs_params.history_bytes;
+
+	if (!m || !tag || !(e = fs_hist_find(m, tag, true)))
+		return;
+	if (!is_short)
+		__atomic_store_n(&e->short_streak, 0, __ATOMIC_RELAXED);
+	else if (__atomic_load_n(&e->short_streak, __ATOMIC_RELAXED) < FS_HIST_STREAK_MAX)
+		__atomic_add_fetch(&e->short_streak, 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&e->last_s, (uint32_t)(fs_hist_boot_ns() / 1000000000ull), __ATOMIC_RELAXED);
+	__atomic_add_fetch(&e->closes, 1, __ATOMIC_RELAXED);
+	FS_DBG("connection history: %s connection (%llu turns, %llu bytes), streak now %u", is_short ? "short" : "long",
+	       (unsigned long long)turns, (unsigned long long)bytes,
+	       __atomic_load_n(&e->short_streak, __ATOMIC_RELAXED));
+}
+
+void fs_history_offloaded_closed(struct fs_history_conn *h)
+{
+	if (!h->tag)
+		return;
+	fs_hist_report(h->tag, h->turns, h->bytes);
+	h->tag = 0;
+}
+
+/* ---- kernel TCP connections the history chose -------------------------- */
+
+/* Followed by descriptor number (one socket holds a number at a time; a
+ * newer one in the same slot replaces an older, whose report is lost). The
+ * inode tells a number reused behind our back (dup2, close_range) apart. */
+#define FS_HIST_FDS 256u
+
+struct fs_hist_fd {
+	int fd;
+	uint32_t inode;
+	uint64_t tag;
+};
+
+static pthread_mutex_t fs_hist_fd_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct fs_hist_fd fs_hist_fds[FS_HIST_FDS];
+unsigned fs_history_tracked;
+
+void fs_history_track(const struct fs_history_conn *h, int fd)
+{
+	struct fs_hist_fd *t = &fs_hist_fds[(unsigned)fd % FS_HIST_FDS];
+	struct stat st;
+
+	if (!h->tag || fstat(fd, &st))
+		return;
+	fs_lock(&fs_hist_fd_lock);
+	if (!t->tag)
+		__atomic_add_fetch(&fs_history_tracked, 1, __ATOMIC_RELAXED);
+	*t = (struct fs_hist_fd){ .fd = fd, .inode = (uint32_t)st.st_ino, .tag = h->tag };
+	pthread_mutex_unlock(&fs_hist_fd_lock);
+}
+
+/* Reports the kernel's counts of the TCP connection T followed. */
+static void fs_hist_report_tcp(const struct fs_hist_fd *t)
+{
+	struct tcp_info ti;
+	socklen_t len = sizeof(ti);
+	struct stat st;
+
+	if (fstat(t->fd, &st) || (uint32_t)st.st_ino != t->inode)
+		return; /* the number now names another file */
+	memset(&ti, 0, sizeof(ti));
+	if (fs_real.getsockopt(t->fd, IPPROTO_TCP, TCP_INFO, &ti, &len) ||
+	    len < offsetof(struct tcp_info, tcpi_data_segs_out) + sizeof(ti.tcpi_data_segs_out))
+		return; /* a kernel before 4.6 does not count data segments */
+	/* a request and its answer are a data segment each way at least (a
+	 * large answer is many: the smaller count is the turns) */
+	fs_hist_report(t->tag, ti.tcpi_data_segs_in < ti.tcpi_data_segs_out ? ti.tcpi_data_segs_in : ti.tcpi_data_segs_out,
+		       ti.tcpi_bytes_acked + ti.tcpi_bytes_received);
+}
+
+void fs_history_fd_closing(int fd)
+{
+	struct fs_hist_fd *t, copy;
+
+	if (fd < 0)
+		return;
+	t = &fs_hist_fds[(unsigned)fd % FS_HIST_FDS];
+	if (__atomic_load_n(&t->fd, __ATOMIC_RELAXED) != fd || !__atomic_load_n(&t->tag, __ATOMIC_RELAXED))
+		return;
+	fs_lock(&fs_hist_fd_lock);
+	copy = *t;
+	if (t->fd == fd && t->tag) {
+		t->tag = 0;
+		__atomic_sub_fetch(&fs_history_tracked, 1, __ATOMIC_RELAXED);
+	} else {
+		copy.tag = 0;
+	}
+	pthread_mutex_unlock(&fs_hist_fd_lock);
+	if (copy.tag)
+		fs_hist_report_tcp(&copy);
+}
+
+void fs_history_exit(void)
+{
+	if (!__atomic_load_n(&fs_history_tracked, __ATOMIC_RELAXED))
+		return;
+	for (unsigned i = 0; i < FS_HIST_FDS; i++)
+		if (fs_hist_fds[i].tag)
+			fs_history_fd_closing(fs_hist_fds[i].fd);
+}

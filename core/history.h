@@ -1,0 +1,65 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Connection history (issue 27, "offload only when it will pay"): what the
+ * connections of one program to one destination (host:port) turned out to
+ * be, kept in a small shared table in the user's record directory
+ * (FABSOCK_RECORDS_DIR/fabsock-u<euid>/history-v1), so that it outlives the
+ * processes that learnt it. A client's connect() asks it first: a
+ * destination whose last FABSOCK_HISTORY_SHORT connections of this program
+ * were all short (few request/response turns, few bytes) stays on kernel
+ * TCP with no probe, no rail and no HELLO (fallback_short_history), except
+ * every FABSOCK_HISTORY_RELEARN-th, which offloads to learn again. Such a
+ * client also notes its socket's inode there, so that a server that speaks
+ * first does not wait for a probe that will not come. Both the TCP
+ * connections it decided and the offloaded ones report at their close.
+ * docs/design.md "Connection history".
+ */
+#ifndef FS_CORE_HISTORY_H
+#define FS_CORE_HISTORY_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+/* What a client socket carries for its history (in struct fs_sock, zeroed
+ * with it). TAG 0: not followed. */
+struct fs_history_conn {
+	uint64_t tag;      /* the (program, destination) entry's key */
+	uint64_t bytes;    /* payload moved, both directions (offloaded) */
+	uint32_t turns;    /* sends that followed a receive, and the first (offloaded) */
+	bool last_send;    /* the last data call was a send */
+	bool chose_tcp;    /* the history said TCP (fs_history_decide) */
+};
+
+/* Before the kernel's connect() of client socket FD to ADDR: looks the
+ * destination up and fills H. Returns true when the connection is to stay
+ * on TCP (then its inode is noted for the server, and its close will be
+ * measured); false: negotiate as before (H->tag set when the connection
+ * should report at its close if it offloads). */
+bool fs_history_decide(struct fs_history_conn *h, int fd, const struct sockaddr *addr);
+/* The connection that fs_history_decide sent to TCP left fabsock's hands:
+ * its close reports what the kernel counted. */
+void fs_history_track(const struct fs_history_conn *h, int fd);
+/* An offloaded connection's data call moved N bytes (SEND: outwards). */
+static inline void fs_history_count(struct fs_history_conn *h, bool send, uint64_t n)
+{
+	if (!h->tag)
+		return;
+	if (send && !h->last_send)
+		h->turns++;
+	h->last_send = send;
+	h->bytes += n;
+}
+/* An offloaded connection closes: its counts go into its entry. */
+void fs_history_offloaded_closed(struct fs_history_conn *h);
+/* The application closes FD (not a fabsock socket any more): if it is one
+ * fs_history_track follows, report it. Cheap when none is followed. */
+extern unsigned fs_history_tracked;
+void fs_history_fd_closing(int fd);
+/* Process exit: report the followed connections still open. */
+void fs_history_exit(void);
+/* Server side: whether the client socket INODE (of this user, on this
+ * host) was sent to TCP by its history (noted within the last seconds). */
+bool fs_history_client_chose_tcp(uint32_t inode);
+
+#endif

@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Connection history (core/history.h, issue 27 "offload only when it will
+# pay"): a program whose connections to a destination are short stops paying
+# the rail and the HELLO there; one whose connections are long keeps
+# offloading. One fixed port, a new fs_stream server (preloaded, speaking
+# first: --banner) per round, the same client command line per kind, a
+# private record directory (so the rounds see only their own history):
+#   learn:    the short client's first rounds offload (4 connections, each
+#             under FABSOCK_HISTORY_BYTES=1M: short).
+#   decided:  the next round goes TCP at connect(): fallback_short_history
+#             per stream, no probe, no rail; the kernel's counter shows the
+#             payload on TCP; the server, about to speak first, wrote at
+#             once (server_first_client_tcp: the client's note said no probe
+#             is coming) instead of waiting FABSOCK_FIRST_SEND_WAIT_MS.
+#   long:     another command line (4 MiB per stream: long) offloads round
+#             after round; the kernel's counter shows no payload on TCP.
+#   relearn:  with FABSOCK_HISTORY_RELEARN=2 one of the two TCP decisions
+#             offloads instead (history_relearn=1).
+#   flip:     a round whose TCP connections count as long at their close
+#             (FABSOCK_HISTORY_BYTES=1000 in the client: learnt from the
+#             kernel's TCP_INFO) ends the streak: the next round offloads.
+#   planted:  a history file that is not private (mode 0644) is never used
+#             (history_refused=1) and the connections negotiate as before.
+# Every stream's bytes are checked end to end by fs_stream.
+FS_HISTORY=1 # lib.sh turns the history off for the other tests
+. "$(dirname "$0")/lib.sh"
+
+[ "$(id -u)" = 0 ] || fs_skip "needs root (nftables counter)"
+fs_need_nft
+PROG=$FS_PROGS/fs_stream
+REC=$FS_TMP/rec
+mkdir -p "$REC"
+export FABSOCK_RECORDS_DIR=$REC FABSOCK_HISTORY_SHORT=4 FABSOCK_HISTORY_BYTES=1048576 FABSOCK_HISTORY_RELEARN=64
+# a server that speaks first waits this long for a probe (the learning
+# rounds must offload on a loaded machine); one that did not wait is told by
+# its counter, not by a clock
+export FABSOCK_FIRST_SEND_WAIT_MS=300
+STREAMS=2
+PORT=$(fs_free_port)
+
+# round DIR BYTES [client env...]: a server on PORT for one run of STREAMS
+# streams, and the client; both must end "result ok".
+round() {
+	local dir=$1 bytes=$2 spid cpid crc=0 src=0
+	shift 2
+	mkdir -p "$dir"
+	fs_bg spid env LD_PRELOAD="$FABSOCK_LIB" FABSOCK_STATS=1 FABSOCK_LOG=info "$PROG" server --port "$PORT" \
+		--ready-file "$dir/ready" --streams "$STREAMS" --bytes "$bytes" --banner >"$dir/server.out" 2>"$dir/server.err"
+	for _ in $(seq 1 100); do [ -s "$dir/ready" ] && break; sleep 0.05; done
+	fs_bg cpid env LD_PRELOAD="$FABSOCK_LIB" FABSOCK_STATS=1 "$@" "$PROG" client 127.0.0.1 "$PORT" \
+		--streams "$STREAMS" --bytes "$bytes" --banner >"$dir/client.out" 2>"$dir/client.err"
+	fs_wait_pid "$cpid" 60 || crc=$?
+	fs_wait_pid "$spid" 20 || src=$?
+	if [ "$crc" -ne 0 ] || [ "$src" -ne 0 ] || ! grep -qx 'result ok' "$dir/client.out" ||
+		! grep -qx 'result ok' "$dir/server.out"; then
+		fs_fail "$(basename "$dir"): exit $src/$crc: $(grep -h '^result' "$dir/server.out" "$dir/client.out" | tr '\n' ' ')"
+		grep -hv 'stats:' "$dir/server.err" "$dir/client.err" | head -n 5 >&2
+		return 1
+	fi
+}
+
+# expect_stat FILE LABEL NAME=VALUE...: each counter exactly.
+expect_stat() {
+	local file=$1 label=$2 kv name want got bad=
+	shift 2
+	for kv in "$@"; do
+		name=${kv%%=*} want=${kv#*=}
+		got=$(fs_stat "$file" "$name")
+		[ "${got:-none}" = "$want" ] || bad+=" $name=${got:-none} (expected $want)"
+	done
+	if [ -n "$bad" ]; then
+		fs_fail "$label:$bad"
+	else
+		fs_pass "$label: $*"
+	fi
+}
+
+# ---- learn: the first 4 short connections offload --------------------------
+for i in 1 2; do
+	d=$FS_TMP/learn$i
+	round "$d" 64K &&
+		expect_stat "$d/client.err" "learn $i: the short client offloads while it learns" \
+			offloaded=$STREAMS fallback_short_history=0
+done
+
+# ---- decided: TCP at connect, nothing opened, the server does not wait ------
+d=$FS_TMP/decided
+fs_tcp_count_start "$PORT"
+if round "$d" 64K; then
+	read -r _ _ pl hs _ < <(fs_tcp_count_read)
+	expect_stat "$d/client.err" "decided: the client stayed on TCP at connect()" \
+		fallback_short_history=$STREAMS offloaded=0 probes_sent=0 fabric_loads=0
+	expect_stat "$d/server.err" "decided: the server spoke first at once (no wait for a probe)" \
+		server_first_client_tcp=$STREAMS fallback_server_first=$STREAMS offloaded=0
+	if [ "${hs:-x}" = 0 ] && [ "${pl:-0}" -ge $((STREAMS * 65536)) ]; then
+		fs_pass "decided: the kernel's counter shows the payload on TCP ($pl bytes) and no HELLO"
+	else
+		fs_fail "decided: TCP carried ${pl:-?} payload bytes and ${hs:-?} handshake segments (expected >= $((STREAMS * 65536)), 0)"
+	fi
+fi
+fs_tcp_count_stop
+
+# ---- long: another command line keeps offloading -----------------------------
+for i in 1 2 3; do
+	d=$FS_TMP/long$i
+	[ "$i" = 3 ] && fs_tcp_count_start "$PORT"
+	if round "$d" 4M; then
+		expect_stat "$d/client.err" "long $i: offloaded" offloaded=$STREAMS fallback_short_history=0
+		[ "$i" = 3 ] && fs_tcp_proof "long $i" fabsock "$STREAMS"
+	fi
+	fs_tcp_count_stop
+done
+
+# ---- relearn: every 2nd TCP decision offloads -----------------------------------
+d=$FS_TMP/relearn
+round "$d" 64K FABSOCK_HISTORY_RELEARN=2 &&
+	expect_stat "$d/client.err" "relearn: one of two offloaded to learn again" \
+		history_relearn=1 offloaded=1 fallback_short_history=1
+
+# ---- flip: TCP connections that were long end the streak -----------------------
+d=$FS_TMP/flip
+round "$d" 64K FABSOCK_HISTORY_BYTES=1000 &&
+	expect_stat "$d/client.err" "flip: TCP at connect (the streak still stood)" fallback_short_history=$STREAMS
+d=$FS_TMP/flipped
+round "$d" 64K &&
+	expect_stat "$d/client.err" "flip: the kernel's counts of those TCP connections said long: offloaded again" \
+		offloaded=$STREAMS fallback_short_history=0
+
+# ---- planted: a history file open to others is not used ------------------------
+P=$FS_TMP/planted
+mkdir -m 700 "$P" "$P/fabsock-u$(id -u)"
+head -c 18448 /dev/zero >"$P/fabsock-u$(id -u)/history-v1"
+chmod 644 "$P/fabsock-u$(id -u)/history-v1"
+export FABSOCK_RECORDS_DIR=$P
+for i in 1 2 3; do
+	d=$FS_TMP/planted$i
+	round "$d" 64K || continue
+	[ "$i" = 3 ] && expect_stat "$d/client.err" "planted: a history file open to others is refused, connections negotiate as before" \
+		history_refused=1 offloaded=$STREAMS fallback_short_history=0
+done
+export FABSOCK_RECORDS_DIR=$REC
+if [ "$(stat -c %a "$P/fabsock-u$(id -u)/history-v1")" = 644 ] && cmp -s "$P/fabsock-u$(id -u)/history-v1" <(head -c 18448 /dev/zero); then
+	fs_pass "planted: the refused history file was left as it was"
+else
+	fs_fail "planted: the refused history file was changed"
+fi
+
+fs_done
