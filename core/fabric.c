@@ -312,8 +312,22 @@ static struct fi_info *fs_rail_hints(unsigned kind, const struct sockaddr *local
 		size_t len = local->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
 							  : sizeof(struct sockaddr_in);
 		struct sockaddr_storage *src = calloc(1, sizeof(*src));
+		const struct sockaddr_in6 *six = (const struct sockaddr_in6 *)local;
 
-		if (src) {
+		if (src && local->sa_family == AF_INET6 && IN6_IS_ADDR_V4MAPPED(&six->sin6_addr)) {
+			/* A dual-stack listener (iperf3 -s, nginx [::]) accepts IPv4
+			 * clients on IPv6 sockets: ::ffff:a.b.c.d. A rail opened on
+			 * that gets an IPv6 fabric address, which the client's IPv4
+			 * address vector refuses (EINVAL) and the connection resets;
+			 * the rail takes the IPv4 address it stands for. */
+			struct sockaddr_in *four = (struct sockaddr_in *)src;
+
+			four->sin_family = AF_INET;
+			memcpy(&four->sin_addr, &six->sin6_addr.s6_addr[12], 4);
+			hints->src_addr = src;
+			hints->src_addrlen = sizeof(*four);
+			hints->addr_format = FI_SOCKADDR_IN;
+		} else if (src) {
 			memcpy(src, local, len);
 			/* any free port: only the interface matters */
 			if (local->sa_family == AF_INET6)
