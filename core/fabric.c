@@ -501,7 +501,25 @@ static int fs_rail_open_objects(struct fs_rail *rail, struct fi_info *fi, const 
 	fs_rail_stamp("fi_av_open", t);
 	*step = "fi_cq_open";
 	cq_attr.size = rail->tx_depth + rail->rx_depth;
-	ret = fi_cq_open(rail->domain, &cq_attr, &rail->cq, NULL);
+	rail->cq_fd = -1;
+	if (rail->kind == FS_PROV_TCP || rail->kind == FS_PROV_NET) {
+		/* manual progress over sockets: a wait fd lets waiters sleep
+		 * until bytes come instead of leaving them in the kernel for a
+		 * slice (fs_rail_cq_wait_fd); shm and efa have none (1.17) */
+		cq_attr.wait_obj = FI_WAIT_FD;
+		ret = fi_cq_open(rail->domain, &cq_attr, &rail->cq, NULL);
+		if (ret == 0 && fi_control(&rail->cq->fid, FI_GETWAIT, &rail->cq_fd)) {
+			rail->cq_fd = -1;
+			fi_close(&rail->cq->fid);
+			ret = -FI_ENOSYS;
+		}
+		if (ret)
+			cq_attr.wait_obj = FI_WAIT_NONE;
+	} else {
+		ret = -FI_ENOSYS;
+	}
+	if (ret)
+		ret = fi_cq_open(rail->domain, &cq_attr, &rail->cq, NULL);
 	if (ret)
 		goto err_av;
 	fs_rail_stamp("fi_cq_open", t);
@@ -654,6 +672,20 @@ void fs_rail_close(struct fs_rail *rail)
 	fs_fi.freeinfo(rail->info);
 	rail->info = NULL;
 	FS_GUARD_LEAVE();
+}
+
+int fs_rail_cq_wait_fd(struct fs_rail *rail)
+{
+	struct fid *fids[1];
+	int ret;
+
+	if (!rail->info || rail->cq_fd < 0)
+		return -1;
+	fids[0] = &rail->cq->fid;
+	FS_GUARD_ENTER();
+	ret = fi_trywait(rail->fabric, fids, 1);
+	FS_GUARD_LEAVE();
+	return ret == FI_SUCCESS ? rail->cq_fd : -EAGAIN;
 }
 
 int fs_rail_mr_reg(struct fs_rail *rail, void *buf, size_t len, struct fid_mr **mr)
