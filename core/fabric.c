@@ -37,6 +37,10 @@
 #include "core/stats.h"
 
 #define FS_FI_VERSION FI_VERSION(1, 17)
+/* Peers one endpoint's address vector is asked for (not shm): 16
+ * endpoints (FS_ENGINE_MAX_EPS) hold 65,536, what one endpoint held before
+ * the count was requested. */
+#define FS_RAIL_AV_COUNT 4096
 
 struct fs_fabric_api fs_fi;
 
@@ -292,10 +296,23 @@ static struct fi_info *fs_rail_hints(unsigned kind, const struct sockaddr *local
 	hints->caps = FI_TAGGED | FI_MSG | FI_SEND | FI_RECV | (source ? FI_SOURCE : 0);
 	hints->mode = FI_CONTEXT | FI_CONTEXT2;
 	hints->ep_attr->type = FI_EP_RDM;
-	hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+	/* Every mode bit fabsock can honour, but not FI_MR_LOCAL: no provider
+	 * fabsock opens requires it (fi_efa(7), 1.17 to 2.x: "The `efa`
+	 * fabric of RDM endpoint does not require memory registration for
+	 * send and receive operations"; only efa-direct and DGRAM do, and
+	 * fs_rail_pick refuses those), and efa hands the bit back whenever
+	 * it is asked (efa_user_info.c), which turned our pulls off there
+	 * (fs_engine_pull_shift). Our pools are registered all the same and
+	 * pass their descriptors, which efa uses when given. */
+	hints->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
 	hints->domain_attr->threading = FI_THREAD_DOMAIN;
 	hints->domain_attr->resource_mgmt = FI_RM_ENABLED;
 	hints->fabric_attr->prov_name = strdup(fs_fabric_prov_name(kind));
+	/* efa lists two fabrics from 2.2 on: "efa" (tagged messages, its own
+	 * wire protocols) and "efa-direct" (no FI_TAGGED, FI_MR_LOCAL
+	 * required); 1.17 names its one fabric "efa" too */
+	if (kind == FS_PROV_EFA)
+		hints->fabric_attr->name = strdup("efa");
 	if (kind == FS_PROV_SHM) {
 		char name[96];
 		uint32_t nonce = (uint32_t)(fs_now_ns() ^ ((uint64_t)getpid() << 16));
@@ -352,6 +369,12 @@ static struct fi_info *fs_rail_pick(struct fi_info *list, unsigned kind)
 		if (kind == FS_PROV_EFA && fi->domain_attr->name &&
 		    strstr(fi->domain_attr->name, "-dgrm"))
 			continue;
+		if (kind == FS_PROV_EFA &&
+		    (!fi->fabric_attr->name || strcasecmp(fi->fabric_attr->name, "efa") != 0))
+			continue; /* efa-direct (see fs_rail_hints) */
+		if (fi->domain_attr->mr_mode & FI_MR_LOCAL)
+			continue; /* not asked for: a provider that insists would
+				   * need every application buffer registered */
 		return fi;
 	}
 	return NULL;
@@ -465,7 +488,11 @@ static void fs_rail_read_limits(struct fs_rail *rail, const struct fi_info *fi, 
 	rail->mr_local = (fi->domain_attr->mr_mode & FI_MR_LOCAL) != 0;
 	rail->mr_prov_key = (fi->domain_attr->mr_mode & FI_MR_PROV_KEY) != 0;
 	rail->source = (fi->caps & FI_SOURCE) != 0;
-	rail->av_max = kind == FS_PROV_SHM ? 256 : 65536;
+	/* shm maps at most 256 peers per region; the others take what is
+	 * asked (fs_rail_open_objects requests exactly this count, which
+	 * util AVs and efa also use to size their tables), and a process
+	 * past it opens another endpoint (fs_engine_rail_for) */
+	rail->av_max = kind == FS_PROV_SHM ? 256 : FS_RAIL_AV_COUNT;
 	if (fs_params.test_av_max && fs_params.test_av_max < rail->av_max)
 		rail->av_max = (unsigned)fs_params.test_av_max;
 	/* Keys only need to be unique within this domain; start away from 0. */
@@ -478,7 +505,7 @@ static void fs_rail_read_limits(struct fs_rail *rail, const struct fi_info *fi, 
  * returns its error. Under the guard. */
 static int fs_rail_open_objects(struct fs_rail *rail, struct fi_info *fi, const char **step)
 {
-	struct fi_av_attr av_attr = { .type = FI_AV_TABLE };
+	struct fi_av_attr av_attr = { .type = FI_AV_TABLE, .count = rail->av_max };
 	struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_TAGGED, .wait_obj = FI_WAIT_NONE };
 	uint64_t t[2] = { 0, 0 };
 	int ret;
