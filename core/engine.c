@@ -378,8 +378,10 @@ unsigned fs_engine_pull_shift(const struct fs_engine_rail *er)
 	unsigned shift = FS_WIRE_PULL_SHIFT_MIN;
 
 	/* A pull lands in the application's memory, which a provider that
-	 * wants every buffer registered (efa) cannot take: such a receiver
-	 * would pull into its bounce buffer and gain nothing. */
+	 * wants every buffer registered (FI_MR_LOCAL) cannot take: such a
+	 * receiver would pull into its bounce buffer and gain nothing. None
+	 * of ours is opened so any more (fs_rail_hints): efa's RDM endpoint
+	 * registers what it is given through its own MR cache. */
 	if (!fs_params.pull_min || er->rail.mr_local || fs_params.pull == 2 /* off */)
 		return 0;
 	/* tcp;ofi_rxm and net send a payload when it is posted, into buffers

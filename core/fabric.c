@@ -4,11 +4,14 @@
  * the shm provider's regions (their names, stale ones, a dead peer's lock)
  * is fabric_shm.c's. All limits the data
  * path depends on are read here from the fi_info the provider returned, not
- * assumed: inject size, queue depths, iov limit, MR mode. The hints ask only
- * for what fabsock uses (RDM, tagged messages, local MRs) and offer every MR
- * mode bit fabsock can honour, so the same code opens shm, tcp;ofi_rxm, net
- * and efa (which needs FI_MR_LOCAL | FI_MR_ALLOCATED | FI_MR_PROV_KEY |
- * FI_MR_VIRT_ADDR and FI_CONTEXT2).
+ * assumed: inject size, queue depths (tx_size caps our posted sends), MR
+ * mode. The hints ask only for what fabsock uses (RDM, tagged and untagged
+ * messages) and offer the MR mode bits and FI_CONTEXT/FI_CONTEXT2 fabsock can
+ * honour, but not FI_MR_LOCAL (see fs_rail_hints), so the same code opens
+ * shm, tcp;ofi_rxm, net and efa (its "efa" fabric; 1.17 needs FI_MR_ALLOCATED
+ * | FI_MR_PROV_KEY | FI_MR_VIRT_ADDR, none of FI_MR_LOCAL or FI_CONTEXT2 on
+ * RDM: fi_efa(7)). Every post passes one buffer, so iov_limit (efa: 4) is
+ * never reached.
  */
 #include "core/fabric.h"
 #include "core/fabric_internal.h"
