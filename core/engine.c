@@ -252,6 +252,22 @@ static int fs_engine_rail_for(struct fs_engine *e, unsigned kind, const struct s
 	return 0;
 }
 
+int fs_engine_cq_wait_fd(struct fs_engine *e)
+{
+	int fd = -1;
+
+	for (unsigned kind = FS_PROV_SHM; kind < FS_PROV_MAX_; kind++)
+		for (struct fs_engine_rail *er = &e->rails[kind]; er && er->open; er = er->next_ep) {
+			int r = fs_rail_cq_wait_fd(&er->rail);
+
+			if (r == -EAGAIN)
+				return -EAGAIN;
+			if (r >= 0)
+				fd = fd < 0 ? r : -2; /* two fds: keep to the slices */
+		}
+	return fd < 0 ? -1 : fd;
+}
+
 struct fs_engine_rail *fs_engine_ep_first(struct fs_engine *e)
 {
 	for (unsigned kind = FS_PROV_SHM; kind < FS_PROV_MAX_; kind++)
@@ -362,9 +378,23 @@ unsigned fs_engine_pull_shift(const struct fs_engine_rail *er)
 	unsigned shift = FS_WIRE_PULL_SHIFT_MIN;
 
 	/* A pull lands in the application's memory, which a provider that
-	 * wants every buffer registered (efa) cannot take: such a receiver
-	 * would pull into its bounce buffer and gain nothing. */
-	if (!fs_params.pull_min || er->rail.mr_local)
+	 * wants every buffer registered (FI_MR_LOCAL) cannot take: such a
+	 * receiver would pull into its bounce buffer and gain nothing. None
+	 * of ours is opened so any more (fs_rail_hints): efa's RDM endpoint
+	 * registers what it is given through its own MR cache. */
+	if (!fs_params.pull_min || er->rail.mr_local || fs_params.pull == 2 /* off */)
+		return 0;
+	/* tcp;ofi_rxm and net send a payload when it is posted, into buffers
+	 * of their own at the receiver (eager, or rxm's segmented protocol up
+	 * to its SAR limit), whether or not a receive waits for it: a pull
+	 * keeps nothing at the sender there. It costs the reader a post and a
+	 * progress round per message, and parks every announced payload in the
+	 * provider's unexpected queue, whose buffers a larger WINDOW multiplies.
+	 * Between namespaces (issue 28) pulls took one iperf3 stream from 11.0
+	 * to 3.8 Gbit/s. shm keeps the payload in the sender's buffer and efa
+	 * sends a large one only when its receive is posted (long-CTS, read):
+	 * there a pull lands it in the reader's buffer with no bounce. */
+	if (fs_params.pull == 0 /* auto */ && er->rail.kind != FS_PROV_SHM && er->rail.kind != FS_PROV_EFA)
 		return 0;
 	while (shift < FS_WIRE_PULL_SHIFT_MAX && (1ull << shift) < fs_params.pull_min)
 		shift++;

@@ -479,6 +479,11 @@ void fs_engine_debug_dump(struct fs_engine *e, uint64_t now);
 struct fs_engine *fs_engine_lock_cur(void);
 /* Runs the completion queues once. Returns completions handled. Lock held. */
 int fs_engine_progress(struct fs_engine *e);
+/* The one completion-queue fd a waiter may sleep on besides its slices
+ * (tcp and net rails, fs_rail_cq_wait_fd): -1 when no endpoint has one (or
+ * more than one has), -EAGAIN when a progress round must come first. Lock
+ * held. */
+int fs_engine_cq_wait_fd(struct fs_engine *e);
 /* The same, taking the engine lock; for readiness scans, which progress
  * once per scan and then look at each member without progressing. */
 void fs_engine_progress_locked(void);

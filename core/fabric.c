@@ -4,11 +4,14 @@
  * the shm provider's regions (their names, stale ones, a dead peer's lock)
  * is fabric_shm.c's. All limits the data
  * path depends on are read here from the fi_info the provider returned, not
- * assumed: inject size, queue depths, iov limit, MR mode. The hints ask only
- * for what fabsock uses (RDM, tagged messages, local MRs) and offer every MR
- * mode bit fabsock can honour, so the same code opens shm, tcp;ofi_rxm, net
- * and efa (which needs FI_MR_LOCAL | FI_MR_ALLOCATED | FI_MR_PROV_KEY |
- * FI_MR_VIRT_ADDR and FI_CONTEXT2).
+ * assumed: inject size, queue depths (tx_size caps our posted sends), MR
+ * mode. The hints ask only for what fabsock uses (RDM, tagged and untagged
+ * messages) and offer the MR mode bits and FI_CONTEXT/FI_CONTEXT2 fabsock can
+ * honour, but not FI_MR_LOCAL (see fs_rail_hints), so the same code opens
+ * shm, tcp;ofi_rxm, net and efa (its "efa" fabric; 1.17 needs FI_MR_ALLOCATED
+ * | FI_MR_PROV_KEY | FI_MR_VIRT_ADDR, none of FI_MR_LOCAL or FI_CONTEXT2 on
+ * RDM: fi_efa(7)). Every post passes one buffer, so iov_limit (efa: 4) is
+ * never reached.
  */
 #include "core/fabric.h"
 #include "core/fabric_internal.h"
@@ -37,6 +40,10 @@
 #include "core/stats.h"
 
 #define FS_FI_VERSION FI_VERSION(1, 17)
+/* Peers one endpoint's address vector is asked for (not shm): 16
+ * endpoints (FS_ENGINE_MAX_EPS) hold 65,536, what one endpoint held before
+ * the count was requested. */
+#define FS_RAIL_AV_COUNT 4096
 
 struct fs_fabric_api fs_fi;
 
@@ -292,10 +299,23 @@ static struct fi_info *fs_rail_hints(unsigned kind, const struct sockaddr *local
 	hints->caps = FI_TAGGED | FI_MSG | FI_SEND | FI_RECV | (source ? FI_SOURCE : 0);
 	hints->mode = FI_CONTEXT | FI_CONTEXT2;
 	hints->ep_attr->type = FI_EP_RDM;
-	hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+	/* Every mode bit fabsock can honour, but not FI_MR_LOCAL: no provider
+	 * fabsock opens requires it (fi_efa(7), 1.17 to 2.x: "The `efa`
+	 * fabric of RDM endpoint does not require memory registration for
+	 * send and receive operations"; only efa-direct and DGRAM do, and
+	 * fs_rail_pick refuses those), and efa hands the bit back whenever
+	 * it is asked (efa_user_info.c), which turned our pulls off there
+	 * (fs_engine_pull_shift). Our pools are registered all the same and
+	 * pass their descriptors, which efa uses when given. */
+	hints->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
 	hints->domain_attr->threading = FI_THREAD_DOMAIN;
 	hints->domain_attr->resource_mgmt = FI_RM_ENABLED;
 	hints->fabric_attr->prov_name = strdup(fs_fabric_prov_name(kind));
+	/* efa lists two fabrics from 2.2 on: "efa" (tagged messages, its own
+	 * wire protocols) and "efa-direct" (no FI_TAGGED, FI_MR_LOCAL
+	 * required); 1.17 names its one fabric "efa" too */
+	if (kind == FS_PROV_EFA)
+		hints->fabric_attr->name = strdup("efa");
 	if (kind == FS_PROV_SHM) {
 		char name[96];
 		uint32_t nonce = (uint32_t)(fs_now_ns() ^ ((uint64_t)getpid() << 16));
@@ -312,8 +332,22 @@ static struct fi_info *fs_rail_hints(unsigned kind, const struct sockaddr *local
 		size_t len = local->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
 							  : sizeof(struct sockaddr_in);
 		struct sockaddr_storage *src = calloc(1, sizeof(*src));
+		const struct sockaddr_in6 *six = (const struct sockaddr_in6 *)local;
 
-		if (src) {
+		if (src && local->sa_family == AF_INET6 && IN6_IS_ADDR_V4MAPPED(&six->sin6_addr)) {
+			/* A dual-stack listener (iperf3 -s, nginx [::]) accepts IPv4
+			 * clients on IPv6 sockets: ::ffff:a.b.c.d. A rail opened on
+			 * that gets an IPv6 fabric address, which the client's IPv4
+			 * address vector refuses (EINVAL) and the connection resets;
+			 * the rail takes the IPv4 address it stands for. */
+			struct sockaddr_in *four = (struct sockaddr_in *)src;
+
+			four->sin_family = AF_INET;
+			memcpy(&four->sin_addr, &six->sin6_addr.s6_addr[12], 4);
+			hints->src_addr = src;
+			hints->src_addrlen = sizeof(*four);
+			hints->addr_format = FI_SOCKADDR_IN;
+		} else if (src) {
 			memcpy(src, local, len);
 			/* any free port: only the interface matters */
 			if (local->sa_family == AF_INET6)
@@ -338,6 +372,12 @@ static struct fi_info *fs_rail_pick(struct fi_info *list, unsigned kind)
 		if (kind == FS_PROV_EFA && fi->domain_attr->name &&
 		    strstr(fi->domain_attr->name, "-dgrm"))
 			continue;
+		if (kind == FS_PROV_EFA &&
+		    (!fi->fabric_attr->name || strcasecmp(fi->fabric_attr->name, "efa") != 0))
+			continue; /* efa-direct (see fs_rail_hints) */
+		if (fi->domain_attr->mr_mode & FI_MR_LOCAL)
+			continue; /* not asked for: a provider that insists would
+				   * need every application buffer registered */
 		return fi;
 	}
 	return NULL;
@@ -451,7 +491,11 @@ static void fs_rail_read_limits(struct fs_rail *rail, const struct fi_info *fi, 
 	rail->mr_local = (fi->domain_attr->mr_mode & FI_MR_LOCAL) != 0;
 	rail->mr_prov_key = (fi->domain_attr->mr_mode & FI_MR_PROV_KEY) != 0;
 	rail->source = (fi->caps & FI_SOURCE) != 0;
-	rail->av_max = kind == FS_PROV_SHM ? 256 : 65536;
+	/* shm maps at most 256 peers per region; the others take what is
+	 * asked (fs_rail_open_objects requests exactly this count, which
+	 * util AVs and efa also use to size their tables), and a process
+	 * past it opens another endpoint (fs_engine_rail_for) */
+	rail->av_max = kind == FS_PROV_SHM ? 256 : FS_RAIL_AV_COUNT;
 	if (fs_params.test_av_max && fs_params.test_av_max < rail->av_max)
 		rail->av_max = (unsigned)fs_params.test_av_max;
 	/* Keys only need to be unique within this domain; start away from 0. */
@@ -464,7 +508,7 @@ static void fs_rail_read_limits(struct fs_rail *rail, const struct fi_info *fi, 
  * returns its error. Under the guard. */
 static int fs_rail_open_objects(struct fs_rail *rail, struct fi_info *fi, const char **step)
 {
-	struct fi_av_attr av_attr = { .type = FI_AV_TABLE };
+	struct fi_av_attr av_attr = { .type = FI_AV_TABLE, .count = rail->av_max };
 	struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_TAGGED, .wait_obj = FI_WAIT_NONE };
 	uint64_t t[2] = { 0, 0 };
 	int ret;
@@ -487,7 +531,25 @@ static int fs_rail_open_objects(struct fs_rail *rail, struct fi_info *fi, const 
 	fs_rail_stamp("fi_av_open", t);
 	*step = "fi_cq_open";
 	cq_attr.size = rail->tx_depth + rail->rx_depth;
-	ret = fi_cq_open(rail->domain, &cq_attr, &rail->cq, NULL);
+	rail->cq_fd = -1;
+	if (rail->kind == FS_PROV_TCP || rail->kind == FS_PROV_NET) {
+		/* manual progress over sockets: a wait fd lets waiters sleep
+		 * until bytes come instead of leaving them in the kernel for a
+		 * slice (fs_rail_cq_wait_fd); shm and efa have none (1.17) */
+		cq_attr.wait_obj = FI_WAIT_FD;
+		ret = fi_cq_open(rail->domain, &cq_attr, &rail->cq, NULL);
+		if (ret == 0 && fi_control(&rail->cq->fid, FI_GETWAIT, &rail->cq_fd)) {
+			rail->cq_fd = -1;
+			fi_close(&rail->cq->fid);
+			ret = -FI_ENOSYS;
+		}
+		if (ret)
+			cq_attr.wait_obj = FI_WAIT_NONE;
+	} else {
+		ret = -FI_ENOSYS;
+	}
+	if (ret)
+		ret = fi_cq_open(rail->domain, &cq_attr, &rail->cq, NULL);
 	if (ret)
 		goto err_av;
 	fs_rail_stamp("fi_cq_open", t);
@@ -640,6 +702,20 @@ void fs_rail_close(struct fs_rail *rail)
 	fs_fi.freeinfo(rail->info);
 	rail->info = NULL;
 	FS_GUARD_LEAVE();
+}
+
+int fs_rail_cq_wait_fd(struct fs_rail *rail)
+{
+	struct fid *fids[1];
+	int ret;
+
+	if (!rail->info || rail->cq_fd < 0)
+		return -1;
+	fids[0] = &rail->cq->fid;
+	FS_GUARD_ENTER();
+	ret = fi_trywait(rail->fabric, fids, 1);
+	FS_GUARD_LEAVE();
+	return ret == FI_SUCCESS ? rail->cq_fd : -EAGAIN;
 }
 
 int fs_rail_mr_reg(struct fs_rail *rail, void *buf, size_t len, struct fid_mr **mr)

@@ -88,6 +88,11 @@ struct fs_rail {
 	bool mr_local;     /* FI_MR_LOCAL: every buffer needs a descriptor */
 	bool mr_prov_key;  /* the provider picks MR keys */
 	bool source;       /* FI_SOURCE: completions name the sender */
+	/* The completion queue's wait fd (FI_WAIT_FD; -1: none). tcp and net
+	 * move bytes only inside our calls (manual progress) and have one: a
+	 * waiter sleeps on it (fs_rail_cq_wait_fd) instead of in blind
+	 * slices, during which the peer's data would sit in the kernel. */
+	int cq_fd;
 	uint64_t next_key; /* requested MR keys must be unique per domain */
 	unsigned av_count, av_max; /* distinct peers in the address vector */
 	struct fs_av_peer *peers;  /* by address: streams to one peer share its entry */
@@ -246,6 +251,13 @@ static inline bool fs_rail_cq_readerr(struct fs_rail *rail, void **ctx, int *err
 }
 
 /* Registers BUF for local send/receive use. */
+/* RAIL's completion-queue fd to sleep on, when it has one and the provider
+ * says sleeping is safe now (fi_trywait: nothing is pending that only a
+ * progress call would complete); -1 when it has none, -EAGAIN when the
+ * caller must make a progress round before it sleeps. Called with the
+ * engine lock held (a call on the domain); the sleep itself is not. */
+int fs_rail_cq_wait_fd(struct fs_rail *rail);
+
 int fs_rail_mr_reg(struct fs_rail *rail, void *buf, size_t len, struct fid_mr **mr);
 
 /* Checks a peer's fabric address before the provider sees it (shm accepts

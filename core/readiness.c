@@ -14,6 +14,7 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -132,6 +133,20 @@ static void fs_poll_kernel_set(struct pollfd *kset, const struct pollfd *fds, nf
 	}
 }
 
+/* The engine's completion-queue fd for a sleep (fs_engine_cq_wait_fd), if
+ * its lock is free: a thread that holds it is progressing for us. */
+static int fs_poll_cq_fd(void)
+{
+	struct fs_engine *e = fs_engine_peek();
+	int fd;
+
+	if (!e || pthread_mutex_trylock(&e->lock))
+		return -1;
+	fd = fs_engine_cq_wait_fd(e);
+	pthread_mutex_unlock(&e->lock);
+	return fd;
+}
+
 /* Asks the kernel about KSET: without waiting on the FIRST round, while W
  * spins or once it is over, else for W's next slice, sleeping deeply on
  * the engine's fd where it can (fs_wait_deep_sleep). Returns the kernel's
@@ -161,8 +176,21 @@ static int fs_poll_kernel_wait(struct pollfd *kset, nfds_t nfds, struct fs_wait 
 	}
 	if (!slept && kready == -EAGAIN)
 		ts.tv_sec = ts.tv_nsec = 0; /* just armed: look again, then sleep */
-	if (!slept)
-		kready = fs_real.ppoll(kset, nfds, &ts, sigmask);
+	if (!slept) {
+		/* the provider's completion queue (tcp, net) in the free slot
+		 * after the caller's fds (the deep sleep's, not used now):
+		 * bytes that come wake us (fs_engine_cq_wait_fd) */
+		int cq_fd = ns ? fs_poll_cq_fd() : -1;
+
+		if (cq_fd == -EAGAIN && ns > FS_WAIT_FIRST_SLICE_US * 1000ull)
+			ts = fs_wait_timespec(FS_WAIT_FIRST_SLICE_US * 1000ull);
+		kset[nfds].fd = cq_fd >= 0 ? cq_fd : -1;
+		kset[nfds].events = POLLIN;
+		kset[nfds].revents = 0;
+		kready = fs_real.ppoll(kset, nfds + 1, &ts, sigmask);
+		if (kready > 0 && kset[nfds].revents)
+			kready--;
+	}
 	return kready;
 }
 

@@ -176,13 +176,15 @@ static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_read
 			 * (the poller through the engine's deep fd, the others through
 			 * their stream's eventfd), the slice is only a safety net. */
 			bool deep = fs_engine_wait_deep(e, true);
-			struct pollfd pfd[5] = {
+			struct pollfd pfd[6] = {
 				{ .fd = ctl_fd, .events = POLLIN | POLLRDHUP },
 				{ .fd = *poller ? -1 : s->wake_fd, .events = POLLIN },
 				{ .fd = deep && *poller ? fs_engine_deep_begin(e) : -1, .events = POLLIN },
 				/* a deep sleeper reads a ring itself (fs_engine_bell_watched) */
 				{ .fd = -1, .events = POLLIN },
 				/* and a ring of a peer of this host (ring.h) */
+				{ .fd = -1, .events = POLLIN },
+				/* the provider's completion queue (tcp, net) */
 				{ .fd = -1, .events = POLLIN },
 			};
 			struct timespec ts;
@@ -202,6 +204,18 @@ static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_read
 			}
 			if (deep && (pfd[2].fd >= 0 || (!*poller && s->wake_fd >= 0)))
 				ns = FS_BELL_SLICE_MS * 1000000ull;
+			if (*poller) {
+				/* A provider that moves bytes only inside our calls
+				 * (tcp, net) wakes the poller when they come, rather
+				 * than leaving them in the kernel for a whole slice;
+				 * one that has work pending gets a short one. */
+				int cq_fd = fs_engine_cq_wait_fd(e);
+
+				if (cq_fd >= 0)
+					pfd[5].fd = cq_fd;
+				else if (cq_fd == -EAGAIN && ns > FS_WAIT_FIRST_SLICE_US * 1000ull)
+					ns = FS_WAIT_FIRST_SLICE_US * 1000ull;
+			}
 			if (ctl_fd < 0 || s->peer_gone)
 				pfd[0].fd = -1;
 			ns = fs_wait_clamp_ns(&w, now, ns);
@@ -213,7 +227,7 @@ static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_read
 				pfd[3].fd = fs_bell_fd();
 				pfd[4].fd = fs_ring_fd();
 			}
-			ret = fs_real.ppoll(pfd, 5, &ts, NULL);
+			ret = fs_real.ppoll(pfd, 6, &ts, NULL);
 			pthread_mutex_lock(&e->lock);
 			if (pfd[2].fd >= 0)
 				fs_engine_deep_end(e);

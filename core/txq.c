@@ -66,6 +66,14 @@ static int fs_post(struct fs_stream *s, struct fs_buf *buf, const void *data, si
 
 	if (!s->erail->open)
 		return -ECANCELED; /* the rail closed at exit under a still running thread */
+	/* The provider's transmit depth (fi_info tx_attr->size) is a cap:
+	 * past it a post is refused here as the provider would refuse it
+	 * (EAGAIN, which every caller handles: the send waits for a
+	 * completion), without a call that relies on the provider checking
+	 * (FI_RM_ENABLED is a request; efa in 1.17 queues some posts past
+	 * its device queue in memory of its own). */
+	if (!inject && rail->tx_depth && s->erail->tx_posted >= rail->tx_depth)
+		return -EAGAIN;
 	if (__builtin_expect(fs_fault_post_eagain != 0, 0)) {
 		fs_fault_post_eagain--;
 		return -EAGAIN;

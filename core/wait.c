@@ -126,7 +126,7 @@ int fs_wait_deep_sleep(const struct fs_wait *w, struct pollfd *fds, nfds_t n, co
 	uint64_t now, ns = FS_BELL_SLICE_MS * 1000000ull;
 	struct timespec ts;
 	bool was_armed, armed_now;
-	int ret, err;
+	int ret, err, cq_fd;
 
 	*slept = false;
 	/* a lock-free look first: without waiters' arming, busy engines are
@@ -136,7 +136,12 @@ int fs_wait_deep_sleep(const struct fs_wait *w, struct pollfd *fds, nfds_t n, co
 	now = fs_now_ns();
 	pthread_mutex_lock(&e->lock);
 	was_armed = __atomic_load_n(&e->armed_all, __ATOMIC_RELAXED);
-	fds[n].fd = fs_engine_wait_deep(e, false) ? fs_engine_deep_begin(e) : -1;
+	/* A provider that moves bytes only inside our calls (tcp, net) wakes
+	 * a deep sleeper itself through its completion queue's fd: on it, a
+	 * message whose ring is late or lost costs no 250 ms slice. One with
+	 * work pending first gets no deep sleep now (the caller's slice). */
+	cq_fd = fs_engine_cq_wait_fd(e);
+	fds[n].fd = cq_fd != -EAGAIN && fs_engine_wait_deep(e, false) ? fs_engine_deep_begin(e) : -1;
 	armed_now = !was_armed && __atomic_load_n(&e->armed_all, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&e->lock);
 	if (fds[n].fd < 0)
@@ -149,6 +154,9 @@ int fs_wait_deep_sleep(const struct fs_wait *w, struct pollfd *fds, nfds_t n, co
 	fds[n + 2].fd = fs_ring_fd(); /* rung by peers of this host (ring.h) */
 	fds[n + 2].events = POLLIN;
 	fds[n + 2].revents = 0;
+	fds[n + 3].fd = cq_fd >= 0 ? cq_fd : -1;
+	fds[n + 3].events = POLLIN;
+	fds[n + 3].revents = 0;
 	ns = fs_wait_clamp_ns(w, now, ns);
 	ts = fs_wait_timespec(ns);
 	ret = fs_real.ppoll(fds, n + FS_WAIT_DEEP_SLOTS, &ts, sigmask);
@@ -161,5 +169,6 @@ int fs_wait_deep_sleep(const struct fs_wait *w, struct pollfd *fds, nfds_t n, co
 		return -err;
 	if (fds[n + 1].revents || fds[n + 2].revents) /* a ring: read it here, not through the service thread */
 		fs_bell_drain_some(e, fds[n + 1].revents != 0, fds[n + 2].revents != 0);
-	return ret - (fds[n].revents ? 1 : 0) - (fds[n + 1].revents ? 1 : 0) - (fds[n + 2].revents ? 1 : 0);
+	return ret - (fds[n].revents ? 1 : 0) - (fds[n + 1].revents ? 1 : 0) - (fds[n + 2].revents ? 1 : 0) -
+	       (fds[n + 3].revents ? 1 : 0);
 }

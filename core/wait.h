@@ -108,14 +108,15 @@ void fs_wait_done(const struct fs_wait *w, struct fs_engine *e, int events);
 
 /* For poll, select and epoll_wait, which wait without the engine lock:
  * when the engine is deeply idle, sleeps in ppoll on FDS[0..N), the
- * engine's deep fd, the doorbell and the ring eventfd (FDS has room for
+ * engine's deep fd, the doorbell, the ring eventfd and the provider's
+ * completion-queue fd where it has one (tcp, net) (FDS has room for
  * N + FS_WAIT_DEEP_SLOTS; a ring is read here) for FS_BELL_SLICE_MS at most, never past W's deadline, sets
  * *SLEPT and returns ppoll's count of FDS[0..N) or -errno. Otherwise
  * returns 0 at once with *SLEPT false; and -EAGAIN when this call has just
  * armed every stream: the caller looks at its set once more (a message may
  * have come before the ARM) and may then sleep deeply. Takes the engine
  * lock itself and sleeps without it. */
-#define FS_WAIT_DEEP_SLOTS 3
+#define FS_WAIT_DEEP_SLOTS 4
 int fs_wait_deep_sleep(const struct fs_wait *w, struct pollfd *fds, nfds_t n, const sigset_t *sigmask,
 		       bool *slept);
 
