@@ -4,12 +4,14 @@
 
 #include "config/log.h"
 #include "core/guard.h"
+#include "core/util.h"
 #include "preload/real.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static pthread_mutex_t fs_sigs_lock = PTHREAD_MUTEX_INITIALIZER;
 /* Per signal: the handler a provider installed (0: none), and the
@@ -146,6 +148,16 @@ static void fs_exit_signal(int sig, siginfo_t *info, void *ucontext)
 	 * locks: this one may hold any of them */
 	fs_sigs_exit_hook();
 	then = fs_exit_then[sig];
+	/* The pid cache names another process: this is a vfork child, or a
+	 * forked child that SIG reached on its way out of the clone system
+	 * call, before fork()'s child handlers ran (fs_sigs_after_fork). THEN
+	 * may be the parent's provider handler, and shm's unlinks the regions
+	 * it lists: the parent's. The application's action is the default
+	 * (fs_exit_managed), so take that. Seen: e2e_semantics fork_children,
+	 * a child SIGTERM'ed 50 ms after its fork on a loaded host (load 17)
+	 * removed its parent's region. */
+	if (getpid() != fs_self_pid())
+		then.sa_flags = 0, then.sa_handler = SIG_DFL;
 	if (fs_sigs_is_handler(&then)) {
 		/* a provider's handler (shm's unlinks its region), which puts the
 		 * application's action (the default) back and raises: its calls

@@ -297,6 +297,17 @@ static void fs_core_atfork_parent(void)
 
 static void fs_core_atfork_child(void)
 {
+	sigset_t all, old;
+
+	/* No signal until every handler below ran: fabsock's exit handler
+	 * (sigs.c) that a SIGTERM reached between fs_self_pid_refresh and
+	 * fs_sigs_after_fork found the pid cache this process's and handed on
+	 * to the parent's provider handler, which unlinked the parent's shm
+	 * region (e2e_semantics fork_children, a child killed 50 ms after its
+	 * fork on a loaded host). A signal that comes before these handlers
+	 * run at all is fs_exit_signal's to tell (the pid cache is stale). */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
 	fs_self_pid_refresh();
 	fs_lock_after_fork();
 	fs_engine_forget_after_fork();
@@ -312,6 +323,7 @@ static void fs_core_atfork_child(void)
 	fs_handback_after_fork();
 	pthread_mutex_init(&fs_sock_free_lock, NULL);
 	fs_sock_bg_after_fork();
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
 /* The negotiation's steps as this file runs them: negotiate.c answers with

@@ -339,10 +339,13 @@ void fs_listeners_inherit(const struct fs_listener *parents)
 {
 	unsigned kept = 0;
 
-	/* a grandchild holds what its parent inherited, while it still does */
+	/* a grandchild holds what its parent inherited, while it still does;
+	 * it has accepted from none of them yet */
 	for (unsigned i = 0; i < fs_inherited_n; i++)
-		if (fs_inherited_holds(i))
-			fs_inherited[kept++] = fs_inherited[i];
+		if (fs_inherited_holds(i)) {
+			fs_inherited[kept] = fs_inherited[i];
+			fs_inherited[kept++].accepting = false;
+		}
 	for (const struct fs_listener *l = parents; l && kept < FS_INHERITED_MAX; l = l->next) {
 		uint16_t port;
 

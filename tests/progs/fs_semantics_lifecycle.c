@@ -611,7 +611,8 @@ static int eintr_client(int fd)
 
 /*
  * fork_children: after some traffic the client forks a child that closes
- * its copy of the socket and exits, one that is SIGTERM'ed, runs system(),
+ * its copy of the socket and exits, one that is SIGTERM'ed (after 50 ms,
+ * then 50 more each at once after their fork), runs system(),
  * posix_spawn() and vfork()+exec of /bin/true, and one that daemon()s;
  * the connection then still
  * carries 1 MiB each way, checked.
@@ -676,6 +677,22 @@ static int fork_children_client(int fd)
 			return harness_fail("a child's SIGTERM removed the parent's shm region");
 		harness_info("shm regions of this process before/after the child's SIGTERM: %d/%d", regions,
 			 sem_own_shm_regions());
+		/* the same at once after fork(): the signal then finds the child
+		 * before or inside fork()'s child handlers (the old library
+		 * lost the region within 1-10 such children) */
+		for (int i = 0; i < 50; i++) {
+			pid = fork();
+			if (pid == 0) {
+				harness_sleep_ms(10000);
+				_exit(1);
+			}
+			if (pid > 0)
+				kill(pid, SIGTERM);
+			if (harness_wait_child(pid, "child killed with SIGTERM at once", SIGTERM) < 0)
+				return -1;
+			if (sem_own_shm_regions() < regions)
+				return harness_fail("the SIGTERM of child %d, sent at once after its fork, removed the parent's shm region", i + 1);
+		}
 	}
 	status = system("true");
 	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
