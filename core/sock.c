@@ -587,15 +587,6 @@ static void fs_sock_after_connect(struct fs_sock *s, bool wait_here)
 		why = "a FABSOCK_RULES rule says kernel";
 		goto kernel;
 	}
-	if (s->hist.chose_tcp && rule != FS_RULE_OFFLOAD) {
-		/* decided before the kernel's connect() (fs_core_connect): only
-		 * a destination this program offloaded before has a history, so
-		 * the checks below passed then */
-		FS_STAT_INC(fallback_short_history);
-		fs_history_track(&s->hist, s->fd);
-		why = "this program's recent connections to the destination were short";
-		goto kernel;
-	}
 	if (fs_real.getsockname(s->fd, (struct sockaddr *)&local, &llen)) {
 		why = "getsockname failed";
 		goto kernel;
@@ -610,6 +601,15 @@ static void fs_sock_after_connect(struct fs_sock *s, bool wait_here)
 		FS_STAT_INC(fallback_own_listener);
 		fs_listeners_own_client((struct sockaddr *)&local);
 		why = "the listener is this process's own";
+		goto kernel;
+	}
+	if (s->hist.chose_tcp && rule != FS_RULE_OFFLOAD) {
+		/* decided before the kernel's connect() (fs_core_connect), so
+		 * that a server speaking first finds the note; after the checks
+		 * above, whose reasons (and the own listener's note) stand */
+		FS_STAT_INC(fallback_short_history);
+		fs_history_track(&s->hist, s->fd);
+		why = "this program's recent connections to the destination were short";
 		goto kernel;
 	}
 	if (s->neg->provider == FS_PROV_SHM && rule != FS_RULE_OFFLOAD)
