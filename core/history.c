@@ -228,6 +228,10 @@ static struct fs_hist_file *fs_hist_get(void)
 	if (uid == fs_hist_bad_uid)
 		return NULL;
 	fs_lock(&fs_hist_lock);
+	if (uid == fs_hist_bad_uid) { /* refused by another thread meanwhile: once is enough */
+		pthread_mutex_unlock(&fs_hist_lock);
+		return NULL;
+	}
 	m = fs_hist_map;
 	if (m && fs_hist_uid == uid) {
 		/* still the file in the directory? */

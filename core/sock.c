@@ -600,15 +600,6 @@ static void fs_sock_after_connect(struct fs_sock *s, bool wait_here)
 		why = "a FABSOCK_RULES rule says kernel";
 		goto kernel;
 	}
-	if (s->hist.chose_tcp && rule != FS_RULE_OFFLOAD) {
-		/* decided before the kernel's connect() (fs_core_connect): only
-		 * a destination this program offloaded before has a history, so
-		 * the checks below passed then */
-		FS_STAT_INC(fallback_short_history);
-		fs_history_track(&s->hist, s->fd);
-		why = "this program's recent connections to the destination were short";
-		goto kernel;
-	}
 	/* A loopback destination is on this host whatever our address: no
 	 * getsockname (a system call per connection) unless it is needed */
 	loopback = fs_negotiate_loopback(key);
@@ -627,6 +618,15 @@ static void fs_sock_after_connect(struct fs_sock *s, bool wait_here)
 		if (!loopback || fs_real.getsockname(s->fd, (struct sockaddr *)&local, &llen) == 0)
 			fs_listeners_own_client((struct sockaddr *)&local);
 		why = "the listener is this process's own";
+		goto kernel;
+	}
+	if (s->hist.chose_tcp && rule != FS_RULE_OFFLOAD) {
+		/* decided before the kernel's connect() (fs_core_connect), so
+		 * that a server speaking first finds the note; after the checks
+		 * above, whose reasons (and the own listener's note) stand */
+		FS_STAT_INC(fallback_short_history);
+		fs_history_track(&s->hist, s->fd);
+		why = "this program's recent connections to the destination were short";
 		goto kernel;
 	}
 	if (s->neg->provider == FS_PROV_SHM && rule != FS_RULE_OFFLOAD)
