@@ -748,7 +748,7 @@ enum fs_record_hint fs_records_lookup(uint16_t port)
 	struct stat st, dst;
 	uint32_t uid;
 	char name[32];
-	int dfd, fd;
+	int dfd, fd = -1, open_errno = 0;
 	int64_t began_ns;
 	uint32_t gen;
 
@@ -767,7 +767,8 @@ enum fs_record_hint fs_records_lookup(uint16_t port)
 	for (int tries = 0; tries < 2; tries++) {
 		dfd = fs_rec_dir(uid, false);
 		fd = dfd >= 0 ? openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK) : -1;
-		if (fd >= 0 || dfd < 0 || errno != ENOENT)
+		open_errno = errno;
+		if (fd >= 0 || dfd < 0 || open_errno != ENOENT)
 			break;
 		/* no file: unless the directory itself was removed (rm -rf of
 		 * /dev/shm/fabsock-*: look again in the new one), that is the
@@ -786,7 +787,7 @@ enum fs_record_hint fs_records_lookup(uint16_t port)
 	if (dfd < 0)
 		return FS_RECORD_UNKNOWN;
 	if (fd < 0)
-		return errno == ENOENT ? FS_RECORD_NONE : FS_RECORD_UNKNOWN;
+		return open_errno == ENOENT ? FS_RECORD_NONE : FS_RECORD_UNKNOWN;
 	if (!fs_rec_file_ok(fd, uid, &st) || !fs_rec_flock(fd, LOCK_SH)) {
 		fs_rec_close(fd);
 		return FS_RECORD_UNKNOWN;

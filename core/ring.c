@@ -48,13 +48,12 @@ struct fs_ring_peer {
 	uint16_t bell_port; /* host order */
 	uint8_t state;	    /* enum fs_ring_state */
 	int fd;		    /* PENDING: our connection to its socket; READY: its eventfd */
-	unsigned streams;   /* our streams with it; 0: idle, kept for the next (FS_RING_IDLE_KEEP) */
-	uint64_t since_ns;  /* PENDING: when we connected; idle: when its last stream went */
+	unsigned streams;   /* our streams with it: the entry (and its eventfd) goes with the last */
+	uint64_t since_ns;  /* PENDING: when we connected */
 };
 
 static struct fs_ring_peer fs_ring_peers[FS_RING_PEERS];
 static unsigned fs_ring_used; /* entries not FREE */
-static unsigned fs_ring_idle; /* entries not FREE without a stream */
 
 static socklen_t fs_ring_name(struct sockaddr_un *sun, pid_t pid, uint16_t port)
 {
@@ -166,13 +165,9 @@ static void fs_ring_peer_free(struct fs_ring_peer *p)
 	if (p->fd >= 0)
 		fs_internal_fd_close(p->fd);
 	p->fd = -1;
-	if (p->state != FS_RING_FREE) {
+	if (p->state != FS_RING_FREE)
 		fs_ring_used--;
-		if (!p->streams)
-			fs_ring_idle--;
-	}
 	p->state = FS_RING_FREE;
-	p->streams = 0;
 }
 
 static void fs_ring_peer_fail(struct fs_ring_peer *p)
@@ -184,30 +179,15 @@ static void fs_ring_peer_fail(struct fs_ring_peer *p)
 	FS_STAT_INC(ring_handover_failed);
 }
 
-/* Frees the entries of processes that have exited, and, when none was,
- * the idle entry whose last stream went first: a full table still takes a
- * new peer while some entries only wait for a stream that may never come. */
+/* Frees the entries of processes that have exited. */
 static void fs_ring_reap(void)
 {
-	struct fs_ring_peer *oldest = NULL;
-	bool freed = false;
-
 	for (unsigned i = 0; i < FS_RING_PEERS; i++) {
 		struct fs_ring_peer *p = &fs_ring_peers[i];
 
-		if (p->state != FS_RING_FREE && kill(p->pid, 0) < 0 && errno == ESRCH) {
+		if (p->state != FS_RING_FREE && kill(p->pid, 0) < 0 && errno == ESRCH)
 			fs_ring_peer_free(p);
-			freed = true;
-		}
 	}
-	for (unsigned i = 0; i < FS_RING_PEERS && !freed; i++) {
-		struct fs_ring_peer *p = &fs_ring_peers[i];
-
-		if (p->state != FS_RING_FREE && !p->streams && (!oldest || p->since_ns < oldest->since_ns))
-			oldest = p;
-	}
-	if (oldest)
-		fs_ring_peer_free(oldest);
 }
 
 /* S's peer's entry, found through the slot S counted itself in (no search
@@ -281,12 +261,9 @@ void fs_ring_prepare(struct fs_stream *s)
 	p = fs_ring_find(pid, port, true);
 	if (!p)
 		return; /* no room: datagrams */
-	if (p->state != FS_RING_FREE && !p->streams && fs_now_ns() - p->since_ns > FS_RING_IDLE_MS * 1000000ull)
-		fs_ring_peer_free(p); /* idle too long to trust: the pid and port may be another program's now (exec) */
 	if (!s->ring_slot) {
 		s->ring_slot = (uint16_t)(p - fs_ring_peers + 1);
-		if (!p->streams++ && p->state != FS_RING_FREE)
-			fs_ring_idle--; /* kept since its last stream: no handover again */
+		p->streams++;
 	}
 	if (p->state != FS_RING_FREE)
 		return; /* known */
@@ -402,32 +379,8 @@ void fs_ring_release(struct fs_stream *s)
 
 	p = fs_ring_of(s);
 	s->ring_slot = 0;
-	if (!p || !p->streams || --p->streams)
-		return;
-	if (p->state != FS_RING_READY) {
-		fs_ring_peer_free(p); /* a handover not done (or failed) is not worth keeping */
-		return;
-	}
-	/* Kept: a connection per request (nginx's proxy_pass upstream, pgbench
-	 * -C) would otherwise hand the eventfd over again for every connection
-	 * (a unix-socket connect, the peer's service thread, a recvmsg). But a
-	 * server of many short-lived client processes must not keep their
-	 * eventfds: at most FS_RING_IDLE_KEEP idle entries, the oldest goes. */
-	p->since_ns = fs_now_ns();
-	if (++fs_ring_idle <= FS_RING_IDLE_KEEP)
-		return;
-	{
-		struct fs_ring_peer *oldest = NULL;
-
-		for (unsigned i = 0; i < FS_RING_PEERS; i++) {
-			struct fs_ring_peer *q = &fs_ring_peers[i];
-
-			if (q->state != FS_RING_FREE && !q->streams && (!oldest || q->since_ns < oldest->since_ns))
-				oldest = q;
-		}
-		if (oldest)
-			fs_ring_peer_free(oldest);
-	}
+	if (p && p->streams && !--p->streams)
+		fs_ring_peer_free(p); /* a server of short-lived clients must not keep their eventfds */
 }
 
 void fs_ring_after_fork(void)
@@ -445,5 +398,4 @@ void fs_ring_after_fork(void)
 			fs_ring_peer_free(p);
 	}
 	fs_ring_used = 0;
-	fs_ring_idle = 0;
 }

@@ -25,11 +25,8 @@
  * receiver must disarm it without a message: they stay datagrams.
  *
  * The peer table is bounded (FS_RING_PEERS); when it is full, entries of
- * processes that have exited are freed (or else the oldest idle one), and a
- * peer that finds no room is rung by datagram. An entry whose last stream
- * went keeps its eventfd for the next stream with that peer (a connection
- * per request hands it over once, not per connection), at most
- * FS_RING_IDLE_KEEP of them for FS_RING_IDLE_MS, the oldest going first. Entries are keyed by pid and doorbell port, so a new
+ * processes that have exited are freed, and a peer that finds no room is
+ * rung by datagram. Entries are keyed by pid and doorbell port, so a new
  * process that reuses a pid is not rung through its predecessor's eventfd.
  * Every descriptor is close-on-exec and internal (fdtable.h); a forked
  * child closes its copies and opens its own on first use.
@@ -43,11 +40,6 @@
 struct fs_stream;
 
 #define FS_RING_PEERS 256
-/* Entries whose last stream went that keep their eventfd for the next one. */
-#define FS_RING_IDLE_KEEP 16
-/* ... and for at most this long: an exec in the peer's pid makes a new
- * eventfd, and its new doorbell could take the same port */
-#define FS_RING_IDLE_MS 1000
 #define FS_RING_HANDOVER_MS 5000
 
 /* Opens this process's ring eventfd and handover socket, named after
