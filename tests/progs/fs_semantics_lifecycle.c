@@ -644,6 +644,23 @@ static int sem_own_shm_regions(void)
 	return count;
 }
 
+/* Children SIGTERM'ed at once after their fork. Not under TSan: its
+ * runtime takes a signal that comes while fork()'s child handlers run
+ * (ours block every signal there) into a queue of its own and, in the
+ * child of a fork, never delivers it (the child sleeps out its 10 s with
+ * nothing pending in the kernel: seen every run with gcc 12's TSan), so
+ * the loop would only test TSan; release and ASan builds run it. */
+#if defined(__SANITIZE_THREAD__)
+#define SEM_AT_ONCE_CHILDREN 0
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SEM_AT_ONCE_CHILDREN 0
+#endif
+#endif
+#ifndef SEM_AT_ONCE_CHILDREN
+#define SEM_AT_ONCE_CHILDREN 50
+#endif
+
 static int fork_children_client(int fd)
 {
 	char *true_argv[] = { "true", NULL };
@@ -680,7 +697,7 @@ static int fork_children_client(int fd)
 		/* the same at once after fork(): the signal then finds the child
 		 * before or inside fork()'s child handlers (the old library
 		 * lost the region within 1-10 such children) */
-		for (int i = 0; i < 50; i++) {
+		for (int i = 0; i < SEM_AT_ONCE_CHILDREN; i++) {
 			pid = fork();
 			if (pid == 0) {
 				harness_sleep_ms(10000);
@@ -694,6 +711,7 @@ static int fork_children_client(int fd)
 				return harness_fail("the SIGTERM of child %d, sent at once after its fork, removed the parent's shm region", i + 1);
 		}
 	}
+	harness_info("children SIGTERM'ed at once after their fork: %d (none under TSan)", SEM_AT_ONCE_CHILDREN);
 	status = system("true");
 	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
 		return harness_fail("system(\"true\") status 0x%x", status);
