@@ -268,6 +268,18 @@ int fs_engine_cq_wait_fd(struct fs_engine *e)
 	return fd < 0 ? -1 : fd;
 }
 
+int fs_engine_cq_wait_fd_try(void)
+{
+	struct fs_engine *e = fs_engine_peek();
+	int fd;
+
+	if (!e || pthread_mutex_trylock(&e->lock))
+		return -1;
+	fd = fs_engine_cq_wait_fd(e);
+	pthread_mutex_unlock(&e->lock);
+	return fd;
+}
+
 struct fs_engine_rail *fs_engine_ep_first(struct fs_engine *e)
 {
 	for (unsigned kind = FS_PROV_SHM; kind < FS_PROV_MAX_; kind++)

@@ -484,7 +484,11 @@ int fs_engine_progress(struct fs_engine *e);
  * more than one has), -EAGAIN when a progress round must come first. Lock
  * held. */
 int fs_engine_cq_wait_fd(struct fs_engine *e);
-/* The same, taking the engine lock; for readiness scans, which progress
+/* fs_engine_cq_wait_fd for a thread about to sleep outside the engine's
+ * lock (poll, epoll_wait): -1 also when there is no engine or its lock is
+ * taken (its holder progresses for us). */
+int fs_engine_cq_wait_fd_try(void);
+/* fs_engine_progress, taking the engine lock; for readiness scans, which progress
  * once per scan and then look at each member without progressing. */
 void fs_engine_progress_locked(void);
 /* The same if the engine lock is free at once; false (nothing done) when

@@ -330,21 +330,6 @@ static bool fs_epoll_ready_list_will_do(const struct fs_epoll *fe, uint64_t now)
 /* Collects kernel events for EPFD into KBUF (room for K): the wait the
  * caller decided (WAIT_US 0: none; LONG: the whole time until W's
  * deadline). Returns the count or -errno. */
-/* The engine's completion-queue fd for a sleep (fs_engine_cq_wait_fd):
- * -1 when it has none or its lock is taken (its holder progresses for
- * us), -EAGAIN when a progress round is due first. */
-static int fs_epoll_cq_fd(void)
-{
-	struct fs_engine *e = fs_engine_peek();
-	int fd;
-
-	if (!e || pthread_mutex_trylock(&e->lock))
-		return -1;
-	fd = fs_engine_cq_wait_fd(e);
-	pthread_mutex_unlock(&e->lock);
-	return fd;
-}
-
 static int fs_epoll_kernel_wait(int epfd, struct epoll_event *kbuf, int k, uint64_t wait_us, bool longwait,
 				const struct fs_wait *w, const sigset_t *sigmask)
 {
@@ -352,7 +337,7 @@ static int fs_epoll_kernel_wait(int epfd, struct epoll_event *kbuf, int k, uint6
 
 	if (longwait) {
 		ms = fs_wait_ms_until(fs_now_ns(), w->deadline);
-	} else if (wait_us && (cq_fd = fs_epoll_cq_fd()) != -1) {
+	} else if (wait_us && (cq_fd = fs_engine_cq_wait_fd_try()) != -1) {
 		/* a provider that moves bytes only inside our calls (tcp, net):
 		 * its completion queue's fd beside the instance's, so that they
 		 * wake us instead of waiting in the kernel for the slice; one

@@ -133,19 +133,6 @@ static void fs_poll_kernel_set(struct pollfd *kset, const struct pollfd *fds, nf
 	}
 }
 
-/* The engine's completion-queue fd for a sleep (fs_engine_cq_wait_fd), if
- * its lock is free: a thread that holds it is progressing for us. */
-static int fs_poll_cq_fd(void)
-{
-	struct fs_engine *e = fs_engine_peek();
-	int fd;
-
-	if (!e || pthread_mutex_trylock(&e->lock))
-		return -1;
-	fd = fs_engine_cq_wait_fd(e);
-	pthread_mutex_unlock(&e->lock);
-	return fd;
-}
 
 /* Asks the kernel about KSET: without waiting on the FIRST round, while W
  * spins or once it is over, else for W's next slice, sleeping deeply on
@@ -180,7 +167,7 @@ static int fs_poll_kernel_wait(struct pollfd *kset, nfds_t nfds, struct fs_wait 
 		/* the provider's completion queue (tcp, net) in the free slot
 		 * after the caller's fds (the deep sleep's, not used now):
 		 * bytes that come wake us (fs_engine_cq_wait_fd) */
-		int cq_fd = ns ? fs_poll_cq_fd() : -1;
+		int cq_fd = ns ? fs_engine_cq_wait_fd_try() : -1;
 
 		if (cq_fd == -EAGAIN && ns > FS_WAIT_FIRST_SLICE_US * 1000ull)
 			ts = fs_wait_timespec(FS_WAIT_FIRST_SLICE_US * 1000ull);
