@@ -60,27 +60,11 @@ round() {
 	fi
 }
 
-# expect_stat FILE LABEL NAME=VALUE...: each counter exactly.
-expect_stat() {
-	local file=$1 label=$2 kv name want got bad=
-	shift 2
-	for kv in "$@"; do
-		name=${kv%%=*} want=${kv#*=}
-		got=$(fs_stat "$file" "$name")
-		[ "${got:-none}" = "$want" ] || bad+=" $name=${got:-none} (expected $want)"
-	done
-	if [ -n "$bad" ]; then
-		fs_fail "$label:$bad"
-	else
-		fs_pass "$label: $*"
-	fi
-}
-
 # ---- learn: the first 4 short connections offload --------------------------
 for i in 1 2; do
 	d=$FS_TMP/learn$i
 	round "$d" 64K &&
-		expect_stat "$d/client.err" "learn $i: the short client offloads while it learns" \
+		fs_expect_stats "$d/client.err" "learn $i: the short client offloads while it learns" \
 			offloaded=$STREAMS fallback_short_history=0
 done
 
@@ -89,9 +73,9 @@ d=$FS_TMP/decided
 fs_tcp_count_start "$PORT"
 if round "$d" 64K; then
 	read -r _ _ pl hs _ < <(fs_tcp_count_read)
-	expect_stat "$d/client.err" "decided: the client stayed on TCP at connect()" \
+	fs_expect_stats "$d/client.err" "decided: the client stayed on TCP at connect()" \
 		fallback_short_history=$STREAMS offloaded=0 probes_sent=0 fabric_loads=0
-	expect_stat "$d/server.err" "decided: the server spoke first at once (no wait for a probe)" \
+	fs_expect_stats "$d/server.err" "decided: the server spoke first at once (no wait for a probe)" \
 		server_first_client_tcp=$STREAMS fallback_server_first=$STREAMS offloaded=0
 	if [ "${hs:-x}" = 0 ] && [ "${pl:-0}" -ge $((STREAMS * 65536)) ]; then
 		fs_pass "decided: the kernel's counter shows the payload on TCP ($pl bytes) and no HELLO"
@@ -106,7 +90,7 @@ for i in 1 2 3; do
 	d=$FS_TMP/long$i
 	[ "$i" = 3 ] && fs_tcp_count_start "$PORT"
 	if round "$d" 4M; then
-		expect_stat "$d/client.err" "long $i: offloaded" offloaded=$STREAMS fallback_short_history=0
+		fs_expect_stats "$d/client.err" "long $i: offloaded" offloaded=$STREAMS fallback_short_history=0
 		[ "$i" = 3 ] && fs_tcp_proof "long $i" fabsock "$STREAMS"
 	fi
 	fs_tcp_count_stop
@@ -115,16 +99,16 @@ done
 # ---- relearn: every 2nd TCP decision offloads -----------------------------------
 d=$FS_TMP/relearn
 round "$d" 64K FABSOCK_HISTORY_RELEARN=2 &&
-	expect_stat "$d/client.err" "relearn: one of two offloaded to learn again" \
+	fs_expect_stats "$d/client.err" "relearn: one of two offloaded to learn again" \
 		history_relearn=1 offloaded=1 fallback_short_history=1
 
 # ---- flip: TCP connections that were long end the streak -----------------------
 d=$FS_TMP/flip
 round "$d" 64K FABSOCK_HISTORY_BYTES=1000 &&
-	expect_stat "$d/client.err" "flip: TCP at connect (the streak still stood)" fallback_short_history=$STREAMS
+	fs_expect_stats "$d/client.err" "flip: TCP at connect (the streak still stood)" fallback_short_history=$STREAMS
 d=$FS_TMP/flipped
 round "$d" 64K &&
-	expect_stat "$d/client.err" "flip: the kernel's counts of those TCP connections said long: offloaded again" \
+	fs_expect_stats "$d/client.err" "flip: the kernel's counts of those TCP connections said long: offloaded again" \
 		offloaded=$STREAMS fallback_short_history=0
 
 # ---- planted: a history file open to others is not used ------------------------
@@ -136,7 +120,7 @@ export FABSOCK_RECORDS_DIR=$P
 for i in 1 2 3; do
 	d=$FS_TMP/planted$i
 	round "$d" 64K || continue
-	[ "$i" = 3 ] && expect_stat "$d/client.err" "planted: a history file open to others is refused, connections negotiate as before" \
+	[ "$i" = 3 ] && fs_expect_stats "$d/client.err" "planted: a history file open to others is refused, connections negotiate as before" \
 		history_refused=1 offloaded=$STREAMS fallback_short_history=0
 done
 export FABSOCK_RECORDS_DIR=$REC

@@ -85,22 +85,6 @@ run_client() {
 	fi
 }
 
-# expect_stat FILE LABEL NAME=VALUE...: each counter exactly.
-expect_stat() {
-	local file=$1 label=$2 kv name want got bad=
-	shift 2
-	for kv in "$@"; do
-		name=${kv%%=*} want=${kv#*=}
-		got=$(fs_stat "$file" "$name")
-		[ "${got:-none}" = "$want" ] || bad+=" $name=${got:-none} (expected $want)"
-	done
-	if [ -n "$bad" ]; then
-		fs_fail "$label:$bad"
-	else
-		fs_pass "$label: $*"
-	fi
-}
-
 # ---- plain: the baseline (no fabsock anywhere), then the fabsock client ----
 d=$FS_TMP/baseline
 PLAIN=1 start_server port "$d"
@@ -120,7 +104,7 @@ PLAIN=1 start_server port "$d"
 fs_tcp_count_start "$port"
 if run_client "$d" "$port"; then
 	read -r _ _ pl hs _ < <(fs_tcp_count_read)
-	expect_stat "$d/client.err" "plain server: the client opened nothing" \
+	fs_expect_stats "$d/client.err" "plain server: the client opened nothing" \
 		fallback_no_record=$STREAMS probes_sent=0 offloaded=0 fabric_loads=0 fallback_hello_nak=0
 	rx=$(rx_sum "$d/server.out")
 	if [ "$rx" = "$base_rx" ] && [ "$rx" -gt 0 ] && [ "${hs:-x}" = 0 ] &&
@@ -143,8 +127,8 @@ fi
 fs_tcp_count_start "$port"
 if run_client "$d" "$port"; then
 	fs_tcp_proof "fabsock server" fabsock "$STREAMS"
-	expect_stat "$d/client.err" "fabsock server: client" offloaded=$STREAMS fallback_no_record=0
-	expect_stat "$d/server.err" "fabsock server: server" offloaded=$STREAMS records_published=1
+	fs_expect_stats "$d/client.err" "fabsock server: client" offloaded=$STREAMS fallback_no_record=0
+	fs_expect_stats "$d/server.err" "fabsock server: server" offloaded=$STREAMS records_published=1
 	if [ -e "$REC/fabsock-u$me/port-$port" ]; then
 		fs_fail "fabsock server: its record is still there after it exited"
 	else
@@ -158,9 +142,9 @@ fi
 d=$FS_TMP/refusing
 start_server port "$d" FABSOCK_SHM=0
 if run_client "$d" "$port"; then
-	expect_stat "$d/client.err" "refusing record: the client opened nothing" \
+	fs_expect_stats "$d/client.err" "refusing record: the client opened nothing" \
 		fallback_no_record=$STREAMS probes_sent=0 offloaded=0 fabric_loads=0
-	expect_stat "$d/server.err" "refusing record: the server saw plain clients" \
+	fs_expect_stats "$d/server.err" "refusing record: the server saw plain clients" \
 		fallback_peer_plain=$STREAMS offloaded=0
 fi
 
@@ -179,9 +163,9 @@ for kind in other_user symlink open_mode; do
 	d=$FS_TMP/planted_$kind
 	start_server port "$d" FABSOCK_RECORDS_DIR="$FS_TMP/$kind"
 	if run_client "$d" "$port" FABSOCK_RECORDS_DIR="$FS_TMP/$kind"; then
-		expect_stat "$d/client.err" "planted $kind: the client probed as without records" \
+		fs_expect_stats "$d/client.err" "planted $kind: the client probed as without records" \
 			offloaded=$STREAMS records_refused=1 fallback_no_record=0
-		expect_stat "$d/server.err" "planted $kind: the server published nothing" \
+		fs_expect_stats "$d/server.err" "planted $kind: the server published nothing" \
 			offloaded=$STREAMS records_refused=1 records_published=0
 		left=$(find "$FS_TMP/$kind/" "$FS_TMP/target" -mindepth 1 -name 'port-*' 2>/dev/null | wc -l || true)
 		[ "$left" = 0 ] || fs_fail "planted $kind: $left record files written through it"
@@ -203,7 +187,7 @@ if [ -f "$REC/fabsock-u$me/port-$kport" ]; then
 		if [ -e "$REC/fabsock-u$me/port-$kport" ]; then
 			fs_fail "sigkill: the killed listener's record (port $kport) is still there after a sweep"
 		else
-			expect_stat "$d/server.err" "sigkill: the next publisher swept the killed listener's record" \
+			fs_expect_stats "$d/server.err" "sigkill: the next publisher swept the killed listener's record" \
 				records_swept=1 offloaded=$STREAMS
 		fi
 	fi
@@ -274,7 +258,7 @@ else
 	sum=$(sed -n 's/^client \([0-9a-f]*\) ok$/\1/p' "$d/client.out")
 	if [ -n "$sum" ] && grep -qx "worker $sum" "$d/server.out"; then
 		fs_tcp_proof "forked" fabsock 1
-		expect_stat "$d/client.err" "forked: the client offloaded with the worker" offloaded=1 fallback_no_record=0
+		fs_expect_stats "$d/client.err" "forked: the client offloaded with the worker" offloaded=1 fallback_no_record=0
 	else
 		fs_tcp_count_stop
 		fs_fail "forked: echo failed: $(cat "$d/client.out" "$d/server.out" | tr '\n' ' ')"
@@ -355,7 +339,7 @@ kill "$cache_srv" 2>/dev/null || true
 fs_wait_pid "$cache_srv" 10 || true
 if [ "$crc" -eq 0 ] && [ "$(grep -c '^conn [1-5] ok$' "$d/client.out")" = 5 ]; then
 	fs_pass "cached: five echoes of 64 KiB, sha256 equal"
-	expect_stat "$d/client.err" "cached: no record twice, then the new record three times" \
+	fs_expect_stats "$d/client.err" "cached: no record twice, then the new record three times" \
 		fallback_no_record=2 offloaded=3
 	# the second look of each phase at least comes from the cache (the
 	# server's first accept writes its slot once: the fourth look may read

@@ -240,6 +240,23 @@ fs_stat() {
 	sed -nE "/^.*: stats: (.* )?$2=[0-9]+/h; \${x; s/^.*: stats: (.* )?$2=([0-9]+).*$/\2/p}" "$1" 2>/dev/null
 }
 
+# fs_expect_stats FILE LABEL NAME=VALUE...: each counter of the stats line
+# in FILE exactly (fs_stat), one fs_pass or fs_fail for them all.
+fs_expect_stats() {
+	local file=$1 label=$2 kv name want got bad=
+	shift 2
+	for kv in "$@"; do
+		name=${kv%%=*} want=${kv#*=}
+		got=$(fs_stat "$file" "$name")
+		[ "${got:-none}" = "$want" ] || bad+=" $name=${got:-none} (expected $want)"
+	done
+	if [ -n "$bad" ]; then
+		fs_fail "$label:$bad"
+	else
+		fs_pass "$label: $*"
+	fi
+}
+
 # fs_stat_sum FILE NAME: counter NAME summed over every stats line of FILE
 # (one per process: prefork workers, forked children).
 fs_stat_sum() {
