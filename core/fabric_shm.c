@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -303,22 +304,37 @@ static int fs_spin_free_word(void)
 	return __atomic_load_n(&word, __ATOMIC_RELAXED);
 }
 
+/* The watchdog reads and writes regions that other threads unmap whenever
+ * they like (the rail closes at exit, a peer's region goes with its address):
+ * through the kernel's copy, which fails with EFAULT on an address no longer
+ * mapped where a plain load would take the process down (engine.test_pool
+ * died so, one run in fifty, when the rail closed under the first look). */
+static bool fs_self_copy(void *local_buf, uintptr_t addr, size_t len, bool write)
+{
+	struct iovec local = { local_buf, len }, remote = { (void *)addr, len };
+	ssize_t n = write ? process_vm_writev(getpid(), &local, 1, &remote, 1, 0)
+			  : process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+
+	return n == (ssize_t)len;
+}
+
 static void fs_shm_find_lock(void)
 {
 	const int free_word = fs_spin_free_word();
+	unsigned char head[256];
 	uintptr_t base;
 
 	if (fs_shm_lock_off)
 		return;
 	base = fs_shm_mapping(getpid());
-	if (!base)
+	if (!base || !fs_self_copy(head, base, sizeof(head), false))
 		return;
-	for (size_t off = 0; off + sizeof(uintptr_t) + sizeof(free_word) <= 256; off += sizeof(uintptr_t)) {
+	for (size_t off = 0; off + sizeof(uintptr_t) + sizeof(free_word) <= sizeof(head); off += sizeof(uintptr_t)) {
 		uintptr_t v;
 		int w;
 
-		memcpy(&v, (const void *)(base + off), sizeof(v));
-		memcpy(&w, (const void *)(base + off + sizeof(v)), sizeof(w));
+		memcpy(&v, head + off, sizeof(v));
+		memcpy(&w, head + off + sizeof(v), sizeof(w));
 		if (v == base && w == free_word) {
 			fs_shm_lock_off = off + sizeof(v);
 			break;
@@ -351,17 +367,11 @@ bool fs_pid_dead(long pid)
 
 /* The lock word is libfabric's. A thread sanitizer models the provider's
  * pthread_spin_* calls on it as mutex operations and reports our look at
- * the word as a race with them, so these two, the only places fabsock
- * touches it, are not instrumented. (x86 stores are release stores.) */
+ * the word as a race with them, so this load, the waiters' look at it, is
+ * not instrumented (the watchdog's go through the kernel, fs_self_copy). */
 __attribute__((no_sanitize("thread"), noinline)) static int fs_lock_word_load(const volatile int *w)
 {
 	return *w;
-}
-
-__attribute__((no_sanitize("thread"), noinline)) static void fs_lock_word_store(volatile int *w, int v)
-{
-	__atomic_thread_fence(__ATOMIC_RELEASE);
-	*w = v;
 }
 
 /* True if the spin lock at ADDR is taken at every one of SAMPLES looks
@@ -369,11 +379,13 @@ __attribute__((no_sanitize("thread"), noinline)) static void fs_lock_word_store(
  * scheduler has set aside may keep it for tens of milliseconds on a loaded
  * machine: a lock is only ever released when a peer is known dead, and our
  * own region's (which live peers take too) only after a long look. */
-static bool fs_lock_stuck(int *lock, int samples)
+static bool fs_lock_stuck(uintptr_t lock, int samples)
 {
 	for (int i = 0; i < samples; i++) {
-		if (fs_lock_word_load(lock) == fs_spin_free_word())
-			return false;
+		int w;
+
+		if (!fs_self_copy(&w, lock, sizeof(w), false) || w == fs_spin_free_word())
+			return false; /* free, or the region is gone */
 		usleep(1000);
 	}
 	return true;
@@ -382,13 +394,17 @@ static bool fs_lock_stuck(int *lock, int samples)
 /* Releases the lock of the region mapped at BASE if it stays taken. */
 static bool fs_shm_unlock_if_stuck(uintptr_t base, const char *whose, int samples)
 {
-	int *lock = (int *)(base + fs_shm_lock_off);
+	uintptr_t lock = base + fs_shm_lock_off;
+	int free_word = fs_spin_free_word();
 
 	if (!base || !fs_lock_stuck(lock, samples))
 		return false;
-	/* What pthread_spin_unlock does, without telling a thread sanitizer
-	 * that this thread unlocks a lock it never took. */
-	fs_lock_word_store(lock, fs_spin_free_word());
+	/* What pthread_spin_unlock does (a release store of the free word),
+	 * without telling a thread sanitizer that this thread unlocks a lock it
+	 * never took, and without a fault if the region went meanwhile. */
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+	if (!fs_self_copy(&free_word, lock, sizeof(free_word), true))
+		return false;
 	FS_WARN("the shm lock of %s stayed taken while a peer process was gone; released it", whose);
 	return true;
 }
