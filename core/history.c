@@ -16,7 +16,7 @@
  *            client sockets sent to TCP by their history, for servers that
  *            speak first (fs_history_client_chose_tcp)
  *   entries  FS_HIST_ENTRIES x { tag, short streak, TCP decisions, last
- *            close (boot s), closes }, open addressing over FS_HIST_PROBE
+ *            close (boot s), closes, step-backs }, open addressing over FS_HIST_PROBE
  *            slots from tag % FS_HIST_ENTRIES, the oldest replaced when full
  * Every field is read and written with relaxed atomics and no lock: two
  * processes closing at once may lose one count, which only delays a
@@ -70,7 +70,10 @@ struct fs_hist_entry {
 	uint32_t tcp_decided;  /* connections sent to TCP (the relearn count) */
 	uint32_t last_s;       /* last report, CLOCK_BOOTTIME seconds */
 	uint32_t closes;       /* reports, ever (debugging) */
-	uint64_t reserved;
+	uint32_t stepped_back; /* connections that stepped back from the fabric
+				* since one made a whole step-back window
+				* without (0 in files of before: same layout) */
+	uint32_t reserved;
 };
 
 struct fs_hist_file {
@@ -297,6 +300,7 @@ static struct fs_hist_entry *fs_hist_find(struct fs_hist_file *m, uint64_t tag, 
 	__atomic_store_n(&oldest->short_streak, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&oldest->tcp_decided, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&oldest->closes, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&oldest->stepped_back, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&oldest->tag, tag, __ATOMIC_RELEASE);
 	return oldest;
 }
@@ -319,8 +323,14 @@ bool fs_history_decide(struct fs_history_conn *h, int fd, const struct sockaddr 
 	fs_sockaddr_key(addr, key, &port);
 	h->tag = fs_hist_fnv(fs_hist_fnv(fs_hist_program(), key, sizeof(key)), &port, sizeof(port)) | 1;
 	e = fs_hist_find(m, h->tag, false);
-	if (!e || __atomic_load_n(&e->short_streak, __ATOMIC_RELAXED) < fs_params.history_short)
-		return false; /* unknown, or not short enough: negotiate as before */
+	if (!e)
+		return false; /* unknown: negotiate as before */
+	/* a connection that stepped back from the fabric (stepback.h) sends
+	 * the next ones to TCP at once, whatever their length: they would
+	 * pay the rail and HELLO only to step back a window later */
+	h->stepped = __atomic_load_n(&e->stepped_back, __ATOMIC_RELAXED) != 0;
+	if (!h->stepped && __atomic_load_n(&e->short_streak, __ATOMIC_RELAXED) < fs_params.history_short)
+		return false; /* not short enough: negotiate as before */
 	n = __atomic_add_fetch(&e->tcp_decided, 1, __ATOMIC_RELAXED);
 	if (fs_params.history_relearn && n % fs_params.history_relearn == 0) {
 		FS_STAT_INC(history_relearn);
@@ -380,10 +390,33 @@ static void fs_hist_report(uint64_t tag, uint64_t turns, uint64_t bytes)
 
 void fs_history_offloaded_closed(struct fs_history_conn *h)
 {
+	struct fs_hist_file *m;
+	struct fs_hist_entry *e;
+
 	if (!h->tag)
 		return;
 	fs_hist_report(h->tag, h->turns, h->bytes);
+	/* a whole step-back window on the fabric without stepping back (a
+	 * relearn's connection, or one with the step-back off): the fabric
+	 * pays here again */
+	if (h->turns >= fs_params.stepback_turns && (m = fs_hist_get()) && (e = fs_hist_find(m, h->tag, false)))
+		__atomic_store_n(&e->stepped_back, 0, __ATOMIC_RELAXED);
 	h->tag = 0;
+}
+
+void fs_history_stepped_back(struct fs_history_conn *h)
+{
+	struct fs_hist_file *m;
+	struct fs_hist_entry *e;
+
+	if (!h->tag)
+		return;
+	if ((m = fs_hist_get()) && (e = fs_hist_find(m, h->tag, true))) {
+		if (__atomic_load_n(&e->stepped_back, __ATOMIC_RELAXED) < FS_HIST_STREAK_MAX)
+			__atomic_add_fetch(&e->stepped_back, 1, __ATOMIC_RELAXED);
+		__atomic_store_n(&e->last_s, (uint32_t)(fs_hist_boot_ns() / 1000000000ull), __ATOMIC_RELAXED);
+	}
+	h->tag = 0; /* its close is a kernel socket's: nothing more to say */
 }
 
 /* ---- kernel TCP connections the history chose -------------------------- */

@@ -29,6 +29,7 @@ struct fs_history_conn {
 	uint32_t turns;    /* sends that followed a receive, and the first (offloaded) */
 	bool last_send;    /* the last data call was a send */
 	bool chose_tcp;    /* the history said TCP (fs_history_decide) */
+	bool stepped;      /* ... because a connection stepped back from the fabric */
 };
 
 /* Before the kernel's connect() of client socket FD to ADDR: looks the
@@ -50,6 +51,11 @@ static inline void fs_history_count(struct fs_history_conn *h, bool send, uint64
 	h->last_send = send;
 	h->bytes += n;
 }
+/* An offloaded connection stepped back from the fabric (stepback.h): the
+ * program's next connections to the destination start on TCP (until a
+ * relearn's connection makes a whole window without stepping back). It
+ * reports nothing more. */
+void fs_history_stepped_back(struct fs_history_conn *h);
 /* An offloaded connection closes: its counts go into its entry. */
 void fs_history_offloaded_closed(struct fs_history_conn *h);
 /* The application closes FD (not a fabsock socket any more): if it is one

@@ -404,7 +404,7 @@ static int fs_service_engine_look(struct fs_service_set *set, nfds_t *n, uint64_
 {
 	struct fs_engine *e = fs_engine_peek();
 	/* Busy engine lock: someone is making progress; look again soon. */
-	bool busy = true, live = true, deep = false;
+	bool busy = true, live = true, deep = false, switching = false;
 
 	if (!e)
 		return -1;
@@ -412,6 +412,13 @@ static int fs_service_engine_look(struct fs_service_set *set, nfds_t *n, uint64_
 		uint64_t now = fs_now_ns();
 
 		busy = fs_engine_busy(e);
+		/* A stream on its way back to TCP waits for the peer's SWITCH or
+		 * RETURN_END, which may ring nobody (the stream not armed) while
+		 * its application already reads and writes the kernel socket and
+		 * makes no progress round of ours: its held bytes go out when
+		 * this thread looks. Look every millisecond until it is over
+		 * (one round trip, usually). */
+		switching = e->switching.next != &e->switching;
 		/* orphans included (live_streams): one waits for
 		 * the peer's FIN or its linger deadline, and only
 		 * a progress round sees either */
@@ -448,6 +455,8 @@ static int fs_service_engine_look(struct fs_service_set *set, nfds_t *n, uint64_
 	}
 	if (busy)
 		return 0;
+	if (switching)
+		return 1;
 	if (deep)
 		return FS_BELL_SLICE_MS;
 	if (live)

@@ -624,9 +624,14 @@ static void fs_sock_after_connect(struct fs_sock *s, bool wait_here)
 		/* decided before the kernel's connect() (fs_core_connect), so
 		 * that a server speaking first finds the note; after the checks
 		 * above, whose reasons (and the own listener's note) stand */
-		FS_STAT_INC(fallback_short_history);
+		if (s->hist.stepped) {
+			FS_STAT_INC(fallback_fabric_slower_history);
+			why = "a recent connection of this program to the destination stepped back from the fabric";
+		} else {
+			FS_STAT_INC(fallback_short_history);
+			why = "this program's recent connections to the destination were short";
+		}
 		fs_history_track(&s->hist, s->fd);
-		why = "this program's recent connections to the destination were short";
 		goto kernel;
 	}
 	if (s->neg->provider == FS_PROV_SHM && rule != FS_RULE_OFFLOAD)

@@ -48,6 +48,7 @@
 #include "core/history.h"
 #include "core/probe.h"
 #include "core/service.h"
+#include "core/stepback.h"
 
 #define FS_PASS (-100000)
 
@@ -141,6 +142,8 @@ struct fs_sock {
 	/* client: its connection history (core/history.h): whether it chose
 	 * TCP, and what an offloaded one moved, reported at its close */
 	struct fs_history_conn hist;
+	/* offloaded: whether the fabric pays for its turns (core/stepback.h) */
+	struct fs_stepback sb;
 
 	/* listener, and accepted connections (the listener they came from) */
 	struct fs_listener *listener;

@@ -114,9 +114,17 @@ void fs_wait_note_activity(struct fs_wait *w, uint64_t active_ns)
 		w->idle_since = active_ns;
 }
 
+__thread struct fs_wait_thread fs_wait_thread __attribute__((tls_model("initial-exec")));
+
 void fs_wait_done(const struct fs_wait *w, struct fs_engine *e, int events)
 {
-	fs_engine_wait_done(e, fs_wait_late(w, fs_now_ns()), events);
+	bool late = fs_wait_late(w, fs_now_ns());
+
+	fs_engine_wait_done(e, late, events);
+	/* a wait that brought many events serves many messages at one sleep:
+	 * not a loss, as for the sleepiness score (FS_SLEEPY_EVENTS) */
+	fs_wait_thread.last_slept = late && events <= FS_SLEEPY_EVENTS;
+	fs_wait_thread.waits++;
 }
 
 int fs_wait_deep_sleep(const struct fs_wait *w, struct pollfd *fds, nfds_t n, const sigset_t *sigmask,

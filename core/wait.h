@@ -40,6 +40,10 @@ struct fs_engine;
  * work. Waits are still judged late or quick by SPIN_US (late_at), so
  * that quick answers end the sleepiness. */
 #define FS_SLEEPY_SPIN_US 10u
+/* A wait that brought more events than this is not counted late, however
+ * long it took: one sleep served many messages (wake.c's sleepiness score,
+ * the step-back measure). */
+#define FS_SLEEPY_EVENTS 2
 /* The spin of a wait while the host has no core free (runq.h): one look. */
 #define FS_CROWDED_SPIN_US 1u
 
@@ -103,8 +107,18 @@ static inline bool fs_wait_late(const struct fs_wait *w, uint64_t now)
 uint64_t fs_wait_slice_cap_us(uint64_t idle_ns);
 
 /* W got EVENTS (> 0) things it waited for, now: tells engine E (NULL: none)
- * whether they came late (fs_engine_wait_done). Reads the clock. */
+ * whether they came late (fs_engine_wait_done), and notes it for this
+ * thread (fs_wait_thread). Reads the clock. */
 void fs_wait_done(const struct fs_wait *w, struct fs_engine *e, int events);
+
+/* This thread's waits, for the step-back measure (core/stepback.h): a turn
+ * of a stream whose answer this thread waited for is judged by the last
+ * wait that ended before the answer was read. */
+struct fs_wait_thread {
+	uint32_t waits;  /* waits that ended with something (fs_wait_done) */
+	bool last_slept; /* the last one came late, with few events */
+};
+extern __thread struct fs_wait_thread fs_wait_thread __attribute__((tls_model("initial-exec")));
 
 /* For poll, select and epoll_wait, which wait without the engine lock:
  * when the engine is deeply idle, sleeps in ppoll on FDS[0..N), the

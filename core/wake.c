@@ -23,6 +23,7 @@
 #include "core/sock.h"
 #include "core/stats.h"
 #include "core/stream_internal.h"
+#include "core/wait.h"
 #include "preload/real.h"
 
 void fs_engine_note_activity(struct fs_engine *e)
@@ -85,7 +86,6 @@ bool fs_engine_deep_idle(struct fs_engine *e)
 #define FS_SLEEPY_LATE 4u
 #define FS_SLEEPY_MAX 16u
 #define FS_SLEEPY_AT 8u
-#define FS_SLEEPY_EVENTS 2
 
 void fs_engine_wait_done(struct fs_engine *e, bool late, int events)
 {

@@ -531,6 +531,14 @@ class Bench:
         if s < 1 or c < 1:
             say("%s under fabsock went over kernel TCP (server offloaded=%d, client offloaded=%d)" % (what, s, c))
             return False
+        # the step-back (FABSOCK_STEPBACK): streams whose answers mostly came
+        # after a sleep went on over kernel TCP; the figure is then partly
+        # the kernel's (on a loaded host, as a user would get)
+        sb, cb = (stats_sum(read(p), "handback_fabric_slower") for p in (server_err, client_err))
+        if sb or cb:
+            self.notes[what] += "; stepped back to kernel TCP: server=%d client=%d" % (sb, cb)
+            say("warning: %s under fabsock: streams stepped back to kernel TCP (their waits slept: a loaded "
+                "host), the figure is partly the kernel's (server=%d client=%d)" % (what, sb, cb))
         return True
 
     def check_all_offloaded(self, what, conns, server_errs, client_err):

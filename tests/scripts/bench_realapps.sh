@@ -42,6 +42,10 @@ case $RB_ROUNDS in [1-9]) ;; *) echo "bench_realapps.sh: --rounds 1..9" >&2; exi
 # for the tests; FS_HISTORY=0 here measures without it).
 FS_HISTORY=${FS_HISTORY:-1}
 [ "$FS_HISTORY" = 1 ] || export FABSOCK_HISTORY_SHORT=0
+# So is the step-back from the fabric (core/stepback.h; FS_STEPBACK=0 or
+# FABSOCK_STEPBACK=0 measures without it).
+FS_STEPBACK=${FS_STEPBACK:-1}
+[ "$FS_STEPBACK" = 1 ] || export FABSOCK_STEPBACK=0
 
 # A missing program is an n/a cell here, never a failed prerequisite.
 unset CI
@@ -124,7 +128,7 @@ rb_offload() {
 	local n
 	for n in "$@"; do
 		[ -f "$RA_DIR/$n.fabsock.log" ] || continue
-		RB_NOTES+=("$n offloaded=$(ra_sum "$n" fabsock offloaded) kernel=$(ra_sum "$n" fabsock kernel)$(w=$(ra_why "$n" fabsock); [ -z "$w" ] || echo " ($w)")")
+		RB_NOTES+=("$n offloaded=$(ra_sum "$n" fabsock offloaded) kernel=$(ra_sum "$n" fabsock kernel) stepped_back=$(ra_sum "$n" fabsock handback_fabric_slower)$(w=$(ra_why "$n" fabsock); [ -z "$w" ] || echo " ($w)")")
 	done
 }
 

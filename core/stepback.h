@@ -1,0 +1,127 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Stepping back from the fabric (issue 27, "step back when the fabric
+ * loses"): the per-stream measure of whether the fabric pays, and the
+ * decision to hand a stream back to kernel TCP when it does not.
+ *
+ * Why: a request/response stream whose waits end in a sleep pays fabsock's
+ * sleep and wake-up (arming, a ring, a progress round over the completion
+ * queue, the engine lock) on every turn, and those cost more than the
+ * kernel's socket wake-up; with more runnable processes than cores
+ * (pgbench -c 4 on two cores, memcslap, a proxy) that is every turn, and
+ * such streams ran 0.2-0.6x the kernel. The fabric wins when the answer
+ * comes within the spin (a free core: pgbench -c 1 is 1.2-2x) or when a
+ * turn moves many bytes (copies, not wake-ups, dominate).
+ *
+ * The measure, per socket (struct fs_stepback in struct fs_sock), counted
+ * in the data entry points (sock_io.c) for offloaded streams only: a turn
+ * is a receive of data after a send. It is judged by the thread that read
+ * it: "slept" when that thread's last wait before the read
+ * (fs_wait_thread: the stream wait, poll, select or epoll_wait) ended after
+ * FABSOCK_SPIN_US with few events; "quick" when it ended within the spin,
+ * or the data was there without a wait since the send. A turn read by
+ * another thread than the one that sent is counted (bytes) but not judged.
+ * Every FABSOCK_STEPBACK_TURNS turns the window is judged (not the first:
+ * the warm-up; two in a row must say so)
+ * (fs_stepback_judge): average bytes per turn at most
+ * FABSOCK_STEPBACK_BYTES, at least half the turns judged, and
+ * FABSOCK_STEPBACK_SLEPT_PCT % of those slept: the stream is handed back
+ * (core/handback.h, as initiator) and counted in handback_fabric_slower;
+ * otherwise the next window starts. Per stream, not per process: turns and
+ * bytes are a stream's, and one process's streams differ (a server with a
+ * busy client and an idle one); the sleep is a thread's, attributed to the
+ * stream whose answer it waited for.
+ *
+ * A client that steps back tells its connection history (history.h), so
+ * that the program's next connections to the destination start on TCP
+ * (with the history's relearn).
+ */
+#ifndef FS_CORE_STEPBACK_H
+#define FS_CORE_STEPBACK_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "config/params.h"
+#include "core/wait.h"
+
+struct fs_sock;
+
+struct fs_stepback {
+	uint64_t bytes;    /* both directions, this window */
+	uintptr_t thread;  /* the thread that sent the current turn's request */
+	uint32_t waits;    /* its fs_wait_thread.waits then */
+	uint32_t turns;    /* this window */
+	uint32_t measured; /* turns judged (read by the thread that sent) */
+	uint32_t slept;    /* of those, answers that came after a sleep */
+	bool last_send;    /* the last data call was a send: the next receive ends a turn */
+	bool warm;         /* the first window is over (it is not judged) */
+	bool strike;       /* the last window said "step back" */
+	bool done;         /* decided (handed back), or never to decide */
+};
+
+/* Whether a window of TURNS turns (MEASURED judged, SLEPT of those after a
+ * sleep) moving BYTES steps back. Pure: tests/unit/test_stepback.c. */
+bool fs_stepback_judge(uint32_t turns, uint32_t measured, uint32_t slept, uint64_t bytes);
+
+/* An offloaded stream's send took N bytes. Inline: every send. */
+static inline void fs_stepback_sent(struct fs_stepback *sb, uint64_t n)
+{
+	if (sb->done)
+		return;
+	sb->bytes += n;
+	if (!sb->last_send) {
+		sb->last_send = true;
+		sb->thread = (uintptr_t)pthread_self();
+		sb->waits = fs_wait_thread.waits;
+	}
+}
+
+/* An offloaded stream's receive returned N bytes of data. Returns true
+ * when the window just ended says: step back (fs_stepback_fire). */
+static inline bool fs_stepback_received(struct fs_stepback *sb, uint64_t n)
+{
+	bool over;
+
+	if (sb->done)
+		return false;
+	sb->bytes += n;
+	if (!sb->last_send)
+		return false; /* the rest of the same answer */
+	sb->last_send = false;
+	sb->turns++;
+	if (sb->thread == (uintptr_t)pthread_self()) {
+		sb->measured++;
+		/* a wait since the request, and the last one slept */
+		if (fs_wait_thread.waits != sb->waits && fs_wait_thread.last_slept)
+			sb->slept++;
+	}
+	if (sb->turns < fs_params.stepback_turns)
+		return false;
+	/* the first window is the stream's warm-up (the rail opening, the
+	 * ring's hand-over, the grant growing): its waits are late for
+	 * reasons that pass; judging it stepped back 6 pairs that ran 2.5x
+	 * the kernel's rate once warm */
+	over = sb->warm && fs_params.stepback && fs_stepback_judge(sb->turns, sb->measured, sb->slept, sb->bytes);
+	sb->warm = true;
+	/* two windows in a row: a passing spell of load (a build beside, a
+	 * burst of other clients) does not hand back for good a stream that
+	 * wins on the fabric most of the time */
+	if (over && !sb->strike) {
+		sb->strike = true;
+		over = false;
+	} else if (!over) {
+		sb->strike = false;
+	}
+	sb->turns = sb->measured = sb->slept = 0;
+	sb->bytes = 0;
+	return over;
+}
+
+/* The window of S said "step back": hands its stream back to TCP (unless
+ * it is on its way already, or closing), counts it, tells the history.
+ * No lock held. */
+void fs_stepback_fire(struct fs_sock *s);
+
+#endif

@@ -1,0 +1,184 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Stepping back from the fabric (core/stepback.h): a request/response stream
+# whose answers mostly come after a sleep goes back to kernel TCP through the
+# hand-back, byte-exact; one whose answers come within the spin, or whose
+# turns are bulk, stays on the fabric. Every client connection writes a
+# pattern and checks its echo byte by byte, half-closes and must read EOF
+# with nothing before it; it prints the kernel's TCP_INFO payload counts.
+# Waits are made to sleep by construction, not by the host's load: a server
+# that thinks 500 us before each answer (its client's waits outlast the
+# 100 us spin), or a client that thinks 500 us between requests (its
+# server's waits do).
+#  - client: 4 connections to the thinking server (blocking reads): the
+#    client hands all 4 back (handback_fabric_slower=4), and each carried
+#    at least the turns after the third window (3 x 128) over kernel TCP;
+#  - server: a thinking client polling before each read, a server of
+#    blocking threads: the server hands all 4 back;
+#  - epoll: one thinking client against fs_scale's epoll loop (level-
+#    triggered, nonblocking): the server hands it back, its epoll
+#    registration follows the socket to the kernel;
+#  - free core: one pair with FABSOCK_SPIN_US=20000 (every answer within
+#    the spin, as on a free core): nothing handed back, no payload on TCP;
+#  - bulk: the thinking server, 64 KiB each way per turn: nothing handed
+#    back (bulk pays on the fabric even when it sleeps), no payload on TCP;
+#  - off: the client shape with FABSOCK_STEPBACK=0: nothing handed back;
+#  - history: the client shape twice with the connection history on (a
+#    private record directory): the second run's connections start on TCP
+#    (fallback_fabric_slower_history), none offloaded.
+FS_STEPBACK=1
+. "$(dirname "$0")/lib.sh"
+
+PP=$FS_PROGS/fs_pingpong
+SC=$FS_PROGS/fs_scale
+[ -x "$PP" ] && [ -x "$SC" ] || { fs_fail "fs_pingpong or fs_scale is not built"; fs_done; exit 1; }
+dir=$FS_TMP/stepback
+mkdir -p "$dir"
+ROUNDS=1000 SIZE=64
+# the turns a stream makes on the fabric at most before it steps back: the
+# warm-up window, then two that say so (FABSOCK_STEPBACK_TURNS 128)
+BEFORE=$((3 * 128 + 128)) # and one window of slack for the other side's
+HS_MAX=1000               # TCP payload of an offloaded connection: HELLO and ACK
+
+# start NAME MODE ENV... -- SERVER ARGS...: sets SPID and PORT
+start() {
+	local name=$1 mode=$2 env=()
+	shift 2
+	while [ "$1" != -- ]; do env+=("$1"); shift; done
+	shift
+	if [ "$mode" = fabsock ]; then env+=("LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1); fi
+	fs_bg SPID env "${env[@]}" "$@" >"$dir/$name.s.out" 2>"$dir/$name.s.err"
+	PORT=$(fs_listen_port "$dir/$name.s.out" "$SPID")
+	[ -n "$PORT" ] || { fs_fail "$name: the server did not listen"; return 1; }
+}
+stop() { # NAME
+	local rc=0
+	kill -TERM "$SPID" 2>/dev/null || true
+	fs_wait_pid "$SPID" 60 || rc=$?
+	[ "$rc" = 0 ] || fs_fail "$1: server exit $rc"
+}
+# client NAME MODE ENV... -- CLIENT ARGS (after PORT)...: runs it, checked
+client() {
+	local name=$1 mode=$2 env=() rc=0
+	shift 2
+	while [ "$1" != -- ]; do env+=("$1"); shift; done
+	shift
+	if [ "$mode" = fabsock ]; then env+=("LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1); fi
+	timeout -k 5 200 env "${env[@]}" "$PP" client "$PORT" "$@" >"$dir/$name.c.out" 2>"$dir/$name.c.err" || rc=$?
+	if [ "$rc" != 0 ] || ! grep -q '^PASS pingpong$' "$dir/$name.c.out"; then
+		fs_fail "$name: client exit $rc: $(grep -h 'FAIL\|failed' "$dir/$name.c.out" | head -n 3 | tr '\n' ' ')"
+		return 1
+	fi
+	grep -q 'dumped core\|Segmentation\|Aborted' "$dir/$name.c.err" "$dir/$name.s.err" 2>/dev/null &&
+		fs_fail "$name: a process died by a signal"
+	return 0
+}
+st() { fs_stat "$dir/$1.err" "$2"; } # NAME.s|NAME.c COUNTER
+# tcp_each NAME MIN MAX: every connection's TCP payload in (tcpi_bytes_received
+# and tcpi_bytes_acked of the client) within MIN..MAX
+tcp_each() {
+	local name=$1 min=$2 max=$3 line bad=
+	while read -r line; do
+		local in out
+		in=$(sed -n 's/.* tcp_in=\([0-9]*\).*/\1/p' <<<"$line")
+		out=$(sed -n 's/.* tcp_out=\([0-9]*\).*/\1/p' <<<"$line")
+		if [ "${in:-0}" -lt "$min" ] || [ "${in:-0}" -gt "$max" ] || [ "${out:-0}" -lt "$min" ] || [ "${out:-0}" -gt "$max" ]; then
+			bad+=" [$line]"
+		fi
+	done < <(grep '^conn ' "$dir/$name.c.out")
+	[ -z "$bad" ] || fs_fail "$name: TCP payload outside $min..$max bytes:$bad"
+	[ -z "$bad" ]
+}
+eq() { # LABEL VALUE WANT
+	[ "${2:-none}" = "$3" ] || { fs_fail "$1 = ${2:-none}, want $3"; return 1; }
+}
+
+TOTAL=$((ROUNDS * SIZE))
+for mode in $FS_MODES; do
+	if [ "$mode" = kernel ]; then
+		# the programs' own checks, without the library (they can fail);
+		# the kernel counts the FIN in (+1) and the SYN and FIN out (+2)
+		start k kernel -- "$PP" server 500 || continue
+		client k kernel -- 4 200 "$SIZE" && tcp_each k $((200 * SIZE)) $((200 * SIZE + 2)) &&
+			fs_pass "kernel: 4 connections echo-checked, their payload counted by TCP_INFO"
+		stop k
+		continue
+	fi
+
+	# ---- the client's waits sleep: it steps back -------------------------
+	f0=$FS_FAILS
+	if start cl fabsock -- "$PP" server 500; then
+		client cl fabsock -- 4 "$ROUNDS" "$SIZE" &&
+			tcp_each cl $((TOTAL - BEFORE * SIZE)) $((TOTAL + HS_MAX))
+		stop cl
+		eq "client: client handback_fabric_slower" "$(st cl.c handback_fabric_slower)" 4
+		eq "client: client offloaded" "$(st cl.c offloaded)" 4
+		[ "$FS_FAILS" = "$f0" ] && fs_pass "client: 4 connections stepped back to TCP after $((3 * 128)) slept turns, byte-exact, half-close and EOF across the switch"
+	fi
+
+	# ---- the server's waits sleep (blocking threads; a polling client) ----
+	f0=$FS_FAILS
+	if start sv fabsock -- "$PP" server; then
+		client sv fabsock -- 4 "$ROUNDS" "$SIZE" --poll --gap-us 500 &&
+			tcp_each sv $((TOTAL - BEFORE * SIZE)) $((TOTAL + HS_MAX))
+		stop sv
+		eq "server: server handback_fabric_slower" "$(st sv.s handback_fabric_slower)" 4
+		[ "$FS_FAILS" = "$f0" ] && fs_pass "server: 4 connections stepped back by the server, the client's poll() followed them to TCP"
+	fi
+
+	# ---- an epoll server steps back ----------------------------------------
+	f0=$FS_FAILS
+	if start ep fabsock -- "$SC" server; then
+		client ep fabsock -- 1 "$ROUNDS" "$SIZE" --gap-us 500 &&
+			tcp_each ep $((TOTAL - BEFORE * SIZE)) $((TOTAL + HS_MAX))
+		stop ep
+		eq "epoll: server handback_fabric_slower" "$(st ep.s handback_fabric_slower)" 1
+		grep -q '^accepted=1 closed=1$' "$dir/ep.s.out" || fs_fail "epoll: the server saw $(grep accepted "$dir/ep.s.out")"
+		[ "$FS_FAILS" = "$f0" ] && fs_pass "epoll: the epoll server stepped back, its registration followed the socket (EOF seen, closed)"
+	fi
+
+	# ---- must not: a free core (answers within the spin) -------------------
+	f0=$FS_FAILS
+	if start fc fabsock FABSOCK_SPIN_US=20000 -- "$PP" server; then
+		client fc fabsock FABSOCK_SPIN_US=20000 -- 1 2000 "$SIZE" && tcp_each fc 0 $HS_MAX
+		stop fc
+		eq "free core: client handback_fabric_slower" "$(st fc.c handback_fabric_slower)" 0
+		eq "free core: server handback_fabric_slower" "$(st fc.s handback_fabric_slower)" 0
+		[ "$FS_FAILS" = "$f0" ] && fs_pass "free core: 2000 turns answered within the spin stayed on the fabric"
+	fi
+
+	# ---- must not: bulk turns ----------------------------------------------
+	f0=$FS_FAILS
+	if start bu fabsock -- "$PP" server 500; then
+		client bu fabsock -- 2 600 65536 && tcp_each bu 0 $HS_MAX
+		stop bu
+		eq "bulk: client handback_fabric_slower" "$(st bu.c handback_fabric_slower)" 0
+		eq "bulk: server handback_fabric_slower" "$(st bu.s handback_fabric_slower)" 0
+		[ "$FS_FAILS" = "$f0" ] && fs_pass "bulk: 64 KiB turns that sleep stayed on the fabric"
+	fi
+
+	# ---- must not: FABSOCK_STEPBACK=0 ---------------------------------------
+	f0=$FS_FAILS
+	if start of fabsock FABSOCK_STEPBACK=0 -- "$PP" server 500; then
+		client of fabsock FABSOCK_STEPBACK=0 -- 4 "$ROUNDS" "$SIZE" && tcp_each of 0 $HS_MAX
+		stop of
+		eq "off: client handback_fabric_slower" "$(st of.c handback_fabric_slower)" 0
+		eq "off: server handback_fabric_slower" "$(st of.s handback_fabric_slower)" 0
+		[ "$FS_FAILS" = "$f0" ] && fs_pass "off: FABSOCK_STEPBACK=0 keeps sleeping turns on the fabric"
+	fi
+
+	# ---- the history: the next run starts on TCP ----------------------------
+	f0=$FS_FAILS
+	mkdir -p "$dir/rec"
+	H=(FABSOCK_HISTORY_SHORT=2 "FABSOCK_RECORDS_DIR=$dir/rec")
+	if start hi fabsock "${H[@]}" -- "$PP" server 500; then
+		client hi1 fabsock "${H[@]}" -- 2 "$ROUNDS" "$SIZE"
+		eq "history: first run handback_fabric_slower" "$(st hi1.c handback_fabric_slower)" 2
+		client hi2 fabsock "${H[@]}" -- 2 "$ROUNDS" "$SIZE" && tcp_each hi2 "$TOTAL" $((TOTAL + HS_MAX))
+		eq "history: second run fallback_fabric_slower_history" "$(st hi2.c fallback_fabric_slower_history)" 2
+		eq "history: second run offloaded" "$(st hi2.c offloaded)" 0
+		stop hi
+		[ "$FS_FAILS" = "$f0" ] && fs_pass "history: after a run that stepped back, the program's next connections started on TCP"
+	fi
+done
+fs_done

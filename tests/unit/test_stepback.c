@@ -1,0 +1,146 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The step-back measure alone (core/stepback.h): no fabric, no engine. The
+ * test plays a thread's waits (fs_wait_thread, as fs_wait_done leaves it)
+ * and a stream's sends and receives, and checks when the rule fires.
+ *
+ * Checked: the judgement (average bytes per turn above STEPBACK_BYTES never
+ * steps back; fewer than half the turns judged never; SLEPT_PCT of the
+ * judged ones does, one fewer does not); a turn is a receive after a send,
+ * the rest of an answer is not another; an answer read with no wait since
+ * the request is quick; one read by another thread is not judged; the first
+ * window (the warm-up) is never judged, and two windows in a row must say
+ * "step back" (a quick window between clears the first); FABSOCK_STEPBACK=0
+ * never fires; after it fired, nothing more is counted (done).
+ */
+#include <pthread.h>
+#include <string.h>
+
+#include "config/params.h"
+#include "core/stepback.h"
+#include "check.h"
+
+/* One turn on SB: a send of N bytes, a wait ending SLEPT or not (none if
+ * !WAITED), a receive of N bytes. Returns what the receive said. */
+static bool turn(struct fs_stepback *sb, uint64_t n, bool waited, bool slept)
+{
+	fs_stepback_sent(sb, n);
+	if (waited) {
+		fs_wait_thread.waits++;
+		fs_wait_thread.last_slept = slept;
+	}
+	return fs_stepback_received(sb, n);
+}
+
+/* WINDOWS windows of turns on SB, each turn slept SLEPT_OF out of 4;
+ * returns the turn (1-based) that fired, 0 if none. */
+static unsigned windows(struct fs_stepback *sb, unsigned count, unsigned slept_of_4, uint64_t n)
+{
+	unsigned t = 0;
+
+	for (unsigned w = 0; w < count; w++)
+		for (unsigned i = 0; i < fs_params.stepback_turns; i++) {
+			t++;
+			if (turn(sb, n, true, (i % 4) < slept_of_4))
+				return t;
+		}
+	return 0;
+}
+
+static void *other_thread_receives(void *arg)
+{
+	struct fs_stepback *sb = arg;
+
+	fs_wait_thread.waits++;
+	fs_wait_thread.last_slept = true;
+	fs_stepback_received(sb, 10);
+	return NULL;
+}
+
+int main(void)
+{
+	struct fs_stepback sb;
+	pthread_t t;
+
+	fs_params.stepback = true;
+	fs_params.stepback_turns = 128;
+	fs_params.stepback_slept_pct = 75;
+	fs_params.stepback_bytes = 16384;
+
+	/* the judgement */
+	CHECK(fs_stepback_judge(128, 128, 96, 128 * 100));
+	CHECK(!fs_stepback_judge(128, 128, 95, 128 * 100));
+	CHECK(fs_stepback_judge(128, 128, 128, 128ull * 16384));
+	CHECK(!fs_stepback_judge(128, 128, 128, 128ull * 16384 + 128));
+	CHECK(!fs_stepback_judge(128, 63, 63, 128 * 100));
+	CHECK(fs_stepback_judge(128, 64, 48, 128 * 100));
+	CHECK(!fs_stepback_judge(0, 0, 0, 0));
+
+	/* all slept: warm-up, a strike, then the third window fires at its end */
+	memset(&sb, 0, sizeof(sb));
+	CHECK(windows(&sb, 5, 4, 64) == 3 * 128);
+	CHECK(sb.done == false); /* fs_stepback_fire sets it */
+	sb.done = true;
+	CHECK(windows(&sb, 3, 4, 64) == 0);
+	CHECK(sb.turns == 0);
+
+	/* 3 of 4 slept (75 %): fires; 2 of 4 never */
+	memset(&sb, 0, sizeof(sb));
+	CHECK(windows(&sb, 5, 3, 64) == 3 * 128);
+	memset(&sb, 0, sizeof(sb));
+	CHECK(windows(&sb, 10, 2, 64) == 0);
+
+	/* a quick window between two sleepy ones clears the strike */
+	memset(&sb, 0, sizeof(sb));
+	CHECK(windows(&sb, 2, 4, 64) == 0); /* warm-up, strike */
+	CHECK(windows(&sb, 1, 0, 64) == 0); /* quick: strike gone */
+	CHECK(windows(&sb, 1, 4, 64) == 0); /* strike again */
+	CHECK(windows(&sb, 1, 4, 64) == 128);
+
+	/* bulk turns never fire, however they sleep */
+	memset(&sb, 0, sizeof(sb));
+	CHECK(windows(&sb, 10, 4, 65536) == 0);
+
+	/* off */
+	fs_params.stepback = false;
+	memset(&sb, 0, sizeof(sb));
+	CHECK(windows(&sb, 10, 4, 64) == 0);
+	fs_params.stepback = true;
+
+	/* answers there without a wait since the request are quick */
+	memset(&sb, 0, sizeof(sb));
+	for (unsigned i = 0; i < 10 * 128; i++)
+		CHECK(!turn(&sb, 64, false, false));
+
+	/* a wait before the request does not count for its answer */
+	memset(&sb, 0, sizeof(sb));
+	fs_wait_thread.waits++;
+	fs_wait_thread.last_slept = true;
+	fs_stepback_sent(&sb, 64);
+	fs_stepback_received(&sb, 64);
+	CHECK(sb.turns == 1 && sb.measured == 1 && sb.slept == 0);
+
+	/* the rest of an answer is not another turn; a send after it is */
+	fs_stepback_received(&sb, 64);
+	CHECK(sb.turns == 1);
+	CHECK(sb.bytes == 3 * 64);
+	turn(&sb, 64, true, true);
+	CHECK(sb.turns == 2 && sb.slept == 1);
+
+	/* an answer read by another thread is counted, not judged */
+	memset(&sb, 0, sizeof(sb));
+	fs_stepback_sent(&sb, 10);
+	CHECK(pthread_create(&t, NULL, other_thread_receives, &sb) == 0);
+	pthread_join(t, NULL);
+	CHECK(sb.turns == 1 && sb.measured == 0 && sb.slept == 0);
+	/* ... and windows mostly read elsewhere are never judged */
+	memset(&sb, 0, sizeof(sb));
+	for (unsigned i = 0; i < 10 * 128; i++) {
+		fs_stepback_sent(&sb, 10);
+		pthread_create(&t, NULL, other_thread_receives, &sb);
+		pthread_join(t, NULL);
+		CHECK(!sb.done);
+	}
+	CHECK(sb.slept == 0);
+	return fs_check_done();
+}
