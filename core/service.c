@@ -400,6 +400,9 @@ static nfds_t fs_service_build_set(struct fs_service_set *set, nfds_t *nl, nfds_
  * waiting for room (added to SET after entry *N), arming the doorbells when
  * idle, leaving the bell to deep sleepers (*BELL_OFF). Returns the poll's
  * timeout for the engine's sake (-1: none; IDLE_US while streams live). */
+/* Consecutive 1 ms looks for streams on their way back (the service thread's own). */
+static unsigned fs_service_switch_looks;
+
 static int fs_service_engine_look(struct fs_service_set *set, nfds_t *n, uint64_t idle_us, bool *bell_off)
 {
 	struct fs_engine *e = fs_engine_peek();
@@ -417,7 +420,8 @@ static int fs_service_engine_look(struct fs_service_set *set, nfds_t *n, uint64_
 		 * its application already reads and writes the kernel socket and
 		 * makes no progress round of ours: its held bytes go out when
 		 * this thread looks. Look every millisecond until it is over
-		 * (one round trip, usually). */
+		 * (one round trip, usually), for a second at most: a peer that
+		 * does not answer (stopped) is then looked for at the idle pace. */
 		switching = e->switching.next != &e->switching;
 		/* orphans included (live_streams): one waits for
 		 * the peer's FIN or its linger deadline, and only
@@ -455,8 +459,12 @@ static int fs_service_engine_look(struct fs_service_set *set, nfds_t *n, uint64_
 	}
 	if (busy)
 		return 0;
-	if (switching)
+	if (!switching) {
+		fs_service_switch_looks = 0;
+	} else if (fs_service_switch_looks < 1000) {
+		fs_service_switch_looks++;
 		return 1;
+	}
 	if (deep)
 		return FS_BELL_SLICE_MS;
 	if (live)

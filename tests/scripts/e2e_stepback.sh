@@ -10,13 +10,14 @@
 # that thinks 500 us before each answer (its client's waits outlast the
 # 100 us spin), or a client that thinks 500 us between requests (its
 # server's waits do).
-#  - client: 4 connections to the thinking server (blocking reads): the
-#    client hands all 4 back (handback_fabric_slower=4), and each carried
-#    at least the turns after the third window (3 x 128) over kernel TCP;
+#  - client: 4 connections to the thinking server (blocking reads): all 4
+#    step back (handback_fabric_slower of the two ends adds up to 4, the
+#    client's at least 1: see stepped), and each carried at least the turns
+#    after the fourth window (4 x 128) over kernel TCP;
 #  - server: a thinking client polling before each read, a server of
-#    blocking threads: the server hands all 4 back;
+#    blocking threads: all 4 step back, the server's count at least 1;
 #  - epoll: one thinking client against fs_scale's epoll loop (level-
-#    triggered, nonblocking): the server hands it back, its epoll
+#    triggered, nonblocking): it steps back (the server), its epoll
 #    registration follows the socket to the kernel;
 #  - free core: one pair with FABSOCK_SPIN_US=20000 (every answer within
 #    the spin, as on a free core): nothing handed back, no payload on TCP;
@@ -92,6 +93,21 @@ tcp_each() {
 eq() { # LABEL VALUE WANT
 	[ "${2:-none}" = "$3" ] || { fs_fail "$1 = ${2:-none}, want $3"; return 1; }
 }
+# stepped NAME SLEEPER CONNS: CONNS connections stepped back, each by one end
+# (tcp_each proved each one switched): the two ends' handback_fabric_slower
+# add up to CONNS, and the end whose waits sleep by construction (SLEEPER,
+# s or c) counted at least one. Its peer's waits are quick by construction
+# too, but on a loaded host (CI runs scripts four at a time on two cores)
+# the peer may be the first to see two sleepy windows, and both ends
+# deciding is what the protocol allows: the check is not which end
+# finished first.
+stepped() {
+	local name=$1 sleeper=$2 conns=$3 c s
+	c=$(st "$name.c" handback_fabric_slower) s=$(st "$name.s" handback_fabric_slower)
+	eq "$name: handback_fabric_slower of both ends (client $c, server $s)" $((${c:-0} + ${s:-0})) "$conns" &&
+		{ [ "$(st "$name.$sleeper" handback_fabric_slower)" -ge 1 ] 2>/dev/null ||
+			fs_fail "$name: the end whose waits sleep ($sleeper) stepped back none"; }
+}
 
 TOTAL=$((ROUNDS * SIZE))
 for mode in $FS_MODES; do
@@ -111,7 +127,7 @@ for mode in $FS_MODES; do
 		client cl fabsock -- 4 "$ROUNDS" "$SIZE" &&
 			tcp_each cl $((TOTAL - BEFORE * SIZE)) $((TOTAL + HS_MAX))
 		stop cl
-		eq "client: client handback_fabric_slower" "$(st cl.c handback_fabric_slower)" 4
+		stepped cl c 4
 		eq "client: client offloaded" "$(st cl.c offloaded)" 4
 		[ "$FS_FAILS" = "$f0" ] && fs_pass "client: 4 connections stepped back to TCP after $((3 * 128)) slept turns, byte-exact, half-close and EOF across the switch"
 	fi
@@ -122,7 +138,7 @@ for mode in $FS_MODES; do
 		client sv fabsock -- 4 "$ROUNDS" "$SIZE" --poll --gap-us 500 &&
 			tcp_each sv $((TOTAL - BEFORE * SIZE)) $((TOTAL + HS_MAX))
 		stop sv
-		eq "server: server handback_fabric_slower" "$(st sv.s handback_fabric_slower)" 4
+		stepped sv s 4
 		[ "$FS_FAILS" = "$f0" ] && fs_pass "server: 4 connections stepped back by the server, the client's poll() followed them to TCP"
 	fi
 
@@ -132,7 +148,7 @@ for mode in $FS_MODES; do
 		client ep fabsock -- 1 "$ROUNDS" "$SIZE" --gap-us 500 &&
 			tcp_each ep $((TOTAL - BEFORE * SIZE)) $((TOTAL + HS_MAX))
 		stop ep
-		eq "epoll: server handback_fabric_slower" "$(st ep.s handback_fabric_slower)" 1
+		stepped ep s 1
 		grep -q '^accepted=1 closed=1$' "$dir/ep.s.out" || fs_fail "epoll: the server saw $(grep accepted "$dir/ep.s.out")"
 		[ "$FS_FAILS" = "$f0" ] && fs_pass "epoll: the epoll server stepped back, its registration followed the socket (EOF seen, closed)"
 	fi
@@ -172,9 +188,13 @@ for mode in $FS_MODES; do
 	mkdir -p "$dir/rec"
 	H=(FABSOCK_HISTORY_SHORT=2 "FABSOCK_RECORDS_DIR=$dir/rec")
 	if start hi fabsock "${H[@]}" -- "$PP" server 500; then
+		# (only the client records: the key is its command line; its
+		# connections the server stepped back first are not recorded)
 		client hi1 fabsock "${H[@]}" -- 2 "$ROUNDS" "$SIZE"
-		eq "history: first run handback_fabric_slower" "$(st hi1.c handback_fabric_slower)" 2
+		n=$(st hi1.c handback_fabric_slower)
+		[ "${n:-0}" -ge 1 ] 2>/dev/null || fs_fail "history: the first run's client stepped back ${n:-none}"
 		client hi2 fabsock "${H[@]}" -- 2 "$ROUNDS" "$SIZE" && tcp_each hi2 "$TOTAL" $((TOTAL + HS_MAX))
+		# one entry (program, destination): one step-back sends both
 		eq "history: second run fallback_fabric_slower_history" "$(st hi2.c fallback_fabric_slower_history)" 2
 		eq "history: second run offloaded" "$(st hi2.c offloaded)" 0
 		stop hi
