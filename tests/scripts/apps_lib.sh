@@ -11,6 +11,12 @@ command -v timeout >/dev/null 2>&1 || fs_skip "timeout is missing"
 
 DURATION=3
 SS_LIMIT=${SS_LIMIT:-65536} # fabsock mode: most bytes one TCP connection may receive
+# The kernel runs of a script: one per way of sampling (the proof that the
+# check can fail) by default; FS_APPS_KERNEL_ALL=1 runs the kernel side of
+# every variant too. Those extra kernel runs check nothing of fabsock and
+# their figures are the kernel column of `fabsock bench` (sockperf, iperf 2
+# and 3, redis -c 50 and -P 16), which CI runs too.
+apps_kernel_all() { [ "${FS_APPS_KERNEL_ALL:-0}" = 1 ]; }
 : "${MIN_MOVED:?set MIN_MOVED (bytes the program must move) before sourcing}"
 
 # Programs run as: fs_bg PID timeout ... env VARS program. The env(1) applies
