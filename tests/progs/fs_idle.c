@@ -14,7 +14,9 @@
  * (a client that connects ahead of use, a pool) and prints "first_ms X": the
  * slowest of those first round trips. The client prints "idle" on stdout
  * when the idle phase starts, the server writes its port to --ready-file once
- * it listens.
+ * it listens. SIGUSR1 to the client ends its idle phase before --idle-s has
+ * passed (e2e_idle_cpu: once its measurement window has closed, the rest of
+ * the phase was a wait with nothing measured); without it nothing changes.
  *
  *   fs_idle server [--port P] [--ready-file F] [--mode recv|epoll] [--conns N]
  *   fs_idle client HOST PORT [--mode recv|epoll] [--conns N] [--idle-s T] [--delay-ms D]
@@ -24,6 +26,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +46,13 @@ static unsigned conns = 8, idle_s = 15, delay_ms;
 static const char *host = "127.0.0.1", *port = "0", *ready_file;
 static int fds[MAX_CONNS];
 static double q_sent_ms; /* client: when the first 'q' went out */
+static volatile sig_atomic_t idle_end_asked; /* client: SIGUSR1 came */
+
+static void ask_idle_end(int signal_number)
+{
+	(void)signal_number;
+	idle_end_asked = 1;
+}
 
 static void mark_q_sent(void)
 {
@@ -101,7 +111,7 @@ static void epoll_idle(void)
 		if (!sent) {
 			long ms = (long)idle_s * 1000 - (long)(harness_now_ms() - start);
 
-			if (ms <= 0) {
+			if (ms <= 0 || idle_end_asked) {
 				mark_q_sent();
 				for (unsigned i = 0; i < conns; i++)
 					if (harness_write_full(fds[i], "q", 1, NULL))
@@ -138,15 +148,39 @@ static void epoll_idle(void)
 	close(ep);
 }
 
+/* The client's idle phase in recv mode: sleeps --idle-s seconds, or until
+ * SIGUSR1 (the handler interrupts nanosleep; the recv threads block it, so
+ * the main thread is the one it reaches). */
+static void idle_sleep(void)
+{
+	double left = idle_s * 1000.0, end = harness_now_ms() + left;
+	struct timespec delay;
+
+	while (!idle_end_asked && left > 0) {
+		delay.tv_sec = (time_t)(left / 1000);
+		delay.tv_nsec = (long)((left - (double)delay.tv_sec * 1000) * 1e6);
+		if (nanosleep(&delay, NULL) == 0)
+			break;
+		left = end - harness_now_ms();
+	}
+}
+
 static void recv_idle(void)
 {
 	pthread_t threads[MAX_CONNS];
+	sigset_t usr1, old;
 
+	/* the recv threads never take SIGUSR1 (a recv it interrupted would
+	 * fail with EINTR) */
+	sigemptyset(&usr1);
+	sigaddset(&usr1, SIGUSR1);
+	pthread_sigmask(SIG_BLOCK, &usr1, &old);
 	for (unsigned i = 0; i < conns; i++)
 		if (pthread_create(&threads[i], NULL, recv_thread, &fds[i]))
 			die("pthread_create");
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (!is_server) {
-		harness_sleep_ms(idle_s * 1000.0);
+		idle_sleep();
 		mark_q_sent();
 		for (unsigned i = 0; i < conns; i++)
 			if (harness_write_full(fds[i], "q", 1, NULL))
@@ -281,6 +315,10 @@ int main(int argc, char **argv)
 	}
 	if (conns < 1 || conns > MAX_CONNS)
 		usage();
+	/* no SA_RESTART: the handler ends the client's nanosleep or
+	 * epoll_wait with EINTR, and the idle phase with it */
+	if (!is_server && harness_set_handler(SIGUSR1, ask_idle_end, 0))
+		die("sigaction SIGUSR1");
 	if (is_server)
 		run_server();
 	else

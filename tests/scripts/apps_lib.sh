@@ -11,6 +11,13 @@ command -v timeout >/dev/null 2>&1 || fs_skip "timeout is missing"
 
 DURATION=3
 SS_LIMIT=${SS_LIMIT:-65536} # fabsock mode: most bytes one TCP connection may receive
+# The kernel runs of a script: one per way of sampling (the proof that the
+# check can fail) by default; FS_APPS_KERNEL_ALL=1 runs the kernel side of
+# every variant too. Those extra kernel runs check nothing of fabsock; the
+# kernel figures of `fabsock bench` (which CI runs too) cover iperf3 -P 1
+# and -P 4, iperf 2's one stream and redis -c 50 plain and -P 16, not
+# iperf3 -R and --bidir nor iperf 2 -P 2.
+apps_kernel_all() { [ "${FS_APPS_KERNEL_ALL:-0}" = 1 ]; }
 : "${MIN_MOVED:?set MIN_MOVED (bytes the program must move) before sourcing}"
 
 # Programs run as: fs_bg PID timeout ... env VARS program. The env(1) applies

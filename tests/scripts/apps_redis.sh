@@ -16,7 +16,9 @@
 #   - BGSAVE (a fork of the server) while another 50-connection benchmark
 #     runs: the save succeeds, the benchmark completes, values read back.
 # The same sampling in kernel mode must show more than 64 KiB on some
-# connection, which proves the check can fail.
+# connection, which proves the check can fail: the plain run, with the
+# values stored and read back (-P 16 and BGSAVE too with
+# FS_APPS_KERNEL_ALL=1; apps_lib.sh).
 
 . "$(dirname "$0")/lib.sh"
 
@@ -157,6 +159,8 @@ apps_run() {
 		local name=plain
 		local -a opts=()
 		BENCH_N=$REQUESTS
+		# the kernel's -P 16: a figure only (apps_kernel_all)
+		[ "$i" = 1 ] && [ "$mode" = kernel ] && ! apps_kernel_all && continue
 		# Pipelined, the same count takes well under the 0.5 s ss period.
 		[ "$i" = 1 ] && name="-P 16" opts=(-P 16) BENCH_N=$((20 * REQUESTS))
 		if redis_bench "$mode" "$name" "${opts[@]}"; then
@@ -164,7 +168,11 @@ apps_run() {
 		fi
 	done
 
-	redis_bgsave_under_load "$mode"
+	# BGSAVE on the kernel: redis's own fork, none of fabsock's code
+	# (apps_kernel_all)
+	if [ "$mode" = fabsock ] || apps_kernel_all; then
+		redis_bgsave_under_load "$mode"
+	fi
 
 	# What the server moved, by its own count.
 	in_b=$(rcli info stats | tr -d '\r' | sed -n 's/^total_net_input_bytes:\([0-9]*\)/\1/p')

@@ -102,7 +102,7 @@ idle_start() {
 		return
 	fi
 	fs_bg measurer measure "$spid" "$cpid" "$log.ticks"
-	SRV[$key]=$srv CLI[$key]=$cli MEASURER[$key]=$measurer
+	SRV[$key]=$srv CLI[$key]=$cli MEASURER[$key]=$measurer CPID[$key]=$cpid
 }
 
 # idle_judge MODE IOMODE: waits for the pair's end; sets RESULT[MODE-IOMODE].
@@ -115,6 +115,10 @@ idle_judge() {
 	if [ "$end_ms" -ge "${IDLE_END_MS[$key]}" ]; then
 		fs_fail "$what: the window closed $((end_ms - IDLE_END_MS[$key] + 1)) ms after the pair's idle phase could have ended"
 	fi
+	# the window has closed: the client ends its idle phase now (fs_idle,
+	# SIGUSR1) rather than after the rest of IDLE_S, which is room for a
+	# late window on a loaded machine and measured nothing
+	kill -USR1 "${CPID[$key]}" 2>/dev/null || true
 	fs_wait_pid "${CLI[$key]}" $((IDLE_S + 20)) || rc=$?
 	fs_wait_pid "${SRV[$key]}" 15 || src=$?
 	if [ "$rc" -ne 0 ] || [ "$src" -ne 0 ] || [ "$s0" -lt 0 ] || [ "$s1" -lt 0 ] || [ "$c1" -lt 0 ]; then

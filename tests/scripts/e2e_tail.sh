@@ -14,7 +14,11 @@
 # (`resets=0`) and no message dropped (`msgs_dropped=0`), and the TCP
 # segments on the port must have carried only the handshakes (fs_tcp_proof).
 # FS_MODES (default "kernel fabsock") and FS_SCENARIOS narrow the runs;
-# FS_TAIL_ROUNDS (1) repeats the whole list.
+# FS_TAIL_ROUNDS (1) repeats the whole list. The kernel half runs beside
+# the fabsock half, as a second instance of this script (lib.sh,
+# fs_kernel_beside_start; FS_KERNEL_BESIDE=0: one after the other): it runs
+# none of fabsock's code and its scenarios mostly sleep in the slow
+# reader's pauses; its output follows at the end.
 . "$(dirname "$0")/lib.sh"
 fs_need_nft
 
@@ -75,6 +79,7 @@ run_scenario() { # MODE SCENARIO
 
 [ -x "$TAIL_PROG" ] || { fs_fail "$TAIL_PROG is not built"; fs_done; exit 1; }
 scenarios=${FS_SCENARIOS:-$("$TAIL_PROG" list | tr '\n' ' ')}
+fs_kernel_beside_start
 for round in $(seq 1 "$ROUNDS"); do
 	for mode in $FS_MODES; do
 		if [ "$mode" = fabsock ] && [ ! -f "$FABSOCK_LIB" ]; then
@@ -87,4 +92,5 @@ for round in $(seq 1 "$ROUNDS"); do
 	done
 	[ "$ROUNDS" = 1 ] || fs_log "round $round of $ROUNDS: $FS_FAILS failures so far"
 done
+fs_kernel_beside_wait $((ROUNDS * 300))
 fs_done

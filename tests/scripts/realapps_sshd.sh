@@ -60,8 +60,14 @@ chmod 600 "$D/authorized_keys"
 head -c $((SIZE_MB << 20)) /dev/urandom >"$D/data"
 chmod 644 "$D/data"
 WANT=$(sha256sum <"$D/data" | cut -d' ' -f1)
+# The sessions' HOME (SetEnv below), an empty directory: bash run by sshd
+# reads ~/.bashrc even for `ssh host command`, and a root whose .bashrc
+# starts tools (a pyenv init took 3.8 s on a loaded CI machine) made every
+# session wait for it, 14 of them per run; nothing here reads HOME.
+mkdir -p "$D/home"
 cat >"$D/sshd_config" <<EOF
 ListenAddress 127.0.0.1
+SetEnv HOME=$D/home
 PidFile $D/sshd.pid
 UsePAM no
 PermitRootLogin prohibit-password
