@@ -280,6 +280,16 @@ int fs_engine_cq_wait_fd_try(void)
 	return fd;
 }
 
+void fs_engine_cq_sleep(struct fs_engine *e, bool begin)
+{
+	if (!e)
+		return;
+	if (begin)
+		__atomic_add_fetch(&e->cq_sleepers, 1, __ATOMIC_RELAXED);
+	else
+		__atomic_sub_fetch(&e->cq_sleepers, 1, __ATOMIC_RELAXED);
+}
+
 struct fs_engine_rail *fs_engine_ep_first(struct fs_engine *e)
 {
 	for (unsigned kind = FS_PROV_SHM; kind < FS_PROV_MAX_; kind++)

@@ -322,6 +322,11 @@ struct fs_engine {
 	uint8_t wait_score;    /* late waits raise it, quick ones lower it (atomic) */
 	unsigned deep_waiters; /* they watch the doorbell too */
 	bool service_bell_off; /* the service thread sleeps without the doorbell (atomic) */
+	/* Application threads now asleep with the completion queue's fd in
+	 * their set (atomic; fs_engine_cq_sleep): while one is, the service
+	 * thread leaves the fd to it instead of waking at every completion
+	 * too. */
+	unsigned cq_sleepers;
 	int deep_fd;
 	bool deep_rung, deep_wanted;
 };
@@ -488,6 +493,9 @@ int fs_engine_cq_wait_fd(struct fs_engine *e);
  * lock (poll, epoll_wait): -1 also when there is no engine or its lock is
  * taken (its holder progresses for us). */
 int fs_engine_cq_wait_fd_try(void);
+/* An application thread starts (BEGIN) or ends a sleep with the completion
+ * queue's fd (fs_engine_cq_wait_fd) in its set; E may be NULL. No lock. */
+void fs_engine_cq_sleep(struct fs_engine *e, bool begin);
 /* fs_engine_progress, taking the engine lock; for readiness scans, which progress
  * once per scan and then look at each member without progressing. */
 void fs_engine_progress_locked(void);

@@ -348,7 +348,15 @@ static int fs_epoll_kernel_wait(int epfd, struct epoll_event *kbuf, int k, uint6
 
 		if (cq_fd < 0)
 			two[1].fd = -1;
+		else
+			fs_engine_cq_sleep(fs_engine_peek(), true);
 		ret = fs_real.ppoll(two, 2, &ts, sigmask);
+		if (cq_fd >= 0) {
+			int err = errno;
+
+			fs_engine_cq_sleep(fs_engine_peek(), false);
+			errno = err;
+		}
 		if (ret < 0)
 			return -errno;
 		if (!two[0].revents)

@@ -169,6 +169,34 @@ static int fs_fabric_getinfo(struct fi_info *hints, struct fi_info **list)
 	return ret;
 }
 
+/* tcp;ofi_rxm (libfabric 1.17) keeps its bounce buffers in pools that grow
+ * 1024 buffers of FI_OFI_RXM_BUFFER_SIZE (16 KiB) at a time, and zeroes
+ * each new chunk, 17 MB, inside whatever call needed a buffer: fi_enable
+ * (four chunks for the 4096 receives it preposts on its shared receive
+ * context) and, when the first transfer starts, one chunk more of each of
+ * its receive and send pools (seen as two 17 MB mmaps in the server). Those
+ * two ran inside our progress rounds with the engine
+ * lock held, as a 0.3-1.5 s hole at the start of every iperf3 run between
+ * namespaces on a loaded 2-core host (perf: memset and page faults), the
+ * stall of seconds seen there. With 2 KiB buffers a chunk is 2.4 MB.
+ * Nothing of ours goes through their data area on tcp: rxm sends eager
+ * messages from the caller's buffer (direct send), receives them into the
+ * posted receive (dynamic receive buffers), and only an unexpected message
+ * larger than a buffer takes a malloc instead. The eager limit, which is
+ * the buffer size unless set, stays at rxm's 16 KiB, so messages keep
+ * their protocol. The provider reads these at its initialisation and when
+ * an endpoint is enabled; a user's own settings win. */
+static void fs_fabric_tune_rxm(void)
+{
+	char size[24];
+
+	if (!fs_params.rxm_buffer_size || getenv("FI_OFI_RXM_BUFFER_SIZE"))
+		return;
+	snprintf(size, sizeof(size), "%u", (unsigned)fs_params.rxm_buffer_size);
+	setenv("FI_OFI_RXM_BUFFER_SIZE", size, 0);
+	setenv("FI_OFI_RXM_EAGER_LIMIT", "16384", 0);
+}
+
 static void fs_fabric_do_load(void)
 {
 	static const char *const names[] = { "libfabric.so.1", "libfabric.so" };
@@ -188,6 +216,7 @@ static void fs_fabric_do_load(void)
 	if (!fs_self_dumpable())
 		setenv("FI_SHM_DISABLE_CMA", "1", 0);
 	fs_fabric_cma_off = fs_env_true("FI_SHM_DISABLE_CMA");
+	fs_fabric_tune_rxm();
 
 	fs_fabric_load_stubs();
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]) && !lib; i++)

@@ -174,7 +174,11 @@ static int fs_poll_kernel_wait(struct pollfd *kset, nfds_t nfds, struct fs_wait 
 		kset[nfds].fd = cq_fd >= 0 ? cq_fd : -1;
 		kset[nfds].events = POLLIN;
 		kset[nfds].revents = 0;
+		if (cq_fd >= 0)
+			fs_engine_cq_sleep(fs_engine_peek(), true);
 		kready = fs_real.ppoll(kset, nfds + 1, &ts, sigmask);
+		if (cq_fd >= 0)
+			fs_engine_cq_sleep(fs_engine_peek(), false);
 		if (kready > 0 && kset[nfds].revents)
 			kready--;
 	}

@@ -332,10 +332,13 @@ static nfds_t fs_service_set_put(struct fs_service_set *set, nfds_t n, int fd, s
 }
 
 /* The service thread's poll set: wake-up eventfd, bell, timer, hand-back
- * requests, the ring eventfd and the ring's handover socket (ring.h); then the registered descriptors (the listeners' probe sockets),
+ * requests, the ring eventfd and the ring's handover socket (ring.h), the
+ * provider's completion queue (tcp, net: set by fs_service_engine_look);
+ * then the registered descriptors (the listeners' probe sockets),
  * the watches, and at most FS_SERVICE_BLOCKED kernel sockets a hand-back
  * waits to write to. */
-#define FS_SERVICE_FIXED 6
+#define FS_SERVICE_FIXED 7
+#define FS_SERVICE_CQ_SLOT 6
 #define FS_SERVICE_BLOCKED 16
 
 bool fs_service_set_add(struct fs_service_set *set, int fd, short events, fs_service_ready_fn ready, void *arg)
@@ -379,6 +382,7 @@ static nfds_t fs_service_build_set(struct fs_service_set *set, nfds_t *nl, nfds_
 	/* rings of peers of this host, and peers asking for our eventfd */
 	n = fs_service_set_put(set, n, fs_ring_fd(), POLLIN, NULL, NULL, NULL);
 	n = fs_service_set_put(set, n, fs_ring_listen_fd(), POLLIN, NULL, NULL, NULL);
+	n = fs_service_set_put(set, n, -1, POLLIN, NULL, NULL, NULL); /* FS_SERVICE_CQ_SLOT */
 	set->n = n;
 	if (reg)
 		reg->put(set);
@@ -395,19 +399,53 @@ static nfds_t fs_service_build_set(struct fs_service_set *set, nfds_t *nl, nfds_
 	return n;
 }
 
-/* The engine's work before the poll, if its lock is free (else someone is
- * making progress): stale pulls, idle grants, the hand-backs' sockets
- * waiting for room (added to SET after entry *N), arming the doorbells when
- * idle, leaving the bell to deep sleepers (*BELL_OFF). Returns the poll's
- * timeout for the engine's sake (-1: none; IDLE_US while streams live). */
+/* A provider that moves bytes only inside our calls (tcp, net) and has a
+ * completion queue fd (fs_engine_cq_wait_fd): with live streams and nothing
+ * to post, the thread sleeps on that fd (*CQ, in SET's FS_SERVICE_CQ_SLOT)
+ * instead of polling in slices of IDLE_US (1 ms after activity, doubling to
+ * 50 ms): a completion wakes it at once, and an idle process wakes only for
+ * the slice of its timed work (grants going back, doorbells to arm,
+ * lingering closes). While completions come and an application thread
+ * sleeps on the fd itself, the thread keeps its slices as before: that
+ * thread wakes for them, and two threads woken for each completion would
+ * cost a context switch each on a busy host; once FS_SERVICE_CQ_QUIET_MS
+ * passed without one, both watch it. Returns false when fi_trywait says a
+ * progress round is due first (poll without sleeping). Engine lock held. */
+#define FS_SERVICE_CQ_QUIET_MS 50
+
+static bool fs_service_cq_look(struct fs_engine *e, struct fs_service_set *set, uint64_t now, bool *cq)
+{
+	int fd;
+
+	if (__atomic_load_n(&e->cq_sleepers, __ATOMIC_RELAXED) &&
+	    e->active_ns + FS_SERVICE_CQ_QUIET_MS * 1000000ull > now)
+		return true;
+	fd = fs_engine_cq_wait_fd(e);
+	if (fd == -EAGAIN)
+		return false;
+	if (fd >= 0) {
+		set->pfd[FS_SERVICE_CQ_SLOT].fd = fd;
+		*cq = true;
+	}
+	return true;
+}
+
 /* Consecutive 1 ms looks for streams on their way back (the service thread's own). */
 static unsigned fs_service_switch_looks;
 
+/* The engine's work before the poll, if its lock is free (else someone is
+ * making progress): stale pulls, idle grants, the hand-backs' sockets
+ * waiting for room (added to SET after entry *N), arming the doorbells when
+ * idle, leaving the bell to deep sleepers (*BELL_OFF), the completion
+ * queue's fd (fs_service_cq_look). Returns the poll's timeout for the
+ * engine's sake (-1: none; 1 ms while a stream is on its way back to TCP;
+ * IDLE_US while streams live, FS_BELL_SLICE_MS when deeply idle or when a
+ * completion wakes us anyway). */
 static int fs_service_engine_look(struct fs_service_set *set, nfds_t *n, uint64_t idle_us, bool *bell_off)
 {
 	struct fs_engine *e = fs_engine_peek();
 	/* Busy engine lock: someone is making progress; look again soon. */
-	bool busy = true, live = true, deep = false, switching = false;
+	bool busy = true, live = true, deep = false, switching = false, cq = false;
 
 	if (!e)
 		return -1;
@@ -455,6 +493,8 @@ static int fs_service_engine_look(struct fs_service_set *set, nfds_t *n, uint64_
 			set->pfd[1].fd = -1;
 			set->pfd[4].fd = -1;
 		}
+		if (live && !busy)
+			busy = !fs_service_cq_look(e, set, now, &cq);
 		pthread_mutex_unlock(&e->lock);
 	}
 	if (busy)
@@ -465,7 +505,7 @@ static int fs_service_engine_look(struct fs_service_set *set, nfds_t *n, uint64_
 		fs_service_switch_looks++;
 		return 1;
 	}
-	if (deep)
+	if (deep || cq)
 		return FS_BELL_SLICE_MS;
 	if (live)
 		return (int)(idle_us / 1000);

@@ -227,7 +227,11 @@ static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_read
 				pfd[3].fd = fs_bell_fd();
 				pfd[4].fd = fs_ring_fd();
 			}
+			if (pfd[5].fd >= 0)
+				fs_engine_cq_sleep(e, true);
 			ret = fs_real.ppoll(pfd, 6, &ts, NULL);
+			if (pfd[5].fd >= 0)
+				fs_engine_cq_sleep(e, false);
 			pthread_mutex_lock(&e->lock);
 			if (pfd[2].fd >= 0)
 				fs_engine_deep_end(e);

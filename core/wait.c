@@ -167,8 +167,12 @@ int fs_wait_deep_sleep(const struct fs_wait *w, struct pollfd *fds, nfds_t n, co
 	fds[n + 3].revents = 0;
 	ns = fs_wait_clamp_ns(w, now, ns);
 	ts = fs_wait_timespec(ns);
+	if (cq_fd >= 0)
+		fs_engine_cq_sleep(e, true);
 	ret = fs_real.ppoll(fds, n + FS_WAIT_DEEP_SLOTS, &ts, sigmask);
 	err = errno;
+	if (cq_fd >= 0)
+		fs_engine_cq_sleep(e, false);
 	pthread_mutex_lock(&e->lock);
 	fs_engine_deep_end(e);
 	pthread_mutex_unlock(&e->lock);
