@@ -217,7 +217,7 @@ bad:
 /* This user's table, mapped; NULL when history is unusable here. */
 static struct fs_hist_file *fs_hist_get(void)
 {
-	uint32_t uid = (uint32_t)geteuid();
+	uint32_t uid = (uint32_t)fs_self_euid();
 	uint64_t now = fs_now_ns();
 	struct fs_hist_file *m = __atomic_load_n(&fs_hist_map, __ATOMIC_ACQUIRE);
 	char path[PATH_MAX];

@@ -43,6 +43,7 @@
 #include "core/sigs.h"
 #include "core/stats.h"
 #include "core/udp.h"
+#include "core/wire.h"
 #include "preload/real.h"
 
 /* How long connect() waits for the probe's answer itself (see
@@ -389,6 +390,7 @@ void fs_core_exit(void)
 
 void fs_core_uid_changed(void)
 {
+	fs_self_euid_refresh();
 	if (fs_core_enabled)
 		fs_records_uid_changed();
 }
@@ -426,6 +428,7 @@ void fs_core_init(void)
 {
 	fs_real_init();
 	fs_self_pid_refresh();
+	fs_self_euid_refresh();
 	fs_params_load();
 	fs_core_apply_profile();
 	if (fs_fdt_init()) {
@@ -861,8 +864,8 @@ void fs_core_accepted(struct fs_sock *ls, int newfd, int flags, const struct soc
 	old = fs_fdt_set(newfd, s);
 	if (old && old != FS_SOCK_INTERNAL)
 		fs_sock_put(old);
-	if (!(flags & SOCK_CLOEXEC))
-		fs_inherit_note(newfd, FS_INH_PENDING);
+	/* No exec record now (an fstat per connection): fs_core_before_exec
+	 * writes one for every socket that survives into the new program. */
 }
 
 const void *fs_sock_drain_probes(struct fs_sock *s, const void *skip)
@@ -880,6 +883,20 @@ const void *fs_sock_drain_probes(struct fs_sock *s, const void *skip)
 	fs_listener_drain(l);
 	fs_listener_put(l);
 	return l;
+}
+
+/* A server connection settled as TCP. Still tracked if it must be: to
+ * clear its probe record at close, or to strip a HELLO on the first
+ * receive; else let go. Socket lock held. */
+static void fs_sock_settled_tcp(struct fs_sock *s)
+{
+	if (fs_sock_state(s) == FS_SOCK_KERNEL)
+		return;
+	if ((s->listener && s->have_peer_key) || s->strip_hello) {
+		fs_sock_set_state(s, FS_SOCK_SERVER_PLAIN);
+		fs_sock_note_inherit(s);
+	} else
+		fs_sock_release(s);
 }
 
 /* Settles a pending socket. Returns 0 (offloaded), FS_PASS (kernel: the
@@ -924,17 +941,100 @@ int fs_sock_settle(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 		ret = FS_PASS;
 		break;
 	}
-	if (ret == FS_PASS && fs_sock_state(s) != FS_SOCK_KERNEL) {
-		if ((s->listener && s->have_peer_key) || s->strip_hello) {
-			/* still tracked: to clear its probe record at close, or to
-			 * strip a HELLO on the first receive */
-			fs_sock_set_state(s, FS_SOCK_SERVER_PLAIN);
-			fs_sock_note_inherit(s);
-		} else
-			fs_sock_release(s);
-	}
+	if (ret == FS_PASS)
+		fs_sock_settled_tcp(s);
 	pthread_mutex_unlock(&s->lock);
 	return ret;
+}
+
+/* Copies the first LEN bytes MSG's vector holds into OUT. */
+static void fs_iov_head(const struct msghdr *msg, uint8_t *out, size_t len)
+{
+	for (size_t i = 0; i < msg->msg_iovlen && len; i++) {
+		size_t k = msg->msg_iov[i].iov_len < len ? msg->msg_iov[i].iov_len : len;
+
+		memcpy(out, msg->msg_iov[i].iov_base, k);
+		out += k;
+		len -= k;
+	}
+}
+
+/* Drops the first SKIP of the N bytes in MSG's vector: the rest moves to
+ * its start. Returns N - SKIP. */
+static size_t fs_iov_drop_head(const struct msghdr *msg, size_t n, size_t skip)
+{
+	size_t from_i = 0, from_off = skip, to_i = 0, to_off = 0, left = n - skip;
+
+	while (from_i < msg->msg_iovlen && from_off >= msg->msg_iov[from_i].iov_len)
+		from_off -= msg->msg_iov[from_i++].iov_len;
+	while (left) {
+		/* skip empty entries on both sides */
+		while (to_off == msg->msg_iov[to_i].iov_len) {
+			to_i++;
+			to_off = 0;
+		}
+		while (from_off == msg->msg_iov[from_i].iov_len) {
+			from_i++;
+			from_off = 0;
+		}
+		((uint8_t *)msg->msg_iov[to_i].iov_base)[to_off++] =
+			((const uint8_t *)msg->msg_iov[from_i].iov_base)[from_off++];
+		left--;
+	}
+	return n - skip;
+}
+
+ssize_t fs_sock_first_read(struct fs_sock *s, struct msghdr *msg, int flags)
+{
+	uint8_t first[FS_WIRE_HELLO_MAX];
+	size_t taken = 0;
+	ssize_t n;
+	int ret;
+
+	/* a peek leaves the bytes where the usual settling looks; a whole
+	 * count could wait for bytes a client sends only after its ACK */
+	if (flags & (MSG_PEEK | MSG_WAITALL | MSG_OOB | MSG_ERRQUEUE))
+		return FS_FIRST_READ_NO;
+	fs_lock(&s->lock);
+	if (fs_sock_state(s) != FS_SOCK_SERVER_PENDING || fs_negotiate_server_before_read(s) != 1) {
+		pthread_mutex_unlock(&s->lock);
+		return FS_FIRST_READ_NO;
+	}
+	/* the receive may block: not under the lock (a close, or a watch of
+	 * the service thread, must not wait for the client) */
+	pthread_mutex_unlock(&s->lock);
+	n = fs_real.recvmsg(s->fd, msg, flags);
+	if (n < 0)
+		return -errno; /* nothing taken: still undecided (EAGAIN...) */
+	fs_lock(&s->lock);
+	if (fs_sock_state(s) != FS_SOCK_SERVER_PENDING) {
+		/* another thread settled it meanwhile: the bytes are its data */
+		pthread_mutex_unlock(&s->lock);
+		return n;
+	}
+	if (n == 0) {
+		fs_listener_claim_tcp(s->listener, s->peer_key, s->peer_port, s->neg->accepted_ns, NULL);
+		FS_STAT_INC(fallback_peer_closed);
+		FS_STAT_INC(kernel);
+		FS_INFO("fd %d: stays on kernel TCP: the client closed before negotiating", s->fd);
+		fs_sock_settled_tcp(s);
+		pthread_mutex_unlock(&s->lock);
+		return 0;
+	}
+	fs_iov_head(msg, first, (size_t)n < sizeof(first) ? (size_t)n : sizeof(first));
+	ret = fs_negotiate_server_after_read(s, first, (size_t)n, &taken);
+	if (ret == 0)
+		fs_sock_offloaded(s);
+	else if (ret == FS_PASS)
+		fs_sock_settled_tcp(s);
+	pthread_mutex_unlock(&s->lock);
+	if (taken < (size_t)n)
+		return (ssize_t)fs_iov_drop_head(msg, (size_t)n, taken);
+	if (ret < 0 && ret != FS_PASS)
+		return ret;
+	/* the whole receive was the HELLO: the application's receive goes
+	 * on, on the connection as it now is */
+	return FS_FIRST_READ_NO;
 }
 
 bool fs_sock_pending(const struct fs_sock *s)

@@ -29,6 +29,7 @@
 #include "core/sigs.h"
 #include "core/sock.h"
 #include "core/udp.h"
+#include "core/util.h"
 #include "preload/real.h"
 #include "preload/wrappers.h"
 
@@ -103,39 +104,39 @@ FS_EXPORT int listen(int fd, int backlog)
 	return fs_int_call(fd, backlog, fs_core_listen, FS_REAL(listen));
 }
 
-static int fs_accept_common(int fd, struct sockaddr *addr, socklen_t *len, int flags)
+/* accept() and accept4() on a socket of ours. An application that asks
+ * for no address (a thread per connection) still gets none, but the real
+ * call is given room for it: the server's first read then needs no
+ * getpeername() to find the connection's probe record. */
+static int fs_accept_common(int fd, struct sockaddr *addr, socklen_t *len, int flags, bool four)
 {
 	struct fs_sock *s = fs_wrap_sock(fd);
-	socklen_t room = len ? *len : 0;
-	int newfd = FS_REAL(accept4)(fd, addr, len, flags);
+	struct sockaddr_storage own;
+	socklen_t own_len = sizeof(own), room;
+	int newfd;
 
-	if (s) {
-		if (newfd >= 0)
-			fs_core_accepted(s, newfd, flags, addr, len, room);
-		fs_sock_put(s);
+	if (!s)
+		return four ? FS_REAL(accept4)(fd, addr, len, flags) : FS_REAL(accept)(fd, addr, len);
+	if (!addr) {
+		addr = (struct sockaddr *)&own;
+		len = &own_len;
 	}
+	room = len ? *len : 0;
+	newfd = four ? FS_REAL(accept4)(fd, addr, len, flags) : FS_REAL(accept)(fd, addr, len);
+	if (newfd >= 0)
+		fs_core_accepted(s, newfd, flags, addr, len, room);
+	fs_sock_put(s);
 	return newfd;
 }
 
 FS_EXPORT int accept(int fd, struct sockaddr *addr, socklen_t *len)
 {
-	struct fs_sock *s = fs_wrap_sock(fd);
-	socklen_t room;
-	int newfd;
-
-	if (!s)
-		return FS_REAL(accept)(fd, addr, len);
-	room = len ? *len : 0;
-	newfd = FS_REAL(accept)(fd, addr, len);
-	if (newfd >= 0)
-		fs_core_accepted(s, newfd, 0, addr, len, room);
-	fs_sock_put(s);
-	return newfd;
+	return fs_accept_common(fd, addr, len, 0, false);
 }
 
 FS_EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 {
-	return fs_accept_common(fd, addr, len, flags);
+	return fs_accept_common(fd, addr, len, flags, true);
 }
 
 FS_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
@@ -539,6 +540,10 @@ FS_EXPORT long syscall(long number, ...)
 	for (int i = 0; i < 6; i++)
 		a[i] = va_arg(ap, long);
 	va_end(ap);
+	/* a user change the kernel makes for this thread only: fabsock's
+	 * cached euid (fs_self_euid) is asked of the kernel from now on */
+	if (number == SYS_setuid || number == SYS_setreuid || number == SYS_setresuid)
+		__atomic_store_n(&fs_euid_uncached, true, __ATOMIC_RELAXED);
 	/* the number first: futex and the other hot numbers (Rust's locks)
 	 * pass straight on without a look at the thread's guard */
 	if (fs_syscall_changes_fd(number) && !FS_BEFORE_INIT() && !FS_GUARDED() &&
