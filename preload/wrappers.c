@@ -61,10 +61,17 @@ __attribute__((constructor(101))) static void fs_preload_init(void)
 
 
 /* The socket of ours behind FD, a reference (fs_sock_put); NULL for one
- * fabsock leaves alone. */
+ * fabsock leaves alone. For socket, connect, accept, listen and shutdown:
+ * like send and recv, no vfork check (a getpid() system call on every
+ * connection's path, issue 27 target 5). A vfork child may only exec or
+ * _exit; the calls it makes before (dup2, close, close_range: Python's
+ * subprocess) keep the check (fs_core_hands_off). One that opened sockets
+ * anyway would leave entries for numbers free in its parent, which the
+ * parent's own socket() or accept() at that number replaces, and which
+ * pass any other file's calls to the kernel. */
 static struct fs_sock *fs_wrap_sock(int fd)
 {
-	return fs_fdt_peek_any(fd) && !fs_core_hands_off() ? fs_sock_get(fd) : NULL;
+	return fs_fdt_peek_any(fd) ? fs_sock_get(fd) : NULL;
 }
 
 /* listen() and shutdown(): the core's CALL for a socket of ours, the
@@ -85,7 +92,7 @@ FS_EXPORT int socket(int domain, int type, int protocol)
 {
 	int fd = FS_REAL(socket)(domain, type, protocol);
 
-	if (fd >= 0 && !fs_core_hands_off())
+	if (fd >= 0) /* (fs_core_socket: inside fabsock or disabled, nothing) */
 		fs_core_socket(fd, domain, type);
 	return fd;
 }
@@ -360,8 +367,10 @@ FS_EXPORT int close(int fd)
 	if (FS_BEFORE_INIT() || (!fs_fdt_peek_any(fd) && !fs_epoll_known(fd) && !fs_epoll_left(fd))) {
 		int closed, err;
 
-		/* a TCP connection its history chose: the kernel's counts first */
-		if (__atomic_load_n(&fs_history_tracked, __ATOMIC_RELAXED) && !FS_BEFORE_INIT() && !fs_core_hands_off())
+		/* a TCP connection its history chose: the kernel's counts first
+		 * (no vfork check: in such a child the report would only come
+		 * early, with the counts so far) */
+		if (__atomic_load_n(&fs_history_tracked, __ATOMIC_RELAXED) && !FS_BEFORE_INIT() && !FS_GUARDED())
 			fs_history_fd_closing(fd);
 		closed = FS_REAL(close)(fd);
 		err = errno;
@@ -413,8 +422,11 @@ FS_EXPORT int close_range(unsigned int first, unsigned int last, int flags)
 		if (fs_epoll_known((int)fd))
 			fs_epoll_closed((int)fd);
 		fs_epoll_left_closing((int)fd);
-		if (!peek)
+		if (!peek) {
+			if (__atomic_load_n(&fs_history_tracked, __ATOMIC_RELAXED))
+				fs_history_fd_closing((int)fd);
 			continue;
+		}
 		if (peek == FS_SOCK_INTERNAL) {
 			if (start < fd && FS_REAL(close_range)(start, fd - 1, flags))
 				return -1;
@@ -467,6 +479,10 @@ static int fs_dup_replace(int fd, int newfd, int flags, bool three)
 {
 	struct fs_sock *target = fs_fdt_peek(newfd);
 
+	/* a TCP connection its history chose, replaced: reported as closed */
+	if (__atomic_load_n(&fs_history_tracked, __ATOMIC_RELAXED) && fd != newfd && !FS_BEFORE_INIT() &&
+	    !fs_core_hands_off() && FS_REAL(fcntl)(fd, F_GETFD) >= 0)
+		fs_history_fd_closing(newfd);
 	if (fd == newfd || (!fs_fdt_peek_any(fd) && !target && !fs_epoll_known(newfd) && !fs_epoll_left(newfd)) ||
 	    fs_core_hands_off())
 		return three ? FS_REAL(dup3)(fd, newfd, flags) : FS_REAL(dup2)(fd, newfd);
