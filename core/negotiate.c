@@ -1100,6 +1100,18 @@ static int fs_hello_rest(int fd, uint8_t *buf, size_t have, struct fs_hello *hel
 	}
 }
 
+int fs_negotiate_server_claim(struct fs_sock *s, bool closed)
+{
+	if (fs_listener_claim_tcp(s->listener, s->peer_key, s->peer_port, s->neg->accepted_ns, NULL) == FS_REC_YES)
+		return 0; /* a "yes" came meanwhile: the usual settling looks for the HELLO */
+	if (closed) {
+		FS_STAT_INC(fallback_peer_closed);
+		return fs_kernel(s, "the client closed before negotiating");
+	}
+	FS_STAT_INC(fallback_peer_plain);
+	return fs_kernel(s, "the client did not probe");
+}
+
 int fs_negotiate_server_after_read(struct fs_sock *s, const uint8_t *first, size_t n, size_t *taken)
 {
 	uint8_t buf[FS_WIRE_HELLO_MAX];

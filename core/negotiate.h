@@ -36,6 +36,9 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns);
  * 0, offloaded by a HELLO at their head; -errno; *TAKEN is how many of
  * the N were the HELLO's. Socket lock held, S SERVER_PENDING. */
 int fs_negotiate_server_before_read(struct fs_sock *s);
+/* After a peek saw the client's first byte (CLOSED: its FIN) with no record
+ * before: claims the record TCP; FS_PASS (TCP) or 0 (a "yes" beat it). */
+int fs_negotiate_server_claim(struct fs_sock *s, bool closed);
 int fs_negotiate_server_after_read(struct fs_sock *s, const uint8_t *first, size_t n, size_t *taken);
 
 /* Provider for a client connection from LOCAL to PEER, or FS_PROV_NONE with

@@ -868,12 +868,20 @@ void fs_core_accepted(struct fs_sock *ls, int newfd, int flags, const struct soc
 	 * writes one for every socket that survives into the new program. */
 }
 
+#define FS_DRAIN_AFTER_NS 2000000ull
+
 const void *fs_sock_drain_probes(struct fs_sock *s, const void *skip)
 {
 	struct fs_listener *l = NULL;
 
 	fs_lock(&s->lock);
-	if (fs_sock_state(s) == FS_SOCK_SERVER_PENDING && s->listener && s->listener != skip) {
+	/* The service thread answers this process's listeners' probes; a
+	 * waiter helps only once the connection has waited FS_DRAIN_AFTER_NS
+	 * (a starved service thread), not on every look at a fresh one (a
+	 * failing recvmsg per connection for nginx's plain clients), and
+	 * always for a listener inherited from a parent, which may be gone. */
+	if (fs_sock_state(s) == FS_SOCK_SERVER_PENDING && s->listener && s->listener != skip &&
+	    (!fs_listener_answered_here(s->listener) || fs_now_ns() - s->neg->accepted_ns > FS_DRAIN_AFTER_NS)) {
 		l = s->listener;
 		fs_listener_get(l);
 	}
@@ -984,7 +992,41 @@ static size_t fs_iov_drop_head(const struct msghdr *msg, size_t n, size_t skip)
 	return n - skip;
 }
 
-ssize_t fs_sock_first_read(struct fs_sock *s, struct msghdr *msg, int flags)
+bool fs_sock_read_direct(struct fs_sock *s)
+{
+	bool direct;
+
+	if (fs_sock_state(s) != FS_SOCK_SERVER_PENDING)
+		return false;
+	fs_lock(&s->lock);
+	direct = fs_sock_state(s) == FS_SOCK_SERVER_PENDING && fs_negotiate_server_before_read(s) == 1;
+	pthread_mutex_unlock(&s->lock);
+	return direct;
+}
+
+/* A blocking first receive: waits in the kernel for the client's first
+ * byte with a peek (no spin, no poll, not under the socket lock), then
+ * settles the socket as TCP if still no probe record says otherwise; the
+ * application's receive then reads as from the kernel. Not the receive
+ * itself: another thread of the application may settle the socket
+ * meanwhile (a sender of a server that speaks first, waiting for a HELLO
+ * under the lock), and must find that HELLO still in the socket. */
+static ssize_t fs_sock_first_read_wait(struct fs_sock *s)
+{
+	char byte;
+	ssize_t n = fs_real.recv(s->fd, &byte, 1, MSG_PEEK);
+
+	if (n < 0)
+		return -errno; /* SO_RCVTIMEO, a signal, a reset: nothing taken */
+	fs_lock(&s->lock);
+	if (fs_sock_state(s) == FS_SOCK_SERVER_PENDING && fs_negotiate_server_before_read(s) == 1 &&
+	    fs_negotiate_server_claim(s, n == 0) == FS_PASS)
+		fs_sock_settled_tcp(s);
+	pthread_mutex_unlock(&s->lock);
+	return FS_FIRST_READ_NO; /* TCP now, or a "yes" came: the usual path */
+}
+
+ssize_t fs_sock_first_read(struct fs_sock *s, struct msghdr *msg, int flags, bool nonblock)
 {
 	uint8_t first[FS_WIRE_HELLO_MAX];
 	size_t taken = 0;
@@ -995,29 +1037,25 @@ ssize_t fs_sock_first_read(struct fs_sock *s, struct msghdr *msg, int flags)
 	 * count could wait for bytes a client sends only after its ACK */
 	if (flags & (MSG_PEEK | MSG_WAITALL | MSG_OOB | MSG_ERRQUEUE))
 		return FS_FIRST_READ_NO;
+	if (!nonblock)
+		return fs_sock_read_direct(s) ? fs_sock_first_read_wait(s) : FS_FIRST_READ_NO;
+	/* Nonblocking (an event loop, told the socket is readable): the
+	 * application's receive itself, under the lock (it cannot wait), its
+	 * bytes judged after the fact. */
 	fs_lock(&s->lock);
 	if (fs_sock_state(s) != FS_SOCK_SERVER_PENDING || fs_negotiate_server_before_read(s) != 1) {
 		pthread_mutex_unlock(&s->lock);
 		return FS_FIRST_READ_NO;
 	}
-	/* the receive may block: not under the lock (a close, or a watch of
-	 * the service thread, must not wait for the client) */
-	pthread_mutex_unlock(&s->lock);
-	n = fs_real.recvmsg(s->fd, msg, flags);
-	if (n < 0)
-		return -errno; /* nothing taken: still undecided (EAGAIN...) */
-	fs_lock(&s->lock);
-	if (fs_sock_state(s) != FS_SOCK_SERVER_PENDING) {
-		/* another thread settled it meanwhile: the bytes are its data */
+	n = fs_real.recvmsg(s->fd, msg, flags | MSG_DONTWAIT);
+	if (n < 0) {
+		ret = -errno; /* nothing taken: still undecided (EAGAIN...) */
 		pthread_mutex_unlock(&s->lock);
-		return n;
+		return ret;
 	}
 	if (n == 0) {
-		fs_listener_claim_tcp(s->listener, s->peer_key, s->peer_port, s->neg->accepted_ns, NULL);
-		FS_STAT_INC(fallback_peer_closed);
-		FS_STAT_INC(kernel);
-		FS_INFO("fd %d: stays on kernel TCP: the client closed before negotiating", s->fd);
-		fs_sock_settled_tcp(s);
+		if (fs_negotiate_server_claim(s, true) == FS_PASS)
+			fs_sock_settled_tcp(s);
 		pthread_mutex_unlock(&s->lock);
 		return 0;
 	}

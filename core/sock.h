@@ -265,6 +265,11 @@ void fs_core_exec_failed(void);
  * back to TCP, so the receiving process gets a plain kernel socket. */
 void fs_core_before_pass(const struct msghdr *msg);
 
+/* Whether S's first receive will take its client's first bytes straight
+ * from the kernel and settle it (fs_sock_first_read): a readiness wait
+ * then reports the kernel's event and leaves the settling to that receive
+ * (no settling in the wait: no extra round). No system call. */
+bool fs_sock_read_direct(struct fs_sock *s);
 /* Settles a pending socket (readiness.c uses it). See sock.c. */
 int fs_sock_settle(struct fs_sock *s, bool for_send, uint64_t deadline_ns);
 bool fs_sock_pending(const struct fs_sock *s);

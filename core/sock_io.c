@@ -112,7 +112,7 @@ ssize_t fs_core_recvmsg(struct fs_sock *s, struct msghdr *msg, int flags)
 	    (ret = __atomic_exchange_n(&s->rx_deferred_error, 0, __ATOMIC_ACQ_REL)) != 0)
 		return ret;
 	if (fs_sock_state(s) == FS_SOCK_SERVER_PENDING) {
-		ret = fs_sock_first_read(s, msg, flags);
+		ret = fs_sock_first_read(s, msg, flags, nonblock);
 		if (ret != FS_FIRST_READ_NO)
 			return ret;
 	}
