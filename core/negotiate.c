@@ -691,6 +691,14 @@ static int fs_server_accept_hello(struct fs_sock *s, const struct fs_hello *hell
 
 	if (consume && fs_consume(s->fd, consume))
 		return -EIO;
+	if (fs_sock_direct_readers(s)) {
+		/* another thread of the application waits in the kernel for
+		 * this connection's first byte (fs_sock_first_read): offloaded,
+		 * the connection would bring it nothing more; on TCP the
+		 * client's bytes wake it */
+		FS_INFO("fd %d: a reader waits on the kernel socket: the connection stays on TCP", s->fd);
+		return fs_server_refuse(s, hello->token, hello->nonce, FS_NAK_RESOURCES, NULL);
+	}
 	e = fs_engine_get();
 	if (!e)
 		return fs_server_refuse(s, hello->token, hello->nonce, FS_NAK_RESOURCES, NULL);
@@ -1098,6 +1106,16 @@ static int fs_hello_rest(int fd, uint8_t *buf, size_t have, struct fs_hello *hel
 		else
 			fs_real.poll(&p, 1, left_ms);
 	}
+}
+
+uint64_t fs_negotiate_server_hello_by(struct fs_sock *s)
+{
+	struct fs_probe_rec rec = { 0 };
+
+	if (!s->listener || !s->have_peer_key ||
+	    fs_listener_lookup(s->listener, s->peer_key, s->peer_port, &rec) != FS_REC_YES)
+		return 0;
+	return rec.stamp_ns + (rec.wait_ms + FS_HELLO_MARGIN_MS) * FS_MS;
 }
 
 int fs_negotiate_server_claim(struct fs_sock *s, bool closed)

@@ -39,6 +39,9 @@ int fs_negotiate_server_before_read(struct fs_sock *s);
 /* After a peek saw the client's first byte (CLOSED: its FIN) with no record
  * before: claims the record TCP; FS_PASS (TCP) or 0 (a "yes" beat it). */
 int fs_negotiate_server_claim(struct fs_sock *s, bool closed);
+/* When S's client, told "yes", must have sent its HELLO by (the server's
+ * HELLO wait); 0 without a "yes". */
+uint64_t fs_negotiate_server_hello_by(struct fs_sock *s);
 int fs_negotiate_server_after_read(struct fs_sock *s, const uint8_t *first, size_t n, size_t *taken);
 
 /* Provider for a client connection from LOCAL to PEER, or FS_PROV_NONE with

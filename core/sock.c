@@ -893,6 +893,50 @@ const void *fs_sock_drain_probes(struct fs_sock *s, const void *skip)
 	return l;
 }
 
+/* Threads of this process waiting in the kernel for S's first byte (a
+ * forked child's copy of the count is its parent's threads'). Lock held. */
+unsigned fs_sock_direct_readers(const struct fs_sock *s)
+{
+	return s->direct_pid == fs_self_pid() ? s->direct_readers : 0;
+}
+
+/* Another thread waits in the kernel for S's first byte (direct_readers):
+ * it settles S when the byte comes, a HELLO included (an offload by this
+ * thread would leave it waiting on an idle TCP connection). So this call
+ * waits for it, without the lock, as it would have waited for the HELLO
+ * itself: until S settles, DEADLINE_NS (-EAGAIN), or, for a send, while a
+ * "yes" may still bring a HELLO (with no "yes", a sender speaks first
+ * and the connection is TCP: the reader's byte comes over it). 0 when S
+ * settled meanwhile or the caller goes on. Socket lock held. */
+static int fs_sock_wait_direct_readers(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
+{
+	uint64_t hello_by = 0;
+	useconds_t slice = 200;
+
+	while (fs_sock_direct_readers(s) && fs_sock_state(s) == FS_SOCK_SERVER_PENDING) {
+		uint64_t now = fs_now_ns();
+
+		if (deadline_ns && now >= deadline_ns)
+			return -EAGAIN;
+		if (for_send) {
+			uint64_t by = fs_negotiate_server_hello_by(s);
+
+			if (!by)
+				return 0; /* no "yes": the sender decides (TCP) */
+			if (!hello_by)
+				hello_by = by;
+			if (now >= hello_by)
+				return 0; /* the HELLO never came: as when nobody reads */
+		}
+		pthread_mutex_unlock(&s->lock);
+		usleep(slice);
+		if (slice < 5000)
+			slice *= 2;
+		fs_lock(&s->lock);
+	}
+	return 0;
+}
+
 /* A server connection settled as TCP. Still tracked if it must be: to
  * clear its probe record at close, or to strip a HELLO on the first
  * receive; else let go. Socket lock held. */
@@ -943,7 +987,11 @@ int fs_sock_settle(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 		ret = fs_sock_take_ack(s, deadline_ns);
 		break;
 	case FS_SOCK_SERVER_PENDING:
-		ret = fs_sock_serve_hello(s, for_send, deadline_ns);
+		ret = fs_sock_wait_direct_readers(s, for_send, deadline_ns);
+		if (ret == 0 && fs_sock_state(s) == FS_SOCK_SERVER_PENDING)
+			ret = fs_sock_serve_hello(s, for_send, deadline_ns);
+		else if (ret == 0)
+			ret = fs_sock_state(s) == FS_SOCK_OFFLOADED ? 0 : FS_PASS;
 		break;
 	default:
 		ret = FS_PASS;
@@ -1014,11 +1062,29 @@ bool fs_sock_read_direct(struct fs_sock *s)
 static ssize_t fs_sock_first_read_wait(struct fs_sock *s)
 {
 	char byte;
-	ssize_t n = fs_real.recv(s->fd, &byte, 1, MSG_PEEK);
+	ssize_t n;
+	int err;
 
-	if (n < 0)
-		return -errno; /* SO_RCVTIMEO, a signal, a reset: nothing taken */
 	fs_lock(&s->lock);
+	if (fs_sock_state(s) != FS_SOCK_SERVER_PENDING || fs_negotiate_server_before_read(s) != 1) {
+		pthread_mutex_unlock(&s->lock);
+		return FS_FIRST_READ_NO;
+	}
+	if (s->direct_pid != fs_self_pid()) {
+		s->direct_pid = fs_self_pid();
+		s->direct_readers = 0; /* a parent's, copied by fork */
+	}
+	s->direct_readers++;
+	pthread_mutex_unlock(&s->lock);
+	n = fs_real.recv(s->fd, &byte, 1, MSG_PEEK);
+	err = errno;
+	fs_lock(&s->lock);
+	if (s->direct_readers && s->direct_pid == fs_self_pid())
+		s->direct_readers--;
+	if (n < 0) {
+		pthread_mutex_unlock(&s->lock);
+		return -err; /* SO_RCVTIMEO, a signal, a reset: nothing taken */
+	}
 	if (fs_sock_state(s) == FS_SOCK_SERVER_PENDING && fs_negotiate_server_before_read(s) == 1 &&
 	    fs_negotiate_server_claim(s, n == 0) == FS_PASS)
 		fs_sock_settled_tcp(s);
@@ -1038,7 +1104,7 @@ ssize_t fs_sock_first_read(struct fs_sock *s, struct msghdr *msg, int flags, boo
 	if (flags & (MSG_PEEK | MSG_WAITALL | MSG_OOB | MSG_ERRQUEUE))
 		return FS_FIRST_READ_NO;
 	if (!nonblock)
-		return fs_sock_read_direct(s) ? fs_sock_first_read_wait(s) : FS_FIRST_READ_NO;
+		return fs_sock_first_read_wait(s);
 	/* Nonblocking (an event loop, told the socket is readable): the
 	 * application's receive itself, under the lock (it cannot wait), its
 	 * bytes judged after the fact. */
