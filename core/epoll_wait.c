@@ -100,6 +100,14 @@ static uint32_t fs_member_kernel_event(struct fs_epoll *fe, struct fs_ep_member 
 	 * application has not written yet. */
 	switch (fs_sock_state(s)) {
 	case FS_SOCK_SERVER_PENDING:
+		/* a client that did not probe: its bytes (or its FIN) go to
+		 * the application as the kernel reports them, and its first
+		 * receive settles it (fs_sock_read_direct); settling here cost
+		 * a poll, and the event: the member went back to the kernel's
+		 * entry, which reported it only in the next round */
+		if ((kev & (EPOLLIN | EPOLLHUP | EPOLLERR)) && !fs_sock_read_direct(s))
+			fs_sock_settle(s, false, fs_now_ns());
+		break;
 	case FS_SOCK_CLIENT_HELLO_SENT:
 		if (kev & (EPOLLIN | EPOLLHUP | EPOLLERR))
 			fs_sock_settle(s, false, fs_now_ns());

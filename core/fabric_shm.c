@@ -101,7 +101,7 @@ static void fs_shm_clean(bool own)
 		if (!pid || (own ? pid != getpid() : pid == getpid() || fs_pid_alive(pid)))
 			continue;
 		snprintf(path, sizeof(path), "/dev/shm/%s", de->d_name);
-		if (lstat(path, &st) || !S_ISREG(st.st_mode) || st.st_uid != geteuid())
+		if (lstat(path, &st) || !S_ISREG(st.st_mode) || st.st_uid != fs_self_euid())
 			continue;
 		if (unlink(path) == 0)
 			FS_INFO("removed shm region %s of %s", de->d_name,
@@ -195,7 +195,7 @@ int fs_rail_self_check(const struct fs_rail *rail, const char **why)
 	*why = NULL;
 	if (rail->kind != FS_PROV_SHM)
 		return 0;
-	euid = geteuid();
+	euid = fs_self_euid();
 	if (__atomic_load_n(&((struct fs_rail *)rail)->self_region_euid, __ATOMIC_RELAXED) != (uint64_t)euid + 1) {
 		own = fs_shm_addr_name(rail->addr, rail->addr_len);
 		if (!own || fs_shm_region_owner(own, &own_uid) || own_uid != euid) {
@@ -233,7 +233,7 @@ int fs_rail_peer_check(const struct fs_rail *rail, const void *addr, size_t len)
 	 * regions are 0600: both must belong to the user this process runs as
 	 * (root could map the other's, the other could not map root's, and
 	 * libfabric 1.17 then crashes in its progress on the missing region). */
-	if (peer_uid != geteuid())
+	if (peer_uid != fs_self_euid())
 		return -EPERM;
 	return fs_rail_self_check(rail, &why);
 }

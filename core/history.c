@@ -220,7 +220,7 @@ bad:
 /* This user's table, mapped; NULL when history is unusable here. */
 static struct fs_hist_file *fs_hist_get(void)
 {
-	uint32_t uid = (uint32_t)geteuid();
+	uint32_t uid = (uint32_t)fs_self_euid();
 	uint64_t now = fs_now_ns();
 	struct fs_hist_file *m = __atomic_load_n(&fs_hist_map, __ATOMIC_ACQUIRE);
 	char path[PATH_MAX];
@@ -422,13 +422,16 @@ void fs_history_stepped_back(struct fs_history_conn *h)
 /* ---- kernel TCP connections the history chose -------------------------- */
 
 /* Followed by descriptor number (one socket holds a number at a time; a
- * newer one in the same slot replaces an older, whose report is lost). The
- * inode tells a number reused behind our back (dup2, close_range) apart. */
+ * newer one in the same slot replaces an older, whose report is lost). A
+ * number closed or replaced through the preload (close, close_range,
+ * dup2, dup3, syscall(SYS_close)) reports first; one closed behind its back
+ * (an inline system call, io_uring) and reused by another TCP socket would
+ * report that socket's counts, at worst a short or long count too many for
+ * one entry: not worth an fstat on every close (issue 27, target 5). */
 #define FS_HIST_FDS 256u
 
 struct fs_hist_fd {
 	int fd;
-	uint32_t inode;
 	uint64_t tag;
 };
 
@@ -439,14 +442,13 @@ unsigned fs_history_tracked;
 void fs_history_track(const struct fs_history_conn *h, int fd)
 {
 	struct fs_hist_fd *t = &fs_hist_fds[(unsigned)fd % FS_HIST_FDS];
-	struct stat st;
 
-	if (!h->tag || fstat(fd, &st))
+	if (!h->tag)
 		return;
 	fs_lock(&fs_hist_fd_lock);
 	if (!t->tag)
 		__atomic_add_fetch(&fs_history_tracked, 1, __ATOMIC_RELAXED);
-	*t = (struct fs_hist_fd){ .fd = fd, .inode = (uint32_t)st.st_ino, .tag = h->tag };
+	*t = (struct fs_hist_fd){ .fd = fd, .tag = h->tag };
 	pthread_mutex_unlock(&fs_hist_fd_lock);
 }
 
@@ -455,10 +457,7 @@ static void fs_hist_report_tcp(const struct fs_hist_fd *t)
 {
 	struct tcp_info ti;
 	socklen_t len = sizeof(ti);
-	struct stat st;
 
-	if (fstat(t->fd, &st) || (uint32_t)st.st_ino != t->inode)
-		return; /* the number now names another file */
 	memset(&ti, 0, sizeof(ti));
 	if (fs_real.getsockopt(t->fd, IPPROTO_TCP, TCP_INFO, &ti, &len) ||
 	    len < offsetof(struct tcp_info, tcpi_data_segs_out) + sizeof(ti.tcpi_data_segs_out))

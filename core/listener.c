@@ -312,7 +312,7 @@ static int fs_probe_table_lock(const char *path, int flags, struct stat *st, boo
 		(void)fchmod(fd, 0600); /* whatever the umask */
 	while (flock(fd, LOCK_EX) && errno == EINTR)
 		;
-	if (fstat(fd, st) || !S_ISREG(st->st_mode) || st->st_uid != geteuid() || (st->st_mode & 07777) != 0600 ||
+	if (fstat(fd, st) || !S_ISREG(st->st_mode) || st->st_uid != fs_self_euid() || (st->st_mode & 07777) != 0600 ||
 	    (size_t)st->st_size > sizeof(struct fs_probe_table)) {
 		*refused = true;
 		fs_real.close(fd);
@@ -671,7 +671,7 @@ struct fs_listener *fs_listener_attach(int fd)
 
 	/* our own file (the old program's): a memfd, or a table in /dev/shm
 	 * this user made; nothing else is mapped */
-	if (fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_uid != fs_self_euid() ||
 	    (size_t)st.st_size != sizeof(*table)) {
 		FS_INFO("fd %d: not a probe table of this user; connections inherited with it stay on TCP", fd);
 		return NULL;
@@ -763,6 +763,11 @@ void fs_listener_accepting(struct fs_listener *l)
 {
 	fs_records_accepting(&l->rec);
 	fs_listeners_accepted(l);
+}
+
+bool fs_listener_answered_here(struct fs_listener *l)
+{
+	return l->pid == fs_self_pid();
 }
 
 bool fs_listener_has_twin(struct fs_listener *l)

@@ -102,6 +102,10 @@ int fs_listener_exec_fd(struct fs_listener *l);
  * file of the right size, else NULL). It answers no probes (the process
  * that listens does); its connections look their records up in it. */
 struct fs_listener *fs_listener_attach(int fd);
+/* Whether this process's service thread answers L's probes (not a
+ * parent's listener that a forked child accepts from: there only the
+ * child's own waits answer them, fs_listener_drain). */
+bool fs_listener_answered_here(struct fs_listener *l);
 /* The connection of ADDR/PORT is closed: forget its record. */
 void fs_listener_forget(struct fs_listener *l, const uint8_t addr[16], uint16_t port);
 

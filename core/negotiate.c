@@ -664,7 +664,7 @@ static int fs_server_rail_check(struct fs_engine_rail *er, void *arg, char *why,
 			FS_INFO("fd %d: %s", c->s->fd, self_why);
 		else
 			FS_INFO("fd %d: the client runs as another user than this process (uid %u)", c->s->fd,
-				(unsigned)geteuid());
+				(unsigned)fs_self_euid());
 		return FS_NAK_USER;
 	}
 	if (!chk && fs_peer_confirm(&er->rail, hello->addr, hello->addr_len, c->s->fd, hello->sock_fd,
@@ -676,8 +676,10 @@ static int fs_server_rail_check(struct fs_engine_rail *er, void *arg, char *why,
 	return FS_NAK_NONE;
 }
 
-/* Answers a complete HELLO of LEN bytes (already checked for our nonce). */
-static int fs_server_accept_hello(struct fs_sock *s, const struct fs_hello *hello, int len,
+/* Answers a complete HELLO (already checked for our nonce), first taking
+ * CONSUME bytes of it off the socket (the rest the application's first
+ * receive took already: fs_negotiate_server_after_read). */
+static int fs_server_accept_hello(struct fs_sock *s, const struct fs_hello *hello, size_t consume,
 				  const struct fs_probe_rec *rec)
 {
 	struct fs_engine *e;
@@ -687,8 +689,16 @@ static int fs_server_accept_hello(struct fs_sock *s, const struct fs_hello *hell
 	char why[200] = "";
 	int nak = FS_NAK_PROVIDER, ret;
 
-	if (fs_consume(s->fd, (size_t)len))
+	if (consume && fs_consume(s->fd, consume))
 		return -EIO;
+	if (fs_sock_direct_readers(s)) {
+		/* another thread of the application waits in the kernel for
+		 * this connection's first byte (fs_sock_first_read): offloaded,
+		 * the connection would bring it nothing more; on TCP the
+		 * client's bytes wake it */
+		FS_INFO("fd %d: a reader waits on the kernel socket: the connection stays on TCP", s->fd);
+		return fs_server_refuse(s, hello->token, hello->nonce, FS_NAK_RESOURCES, NULL);
+	}
 	e = fs_engine_get();
 	if (!e)
 		return fs_server_refuse(s, hello->token, hello->nonce, FS_NAK_RESOURCES, NULL);
@@ -796,7 +806,7 @@ static int fs_server_expect_hello(struct fs_sock *s, const struct fs_probe_rec *
 		 * probe NO, and is kept as briefly as a settled one */
 		if (s->listener)
 			fs_listener_move(s->listener, addr, port, FS_REC_YES, FS_REC_DONE);
-		return fs_server_accept_hello(s, &hello, ret, rec);
+		return fs_server_accept_hello(s, &hello, (size_t)ret, rec);
 	}
 	if (s->listener)
 		fs_listener_move(s->listener, addr, port, FS_REC_YES, FS_REC_TCP);
@@ -883,7 +893,7 @@ static bool fs_client_other_user(struct fs_sock *s, const struct sockaddr *peer,
 	fs_sockaddr_key((struct sockaddr *)&local, laddr, &lport);
 	if (fs_conn_exists(laddr, lport, addr, port, &inode, &uid) != 1 || uid == FS_DIAG_NO_UID)
 		return false;
-	if (uid != (uint32_t)geteuid())
+	if (uid != (uint32_t)fs_self_euid())
 		return true;
 	/* our user's client whose history sent it to TCP before its connect()
 	 * (core/history.h): it sends no probe either */
@@ -1017,4 +1027,137 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 	}
 	FS_STAT_INC(fallback_peer_plain);
 	return fs_kernel(s, "the client did not probe");
+}
+
+/* ---- the server's first receive, straight from the kernel ------------- */
+
+/* The server application's first receive on a connection whose client has
+ * not probed yet goes to the kernel as it is, blocking there if the
+ * application's socket blocks: no spin, no poll, no system call of
+ * fabsock's. What it returns is judged after the fact: the client sends
+ * nothing but its HELLO after a "yes" and holds its bytes until its probe is
+ * answered, so bytes that arrive while the record is not YES are a plain
+ * client's, and the record, claimed as TCP once they are in, stays so (a
+ * late probe is answered no). Only a "yes" given while the receive waited
+ * makes the bytes possibly a HELLO; then they are decoded, and the rest of
+ * a HELLO the application's buffer could not hold is taken from the socket.
+ * This is the usual shape for a fabsock client of a thread-per-connection
+ * server (its read waits before the probe lands), and the rare one for a
+ * plain client (a probe of its that came and was answered after its own
+ * timeout). */
+
+/* Whether S's first receive may go to the kernel first: 1 when nothing is
+ * known of its client yet (no probe record: the usual case for a plain
+ * client), 0 when the usual settling must run (a record, a rule, a client
+ * of this process, no listener, no address from accept()). Socket lock
+ * held; S is SERVER_PENDING. */
+int fs_negotiate_server_before_read(struct fs_sock *s)
+{
+	struct fs_probe_rec rec = { 0 };
+	enum fs_rec_state state;
+	uint8_t addr[16];
+	uint16_t port;
+
+	/* (a listener a forked child inherited: its parent, whose service
+	 * thread answers the probes, may be gone; the usual wait drains them) */
+	if (!s->listener || !s->neg->accepted_len || s->strip_hello || !fs_listener_answered_here(s->listener))
+		return 0;
+	fs_sockaddr_key((struct sockaddr *)&s->neg->accepted_peer, addr, &port);
+	if (fs_rules_match(&fs_rules_global, FS_SIDE_SERVER, (struct sockaddr *)&s->neg->accepted_peer,
+			   s->local_port) != FS_RULE_PROBE)
+		return 0;
+	if (fs_listeners_is_own_client(addr, port))
+		return 0;
+	state = fs_listener_lookup(s->listener, addr, port, &rec);
+	if (state != FS_REC_NONE && !fs_probe_rec_stale(&rec, s->neg->accepted_ns))
+		return 0;
+	memcpy(s->peer_key, addr, sizeof(s->peer_key));
+	s->peer_port = port;
+	s->have_peer_key = true;
+	return 1;
+}
+
+/* The HELLO whose first HAVE bytes are in BUF (room FS_WIRE_HELLO_MAX) is
+ * not whole yet: its rest is peeked from the socket, waited for at most
+ * FABSOCK_HELLO_TIMEOUT_MS (the client writes it in one send). Returns the
+ * decoder's answer on the whole (> 0: its length), 0 if still a prefix at
+ * the deadline, -ECONNRESET if the connection ended. */
+static int fs_hello_rest(int fd, uint8_t *buf, size_t have, struct fs_hello *hello)
+{
+	uint64_t deadline = fs_now_ns() + fs_params.hello_timeout_ms * FS_MS;
+
+	for (;;) {
+		ssize_t n = fs_real.recv(fd, buf + have, FS_WIRE_HELLO_MAX - have, MSG_PEEK | MSG_DONTWAIT);
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		int ret, left_ms;
+
+		if (n == 0)
+			return -ECONNRESET;
+		if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+			return -errno;
+		ret = fs_wire_hello_decode(buf, have + (n > 0 ? (size_t)n : 0), FS_WIRE_HELLO_MAGIC, hello);
+		if (ret != 0)
+			return ret;
+		left_ms = fs_wait_ms_until(fs_now_ns(), deadline);
+		if (left_ms <= 0)
+			return 0;
+		if (n > 0)
+			usleep(200); /* more is on its way: not the same bytes again */
+		else
+			fs_real.poll(&p, 1, left_ms);
+	}
+}
+
+uint64_t fs_negotiate_server_hello_by(struct fs_sock *s)
+{
+	struct fs_probe_rec rec = { 0 };
+
+	if (!s->listener || !s->have_peer_key ||
+	    fs_listener_lookup(s->listener, s->peer_key, s->peer_port, &rec) != FS_REC_YES)
+		return 0;
+	return rec.stamp_ns + (rec.wait_ms + FS_HELLO_MARGIN_MS) * FS_MS;
+}
+
+int fs_negotiate_server_claim(struct fs_sock *s, bool closed)
+{
+	if (fs_listener_claim_tcp(s->listener, s->peer_key, s->peer_port, s->neg->accepted_ns, NULL) == FS_REC_YES)
+		return 0; /* a "yes" came meanwhile: the usual settling looks for the HELLO */
+	if (closed) {
+		FS_STAT_INC(fallback_peer_closed);
+		return fs_kernel(s, "the client closed before negotiating");
+	}
+	FS_STAT_INC(fallback_peer_plain);
+	return fs_kernel(s, "the client did not probe");
+}
+
+int fs_negotiate_server_after_read(struct fs_sock *s, const uint8_t *first, size_t n, size_t *taken)
+{
+	uint8_t buf[FS_WIRE_HELLO_MAX];
+	size_t have = n < sizeof(buf) ? n : sizeof(buf);
+	struct fs_probe_rec rec = { 0 };
+	struct fs_hello hello;
+	enum fs_rec_state state;
+	int ret;
+
+	*taken = 0;
+	state = fs_listener_claim_tcp(s->listener, s->peer_key, s->peer_port, s->neg->accepted_ns, &rec);
+	if (state != FS_REC_YES) {
+		FS_STAT_INC(fallback_peer_plain);
+		return fs_kernel(s, "the client did not probe");
+	}
+	/* a "yes" came while the receive waited: the bytes may be the HELLO */
+	memcpy(buf, first, have);
+	ret = fs_wire_hello_decode(buf, have, FS_WIRE_HELLO_MAGIC, &hello);
+	if (ret == 0 && have == n)
+		ret = fs_hello_rest(s->fd, buf, have, &hello);
+	if (ret > 0 && hello.nonce == rec.nonce) {
+		fs_listener_move(s->listener, s->peer_key, s->peer_port, FS_REC_YES, FS_REC_DONE);
+		*taken = (size_t)ret < n ? (size_t)ret : n;
+		return fs_server_accept_hello(s, &hello, (size_t)ret > n ? (size_t)ret - n : 0, &rec);
+	}
+	fs_listener_move(s->listener, s->peer_key, s->peer_port, FS_REC_YES, FS_REC_TCP);
+	FS_STAT_INC(fallback_bad_hello);
+	FS_INFO("fd %d: %zu first bytes, decode %d, nonce %#llx, probe nonce %#llx", s->fd, n, ret,
+		ret > 0 ? (unsigned long long)hello.nonce : 0ull, (unsigned long long)rec.nonce);
+	return fs_kernel(s, "the first bytes were not a valid HELLO");
 }

@@ -28,6 +28,22 @@ void fs_negotiate_abort_ex(struct fs_sock *s, bool to_tcp);
  * waits as long as needed for the client to speak. */
 int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns);
 
+/* The server application's first receive straight from the kernel
+ * (negotiate.c says when and why). Before it: 1 if it may (no probe
+ * record of the client yet), 0 if fs_negotiate_server must settle S first.
+ * After it took N > 0 bytes, the first of which are FIRST (up to
+ * FS_WIRE_HELLO_MAX of them): FS_PASS, TCP and the bytes the application's;
+ * 0, offloaded by a HELLO at their head; -errno; *TAKEN is how many of
+ * the N were the HELLO's. Socket lock held, S SERVER_PENDING. */
+int fs_negotiate_server_before_read(struct fs_sock *s);
+/* After a peek saw the client's first byte (CLOSED: its FIN) with no record
+ * before: claims the record TCP; FS_PASS (TCP) or 0 (a "yes" beat it). */
+int fs_negotiate_server_claim(struct fs_sock *s, bool closed);
+/* When S's client, told "yes", must have sent its HELLO by (the server's
+ * HELLO wait); 0 without a "yes". */
+uint64_t fs_negotiate_server_hello_by(struct fs_sock *s);
+int fs_negotiate_server_after_read(struct fs_sock *s, const uint8_t *first, size_t n, size_t *taken);
+
 /* Provider for a client connection from LOCAL to PEER, or FS_PROV_NONE with
  * the fallback counter to bump in *REASON (an offset into fs_stats). */
 unsigned fs_negotiate_pick_provider(const struct sockaddr *local, const struct sockaddr *peer,

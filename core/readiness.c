@@ -79,7 +79,8 @@ static int fs_poll_ours(struct pollfd *fds, nfds_t nfds, const struct pollfd *ke
 			drained = fs_sock_drain_probes(s, drained);
 		if (fs_sock_state(s) == FS_SOCK_CLIENT_PENDING || fs_sock_state(s) == FS_SOCK_CONNECTING)
 			fs_sock_settle(s, false, fs_now_ns());
-		else if (fs_sock_pending(s) && kernel && (kernel[i].revents & (POLLIN | POLLHUP | POLLERR)))
+		else if (fs_sock_pending(s) && kernel && (kernel[i].revents & (POLLIN | POLLHUP | POLLERR)) &&
+			 !fs_sock_read_direct(s)) /* (its first receive settles it: epoll_wait.c) */
 			fs_sock_settle(s, false, fs_now_ns());
 		/* still negotiating: the fabric may carry its data soon, so the
 		 * wait must keep looking at it between kernel slices */

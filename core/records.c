@@ -464,7 +464,7 @@ void fs_records_publish(struct fs_record_pub *p, int listen_fd, uint16_t port)
 		return;
 	p->inode = (uint64_t)st.st_ino;
 	p->port = port;
-	p->uid = (uint32_t)geteuid();
+	p->uid = (uint32_t)fs_self_euid();
 	p->seen_uid = p->uid;
 	p->marked_uid = FS_REC_ANY_UID; /* the first accept looks at the slot */
 	p->pid = getpid();
@@ -495,7 +495,7 @@ static void fs_rec_clear(struct fs_record_pub *p, int fd, int slot, uint32_t uid
 			used += f.slot[i].inode != 0;
 		/* under the flock: a writer that waits for it finds the file
 		 * unlinked (st_nlink 0) and makes a new one */
-		if (!used && uid == (uint32_t)geteuid() && fstat(fd, &st) == 0 && st.st_nlink > 0) {
+		if (!used && uid == (uint32_t)fs_self_euid() && fstat(fd, &st) == 0 && st.st_nlink > 0) {
 			int dfd = fs_rec_dir(uid, false);
 			char name[32];
 
@@ -595,7 +595,7 @@ void fs_records_accepting(struct fs_record_pub *p)
 
 	if (!p->inode)
 		return;
-	uid = (uint32_t)geteuid();
+	uid = (uint32_t)fs_self_euid();
 	if (uid == __atomic_load_n(&p->marked_uid, __ATOMIC_ACQUIRE))
 		return; /* this process looked at the slot for this user before */
 	fs_lock(&fs_records_lock);
@@ -608,7 +608,7 @@ void fs_records_accepting(struct fs_record_pub *p)
 
 void fs_records_uid_changed(void)
 {
-	uint32_t uid = (uint32_t)geteuid();
+	uint32_t uid = (uint32_t)fs_self_euid();
 
 	if (!fs_params.records)
 		return;
@@ -754,7 +754,7 @@ enum fs_record_hint fs_records_lookup(uint16_t port)
 
 	if (!fs_params.records)
 		return FS_RECORD_UNKNOWN;
-	uid = (uint32_t)geteuid();
+	uid = (uint32_t)fs_self_euid();
 	fs_rec_name(name, sizeof(name), port);
 	fs_lock(&fs_records_lock);
 	dfd = fs_rec_dir(uid, false);
@@ -831,7 +831,7 @@ void fs_records_sweep_port(uint16_t port)
 
 	if (!fs_params.records)
 		return;
-	uid = (uint32_t)geteuid();
+	uid = (uint32_t)fs_self_euid();
 	fs_lock(&fs_records_lock);
 	dfd = fs_rec_dir(uid, false);
 	if (dfd >= 0)

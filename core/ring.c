@@ -133,7 +133,7 @@ void fs_ring_serve(void)
 		/* Our own user only: an abstract name is open to every local
 		 * user, and a write to our eventfd is a wake-up of this process.
 		 * Anyone else gets a closed connection and nothing in it. */
-		if (fs_ring_cred(cfd, &cred) || cred.uid != geteuid() || fs_params.test_ring_refuse) {
+		if (fs_ring_cred(cfd, &cred) || cred.uid != fs_self_euid() || fs_params.test_ring_refuse) {
 			FS_STAT_INC(ring_refused);
 			fs_real.close(cfd);
 			continue;
@@ -280,7 +280,7 @@ void fs_ring_prepare(struct fs_stream *s)
 	/* The listener must be the stream's peer, of our user: an abstract
 	 * name can be taken by anyone, and its eventfd will be written to. */
 	if (fs_real.connect(p->fd, (struct sockaddr *)&sun, len) || fs_ring_cred(p->fd, &cred) ||
-	    cred.uid != geteuid() || cred.pid != pid)
+	    cred.uid != fs_self_euid() || cred.pid != pid)
 		fs_ring_peer_fail(p);
 }
 

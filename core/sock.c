@@ -43,6 +43,7 @@
 #include "core/sigs.h"
 #include "core/stats.h"
 #include "core/udp.h"
+#include "core/wire.h"
 #include "preload/real.h"
 
 /* How long connect() waits for the probe's answer itself (see
@@ -389,6 +390,7 @@ void fs_core_exit(void)
 
 void fs_core_uid_changed(void)
 {
+	fs_self_euid_refresh();
 	if (fs_core_enabled)
 		fs_records_uid_changed();
 }
@@ -426,6 +428,7 @@ void fs_core_init(void)
 {
 	fs_real_init();
 	fs_self_pid_refresh();
+	fs_self_euid_refresh();
 	fs_params_load();
 	fs_core_apply_profile();
 	if (fs_fdt_init()) {
@@ -866,16 +869,24 @@ void fs_core_accepted(struct fs_sock *ls, int newfd, int flags, const struct soc
 	old = fs_fdt_set(newfd, s);
 	if (old && old != FS_SOCK_INTERNAL)
 		fs_sock_put(old);
-	if (!(flags & SOCK_CLOEXEC))
-		fs_inherit_note(newfd, FS_INH_PENDING);
+	/* No exec record now (an fstat per connection): fs_core_before_exec
+	 * writes one for every socket that survives into the new program. */
 }
+
+#define FS_DRAIN_AFTER_NS 2000000ull
 
 const void *fs_sock_drain_probes(struct fs_sock *s, const void *skip)
 {
 	struct fs_listener *l = NULL;
 
 	fs_lock(&s->lock);
-	if (fs_sock_state(s) == FS_SOCK_SERVER_PENDING && s->listener && s->listener != skip) {
+	/* The service thread answers this process's listeners' probes; a
+	 * waiter helps only once the connection has waited FS_DRAIN_AFTER_NS
+	 * (a starved service thread), not on every look at a fresh one (a
+	 * failing recvmsg per connection for nginx's plain clients), and
+	 * always for a listener inherited from a parent, which may be gone. */
+	if (fs_sock_state(s) == FS_SOCK_SERVER_PENDING && s->listener && s->listener != skip &&
+	    (!fs_listener_answered_here(s->listener) || fs_now_ns() - s->neg->accepted_ns > FS_DRAIN_AFTER_NS)) {
 		l = s->listener;
 		fs_listener_get(l);
 	}
@@ -885,6 +896,64 @@ const void *fs_sock_drain_probes(struct fs_sock *s, const void *skip)
 	fs_listener_drain(l);
 	fs_listener_put(l);
 	return l;
+}
+
+/* Threads of this process waiting in the kernel for S's first byte (a
+ * forked child's copy of the count is its parent's threads'). Lock held. */
+unsigned fs_sock_direct_readers(const struct fs_sock *s)
+{
+	return s->direct_pid == fs_self_pid() ? s->direct_readers : 0;
+}
+
+/* Another thread waits in the kernel for S's first byte (direct_readers):
+ * it settles S when the byte comes, a HELLO included (an offload by this
+ * thread would leave it waiting on an idle TCP connection). So this call
+ * waits for it, without the lock, as it would have waited for the HELLO
+ * itself: until S settles, DEADLINE_NS (-EAGAIN), or, for a send, while a
+ * "yes" may still bring a HELLO (with no "yes", a sender speaks first
+ * and the connection is TCP: the reader's byte comes over it). 0 when S
+ * settled meanwhile or the caller goes on. Socket lock held. */
+static int fs_sock_wait_direct_readers(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
+{
+	uint64_t hello_by = 0;
+	useconds_t slice = 200;
+
+	while (fs_sock_direct_readers(s) && fs_sock_state(s) == FS_SOCK_SERVER_PENDING) {
+		uint64_t now = fs_now_ns();
+
+		if (deadline_ns && now >= deadline_ns)
+			return -EAGAIN;
+		if (for_send) {
+			uint64_t by = fs_negotiate_server_hello_by(s);
+
+			if (!by)
+				return 0; /* no "yes": the sender decides (TCP) */
+			if (!hello_by)
+				hello_by = by;
+			if (now >= hello_by)
+				return 0; /* the HELLO never came: as when nobody reads */
+		}
+		pthread_mutex_unlock(&s->lock);
+		usleep(slice);
+		if (slice < 5000)
+			slice *= 2;
+		fs_lock(&s->lock);
+	}
+	return 0;
+}
+
+/* A server connection settled as TCP. Still tracked if it must be: to
+ * clear its probe record at close, or to strip a HELLO on the first
+ * receive; else let go. Socket lock held. */
+static void fs_sock_settled_tcp(struct fs_sock *s)
+{
+	if (fs_sock_state(s) == FS_SOCK_KERNEL)
+		return;
+	if ((s->listener && s->have_peer_key) || s->strip_hello) {
+		fs_sock_set_state(s, FS_SOCK_SERVER_PLAIN);
+		fs_sock_note_inherit(s);
+	} else
+		fs_sock_release(s);
 }
 
 /* Settles a pending socket. Returns 0 (offloaded), FS_PASS (kernel: the
@@ -923,23 +992,158 @@ int fs_sock_settle(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 		ret = fs_sock_take_ack(s, deadline_ns);
 		break;
 	case FS_SOCK_SERVER_PENDING:
-		ret = fs_sock_serve_hello(s, for_send, deadline_ns);
+		ret = fs_sock_wait_direct_readers(s, for_send, deadline_ns);
+		if (ret == 0 && fs_sock_state(s) == FS_SOCK_SERVER_PENDING)
+			ret = fs_sock_serve_hello(s, for_send, deadline_ns);
+		else if (ret == 0)
+			ret = fs_sock_state(s) == FS_SOCK_OFFLOADED ? 0 : FS_PASS;
 		break;
 	default:
 		ret = FS_PASS;
 		break;
 	}
-	if (ret == FS_PASS && fs_sock_state(s) != FS_SOCK_KERNEL) {
-		if ((s->listener && s->have_peer_key) || s->strip_hello) {
-			/* still tracked: to clear its probe record at close, or to
-			 * strip a HELLO on the first receive */
-			fs_sock_set_state(s, FS_SOCK_SERVER_PLAIN);
-			fs_sock_note_inherit(s);
-		} else
-			fs_sock_release(s);
-	}
+	if (ret == FS_PASS)
+		fs_sock_settled_tcp(s);
 	pthread_mutex_unlock(&s->lock);
 	return ret;
+}
+
+/* Copies the first LEN bytes MSG's vector holds into OUT. */
+static void fs_iov_head(const struct msghdr *msg, uint8_t *out, size_t len)
+{
+	for (size_t i = 0; i < msg->msg_iovlen && len; i++) {
+		size_t k = msg->msg_iov[i].iov_len < len ? msg->msg_iov[i].iov_len : len;
+
+		memcpy(out, msg->msg_iov[i].iov_base, k);
+		out += k;
+		len -= k;
+	}
+}
+
+/* Drops the first SKIP of the N bytes in MSG's vector: the rest moves to
+ * its start. Returns N - SKIP. */
+static size_t fs_iov_drop_head(const struct msghdr *msg, size_t n, size_t skip)
+{
+	size_t from_i = 0, from_off = skip, to_i = 0, to_off = 0, left = n - skip;
+
+	while (from_i < msg->msg_iovlen && from_off >= msg->msg_iov[from_i].iov_len)
+		from_off -= msg->msg_iov[from_i++].iov_len;
+	while (left) {
+		/* skip empty entries on both sides */
+		while (to_off == msg->msg_iov[to_i].iov_len) {
+			to_i++;
+			to_off = 0;
+		}
+		while (from_off == msg->msg_iov[from_i].iov_len) {
+			from_i++;
+			from_off = 0;
+		}
+		((uint8_t *)msg->msg_iov[to_i].iov_base)[to_off++] =
+			((const uint8_t *)msg->msg_iov[from_i].iov_base)[from_off++];
+		left--;
+	}
+	return n - skip;
+}
+
+bool fs_sock_read_direct(struct fs_sock *s)
+{
+	bool direct;
+
+	if (fs_sock_state(s) != FS_SOCK_SERVER_PENDING)
+		return false;
+	fs_lock(&s->lock);
+	direct = fs_sock_state(s) == FS_SOCK_SERVER_PENDING && fs_negotiate_server_before_read(s) == 1;
+	pthread_mutex_unlock(&s->lock);
+	return direct;
+}
+
+/* A blocking first receive: waits in the kernel for the client's first
+ * byte with a peek (no spin, no poll, not under the socket lock), then
+ * settles the socket as TCP if still no probe record says otherwise; the
+ * application's receive then reads as from the kernel. Not the receive
+ * itself: another thread of the application may settle the socket
+ * meanwhile (a sender of a server that speaks first, waiting for a HELLO
+ * under the lock), and must find that HELLO still in the socket. */
+static ssize_t fs_sock_first_read_wait(struct fs_sock *s)
+{
+	char byte;
+	ssize_t n;
+	int err;
+
+	fs_lock(&s->lock);
+	if (fs_sock_state(s) != FS_SOCK_SERVER_PENDING || fs_negotiate_server_before_read(s) != 1) {
+		pthread_mutex_unlock(&s->lock);
+		return FS_FIRST_READ_NO;
+	}
+	if (s->direct_pid != fs_self_pid()) {
+		s->direct_pid = fs_self_pid();
+		s->direct_readers = 0; /* a parent's, copied by fork */
+	}
+	s->direct_readers++;
+	pthread_mutex_unlock(&s->lock);
+	n = fs_real.recv(s->fd, &byte, 1, MSG_PEEK);
+	err = errno;
+	fs_lock(&s->lock);
+	if (s->direct_readers && s->direct_pid == fs_self_pid())
+		s->direct_readers--;
+	if (n < 0) {
+		pthread_mutex_unlock(&s->lock);
+		return -err; /* SO_RCVTIMEO, a signal, a reset: nothing taken */
+	}
+	if (fs_sock_state(s) == FS_SOCK_SERVER_PENDING && fs_negotiate_server_before_read(s) == 1 &&
+	    fs_negotiate_server_claim(s, n == 0) == FS_PASS)
+		fs_sock_settled_tcp(s);
+	pthread_mutex_unlock(&s->lock);
+	return FS_FIRST_READ_NO; /* TCP now, or a "yes" came: the usual path */
+}
+
+ssize_t fs_sock_first_read(struct fs_sock *s, struct msghdr *msg, int flags, bool nonblock)
+{
+	uint8_t first[FS_WIRE_HELLO_MAX];
+	size_t taken = 0;
+	ssize_t n;
+	int ret;
+
+	/* a peek leaves the bytes where the usual settling looks; a whole
+	 * count could wait for bytes a client sends only after its ACK */
+	if (flags & (MSG_PEEK | MSG_WAITALL | MSG_OOB | MSG_ERRQUEUE))
+		return FS_FIRST_READ_NO;
+	if (!nonblock)
+		return fs_sock_first_read_wait(s);
+	/* Nonblocking (an event loop, told the socket is readable): the
+	 * application's receive itself, under the lock (it cannot wait), its
+	 * bytes judged after the fact. */
+	fs_lock(&s->lock);
+	if (fs_sock_state(s) != FS_SOCK_SERVER_PENDING || fs_negotiate_server_before_read(s) != 1) {
+		pthread_mutex_unlock(&s->lock);
+		return FS_FIRST_READ_NO;
+	}
+	n = fs_real.recvmsg(s->fd, msg, flags | MSG_DONTWAIT);
+	if (n < 0) {
+		ret = -errno; /* nothing taken: still undecided (EAGAIN...) */
+		pthread_mutex_unlock(&s->lock);
+		return ret;
+	}
+	if (n == 0) {
+		if (fs_negotiate_server_claim(s, true) == FS_PASS)
+			fs_sock_settled_tcp(s);
+		pthread_mutex_unlock(&s->lock);
+		return 0;
+	}
+	fs_iov_head(msg, first, (size_t)n < sizeof(first) ? (size_t)n : sizeof(first));
+	ret = fs_negotiate_server_after_read(s, first, (size_t)n, &taken);
+	if (ret == 0)
+		fs_sock_offloaded(s);
+	else if (ret == FS_PASS)
+		fs_sock_settled_tcp(s);
+	pthread_mutex_unlock(&s->lock);
+	if (taken < (size_t)n)
+		return (ssize_t)fs_iov_drop_head(msg, (size_t)n, taken);
+	if (ret < 0 && ret != FS_PASS)
+		return ret;
+	/* the whole receive was the HELLO: the application's receive goes
+	 * on, on the connection as it now is */
+	return FS_FIRST_READ_NO;
 }
 
 bool fs_sock_pending(const struct fs_sock *s)

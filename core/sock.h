@@ -154,6 +154,13 @@ struct fs_sock {
 	/* accepted while the listener's twin was bound, and still waiting
 	 * for its probe: counted in fs_listener_unsettled (atomic) */
 	bool unsettled;
+	/* server side: threads waiting in the kernel for the first byte
+	 * (fs_sock_first_read, not under the lock); while there are, no other
+	 * thread offloads the connection (its reads would then wait on an
+	 * idle TCP connection): a HELLO is refused, and the client's bytes
+	 * follow on TCP. Under fs_sock.lock. */
+	unsigned direct_readers;
+	pid_t direct_pid; /* their process (a forked child's copy counts none) */
 
 	struct fs_stream *stream;
 	/* For a process forked after the offload (handback.h): the owner's
@@ -268,6 +275,14 @@ void fs_core_exec_failed(void);
  * back to TCP, so the receiving process gets a plain kernel socket. */
 void fs_core_before_pass(const struct msghdr *msg);
 
+/* Whether S's first receive will take its client's first bytes straight
+ * from the kernel and settle it (fs_sock_first_read): a readiness wait
+ * then reports the kernel's event and leaves the settling to that receive
+ * (no settling in the wait: no extra round). No system call. */
+bool fs_sock_read_direct(struct fs_sock *s);
+/* Threads of this process waiting in the kernel for S's first byte
+ * (fs_sock.direct_readers). Socket lock held. */
+unsigned fs_sock_direct_readers(const struct fs_sock *s);
 /* Settles a pending socket (readiness.c uses it). See sock.c. */
 int fs_sock_settle(struct fs_sock *s, bool for_send, uint64_t deadline_ns);
 bool fs_sock_pending(const struct fs_sock *s);

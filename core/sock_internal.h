@@ -10,6 +10,8 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
 
 #include "core/service.h"
 
@@ -36,6 +38,15 @@ bool fs_sock_connect_done(struct fs_sock *s);
  * thread holds it, queues WATCH (FN, ARG) again for a look shortly and
  * returns false: the service thread never waits for a socket. */
 bool fs_sock_watch_lock(struct fs_sock *s, struct fs_watch *watch, fs_watch_fn fn, void *arg);
+
+/* sock.c: the server application's first receive on S (SERVER_PENDING),
+ * from the kernel when negotiate.c allows it (fs_negotiate_server_before_read):
+ * a nonblocking one takes the bytes and returns them (>= 0) or -errno; a
+ * blocking one waits in the kernel for the first byte and settles S. Or
+ * FS_FIRST_READ_NO: the usual path answers the call (S may have settled
+ * meanwhile, as TCP or by a HELLO that the receive took whole). */
+#define FS_FIRST_READ_NO (-100001)
+ssize_t fs_sock_first_read(struct fs_sock *s, struct msghdr *msg, int flags, bool nonblock);
 
 /* sock_close.c: the process ends; bytes held for a HELLO-ACK are delivered
  * if it comes within FABSOCK_LINGER_SEC (fs_core_exit). */

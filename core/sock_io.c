@@ -111,6 +111,11 @@ ssize_t fs_core_recvmsg(struct fs_sock *s, struct msghdr *msg, int flags)
 	if (__builtin_expect(__atomic_load_n(&s->rx_deferred_error, __ATOMIC_RELAXED) != 0, 0) &&
 	    (ret = __atomic_exchange_n(&s->rx_deferred_error, 0, __ATOMIC_ACQ_REL)) != 0)
 		return ret;
+	if (fs_sock_state(s) == FS_SOCK_SERVER_PENDING) {
+		ret = fs_sock_first_read(s, msg, flags, nonblock);
+		if (ret != FS_FIRST_READ_NO)
+			return ret;
+	}
 	ret = fs_sock_prepare(s, false, nonblock ? fs_now_ns() : deadline);
 	if (ret == -EAGAIN && !nonblock && !deadline)
 		return -EIO; /* an unbounded wait for the handshake ended undecided */

@@ -33,6 +33,14 @@ pid_t fs_self_pid_slow(void)
 	return pid;
 }
 
+uid_t fs_euid_cache;
+bool fs_euid_uncached;
+
+void fs_self_euid_refresh(void)
+{
+	__atomic_store_n(&fs_euid_cache, geteuid(), __ATOMIC_RELAXED);
+}
+
 uint64_t fs_now_ns(void)
 {
 	struct timespec ts;

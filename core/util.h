@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stddef.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 /* CLOCK_MONOTONIC in nanoseconds: every deadline of the core is one. */
 uint64_t fs_now_ns(void);
@@ -61,6 +62,26 @@ static inline pid_t fs_self_pid(void)
 	pid_t pid = __atomic_load_n(&fs_pid_cache, __ATOMIC_RELAXED);
 
 	return pid ? pid : fs_self_pid_slow();
+}
+
+/* geteuid() without a system call: fabsock asks it on every accept (a
+ * listener's record follows its process's user) and every local connect
+ * (the record directory is the user's), and on this kind of VM a system
+ * call costs as much as a loopback round trip. Cached at start-up and
+ * renewed by fs_self_euid_refresh after every setuid, seteuid, setreuid
+ * and setresuid the preload sees (a forked child keeps its parent's user;
+ * a vfork child's change is not written: the memory is its parent's). A
+ * change made with a raw syscall() is per thread in the kernel and unseen
+ * here: once syscall() passes such a number, every look asks the kernel
+ * again (fs_self_euid_uncached). */
+extern uid_t fs_euid_cache;
+extern bool fs_euid_uncached;
+void fs_self_euid_refresh(void);
+static inline uid_t fs_self_euid(void)
+{
+	if (__builtin_expect(__atomic_load_n(&fs_euid_uncached, __ATOMIC_RELAXED), 0))
+		return geteuid();
+	return __atomic_load_n(&fs_euid_cache, __ATOMIC_RELAXED);
 }
 
 /* An intrusive doubly linked list: the engine keeps the streams that need

@@ -29,6 +29,7 @@
 #include "core/sigs.h"
 #include "core/sock.h"
 #include "core/udp.h"
+#include "core/util.h"
 #include "preload/real.h"
 #include "preload/wrappers.h"
 
@@ -60,10 +61,17 @@ __attribute__((constructor(101))) static void fs_preload_init(void)
 
 
 /* The socket of ours behind FD, a reference (fs_sock_put); NULL for one
- * fabsock leaves alone. */
+ * fabsock leaves alone. For socket, connect, accept, listen and shutdown:
+ * like send and recv, no vfork check (a getpid() system call on every
+ * connection's path, issue 27 target 5). A vfork child may only exec or
+ * _exit; the calls it makes before (dup2, close, close_range: Python's
+ * subprocess) keep the check (fs_core_hands_off). One that opened sockets
+ * anyway would leave entries for numbers free in its parent, which the
+ * parent's own socket() or accept() at that number replaces, and which
+ * pass any other file's calls to the kernel. */
 static struct fs_sock *fs_wrap_sock(int fd)
 {
-	return fs_fdt_peek_any(fd) && !fs_core_hands_off() ? fs_sock_get(fd) : NULL;
+	return fs_fdt_peek_any(fd) ? fs_sock_get(fd) : NULL;
 }
 
 /* listen() and shutdown(): the core's CALL for a socket of ours, the
@@ -84,7 +92,7 @@ FS_EXPORT int socket(int domain, int type, int protocol)
 {
 	int fd = FS_REAL(socket)(domain, type, protocol);
 
-	if (fd >= 0 && !fs_core_hands_off())
+	if (fd >= 0) /* (fs_core_socket: inside fabsock or disabled, nothing) */
 		fs_core_socket(fd, domain, type);
 	return fd;
 }
@@ -103,39 +111,39 @@ FS_EXPORT int listen(int fd, int backlog)
 	return fs_int_call(fd, backlog, fs_core_listen, FS_REAL(listen));
 }
 
-static int fs_accept_common(int fd, struct sockaddr *addr, socklen_t *len, int flags)
+/* accept() and accept4() on a socket of ours. An application that asks
+ * for no address (a thread per connection) still gets none, but the real
+ * call is given room for it: the server's first read then needs no
+ * getpeername() to find the connection's probe record. */
+static int fs_accept_common(int fd, struct sockaddr *addr, socklen_t *len, int flags, bool four)
 {
 	struct fs_sock *s = fs_wrap_sock(fd);
-	socklen_t room = len ? *len : 0;
-	int newfd = FS_REAL(accept4)(fd, addr, len, flags);
+	struct sockaddr_storage own;
+	socklen_t own_len = sizeof(own), room;
+	int newfd;
 
-	if (s) {
-		if (newfd >= 0)
-			fs_core_accepted(s, newfd, flags, addr, len, room);
-		fs_sock_put(s);
+	if (!s)
+		return four ? FS_REAL(accept4)(fd, addr, len, flags) : FS_REAL(accept)(fd, addr, len);
+	if (!addr) {
+		addr = (struct sockaddr *)&own;
+		len = &own_len;
 	}
+	room = len ? *len : 0;
+	newfd = four ? FS_REAL(accept4)(fd, addr, len, flags) : FS_REAL(accept)(fd, addr, len);
+	if (newfd >= 0)
+		fs_core_accepted(s, newfd, flags, addr, len, room);
+	fs_sock_put(s);
 	return newfd;
 }
 
 FS_EXPORT int accept(int fd, struct sockaddr *addr, socklen_t *len)
 {
-	struct fs_sock *s = fs_wrap_sock(fd);
-	socklen_t room;
-	int newfd;
-
-	if (!s)
-		return FS_REAL(accept)(fd, addr, len);
-	room = len ? *len : 0;
-	newfd = FS_REAL(accept)(fd, addr, len);
-	if (newfd >= 0)
-		fs_core_accepted(s, newfd, 0, addr, len, room);
-	fs_sock_put(s);
-	return newfd;
+	return fs_accept_common(fd, addr, len, 0, false);
 }
 
 FS_EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 {
-	return fs_accept_common(fd, addr, len, flags);
+	return fs_accept_common(fd, addr, len, flags, true);
 }
 
 FS_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
@@ -359,8 +367,10 @@ FS_EXPORT int close(int fd)
 	if (FS_BEFORE_INIT() || (!fs_fdt_peek_any(fd) && !fs_epoll_known(fd) && !fs_epoll_left(fd))) {
 		int closed, err;
 
-		/* a TCP connection its history chose: the kernel's counts first */
-		if (__atomic_load_n(&fs_history_tracked, __ATOMIC_RELAXED) && !FS_BEFORE_INIT() && !fs_core_hands_off())
+		/* a TCP connection its history chose: the kernel's counts first
+		 * (no vfork check: in such a child the report would only come
+		 * early, with the counts so far) */
+		if (__atomic_load_n(&fs_history_tracked, __ATOMIC_RELAXED) && !FS_BEFORE_INIT() && !FS_GUARDED())
 			fs_history_fd_closing(fd);
 		closed = FS_REAL(close)(fd);
 		err = errno;
@@ -412,8 +422,11 @@ FS_EXPORT int close_range(unsigned int first, unsigned int last, int flags)
 		if (fs_epoll_known((int)fd))
 			fs_epoll_closed((int)fd);
 		fs_epoll_left_closing((int)fd);
-		if (!peek)
+		if (!peek) {
+			if (__atomic_load_n(&fs_history_tracked, __ATOMIC_RELAXED))
+				fs_history_fd_closing((int)fd);
 			continue;
+		}
 		if (peek == FS_SOCK_INTERNAL) {
 			if (start < fd && FS_REAL(close_range)(start, fd - 1, flags))
 				return -1;
@@ -466,6 +479,10 @@ static int fs_dup_replace(int fd, int newfd, int flags, bool three)
 {
 	struct fs_sock *target = fs_fdt_peek(newfd);
 
+	/* a TCP connection its history chose, replaced: reported as closed */
+	if (__atomic_load_n(&fs_history_tracked, __ATOMIC_RELAXED) && fd != newfd && !FS_BEFORE_INIT() &&
+	    !fs_core_hands_off() && FS_REAL(fcntl)(fd, F_GETFD) >= 0)
+		fs_history_fd_closing(newfd);
 	if (fd == newfd || (!fs_fdt_peek_any(fd) && !target && !fs_epoll_known(newfd) && !fs_epoll_left(newfd)) ||
 	    fs_core_hands_off())
 		return three ? FS_REAL(dup3)(fd, newfd, flags) : FS_REAL(dup2)(fd, newfd);
@@ -539,6 +556,10 @@ FS_EXPORT long syscall(long number, ...)
 	for (int i = 0; i < 6; i++)
 		a[i] = va_arg(ap, long);
 	va_end(ap);
+	/* a user change the kernel makes for this thread only: fabsock's
+	 * cached euid (fs_self_euid) is asked of the kernel from now on */
+	if (number == SYS_setuid || number == SYS_setreuid || number == SYS_setresuid)
+		__atomic_store_n(&fs_euid_uncached, true, __ATOMIC_RELAXED);
 	/* the number first: futex and the other hot numbers (Rust's locks)
 	 * pass straight on without a look at the thread's guard */
 	if (fs_syscall_changes_fd(number) && !FS_BEFORE_INIT() && !FS_GUARDED() &&
