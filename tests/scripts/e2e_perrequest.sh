@@ -27,7 +27,15 @@
 NETBENCH=${FS_BUILD:-}/tools/fabsock-netbench
 [ -x "$NETBENCH" ] || { fs_fail "no $NETBENCH (FS_BUILD must name the build directory)"; fs_done; exit 1; }
 CLIENTS=8
-COUNT=${FS_PERREQUEST_COUNT:-2500}
+# Under a sanitizer 500: 8 x 510 + 11 = 4,091 connections still pass four
+# times the receive queue's 1024 entries through the server (what issue 13's
+# leak needs to show), and the memory check that wants the whole count is
+# off there (below); 20,091 took 33 s of CI's ASan stage.
+if [ -n "${ASAN_OPTIONS:-}${TSAN_OPTIONS:-}" ]; then
+	COUNT=${FS_PERREQUEST_COUNT:-500}
+else
+	COUNT=${FS_PERREQUEST_COUNT:-2500}
+fi
 WARMUP=10     # fabsock-netbench connect makes 10 untimed connections first
 LEAK_KIB=4096 # VmRSS growth allowed over the last nine tenths of the load
 
