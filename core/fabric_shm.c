@@ -182,6 +182,19 @@ static int fs_shm_region_owner(const char *name, uid_t *uid)
 	return 0;
 }
 
+bool fs_rail_peer_ended(const struct fs_rail *rail, const void *addr, size_t len)
+{
+	const char *peer;
+	char path[300];
+	struct stat st;
+
+	if (rail->kind != FS_PROV_SHM || !(peer = fs_shm_addr_name(addr, len)) || !fs_shm_region_name_ours(peer))
+		return false;
+	if ((size_t)snprintf(path, sizeof(path), "/dev/shm/%s", peer) >= sizeof(path))
+		return false;
+	return lstat(path, &st) && errno == ENOENT;
+}
+
 bool fs_self_dumpable(void)
 {
 	return prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) == 1;
