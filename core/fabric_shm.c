@@ -549,6 +549,36 @@ static void fs_shm_check_stuck(void)
 	fs_shm_release_dead(pid);
 }
 
+/* Our own region's lock, taken at a look while no call of ours is stuck. A
+ * peer killed inside a send to us dies holding our lock: every other
+ * process that sends to us then spins in its provider call, and its own
+ * watchdog cannot help (this process, the region's owner, is alive, and the
+ * dead one was never its peer); while this process makes no provider call
+ * of its own (idle, asleep until a peer rings it, which those senders would
+ * do only after their send) nothing here noticed either, and they spun for
+ * ever (tests/progs/fs_lockkill.c "ours"). So each look also reads our lock
+ * word, one system call; only when it is taken, and a recent peer is dead,
+ * does the long look of fs_shm_release_dead follow. */
+static void fs_shm_check_own(void)
+{
+	static uintptr_t base;
+	static pid_t base_pid; /* a forked child has a region of its own */
+	pid_t self = getpid();
+	int word;
+	long gone;
+	char whose[96];
+
+	if (base_pid != self) {
+		base = fs_shm_mapping(self);
+		base_pid = base ? self : 0;
+	}
+	if (!base || !fs_self_copy(&word, base + fs_shm_lock_off, sizeof(word), false) ||
+	    word == fs_spin_free_word() || !(gone = fs_recent_peer_dead()))
+		return;
+	snprintf(whose, sizeof(whose), "this process's region (dead process %ld was a peer)", gone);
+	fs_shm_unlock_if_stuck(base, whose, 500);
+}
+
 /* The watchdog is a thread of its own: the stuck call may be the service
  * thread's (its progress posts sends too). It looks four times a second: a
  * wake-up each is nothing for one process, but 300 PostgreSQL backends
@@ -567,6 +597,7 @@ static void *fs_shm_watchdog(void *arg)
 
 		nanosleep(&ts, NULL);
 		fs_shm_check_stuck();
+		fs_shm_check_own();
 	}
 	return arg;
 }
