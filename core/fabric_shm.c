@@ -563,17 +563,40 @@ static void fs_shm_check_own(void)
 {
 	static uintptr_t base;
 	static pid_t base_pid; /* a forked child has a region of its own */
+	static uint64_t resolve_after_ns;
+	unsigned char head[sizeof(uintptr_t) + sizeof(int)];
+	uintptr_t field = 0;
 	pid_t self = getpid();
-	int word;
+	int word = 0;
 	long gone;
 	char whose[96];
 
-	if (base_pid != self) {
+	/* The region's base_addr field, just before the lock, names its own
+	 * mapping: checked on every look, so that a mapping gone (the rail
+	 * closed at exit) and something else mapped at its address is never
+	 * taken for it. Looked up again (/proc/self/maps) at most once a
+	 * second. */
+	if (base && base_pid == self && fs_self_copy(head, base + fs_shm_lock_off - sizeof(uintptr_t), sizeof(head), false))
+		memcpy(&field, head, sizeof(field));
+	if (!base || base_pid != self || field != base) {
+		uint64_t now = fs_now_ns();
+
+		base = 0;
+		if (now < resolve_after_ns && base_pid == self)
+			return;
+		resolve_after_ns = now + 1000000000ull;
+		base_pid = self;
 		base = fs_shm_mapping(self);
-		base_pid = base ? self : 0;
+		if (!base || !fs_self_copy(head, base + fs_shm_lock_off - sizeof(uintptr_t), sizeof(head), false))
+			return;
+		memcpy(&field, head, sizeof(field));
+		if (field != base) {
+			base = 0;
+			return;
+		}
 	}
-	if (!base || !fs_self_copy(&word, base + fs_shm_lock_off, sizeof(word), false) ||
-	    word == fs_spin_free_word() || !(gone = fs_recent_peer_dead()))
+	memcpy(&word, head + sizeof(uintptr_t), sizeof(word));
+	if (word == fs_spin_free_word() || !(gone = fs_recent_peer_dead()))
 		return;
 	snprintf(whose, sizeof(whose), "this process's region (dead process %ld was a peer)", gone);
 	fs_shm_unlock_if_stuck(base, whose, 500);
