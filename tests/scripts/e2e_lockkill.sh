@@ -12,7 +12,7 @@
 #         survivor wait for it, and the survivor, sending to the third, makes
 #         no call that gets stuck itself.
 # Each round must pass (exit 0, `PASS <round>`: the send returned and 1 MiB
-# reached the third process intact, then EOF, within the program's bound
+# reached the third process intact, then EOF, within the program's bound (5 s)
 # from the kill), the survivor must have offloaded both connections and
 # logged the watchdog's release ("stayed taken while a peer process was
 # gone"). Not timing-sensitive beyond that generous bound (fs_lockkill.c).
