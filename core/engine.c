@@ -423,10 +423,54 @@ unsigned fs_engine_pull_shift(const struct fs_engine_rail *er)
 	return shift;
 }
 
+/* S's peer ended before S could reach it (fs_stream_connect): its server
+ * answered, wrote, closed and exited before this client looked at the
+ * HELLO-ACK, whose fabric address names a region that is gone. What it
+ * sent is in our queues or on its way in our own region: its exit waited
+ * for each of its sends to complete (shm completes a send once it is in
+ * the receiver's region or was copied out by the receiver's progress), and
+ * a payload it announced for us to pull kept it alive until we pulled it,
+ * which a reader does only after the join. So the stream stays, for
+ * receiving only, as a kernel socket whose peer closed: the data, then the
+ * FIN as an end of stream (without a FIN, the reset after
+ * FABSOCK_PEER_GRACE_MS, as for any vanished peer). What this side held
+ * for the server before the ACK can reach nobody: dropped, as the kernel's
+ * bytes sent to a closed socket are (that was the one write a kernel
+ * accepts after the peer's close; the next fails with EPIPE). Lock held. */
+static void fs_stream_peer_ended(struct fs_engine *e, struct fs_stream *s)
+{
+	struct fs_buf *buf, *next;
+	size_t dropped = 0;
+
+	s->peer_ended = true;
+	s->peer_gone = true;
+	s->peer_gone_ns = fs_now_ns();
+	if (s->txq_head) {
+		for (buf = s->txq_head; buf; buf = next) {
+			next = buf->next;
+			dropped += buf->len;
+			fs_pool_put(buf);
+		}
+		s->txq_head = s->txq_tail = NULL;
+		s->txq_count = 0;
+		e->pending_tx--;
+		fs_dlist_del(&s->pending_link);
+		s->wrote_after_gone = true;
+	}
+	if (s->fin_queued)
+		s->fin_done = true; /* a shutdown before the ACK: nobody to tell */
+	FS_INFO("stream %u: the server's process ended before this client joined it; receiving what it "
+		"sent (%zu bytes held for it dropped)", s->id, dropped);
+	FS_STAT_INC(peers_ended_at_join);
+	fs_stream_changed(e, s);
+}
+
 int fs_stream_connect(struct fs_engine *e, struct fs_stream *s, uint32_t peer_id, unsigned peer_window,
-		      uint32_t peer_chunk, unsigned peer_pull_shift, const void *addr, size_t addr_len)
+		      uint32_t peer_chunk, unsigned peer_pull_shift, const void *addr, size_t addr_len,
+		      bool ended_ok)
 {
 	struct fs_engine_rail *er = s->erail;
+	bool ended = false;
 	int ret;
 
 	if (s->av_pending) {
@@ -434,13 +478,13 @@ int fs_stream_connect(struct fs_engine *e, struct fs_stream *s, uint32_t peer_id
 		er->hello_pending--;
 	}
 	if (!peer_id || peer_id > FS_STREAM_ID_MAX || peer_window < 1 || peer_window > FS_WIRE_WINDOW_MAX ||
-	    peer_chunk < 1)
+	    peer_chunk < FS_PRE_ACK_CHUNK)
 		return -EPROTO;
 	ret = fs_rail_av_insert(&er->rail, addr, addr_len, &s->peer_addr);
-	if (ret)
+	if (ret == -EADDRNOTAVAIL && ended_ok && fs_rail_peer_ended(&er->rail, addr, addr_len))
+		ended = true; /* peer_addr stays FI_ADDR_UNSPEC */
+	else if (ret)
 		return ret;
-	if (peer_chunk < FS_PRE_ACK_CHUNK)
-		return -EPROTO;
 	s->peer_id = peer_id;
 	s->peer_pid = er->rail.kind == FS_PROV_SHM ? fs_shm_addr_pid(addr, addr_len) : 0;
 	s->peer_limit = peer_window; /* the first grant: messages 1 to window */
@@ -453,6 +497,10 @@ int fs_stream_connect(struct fs_engine *e, struct fs_stream *s, uint32_t peer_id
 		s->peer_pull_min = 1u << peer_pull_shift;
 	s->state = FS_STREAM_OPEN;
 	fs_engine_note_activity(e); /* and the new stream is not armed */
+	if (ended) {
+		fs_stream_peer_ended(e, s);
+		return FS_JOIN_PEER_ENDED;
+	}
 	fs_stream_flush(e, s); /* what the application wrote before the ACK */
 	return 0;
 }
@@ -599,7 +647,8 @@ struct fs_stream *fs_engine_open_stream(struct fs_engine *e, unsigned provider, 
 	return st;
 }
 
-int fs_engine_join_stream(struct fs_engine *e, struct fs_stream *st, const struct fs_hello *peer, int fd)
+int fs_engine_join_stream(struct fs_engine *e, struct fs_stream *st, const struct fs_hello *peer, int fd,
+			  bool ended_ok)
 {
 	struct sockaddr_storage paddr, laddr;
 	socklen_t plen = sizeof(paddr), llen = sizeof(laddr);
@@ -612,10 +661,10 @@ int fs_engine_join_stream(struct fs_engine *e, struct fs_stream *st, const struc
 		bell_port = 0;
 	pthread_mutex_lock(&e->lock);
 	ret = fs_stream_connect(e, st, peer->stream_id, peer->window, peer->chunk, peer->pull_shift, peer->addr,
-				peer->addr_len);
-	if (ret)
+				peer->addr_len, ended_ok);
+	if (ret < 0)
 		fs_stream_abandon(e, st);
-	else
+	else if (ret == 0) /* (a peer that ended has no doorbell to ring) */
 		fs_bell_set_peer(st, (struct sockaddr *)&paddr, (struct sockaddr *)&laddr, bell_port);
 	pthread_mutex_unlock(&e->lock);
 	return ret;

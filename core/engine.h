@@ -218,6 +218,10 @@ struct fs_stream {
 	/* failure */
 	int error;             /* sticky negative errno (ECONNRESET ...) */
 	bool peer_gone;        /* control connection reported EOF/RST */
+	/* The peer's process ended before this side joined it (a client
+	 * that took its HELLO-ACK after the server answered, closed and
+	 * exited): no address to send to, receive only (fs_stream_connect). */
+	bool peer_ended;
 	uint64_t peer_gone_ns;
 	bool error_reported;
 	bool av_pending;       /* counted in erail->hello_pending */
@@ -429,9 +433,13 @@ int fs_engine_rail(struct fs_engine *e, unsigned kind, const struct sockaddr *lo
 struct fs_stream *fs_stream_create(struct fs_engine *e, struct fs_engine_rail *erail, uint64_t token,
 				   int *nak);
 /* Completes the handshake: peer's id, window, chunk, pull shift (wire.h),
- * address. Lock held. */
+ * address. ENDED_OK: an address whose process has ended already
+ * (fs_rail_peer_ended) opens S for receiving only (peer_ended) and returns
+ * FS_JOIN_PEER_ENDED. Lock held. 0, FS_JOIN_PEER_ENDED or -errno. */
+#define FS_JOIN_PEER_ENDED 1
 int fs_stream_connect(struct fs_engine *e, struct fs_stream *s, uint32_t peer_id, unsigned peer_window,
-		      uint32_t peer_chunk, unsigned peer_pull_shift, const void *addr, size_t addr_len);
+		      uint32_t peer_chunk, unsigned peer_pull_shift, const void *addr, size_t addr_len,
+		      bool ended_ok);
 /* The pull shift our HELLO offers for streams on ER (0: we do not pull). */
 unsigned fs_engine_pull_shift(const struct fs_engine_rail *er);
 /* Hands the payload queued on a stream that never opened to SINK, in
@@ -455,9 +463,13 @@ struct fs_stream *fs_engine_open_stream(struct fs_engine *e, unsigned provider, 
 /* fs_engine_join_stream: connects ST to the peer's stream its HELLO or
  * HELLO-ACK PEER names, with the peer's doorbell (the TCP connection FD's
  * addresses, PEER's port); a stream that cannot be connected is abandoned.
- * 0 or -errno. */
+ * ENDED_OK: as fs_stream_connect's (the client only: a server that found
+ * its client's process gone refuses the HELLO, and the connection, which
+ * carried nothing over the fabric yet, stays TCP). 0, FS_JOIN_PEER_ENDED
+ * or -errno. */
 struct fs_hello;
-int fs_engine_join_stream(struct fs_engine *e, struct fs_stream *st, const struct fs_hello *peer, int fd);
+int fs_engine_join_stream(struct fs_engine *e, struct fs_stream *st, const struct fs_hello *peer, int fd,
+			  bool ended_ok);
 
 /* True when the engine should be polled without delay (a send the provider
  * deferred could go now, or closing streams are flushing). Lock held. */

@@ -266,6 +266,12 @@ int fs_rail_mr_reg(struct fs_rail *rail, void *buf, size_t len, struct fid_mr **
  * process runs as now. Returns 0, -EADDRNOTAVAIL (not a usable address) or
  * -EPERM (another user: the connection stays on TCP). */
 int fs_rail_peer_check(const struct fs_rail *rail, const void *addr, size_t len);
+/* Whether ADDR (which fs_rail_peer_check refused) names a shm region of the
+ * form fabsock gives that is gone from /dev/shm: its process closed its
+ * rail, which it does only at its end (fs_engine_shutdown), after every
+ * send of its completed or FABSOCK_LINGER_SEC ran out. False on every other
+ * provider and for any other refusal. */
+bool fs_rail_peer_ended(const struct fs_rail *rail, const void *addr, size_t len);
 /* Whether RAIL can still take new peers as this process is now: a shm
  * region must belong to the current user, and a process that became
  * non-dumpable after libfabric started with cross-memory attach on cannot

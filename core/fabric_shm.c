@@ -182,6 +182,19 @@ static int fs_shm_region_owner(const char *name, uid_t *uid)
 	return 0;
 }
 
+bool fs_rail_peer_ended(const struct fs_rail *rail, const void *addr, size_t len)
+{
+	const char *peer;
+	char path[300];
+	struct stat st;
+
+	if (rail->kind != FS_PROV_SHM || !(peer = fs_shm_addr_name(addr, len)) || !fs_shm_region_name_ours(peer))
+		return false;
+	if ((size_t)snprintf(path, sizeof(path), "/dev/shm/%s", peer) >= sizeof(path))
+		return false;
+	return lstat(path, &st) && errno == ENOENT;
+}
+
 bool fs_self_dumpable(void)
 {
 	return prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) == 1;
@@ -536,6 +549,59 @@ static void fs_shm_check_stuck(void)
 	fs_shm_release_dead(pid);
 }
 
+/* Our own region's lock, taken at a look while no call of ours is stuck. A
+ * peer killed inside a send to us dies holding our lock: every other
+ * process that sends to us then spins in its provider call, and its own
+ * watchdog cannot help (this process, the region's owner, is alive, and the
+ * dead one was never its peer); while this process makes no provider call
+ * of its own (idle, asleep until a peer rings it, which those senders would
+ * do only after their send) nothing here noticed either, and they spun for
+ * ever (tests/progs/fs_lockkill.c "ours"). So each look also reads our lock
+ * word, one system call; only when it is taken, and a recent peer is dead,
+ * does the long look of fs_shm_release_dead follow. */
+static void fs_shm_check_own(void)
+{
+	static uintptr_t base;
+	static pid_t base_pid; /* a forked child has a region of its own */
+	static uint64_t resolve_after_ns;
+	unsigned char head[sizeof(uintptr_t) + sizeof(int)];
+	uintptr_t field = 0;
+	pid_t self = getpid();
+	int word = 0;
+	long gone;
+	char whose[96];
+
+	/* The region's base_addr field, just before the lock, names its own
+	 * mapping: checked on every look, so that a mapping gone (the rail
+	 * closed at exit) and something else mapped at its address is never
+	 * taken for it. Looked up again (/proc/self/maps) at most once a
+	 * second. */
+	if (base && base_pid == self && fs_self_copy(head, base + fs_shm_lock_off - sizeof(uintptr_t), sizeof(head), false))
+		memcpy(&field, head, sizeof(field));
+	if (!base || base_pid != self || field != base) {
+		uint64_t now = fs_now_ns();
+
+		base = 0;
+		if (now < resolve_after_ns && base_pid == self)
+			return;
+		resolve_after_ns = now + 1000000000ull;
+		base_pid = self;
+		base = fs_shm_mapping(self);
+		if (!base || !fs_self_copy(head, base + fs_shm_lock_off - sizeof(uintptr_t), sizeof(head), false))
+			return;
+		memcpy(&field, head, sizeof(field));
+		if (field != base) {
+			base = 0;
+			return;
+		}
+	}
+	memcpy(&word, head + sizeof(uintptr_t), sizeof(word));
+	if (word == fs_spin_free_word() || !(gone = fs_recent_peer_dead()))
+		return;
+	snprintf(whose, sizeof(whose), "this process's region (dead process %ld was a peer)", gone);
+	fs_shm_unlock_if_stuck(base, whose, 500);
+}
+
 /* The watchdog is a thread of its own: the stuck call may be the service
  * thread's (its progress posts sends too). It looks four times a second: a
  * wake-up each is nothing for one process, but 300 PostgreSQL backends
@@ -554,6 +620,7 @@ static void *fs_shm_watchdog(void *arg)
 
 		nanosleep(&ts, NULL);
 		fs_shm_check_stuck();
+		fs_shm_check_own();
 	}
 	return arg;
 }

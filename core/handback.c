@@ -406,7 +406,8 @@ int fs_handback_start(struct fs_engine *e, struct fs_stream *s, int fd)
 		fs_stream_changed(e, s);
 		return 0;
 	}
-	if (s->state == FS_STREAM_HELLO || s->error)
+	/* (A peer that ended before we joined it cannot answer a SWITCH.) */
+	if (s->state == FS_STREAM_HELLO || s->error || s->peer_ended)
 		return -ECONNRESET;
 	ret = fs_hb_begin(e, s, fd, true);
 	if (!ret)

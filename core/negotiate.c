@@ -583,6 +583,17 @@ int fs_negotiate_client_ack(struct fs_sock *s, uint64_t deadline_ns)
 		fs_negotiate_abort(s);
 		return ret;
 	}
+	if (fs_params.test_ack_delay_ms) {
+		/* Testing: the whole ACK is there, but is looked at only this
+		 * much later; meanwhile progress goes on (a delay that slept
+		 * here would stop the service thread's progress too). */
+		uint64_t now = fs_now_ns();
+
+		if (!s->neg->ack_seen_ns)
+			s->neg->ack_seen_ns = now;
+		if (now < s->neg->ack_seen_ns + fs_params.test_ack_delay_ms * FS_MS)
+			return -EAGAIN;
+	}
 	fs_consume(s->fd, (size_t)ret);
 	if (ack.token != s->token) {
 		fs_negotiate_abort(s);
@@ -601,8 +612,12 @@ int fs_negotiate_client_ack(struct fs_sock *s, uint64_t deadline_ns)
 	 * and reused already, a server that answers, writes and closes, and
 	 * a refusal now could only reset a connection the server has taken
 	 * to the fabric. The owner check of fs_rail_peer_check stands.) */
-	ret = fs_engine_join_stream(e, st, &ack, s->fd);
-	if (ret) {
+	/* A server that answers, writes, closes and exits may be gone by now
+	 * (its fabric address names a region that no longer exists); what it
+	 * sent came to us before it ended: the stream stays for receiving
+	 * only (fs_stream_peer_ended, e2e_tail answer_exit). */
+	ret = fs_engine_join_stream(e, st, &ack, s->fd, true);
+	if (ret < 0) {
 		/* The server believes we are offloaded: this connection cannot go
 		 * on as TCP either. */
 		s->stream = NULL;
@@ -732,7 +747,7 @@ static int fs_server_accept_hello(struct fs_sock *s, const struct fs_hello *hell
 	}
 	if (!st && why[0])
 		FS_INFO("fd %d: %s", s->fd, why);
-	if (st && (ret = fs_engine_join_stream(e, st, hello, s->fd)) != 0) {
+	if (st && (ret = fs_engine_join_stream(e, st, hello, s->fd, false)) != 0) {
 		FS_INFO("fd %d: the client's fabric address is unusable: %s", s->fd, strerror(-ret));
 		st = NULL;
 		nak = ret == -ENOSPC ? FS_NAK_RESOURCES : ret == -EPERM ? FS_NAK_USER : FS_NAK_PROVIDER;

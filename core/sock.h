@@ -88,6 +88,7 @@ struct fs_sock_neg {
 	unsigned provider; /* enum fs_wire_provider chosen at connect() */
 	struct fs_probe_client probe;
 	struct sockaddr_storage peer;
+	uint64_t ack_seen_ns; /* FABSOCK_TEST_ACK_DELAY_MS: when the whole ACK was first there */
 };
 
 struct fs_sock {

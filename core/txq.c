@@ -66,6 +66,8 @@ static int fs_post(struct fs_stream *s, struct fs_buf *buf, const void *data, si
 
 	if (!s->erail->open)
 		return -ECANCELED; /* the rail closed at exit under a still running thread */
+	if (s->peer_ended)
+		return -EPIPE; /* no address: nothing is ever queued for it (fs_stream_peer_ended) */
 	/* The provider's transmit depth (fi_info tx_attr->size) is a cap:
 	 * past it a post is refused here as the provider would refuse it
 	 * (EAGAIN, which every caller handles: the send waits for a
@@ -277,6 +279,10 @@ int fs_stream_queue_fin(struct fs_engine *e, struct fs_stream *s)
 {
 	struct fs_buf *buf;
 
+	if (s->peer_ended) {
+		s->fin_queued = s->fin_done = true; /* nobody to tell */
+		return 0;
+	}
 	if (!s->fin_queued) {
 		buf = fs_pool_get(&s->erail->tx_data);
 		if (!buf)

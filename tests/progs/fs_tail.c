@@ -24,6 +24,18 @@
  *                       proxy's leg whose other end finished); the client
  *                       goes on sending 4 MiB and closes; the server reads
  *                       every byte and the EOF, then closes
+ *   answer_exit         the server speaks first without reading: it
+ *                       accepts, waits until the client's decision is made
+ *                       (answer_sync_accept), writes a short answer (ANSWER_BYTES, one
+ *                       message within the first credit grant, so it waits
+ *                       for nothing), closes and ends at once; the client
+ *                       reads late. The server may be gone before the
+ *                       client has even looked at its HELLO-ACK (its
+ *                       fabric address names a region that is gone by
+ *                       then): the answer and the EOF must still come
+ *   answer_exit_lateack the same; the script makes the client take its
+ *                       HELLO-ACK 300 ms late (FABSOCK_TEST_ACK_DELAY_MS),
+ *                       so that the server is always gone by then
  * Every socket is nonblocking; every wait is bounded (poll timeouts, the
  * harness's watchdog). Output as the harness's (harness.h): `PASS name`,
  * `FAIL name: ...`, `info name: ...`, `connections=N`.
@@ -222,6 +234,71 @@ static int tail_fetch(int fd, bool late, bool stay)
 	return stay ? tail_client_done() : 0;
 }
 
+/* ---- the server answers and ends before the client joins ------------------ */
+
+/* Above the shm provider's inject size (4 KiB), below the pull size (16
+ * KiB) and the chunk: one DATA message, then the FIN, both within the
+ * first grant. */
+#define ANSWER_BYTES 12000u
+
+/* When the server answers. A server that speaks first waits only
+ * FABSOCK_FIRST_SEND_WAIT_MS (5 ms) for its client's probe, and a client
+ * that decides late (on a loaded machine its listener-record lookup came
+ * after the server had answered, closed and withdrawn its record) rightly
+ * stays on TCP (docs/design.md, Negotiation 5); this scenario is about an
+ * offloaded answer's end. So the client, once its connect() returned (its
+ * decision made, its probe sent), opens a second connection, which nobody
+ * uses and which counts for neither side (raw calls: no harness count, no
+ * offload); the server answers ANSWER_AFTER_MS after it accepted that one,
+ * time for the probe's answer and the HELLO. */
+#define ANSWER_AFTER_MS 200
+
+/* Accepts the client's second connection (nonblocking listener) and
+ * closes it. */
+static int answer_sync_accept(void)
+{
+	double deadline = harness_now_ms() + TAIL_WAIT_MS;
+
+	for (;;) {
+		int fd = accept4(harness_listen_fd, NULL, NULL, SOCK_CLOEXEC);
+
+		if (fd >= 0) {
+			close(fd);
+			return 0;
+		}
+		if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+			return harness_fail("accept of the second connection: %s", strerror(errno));
+		if (harness_wait_fd(harness_listen_fd, POLLIN, harness_remaining_ms(deadline)) <= 0)
+			return harness_fail("no second connection within %d ms", TAIL_WAIT_MS);
+	}
+}
+
+static int answer_exit_server(int fd)
+{
+	if (answer_sync_accept() < 0)
+		return -1;
+	harness_sleep_ms(ANSWER_AFTER_MS);
+	if (tail_write_loop(fd, tail_data, ANSWER_BYTES) < 0)
+		return -1;
+	return tail_close(fd, false); /* and the process ends */
+}
+
+static int answer_exit_client(int fd)
+{
+	const struct addrinfo *a = harness_server_address;
+	int sync = socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	/* blocking: connected once it returns (the kernel's backlog) */
+	if (sync < 0 || connect(sync, a->ai_addr, a->ai_addrlen))
+		return harness_fail("the second connection: %s", strerror(errno));
+	harness_sleep_ms(TAIL_LATE_START_MS);
+	close(sync);
+	if (tail_read_slowly(fd, ANSWER_BYTES, TAIL_READ) < 0)
+		return -1;
+	close(fd);
+	return 0;
+}
+
 static int close_live_server(int fd) { return tail_serve(fd, false, true); }
 static int close_live_client(int fd) { return tail_fetch(fd, false, true); }
 static int close_exit_server(int fd) { return tail_serve(fd, false, false); }
@@ -383,6 +460,8 @@ static const struct harness_scenario tail_scenarios[] = {
 	{ "rdhup_reader", close_live_server, rdhup_reader_client, HARNESS_CLIENT_CLOSES_FD | HARNESS_SERVER_CLOSES_FD },
 	{ "halfclose_request", halfclose_request_server, halfclose_request_client, HARNESS_CLIENT_CLOSES_FD | HARNESS_SERVER_CLOSES_FD },
 	{ "halfclose_upload", halfclose_upload_server, halfclose_upload_client, HARNESS_CLIENT_CLOSES_FD | HARNESS_SERVER_CLOSES_FD },
+	{ "answer_exit", answer_exit_server, answer_exit_client, HARNESS_CLIENT_CLOSES_FD | HARNESS_SERVER_CLOSES_FD },
+	{ "answer_exit_lateack", answer_exit_server, answer_exit_client, HARNESS_CLIENT_CLOSES_FD | HARNESS_SERVER_CLOSES_FD },
 };
 
 static void tail_setup(void)

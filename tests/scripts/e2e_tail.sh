@@ -6,7 +6,10 @@
 # credit, the process living on or ending at once; a reader that takes a
 # short read after EPOLLRDHUP as the end (haproxy); a request followed by
 # the client's SHUT_WR, and an upload to a server that shut its own writing
-# side down first. Every scenario (`fs_tail list`) runs in mode "kernel"
+# side down first; a server that answers without reading, closes and ends
+# before its client took its HELLO-ACK (answer_exit; answer_exit_lateack
+# with the client's FABSOCK_TEST_ACK_DELAY_MS=300, so that the server is
+# always gone first: its client must count peers_ended_at_join=1). Every scenario (`fs_tail list`) runs in mode "kernel"
 # and with both ends under the preload ("fabsock"), with the same
 # expectations: both sides exit 0 and print `PASS <scenario>` (the bytes
 # checked against the pattern, then EOF). In fabsock mode each process's
@@ -54,8 +57,11 @@ check_side() { # LABEL SIDE SCENARIO MODE RC DIR
 run_scenario() { # MODE SCENARIO
 	local mode=$1 scenario=$2 label="$2-$1" dir=$FS_TMP/$2-$1 port server_pid client_pid
 	local server_rc=0 client_rc=0 fails_before=$FS_FAILS
-	local -a prefix=()
+	local -a prefix=() client_prefix=()
 	[ "$mode" = fabsock ] && prefix=(fs_pre)
+	client_prefix=("${prefix[@]}")
+	[ "$mode" = fabsock ] && [ "${scenario%_lateack}" != "$scenario" ] &&
+		client_prefix=(fs_pre env FABSOCK_TEST_ACK_DELAY_MS=300)
 	mkdir -p "$dir"
 	port=$(fs_free_port) || { fs_fail "$label: no free port"; return 0; }
 	fs_bg server_pid "${prefix[@]}" "$TAIL_PROG" server "$port" "$scenario" >"$dir/server.out" 2>"$dir/server.err"
@@ -66,12 +72,17 @@ run_scenario() { # MODE SCENARIO
 		return 0
 	fi
 	fs_tcp_count_start "$port" || fs_fail "$label: nft counter not set up"
-	fs_bg client_pid "${prefix[@]}" "$TAIL_PROG" client 127.0.0.1 "$port" "$scenario" \
+	fs_bg client_pid "${client_prefix[@]}" "$TAIL_PROG" client 127.0.0.1 "$port" "$scenario" \
 		>"$dir/client.out" 2>"$dir/client.err"
 	fs_wait_pid "$client_pid" "$CLIENT_LIMIT_S" || client_rc=$?
 	fs_wait_pid "$server_pid" "$SERVER_LIMIT_S" || server_rc=$?
 	check_side "$label" server "$scenario" "$mode" "$server_rc" "$dir"
 	check_side "$label" client "$scenario" "$mode" "$client_rc" "$dir"
+	# The late ACK must have found the server gone: the path under test.
+	if [ "${client_prefix[*]}" != "${prefix[*]}" ] &&
+		[ "$(fs_stat "$dir/client.err" peers_ended_at_join)" != 1 ]; then
+		fs_fail "$label: client stats peers_ended_at_join=$(fs_stat "$dir/client.err" peers_ended_at_join), expected 1 (the server ended before the client took its ACK)"
+	fi
 	fs_tcp_proof "$label" "$mode" "$(sed -n 's/^connections=//p' "$dir/server.out")"
 	[ "$FS_FAILS" -eq "$fails_before" ] && fs_pass "$label"
 	return 0

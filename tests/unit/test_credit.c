@@ -272,9 +272,9 @@ static int make_pair(uint64_t token, struct fs_stream **a, struct fs_stream **b)
 	*b = fs_stream_create(engine, erail, token, &nak_b);
 	if (*a && *b) {
 		ret_a = fs_stream_connect(engine, *a, (*b)->id, (*b)->credit.floor, chunk, fs_engine_pull_shift(erail), erail->rail.addr,
-					  erail->rail.addr_len);
+					  erail->rail.addr_len, false);
 		ret_b = fs_stream_connect(engine, *b, (*a)->id, (*a)->credit.floor, chunk, fs_engine_pull_shift(erail), erail->rail.addr,
-					  erail->rail.addr_len);
+					  erail->rail.addr_len, false);
 	}
 	pthread_mutex_unlock(&engine->lock);
 	CHECK(*a && *b);
@@ -667,7 +667,7 @@ static void test_wrong_token(struct fs_stream *b)
 	stranger = fs_stream_create(engine, erail, FS_TEST_TOKEN_2 + 1, &nak);
 	if (stranger)
 		ret = fs_stream_connect(engine, stranger, b->id, b->window, chunk, fs_engine_pull_shift(erail), erail->rail.addr,
-					erail->rail.addr_len);
+					erail->rail.addr_len, false);
 	pthread_mutex_unlock(&engine->lock);
 	CHECK(stranger && ret == 0);
 	if (!stranger || ret)
