@@ -412,10 +412,12 @@ static bool fs_shm_unlock_if_stuck(uintptr_t base, const char *whose, int sample
 
 	if (!base || !fs_lock_stuck(lock, samples))
 		return false;
-	/* What pthread_spin_unlock does (a release store of the free word),
-	 * without telling a thread sanitizer that this thread unlocks a lock it
-	 * never took, and without a fault if the region went meanwhile. */
-	__atomic_thread_fence(__ATOMIC_RELEASE);
+	/* What pthread_spin_unlock does (a store of the free word), without
+	 * telling a thread sanitizer that this thread unlocks a lock it never
+	 * took, and without a fault if the region went meanwhile. No fence:
+	 * this thread wrote nothing under the lock for the next holder to see
+	 * (the dead holder's writes are as far as they got), and the system
+	 * call orders everything before it anyway. */
 	if (!fs_self_copy(&free_word, lock, sizeof(free_word), true))
 		return false;
 	FS_WARN("the shm lock of %s stayed taken while a peer process was gone; released it", whose);

@@ -32,7 +32,7 @@ void fs_stepback_fire(struct fs_sock *s)
 	static bool logged;
 	int ret = -EALREADY;
 
-	s->sb.done = true; /* once: a stream that could not go back stays */
+	__atomic_store_n(&s->sb.done, true, __ATOMIC_RELAXED); /* once: a stream that could not go back stays */
 	if (!e || !st)
 		return;
 	pthread_mutex_lock(&e->lock);

@@ -19,8 +19,9 @@
  * it: "slept" when that thread's last wait before the read
  * (fs_wait_thread: the stream wait, poll, select or epoll_wait) ended after
  * FABSOCK_SPIN_US with few events; "quick" when it ended within the spin,
- * or the data was there without a wait since the send. A turn read by
- * another thread than the one that sent is counted (bytes) but not judged.
+ * or the data was there without a wait since the send. One thread counts:
+ * the first to make a data call on the stream; a stream that a second
+ * thread sends or reads on is never judged (fs_stepback_mine).
  * Every FABSOCK_STEPBACK_TURNS turns the window is judged (not the first:
  * the warm-up; two in a row must say so)
  * (fs_stepback_judge): average bytes per turn at most
@@ -50,16 +51,35 @@ struct fs_sock;
 
 struct fs_stepback {
 	uint64_t bytes;    /* both directions, this window */
-	uintptr_t thread;  /* the thread that sent the current turn's request */
-	uint32_t waits;    /* its fs_wait_thread.waits then */
+	uint32_t waits;    /* the owner's fs_wait_thread.waits at the turn's request */
 	uint32_t turns;    /* this window */
-	uint32_t measured; /* turns judged (read by the thread that sent) */
+	uint32_t measured; /* turns judged (all, since one thread counts) */
 	uint32_t slept;    /* of those, answers that came after a sleep */
 	bool last_send;    /* the last data call was a send: the next receive ends a turn */
 	bool warm;         /* the first window is over (it is not judged) */
 	bool strike;       /* the last window said "step back" */
-	bool done;         /* decided (handed back), or never to decide */
+	bool done;         /* decided (handed back), or never to decide (atomic) */
+	uintptr_t owner;   /* the one thread that counts (atomic; 0: none yet) */
 };
+
+/* Whether this thread counts for SB: the first thread to make a data call
+ * on the stream owns the measure, and every field but these two is its
+ * alone. A stream whose data calls come from a second thread (a sender and
+ * a reader thread: a duplex or streaming program, not a request/response
+ * one) is never judged: the two would race on the counts (TSan, CI). */
+static inline bool fs_stepback_mine(struct fs_stepback *sb)
+{
+	uintptr_t self = (uintptr_t)pthread_self();
+	uintptr_t owner = __atomic_load_n(&sb->owner, __ATOMIC_RELAXED);
+
+	if (__atomic_load_n(&sb->done, __ATOMIC_RELAXED))
+		return false;
+	if (owner == self ||
+	    (!owner && __atomic_compare_exchange_n(&sb->owner, &owner, self, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)))
+		return true;
+	__atomic_store_n(&sb->done, true, __ATOMIC_RELAXED);
+	return false;
+}
 
 /* Whether a window of TURNS turns (MEASURED judged, SLEPT of those after a
  * sleep) moving BYTES steps back. Pure: tests/unit/test_stepback.c. */
@@ -68,12 +88,11 @@ bool fs_stepback_judge(uint32_t turns, uint32_t measured, uint32_t slept, uint64
 /* An offloaded stream's send took N bytes. Inline: every send. */
 static inline void fs_stepback_sent(struct fs_stepback *sb, uint64_t n)
 {
-	if (sb->done)
+	if (!fs_stepback_mine(sb))
 		return;
 	sb->bytes += n;
 	if (!sb->last_send) {
 		sb->last_send = true;
-		sb->thread = (uintptr_t)pthread_self();
 		sb->waits = fs_wait_thread.waits;
 	}
 }
@@ -84,19 +103,17 @@ static inline bool fs_stepback_received(struct fs_stepback *sb, uint64_t n)
 {
 	bool over;
 
-	if (sb->done)
+	if (!fs_stepback_mine(sb))
 		return false;
 	sb->bytes += n;
 	if (!sb->last_send)
 		return false; /* the rest of the same answer */
 	sb->last_send = false;
 	sb->turns++;
-	if (sb->thread == (uintptr_t)pthread_self()) {
-		sb->measured++;
-		/* a wait since the request, and the last one slept */
-		if (fs_wait_thread.waits != sb->waits && fs_wait_thread.last_slept)
-			sb->slept++;
-	}
+	sb->measured++;
+	/* a wait since the request, and the last one slept */
+	if (fs_wait_thread.waits != sb->waits && fs_wait_thread.last_slept)
+		sb->slept++;
 	if (sb->turns < fs_params.stepback_turns)
 		return false;
 	/* the first window is the stream's warm-up (the rail opening, the
