@@ -186,16 +186,26 @@ int fs_thread_start(void *(*fn)(void *), size_t stack)
 	sigset_t all, old;
 	int ret;
 
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	pthread_attr_setstacksize(&attr, stack);
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
-	FS_GUARD_ENTER();
-	ret = fs_real.pthread_create(&tid, &attr, fs_thread_boot, &boot);
-	FS_GUARD_LEAVE();
+	/* glibc puts the program's static TLS on every thread's stack and
+	 * refuses (EINVAL) a stack that cannot hold it with room to spare: a
+	 * program with 64 KiB of __thread data had no shm watchdog (its 64 KiB
+	 * stack). So a refused size is tried again four times larger, up to
+	 * 16 MiB (the size only reserves address space until touched). */
+	for (;;) {
+		pthread_attr_init(&attr);
+		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+		pthread_attr_setstacksize(&attr, stack);
+		FS_GUARD_ENTER();
+		ret = fs_real.pthread_create(&tid, &attr, fs_thread_boot, &boot);
+		FS_GUARD_LEAVE();
+		pthread_attr_destroy(&attr);
+		if (ret != EINVAL || stack >= (16u << 20))
+			break;
+		stack *= 4;
+	}
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	pthread_attr_destroy(&attr);
 	/* Until the new thread runs our code it may hold locks of the runtime
 	 * that set it up (ASan's allocator does): a fork in that window left
 	 * a prefork worker hung for good in its first malloc. The creator

@@ -149,6 +149,14 @@ fs_skip() {
 # left in the test's directory (a program that exits 66 under TSan or 1
 # under ASan says why only in its stderr file).
 fs_done() {
+	local t
+	# A thread of ours that could not start is a lost guarantee (the shm
+	# watchdog: a killed peer's lock is never released; the service thread:
+	# probes unanswered), whatever the test checked: any process of any
+	# test that said so fails it (a program with 64 KiB of __thread data
+	# once had no watchdog: glibc refused its 64 KiB stack).
+	t=$(grep -rlE 'warn: cannot start the (shm watchdog|fabsock service) thread' "$FS_TMP" 2>/dev/null | head -n 1 || true)
+	[ -z "$t" ] || fs_fail "a process could not start a fabsock thread (${t#"$FS_TMP"/}: $(grep -m 1 -E 'cannot start the' "$t"))"
 	echo "$FS_PASSES passed, $FS_FAILS failed${FS_KERNEL_SKIPPED:+, $FS_KERNEL_SKIPPED}"
 	if [ "$FS_FAILS" -ne 0 ]; then
 		local f
