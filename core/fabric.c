@@ -410,7 +410,7 @@ static bool fs_rail_acceptable(const struct fi_info *fi, unsigned kind)
 
 /* Lists the NICs (RDM domains) of LIST that fabsock can use for KIND,
  * ranks them by NUMA distance and marks the ones this process uses
- * (FABSOCK_RAIL_ADDRS, FABSOCK_RAILS): core/nics.h. Where no NIC has a PCI
+ * (FABSOCK_RAIL_ADDRS, FABSOCK_RAILS; not on shm): core/nics.h. Where no NIC has a PCI
  * address (shm, tcp, net) or no distance is known, the order is the
  * provider's, so the first used is the first usable domain, as before NICs
  * were ranked. */
@@ -421,7 +421,13 @@ static void fs_rail_list_nics(struct fi_info *list, unsigned kind, struct fs_nic
 		if (fs_rail_acceptable(fi, kind))
 			(void)fs_nics_add(nics, fi);
 	fs_nics_rank(nics, fs_params.test_sysfs, NULL);
-	(void)fs_nics_select(nics, fs_nics_spec_global(), (unsigned)fs_params.rails);
+	/* shm's one domain is the host's memory, not a NIC: FABSOCK_RAILS and
+	 * FABSOCK_RAIL_ADDRS choose the NICs remote peers are reached through,
+	 * and a list of those must not move this host's peers off shm */
+	if (kind == FS_PROV_SHM)
+		(void)fs_nics_select(nics, NULL, 1);
+	else
+		(void)fs_nics_select(nics, fs_nics_spec_global(), (unsigned)fs_params.rails);
 }
 
 static int fs_rail_open_inner(struct fs_rail *rail, unsigned kind, const struct sockaddr *local, char *why,

@@ -51,7 +51,7 @@ static void fs_info_nics(FILE *out, unsigned kind)
 	}
 	if (nics->skipped)
 		fprintf(out, "         (%u more not listed: at most %d)\n", nics->skipped, FS_NICS_MAX);
-	for (unsigned i = 0; i < spec->count; i++)
+	for (unsigned i = 0; kind != FS_PROV_SHM && i < spec->count; i++)
 		if (!(nics->spec_matched & (1ull << i)))
 			fprintf(out, "         FABSOCK_RAIL_ADDRS entry %s names none of these\n", spec->entry[i].text);
 	free(nics);
