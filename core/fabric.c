@@ -37,6 +37,7 @@
 #include "preload/real.h"
 #include "core/engine.h"
 #include "core/guard.h"
+#include "core/nics.h"
 #include "core/stats.h"
 
 #define FS_FI_VERSION FI_VERSION(1, 17)
@@ -391,25 +392,42 @@ static struct fi_info *fs_rail_hints(unsigned kind, const struct sockaddr *local
 	return hints;
 }
 
-/* Picks the first returned info that is really what we asked for (EFA also
- * lists its datagram domains; tcp lists the layered rxm one first). */
-static struct fi_info *fs_rail_pick(struct fi_info *list, unsigned kind)
+/* Whether FI, one record of the provider's answer, is really what we asked
+ * for (EFA also lists its datagram domains; tcp lists the layered rxm one
+ * first). */
+static bool fs_rail_acceptable(const struct fi_info *fi, unsigned kind)
 {
-	for (struct fi_info *fi = list; fi; fi = fi->next) {
-		if (fi->ep_attr->type != FI_EP_RDM)
-			continue;
-		if (kind == FS_PROV_EFA && fi->domain_attr->name &&
-		    strstr(fi->domain_attr->name, "-dgrm"))
-			continue;
-		if (kind == FS_PROV_EFA &&
-		    (!fi->fabric_attr->name || strcasecmp(fi->fabric_attr->name, "efa") != 0))
-			continue; /* efa-direct (see fs_rail_hints) */
-		if (fi->domain_attr->mr_mode & FI_MR_LOCAL)
-			continue; /* not asked for: a provider that insists would
-				   * need every application buffer registered */
-		return fi;
-	}
-	return NULL;
+	if (fi->ep_attr->type != FI_EP_RDM)
+		return false;
+	if (kind == FS_PROV_EFA && fi->domain_attr->name && strstr(fi->domain_attr->name, "-dgrm"))
+		return false;
+	if (kind == FS_PROV_EFA && (!fi->fabric_attr->name || strcasecmp(fi->fabric_attr->name, "efa") != 0))
+		return false; /* efa-direct (see fs_rail_hints) */
+	/* not asked for: a provider that insists would need every application
+	 * buffer registered */
+	return !(fi->domain_attr->mr_mode & FI_MR_LOCAL);
+}
+
+/* Lists the NICs (RDM domains) of LIST that fabsock can use for KIND,
+ * ranks them by NUMA distance and marks the ones this process uses
+ * (FABSOCK_RAIL_ADDRS, FABSOCK_RAILS; not on shm): core/nics.h. Where no NIC has a PCI
+ * address (shm, tcp, net) or no distance is known, the order is the
+ * provider's, so the first used is the first usable domain, as before NICs
+ * were ranked. */
+static void fs_rail_list_nics(struct fi_info *list, unsigned kind, struct fs_nics *nics)
+{
+	memset(nics, 0, sizeof(*nics));
+	for (struct fi_info *fi = list; fi; fi = fi->next)
+		if (fs_rail_acceptable(fi, kind))
+			(void)fs_nics_add(nics, fi);
+	fs_nics_rank(nics, fs_params.test_sysfs, NULL);
+	/* shm's one domain is the host's memory, not a NIC: FABSOCK_RAILS and
+	 * FABSOCK_RAIL_ADDRS choose the NICs remote peers are reached through,
+	 * and a list of those must not move this host's peers off shm */
+	if (kind == FS_PROV_SHM)
+		(void)fs_nics_select(nics, NULL, 1);
+	else
+		(void)fs_nics_select(nics, fs_nics_spec_global(), (unsigned)fs_params.rails);
 }
 
 static int fs_rail_open_inner(struct fs_rail *rail, unsigned kind, const struct sockaddr *local, char *why,
@@ -478,33 +496,97 @@ int fs_rail_open(struct fs_rail *rail, unsigned kind, const struct sockaddr *loc
 }
 
 /* Asks provider KIND for what fabsock needs (with FI_SOURCE first, then
- * without) and keeps the answer picked in rail->info. Returns 0 or -errno
- * (WHY says why when the provider is not usable). Under the guard. */
-static int fs_rail_getinfo(struct fs_rail *rail, unsigned kind, const struct sockaddr *local, char *why,
-			   size_t whylen)
+ * without) into *LIST and lists its NICs in NICS (fs_rail_list_nics).
+ * Returns 0 with the nearest used NIC in *USE, or -ENODEV with WHY (the
+ * provider is not usable, or FABSOCK_RAIL_ADDRS names none of its NICs),
+ * or -ENOMEM. The caller frees *LIST. Under the guard. */
+static int fs_rail_find_nics(unsigned kind, const struct sockaddr *local, struct fs_nics *nics,
+			     struct fi_info **list, const struct fs_nic **use, char *why, size_t whylen)
 {
-	struct fi_info *hints, *list = NULL;
+	struct fi_info *hints;
 	int ret = 0;
 
-	for (int source = 1; source >= 0; source--) {
+	*list = NULL;
+	*use = NULL;
+	for (int source = 1; source >= 0 && !*use; source--) {
 		hints = fs_rail_hints(kind, local, source);
 		if (!hints)
 			return -ENOMEM;
-		ret = fs_fabric_getinfo(hints, &list);
+		ret = fs_fabric_getinfo(hints, list);
 		fs_fi.freeinfo(hints);
-		if (ret == 0 && fs_rail_pick(list, kind))
+		if (ret == 0) {
+			fs_rail_list_nics(*list, kind, nics);
+			*use = fs_nics_first_used(nics);
+		}
+		if (*use)
 			break;
-		if (list)
-			fs_fi.freeinfo(list);
-		list = NULL;
+		if (*list)
+			fs_fi.freeinfo(*list);
+		*list = NULL;
 	}
-	if (!list) {
-		snprintf(why, whylen, "provider %s is not usable here (fi_getinfo: %s)",
-			 fs_fabric_prov_name(kind), fs_fi.strerror(ret < 0 ? -ret : ret));
-		return -ENODEV;
+	if (*use)
+		return 0;
+	if (nics->count)
+		snprintf(why, whylen, "FABSOCK_RAIL_ADDRS=%s names none of the %u %s NIC(s) here (the first: %s)",
+			 fs_params.rail_addrs, nics->count, fs_fabric_prov_name(kind), nics->nic[0].name);
+	else
+		snprintf(why, whylen, "provider %s is not usable here (fi_getinfo: %s)", fs_fabric_prov_name(kind),
+			 fs_fi.strerror(ret < 0 ? -ret : ret));
+	return -ENODEV;
+}
+
+int fs_fabric_nics(unsigned kind, struct fs_nics *nics, char *why, size_t whylen)
+{
+	const struct fs_nic *use;
+	struct fi_info *list;
+	int ret = fs_fabric_load(why, whylen);
+
+	memset(nics, 0, sizeof(*nics));
+	if (ret)
+		return ret;
+	FS_GUARD_ENTER();
+	ret = fs_rail_find_nics(kind, NULL, nics, &list, &use, why, whylen);
+	if (list)
+		fs_fi.freeinfo(list);
+	FS_GUARD_LEAVE();
+	for (unsigned i = 0; i < nics->count; i++)
+		nics->nic[i].info = NULL; /* freed with the list */
+	return ret;
+}
+
+/* Keeps in rail->info the provider's record of the NIC this rail uses:
+ * the nearest one FABSOCK_RAIL_ADDRS allows (fs_rail_find_nics). Returns 0
+ * or -errno (WHY says why when the provider is not usable). Under the
+ * guard. */
+static int fs_rail_getinfo(struct fs_rail *rail, unsigned kind, const struct sockaddr *local, char *why,
+			   size_t whylen)
+{
+	static bool told_rails;
+	struct fs_nics *nics = calloc(1, sizeof(*nics));
+	const struct fs_nic *use;
+	struct fi_info *list;
+	int ret;
+
+	if (!nics)
+		return -ENOMEM;
+	ret = fs_rail_find_nics(kind, local, nics, &list, &use, why, whylen);
+	if (ret) {
+		free(nics);
+		return ret;
 	}
-	rail->info = fs_fi.dupinfo(fs_rail_pick(list, kind));
+	if (fs_params.rails > 1 && !__atomic_exchange_n(&told_rails, true, __ATOMIC_RELAXED))
+		FS_INFO("FABSOCK_RAILS=%u: a process opens one rail per provider until striping is built "
+			"(docs/design.md, \"Every NIC\"); it uses the nearest NIC",
+			(unsigned)fs_params.rails);
+	if (nics->count > 1)
+		FS_INFO("%s rail on NIC %s (PCI %s, node %d, distance %d, rank %u of %u%s%s%s)",
+			fs_fabric_prov_name(kind), use->name, use->pci[0] ? use->pci : "none", use->node,
+			use->distance == FS_NIC_DISTANCE_UNKNOWN ? -1 : (int)use->distance, use->rank,
+			nics->count, nics->ranked ? "" : ", the provider's order",
+			nics->fallback[0] ? ": " : "", nics->fallback);
+	rail->info = fs_fi.dupinfo(use->info);
 	fs_fi.freeinfo(list);
+	free(nics);
 	return rail->info ? 0 : -ENOMEM;
 }
 

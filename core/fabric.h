@@ -65,6 +65,13 @@ const char *fs_fabric_prov_name(unsigned kind);
 /* FS_PROV_* for a FABSOCK_PROVIDER value, or FS_PROV_NONE if unknown. */
 unsigned fs_fabric_prov_parse(const char *name);
 
+struct fs_nics;
+/* Lists provider KIND's NICs as a rail without a local address would see
+ * them: ranked, with the ones this process would use marked (`fabsock
+ * info`; core/nics.h). The records' info pointers are cleared. Returns 0,
+ * or a negative errno with WHY. */
+int fs_fabric_nics(unsigned kind, struct fs_nics *nics, char *why, size_t whylen);
+
 /* True if this host has an EFA device, judged from sysfs without loading
  * libfabric. */
 bool fs_fabric_host_has_efa(void);

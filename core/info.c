@@ -6,12 +6,56 @@
 #include "core/info.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "config/params.h"
 #include "config/rules.h"
 #include "core/fabric.h"
+#include "core/nics.h"
 #include "core/stats.h"
+
+/* Provider KIND's NICs, nearest first, and the ones a process uses. */
+static void fs_info_nics(FILE *out, unsigned kind)
+{
+	struct fs_nics *nics = calloc(1, sizeof(*nics));
+	const struct fs_nics_spec *spec = fs_nics_spec_global();
+	char why[200] = "", nodes[96];
+
+	if (!nics)
+		return;
+	if (fs_fabric_nics(kind, nics, why, sizeof(why)) && !nics->count) {
+		fprintf(out, "       NICs: %s\n", why);
+		free(nics);
+		return;
+	}
+	fs_nics_format_nodes(nics->cpu_nodes, nodes, sizeof(nodes));
+	if (nics->ranked)
+		fprintf(out, "       NICs, nearest first (this process may run on CPUs of node %s):\n", nodes);
+	else
+		fprintf(out, "       NICs, in the provider's order (%s):\n",
+			nics->fallback[0] ? nics->fallback : "no PCI address, so no NUMA distance");
+	fprintf(out, "         %-4s  %-24s  %-12s  %4s  %8s  %s\n", "rank", "domain", "PCI", "node", "distance",
+		"used");
+	for (unsigned r = 0; r < nics->count; r++) {
+		const struct fs_nic *nic = &nics->nic[nics->by_rank[r]];
+		char dist[16];
+
+		if (nic->distance == FS_NIC_DISTANCE_UNKNOWN)
+			snprintf(dist, sizeof(dist), "-");
+		else
+			snprintf(dist, sizeof(dist), "%u", nic->distance);
+		fprintf(out, "         %4u  %-24s  %-12s  %4d  %8s  %s\n", nic->rank, nic->name,
+			nic->pci[0] ? nic->pci : "-", nic->node, dist,
+			nic->used ? "yes" : nic->allowed ? "no (FABSOCK_RAILS)" : "no (FABSOCK_RAIL_ADDRS)");
+	}
+	if (nics->skipped)
+		fprintf(out, "         (%u more not listed: at most %d)\n", nics->skipped, FS_NICS_MAX);
+	for (unsigned i = 0; kind != FS_PROV_SHM && i < spec->count; i++)
+		if (!(nics->spec_matched & (1ull << i)))
+			fprintf(out, "         FABSOCK_RAIL_ADDRS entry %s names none of these\n", spec->entry[i].text);
+	free(nics);
+}
 
 static void fs_info_provider(FILE *out, unsigned kind)
 {
@@ -25,6 +69,7 @@ static void fs_info_provider(FILE *out, unsigned kind)
 			rail.rx_depth, rail.iov_limit, rail.mr_local ? ", FI_MR_LOCAL" : "",
 			rail.source ? ", FI_SOURCE" : "");
 		fs_rail_close(&rail);
+		fs_info_nics(out, kind);
 	} else {
 		fprintf(out, "  %-4s not usable: %s\n", fs_fabric_prov_name(kind), why);
 	}
@@ -46,6 +91,9 @@ int fs_info_print(FILE *out)
 	for (unsigned kind = FS_PROV_SHM; kind < FS_PROV_MAX_; kind++)
 		fs_info_provider(out, kind);
 	fprintf(out, "  EFA device on this host: %s\n", fs_fabric_host_has_efa() ? "yes" : "no");
+	fprintf(out, "\nNICs: a process may use %u per provider (FABSOCK_RAILS), nearest first, of %s; "
+		"one rail per provider is opened today, on the first NIC marked used.\n",
+		(unsigned)fs_params.rails, fs_nics_spec_global()->count ? "those FABSOCK_RAIL_ADDRS names" : "every NIC");
 	fprintf(out, "\nSame-host peers use shm%s; remote peers use %s.\n", fs_params.shm ? "" : " (disabled)",
 		fs_params.provider[0] ? fs_params.provider
 				      : "efa when this host has it, otherwise kernel TCP");

@@ -14,6 +14,7 @@
 #include "config/log.h"
 #include "config/params.h"
 #include "core/info.h"
+#include "core/nics.h"
 #include "preload/real.h"
 
 static void usage(FILE *out)
@@ -42,6 +43,9 @@ int main(int argc, char **argv)
 	fs_real_init();
 	fs_params_load(); /* rejected values were already reported, one line each */
 	fs_log_init();
+	/* FABSOCK_RAIL_ADDRS is parsed on first use; here its warning joins
+	 * the other parameters' */
+	(void)fs_nics_spec_global();
 
 	ret = fs_info_print(stdout);
 	if (fflush(stdout) != 0)

@@ -430,6 +430,29 @@ case_netns() {
 	done
 	mode_wanted fabsock && netns_start
 	mode_wanted fabsock && netns_iperf3 "$ns_a" "$ns_b" "$subnet.1"
+	mode_wanted fabsock && netns_rail_addrs "$subnet"
+}
+
+# FABSOCK_RAIL_ADDRS picks the NIC a rail is opened on (issue 28, item 2):
+# each side's own veth address named (with FABSOCK_RAILS=2, which still opens
+# one rail) offloads, byte-exact, TCP carrying no payload; a client whose
+# list names only lo, no NIC its tcp rail could use for this connection,
+# keeps it on kernel TCP (both ends preloaded, offloaded=0 on both), bytes
+# exact, and says why in its log.
+netns_rail_addrs() { # SUBNET
+	local dir
+	STREAM_EXTRA_ENV=(FABSOCK_PROVIDER=tcp "FABSOCK_RAIL_ADDRS=$1.1, $1.2" FABSOCK_RAILS=2)
+	stream_check netns-railaddrs-named fabsock $((8 * MIB)) 0 1 30 --bytes 8M --seed 91
+	STREAM_EXTRA_ENV=(FABSOCK_PROVIDER=tcp)
+	STREAM_CLIENT_ENV=(FABSOCK_RAIL_ADDRS=lo FABSOCK_LOG=info)
+	stream_check netns-railaddrs-none refused $((8 * MIB)) 0 1 30 --bytes 8M --seed 92
+	STREAM_CLIENT_ENV=()
+	dir=$FS_TMP/netns-railaddrs-none
+	if grep -q 'FABSOCK_RAIL_ADDRS=lo names none of the' "$dir/client.err"; then
+		fs_pass "netns-railaddrs-none: the client says its list names none of its NICs"
+	else
+		fs_fail "netns-railaddrs-none: no 'FABSOCK_RAIL_ADDRS=lo names none' in the client's log: $(grep -m 2 -v stats: "$dir/client.err")"
+	fi
 }
 
 # The start of a transfer on fresh tcp rails (issue 28). ofi_rxm zeroes its
