@@ -921,8 +921,10 @@ static enum fs_client_kind fs_client_kind(struct fs_sock *s, const struct sockad
 	if (fs_negotiate_pick_provider((struct sockaddr *)&local, peer, &why) != FS_PROV_SHM)
 		return FS_CLIENT_UNKNOWN;
 	fs_sockaddr_key((struct sockaddr *)&local, laddr, &lport);
-	if (fs_conn_exists(laddr, lport, addr, port, inode, &uid) != 1 || uid == FS_DIAG_NO_UID)
+	if (fs_conn_exists(laddr, lport, addr, port, inode, &uid) != 1 || uid == FS_DIAG_NO_UID) {
+		FS_DBG("fd %d: the client socket of a server that speaks first is not on this host (or not found)", s->fd);
 		return FS_CLIENT_UNKNOWN;
+	}
 	if (uid != (uint32_t)fs_self_euid())
 		/* (without records such a client probes, and its HELLO is
 		 * refused: wait for it as before) */
@@ -1041,6 +1043,8 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 					wait_end_ns += fs_params.probe_timeout_ms * FS_MS;
 				if (kind == FS_CLIENT_INTENT)
 					FS_STAT_INC(server_first_intent_waits);
+				else if (kind == FS_CLIENT_UNKNOWN)
+					FS_STAT_INC(server_first_unseen_waits);
 			} else if (kind == FS_CLIENT_INTENT &&
 				   fs_history_client_note(client_inode) != FS_HISTORY_NOTE_INTENT) {
 				/* taken back: the client decided not to probe after all */
