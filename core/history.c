@@ -410,8 +410,9 @@ enum fs_history_note fs_history_client_note(uint32_t inode)
 		if ((v & ~FS_HIST_INTENT) != inode)
 			continue;
 		t = __atomic_load_n(&m->notes[i].boot_ns, __ATOMIC_RELAXED);
-		/* (a time ahead of ours by more than a second is garbage) */
-		if (t > now + 1000000000ull || now - t >= (intent ? FS_HIST_INTENT_NS : FS_HIST_NOTE_NS) ||
+		/* (a time ahead of ours by more than a second is garbage; one
+		 * a little ahead was written after we read the clock: age 0) */
+		if (t > now + 1000000000ull || (t < now && now - t >= (intent ? FS_HIST_INTENT_NS : FS_HIST_NOTE_NS)) ||
 		    (found != FS_HISTORY_NOTE_NONE && t < newest))
 			continue;
 		/* the newest note of the inode counts (an older one is a
