@@ -13,8 +13,11 @@
  * Layout (history-v1, 18,448 bytes, fixed):
  *   header   magic, version, next note index
  *   notes    FS_HIST_NOTES x { client socket inode, CLOCK_BOOTTIME ns }:
- *            client sockets sent to TCP by their history, for servers that
- *            speak first (fs_history_client_chose_tcp)
+ *            for servers that speak first (fs_history_client_note): client
+ *            sockets sent to TCP by their history (the inode as it is), and
+ *            client sockets that will probe (the inode with FS_HIST_INTENT,
+ *            bit 63, set: a socket inode is 32 bits, so a library that
+ *            knows only TCP notes never matches one)
  *   entries  FS_HIST_ENTRIES x { tag, short streak, TCP decisions, last
  *            close (boot s), closes, step-backs }, open addressing over FS_HIST_PROBE
  *            slots from tag % FS_HIST_ENTRIES, the oldest replaced when full
@@ -51,6 +54,11 @@
 #define FS_HIST_PROBE 8u
 /* A note older than this is an earlier connection's (a reused inode). */
 #define FS_HIST_NOTE_NS (30ull * 1000000000ull)
+/* The mark of an intent note, and how long one counts: a client probes as
+ * its connect() returns and gives up after its probe timeout (at most 10 s),
+ * so an older intent is an earlier connection's or a lost probe's. */
+#define FS_HIST_INTENT (1ull << 63)
+#define FS_HIST_INTENT_NS (10ull * 1000000000ull)
 /* How often a process checks that its mapped file is still the one in the
  * directory (rm -rf of the directory, a new file made by another process). */
 #define FS_HIST_RECHECK_NS (2ull * 1000000000ull)
@@ -305,6 +313,8 @@ static struct fs_hist_entry *fs_hist_find(struct fs_hist_file *m, uint64_t tag, 
 	return oldest;
 }
 
+static uint32_t fs_hist_note(struct fs_hist_file *m, uint64_t value);
+
 bool fs_history_decide(struct fs_history_conn *h, int fd, const struct sockaddr *addr)
 {
 	struct fs_hist_file *m;
@@ -337,36 +347,80 @@ bool fs_history_decide(struct fs_history_conn *h, int fd, const struct sockaddr 
 		return false; /* offload one now and then: the program may have changed */
 	}
 	h->chose_tcp = true;
-	if (fstat(fd, &st) == 0) {
-		uint32_t i = __atomic_fetch_add(&m->note_next, 1, __ATOMIC_RELAXED) % FS_HIST_NOTES;
-
-		/* the time first, so that a server never pairs the new inode
-		 * with a stale time and thinks the note old (nor a stale inode
-		 * with the new time: a false match only skips a server's wait
-		 * for a client whose history went TCP anyway) */
-		__atomic_store_n(&m->notes[i].boot_ns, fs_hist_boot_ns(), __ATOMIC_RELAXED);
-		__atomic_store_n(&m->notes[i].inode, (uint64_t)st.st_ino, __ATOMIC_RELEASE);
-	}
+	if (fstat(fd, &st) == 0)
+		fs_hist_note(m, (uint64_t)st.st_ino);
 	return true;
 }
 
-bool fs_history_client_chose_tcp(uint32_t inode)
+/* Writes note VALUE (an inode, marked or not) into the next of M's notes,
+ * returning its index. */
+static uint32_t fs_hist_note(struct fs_hist_file *m, uint64_t value)
+{
+	uint32_t i = __atomic_fetch_add(&m->note_next, 1, __ATOMIC_RELAXED) % FS_HIST_NOTES;
+
+	/* the time first, so that a server never pairs the new inode with a
+	 * stale time and thinks the note old (nor a stale inode with the new
+	 * time: a false match only skips a server's wait for a client whose
+	 * history went TCP anyway, or makes it wait, bounded, for a probe) */
+	__atomic_store_n(&m->notes[i].boot_ns, fs_hist_boot_ns(), __ATOMIC_RELAXED);
+	__atomic_store_n(&m->notes[i].inode, value, __ATOMIC_RELEASE);
+	return i;
+}
+
+void fs_history_note_intent(struct fs_history_conn *h, int fd)
+{
+	struct fs_hist_file *m = fs_hist_get();
+	struct stat st;
+
+	if (!m || fstat(fd, &st) || !st.st_ino || (uint64_t)st.st_ino >= FS_HIST_INTENT)
+		return;
+	h->intent = (uint64_t)st.st_ino | FS_HIST_INTENT;
+	h->intent_slot = fs_hist_note(m, h->intent);
+}
+
+void fs_history_withdraw_intent(struct fs_history_conn *h)
 {
 	struct fs_hist_file *m;
-	uint64_t now;
+	uint64_t expected = h->intent;
 
-	if (!inode || !fs_params.history_short || !(m = fs_hist_get()))
-		return false;
+	if (!expected)
+		return;
+	h->intent = 0;
+	/* (only if the slot still holds our note: a newer one stays) */
+	if ((m = fs_hist_get()))
+		__atomic_compare_exchange_n(&m->notes[h->intent_slot % FS_HIST_NOTES].inode, &expected, 0, false,
+					    __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+}
+
+enum fs_history_note fs_history_client_note(uint32_t inode)
+{
+	enum fs_history_note found = FS_HISTORY_NOTE_NONE;
+	struct fs_hist_file *m;
+	uint64_t now, newest = 0;
+
+	if (!inode)
+		return FS_HISTORY_NOTE_UNKNOWN;
+	if (!(m = fs_hist_get()))
+		return FS_HISTORY_NOTE_UNKNOWN; /* no file we may use: nobody could note */
 	now = fs_hist_boot_ns();
 	for (uint32_t i = 0; i < FS_HIST_NOTES; i++) {
-		if (__atomic_load_n(&m->notes[i].inode, __ATOMIC_ACQUIRE) == inode) {
-			uint64_t t = __atomic_load_n(&m->notes[i].boot_ns, __ATOMIC_RELAXED);
+		uint64_t v = __atomic_load_n(&m->notes[i].inode, __ATOMIC_ACQUIRE), t;
+		bool intent = (v & FS_HIST_INTENT) != 0;
 
-			if (t <= now + 1000000000ull && now - t < FS_HIST_NOTE_NS)
-				return true;
-		}
+		if ((v & ~FS_HIST_INTENT) != inode)
+			continue;
+		t = __atomic_load_n(&m->notes[i].boot_ns, __ATOMIC_RELAXED);
+		/* (a time ahead of ours by more than a second is garbage; one
+		 * a little ahead was written after we read the clock: age 0) */
+		if (t > now + 1000000000ull || (t < now && now - t >= (intent ? FS_HIST_INTENT_NS : FS_HIST_NOTE_NS)) ||
+		    (found != FS_HISTORY_NOTE_NONE && t < newest))
+			continue;
+		/* the newest note of the inode counts (an older one is a
+		 * reused inode's) */
+		newest = t;
+		found = intent ? FS_HISTORY_NOTE_INTENT : FS_HISTORY_NOTE_TCP;
 	}
-	return false;
+	return found;
 }
 
 static void fs_hist_report(uint64_t tag, uint64_t turns, uint64_t bytes)

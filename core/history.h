@@ -10,7 +10,8 @@
  * TCP with no probe, no rail and no HELLO (fallback_short_history), except
  * every FABSOCK_HISTORY_RELEARN-th, which offloads to learn again. Such a
  * client also notes its socket's inode there, so that a server that speaks
- * first does not wait for a probe that will not come. Both the TCP
+ * first does not wait for a probe that will not come; a client that will
+ * probe notes its intent, so that such a server waits for that probe. Both the TCP
  * connections it decided and the offloaded ones report at their close.
  * docs/design.md "Connection history".
  */
@@ -30,6 +31,8 @@ struct fs_history_conn {
 	bool last_send;    /* the last data call was a send */
 	bool chose_tcp;    /* the history said TCP (fs_history_decide) */
 	bool stepped;      /* ... because a connection stepped back from the fabric */
+	uint64_t intent;   /* the intent note written for this socket, 0: none */
+	uint32_t intent_slot; /* ... and where */
 };
 
 /* Before the kernel's connect() of client socket FD to ADDR: looks the
@@ -64,8 +67,23 @@ extern unsigned fs_history_tracked;
 void fs_history_fd_closing(int fd);
 /* Process exit: report the followed connections still open. */
 void fs_history_exit(void);
-/* Server side: whether the client socket INODE (of this user, on this
- * host) was sent to TCP by its history (noted within the last seconds). */
-bool fs_history_client_chose_tcp(uint32_t inode);
+/* Before the kernel's connect() of client socket FD, which will probe
+ * (issue 27, target 7): notes its inode as an intent, so that a server of
+ * our user that speaks first waits for the probe (and one whose client noted
+ * nothing writes at once). Fills H->intent. */
+void fs_history_note_intent(struct fs_history_conn *h, int fd);
+/* The connection noted an intent and then did not probe: takes it back, so
+ * that a server waiting on it stops at its next look. */
+void fs_history_withdraw_intent(struct fs_history_conn *h);
+/* Server side: what the client socket INODE (of this user, on this host)
+ * noted before its connect(). UNKNOWN: no history file this process may use
+ * (nothing can be told). */
+enum fs_history_note {
+	FS_HISTORY_NOTE_UNKNOWN,
+	FS_HISTORY_NOTE_NONE,   /* nothing: a plain program, sends no probe */
+	FS_HISTORY_NOTE_TCP,    /* its history sent it to TCP: no probe either */
+	FS_HISTORY_NOTE_INTENT, /* it will probe */
+};
+enum fs_history_note fs_history_client_note(uint32_t inode);
 
 #endif

@@ -51,6 +51,10 @@
  * client's probe timeout: the client opens its rail (loading libfabric the
  * first time) before it can send the HELLO. */
 #define FS_HELLO_MARGIN_MS 3000ull
+/* How often a server waiting for the probe of a client that noted its
+ * intent looks whether the note was taken back (the client decided, after
+ * its connect(), not to probe). */
+#define FS_INTENT_LOOK_NS (10ull * FS_MS)
 
 bool fs_negotiate_loopback(const uint8_t a[16])
 {
@@ -884,41 +888,65 @@ int fs_negotiate_strip_hello(struct fs_sock *s, uint64_t deadline_ns)
 	return ret;
 }
 
-/* Whether the client of this connection runs on this host as another user
- * than this process, with listener records on: such a client found no
- * record of ours in its user's directory (records.h) and sends no probe, so
- * a server that speaks first need not wait for one; nor does a client of
- * our user that noted its history sent it to TCP (*CHOSE_TCP). One
- * getsockname and one sock_diag lookup, for a server about to write first
- * only. */
-static bool fs_client_other_user(struct fs_sock *s, const struct sockaddr *peer, const uint8_t addr[16],
-				 uint16_t port, bool *chose_tcp)
+/* Who the client of a connection is, as a server about to write first sees
+ * it (fs_client_kind). */
+enum fs_client_kind {
+	FS_CLIENT_UNKNOWN,    /* not on this host (or not found): a probe may come */
+	FS_CLIENT_OTHER_USER, /* on this host, another user: found no record of ours, sends no probe */
+	FS_CLIENT_CHOSE_TCP,  /* our user; its history sent it to TCP: no probe */
+	FS_CLIENT_PLAIN,      /* our user; noted nothing: a program without fabsock */
+	FS_CLIENT_INTENT,     /* our user; noted that it will probe */
+};
+
+/* What the client of S (PEER, its key ADDR:PORT) is, for a server about to
+ * write first with no probe there (issue 27, target 7): one getsockname and
+ * one sock_diag lookup, which gives the client socket's owner and inode when
+ * it is on this host; the notes of our user's history file then say whether
+ * it will probe (history.h). A client of another user (with listener records
+ * on) finds no record of ours and sends no probe. *INODE: the client
+ * socket's, for a look again. */
+static enum fs_client_kind fs_client_kind(struct fs_sock *s, const struct sockaddr *peer, const uint8_t addr[16],
+					  uint16_t port, uint32_t *inode)
 {
 	struct sockaddr_storage local;
 	socklen_t llen = sizeof(local);
-	uint32_t inode = 0, uid = FS_DIAG_NO_UID;
+	uint32_t uid = FS_DIAG_NO_UID;
 	const char *why = NULL;
 	uint8_t laddr[16];
 	uint16_t lport;
 
-	if (!fs_params.records || fs_real.getsockname(s->fd, (struct sockaddr *)&local, &llen))
-		return false;
+	*inode = 0;
+	if (fs_real.getsockname(s->fd, (struct sockaddr *)&local, &llen))
+		return FS_CLIENT_UNKNOWN;
 	if (fs_negotiate_pick_provider((struct sockaddr *)&local, peer, &why) != FS_PROV_SHM)
-		return false;
+		return FS_CLIENT_UNKNOWN;
 	fs_sockaddr_key((struct sockaddr *)&local, laddr, &lport);
-	if (fs_conn_exists(laddr, lport, addr, port, &inode, &uid) != 1 || uid == FS_DIAG_NO_UID)
-		return false;
+	if (fs_conn_exists(laddr, lport, addr, port, inode, &uid) != 1 || uid == FS_DIAG_NO_UID) {
+		FS_DBG("fd %d: the client socket of a server that speaks first is not on this host (or not found)", s->fd);
+		return FS_CLIENT_UNKNOWN;
+	}
 	if (uid != (uint32_t)fs_self_euid())
-		return true;
-	/* our user's client whose history sent it to TCP before its connect()
-	 * (core/history.h): it sends no probe either */
-	*chose_tcp = fs_history_client_chose_tcp(inode);
-	return *chose_tcp;
+		/* (without records such a client probes, and its HELLO is
+		 * refused: wait for it as before) */
+		return fs_params.records ? FS_CLIENT_OTHER_USER : FS_CLIENT_UNKNOWN;
+	/* our user's notes: only our user can write them (the file is ours,
+	 * mode 0600, in our 0700 directory) */
+	switch (fs_history_client_note(*inode)) {
+	case FS_HISTORY_NOTE_TCP:
+		return FS_CLIENT_CHOSE_TCP;
+	case FS_HISTORY_NOTE_INTENT:
+		return FS_CLIENT_INTENT;
+	case FS_HISTORY_NOTE_NONE:
+		return FS_CLIENT_PLAIN;
+	default:
+		return FS_CLIENT_UNKNOWN;
+	}
 }
 
 int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 {
-	bool other_user = false, chose_tcp = false;
+	enum fs_client_kind kind = FS_CLIENT_UNKNOWN;
+	uint32_t client_inode = 0;
 	struct sockaddr_storage peer;
 	socklen_t plen = sizeof(peer);
 	struct fs_probe_rec rec;
@@ -988,21 +1016,47 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 		 * speaking first, settle it as TCP, unless a "yes" beats us. */
 		readable = fs_real.poll(&p, 1, 0) > 0;
 		seen = readable ? p.revents : POLLRDHUP;
-		if (for_send && !readable && !wait_end_ns && fs_params.first_send_wait_ms &&
-		    fs_client_other_user(s, (struct sockaddr *)&peer, addr, port, &chose_tcp))
-			other_user = true; /* no probe is coming: do not wait for one */
-		if (for_send && !readable && fs_params.first_send_wait_ms && !other_user) {
+		if (for_send && !readable && fs_params.first_send_wait_ms) {
 			/* The client sends its probe as its connect() returns, about
-			 * when our accept() does: give it a moment to land. Another
-			 * client's probe (or a signal) may end a poll early, so the
-			 * wait runs to its end, not to the first datagram. */
-			struct pollfd u = { .fd = fs_listener_fd(s->listener), .events = POLLIN };
-			uint64_t now = fs_now_ns();
+			 * when our accept() does. How long to give it depends on who
+			 * the client is (fs_client_kind): a client on this host of
+			 * our user noted before its connect() whether it will probe;
+			 * one that will gets up to a probe timeout (a loaded machine
+			 * delays its probe past FIRST_SEND_WAIT_MS: a gRPC server's
+			 * SETTINGS left its clients on TCP), one that will not (a
+			 * plain program, a client of another user, one its history
+			 * sent to TCP) none; a client we cannot see (another host)
+			 * FIRST_SEND_WAIT_MS, as before. Another client's probe (or a
+			 * signal) may end a poll early, so the wait runs to its end,
+			 * not to the first datagram; the client's own bytes or FIN
+			 * end it. */
+			struct pollfd u[2] = { { .fd = fs_listener_fd(s->listener), .events = POLLIN },
+					       { .fd = s->fd, .events = POLLIN | POLLRDHUP } };
+			uint64_t now = fs_now_ns(), slice;
 
-			if (!wait_end_ns)
-				wait_end_ns = now + fs_params.first_send_wait_ms * 1000000ull;
+			if (!wait_end_ns) {
+				kind = fs_client_kind(s, (struct sockaddr *)&peer, addr, port, &client_inode);
+				wait_end_ns = now;
+				if (kind == FS_CLIENT_UNKNOWN)
+					wait_end_ns += fs_params.first_send_wait_ms * FS_MS;
+				else if (kind == FS_CLIENT_INTENT)
+					wait_end_ns += fs_params.probe_timeout_ms * FS_MS;
+				if (kind == FS_CLIENT_INTENT)
+					FS_STAT_INC(server_first_intent_waits);
+				else if (kind == FS_CLIENT_UNKNOWN)
+					FS_STAT_INC(server_first_unseen_waits);
+			} else if (kind == FS_CLIENT_INTENT &&
+				   fs_history_client_note(client_inode) != FS_HISTORY_NOTE_INTENT) {
+				/* taken back: the client decided not to probe after all */
+				kind = FS_CLIENT_PLAIN;
+				wait_end_ns = now;
+			}
 			if (now < wait_end_ns) {
-				fs_real.poll(&u, 1, (int)((wait_end_ns - now + 999999) / 1000000));
+				/* (an intent is looked at again every 10 ms) */
+				slice = wait_end_ns - now;
+				if (kind == FS_CLIENT_INTENT && slice > FS_INTENT_LOOK_NS)
+					slice = FS_INTENT_LOOK_NS;
+				fs_real.poll(u, 2, (int)((slice + 999999) / 1000000));
 				continue;
 			}
 		}
@@ -1018,12 +1072,22 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 		fs_real.poll(&p, 1, 5);
 	}
 	if (for_send) {
+		static const char *const why[] = {
+			[FS_CLIENT_UNKNOWN] = "the server application spoke first",
+			[FS_CLIENT_OTHER_USER] = "the server application spoke first to a client of another user",
+			[FS_CLIENT_CHOSE_TCP] = "the server application spoke first to a client its history kept on TCP",
+			[FS_CLIENT_PLAIN] = "the server application spoke first to a plain client of this host",
+			[FS_CLIENT_INTENT] = "the server application spoke first: the probe the client noted did not come in time",
+		};
+
 		FS_STAT_INC(fallback_server_first);
-		if (chose_tcp)
+		if (kind == FS_CLIENT_CHOSE_TCP)
 			FS_STAT_INC(server_first_client_tcp);
-		return fs_kernel(s, chose_tcp    ? "the server application spoke first to a client its history kept on TCP"
-				    : other_user ? "the server application spoke first to a client of another user"
-						 : "the server application spoke first");
+		else if (kind == FS_CLIENT_PLAIN)
+			FS_STAT_INC(server_first_plain_local);
+		else if (kind == FS_CLIENT_INTENT)
+			FS_STAT_INC(server_first_intent_missed);
+		return fs_kernel(s, why[kind]);
 	}
 	{
 		/* Readable with no record: a client without fabsock sent bytes,

@@ -638,7 +638,7 @@ static void fs_sock_after_connect(struct fs_sock *s, bool wait_here)
 		goto kernel;
 	}
 	if (s->neg->provider == FS_PROV_SHM && rule != FS_RULE_OFFLOAD)
-		hint = fs_records_lookup(port);
+		hint = s->neg->record_hint ? (enum fs_record_hint)(s->neg->record_hint - 1) : fs_records_lookup(port);
 	if (rule == FS_RULE_OFFLOAD) {
 		s->neg->skip_probe = true;
 	} else if (hint == FS_RECORD_NONE || hint == FS_RECORD_REFUSES) {
@@ -687,9 +687,48 @@ static void fs_sock_after_connect(struct fs_sock *s, bool wait_here)
 	fs_sock_watch_probe(s);
 	return;
 kernel:
+	/* a server that speaks first and found our intent stops waiting */
+	fs_history_withdraw_intent(&s->hist);
 	FS_INFO("fd %d: stays on kernel TCP: %s", s->fd, why ? why : "unknown");
 	FS_STAT_INC(kernel);
 	fs_sock_release(s);
+}
+
+/* Before the kernel's connect() of S to ADDR: if the connection will probe,
+ * as far as can be told without its local address (a destination that is
+ * not loopback may be this host's or another's), note its intent for a
+ * server of our user that speaks first (history.h, issue 27 target 7): that
+ * server then waits for our probe, and writes at once to a client that
+ * noted nothing. The checks are those of fs_sock_after_connect, which takes
+ * the intent back if it decides otherwise. Socket lock not needed: S is
+ * FRESH and this thread's. */
+static void fs_sock_note_intent(struct fs_sock *s, const struct sockaddr *addr)
+{
+	enum fs_record_hint hint = FS_RECORD_UNKNOWN;
+	const char *why;
+	uint8_t key[16];
+	uint16_t port;
+
+	if (s->hist.chose_tcp)
+		return; /* noted as TCP */
+	fs_sockaddr_key(addr, key, &port);
+	if (fs_rules_match(&fs_rules_global, FS_SIDE_CLIENT, addr, port) != FS_RULE_PROBE)
+		return; /* kernel, or an offload rule: no probe either way */
+	if (fs_negotiate_loopback(key) && fs_negotiate_pick_provider(addr, addr, &why) == FS_PROV_NONE)
+		return;
+	if (fs_listeners_own(addr))
+		return;
+	if (fs_params.shm) {
+		/* the records decide for a destination on this host, and a
+		 * remote one's server never reads our notes */
+		hint = fs_records_lookup(port);
+		s->neg->record_hint = (unsigned char)(hint + 1);
+	}
+	if (hint == FS_RECORD_NONE || hint == FS_RECORD_REFUSES)
+		return;
+	if (hint != FS_RECORD_PRESENT && fs_negcache_hit(addr))
+		return;
+	fs_history_note_intent(&s->hist, s->fd);
 }
 
 /* A nonblocking connect() finished (or the caller wants to know if it did).
@@ -718,6 +757,7 @@ bool fs_sock_connect_done(struct fs_sock *s)
 	(void)err;
 	(void)elen;
 	/* failed: the kernel reports it; nothing to offload */
+	fs_history_withdraw_intent(&s->hist);
 	FS_STAT_INC(kernel);
 	fs_sock_release(s);
 	return true;
@@ -748,9 +788,14 @@ int fs_core_connect(struct fs_sock *s, const struct sockaddr *addr, socklen_t le
 	/* before the kernel's connect: a client that goes TCP by its history
 	 * leaves a note a server that speaks first looks for (history.h) */
 	fs_history_decide(&s->hist, s->fd, addr);
+	fs_sock_note_intent(s, addr);
 	ret = fs_real.connect(s->fd, addr, len);
-	if (ret && errno != EINPROGRESS)
-		return -errno;
+	if (ret && errno != EINPROGRESS) {
+		int err = errno;
+
+		fs_history_withdraw_intent(&s->hist);
+		return -err;
+	}
 	fs_lock(&s->lock);
 	memcpy(&s->neg->peer, addr, len < sizeof(s->neg->peer) ? len : sizeof(s->neg->peer));
 	if (ret) {

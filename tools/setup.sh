@@ -33,6 +33,7 @@ FABSOCK_PACKAGES=(
 	nftables util-linux gdb file     # TCP payload counter, setpriv, backtraces of cores
 	strace binutils                  # e2e_load's trace; objdump for the PSM stand-ins
 	clang libclang-rt-dev            # clang and libFuzzer for tests/fuzz (CI's fuzz stage)
+	nghttp2-server nghttp2-client    # nghttpd (HTTP/2: sends SETTINGS first), h2load, nghttp (realapps_h2)
 )
 
 cd "$(dirname -- "$(readlink -f -- "${BASH_SOURCE[0]}")")/.."

@@ -1,0 +1,194 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Servers that speak first (issue 27, target 7; docs/design.md "Connection
+# history", the intent notes). A fabsock client notes before its connect()
+# that it will probe; a server of its user about to write first waits for
+# that probe (up to FABSOCK_PROBE_TIMEOUT_MS) and writes at once to a local
+# client that noted nothing. fs_stream --banner (the server sends a banner
+# line first, then STREAMS streams move BYTES each way, every byte checked),
+# a private record directory:
+#   late:    the client's probe comes 100 ms after its connect()
+#            (FABSOCK_TEST_PROBE_DELAY_MS), far past the 5 ms
+#            FIRST_SEND_WAIT_MS: the server waited for the noted probe
+#            (server_first_intent_waits), both ends offloaded, no payload on
+#            TCP (fs_tcp_proof).
+#   loaded:  LOADED_RUNS (20) runs in a row beside 3 busy loops at nice 0:
+#            every run offloaded on both ends, no payload on TCP.
+#   plain:   fs_stream without the preload: the server wrote its banner
+#            without a wait (server_first_plain_local per stream, no
+#            FIRST_SEND_WAIT_MS: server_first_unseen_waits 0), all on TCP.
+#   forged:  a program without the preload writes an intent note for its own
+#            socket before it connects to a preloaded banner server (python,
+#            the history file's layout): as the server's user, it makes the
+#            server wait for a probe that never comes, once and bounded
+#            (server_first_intent_missed 1; the banner still arrives); as
+#            nobody, in nobody's file (the only one it can write), it changes
+#            nothing: the server writes at once to a client of another user
+#            (no wait of either kind). Needs root for the nobody half.
+. "$(dirname "$0")/lib.sh"
+
+[ "$(id -u)" = 0 ] || fs_skip "needs root (nftables counter, setpriv to nobody)"
+fs_need_nft
+command -v python3 >/dev/null || fs_skip "python3 is missing"
+PROG=$FS_PROGS/fs_stream
+chmod 755 "$FS_TMP" # nobody runs the forger from here
+export FABSOCK_RECORDS_DIR=$FS_TMP/rec
+mkdir -p "$FABSOCK_RECORDS_DIR"
+chmod 1777 "$FABSOCK_RECORDS_DIR" # nobody's own directory goes here too
+STREAMS=2
+BYTES=256K
+LOADED_RUNS=${FS_SRVFIRST_RUNS:-20}
+
+# pair DIR SERVER_PRELOAD(1|0) CLIENT_PRELOAD(1|0) [client env...]: one
+# banner server and its client on a new port, counted by nftables; both must
+# end "result ok". Leaves PORT, and the count running.
+pair() {
+	local dir=$1 spre=$2 cpre=$3 spid cpid crc=0 src=0
+	local -a senv=(env -u LD_PRELOAD) cenv=(env -u LD_PRELOAD)
+	shift 3
+	mkdir -p "$dir"
+	[ "$spre" = 0 ] || senv=(env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 FABSOCK_LOG=info)
+	[ "$cpre" = 0 ] || cenv=(env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1)
+	PORT=$(fs_free_port)
+	fs_tcp_count_start "$PORT"
+	fs_bg spid "${senv[@]}" "$PROG" server --port "$PORT" --ready-file "$dir/ready" --streams "$STREAMS" \
+		--bytes "$BYTES" --bidir --banner >"$dir/server.out" 2>"$dir/server.err"
+	for _ in $(seq 1 200); do [ -s "$dir/ready" ] && break; fs_sleep 0.05; done
+	fs_bg cpid "${cenv[@]}" "$@" "$PROG" client 127.0.0.1 "$PORT" --streams "$STREAMS" --bytes "$BYTES" --bidir \
+		--banner >"$dir/client.out" 2>"$dir/client.err"
+	fs_wait_pid "$cpid" 60 || crc=$?
+	fs_wait_pid "$spid" 20 || src=$?
+	if [ "$crc" -ne 0 ] || [ "$src" -ne 0 ] || ! grep -qx 'result ok' "$dir/client.out" ||
+		! grep -qx 'result ok' "$dir/server.out"; then
+		fs_fail "${dir##*/}: exit $src/$crc: $(grep -h '^result' "$dir/server.out" "$dir/client.out" | tr '\n' ' ')"
+		grep -hv 'stats:' "$dir/server.err" "$dir/client.err" | head -n 5 >&2
+		return 1
+	fi
+}
+
+# ---- late: a probe 100 ms after connect(), waited for -------------------------
+d=$FS_TMP/late
+if pair "$d" 1 1 FABSOCK_TEST_PROBE_DELAY_MS=100; then
+	fs_expect_stats "$d/server.err" "late: the server waited for the noted probe and offloaded" \
+		server_first_intent_waits=$STREAMS server_first_intent_missed=0 offloaded=$STREAMS fallback_server_first=0
+	fs_expect_stats "$d/client.err" "late: the client offloaded" offloaded=$STREAMS
+fi
+fs_tcp_proof late fabsock "$STREAMS"
+
+# ---- loaded: 20 runs in a row beside busy loops --------------------------------
+busy=()
+for _ in 1 2 3; do
+	fs_bg b timeout -k 1 600 bash -c 'while :; do :; done' # bounded; killed below
+	busy+=("$b")
+done
+fs_log "loaded: 3 busy loops at nice 0, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+ok=0 waits=0
+for n in $(seq 1 "$LOADED_RUNS"); do
+	d=$FS_TMP/loaded$n
+	if pair "$d" 1 1; then
+		so=$(fs_stat "$d/server.err" offloaded) co=$(fs_stat "$d/client.err" offloaded)
+		w=$(fs_stat "$d/server.err" server_first_intent_waits)
+		waits=$((waits + ${w:-0}))
+		read -r _ _ pl hs _ odd _ < <(fs_tcp_count_read)
+		if [ "${so:-0}" = "$STREAMS" ] && [ "${co:-0}" = "$STREAMS" ] && [ "$pl" = 0 ] && [ "$odd" = 0 ]; then
+			ok=$((ok + 1))
+		else
+			fs_fail "loaded run $n: server offloaded=${so:-none} client offloaded=${co:-none}, TCP payload $pl bytes ($odd odd segments); server: $(fs_stats_fallbacks "$d/server.err")"
+		fi
+	fi
+	fs_tcp_count_stop
+done
+for b in "${busy[@]}"; do kill "$b" 2>/dev/null || true; done
+[ "$ok" = "$LOADED_RUNS" ] &&
+	fs_pass "loaded: $ok of $LOADED_RUNS runs offloaded on both ends with no TCP payload ($waits waits for a noted probe); load average $(cut -d' ' -f1-3 /proc/loadavg)"
+
+# ---- plain: no preload in the client, no wait in the server --------------------
+d=$FS_TMP/plain
+if pair "$d" 1 0; then
+	fs_expect_stats "$d/server.err" "plain: the server wrote its banner at once to a plain local client" \
+		server_first_plain_local=$STREAMS server_first_unseen_waits=0 server_first_intent_waits=0 \
+		fallback_server_first=$STREAMS offloaded=0
+fi
+read -r _ _ pl _ < <(fs_tcp_count_read)
+fs_tcp_count_stop
+[ "${pl:-0}" -ge $((2 * STREAMS * 262144)) ] || fs_fail "plain: TCP carried $pl payload bytes, less than the streams moved"
+
+# ---- forged: intent notes written by a program without fabsock -----------------
+# forge.py HISTORY PORT: notes its socket's inode as an intent in HISTORY
+# (made as a new history-v1 if missing), connects to 127.0.0.1:PORT, reads
+# the banner line, closes; prints the seconds the banner took.
+cat >"$FS_TMP/forge.py" <<'EOF'
+import mmap, os, socket, struct, sys, time
+path, port = sys.argv[1], int(sys.argv[2])
+size = 16 + 16 * 128 + 32 * 512
+os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+if os.fstat(fd).st_size == 0:
+    os.ftruncate(fd, size)
+    os.pwrite(fd, struct.pack('<II', 0x49485346, 1), 0)
+m = mmap.mmap(fd, size)
+s = socket.socket()
+ino = os.fstat(s.fileno()).st_ino
+struct.pack_into('<QQ', m, 16, ino | (1 << 63), time.clock_gettime_ns(time.CLOCK_BOOTTIME))
+t0 = time.monotonic()
+s.connect(('127.0.0.1', port))
+line = b''
+while not line.endswith(b'\n'):
+    b = s.recv(1)
+    if not b:
+        break
+    line += b
+print('%.3f %s' % (time.monotonic() - t0, line.decode(errors='replace').strip()))
+s.close()
+EOF
+chmod 644 "$FS_TMP/forge.py"
+# a banner server under the preload, one connection (python: accept, banner,
+# read to the end)
+cat >"$FS_TMP/banner.py" <<'EOF'
+import socket, sys
+l = socket.socket()
+l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(('127.0.0.1', int(sys.argv[1])))
+l.listen(4)
+c, _ = l.accept()
+c.sendall(b'BANNER fabsock-forged\n')
+while c.recv(4096):
+	pass
+c.close()
+EOF
+forged() { # LABEL USER(-: root) HISTORY_UID
+	local label=$1 user=$2 huid=$3 spid rc=0 out dir=$FS_TMP/$1
+	local -a as=()
+	mkdir -p "$dir"
+	[ "$user" = - ] || as=(setpriv --reuid="$user" --regid="$(id -gn "$user")" --init-groups --)
+	PORT=$(fs_free_port)
+	fs_bg spid env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 FABSOCK_LOG=info python3 "$FS_TMP/banner.py" "$PORT" \
+		>"$dir/server.out" 2>"$dir/server.err"
+	fs_wait_listen "$PORT" || { fs_fail "$label: the banner server did not listen"; return; }
+	out=$(timeout 20 "${as[@]}" env -u LD_PRELOAD python3 "$FS_TMP/forge.py" \
+		"$FABSOCK_RECORDS_DIR/fabsock-u$huid/history-v1" "$PORT" 2>"$dir/client.err") || rc=$?
+	fs_wait_pid "$spid" 20 || rc=$?
+	if [ "$rc" != 0 ] || [ "${out#* }" != "BANNER fabsock-forged" ]; then
+		fs_fail "$label: exit $rc, client read '${out#* }' ($(head -n 2 "$dir/client.err" | tr '\n' ' '))"
+		return
+	fi
+	fs_log "$label: the banner came after ${out%% *} s"
+	echo "$out" >"$dir/banner-time"
+}
+forged forged_same_user - 0
+[ -s "$FS_TMP/forged_same_user/banner-time" ] &&
+	fs_expect_stats "$FS_TMP/forged_same_user/server.err" \
+		"forged by the server's own user: one bounded wait for a probe that did not come, then TCP" \
+		server_first_intent_waits=1 server_first_intent_missed=1 fallback_server_first=1 offloaded=0
+if id nobody >/dev/null 2>&1 && command -v setpriv >/dev/null; then
+	forged forged_nobody nobody "$(id -u nobody)"
+	[ -s "$FS_TMP/forged_nobody/banner-time" ] &&
+		fs_expect_stats "$FS_TMP/forged_nobody/server.err" \
+			"forged by another user (nobody, in its own file): no wait, the banner at once" \
+			server_first_intent_waits=0 server_first_unseen_waits=0 fallback_server_first=1 offloaded=0
+	grep -q 'spoke first to a client of another user' "$FS_TMP/forged_nobody/server.err" 2>/dev/null ||
+		fs_fail "forged_nobody: the server did not log writing at once to a client of another user"
+else
+	fs_fail "forged_nobody: no user nobody or no setpriv"
+fi
+fs_done

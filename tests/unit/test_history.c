@@ -1,0 +1,159 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The connection history's notes (core/history.h) as a server that speaks
+ * first reads them: no fabric, no network (two unconnected sockets give
+ * inodes). The file lives in a private FABSOCK_RECORDS_DIR; the test writes
+ * notes through the API and, for hostile or stale content, straight into
+ * the mapped file (the layout of history-v1).
+ *
+ * Checked: an intent noted before connect() reads INTENT, a socket with no
+ * note NONE, inode 0 UNKNOWN; a withdrawn intent reads NONE and a withdrawal
+ * leaves a newer note in the slot alone; of two notes of one inode the
+ * newest counts (TCP after an intent, and the other way); an intent older
+ * than 10 s reads NONE while a TCP note of that age still counts (30 s); a
+ * note stamped in the future is ignored; after 128 more notes the first is
+ * gone (the ring's documented limit); a note whose inode has bits above 32
+ * besides the mark never matches.
+ */
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config/params.h"
+#include "core/history.h"
+#include "core/util.h"
+#include "preload/real.h"
+#include "check.h"
+
+#define NOTES 128u
+#define FILE_SIZE (16u + 16u * NOTES + 32u * 512u)
+#define INTENT (1ull << 63)
+
+static uint64_t boot_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_BOOTTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint32_t inode_of(int fd)
+{
+	struct stat st;
+
+	return fstat(fd, &st) == 0 ? (uint32_t)st.st_ino : 0;
+}
+
+/* Writes note I of the mapped file M. */
+static void put_note(uint8_t *m, unsigned i, uint64_t value, uint64_t t)
+{
+	uint64_t *note = (uint64_t *)(m + 16 + 16 * (i % NOTES));
+
+	note[1] = t;
+	note[0] = value;
+}
+
+int main(void)
+{
+	char dir[] = "/tmp/fs-test-history.XXXXXX", path[256];
+	struct fs_history_conn h, h2;
+	int a, b, c, fd;
+	uint32_t ia, ib, ic;
+	uint8_t *m;
+
+	if (!mkdtemp(dir))
+		return 77;
+	setenv("FABSOCK_RECORDS_DIR", dir, 1);
+	fs_real_init();
+	CHECK(fs_params_load() == 0);
+	fs_self_euid_refresh();
+	a = socket(AF_INET, SOCK_STREAM, 0);
+	b = socket(AF_INET, SOCK_STREAM, 0);
+	c = socket(AF_INET, SOCK_STREAM, 0);
+	ia = inode_of(a);
+	ib = inode_of(b);
+	ic = inode_of(c);
+	CHECK(ia && ib && ic && ia != ib);
+
+	/* the API's own notes */
+	memset(&h, 0, sizeof(h));
+	fs_history_note_intent(&h, a);
+	CHECK(h.intent == (ia | INTENT));
+	CHECK(fs_history_client_note(ia) == FS_HISTORY_NOTE_INTENT);
+	CHECK(fs_history_client_note(ib) == FS_HISTORY_NOTE_NONE);
+	CHECK(fs_history_client_note(0) == FS_HISTORY_NOTE_UNKNOWN);
+	fs_history_withdraw_intent(&h);
+	CHECK(h.intent == 0);
+	CHECK(fs_history_client_note(ia) == FS_HISTORY_NOTE_NONE);
+	fs_history_withdraw_intent(&h); /* twice: nothing */
+
+	snprintf(path, sizeof(path), "%s/fabsock-u%u/history-v1", dir, (unsigned)geteuid());
+	fd = open(path, O_RDWR);
+	CHECK(fd >= 0);
+	if (fd < 0)
+		return fs_check_done();
+	m = mmap(NULL, FILE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	CHECK(m != MAP_FAILED);
+	if (m == MAP_FAILED)
+		return fs_check_done();
+
+	/* a withdrawal leaves a newer note in its slot alone */
+	memset(&h2, 0, sizeof(h2));
+	fs_history_note_intent(&h2, b);
+	CHECK(fs_history_client_note(ib) == FS_HISTORY_NOTE_INTENT);
+	put_note(m, h2.intent_slot, ic | INTENT, boot_ns()); /* the slot went round to c */
+	fs_history_withdraw_intent(&h2);
+	CHECK(fs_history_client_note(ic) == FS_HISTORY_NOTE_INTENT);
+	CHECK(fs_history_client_note(ib) == FS_HISTORY_NOTE_NONE);
+
+	/* the newest note of an inode counts */
+	memset(m + 16, 0, 16 * NOTES);
+	put_note(m, 10, ia | INTENT, boot_ns() - 1000000000ull);
+	put_note(m, 11, ia, boot_ns());
+	CHECK(fs_history_client_note(ia) == FS_HISTORY_NOTE_TCP);
+	put_note(m, 12, ia | INTENT, boot_ns() + 1000);
+	CHECK(fs_history_client_note(ia) == FS_HISTORY_NOTE_INTENT);
+
+	/* stale and future notes */
+	memset(m + 16, 0, 16 * NOTES);
+	put_note(m, 20, ib | INTENT, boot_ns() - 11000000000ull);
+	CHECK(fs_history_client_note(ib) == FS_HISTORY_NOTE_NONE);
+	put_note(m, 21, ib, boot_ns() - 11000000000ull);
+	CHECK(fs_history_client_note(ib) == FS_HISTORY_NOTE_TCP);
+	put_note(m, 21, ib, boot_ns() - 31000000000ull);
+	CHECK(fs_history_client_note(ib) == FS_HISTORY_NOTE_NONE);
+	put_note(m, 22, ic | INTENT, boot_ns() + 5000000000ull);
+	CHECK(fs_history_client_note(ic) == FS_HISTORY_NOTE_NONE);
+	/* high bits besides the mark: not an inode of ours */
+	put_note(m, 23, (uint64_t)ic | (1ull << 40) | INTENT, boot_ns());
+	CHECK(fs_history_client_note(ic) == FS_HISTORY_NOTE_NONE);
+
+	/* the ring: 128 later notes push the first out */
+	memset(m + 16, 0, 16 * NOTES);
+	memset(&h, 0, sizeof(h));
+	fs_history_note_intent(&h, a);
+	CHECK(fs_history_client_note(ia) == FS_HISTORY_NOTE_INTENT);
+	for (unsigned i = 0; i < NOTES; i++) {
+		memset(&h2, 0, sizeof(h2));
+		fs_history_note_intent(&h2, b);
+	}
+	CHECK(fs_history_client_note(ia) == FS_HISTORY_NOTE_NONE);
+	CHECK(fs_history_client_note(ib) == FS_HISTORY_NOTE_INTENT);
+
+	munmap(m, FILE_SIZE);
+	close(a);
+	close(b);
+	close(c);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/fabsock-u%u", dir, (unsigned)geteuid());
+	rmdir(path);
+	rmdir(dir);
+	return fs_check_done();
+}
