@@ -10,8 +10,10 @@
  * honour, but not FI_MR_LOCAL (see fs_rail_hints), so the same code opens
  * shm, tcp;ofi_rxm, net and efa (its "efa" fabric; 1.17 needs FI_MR_ALLOCATED
  * | FI_MR_PROV_KEY | FI_MR_VIRT_ADDR, none of FI_MR_LOCAL or FI_CONTEXT2 on
- * RDM: fi_efa(7)). Every post passes one buffer, so iov_limit (efa: 4) is
- * never reached.
+ * RDM: fi_efa(7)). Every send passes one buffer, so iov_limit (efa: 4) is
+ * never reached; a pull split between the application's buffer and a bounce
+ * buffer (rxq.c) is the one receive of two pieces, only where the rail's
+ * rx_iov_limit allows it.
  */
 #include "core/fabric.h"
 #include "core/fabric_internal.h"
@@ -599,6 +601,7 @@ static void fs_rail_read_limits(struct fs_rail *rail, const struct fi_info *fi, 
 	rail->tx_depth = fi->tx_attr->size;
 	rail->rx_depth = fi->rx_attr->size;
 	rail->iov_limit = fi->tx_attr->iov_limit;
+	rail->rx_iov_limit = fi->rx_attr->iov_limit;
 	rail->mr_local = (fi->domain_attr->mr_mode & FI_MR_LOCAL) != 0;
 	rail->mr_prov_key = (fi->domain_attr->mr_mode & FI_MR_PROV_KEY) != 0;
 	rail->source = (fi->caps & FI_SOURCE) != 0;

@@ -92,6 +92,7 @@ struct fs_rail {
 	size_t max_msg_size;
 	size_t tx_depth, rx_depth;
 	size_t iov_limit;
+	size_t rx_iov_limit; /* a receive's iovec (a pull split: rxq.c) */
 	bool mr_local;     /* FI_MR_LOCAL: every buffer needs a descriptor */
 	bool mr_prov_key;  /* the provider picks MR keys */
 	bool source;       /* FI_SOURCE: completions name the sender */
@@ -218,6 +219,23 @@ static inline int fs_rail_recv(struct fs_rail *rail, void *mem, size_t len, void
 			ret = fi_trecv(rail->ep, mem, len, desc, FI_ADDR_UNSPEC, tag, 0, ctx);
 		else
 			ret = fi_recv(rail->ep, mem, len, desc, FI_ADDR_UNSPEC, ctx);
+		if (ret != -FI_EAGAIN)
+			break;
+		(void)fi_cq_read(rail->cq, NULL, 0);
+	}
+	return fs_fabric_errno(ret);
+}
+
+/* Posts a tagged receive of exactly TAG into the COUNT pieces of IOV (their
+ * descriptors in DESC), as fs_rail_recv does for one buffer. COUNT must
+ * not exceed the rail's rx_iov_limit. */
+static inline int fs_rail_trecvv(struct fs_rail *rail, const struct iovec *iov, void **desc, size_t count,
+				 uint64_t tag, void *ctx)
+{
+	ssize_t ret = -FI_EAGAIN;
+
+	for (int tries = 0; tries < 1000; tries++) {
+		ret = fi_trecvv(rail->ep, iov, desc, count, FI_ADDR_UNSPEC, tag, 0, ctx);
 		if (ret != -FI_EAGAIN)
 			break;
 		(void)fi_cq_read(rail->cq, NULL, 0);

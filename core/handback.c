@@ -585,7 +585,7 @@ static void fs_hb_return(struct fs_engine *e, struct fs_stream *s)
 		struct fs_buf *buf = s->rxq_head;
 
 		if (buf->kind == FS_MSG_PULL) {
-			if (buf->pull == FS_PULL_NONE && !fs_engine_pull(s->erail, buf, NULL))
+			if (buf->pull == FS_PULL_NONE && !fs_engine_pull(s->erail, buf, NULL, 0))
 				fs_stream_unpulled_dec(e, s);
 			if (buf->pull != FS_PULL_DONE)
 				return; /* its completion comes through progress */

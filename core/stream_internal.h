@@ -87,9 +87,14 @@ void fs_rx_ctrl(struct fs_engine *e, struct fs_engine_rail *er, struct fs_buf *b
 void fs_rx_pulled(struct fs_engine *e, struct fs_engine_rail *er, struct fs_buf *buf, size_t bytes, int err);
 /* Posts on ER the receive for exactly the payload announced by BUF (an
  * FS_MSG_PULL entry: BUF->pull_tag, BUF->len bytes) into DST, or into BUF's
- * own payload space when DST is NULL. Returns 0 (BUF->pull is
- * FS_PULL_POSTED until the completion) or a negative errno. */
-int fs_engine_pull(struct fs_engine_rail *er, struct fs_buf *buf, void *dst);
+ * own payload space when DST is NULL; with DST_LEN short of BUF->len, its
+ * first DST_LEN bytes into DST and the rest into BUF, at the offset they
+ * have in the payload (a split pull: only where fs_engine_pull_splits).
+ * Returns 0 (BUF->pull is FS_PULL_POSTED until the completion) or a
+ * negative errno. */
+int fs_engine_pull(struct fs_engine_rail *er, struct fs_buf *buf, void *dst, size_t dst_len);
+/* Whether ER's receives take a pull in two pieces (FABSOCK_PULL_SPLIT). */
+bool fs_engine_pull_splits(const struct fs_engine_rail *er);
 /* BUF's announcement leaves the unpulled set of S. */
 void fs_stream_unpulled_dec(struct fs_engine *e, struct fs_stream *s);
 /* A receive buffer S no longer wants: back to the catch-all receives, after

@@ -230,6 +230,7 @@ rb_proxy() {
 					break
 				fi
 				speeds="$speeds $CURL_SPEED"
+				fs_log "$mode: curl through the proxy run $i: $CURL_SPEED B/s, connected after $CURL_TCONN s, $CURL_TTOT s in all"
 			done
 			[ "$speeds" = failed ] && FIG["px_curl $mode"]=failed || FIG["px_curl $mode"]=$(ra_mean_mb "$speeds")
 			nginx_stop "$mode" "$fdir" "$NGX_PID" "front nginx"

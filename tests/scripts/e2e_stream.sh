@@ -232,6 +232,25 @@ wanted_modes() {
 # The receiver's time_s of a finished case LABEL (the server's, for c2s).
 receiver_time() { sed -n 's/^server time_s=\([0-9.]*\).*/\1/p' "$FS_TMP/$1/server.out" | head -n 1; }
 
+# split_check LABEL ON: the receiver (server) of LABEL split its pulls
+# (ON=1: some, and most payload bytes then went straight to the reader's
+# buffer, since a 100000-byte read takes 100000 of each 131072) or not
+# (ON=0: none, every pulled byte through the bounce buffer).
+split_check() {
+	local label=$1 on=$2 err=$FS_TMP/$1/server.err splits direct bounce
+	splits=$(fs_stat "$err" pulls_split)
+	direct=$(fs_stat "$err" pull_direct_bytes)
+	bounce=$(fs_stat "$err" pull_bounce_bytes)
+	fs_log "$label: receiver pulls_split=${splits:-none} pull_direct_bytes=${direct:-none} pull_bounce_bytes=${bounce:-none}"
+	if [ "$on" = 1 ]; then
+		[ "${splits:-0}" -gt 0 ] && [ "${direct:-0}" -gt "${bounce:-0}" ] ||
+			fs_fail "$label: expected split pulls with most pulled bytes direct: pulls_split=${splits:-none} direct=${direct:-none} bounce=${bounce:-none}"
+	else
+		[ "${splits:-x}" = 0 ] && [ "${bounce:-0}" -gt 0 ] ||
+			fs_fail "$label: FABSOCK_PULL_SPLIT=0 but pulls_split=${splits:-none} (bounce=${bounce:-none})"
+	fi
+}
+
 case_stream() {
 	local mode kt ft
 	for mode in $(wanted_modes); do
@@ -247,7 +266,24 @@ case_stream() {
 		# a pulled 128 KiB payload once cost ~10 ms per partial read)
 		stream_check "smallreads-128M-$mode" "$mode" $((128 * MIB)) 0 1 60 --bytes 128M --max-write 1M \
 			--read-size 16K --seed 15
+		# Reads a little smaller than the 128 KiB payloads, as curl's 100 KiB
+		# reads of what nginx sends (issue 27): each read takes what fits
+		# straight from the sender and only the rest through a bounce
+		# buffer, in one split pull (rxq.c, FABSOCK_PULL_SPLIT).
+		stream_check "splitreads-64M-$mode" "$mode" $((64 * MIB)) 0 1 60 --bytes 64M --max-write 1M \
+			--read-size 100000 --seed 16
+		if [ "$mode" = fabsock ]; then
+			split_check splitreads-64M-fabsock 1
+			STREAM_EXTRA_ENV=(FABSOCK_PULL_SPLIT=0)
+			stream_check "splitreads-off-64M-$mode" "$mode" $((64 * MIB)) 0 1 60 --bytes 64M --max-write 1M \
+				--read-size 100000 --seed 17
+			STREAM_EXTRA_ENV=()
+			split_check splitreads-off-64M-fabsock 0
+		fi
 	done
+	if mode_wanted fabsock; then
+		fs_log "64 MiB read 100000 bytes at a time: receiver $(receiver_time splitreads-64M-fabsock) s with split pulls, $(receiver_time splitreads-off-64M-fabsock) s without"
+	fi
 	# Side by side, and a bound far from the bug's 30-50x: the fabric may be
 	# slower than the kernel here (a shared 2-core VM, sanitizers), not 4x.
 	if mode_wanted kernel && mode_wanted fabsock; then
