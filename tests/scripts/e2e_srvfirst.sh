@@ -12,7 +12,7 @@
 #            FIRST_SEND_WAIT_MS: the server waited for the noted probe
 #            (server_first_intent_waits), both ends offloaded, no payload on
 #            TCP (fs_tcp_proof).
-#   loaded:  LOADED_RUNS (20) runs in a row beside 3 busy loops at nice 0:
+#   loaded:  LOADED_RUNS (6; FS_SRVFIRST_RUNS=20 for the 20) runs in a row beside 3 busy loops at nice 0:
 #            every run offloaded on both ends, no payload on TCP.
 #   plain:   fs_stream without the preload: the server wrote its banner
 #            without a wait (server_first_plain_local per stream, no
@@ -37,7 +37,7 @@ mkdir -p "$FABSOCK_RECORDS_DIR"
 chmod 1777 "$FABSOCK_RECORDS_DIR" # nobody's own directory goes here too
 STREAMS=2
 BYTES=256K
-LOADED_RUNS=${FS_SRVFIRST_RUNS:-20}
+LOADED_RUNS=${FS_SRVFIRST_RUNS:-6}
 
 # pair DIR SERVER_PRELOAD(1|0) CLIENT_PRELOAD(1|0) [client env...]: one
 # banner server and its client on a new port, counted by nftables; both must
@@ -75,7 +75,7 @@ if pair "$d" 1 1 FABSOCK_TEST_PROBE_DELAY_MS=100; then
 fi
 fs_tcp_proof late fabsock "$STREAMS"
 
-# ---- loaded: 20 runs in a row beside busy loops --------------------------------
+# ---- loaded: LOADED_RUNS runs in a row beside busy loops --------------------------------
 busy=()
 for _ in 1 2 3; do
 	fs_bg b timeout -k 1 600 bash -c 'while :; do :; done' # bounded; killed below
