@@ -12,7 +12,8 @@
 #     one sets up the heap; the rules' copy and opendir's buffer were it);
 #   - at most LOAD_CALLS calls more in all, not counting fcntl (one
 #     F_GET_SEALS a descriptor: what is left of that search).
-# Then a record file does still reach the new program: a fabsock listener
+# A listener's start sweeps the records through sock_diag, not by reading
+# /proc/net/tcp. Then a record file does still reach the new program: a fabsock listener
 # exec'd into a new program (python3 re-exec'ing itself, the socket
 # without CLOEXEC) is adopted there: the new program's connections offload
 # (counted by the client and the server), the echo checked.
@@ -60,8 +61,26 @@ else
 	cat "$q" >&2
 fi
 
-# A listener that survives exec is still found and adopted.
 command -v python3 >/dev/null || fs_skip "python3 is missing"
+
+# A listener's start: publishing its record sweeps the user's records,
+# listing the listening sockets with sock_diag, never reading /proc/net/tcp
+# (every socket of the host: tens of thousands of TIME_WAITs after a
+# connection-per-request bench, megabytes read before the first accept).
+strace -f -qq -e trace=openat,socket -o "$FS_TMP/listen.trace" -E "LD_PRELOAD=$FABSOCK_LIB" \
+	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(1); print("ok")' \
+	>"$FS_TMP/listen.out" 2>&1 || true
+if ! grep -q '^ok' "$FS_TMP/listen.out"; then
+	fs_fail "the traced listener failed: $(tail -n 3 "$FS_TMP/listen.out" | tr '\n' ' ')"
+elif grep -q '/proc/net/tcp' "$FS_TMP/listen.trace"; then
+	fs_fail "a listener's start read /proc/net/tcp: $(grep -c '/proc/net/tcp' "$FS_TMP/listen.trace") opens"
+elif ! grep -q 'NETLINK_SOCK_DIAG' "$FS_TMP/listen.trace"; then
+	fs_fail "a listener's start made no sock_diag socket (no sweep?): $(grep -c . "$FS_TMP/listen.trace") calls traced"
+else
+	fs_pass "a listener's start swept the records with sock_diag, no /proc/net/tcp"
+fi
+
+# A listener that survives exec is still found and adopted.
 cat >"$FS_TMP/reexec.py" <<'PY'
 import hashlib, os, socket, sys
 if len(sys.argv) == 2:  # first program: listen, then become the second
