@@ -21,6 +21,10 @@
 NETBENCH=${FS_BUILD:-}/tools/fabsock-netbench
 [ -x "$NETBENCH" ] || { fs_fail "no $NETBENCH (FS_BUILD must name the build directory)"; fs_done; exit 1; }
 command -v strace >/dev/null || fs_skip "strace is missing"
+# listener records of this script's own (other scripts' sweeps of the
+# shared directory are no concern here)
+mkdir -p "$FS_TMP/rec"
+export FABSOCK_RECORDS_DIR=$FS_TMP/rec
 command -v python3 >/dev/null || fs_skip "python3 is missing"
 COUNT=200
 WARMUP=10 # fabsock-netbench connect makes 10 untimed connections first
