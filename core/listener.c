@@ -443,6 +443,10 @@ static struct fs_probe_table *fs_probe_table_shared(struct fs_listener *l, const
 
 void fs_listeners_exit(void)
 {
+	/* a process that never listened: no lock, no clock (every short
+	 * process exits through here) */
+	if (!__atomic_load_n(&fs_service_listeners, __ATOMIC_ACQUIRE))
+		return;
 	/* the exit may have interrupted this thread inside the lock: the
 	 * tables are left then (their files go when their last user's
 	 * process does: fs_probe_tables_clean_stale) */

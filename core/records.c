@@ -631,6 +631,9 @@ void fs_records_uid_changed(void)
 
 void fs_records_exit(void)
 {
+	/* nothing published: no lock, no clock */
+	if (!__atomic_load_n(&fs_records_list, __ATOMIC_ACQUIRE))
+		return;
 	/* the exit may have stopped a thread inside the lock */
 	if (fs_mutex_lock_until(&fs_records_lock, fs_now_ns() + 50000000ull))
 		return;
