@@ -12,8 +12,8 @@
 # strace -f -c, beside the same client without the preload: every
 # connection is settled as TCP at connect() (counted fallback_no_record),
 # so no getpeername and no wake-up of the service thread per connection:
-# the same getpeername count as the kernel's client, 10 polls and 10
-# readlinks more at most (the old code made one getpeername, four polls and an
+# the same getpeername count as the kernel's client, 10 polls and 20
+# readlinks more at most (a sanitizer runtime's start reads some) (the old code made one getpeername, four polls and an
 # eventfd write and read more per connection).
 # Then the same against a fabsock server whose records make it a candidate:
 # the client still offloads through its nonblocking connect (echoes right).
@@ -26,6 +26,9 @@ mkdir -p "$FS_TMP/rec"
 export FABSOCK_RECORDS_DIR=$FS_TMP/rec
 command -v python3 >/dev/null || fs_skip "python3 is missing"
 COUNT=100
+# the interpreter itself: a python3 on the PATH may be a wrapper script
+# (pyenv's shim) whose own processes strace would count
+PY=$(python3 -c 'import sys; print(sys.executable)')
 
 cat >"$FS_TMP/server.py" <<'PY'
 import socket, sys
@@ -78,7 +81,7 @@ run_plain() {
 	fs_bg srv python3 "$FS_TMP/server.py" "$COUNT" >"$FS_TMP/$label.s.out" 2>"$FS_TMP/$label.s.err"
 	port=$(fs_listen_port "$FS_TMP/$label.s.out" "$srv")
 	[ -n "$port" ] || { fs_fail "$label: the plain server did not listen"; return 1; }
-	strace -f -c -o "$FS_TMP/$label.strace" "$@" python3 "$FS_TMP/client.py" "$port" "$COUNT" \
+	strace -f -c -o "$FS_TMP/$label.strace" "$@" "$PY" "$FS_TMP/client.py" "$port" "$COUNT" \
 		>"$FS_TMP/$label.out" 2>"$FS_TMP/$label.err" || true
 	fs_wait_pid "$srv" 20 || true
 	grep -q "^echoes $COUNT\$" "$FS_TMP/$label.out" ||
@@ -95,7 +98,7 @@ if run_plain kernel env -u LD_PRELOAD && run_plain fabsock -E "LD_PRELOAD=$FABSO
 		[ "$(fs_stat "$FS_TMP/fabsock.err" fallback_no_record)" != "$COUNT" ]; then
 		fs_fail "plain server: kernel=$(fs_stat "$FS_TMP/fabsock.err" kernel) fallback_no_record=$(fs_stat "$FS_TMP/fabsock.err" fallback_no_record), want $COUNT each"
 	elif [ "$(calls "$t" getpeername)" -gt "$(calls "$k" getpeername)" ] || [ "$(polls "$t")" -gt $(($(polls "$k") + 10)) ] ||
-		[ "$(calls "$t" readlink)" -gt $(($(calls "$k" readlink) + 10)) ]; then
+		[ "$(calls "$t" readlink)" -gt $(($(calls "$k" readlink) + 20)) ]; then
 		fs_fail "plain server: the preloaded client made more calls per connection: getpeername $(calls "$k" getpeername) -> $(calls "$t" getpeername), poll and ppoll $(polls "$k") -> $(polls "$t"), readlink $(calls "$k" readlink) -> $(calls "$t" readlink), write $(calls "$k" write) -> $(calls "$t" write), read $(calls "$k" read) -> $(calls "$t" read)"
 	else
 		fs_pass "plain server: $COUNT nonblocking connections settled at connect(), echoes right; getpeername $(calls "$k" getpeername) -> $(calls "$t" getpeername), poll and ppoll $(polls "$k") -> $(polls "$t"), readlink $(calls "$k" readlink) -> $(calls "$t" readlink) (without -> with the preload)"
