@@ -4,17 +4,17 @@
 # (issue 27, target 5): an event loop's client (wrk, nginx's upstream
 # connections, curl) under the preload, connecting COUNT times to a server
 # fabsock cannot offload (a plain python server: no listener record), each
-# time nonblocking (EINPROGRESS), waiting with poll() for the connection,
-# sending 9 bytes and reading them back (checked), closing; each waits for
-# its connection in a new epoll instance (EPOLL_CTL_ADD of a socket that is
-# the kernel's by then: no readlink to ask whether it is an epoll
-# instance, which an fstat answers). Traced with
-# strace -f -c, beside the same client without the preload: every
-# connection is settled as TCP at connect() (counted fallback_no_record),
-# so no getpeername and no wake-up of the service thread per connection:
-# the same getpeername count as the kernel's client, 10 polls and 20
-# readlinks more at most (a sanitizer runtime's start reads some) (the old code made one getpeername, four polls and an
-# eventfd write and read more per connection).
+# time nonblocking (EINPROGRESS), waiting for the connection in a new epoll
+# instance, sending 9 bytes and reading them back (checked), closing.
+# Traced with strace -f -c, beside the same client without the preload:
+# every connection is settled as TCP at connect() (counted
+# fallback_no_record), so no getpeername and no wake-up of the service
+# thread per connection (main: one getpeername, three polls, an eventfd
+# write and read more per connection), and its EPOLL_CTL_ADD, of a socket
+# that is the kernel's by then, asks no readlink whether it is an epoll
+# instance (an fstat answers): the kernel client's getpeername count, 10
+# polls and 20 readlinks more at most (a sanitizer runtime's start reads
+# some).
 # Then the same against a fabsock server whose records make it a candidate:
 # the client still offloads through its nonblocking connect (echoes right).
 . "$(dirname "$0")/lib.sh"
