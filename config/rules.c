@@ -493,6 +493,11 @@ void fs_rules_load_global(void)
 	struct fs_rules parsed;
 
 	fs_rules_free(&fs_rules_global);
+	/* No rules (the default): nothing to copy. Parsing copies the text,
+	 * and that strdup was the first malloc, with its heap set-up, of
+	 * every program that makes none (every process pays the constructor) */
+	if (!fs_params.rules || !fs_params.rules[strspn(fs_params.rules, " \t\r\n;")])
+		return;
 	if (fs_rules_parse(fs_params.rules, &parsed, err, sizeof(err)) < 0) {
 		FS_WARN("FABSOCK_RULES: %s; no rules in force", err);
 		return;

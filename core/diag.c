@@ -251,6 +251,79 @@ int fs_conn_peer_inode(int fd, uint32_t *inode)
 	return fs_diag_lookup(paddr, pport, maddr, mport, inode, NULL, true);
 }
 
+/* Reads the replies of one dump request on FD into INODE[] (room for MAX;
+ * *N counts). Returns 0 when the dump ended (NLMSG_DONE), 1 when the family
+ * has no sock_diag handler (no IPv6: nothing listens there), -1 otherwise
+ * (an error, a full INODE[], no answer within a second). */
+static int fs_diag_dump_listeners(int fd, uint8_t family, uint64_t *inode, unsigned max, unsigned *n)
+{
+	struct sockaddr_nl kernel = { .nl_family = AF_NETLINK };
+	struct {
+		struct nlmsghdr nlh;
+		struct inet_diag_req_v2 req;
+	} msg = { 0 };
+	union {
+		struct nlmsghdr nlh;
+		char bytes[16384];
+	} reply;
+
+	msg.nlh.nlmsg_len = sizeof(msg);
+	msg.nlh.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+	msg.nlh.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
+	msg.nlh.nlmsg_seq = family;
+	msg.req.sdiag_family = family;
+	msg.req.sdiag_protocol = IPPROTO_TCP;
+	msg.req.idiag_states = 1u << TCP_LISTEN;
+	if (fs_real.sendto(fd, &msg, sizeof(msg), MSG_NOSIGNAL, (struct sockaddr *)&kernel, sizeof(kernel)) < 0)
+		return -1;
+	/* bounded: a dump of listeners is a few replies */
+	for (int parts = 0; parts < 4096; parts++) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		ssize_t len;
+
+		if (fs_real.poll(&p, 1, 1000) <= 0)
+			return -1;
+		len = fs_real.recv(fd, &reply, sizeof(reply), MSG_DONTWAIT);
+		if (len < 0)
+			return -1;
+		for (struct nlmsghdr *h = &reply.nlh; NLMSG_OK(h, (size_t)len); h = NLMSG_NEXT(h, len)) {
+			if (h->nlmsg_seq != family)
+				continue;
+			if (h->nlmsg_type == NLMSG_DONE)
+				return 0;
+			if (h->nlmsg_type == NLMSG_ERROR) {
+				const struct nlmsgerr *err = NLMSG_DATA(h);
+
+				return family == AF_INET6 && (err->error == -ENOENT || err->error == -EAFNOSUPPORT) ? 1 : -1;
+			}
+			if (h->nlmsg_type == SOCK_DIAG_BY_FAMILY && h->nlmsg_len >= NLMSG_LENGTH(sizeof(struct inet_diag_msg))) {
+				const struct inet_diag_msg *info = NLMSG_DATA(h);
+
+				if (info->idiag_state != TCP_LISTEN)
+					continue;
+				if (*n == max)
+					return -1;
+				inode[(*n)++] = info->idiag_inode;
+			}
+		}
+	}
+	return -1;
+}
+
+int fs_diag_listeners(uint64_t *inode, unsigned max, unsigned *n)
+{
+	int fd = fs_real.socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_SOCK_DIAG), ret = -1;
+
+	*n = 0;
+	if (fd < 0)
+		return -1;
+	if (fs_diag_dump_listeners(fd, AF_INET, inode, max, n) == 0 &&
+	    fs_diag_dump_listeners(fd, AF_INET6, inode, max, n) >= 0)
+		ret = 0;
+	fs_real.close(fd);
+	return ret;
+}
+
 void fs_diag_after_fork(void)
 {
 	pthread_mutex_init(&fs_diag_lock, NULL);

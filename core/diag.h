@@ -37,6 +37,13 @@ int fs_conn_held_here(const uint8_t local[16], uint16_t lport, const uint8_t cli
  * 1: found (*INODE set; 0 when no descriptor holds it any more), 0: no
  * such socket, -1: cannot tell. */
 int fs_conn_peer_inode(int fd, uint32_t *inode);
+/* The inodes of this network namespace's listening TCP sockets (IPv4 and
+ * IPv6) into INODE[] (room for MAX), their number into *N: one sock_diag
+ * dump of the listening state, which the kernel answers from its table of
+ * listeners alone (/proc/net/tcp lists every socket: a host with tens of
+ * thousands in TIME_WAIT made that read tens of milliseconds). 0: the list
+ * is complete; -1: it is not (no netlink, an error, more than MAX). */
+int fs_diag_listeners(uint64_t *inode, unsigned max, unsigned *n);
 /* A forked child: the parent's netlink socket stays the parent's. */
 void fs_diag_after_fork(void);
 

@@ -60,6 +60,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -728,12 +729,22 @@ bool fs_epoll_kernel_readable(int epfd)
 	return fs_real.poll(&p, 1, 0) > 0 && (p.revents & POLLIN);
 }
 
-/* Is FD an epoll instance? Asked only at EPOLL_CTL_ADD of a non-socket. */
+/* Is FD an epoll instance? Asked at EPOLL_CTL_ADD of every descriptor that
+ * is not fabsock's socket: a pipe, an eventfd, and every TCP socket that
+ * settled as TCP before the application added it (an event loop's client
+ * connections to a plain server, or sent to TCP by their history, now
+ * settle at connect()). An instance is an anonymous inode (no file type in
+ * its mode), so one fstat rules out sockets, pipes and files, and only an
+ * anonymous inode has its name read (a readlink through /proc per
+ * connection was an event loop's dearest call of fabsock's). */
 bool fs_epoll_is_instance(int fd)
 {
 	char path[64], link[64];
+	struct stat st;
 	ssize_t n;
 
+	if (fstat(fd, &st) == 0 && (st.st_mode & S_IFMT) != 0)
+		return false;
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
 	n = readlink(path, link, sizeof(link) - 1);
 	if (n <= 0)

@@ -25,6 +25,12 @@
 #define FS_INH_NAME "fabsock-exec-state"
 #define FS_INH_MAGIC 0x66734548u /* "fsEH" */
 #define FS_INH_FDS 65536u
+/* The record file's seals: its size fixed, and no more seals. Other files
+ * answer F_GET_SEALS with EINVAL (not shmem) or with other seals, so the
+ * scan at start-up reads one fcntl per descriptor and the name of at most
+ * the matching one, where reading every descriptor's name (a readlink
+ * through /proc each) was most of the cost of every program's start. */
+#define FS_INH_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
 
 struct fs_inh_rec {
 	uint64_t ino;
@@ -45,12 +51,13 @@ static int fs_inh_fd = -1;
 /* Creates this process's record file. Lock held. */
 static struct fs_inh_file *fs_inh_open(void)
 {
-	int fd = memfd_create(FS_INH_NAME, 0), high;
+	int fd = memfd_create(FS_INH_NAME, MFD_ALLOW_SEALING), high;
 	void *map;
 
 	if (fd < 0)
 		return NULL;
-	if (ftruncate(fd, sizeof(struct fs_inh_file))) {
+	/* FS_INH_SEALS mark it for the new program's scan (fs_inh_find) */
+	if (ftruncate(fd, sizeof(struct fs_inh_file)) || fs_real.fcntl(fd, F_ADD_SEALS, FS_INH_SEALS)) {
 		fs_real.close(fd);
 		return NULL;
 	}
@@ -190,32 +197,49 @@ static void fs_inh_restore_one(int fd, const struct fs_inh_rec *rec)
 	}
 }
 
-void fs_inherit_restore(void)
+/* The descriptor of the previous program's record file, or -1. The list
+ * of descriptors comes from /proc/self/fd read straight into a buffer on
+ * the stack (no opendir: its allocation was the first malloc of programs
+ * that never make one); only a descriptor with the record file's seals has
+ * its name read. */
+static int fs_inh_find(void)
 {
-	DIR *dir = opendir("/proc/self/fd");
-	struct dirent *de;
-	int found = -1;
+	char buf[4096];
+	int dfd = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC), found = -1;
+	ssize_t n;
 
-	if (!dir)
-		return;
-	while ((de = readdir(dir))) {
-		char path[64], link[128];
-		int fd = atoi(de->d_name);
-		ssize_t n;
+	if (dfd < 0)
+		return -1;
+	while (found < 0 && (n = getdents64(dfd, buf, sizeof(buf))) > 0) {
+		for (ssize_t off = 0; off < n && found < 0;) {
+			struct dirent64 *de = (struct dirent64 *)(void *)(buf + off);
+			char path[64], link[128];
+			ssize_t len;
+			int fd;
 
-		if (de->d_name[0] < '0' || de->d_name[0] > '9' || fd == dirfd(dir))
-			continue;
-		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-		n = readlink(path, link, sizeof(link) - 1);
-		if (n <= 0)
-			continue;
-		link[n] = 0;
-		if (strncmp(link, "/memfd:" FS_INH_NAME, sizeof("/memfd:" FS_INH_NAME) - 1) == 0) {
-			found = fd;
-			break;
+			off += de->d_reclen;
+			if (de->d_name[0] < '0' || de->d_name[0] > '9')
+				continue;
+			fd = atoi(de->d_name);
+			if (fd == dfd || fs_real.fcntl(fd, F_GET_SEALS) != FS_INH_SEALS)
+				continue;
+			snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+			len = readlink(path, link, sizeof(link) - 1);
+			if (len <= 0)
+				continue;
+			link[len] = 0;
+			if (strncmp(link, "/memfd:" FS_INH_NAME, sizeof("/memfd:" FS_INH_NAME) - 1) == 0)
+				found = fd;
 		}
 	}
-	closedir(dir);
+	fs_real.close(dfd);
+	return found;
+}
+
+void fs_inherit_restore(void)
+{
+	int found = fs_inh_find();
+
 	if (found < 0)
 		return;
 	{

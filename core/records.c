@@ -24,6 +24,7 @@
 
 #include "config/log.h"
 #include "config/params.h"
+#include "core/diag.h"
 #include "core/fdtable.h"
 #include "core/stats.h"
 #include "core/util.h"
@@ -272,7 +273,7 @@ struct fs_rec_listening {
 static void fs_rec_read_listening(const char *path, struct fs_rec_listening *l)
 {
 	FILE *f = fs_real.fopen(path, "re"); /* not the wrapper: no libfabric question here */
-	char line[512];
+	char line[512], *buf;
 
 	if (!f) {
 		if (errno != ENOENT) /* no IPv6: nothing listens there */
@@ -280,8 +281,11 @@ static void fs_rec_read_listening(const char *path, struct fs_rec_listening *l)
 		return;
 	}
 	/* stdio reads /proc in 1 KiB pieces: a host with thousands of
-	 * connections (TIME_WAIT included) made a sweep thousands of reads */
-	setvbuf(f, NULL, _IOFBF, 64 << 10);
+	 * connections (TIME_WAIT included) made a sweep thousands of reads.
+	 * (glibc takes setvbuf's size only with a buffer given.) */
+	buf = malloc(64 << 10);
+	if (buf)
+		setvbuf(f, buf, _IOFBF, 64 << 10);
 	if (!fgets(line, sizeof(line), f)) /* the header */
 		l->complete = false;
 	while (fgets(line, sizeof(line), f)) {
@@ -301,6 +305,7 @@ static void fs_rec_read_listening(const char *path, struct fs_rec_listening *l)
 		l->inode[l->n++] = ino;
 	}
 	fclose(f);
+	free(buf);
 }
 
 static bool fs_rec_slot_stale(const struct fs_rec_slot *s, const struct fs_rec_listening *l, uint64_t now)
@@ -341,8 +346,13 @@ static unsigned fs_rec_sweep(int dfd, uint32_t uid, int port)
 	if (!l)
 		return 0;
 	l->complete = true;
-	fs_rec_read_listening("/proc/net/tcp", l);
-	fs_rec_read_listening("/proc/net/tcp6", l);
+	/* the kernel's list of listeners; /proc's list of every socket only
+	 * where netlink cannot answer */
+	if (fs_diag_listeners(l->inode, FS_REC_MAX_LISTENERS, &l->n)) {
+		l->n = 0;
+		fs_rec_read_listening("/proc/net/tcp", l);
+		fs_rec_read_listening("/proc/net/tcp6", l);
+	}
 	dfd2 = fs_real.fcntl(dfd, F_DUPFD_CLOEXEC, 0);
 	if (dfd2 < 0 || !(dir = fdopendir(dfd2))) {
 		fs_rec_close(dfd2);
@@ -621,6 +631,9 @@ void fs_records_uid_changed(void)
 
 void fs_records_exit(void)
 {
+	/* nothing published: no lock, no clock */
+	if (!__atomic_load_n(&fs_records_list, __ATOMIC_ACQUIRE))
+		return;
 	/* the exit may have stopped a thread inside the lock */
 	if (fs_mutex_lock_until(&fs_records_lock, fs_now_ns() + 50000000ull))
 		return;

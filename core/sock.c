@@ -583,8 +583,12 @@ static void fs_sock_client_watch(void *arg, bool timed_out)
 
 /* The TCP connection to PEER is up: decide whether to try offloading it and
  * send the probe (WAIT_HERE: and briefly wait for its answer in this
- * thread, for a blocking connect()). Socket lock held. */
-static void fs_sock_after_connect(struct fs_sock *s, bool wait_here)
+ * thread, for a blocking connect()). UP false: a nonblocking connect() has
+ * just begun; a connection that stays on TCP is settled, one that may
+ * offload is left as it was (the probe waits until the connection is up).
+ * Returns true when the socket was settled or its negotiation started.
+ * Socket lock held. */
+static bool fs_sock_after_connect(struct fs_sock *s, bool wait_here, bool up)
 {
 	const struct sockaddr *addr = (const struct sockaddr *)&s->neg->peer;
 	struct sockaddr_storage local;
@@ -656,7 +660,10 @@ static void fs_sock_after_connect(struct fs_sock *s, bool wait_here)
 		FS_STAT_INC(fallback_neg_cache);
 		why = "destination cached as not fabsock";
 		goto kernel;
-	} else if (fs_probe_start(&s->neg->probe, s->fd, addr)) {
+	}
+	if (!up)
+		return false;
+	if (rule != FS_RULE_OFFLOAD && fs_probe_start(&s->neg->probe, s->fd, addr)) {
 		FS_STAT_INC(fallback_probe_refused);
 		why = "cannot send the probe";
 		goto kernel;
@@ -677,21 +684,22 @@ static void fs_sock_after_connect(struct fs_sock *s, bool wait_here)
 		if (fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT) {
 			fs_sock_ref(s);
 			fs_sock_watch_ack_soon(s);
-			return;
+			return true;
 		}
 		if (fs_sock_state(s) != FS_SOCK_CLIENT_PENDING)
-			return; /* offloaded, or settled as TCP */
+			return true; /* offloaded, or settled as TCP */
 	}
 	/* The service thread sends the HELLO as soon as the probe is answered. */
 	fs_sock_ref(s);
 	fs_sock_watch_probe(s);
-	return;
+	return true;
 kernel:
 	/* a server that speaks first and found our intent stops waiting */
 	fs_history_withdraw_intent(&s->hist);
 	FS_INFO("fd %d: stays on kernel TCP: %s", s->fd, why ? why : "unknown");
 	FS_STAT_INC(kernel);
 	fs_sock_release(s);
+	return true;
 }
 
 /* Before the kernel's connect() of S to ADDR: if the connection will probe,
@@ -750,7 +758,7 @@ bool fs_sock_connect_done(struct fs_sock *s)
 		socklen_t plen = sizeof(peer);
 
 		if (fs_real.getpeername(s->fd, (struct sockaddr *)&peer, &plen) == 0) {
-			fs_sock_after_connect(s, false);
+			fs_sock_after_connect(s, false, true);
 			return true;
 		}
 	}
@@ -798,6 +806,18 @@ int fs_core_connect(struct fs_sock *s, const struct sockaddr *addr, socklen_t le
 	}
 	fs_lock(&s->lock);
 	memcpy(&s->neg->peer, addr, len < sizeof(s->neg->peer) ? len : sizeof(s->neg->peer));
+	/* Nonblocking: whether the connection stays on TCP is known now (a
+	 * rule, no record of a listener, the history: nothing of it needs the
+	 * connection up, and the local address is bound already). Then it is
+	 * settled here, not by the service thread once the connection is up:
+	 * that was a watch, a wake-up of that thread, a poll and a getpeername
+	 * for every connection an event loop (wrk, nginx's upstream
+	 * connections) made to a plain server or by its history, which the
+	 * kernel does not pay. */
+	if (ret && fs_sock_after_connect(s, false, false)) {
+		pthread_mutex_unlock(&s->lock);
+		return -EINPROGRESS;
+	}
 	if (ret) {
 		/* Nonblocking: the service thread goes on when the connection is
 		 * up; the application sees EINPROGRESS as from the kernel. */
@@ -807,7 +827,7 @@ int fs_core_connect(struct fs_sock *s, const struct sockaddr *addr, socklen_t le
 		pthread_mutex_unlock(&s->lock);
 		return -EINPROGRESS;
 	}
-	fs_sock_after_connect(s, true);
+	fs_sock_after_connect(s, true, true);
 	pthread_mutex_unlock(&s->lock);
 	return 0;
 }
@@ -929,9 +949,10 @@ const void *fs_sock_drain_probes(struct fs_sock *s, const void *skip)
 	 * waiter helps only once the connection has waited FS_DRAIN_AFTER_NS
 	 * (a starved service thread), not on every look at a fresh one (a
 	 * failing recvmsg per connection for nginx's plain clients), and
-	 * always for a listener inherited from a parent, which may be gone. */
+	 * always for a listener inherited from a parent that no longer
+	 * answers (fs_listener_answered: gone, or its twin let go). */
 	if (fs_sock_state(s) == FS_SOCK_SERVER_PENDING && s->listener && s->listener != skip &&
-	    (!fs_listener_answered_here(s->listener) || fs_now_ns() - s->neg->accepted_ns > FS_DRAIN_AFTER_NS)) {
+	    (!fs_listener_answered(s->listener) || fs_now_ns() - s->neg->accepted_ns > FS_DRAIN_AFTER_NS)) {
 		l = s->listener;
 		fs_listener_get(l);
 	}
