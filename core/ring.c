@@ -125,6 +125,11 @@ void fs_ring_sleep_begin(void)
 	fs_ring_counted_page = page;
 }
 
+bool fs_ring_sleep_stale(void)
+{
+	return fs_ring_depth && fs_ring_counted_page != __atomic_load_n(&fs_ring_own, __ATOMIC_ACQUIRE);
+}
+
 void fs_ring_sleep_end(void)
 {
 	if (!fs_ring_depth || --fs_ring_depth)

@@ -68,6 +68,10 @@ bool fs_ring_take(void);
  * before it sleeps; fs_ring_sleep_end once awake. Any lock or none. */
 void fs_ring_sleep_begin(void);
 void fs_ring_sleep_end(void);
+/* Whether this thread's count is on another page than ours now (it began
+ * before our page was made): a long sleeper (the service thread) counts
+ * itself again. */
+bool fs_ring_sleep_stale(void);
 
 /* S joined (its peer's doorbell port is known): start fetching its peer's
  * eventfd if S runs on shm and we have none. Engine lock held. */

@@ -439,13 +439,13 @@ static __thread bool fs_service_counted;
 
 static void fs_service_count_sleep(struct fs_engine *e, bool want)
 {
-	if (want == fs_service_counted)
+	if (want == fs_service_counted && !(want && fs_ring_sleep_stale()))
 		return;
-	fs_service_counted = want;
-	if (!want) {
+	if (fs_service_counted)
 		fs_ring_sleep_end();
+	fs_service_counted = want;
+	if (!want)
 		return;
-	}
 	fs_ring_sleep_begin();
 	fs_engine_progress(e); /* a message posted before the count rang nobody */
 }
