@@ -236,6 +236,7 @@ timeout -k 5 120 env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 "$PY" "$dir/forke
 fs_tcp_proof "fork+exec" fabsock 3
 stop_server fx
 grep -q '^PASS forker$' "$dir/fx.c.out" || fs_fail "fork+exec: exit $rc: $(grep -h 'FAIL\|status' "$dir/fx.c.out" | tr '\n' ' ')"
+fs_log "fork+exec: parent handovers=$(st fx.c ring_handovers) failed=$(st fx.c ring_handover_failed) given=$(st fx.c ring_given) rings_local=$(st fx.c bell_rings_local); server handovers=$(st fx.s ring_handovers) failed=$(st fx.s ring_handover_failed) given=$(st fx.s ring_given) offloaded=$(st fx.s offloaded)"
 eq "fork+exec: eventfds in the exec'd program" "$(sed -n 's/^exec eventfds=//p' "$dir/fx.c.out")" 0
 eq "fork+exec: ring pages in the exec'd program" "$(sed -n 's/^exec ring pages=//p' "$dir/fx.c.out")" 0
 # the parent's own line is the last: the forked child's stats never print (it execs)
