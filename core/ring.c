@@ -10,8 +10,11 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -36,9 +39,25 @@ struct fs_ring_hello {
 _Static_assert(sizeof(struct fs_ring_hello) == 12, "ring hello is 12 bytes");
 
 static int fs_ring_efd = -1;	 /* ours; written by peers */
+static int fs_ring_mfd = -1;	 /* our sleepers' page, handed over with it */
+static struct fs_ring_page *fs_ring_own; /* that page, mapped */
 static int fs_ring_lfd = -1;	 /* the handover socket */
 static uint16_t fs_ring_port;	 /* the doorbell port our name carries */
 static pid_t fs_ring_owner;	 /* the process that opened them */
+
+/* The page a process hands over beside its eventfd (a sealed memfd):
+ * how many of its threads sleep where a ring would wake them (the
+ * sleepers of fs_ring_sleep_begin). A ringer that reads 0 there after
+ * posting its message writes nothing: every thread of the peer that is
+ * not asleep looks at its completion queue before it sleeps, and counts
+ * itself before that look (the order both sides keep, with a full fence
+ * between their write and their read, is what makes a skipped ring safe:
+ * either the ringer sees the sleeper, or the sleeper's look sees the
+ * message). */
+struct fs_ring_page {
+	uint32_t sleepers;
+};
+#define FS_RING_PAGE_SIZE 4096u
 
 enum fs_ring_state { FS_RING_FREE = 0, FS_RING_PENDING, FS_RING_READY, FS_RING_FAILED };
 
@@ -48,6 +67,7 @@ struct fs_ring_peer {
 	uint16_t bell_port; /* host order */
 	uint8_t state;	    /* enum fs_ring_state */
 	int fd;		    /* PENDING: our connection to its socket; READY: its eventfd */
+	const struct fs_ring_page *page; /* READY: its sleepers' page, or NULL (ring always) */
 	unsigned streams;   /* our streams with it: the entry (and its eventfd) goes with the last */
 	uint64_t since_ns;  /* PENDING: when we connected */
 };
@@ -64,6 +84,59 @@ static socklen_t fs_ring_name(struct sockaddr_un *sun, pid_t pid, uint16_t port)
 	/* abstract: sun_path[0] is 0, the name is the bytes after it */
 	len = snprintf(sun->sun_path + 1, sizeof(sun->sun_path) - 1, "fabsock-ring-%d-%u", (int)pid, (unsigned)port);
 	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len);
+}
+
+/* Our sleepers' page: without it (no memfd, no sealing) peers ring always. */
+static void fs_ring_page_open(void)
+{
+	int mfd = memfd_create("fabsock-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	void *page;
+
+	if (mfd < 0)
+		return;
+	/* sealed: a peer maps it and must not see it shrink under it (SIGBUS) */
+	if (ftruncate(mfd, FS_RING_PAGE_SIZE) ||
+	    fs_real.fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) ||
+	    (page = mmap(NULL, FS_RING_PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0)) == MAP_FAILED) {
+		fs_real.close(mfd);
+		return;
+	}
+	fs_ring_mfd = fs_internal_fd(mfd);
+	__atomic_store_n(&fs_ring_own, (struct fs_ring_page *)page, __ATOMIC_RELEASE);
+}
+
+/* A thread counts once however many of its sleeps nest (the depth), on
+ * the page it counted on: the page may be made (or dropped at a fork)
+ * between its begin and its end, and an end undoes its own begin only. */
+static __thread struct fs_ring_page *fs_ring_counted_page __attribute__((tls_model("initial-exec")));
+static __thread unsigned fs_ring_depth __attribute__((tls_model("initial-exec")));
+
+void fs_ring_sleep_begin(void)
+{
+	struct fs_ring_page *page;
+
+	if (fs_ring_depth++)
+		return;
+	page = __atomic_load_n(&fs_ring_own, __ATOMIC_ACQUIRE);
+	if (!page)
+		return;
+	/* a full barrier: the caller's look at its queue comes after it */
+	__atomic_add_fetch(&page->sleepers, 1, __ATOMIC_SEQ_CST);
+	fs_ring_counted_page = page;
+}
+
+bool fs_ring_sleep_stale(void)
+{
+	return fs_ring_depth && fs_ring_counted_page != __atomic_load_n(&fs_ring_own, __ATOMIC_ACQUIRE);
+}
+
+void fs_ring_sleep_end(void)
+{
+	if (!fs_ring_depth || --fs_ring_depth)
+		return;
+	if (fs_ring_counted_page)
+		__atomic_sub_fetch(&fs_ring_counted_page->sleepers, 1, __ATOMIC_RELEASE);
+	fs_ring_counted_page = NULL;
 }
 
 void fs_ring_open(uint16_t bell_port)
@@ -86,6 +159,7 @@ void fs_ring_open(uint16_t bell_port)
 		fs_real.close(efd);
 		return;
 	}
+	fs_ring_page_open();
 	fs_ring_port = bell_port;
 	fs_ring_owner = fs_self_pid();
 	__atomic_store_n(&fs_ring_efd, fs_internal_fd(efd), __ATOMIC_RELEASE);
@@ -120,12 +194,13 @@ void fs_ring_serve(void)
 		struct fs_ring_hello h = { .magic = FS_RING_MAGIC, .pid = (uint32_t)fs_self_pid(), .bell_port = fs_ring_port };
 		union {
 			struct cmsghdr align;
-			char buf[CMSG_SPACE(sizeof(int))];
+			char buf[CMSG_SPACE(sizeof(int) * 2)];
 		} ctl;
 		struct iovec iov = { .iov_base = &h, .iov_len = sizeof(h) };
 		struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
 		struct cmsghdr *cm;
 		struct ucred cred;
+		int fds[2] = { efd, fs_ring_mfd }, nfds = fs_ring_mfd >= 0 ? 2 : 1;
 		int cfd = fs_real.accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 
 		if (cfd < 0)
@@ -140,12 +215,12 @@ void fs_ring_serve(void)
 		}
 		memset(&ctl, 0, sizeof(ctl));
 		msg.msg_control = ctl.buf;
-		msg.msg_controllen = sizeof(ctl.buf);
+		msg.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
 		cm = CMSG_FIRSTHDR(&msg);
 		cm->cmsg_level = SOL_SOCKET;
 		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(cm), &efd, sizeof(int));
+		cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+		memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
 		if (fs_real.sendmsg(cfd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)sizeof(h))
 			FS_STAT_INC(ring_given);
 		fs_real.close(cfd);
@@ -160,11 +235,19 @@ bool fs_ring_take(void)
 	return fd >= 0 && fs_real.read(fd, &v, sizeof(v)) == (ssize_t)sizeof(v) && v;
 }
 
+static void fs_ring_page_drop(struct fs_ring_peer *p)
+{
+	if (p->page)
+		munmap((void *)p->page, FS_RING_PAGE_SIZE);
+	p->page = NULL;
+}
+
 static void fs_ring_peer_free(struct fs_ring_peer *p)
 {
 	if (p->fd >= 0)
 		fs_internal_fd_close(p->fd);
 	p->fd = -1;
+	fs_ring_page_drop(p);
 	if (p->state != FS_RING_FREE)
 		fs_ring_used--;
 	p->state = FS_RING_FREE;
@@ -175,6 +258,7 @@ static void fs_ring_peer_fail(struct fs_ring_peer *p)
 	if (p->fd >= 0)
 		fs_internal_fd_close(p->fd);
 	p->fd = -1;
+	fs_ring_page_drop(p);
 	p->state = FS_RING_FAILED;
 	FS_STAT_INC(ring_handover_failed);
 }
@@ -230,6 +314,7 @@ static struct fs_ring_peer *fs_ring_find(pid_t pid, uint16_t port, bool add)
 		free_slot->pid = pid;
 		free_slot->bell_port = port;
 		free_slot->fd = -1;
+		free_slot->page = NULL;
 		free_slot->streams = 0;
 	}
 	return free_slot;
@@ -284,7 +369,28 @@ void fs_ring_prepare(struct fs_stream *s)
 		fs_ring_peer_fail(p);
 }
 
-/* Takes the eventfd of PENDING peer P if it came. */
+/* Maps MFD, the sleepers' page a peer sent beside its eventfd, if it is
+ * one: a sealed memfd of a page at least (a file that could shrink would
+ * fault us when we read it). NULL otherwise: the peer is rung always. */
+static const struct fs_ring_page *fs_ring_page_map(int mfd)
+{
+	char path[64], link[64];
+	struct stat st;
+	ssize_t l;
+	int seals;
+	void *page;
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", mfd);
+	l = readlink(path, link, sizeof(link) - 1);
+	seals = fs_real.fcntl(mfd, F_GET_SEALS);
+	if (l < 0 || (size_t)l < strlen("/memfd:") || memcmp(link, "/memfd:", strlen("/memfd:")) || seals < 0 ||
+	    !(seals & F_SEAL_SHRINK) || fstat(mfd, &st) || st.st_size < (off_t)FS_RING_PAGE_SIZE)
+		return NULL;
+	page = mmap(NULL, FS_RING_PAGE_SIZE, PROT_READ, MAP_SHARED, mfd, 0);
+	return page == MAP_FAILED ? NULL : page;
+}
+
+/* Takes the eventfd (and the sleepers' page) of PENDING peer P if they came. */
 static void fs_ring_receive(struct fs_ring_peer *p)
 {
 	struct fs_ring_hello h;
@@ -295,7 +401,7 @@ static void fs_ring_receive(struct fs_ring_peer *p)
 	struct iovec iov = { .iov_base = &h, .iov_len = sizeof(h) };
 	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf) };
 	struct cmsghdr *cm;
-	int efd = -1, extra = 0;
+	int efd = -1, mfd = -1, extra = 0;
 	ssize_t n = fs_real.recvmsg(p->fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
 
 	if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
@@ -312,8 +418,10 @@ static void fs_ring_receive(struct fs_ring_peer *p)
 			memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
 			if (efd < 0) {
 				efd = fd;
+			} else if (mfd < 0) {
+				mfd = fd; /* the sleepers' page (an older peer sends none) */
 			} else {
-				fs_real.close(fd); /* never more than one: not ours to keep */
+				fs_real.close(fd); /* never more than two: not ours to keep */
 				extra++;
 			}
 		}
@@ -322,6 +430,8 @@ static void fs_ring_receive(struct fs_ring_peer *p)
 	    h.magic != FS_RING_MAGIC || h.pid != (uint32_t)p->pid || h.bell_port != p->bell_port) {
 		if (efd >= 0)
 			fs_real.close(efd);
+		if (mfd >= 0)
+			fs_real.close(mfd);
 		fs_ring_peer_fail(p); /* refused (closed, nothing sent), or not the peer's */
 		return;
 	}
@@ -334,9 +444,15 @@ static void fs_ring_receive(struct fs_ring_peer *p)
 		l = readlink(path, link, sizeof(link) - 1);
 		if (l < 0 || (size_t)l != strlen("anon_inode:[eventfd]") || memcmp(link, "anon_inode:[eventfd]", (size_t)l)) {
 			fs_real.close(efd);
+			if (mfd >= 0)
+				fs_real.close(mfd);
 			fs_ring_peer_fail(p);
 			return;
 		}
+	}
+	if (mfd >= 0) {
+		p->page = fs_ring_page_map(mfd); /* the mapping outlives the descriptor */
+		fs_real.close(mfd);
 	}
 	fs_internal_fd_close(p->fd);
 	p->fd = fs_internal_fd(efd);
@@ -363,6 +479,18 @@ bool fs_ring_peer(struct fs_stream *s)
 		if (p->state != FS_RING_READY)
 			return false;
 		fd = p->fd;
+		/* Nobody there sleeps where a ring would wake them: the message
+		 * just posted is found by the look its next sleeper makes after
+		 * counting itself (struct fs_ring_page). The fence orders our
+		 * post before the read, as the sleeper's count comes before its
+		 * look. */
+		if (p->page) {
+			__atomic_thread_fence(__ATOMIC_SEQ_CST);
+			if (!__atomic_load_n(&p->page->sleepers, __ATOMIC_RELAXED)) {
+				FS_STAT_INC(bell_rings_skipped);
+				return true;
+			}
+		}
 		if (fs_real.write(fd, &one, sizeof(one)) == (ssize_t)sizeof(one))
 			return true;
 		if (errno == EAGAIN)
@@ -386,6 +514,12 @@ void fs_ring_release(struct fs_stream *s)
 void fs_ring_after_fork(void)
 {
 	if (fs_ring_efd >= 0 && fs_ring_owner != fs_self_pid()) {
+		/* the parent's page stays the parent's: its sleepers are counted
+		 * there, not ours (the mapping itself is left, a page) */
+		__atomic_store_n(&fs_ring_own, NULL, __ATOMIC_RELEASE);
+		if (fs_ring_mfd >= 0)
+			fs_internal_fd_close(fs_ring_mfd);
+		fs_ring_mfd = -1;
 		fs_internal_fd_close(fs_ring_efd);
 		fs_internal_fd_close(fs_ring_lfd);
 		__atomic_store_n(&fs_ring_efd, -1, __ATOMIC_RELEASE);

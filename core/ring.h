@@ -18,6 +18,11 @@
  * then: until then, and for good if the handover fails (refused, the wrong
  * process, no answer within FS_RING_HANDOVER_MS), rings go by datagram.
  *
+ * Beside the eventfd a process hands over a page (a sealed memfd) that
+ * counts its threads asleep where a ring would wake them; a ringer that
+ * finds none there writes nothing (the thread that sleeps next counts
+ * itself, then looks at its queue, and finds the message).
+ *
  * Only rings right after a message posted on the stream go by eventfd:
  * that message disarms the stream at the receiver when it arrives
  * (rxq.c), so a ring need not name its stream. Rings for messages posted
@@ -55,6 +60,18 @@ int fs_ring_listen_fd(void);
 void fs_ring_serve(void);
 /* Reads our eventfd: true if someone rang it. */
 bool fs_ring_take(void);
+
+/* A thread of ours goes to sleep where a ring would wake it (a deep
+ * sleeper, or one a progress round after a ring wakes): counted on the
+ * page peers read before they ring (ring.c, struct fs_ring_page). The
+ * caller must look at the completion queue after fs_ring_sleep_begin and
+ * before it sleeps; fs_ring_sleep_end once awake. Any lock or none. */
+void fs_ring_sleep_begin(void);
+void fs_ring_sleep_end(void);
+/* Whether this thread's count is on another page than ours now (it began
+ * before our page was made): a long sleeper (the service thread) counts
+ * itself again. */
+bool fs_ring_sleep_stale(void);
 
 /* S joined (its peer's doorbell port is known): start fetching its peer's
  * eventfd if S runs on shm and we have none. Engine lock held. */

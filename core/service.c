@@ -430,6 +430,26 @@ static bool fs_service_cq_look(struct fs_engine *e, struct fs_service_set *set, 
 	return true;
 }
 
+/* Whether this thread counts as a sleeper a local ring wakes (ring.h):
+ * only while work of its own waits for a peer's message (sends waiting
+ * for credit, closing streams, hand-backs). The application's sleepers
+ * count themselves; one that is awake looks before it sleeps, so a ring
+ * for it would only wake this thread for nothing. Engine lock held. */
+static __thread bool fs_service_counted;
+
+static void fs_service_count_sleep(struct fs_engine *e, bool want)
+{
+	if (want == fs_service_counted && !(want && fs_ring_sleep_stale()))
+		return;
+	if (fs_service_counted)
+		fs_ring_sleep_end();
+	fs_service_counted = want;
+	if (!want)
+		return;
+	fs_ring_sleep_begin();
+	fs_engine_progress(e); /* a message posted before the count rang nobody */
+}
+
 /* Consecutive 1 ms looks for streams on their way back (the service thread's own). */
 static unsigned fs_service_switch_looks;
 
@@ -493,6 +513,7 @@ static int fs_service_engine_look(struct fs_service_set *set, nfds_t *n, uint64_
 			set->pfd[1].fd = -1;
 			set->pfd[4].fd = -1;
 		}
+		fs_service_count_sleep(e, !*bell_off && (e->pending.next != &e->pending || e->orphans || switching));
 		if (live && !busy)
 			busy = !fs_service_cq_look(e, set, now, &cq);
 		pthread_mutex_unlock(&e->lock);

@@ -189,6 +189,7 @@ static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_read
 			};
 			struct timespec ts;
 			uint64_t ns;
+			bool relooked;
 			int ret;
 
 			if (*poller) {
@@ -222,16 +223,28 @@ static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_read
 			ts = fs_wait_timespec(ns);
 			if (!*poller)
 				fs_stream_sleep_begin(e, s);
+			/* Counted as asleep now (fs_ring_sleep_begin): a peer of
+			 * this host that posted before it saw the count did not
+			 * ring, so look once more before sleeping. */
+			relooked = false;
+			if (pfd[2].fd >= 0 || !*poller) {
+				fs_engine_progress(e);
+				relooked = ready(s, arg) || s->error || s->state == FS_STREAM_CLOSED;
+			}
 			pthread_mutex_unlock(&e->lock);
 			if (pfd[2].fd >= 0) {
 				pfd[3].fd = fs_bell_fd();
 				pfd[4].fd = fs_ring_fd();
 			}
-			if (pfd[5].fd >= 0)
-				fs_engine_cq_sleep(e, true);
-			ret = fs_real.ppoll(pfd, 6, &ts, NULL);
-			if (pfd[5].fd >= 0)
-				fs_engine_cq_sleep(e, false);
+			if (relooked) {
+				ret = 0; /* no sleep: the loop's look returns */
+			} else {
+				if (pfd[5].fd >= 0)
+					fs_engine_cq_sleep(e, true);
+				ret = fs_real.ppoll(pfd, 6, &ts, NULL);
+				if (pfd[5].fd >= 0)
+					fs_engine_cq_sleep(e, false);
+			}
 			pthread_mutex_lock(&e->lock);
 			if (pfd[2].fd >= 0)
 				fs_engine_deep_end(e);
@@ -247,7 +260,7 @@ static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_read
 					(void)n;
 				}
 				/* a sleeper looks at its control connection now and then */
-				if (ret == 0)
+				if (ret == 0 && !relooked)
 					fs_stream_check_ctl(s, ctl_fd);
 			}
 			if (ret < 0 && errno == EINTR && !fs_sigs_restart())

@@ -150,6 +150,12 @@ int fs_wait_deep_sleep(const struct fs_wait *w, struct pollfd *fds, nfds_t n, co
 	 * work pending first gets no deep sleep now (the caller's slice). */
 	cq_fd = fs_engine_cq_wait_fd(e);
 	fds[n].fd = cq_fd != -EAGAIN && fs_engine_wait_deep(e, false) ? fs_engine_deep_begin(e) : -1;
+	/* Counted as asleep now (fs_ring_sleep_begin): a peer of this host
+	 * that posted before it saw the count did not ring, so look once
+	 * more; what it finds rings the deep fd (fs_engine_deep_wake), and
+	 * the poll below returns at once. */
+	if (fds[n].fd >= 0)
+		fs_engine_progress(e);
 	armed_now = !was_armed && __atomic_load_n(&e->armed_all, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&e->lock);
 	if (fds[n].fd < 0)

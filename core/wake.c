@@ -20,6 +20,7 @@
 #include "core/bell.h"
 #include "core/engine.h"
 #include "core/fdtable.h"
+#include "core/ring.h"
 #include "core/sock.h"
 #include "core/stats.h"
 #include "core/stream_internal.h"
@@ -170,13 +171,16 @@ int fs_engine_deep_begin(struct fs_engine *e)
 {
 	if (e->deep_fd < 0)
 		fs_engine_deep_fd_open(e); /* its making at engine creation failed */
-	if (e->deep_fd >= 0)
+	if (e->deep_fd >= 0) {
 		e->deep_waiters++;
+		fs_ring_sleep_begin(); /* the caller looks once more before it sleeps */
+	}
 	return e->deep_fd;
 }
 
 void fs_engine_deep_end(struct fs_engine *e)
 {
+	fs_ring_sleep_end();
 	if (--e->deep_waiters == 0 && e->deep_rung) {
 		uint64_t v;
 		ssize_t n = fs_real.read(e->deep_fd, &v, sizeof(v));
@@ -269,6 +273,8 @@ void fs_engine_wake_all(struct fs_engine *e)
 
 void fs_stream_sleep_begin(struct fs_engine *e, struct fs_stream *s)
 {
+	/* woken by the progress round a ring starts (the service thread's) */
+	fs_ring_sleep_begin();
 	if (!s->sleepers++ && !s->dead)
 		fs_dlist_add(&e->sleeping, &s->sleep_link);
 }
@@ -276,6 +282,7 @@ void fs_stream_sleep_begin(struct fs_engine *e, struct fs_stream *s)
 /* Tolerates a stream destroyed meanwhile (destroy unlinks it). */
 void fs_stream_sleep_end(struct fs_engine *e, struct fs_stream *s)
 {
+	fs_ring_sleep_end();
 	if (!--s->sleepers && fs_dlist_linked(&s->sleep_link))
 		fs_dlist_del(&s->sleep_link);
 }

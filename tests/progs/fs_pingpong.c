@@ -9,14 +9,18 @@
  *       came (at most 64 KiB), sleeps DELAY_US (a server that thinks before
  *       it answers: its client's waits outlast any spin), writes it back;
  *       at EOF closes. On SIGTERM prints "accepted=N" and exits 0.
- *   fs_pingpong client PORT CONNS ROUNDS SIZE [--poll] [--gap-us N]
+ *   fs_pingpong client PORT CONNS ROUNDS SIZE [--poll] [--gap-us N] [--think-us T]
  *       CONNS threads, each with its own connection to 127.0.0.1:PORT (an
  *       echo server: this one, or fs_scale server's epoll loop). ROUNDS
  *       times each sleeps N us (--gap-us: a client that thinks between
  *       requests, so its server's waits outlast any spin), writes SIZE bytes
  *       of a pattern keyed by its index and reads them back, checking every
  *       byte (with --poll, a poll() for POLLIN before every read, as libpq
- *       does). Then it shuts its sending side down (SHUT_WR), must read
+ *       does; with --think-us T, every odd round sleeps T us between its
+ *       write and its read: its answer comes while it is busy, not
+ *       waiting for it, and it prints "max_turn_ms=M round=R", the longest
+ *       round after the first, which may still wait for the handshake).
+ *       Then it shuts its sending side down (SHUT_WR), must read
  *       EOF with nothing before it, and closes. Per connection it prints
  *       "conn I tcp_in=N tcp_out=M fnv=H": the kernel's TCP_INFO counts of
  *       payload received and sent (tcpi_bytes_received, tcpi_bytes_acked:
@@ -50,6 +54,8 @@ struct pp_conn {
 	pthread_t thread;
 	unsigned index;
 	uint64_t tcp_in, tcp_out, fnv;
+	uint64_t max_turn_ns; /* the longest round after the first (write to the whole echo read) */
+	unsigned max_turn_round;
 	bool ok;
 };
 
@@ -58,6 +64,7 @@ static unsigned pp_rounds;
 static size_t pp_size;
 static bool pp_poll;
 static unsigned pp_gap_us;
+static unsigned pp_think_us;
 
 static void *pp_run(void *arg)
 {
@@ -82,13 +89,19 @@ static void *pp_run(void *arg)
 		size_t done = 0;
 		int ret;
 
+		struct timespec t0, t1;
+		uint64_t turn_ns;
+
 		if (pp_gap_us)
 			harness_sleep_ms(pp_gap_us / 1000.0);
+		clock_gettime(CLOCK_MONOTONIC, &t0);
 		harness_pattern_fill(key, off, out, pp_size);
 		if ((ret = harness_write_full(fd, out, pp_size, NULL))) {
 			harness_fail("conn %u round %u: write: %s", c->index, r, strerror(-ret));
 			goto close;
 		}
+		if (pp_think_us && (r & 1))
+			harness_sleep_ms(pp_think_us / 1000.0);
 		while (done < pp_size) {
 			ssize_t n;
 
@@ -106,6 +119,11 @@ static void *pp_run(void *arg)
 			}
 			done += (size_t)n;
 		}
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		turn_ns = (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000ull + (uint64_t)t1.tv_nsec - (uint64_t)t0.tv_nsec;
+		/* the first round may still wait for the handshake's end */
+		if (r && turn_ns > c->max_turn_ns)
+			c->max_turn_ns = turn_ns, c->max_turn_round = r;
 		if (harness_pattern_check(key, off, in, pp_size, "echo"))
 			goto close;
 		c->fnv = harness_fnv1a(c->fnv, in, pp_size);
@@ -135,6 +153,8 @@ static int pp_client(int argc, char **argv)
 {
 	static struct pp_conn conns[PP_MAX_CONNS];
 	uint64_t n_conns, rounds, size;
+	uint64_t max_turn_ns = 0;
+	unsigned max_turn_round = 0;
 	bool all = true;
 
 	if (harness_parse_size(argv[3], PP_MAX_CONNS, &n_conns) || !n_conns ||
@@ -148,6 +168,9 @@ static int pp_client(int argc, char **argv)
 			pp_poll = true;
 		else if (strcmp(argv[i], "--gap-us") == 0 && i + 1 < argc && !harness_parse_size(argv[i + 1], 10000000, &v))
 			pp_gap_us = (unsigned)v, i++;
+		else if (strcmp(argv[i], "--think-us") == 0 && i + 1 < argc &&
+			 !harness_parse_size(argv[i + 1], 10000000, &v))
+			pp_think_us = (unsigned)v, i++;
 		else
 			return 2;
 	}
@@ -169,7 +192,11 @@ static int pp_client(int argc, char **argv)
 		printf("conn %u tcp_in=%" PRIu64 " tcp_out=%" PRIu64 " fnv=%016" PRIx64 " %s\n", i, conns[i].tcp_in,
 		       conns[i].tcp_out, conns[i].fnv, conns[i].ok ? "ok" : "failed");
 		all = all && conns[i].ok;
+		if (conns[i].max_turn_ns > max_turn_ns)
+			max_turn_ns = conns[i].max_turn_ns, max_turn_round = conns[i].max_turn_round;
 	}
+	if (pp_think_us)
+		printf("max_turn_ms=%.3f round=%u\n", max_turn_ns / 1e6, max_turn_round);
 	if (all && !harness_failures())
 		printf("PASS pingpong\n");
 	fflush(stdout);

@@ -12,12 +12,19 @@
 #    local), the server is still woken, nothing lost;
 #  - foreign: a connector of another user (nobody) to the server's ring
 #    socket reads nothing and no descriptor; one of the server's user
-#    (the control: the check can fail) reads the eventfd; the server counts
+#    (the control: the check can fail) reads the eventfd and the sleepers'
+#    page; the server counts
 #    one refused, one given;
+#  - awake: a server that thinks 300 us before each answer and a client
+#    that, every other round, thinks 2 ms between its request and its read
+#    (both FABSOCK_SPIN_US=0, so both engines are sleepy and arm every
+#    message): the answers of those rounds find the client busy, not
+#    asleep, and are not rung (bell_rings_skipped: its page said so), the
+#    others are; no round lost (none over 200 ms), byte-exact;
 #  - fork+exec: a python client that held the server's eventfd forks; the
 #    child opens its own connection, fetches its own copy (the server hands
 #    out a second), echoes byte-exact, then execs a program without the
-#    preload that must hold no eventfd; the parent keeps ringing through
+#    preload that must hold no eventfd nor page; the parent keeps ringing through
 #    the one it had.
 . "$(dirname "$0")/lib.sh"
 
@@ -96,6 +103,33 @@ ge "eventfd server bell_rings_local" "$(st ev.s bell_rings_local)" 1
 ge "eventfd client bell_rings_received" "$(st ev.c bell_rings_received)" 1
 [ "$FS_FAILS" = 0 ] && fs_pass "eventfd: $ROUNDS paced round trips, both ends rung through the eventfd they handed over"
 
+# ---- awake: no ring for a peer that is not asleep ---------------------------
+f0=$FS_FAILS
+PP=$FS_PROGS/fs_pingpong
+fs_bg SPID env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 FABSOCK_SPIN_US=0 FABSOCK_STEPBACK=0 \
+	"$PP" server 300 >"$dir/aw.s.out" 2>"$dir/aw.s.err"
+PORT=$(fs_listen_port "$dir/aw.s.out" "$SPID")
+[ -n "$PORT" ] || { fs_fail "awake: the server did not listen"; fs_done; exit 1; }
+fs_tcp_count_start "$PORT" || fs_fail "nft counter not set up"
+rc=0
+timeout -k 5 120 env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 FABSOCK_SPIN_US=0 FABSOCK_STEPBACK=0 \
+	"$PP" client "$PORT" 1 400 64 --think-us 2000 >"$dir/aw.c.out" 2>"$dir/aw.c.err" || rc=$?
+fs_tcp_proof "awake" fabsock 1
+stop_server awake
+grep -q '^PASS pingpong$' "$dir/aw.c.out" || fs_fail "awake: client exit $rc: $(grep -h 'FAIL' "$dir/aw.c.out" | head -n 2 | tr '\n' ' ')"
+max=$(sed -n 's/^max_turn_ms=\([0-9.]*\).*/\1/p' "$dir/aw.c.out")
+fs_log "awake: server rings_local=$(st aw.s bell_rings_local) skipped=$(st aw.s bell_rings_skipped); client received=$(st aw.c bell_rings_received); max turn ${max:-?} ms ($(sed -n 's/^max_turn_ms=[0-9.]* //p' "$dir/aw.c.out"))"
+# 200 answers came while the client thought: most are not rung (a few
+# may come after its 2 ms under load, and are rung); 200 came while it
+# waited, asleep, and are rung (a few may come before it counted itself
+# asleep: not rung, and found by its look)
+ge "awake: server bell_rings_skipped" "$(st aw.s bell_rings_skipped)" 100
+ge "awake: server rings written" "$(($(st aw.s bell_rings_local) - $(st aw.s bell_rings_skipped)))" 100
+ge "awake: client bell_rings_received" "$(st aw.c bell_rings_received)" 100
+awk -v m="${max:-1e9}" 'BEGIN { exit !(m < 200) }' || fs_fail "awake: a round took ${max:-?} ms (over 200: a lost ring)"
+grep -q 'killed by\|Segmentation\|Aborted' "$dir"/aw.*.err && fs_fail "awake: a process died by a signal"
+[ "$FS_FAILS" = "$f0" ] && fs_pass "awake: answers to a busy client not rung, to a sleeping one rung, nothing lost"
+
 # ---- refused: the datagram fall-back -------------------------------------
 f0=$FS_FAILS
 start_server rf FABSOCK_TEST_RING_REFUSE=1
@@ -141,7 +175,8 @@ PY
 		got=$(timeout 20 setpriv --reuid=nobody --regid=nogroup --clear-groups "$PY" "$dir/connect.py" "$name" 2>&1 || true)
 		eq "foreign: what nobody read" "$got" "got bytes=0 fds=0"
 		got=$(timeout 20 "$PY" "$dir/connect.py" "$name" 2>&1 || true)
-		eq "foreign: what the server's own user read (control)" "$got" "got bytes=12 fds=1"
+		# the eventfd and the page counting the server's sleepers
+		eq "foreign: what the server's own user read (control)" "$got" "got bytes=12 fds=2"
 	fi
 	stop_server fo
 	eq "foreign: server ring_refused" "$(st fo.s ring_refused)" 1
@@ -179,13 +214,16 @@ if pid == 0:
     pingpong("child")
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
     code = ("import os\n"
-            "n = 0\n"
+            "n = m = 0\n"
             "for f in os.listdir('/proc/self/fd'):\n"
             "    try:\n"
-            "        n += os.readlink('/proc/self/fd/' + f) == 'anon_inode:[eventfd]'\n"
+            "        l = os.readlink('/proc/self/fd/' + f)\n"
+            "        n += l == 'anon_inode:[eventfd]'\n"
+            "        m += l.startswith('/memfd:fabsock-ring')\n"
             "    except OSError:\n"
             "        pass\n"
-            "print('exec eventfds=%d' % n)\n")
+            "print('exec eventfds=%d' % n)\n"
+            "print('exec ring pages=%d' % m)\n")
     os.execve(sys.executable, [sys.executable, "-c", code], env)
 pingpong("parent")
 _, status = os.waitpid(pid, 0)
@@ -198,7 +236,9 @@ timeout -k 5 120 env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 "$PY" "$dir/forke
 fs_tcp_proof "fork+exec" fabsock 3
 stop_server fx
 grep -q '^PASS forker$' "$dir/fx.c.out" || fs_fail "fork+exec: exit $rc: $(grep -h 'FAIL\|status' "$dir/fx.c.out" | tr '\n' ' ')"
+fs_log "fork+exec: parent handovers=$(st fx.c ring_handovers) failed=$(st fx.c ring_handover_failed) given=$(st fx.c ring_given) rings_local=$(st fx.c bell_rings_local); server handovers=$(st fx.s ring_handovers) failed=$(st fx.s ring_handover_failed) given=$(st fx.s ring_given) offloaded=$(st fx.s offloaded)"
 eq "fork+exec: eventfds in the exec'd program" "$(sed -n 's/^exec eventfds=//p' "$dir/fx.c.out")" 0
+eq "fork+exec: ring pages in the exec'd program" "$(sed -n 's/^exec ring pages=//p' "$dir/fx.c.out")" 0
 # the parent's own line is the last: the forked child's stats never print (it execs)
 eq "fork+exec: parent offloaded" "$(st fx.c offloaded)" 2
 # A peer's eventfd goes with the last stream with it (ring.h): the parent's
