@@ -660,8 +660,11 @@ int fs_engine_join_stream(struct fs_engine *e, struct fs_stream *st, const struc
 	    fs_real.getsockname(fd, (struct sockaddr *)&laddr, &llen))
 		bell_port = 0;
 	pthread_mutex_lock(&e->lock);
-	ret = fs_stream_connect(e, st, peer->stream_id, peer->window, peer->chunk, peer->pull_shift, peer->addr,
-				peer->addr_len, ended_ok);
+	if (ended_ok && fs_params.test_join_fail) /* testing: the client's join fails */
+		ret = -(int)fs_params.test_join_fail;
+	else
+		ret = fs_stream_connect(e, st, peer->stream_id, peer->window, peer->chunk, peer->pull_shift,
+					peer->addr, peer->addr_len, ended_ok);
 	if (ret < 0)
 		fs_stream_abandon(e, st);
 	else if (ret == 0) /* (a peer that ended has no doorbell to ring) */

@@ -56,6 +56,10 @@ enum fs_hb_slot_state {
 	FS_HB_SLOT_STARTED = 3,
 	FS_HB_SLOT_DONE = 4,
 	FS_HB_SLOT_GONE = 5,
+	/* the stream cannot go back (its peer ended before it joined, or it
+	 * was reset) and holds what the asker would have read: the asker's
+	 * socket reports a reset, never the kernel socket's clean end */
+	FS_HB_SLOT_BROKEN = 6,
 };
 
 struct fs_hb_slot {
@@ -155,7 +159,17 @@ void fs_handback_serve(struct fs_engine *e)
 		FS_INFO("stream %u: process %d, forked from this one, uses its socket: handing it back to TCP", s->id,
 			(int)slot->asker);
 		if (s->hb == FS_HB_NONE && fs_handback_start(e, s, s->app_fd)) {
-			__atomic_store_n(&slot->state, FS_HB_SLOT_GONE, __ATOMIC_RELEASE);
+			/* A receive-only stream (its server ended before we
+			 * joined: nobody to answer a SWITCH) or a reset one. Its
+			 * bytes are in this process's memory, where a forked
+			 * child cannot read them, and the kernel socket only
+			 * holds the peer's end: read there, the child took a
+			 * clean end of stream for an answer it never got. Unless
+			 * nothing is left but that end, it reads a reset. */
+			bool drained = !s->error && !s->rx_bytes && s->peer_fin;
+
+			__atomic_store_n(&slot->state, drained ? FS_HB_SLOT_GONE : FS_HB_SLOT_BROKEN,
+					 __ATOMIC_RELEASE);
 			continue;
 		}
 		__atomic_store_n(&slot->state, FS_HB_SLOT_STARTED, __ATOMIC_RELEASE);
@@ -234,7 +248,7 @@ int fs_handback_request(struct fs_sock *s)
 
 		while (fs_now_ns() < deadline) {
 			state = __atomic_load_n(&slot->state, __ATOMIC_ACQUIRE);
-			if (state == FS_HB_SLOT_DONE || state == FS_HB_SLOT_GONE ||
+			if (state == FS_HB_SLOT_DONE || state == FS_HB_SLOT_GONE || state == FS_HB_SLOT_BROKEN ||
 			    __atomic_load_n(&page->ended, __ATOMIC_ACQUIRE) ||
 			    (state == FS_HB_SLOT_ASKED && fs_now_ns() - asked > FS_HB_ANSWER_MS * 1000000ull))
 				break;
@@ -243,6 +257,11 @@ int fs_handback_request(struct fs_sock *s)
 		}
 	}
 	__atomic_store_n(&slot->state, FS_HB_SLOT_FREE, __ATOMIC_RELEASE);
+	if (state == FS_HB_SLOT_BROKEN) {
+		FS_INFO("fd %d: process %d holds what this process would read, and cannot hand it back to TCP: "
+			"the connection reads as reset here", s->fd, (int)s->pid);
+		return -ECONNRESET;
+	}
 	if (state == FS_HB_SLOT_DONE || state == FS_HB_SLOT_GONE || fs_hb_recent_has(page, s->hb_stream_id, s->token))
 		return 0;
 	FS_WARN("fd %d: process %d did not hand its stream back to TCP in time; the connection is broken", s->fd,
