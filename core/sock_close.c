@@ -367,8 +367,12 @@ static int fs_sock_close_fd(struct fs_sock *s, int fd, bool real_close)
 	}
 	if (fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT)
 		fs_negotiate_abort(s);
-	if (fs_sock_state(s) == FS_SOCK_OFFLOADED)
-		fs_history_offloaded_closed(&s->hist);
+	if (fs_sock_state(s) == FS_SOCK_OFFLOADED) {
+		uint64_t turns, bytes;
+
+		fs_stepback_totals(&s->sb, &turns, &bytes);
+		fs_history_offloaded_closed(&s->hist, turns, bytes);
+	}
 	/* release looks at the state (a listener stops answering probes, a
 	 * server connection forgets its probe record) before it is reset */
 	fs_sock_release(s);
