@@ -33,7 +33,17 @@
 #include "core/sock.h"
 #include "core/stats.h"
 #include "core/stream_internal.h"
+#include "core/util.h"
 #include "preload/real.h"
+
+/* Whether S, which cannot go back to TCP (its peer ended before it joined,
+ * or it was reset), leaves nothing unread but its peer's end: the kernel
+ * socket then says what S would (the end of stream), and a process that
+ * reads it there instead of S loses nothing. Engine lock held. */
+static bool fs_hb_drained(const struct fs_stream *s)
+{
+	return !s->error && !s->rx_bytes && s->peer_fin && (s->peer_ended || s->peer_gone);
+}
 
 /* ---- the request page --------------------------------------------------------
  *
@@ -166,9 +176,7 @@ void fs_handback_serve(struct fs_engine *e)
 			 * holds the peer's end: read there, the child took a
 			 * clean end of stream for an answer it never got. Unless
 			 * nothing is left but that end, it reads a reset. */
-			bool drained = !s->error && !s->rx_bytes && s->peer_fin;
-
-			__atomic_store_n(&slot->state, drained ? FS_HB_SLOT_GONE : FS_HB_SLOT_BROKEN,
+			__atomic_store_n(&slot->state, fs_hb_drained(s) ? FS_HB_SLOT_GONE : FS_HB_SLOT_BROKEN,
 					 __ATOMIC_RELEASE);
 			continue;
 		}
@@ -758,6 +766,17 @@ int fs_handback_sync(struct fs_stream *s, int fd)
 		fs_stream_changed(e, s);
 		fs_engine_progress(e);
 		ret = -ECONNRESET;
+	}
+	/* The socket leaves this program (exec, SCM_RIGHTS) on the kernel's
+	 * TCP, which does not carry the stream: what the peer sent over the
+	 * fabric, and the peer's next bytes, would never come there, and the
+	 * new holder would read a clean end of stream (a receive-only stream,
+	 * whose server ended) or wait for ever. It reads a reset instead, and
+	 * the peer gets one. (-EBADF: closed here; nobody holds it.) */
+	if (ret && ret != -EBADF && fd >= 0 && !fs_hb_drained(s)) {
+		FS_WARN("stream %u: cannot go back to TCP as its socket leaves this program: resetting the connection",
+			s->id);
+		(void)fs_tcp_reset(fd);
 	}
 	pthread_mutex_unlock(&e->lock);
 	return ret;

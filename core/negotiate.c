@@ -385,24 +385,18 @@ static int fs_kernel(struct fs_sock *s, const char *why)
  * (it sent its HELLO-ACK, or may read ours as one): it may have sent bytes
  * over the fabric already, or taken ours, so the connection can go on as
  * TCP no more than as a stream, and an end of stream would be a lie (issue
- * 26). It ends as a reset does, on both ends and by the kernel itself:
- * connect(AF_UNSPEC) disconnects the TCP socket, which sends the peer an
- * RST (its control connection's reset: the peer's stream reports
- * ECONNRESET after FABSOCK_PEER_GRACE_MS) and leaves ECONNRESET pending
- * here; the shutdown then makes every later read an end of stream and
- * every write EPIPE (SIGPIPE unless MSG_NOSIGNAL), and poll reports
- * POLLIN|POLLOUT|POLLERR|POLLHUP|POLLRDHUP: exactly what the kernel's
- * socket says after an RST (its shutdown answers ENOTCONN, and still marks
- * the socket). Returns FS_PASS: the application's calls go to that
- * socket. */
+ * 26). It ends as a reset does, on both ends and by the kernel itself
+ * (fs_tcp_reset): the peer's control connection gets an RST (its stream
+ * reports ECONNRESET after FABSOCK_PEER_GRACE_MS), and the application's
+ * calls, which go to the kernel socket from now on, ECONNRESET once, then
+ * an end of stream or EPIPE. Returns FS_PASS. */
 static int fs_reset_tcp(struct fs_sock *s, const char *why)
 {
-	struct sockaddr unspec = { .sa_family = AF_UNSPEC };
+	int ret;
 
 	FS_WARN("fd %d: %s; resetting the connection", s->fd, why);
-	if (fs_real.connect(s->fd, &unspec, sizeof(unspec)))
-		FS_WARN("fd %d: cannot reset the connection: %s", s->fd, strerror(errno));
-	(void)fs_real.shutdown(s->fd, SHUT_RDWR);
+	if ((ret = fs_tcp_reset(s->fd)) != 0)
+		FS_WARN("fd %d: cannot reset the connection: %s", s->fd, strerror(-ret));
 	FS_STAT_INC(resets_at_join);
 	return FS_PASS;
 }

@@ -462,7 +462,12 @@ static void fs_sock_hand_back_fd(int fd)
 	if (fs_sock_state(s) == FS_SOCK_OFFLOADED) {
 		if (s->pid == fs_self_pid() && fs_stream_hb(s->stream) != FS_HB_DONE)
 			fs_handback_sync(s->stream, s->fd);
-		fs_sock_unshare(s, &err);
+		/* A child's socket that its owner could not hand back (a
+		 * receive-only or reset stream: fs_handback_request): the
+		 * program it execs or passes it to would read the kernel
+		 * socket's clean end; it reads a reset, as this one would. */
+		if (fs_sock_unshare(s, &err) && err)
+			(void)fs_tcp_reset(fd);
 	}
 	fs_sock_put(s);
 }

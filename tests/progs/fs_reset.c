@@ -26,6 +26,11 @@
  *                     the answer's bytes (a prefix of them) and then the
  *                     end of stream only after all of them, or a reset,
  *                     never a short clean end; no process dies by a signal
+ *   recvonly_exec     the same stream; the client execs a reader of it
+ *                     (this program, `exec-reader FD NAME`): the stream
+ *                     cannot go back to TCP, and the reader must not read a
+ *                     clean end short of the answer
+ *   recvonly_fork_exec the same from a child the client forked
  * Every wait is bounded (SO_RCVTIMEO, poll timeouts, the harness's
  * watchdog). Output as the harness's: `PASS name`, `FAIL name: ...`,
  * `connections=N`.
@@ -243,6 +248,8 @@ static int recvonly_fork_server(int fd)
 	return close(fd) ? harness_fail("close: %s", strerror(errno)) : 0; /* and the process ends */
 }
 
+static int recvonly_settle(int fd);
+
 /* Reads FD (nonblocking) to its end: bytes of the answer, then the end of
  * stream only after all of them, or a reset. */
 static int recvonly_read_all(int fd, const char *who)
@@ -273,28 +280,12 @@ static int recvonly_read_all(int fd, const char *who)
 
 static int recvonly_fork_client(int fd)
 {
-	const struct addrinfo *a = harness_server_address;
-	int sync = socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	double deadline;
-	char byte;
 	pid_t pid;
 
-	if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK))
-		return harness_fail("O_NONBLOCK: %s", strerror(errno));
-	if (sync < 0 || connect(sync, a->ai_addr, a->ai_addrlen))
-		return harness_fail("the second connection: %s", strerror(errno));
-	harness_sleep_ms(RESET_LATE_MS);
-	close(sync);
-	/* settle the connection here (the stream receive-only by now), so
-	 * that the child inherits it offloaded */
-	deadline = harness_now_ms() + RESET_WAIT_MS;
-	while (recv(fd, &byte, 1, MSG_PEEK) != 1) {
-		if (errno != EAGAIN && errno != EWOULDBLOCK)
-			return harness_fail("the first peek: %s", errno ? strerror(errno) : "end of stream");
-		if (harness_remaining_ms(deadline) == 0)
-			return harness_fail("no answer within %d ms", RESET_WAIT_MS);
-		harness_wait_fd(fd, POLLIN, 50);
-	}
+	/* settled here (the stream receive-only by now), so that the child
+	 * inherits it offloaded */
+	if (recvonly_settle(fd) < 0)
+		return -1;
 	pid = fork();
 	if (pid < 0)
 		return harness_fail("fork: %s", strerror(errno));
@@ -317,10 +308,97 @@ static int recvonly_fork_client(int fd)
 	return 0;
 }
 
+/* ---- recvonly_exec, recvonly_fork_exec ------------------------------------ */
+
+/* Runs this program again as `exec-reader FD NAME`, FD kept across the
+ * exec. Returns only on failure. */
+static int recvonly_exec_reader(int fd, const char *name)
+{
+	char fd_text[16];
+
+	snprintf(fd_text, sizeof(fd_text), "%d", fd);
+	if (fcntl(fd, F_SETFD, 0))
+		return harness_fail("F_SETFD: %s", strerror(errno));
+	fflush(stdout);
+	execl("/proc/self/exe", "fs_reset", "exec-reader", fd_text, name, (char *)NULL);
+	return harness_fail("exec: %s", strerror(errno));
+}
+
+/* The program that exec gave the socket to: it reads it to its end. */
+static int recvonly_exec_main(int argc, char **argv)
+{
+	int fd = argc == 4 ? atoi(argv[2]) : -1;
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	harness_set_name(argc == 4 ? argv[3] : "exec-reader");
+	harness_watchdog_start(60, NULL);
+	if (fd < 0 || fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK))
+		return harness_fail("no socket at fd %d", fd), 1;
+	if (recvonly_read_all(fd, "exec'd") == 0 && !harness_failures()) {
+		printf("PASS %s\n", argv[3]);
+		return 0;
+	}
+	return 1;
+}
+
+/* The client's side up to the receive-only stream: its second
+ * connection, the late look, the first peek (which settles it). */
+static int recvonly_settle(int fd)
+{
+	const struct addrinfo *a = harness_server_address;
+	int sync = socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	double deadline;
+	char byte;
+
+	if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK))
+		return harness_fail("O_NONBLOCK: %s", strerror(errno));
+	if (sync < 0 || connect(sync, a->ai_addr, a->ai_addrlen))
+		return harness_fail("the second connection: %s", strerror(errno));
+	harness_sleep_ms(RESET_LATE_MS);
+	close(sync);
+	deadline = harness_now_ms() + RESET_WAIT_MS;
+	while (recv(fd, &byte, 1, MSG_PEEK) != 1) {
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			return harness_fail("the first peek: %s", errno ? strerror(errno) : "end of stream");
+		if (harness_remaining_ms(deadline) == 0)
+			return harness_fail("no answer within %d ms", RESET_WAIT_MS);
+		harness_wait_fd(fd, POLLIN, 50);
+	}
+	return 0;
+}
+
+/* The client execs a reader of the socket: the stream cannot go back to
+ * TCP (its server ended), and the new program must not read a clean end. */
+static int recvonly_exec_client(int fd)
+{
+	if (recvonly_settle(fd) < 0)
+		return -1;
+	return recvonly_exec_reader(fd, "recvonly_exec");
+}
+
+/* The same from a forked child, which asks the client for the stream. */
+static int recvonly_fork_exec_client(int fd)
+{
+	pid_t pid;
+
+	if (recvonly_settle(fd) < 0)
+		return -1;
+	pid = fork();
+	if (pid < 0)
+		return harness_fail("fork: %s", strerror(errno));
+	if (pid == 0) {
+		recvonly_exec_reader(fd, "recvonly_fork_exec");
+		_exit(1);
+	}
+	return harness_wait_child(pid, "the child that exec'd a reader", 0);
+}
+
 static const struct harness_scenario reset_scenarios[] = {
 	{ "join_reset", join_reset_server, join_reset_client, 0 },
 	{ "join_reset_epoll", join_reset_server, join_reset_epoll_client, 0 },
 	{ "recvonly_fork", recvonly_fork_server, recvonly_fork_client, HARNESS_SERVER_CLOSES_FD },
+	{ "recvonly_exec", recvonly_fork_server, recvonly_exec_client, HARNESS_SERVER_CLOSES_FD },
+	{ "recvonly_fork_exec", recvonly_fork_server, recvonly_fork_exec_client, HARNESS_SERVER_CLOSES_FD },
 };
 
 int main(int argc, char **argv)
@@ -332,5 +410,7 @@ int main(int argc, char **argv)
 		.watchdog_seconds = 60,
 	};
 
+	if (argc > 1 && !strcmp(argv[1], "exec-reader"))
+		return recvonly_exec_main(argc, argv);
 	return harness_scenario_main(&program, argc, argv);
 }

@@ -17,6 +17,9 @@
 #   took its HELLO-ACK: FABSOCK_TEST_ACK_DELAY_MS=300) read by a child the
 #   client forked: the answer, then the end of stream, or a reset; never a
 #   short clean end. The client must count peers_ended_at_join=1.
+#   recvonly_exec and recvonly_fork_exec: the same stream, handed to a
+#   program the client (or a child it forked) execs: it cannot go back to
+#   TCP, and the new program must read a reset, not a clean end.
 # Each run also fails on a process that died by a signal (its exit status).
 # FS_RESET_ROUNDS (1) repeats the list; FS_RESET_CODES narrows the errnos.
 # No kernel half: the faults are fabsock's own.
@@ -47,7 +50,7 @@ check_side() { # LABEL SIDE SCENARIO RC DIR NAME=VALUE...
 run_one() { # SCENARIO CODE
 	local scenario=$1 code=$2 label dir port server_pid client_pid server_rc=0 client_rc=0 fails_before=$FS_FAILS
 	local -a client_env
-	if [ "$scenario" = recvonly_fork ]; then
+	if [ "${scenario#recvonly}" != "$scenario" ]; then
 		label=$scenario client_env=(FABSOCK_TEST_ACK_DELAY_MS=300)
 	else
 		label=$scenario-errno$code client_env=(FABSOCK_TEST_JOIN_FAIL="$code")
@@ -66,9 +69,17 @@ run_one() { # SCENARIO CODE
 		>"$dir/client.out" 2>"$dir/client.err"
 	fs_wait_pid "$client_pid" "$LIMIT_S" || client_rc=$?
 	fs_wait_pid "$server_pid" "$LIMIT_S" || server_rc=$?
-	if [ "$scenario" = recvonly_fork ]; then
+	if [ "${scenario#recvonly}" != "$scenario" ]; then
 		check_side "$label" server "$scenario" "$server_rc" "$dir" offloaded=1
-		check_side "$label" client "$scenario" "$client_rc" "$dir" peers_ended_at_join=1 msgs_dropped=0
+		check_side "$label" client "$scenario" "$client_rc" "$dir" msgs_dropped=0
+		# (summed: a forked child prints its own line; a process that
+		# execs prints none, but says why it resets)
+		if [ "$scenario" = recvonly_exec ]; then
+			grep -q ': warn: stream [0-9]*: cannot go back to TCP as its socket leaves this program' "$dir/client.err" ||
+				fs_fail "$label: the client did not log the reset before its exec (the path under test did not run)"
+		elif [ "$(fs_stat_sum "$dir/client.err" peers_ended_at_join)" != 1 ]; then
+			fs_fail "$label: client stats peers_ended_at_join=$(fs_stat_sum "$dir/client.err" peers_ended_at_join), expected 1 (the path under test did not run)"
+		fi
 	else
 		check_side "$label" server "$scenario" "$server_rc" "$dir" offloaded=1 resets=1
 		check_side "$label" client "$scenario" "$client_rc" "$dir" offloaded=0 resets_at_join=1
@@ -89,7 +100,9 @@ for round in $(seq 1 "$ROUNDS"); do
 	for code in $CODES; do
 		run_one join_reset_epoll "$code"
 	done
-	run_one recvonly_fork 0
+	for scenario in recvonly_fork recvonly_exec recvonly_fork_exec; do
+		run_one "$scenario" 0
+	done
 	[ "$ROUNDS" = 1 ] || fs_log "round $round of $ROUNDS: $FS_FAILS failures so far"
 done
 fs_done
