@@ -448,10 +448,7 @@ void fs_handback_peer_switch(struct fs_engine *e, struct fs_stream *s)
 		return; /* we started too: the same rules */
 	/* The kernel socket: the application's fd, or a closed stream's own. */
 	if (fs_hb_begin(e, s, s->state == FS_STREAM_CLOSED ? s->ctl_fd : s->app_fd, false)) {
-		FS_WARN("stream %u: cannot answer the peer's hand-back to TCP; resetting", s->id);
-		s->error = -ECONNRESET;
-		fs_stream_changed(e, s);
-		FS_STAT_INC(resets);
+		fs_stream_reset(e, s, "cannot answer the peer's hand-back to TCP");
 		return;
 	}
 	FS_INFO("stream %u: the peer hands the stream back to TCP", s->id);

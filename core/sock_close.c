@@ -119,8 +119,13 @@ static void fs_sock_forget_fd(struct fs_sock *s, int fd)
 			fs_sock_put(s); /* that slot's reference */
 		break;
 	}
-	if (!s->fd_private && s->fd == fd && s->n_app_fds)
+	if (!s->fd_private && s->fd == fd && s->n_app_fds) {
 		s->fd = s->app_fds[0]; /* no private duplicate could be made */
+		/* the stream's kernel socket too (a reset or a hand-back uses
+		 * it): FD is about to be closed, and its number reused */
+		if (s->stream && fs_sock_state(s) == FS_SOCK_OFFLOADED && s->pid == fs_self_pid())
+			s->stream->app_fd = s->fd;
+	}
 }
 
 /* Closes S's offloaded stream with CTL as its control channel (SHARED: a

@@ -19,6 +19,13 @@
  *   join_reset_epoll  the same, the client nonblocking, waiting in epoll:
  *                     the reset must be reported (EPOLLIN|EPOLLERR or
  *                     EPOLLHUP), not lost
+ *   send_fail         both ends offloaded; the client's 4th data message
+ *                     fails on the rail (e2e_reset sets its
+ *                     FABSOCK_TEST_SEND_FAIL): its send reports ECONNRESET,
+ *                     and the server, reading 1 MiB, must read an intact
+ *                     prefix and then ECONNRESET while the client still
+ *                     holds the connection open (FS_RESET_FLAG); then EPIPE
+ *                     and one SIGPIPE on the client's next plain write
  *   recvonly_fork     a receive-only stream (the server answered, closed and
  *                     ended before the client took its HELLO-ACK: e2e_reset
  *                     sets FABSOCK_TEST_ACK_DELAY_MS) read by a child the
@@ -258,6 +265,102 @@ static int join_reset_epoll_client(int fd)
 	return join_reset_client_io(fd, true);
 }
 
+/* ---- send_fail -------------------------------------------------------------- */
+
+#define SEND_FAIL_BYTES (1u << 20)
+
+/* FS_RESET_FLAG: a file the server creates once it read the reset; the
+ * client keeps its socket open until then (a close would reset the
+ * connection anyway: the test is that the reset comes without it). */
+static int send_fail_flag_wait(void)
+{
+	const char *flag = getenv("FS_RESET_FLAG");
+	double deadline = harness_now_ms() + RESET_WAIT_MS;
+
+	if (!flag)
+		return harness_fail("FS_RESET_FLAG is not set");
+	while (access(flag, F_OK) != 0) {
+		if (harness_remaining_ms(deadline) == 0)
+			return harness_fail("the server did not read the reset within %d ms while this end stayed open",
+					    RESET_WAIT_MS);
+		harness_sleep_ms(20);
+	}
+	return 0;
+}
+
+static int send_fail_server(int fd)
+{
+	const char *flag = getenv("FS_RESET_FLAG");
+	unsigned char *buf = malloc(65536);
+	uint64_t got = 0;
+	ssize_t n;
+	int err, ffd;
+
+	if (!buf || !flag || reset_timeouts(fd) < 0)
+		return harness_fail("setup");
+	for (;;) {
+		n = recv(fd, buf, 65536, 0);
+		if (n <= 0)
+			break;
+		if (harness_pattern_check(RESET_KEY, got, buf, (size_t)n, "the upload") < 0) {
+			free(buf);
+			return -1;
+		}
+		got += (uint64_t)n;
+	}
+	err = errno;
+	free(buf);
+	if (n == 0)
+		return harness_fail("a clean end of stream after %llu bytes where the client's stream was reset",
+				    (unsigned long long)got);
+	if (err != ECONNRESET)
+		return harness_fail("a read after %llu bytes: %s, expected ECONNRESET", (unsigned long long)got,
+				    strerror(err));
+	ffd = open(flag, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+	if (ffd < 0)
+		return harness_fail("%s: %s", flag, strerror(errno));
+	close(ffd);
+	n = send(fd, "x", 1, MSG_NOSIGNAL);
+	if (n != -1 || !reset_is(errno, EPIPE, ECONNRESET))
+		return harness_fail("a write after the reset returned %zd (%s), expected EPIPE", n,
+				    n < 0 ? strerror(errno) : "no error");
+	harness_info("server: %llu intact bytes of %u, then ECONNRESET", (unsigned long long)got, SEND_FAIL_BYTES);
+	return 0;
+}
+
+/* The client's Nth data message fails on the rail (e2e_reset sets its
+ * FABSOCK_TEST_SEND_FAIL): its sends fail, and the server must read the
+ * reset while the client still holds the connection open. */
+static int send_fail_client(int fd)
+{
+	unsigned char *data = malloc(SEND_FAIL_BYTES);
+	unsigned before = (unsigned)harness_sigpipe_count;
+	size_t done = 0;
+	ssize_t n;
+	int err;
+
+	if (!data || reset_timeouts(fd) < 0)
+		return harness_fail("setup");
+	harness_pattern_fill(RESET_KEY, 0, data, SEND_FAIL_BYTES);
+	err = harness_write_full(fd, data, SEND_FAIL_BYTES, &done);
+	free(data);
+	if (err == 0)
+		return harness_fail("all %u bytes sent: the send failure did not happen", SEND_FAIL_BYTES);
+	if (!reset_is(-err, ECONNRESET, EPIPE))
+		return harness_fail("the send after %zu bytes: %s, expected ECONNRESET", done, strerror(-err));
+	if (send_fail_flag_wait() < 0)
+		return -1;
+	n = recv(fd, &err, 1, 0);
+	if (n > 0 || (n < 0 && errno != ECONNRESET))
+		return harness_fail("the read after the reset returned %zd (%s)", n, n < 0 ? strerror(errno) : "bytes");
+	n = send(fd, "x", 1, 0);
+	if (n != -1 || errno != EPIPE || (unsigned)harness_sigpipe_count != before + 1)
+		return harness_fail("a write after the reset returned %zd (%s), %u SIGPIPEs: expected EPIPE and one", n,
+				    n < 0 ? strerror(errno) : "no error", (unsigned)harness_sigpipe_count - before);
+	harness_info("client: %zu bytes taken, then %s", done, strerror(-err));
+	return 0;
+}
+
 /* ---- recvonly_fork --------------------------------------------------------- */
 
 static int recvonly_fork_server(int fd)
@@ -426,6 +529,7 @@ static int recvonly_fork_exec_client(int fd)
 static const struct harness_scenario reset_scenarios[] = {
 	{ "join_reset", join_reset_server, join_reset_client, 0 },
 	{ "join_reset_epoll", join_reset_server, join_reset_epoll_client, 0 },
+	{ "send_fail", send_fail_server, send_fail_client, 0 },
 	{ "recvonly_fork", recvonly_fork_server, recvonly_fork_client, HARNESS_SERVER_CLOSES_FD },
 	{ "recvonly_exec", recvonly_fork_server, recvonly_exec_client, HARNESS_SERVER_CLOSES_FD },
 	{ "recvonly_fork_exec", recvonly_fork_server, recvonly_fork_exec_client, HARNESS_SERVER_CLOSES_FD },

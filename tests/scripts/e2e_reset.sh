@@ -13,6 +13,12 @@
 #   SIGPIPE after); the client must count resets_at_join=1, the server
 #   offloaded=1 and resets=1; TCP must have carried no payload (the
 #   client's request was dropped with the stream, not sent over TCP).
+# - send_fail: both ends offloaded, the client's 4th data message fails on
+#   the rail (FABSOCK_TEST_SEND_FAIL=4, as a provider's error completion):
+#   its sends fail with ECONNRESET, and the server must read an intact
+#   prefix of the upload and then ECONNRESET while the client still holds
+#   the connection (before, the server learnt nothing until the client
+#   closed). Both count resets=1.
 # - recvonly_fork: a receive-only stream (its server ended before the client
 #   took its HELLO-ACK: FABSOCK_TEST_ACK_DELAY_MS=300) read by a child the
 #   client forked: the answer, then the end of stream, or a reset; never a
@@ -52,11 +58,14 @@ run_one() { # SCENARIO CODE
 	local -a client_env
 	if [ "${scenario#recvonly}" != "$scenario" ]; then
 		label=$scenario client_env=(FABSOCK_TEST_ACK_DELAY_MS=300)
+	elif [ "$scenario" = send_fail ]; then
+		label=$scenario client_env=(FABSOCK_TEST_SEND_FAIL=4)
 	else
 		label=$scenario-errno$code client_env=(FABSOCK_TEST_JOIN_FAIL="$code")
 	fi
 	dir=$FS_TMP/$label
 	mkdir -p "$dir"
+	export FS_RESET_FLAG=$dir/reset-read
 	port=$(fs_free_port) || { fs_fail "$label: no free port"; return 0; }
 	fs_bg server_pid fs_pre "$RESET_PROG" server "$port" "$scenario" >"$dir/server.out" 2>"$dir/server.err"
 	if ! fs_wait_listen "$port"; then
@@ -81,8 +90,13 @@ run_one() { # SCENARIO CODE
 			fs_fail "$label: client stats peers_ended_at_join=$(fs_stat_sum "$dir/client.err" peers_ended_at_join), expected 1 (the path under test did not run)"
 		fi
 	else
-		check_side "$label" server "$scenario" "$server_rc" "$dir" offloaded=1 resets=1
-		check_side "$label" client "$scenario" "$client_rc" "$dir" offloaded=0 resets_at_join=1
+		if [ "$scenario" = send_fail ]; then
+			check_side "$label" server "$scenario" "$server_rc" "$dir" offloaded=1 resets=1
+			check_side "$label" client "$scenario" "$client_rc" "$dir" offloaded=1 resets=1
+		else
+			check_side "$label" server "$scenario" "$server_rc" "$dir" offloaded=1 resets=1
+			check_side "$label" client "$scenario" "$client_rc" "$dir" offloaded=0 resets_at_join=1
+		fi
 	fi
 	fs_tcp_proof "$label" fabsock "$(sed -n 's/^connections=//p' "$dir/server.out")"
 	if [ "$FS_FAILS" -eq "$fails_before" ]; then
@@ -100,7 +114,7 @@ for round in $(seq 1 "$ROUNDS"); do
 	for code in $CODES; do
 		run_one join_reset_epoll "$code"
 	done
-	for scenario in recvonly_fork recvonly_exec recvonly_fork_exec; do
+	for scenario in send_fail recvonly_fork recvonly_exec recvonly_fork_exec; do
 		run_one "$scenario" 0
 	done
 	[ "$ROUNDS" = 1 ] || fs_log "round $round of $ROUNDS: $FS_FAILS failures so far"
