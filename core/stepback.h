@@ -64,6 +64,7 @@ struct fs_stepback {
 	uint64_t bytes;    /* payload moved, both directions, since the offload */
 	uint32_t requests; /* sends that followed a receive, and the first: the history's turns */
 	bool last_send;    /* the last data call was a send: the next receive ends a turn */
+	bool held_first;   /* the first request was held before the HELLO-ACK (atomic) */
 	/* the window's, the owner's alone */
 	uint64_t window_from; /* bytes when this window began */
 	uint32_t waits;    /* the owner's fs_wait_thread.waits at the turn's request */
@@ -132,12 +133,16 @@ static inline void fs_stepback_sent(struct fs_stepback *sb, uint64_t n)
 
 /* Bytes the application wrote before the HELLO-ACK, held for the stream
  * (sock_io.c, fs_sock_send_early): they count for the totals and start the
- * first request, but claim no owner (the thread that connects and writes
- * first need not be the one that goes on: a pool's). */
+ * first request (the history's first turn), but claim no owner (the thread
+ * that connects and writes first need not be the one that goes on: a
+ * pool's), and the answer to them is no turn of the step-back's window:
+ * its first turn is the first request made on the fabric, for the client
+ * as for the server, whose windows end at the same turn. */
 static inline void fs_stepback_sent_held(struct fs_stepback *sb, uint64_t n)
 {
 	fs_stepback_count(sb, n);
-	(void)fs_stepback_request(sb);
+	if (fs_stepback_request(sb))
+		__atomic_store_n(&sb->held_first, true, __ATOMIC_RELAXED);
 }
 
 /* An offloaded stream's receive returned N bytes of data. Returns true
@@ -152,6 +157,10 @@ static inline bool fs_stepback_received(struct fs_stepback *sb, uint64_t n)
 	__atomic_store_n(&sb->last_send, false, __ATOMIC_RELAXED);
 	if (!fs_stepback_mine(sb))
 		return false;
+	if (__builtin_expect(__atomic_load_n(&sb->held_first, __ATOMIC_RELAXED), 0)) {
+		__atomic_store_n(&sb->held_first, false, __ATOMIC_RELAXED);
+		return false; /* the answer to the held request */
+	}
 	sb->turns++;
 	sb->measured++;
 	/* a wait since the request, and the last one slept */
