@@ -316,6 +316,13 @@ static void fs_rx_header_common(struct fs_engine *e, struct fs_stream *s, const 
 		s->ctrl_acked = hdr->ctrl_ack;
 	if (arm)
 		fs_bell_armed_by(s, hdr->freed, hdr->ctrl_ack);
+	/* A server writes as soon as it sent its HELLO-ACK; its first message
+	 * may come before this client took the ACK and joined (another
+	 * thread's progress). Its grant must not post what the application
+	 * wrote meanwhile: the stream has no peer address yet (shm crashed in
+	 * fi_inject, e2e_reset one run in 30). The join posts it. */
+	if (s->state == FS_STREAM_HELLO)
+		return;
 	if (s->txq_head)
 		fs_stream_flush(e, s);
 	if (s->credit_pending && s->ctrl_sent == s->ctrl_acked)
