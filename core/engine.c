@@ -663,8 +663,11 @@ int fs_engine_join_stream(struct fs_engine *e, struct fs_stream *st, const struc
 	    fs_real.getsockname(fd, (struct sockaddr *)&laddr, &llen))
 		bell_port = 0;
 	pthread_mutex_lock(&e->lock);
-	ret = fs_stream_connect(e, st, peer->stream_id, peer->window, peer->chunk, peer->pull_shift, peer->addr,
-				peer->addr_len, ended_ok);
+	if (ended_ok && fs_params.test_join_fail) /* testing: the client's join fails */
+		ret = -(int)fs_params.test_join_fail;
+	else
+		ret = fs_stream_connect(e, st, peer->stream_id, peer->window, peer->chunk, peer->pull_shift,
+					peer->addr, peer->addr_len, ended_ok);
 	if (ret < 0)
 		fs_stream_abandon(e, st);
 	else if (ret == 0) /* (a peer that ended has no doorbell to ring) */
@@ -701,6 +704,31 @@ bool fs_engine_busy(struct fs_engine *e)
 	return false;
 }
 
+/* A data message's send failed on the rail: what follows it in the stream
+ * can no longer arrive in order, so the stream is reset, on both ends. */
+static void fs_tx_failed(struct fs_engine *e, struct fs_engine_rail *er, struct fs_buf *buf, int err)
+{
+	struct fs_stream *s = buf->stream;
+
+	if (s && !fs_msg_is_ctrl(buf->kind) && !s->error) {
+		char why[96];
+
+		snprintf(why, sizeof(why), "send failed on the %s rail: %s", fs_fabric_prov_name(er->rail.kind),
+			 strerror(-err));
+		fs_stream_reset(e, s, why);
+	}
+	fs_tx_done(e, er, buf);
+}
+
+/* FABSOCK_TEST_SEND_FAIL: whether this completion of a data message's send
+ * is the one to take as failed (the Nth of this process). */
+static bool fs_test_send_fails(const struct fs_buf *buf)
+{
+	static unsigned seen;
+
+	return !fs_msg_is_ctrl(buf->kind) && buf->stream && ++seen == fs_params.test_send_fail;
+}
+
 static void fs_cq_error(struct fs_engine *e, struct fs_engine_rail *er)
 {
 	void *ctx;
@@ -713,16 +741,7 @@ static void fs_cq_error(struct fs_engine *e, struct fs_engine_rail *er)
 	if (!buf)
 		return;
 	if (buf->role == FS_BUF_TX) {
-		struct fs_stream *s = buf->stream;
-
-		if (s && !fs_msg_is_ctrl(buf->kind) && !s->error) {
-			FS_WARN("stream %u: send failed on the %s rail: %s", s->id,
-				fs_fabric_prov_name(er->rail.kind), strerror(-err));
-			s->error = -ECONNRESET;
-			fs_stream_changed(e, s);
-			FS_STAT_INC(resets);
-		}
-		fs_tx_done(e, er, buf);
+		fs_tx_failed(e, er, buf, err);
 		return;
 	}
 	if (buf->pull == FS_PULL_POSTED) {
@@ -805,7 +824,10 @@ int fs_engine_progress(struct fs_engine *e)
 				if (!buf)
 					continue;
 				if (buf->role == FS_BUF_TX) {
-					fs_tx_done(e, er, buf);
+					if (__builtin_expect(fs_params.test_send_fail != 0, 0) && fs_test_send_fails(buf))
+						fs_tx_failed(e, er, buf, -EIO);
+					else
+						fs_tx_done(e, er, buf);
 					continue;
 				}
 				if (buf->pull == FS_PULL_POSTED) {

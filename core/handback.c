@@ -33,7 +33,17 @@
 #include "core/sock.h"
 #include "core/stats.h"
 #include "core/stream_internal.h"
+#include "core/util.h"
 #include "preload/real.h"
+
+/* Whether S, which cannot go back to TCP (its peer ended before it joined,
+ * or it was reset), leaves nothing unread but its peer's end: the kernel
+ * socket then says what S would (the end of stream), and a process that
+ * reads it there instead of S loses nothing. Engine lock held. */
+static bool fs_hb_drained(const struct fs_stream *s)
+{
+	return !s->error && !s->rx_bytes && s->peer_fin && (s->peer_ended || s->peer_gone);
+}
 
 /* ---- the request page --------------------------------------------------------
  *
@@ -56,6 +66,10 @@ enum fs_hb_slot_state {
 	FS_HB_SLOT_STARTED = 3,
 	FS_HB_SLOT_DONE = 4,
 	FS_HB_SLOT_GONE = 5,
+	/* the stream cannot go back (its peer ended before it joined, or it
+	 * was reset) and holds what the asker would have read: the asker's
+	 * socket reports a reset, never the kernel socket's clean end */
+	FS_HB_SLOT_BROKEN = 6,
 };
 
 struct fs_hb_slot {
@@ -155,7 +169,15 @@ void fs_handback_serve(struct fs_engine *e)
 		FS_INFO("stream %u: process %d, forked from this one, uses its socket: handing it back to TCP", s->id,
 			(int)slot->asker);
 		if (s->hb == FS_HB_NONE && fs_handback_start(e, s, s->app_fd)) {
-			__atomic_store_n(&slot->state, FS_HB_SLOT_GONE, __ATOMIC_RELEASE);
+			/* A receive-only stream (its server ended before we
+			 * joined: nobody to answer a SWITCH) or a reset one. Its
+			 * bytes are in this process's memory, where a forked
+			 * child cannot read them, and the kernel socket only
+			 * holds the peer's end: read there, the child took a
+			 * clean end of stream for an answer it never got. Unless
+			 * nothing is left but that end, it reads a reset. */
+			__atomic_store_n(&slot->state, fs_hb_drained(s) ? FS_HB_SLOT_GONE : FS_HB_SLOT_BROKEN,
+					 __ATOMIC_RELEASE);
 			continue;
 		}
 		__atomic_store_n(&slot->state, FS_HB_SLOT_STARTED, __ATOMIC_RELEASE);
@@ -234,7 +256,7 @@ int fs_handback_request(struct fs_sock *s)
 
 		while (fs_now_ns() < deadline) {
 			state = __atomic_load_n(&slot->state, __ATOMIC_ACQUIRE);
-			if (state == FS_HB_SLOT_DONE || state == FS_HB_SLOT_GONE ||
+			if (state == FS_HB_SLOT_DONE || state == FS_HB_SLOT_GONE || state == FS_HB_SLOT_BROKEN ||
 			    __atomic_load_n(&page->ended, __ATOMIC_ACQUIRE) ||
 			    (state == FS_HB_SLOT_ASKED && fs_now_ns() - asked > FS_HB_ANSWER_MS * 1000000ull))
 				break;
@@ -243,6 +265,11 @@ int fs_handback_request(struct fs_sock *s)
 		}
 	}
 	__atomic_store_n(&slot->state, FS_HB_SLOT_FREE, __ATOMIC_RELEASE);
+	if (state == FS_HB_SLOT_BROKEN) {
+		FS_INFO("fd %d: process %d holds what this process would read, and cannot hand it back to TCP: "
+			"the connection reads as reset here", s->fd, (int)s->pid);
+		return -ECONNRESET;
+	}
 	if (state == FS_HB_SLOT_DONE || state == FS_HB_SLOT_GONE || fs_hb_recent_has(page, s->hb_stream_id, s->token))
 		return 0;
 	FS_WARN("fd %d: process %d did not hand its stream back to TCP in time; the connection is broken", s->fd,
@@ -421,10 +448,7 @@ void fs_handback_peer_switch(struct fs_engine *e, struct fs_stream *s)
 		return; /* we started too: the same rules */
 	/* The kernel socket: the application's fd, or a closed stream's own. */
 	if (fs_hb_begin(e, s, s->state == FS_STREAM_CLOSED ? s->ctl_fd : s->app_fd, false)) {
-		FS_WARN("stream %u: cannot answer the peer's hand-back to TCP; resetting", s->id);
-		s->error = -ECONNRESET;
-		fs_stream_changed(e, s);
-		FS_STAT_INC(resets);
+		fs_stream_reset(e, s, "cannot answer the peer's hand-back to TCP");
 		return;
 	}
 	FS_INFO("stream %u: the peer hands the stream back to TCP", s->id);
@@ -739,6 +763,17 @@ int fs_handback_sync(struct fs_stream *s, int fd)
 		fs_stream_changed(e, s);
 		fs_engine_progress(e);
 		ret = -ECONNRESET;
+	}
+	/* The socket leaves this program (exec, SCM_RIGHTS) on the kernel's
+	 * TCP, which does not carry the stream: what the peer sent over the
+	 * fabric, and the peer's next bytes, would never come there, and the
+	 * new holder would read a clean end of stream (a receive-only stream,
+	 * whose server ended) or wait for ever. It reads a reset instead, and
+	 * the peer gets one. (-EBADF: closed here; nobody holds it.) */
+	if (ret && ret != -EBADF && fd >= 0 && !fs_hb_drained(s)) {
+		FS_WARN("stream %u: cannot go back to TCP as its socket leaves this program: resetting the connection",
+			s->id);
+		(void)fs_tcp_reset(fd);
 	}
 	pthread_mutex_unlock(&e->lock);
 	return ret;

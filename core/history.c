@@ -43,6 +43,7 @@
 #include "config/log.h"
 #include "config/params.h"
 #include "core/stats.h"
+#include "core/stepback.h"
 #include "core/udp.h"
 #include "core/util.h"
 #include "preload/real.h"
@@ -442,18 +443,18 @@ static void fs_hist_report(uint64_t tag, uint64_t turns, uint64_t bytes)
 	       __atomic_load_n(&e->short_streak, __ATOMIC_RELAXED));
 }
 
-void fs_history_offloaded_closed(struct fs_history_conn *h)
+void fs_history_offloaded_closed(struct fs_history_conn *h, uint64_t turns, uint64_t bytes)
 {
 	struct fs_hist_file *m;
 	struct fs_hist_entry *e;
 
 	if (!h->tag)
 		return;
-	fs_hist_report(h->tag, h->turns, h->bytes);
+	fs_hist_report(h->tag, turns, bytes);
 	/* a whole step-back window on the fabric without stepping back (a
 	 * relearn's connection, or one with the step-back off): the fabric
 	 * pays here again */
-	if (h->turns >= fs_params.stepback_turns && (m = fs_hist_get()) && (e = fs_hist_find(m, h->tag, false)))
+	if (fs_stepback_whole_window(turns) && (m = fs_hist_get()) && (e = fs_hist_find(m, h->tag, false)))
 		__atomic_store_n(&e->stepped_back, 0, __ATOMIC_RELAXED);
 	h->tag = 0;
 }

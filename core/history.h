@@ -26,9 +26,6 @@
  * with it). TAG 0: not followed. */
 struct fs_history_conn {
 	uint64_t tag;      /* the (program, destination) entry's key */
-	uint64_t bytes;    /* payload moved, both directions (offloaded) */
-	uint32_t turns;    /* sends that followed a receive, and the first (offloaded) */
-	bool last_send;    /* the last data call was a send */
 	bool chose_tcp;    /* the history said TCP (fs_history_decide) */
 	bool stepped;      /* ... because a connection stepped back from the fabric */
 	uint64_t intent;   /* the intent note written for this socket, 0: none */
@@ -44,23 +41,15 @@ bool fs_history_decide(struct fs_history_conn *h, int fd, const struct sockaddr 
 /* The connection that fs_history_decide sent to TCP left fabsock's hands:
  * its close reports what the kernel counted. */
 void fs_history_track(const struct fs_history_conn *h, int fd);
-/* An offloaded connection's data call moved N bytes (SEND: outwards). */
-static inline void fs_history_count(struct fs_history_conn *h, bool send, uint64_t n)
-{
-	if (!h->tag)
-		return;
-	if (send && !h->last_send)
-		h->turns++;
-	h->last_send = send;
-	h->bytes += n;
-}
 /* An offloaded connection stepped back from the fabric (stepback.h): the
  * program's next connections to the destination start on TCP (until a
  * relearn's connection makes a whole window without stepping back). It
  * reports nothing more. */
 void fs_history_stepped_back(struct fs_history_conn *h);
-/* An offloaded connection closes: its counts go into its entry. */
-void fs_history_offloaded_closed(struct fs_history_conn *h);
+/* An offloaded connection closes: its counts, TURNS and BYTES (the
+ * stream's, counted once for the step-back too: fs_stepback_totals), go
+ * into its entry. */
+void fs_history_offloaded_closed(struct fs_history_conn *h, uint64_t turns, uint64_t bytes);
 /* The application closes FD (not a fabsock socket any more): if it is one
  * fs_history_track follows, report it. Cheap when none is followed. */
 extern unsigned fs_history_tracked;

@@ -385,6 +385,26 @@ static int fs_kernel(struct fs_sock *s, const char *why)
 	return FS_PASS;
 }
 
+/* The handshake failed after the peer took the connection to the fabric
+ * (it sent its HELLO-ACK, or may read ours as one): it may have sent bytes
+ * over the fabric already, or taken ours, so the connection can go on as
+ * TCP no more than as a stream, and an end of stream would be a lie (issue
+ * 26). It ends as a reset does, on both ends and by the kernel itself
+ * (fs_tcp_reset): the peer's control connection gets an RST (its stream
+ * reports ECONNRESET after FABSOCK_PEER_GRACE_MS), and the application's
+ * calls, which go to the kernel socket from now on, ECONNRESET once, then
+ * an end of stream or EPIPE. Returns FS_PASS. */
+static int fs_reset_tcp(struct fs_sock *s, const char *why)
+{
+	int ret;
+
+	FS_WARN("fd %d: %s; resetting the connection", s->fd, why);
+	if ((ret = fs_tcp_reset(s->fd)) != 0)
+		FS_WARN("fd %d: cannot reset the connection: %s", s->fd, strerror(-ret));
+	FS_STAT_INC(resets_at_join);
+	return FS_PASS;
+}
+
 static void fs_offloaded(struct fs_sock *s, const char *side)
 {
 	struct fs_engine *e = fs_engine_peek();
@@ -514,8 +534,10 @@ int fs_negotiate_client_hello(struct fs_sock *s, uint64_t wait_deadline_ns)
 		usleep((useconds_t)(fs_params.test_hello_delay_ms * 1000));
 	ret = fs_send_hello(s, &hello, e, st);
 	if (ret) {
-		FS_WARN("fd %d: cannot send the HELLO: %s", s->fd, strerror(-ret));
-		return -ECONNRESET;
+		/* (a part of it may be in the stream: the server would read
+		 * it as the application's bytes once its HELLO wait ends) */
+		snprintf(why, sizeof(why), "cannot send the HELLO: %s", strerror(-ret));
+		return fs_reset_tcp(s, why);
 	}
 	if (!st) {
 		FS_INFO("fd %d: sent an empty HELLO: %s", s->fd, why);
@@ -601,8 +623,7 @@ int fs_negotiate_client_ack(struct fs_sock *s, uint64_t deadline_ns)
 	fs_consume(s->fd, (size_t)ret);
 	if (ack.token != s->token) {
 		fs_negotiate_abort(s);
-		FS_WARN("fd %d: HELLO-ACK for another connection; resetting", s->fd);
-		return -ECONNRESET;
+		return fs_reset_tcp(s, "HELLO-ACK for another connection");
 	}
 	if (ack.status != FS_NAK_NONE || !st) {
 		fs_negotiate_abort_ex(s, true);
@@ -622,11 +643,12 @@ int fs_negotiate_client_ack(struct fs_sock *s, uint64_t deadline_ns)
 	 * only (fs_stream_peer_ended, e2e_tail answer_exit). */
 	ret = fs_engine_join_stream(e, st, &ack, s->fd, true);
 	if (ret < 0) {
-		/* The server believes we are offloaded: this connection cannot go
-		 * on as TCP either. */
+		/* The server believes we are offloaded and may have written
+		 * over the fabric already; what the application wrote here was
+		 * dropped with the stream (fs_engine_join_stream abandons it). */
 		s->stream = NULL;
-		FS_WARN("fd %d: cannot reach the server's fabric address: %s", s->fd, strerror(-ret));
-		return -ECONNRESET;
+		snprintf(why, sizeof(why), "cannot reach the server's fabric address: %s", strerror(-ret));
+		return fs_reset_tcp(s, why);
 	}
 	/* atomic: the exit path looks at it before it takes the lock */
 	__atomic_store_n(&s->pid, fs_self_pid(), __ATOMIC_RELAXED);
@@ -763,8 +785,12 @@ static int fs_server_accept_hello(struct fs_sock *s, const struct fs_hello *hell
 	ack.token = hello->token;
 	ack.nonce = hello->nonce;
 	ret = fs_send_hello(s, &ack, e, st);
-	if (ret)
-		return ret;
+	if (ret) {
+		/* (a part of it may be in the stream: the client would wait
+		 * for the rest as long as the connection lives) */
+		snprintf(why, sizeof(why), "cannot send the HELLO-ACK: %s", strerror(-ret));
+		return fs_reset_tcp(s, why);
+	}
 	s->stream = st;
 	/* atomic: the exit path looks at it before it takes the lock */
 	__atomic_store_n(&s->pid, fs_self_pid(), __ATOMIC_RELAXED);

@@ -331,6 +331,17 @@ static void fs_rx_header_common(struct fs_engine *e, struct fs_stream *s, const 
 		s->armed = false; /* the peer rang, or will not: it has posted */
 		__atomic_store_n(&e->armed_all, false, __ATOMIC_RELAXED);
 	}
+	/* A server writes as soon as it sent its HELLO-ACK; its first message
+	 * may come before this client took the ACK and joined (another
+	 * thread's progress). Its grant must not let anything post what the
+	 * application wrote meanwhile: the stream has no peer address yet
+	 * (shm crashed in fi_inject: e2e_reset, one run in 30, from this
+	 * header's flush and from the next progress round's). A stream before
+	 * its join keeps no credit (peer_limit 0, so nothing posts); the join
+	 * gives it the first grant, and later headers carry their grants
+	 * whole. */
+	if (s->state == FS_STREAM_HELLO)
+		return;
 	fs_credit_tx_update(&s->peer_limit, hdr->freed, hdr->grant, s->tx_seq, FS_WIRE_WINDOW_MAX);
 	if (fs_seq_after(hdr->ctrl_ack, s->ctrl_acked) && !fs_seq_after(hdr->ctrl_ack, s->ctrl_sent))
 		s->ctrl_acked = hdr->ctrl_ack;

@@ -1068,8 +1068,19 @@ int fs_sock_settle(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 		ret = FS_PASS;
 		break;
 	}
-	if (ret == FS_PASS)
+	if (ret == FS_PASS) {
 		fs_sock_settled_tcp(s);
+	} else if (ret < 0 && ret != -EAGAIN && fs_sock_pending(s) && fs_sock_state(s) != FS_SOCK_SERVER_PENDING) {
+		/* The client's handshake ended with the kernel connection's
+		 * error (a reset, or the server's end before its answer), which
+		 * the handshake's read took: this call reports it, as the
+		 * kernel's would have once; every later call is the kernel's
+		 * (an end of stream, EPIPE), as fs_sock_client_step leaves it.
+		 * Left pending, every call read the ended stream again and
+		 * reported the reset for ever. */
+		fs_negotiate_abort(s);
+		fs_sock_release(s);
+	}
 	pthread_mutex_unlock(&s->lock);
 	return ret;
 }

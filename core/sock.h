@@ -145,9 +145,11 @@ struct fs_sock {
 	struct fs_watch connect_watch, client_watch;
 	uint64_t token;
 	/* client: its connection history (core/history.h): whether it chose
-	 * TCP, and what an offloaded one moved, reported at its close */
+	 * TCP; an offloaded one reports sb's totals at its close */
 	struct fs_history_conn hist;
-	/* offloaded: whether the fabric pays for its turns (core/stepback.h) */
+	/* offloaded: its turns and bytes, counted once per data call for the
+	 * step-back (whether the fabric pays for its turns) and the history
+	 * (core/stepback.h) */
 	struct fs_stepback sb;
 
 	/* listener, and accepted connections (the listener they came from) */

@@ -119,8 +119,13 @@ static void fs_sock_forget_fd(struct fs_sock *s, int fd)
 			fs_sock_put(s); /* that slot's reference */
 		break;
 	}
-	if (!s->fd_private && s->fd == fd && s->n_app_fds)
+	if (!s->fd_private && s->fd == fd && s->n_app_fds) {
 		s->fd = s->app_fds[0]; /* no private duplicate could be made */
+		/* the stream's kernel socket too (a reset or a hand-back uses
+		 * it): FD is about to be closed, and its number reused */
+		if (s->stream && fs_sock_state(s) == FS_SOCK_OFFLOADED && s->pid == fs_self_pid())
+			s->stream->app_fd = s->fd;
+	}
 }
 
 /* Closes S's offloaded stream with CTL as its control channel (SHARED: a
@@ -367,8 +372,12 @@ static int fs_sock_close_fd(struct fs_sock *s, int fd, bool real_close)
 	}
 	if (fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT)
 		fs_negotiate_abort(s);
-	if (fs_sock_state(s) == FS_SOCK_OFFLOADED)
-		fs_history_offloaded_closed(&s->hist);
+	if (fs_sock_state(s) == FS_SOCK_OFFLOADED) {
+		uint64_t turns, bytes;
+
+		fs_stepback_totals(&s->sb, &turns, &bytes);
+		fs_history_offloaded_closed(&s->hist, turns, bytes);
+	}
 	/* release looks at the state (a listener stops answering probes, a
 	 * server connection forgets its probe record) before it is reset */
 	fs_sock_release(s);
@@ -458,7 +467,12 @@ static void fs_sock_hand_back_fd(int fd)
 	if (fs_sock_state(s) == FS_SOCK_OFFLOADED) {
 		if (s->pid == fs_self_pid() && fs_stream_hb(s->stream) != FS_HB_DONE)
 			fs_handback_sync(s->stream, s->fd);
-		fs_sock_unshare(s, &err);
+		/* A child's socket that its owner could not hand back (a
+		 * receive-only or reset stream: fs_handback_request): the
+		 * program it execs or passes it to would read the kernel
+		 * socket's clean end; it reads a reset, as this one would. */
+		if (fs_sock_unshare(s, &err) && err)
+			(void)fs_tcp_reset(fd);
 	}
 	fs_sock_put(s);
 }

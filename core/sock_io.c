@@ -131,13 +131,11 @@ ssize_t fs_core_recvmsg(struct fs_sock *s, struct msghdr *msg, int flags)
 	if (s->shut_rd)
 		return 0;
 	ret = fs_tcp_pass(fs_stream_recv(s->stream, msg->msg_iov, (int)msg->msg_iovlen, flags, nonblock, deadline, s->fd));
-	if (ret > 0 && !(flags & MSG_PEEK)) {
-		fs_history_count(&s->hist, false, (uint64_t)ret);
-		/* (after the read: the stream goes back at a turn's end, with
-		 * nothing of the answer left unread as a rule) */
-		if (fs_stepback_received(&s->sb, (uint64_t)ret))
-			fs_stepback_fire(s);
-	}
+	/* (counted once for the step-back and the history; after the read:
+	 * the stream goes back at a turn's end, with nothing of the answer
+	 * left unread as a rule) */
+	if (ret > 0 && !(flags & MSG_PEEK) && fs_stepback_received(&s->sb, (uint64_t)ret))
+		fs_stepback_fire(s);
 	if (ret != FS_PASS) {
 		msg->msg_flags = 0;
 		msg->msg_namelen = 0;
@@ -287,7 +285,7 @@ ssize_t fs_core_sendmsg(struct fs_sock *s, const struct msghdr *msg, int flags)
 				return fs_sock_send_rest(s, msg, flags, (size_t)ret);
 		}
 		if (ret > 0)
-			fs_history_count(&s->hist, true, (uint64_t)ret);
+			fs_stepback_sent_held(&s->sb, (uint64_t)ret);
 		if (ret)
 			return ret;
 	}
@@ -310,10 +308,8 @@ ssize_t fs_core_sendmsg(struct fs_sock *s, const struct msghdr *msg, int flags)
 						 fs_deadline(s->sndtimeo_ns), s->fd));
 	if (ret == FS_PASS)
 		return ret;
-	if (ret > 0) {
-		fs_history_count(&s->hist, true, (uint64_t)ret);
+	if (ret > 0)
 		fs_stepback_sent(&s->sb, (uint64_t)ret);
-	}
 	if (ret == -EPIPE && !(flags & MSG_NOSIGNAL))
 		pthread_kill(pthread_self(), SIGPIPE);
 	return ret;

@@ -14,14 +14,16 @@
  * turn moves many bytes (copies, not wake-ups, dominate).
  *
  * The measure, per socket (struct fs_stepback in struct fs_sock), counted
- * in the data entry points (sock_io.c) for offloaded streams only: a turn
- * is a receive of data after a send. It is judged by the thread that read
+ * in the data entry points (sock_io.c) for offloaded streams only, once per
+ * call for the step-back and the connection history both (the stream's
+ * totals are the history's): a turn is a receive of data after a send. It is judged by the thread that read
  * it: "slept" when that thread's last wait before the read
  * (fs_wait_thread: the stream wait, poll, select or epoll_wait) ended after
  * FABSOCK_SPIN_US with few events; "quick" when it ended within the spin,
  * or the data was there without a wait since the send. One thread counts:
- * the first to make a data call on the stream; a stream that a second
- * thread sends or reads on is never judged (fs_stepback_mine).
+ * the first to cross a turn's boundary on the stream; a stream on which a
+ * second thread starts a request or reads the start of an answer is never
+ * judged (fs_stepback_mine).
  * Every FABSOCK_STEPBACK_TURNS turns the window is judged (not the first:
  * the warm-up; two in a row must say so)
  * (fs_stepback_judge): average bytes per turn at most
@@ -49,24 +51,38 @@
 
 struct fs_sock;
 
+/* A stream's turns and bytes, counted once per data call for both of
+ * their readers: the step-back's windows (below) and the connection
+ * history's report at close (history.h, through fs_stepback_totals). The
+ * stream's totals and last_send are every data-calling thread's (relaxed
+ * atomics: plain loads and stores on x86; two threads counting at the
+ * same instant may lose one count, which a heuristic can afford, and no
+ * field is ever written by two threads without them); the window's
+ * fields are the owner thread's alone (fs_stepback_mine). */
 struct fs_stepback {
-	uint64_t bytes;    /* both directions, this window */
+	/* the stream's, all threads (atomic, relaxed) */
+	uint64_t bytes;    /* payload moved, both directions, since the offload */
+	uint32_t requests; /* sends that followed a receive, and the first: the history's turns */
+	bool last_send;    /* the last data call was a send: the next receive ends a turn */
+	bool held_first;   /* the first request was held before the HELLO-ACK (atomic) */
+	/* the window's, the owner's alone */
+	uint64_t window_from; /* bytes when this window began */
 	uint32_t waits;    /* the owner's fs_wait_thread.waits at the turn's request */
 	uint32_t turns;    /* this window */
 	uint32_t measured; /* turns judged (all, since one thread counts) */
 	uint32_t slept;    /* of those, answers that came after a sleep */
-	bool last_send;    /* the last data call was a send: the next receive ends a turn */
 	bool warm;         /* the first window is over (it is not judged) */
 	bool strike;       /* the last window said "step back" */
 	bool done;         /* decided (handed back), or never to decide (atomic) */
 	uintptr_t owner;   /* the one thread that counts (atomic; 0: none yet) */
 };
 
-/* Whether this thread counts for SB: the first thread to make a data call
- * on the stream owns the measure, and every field but these two is its
- * alone. A stream whose data calls come from a second thread (a sender and
+/* Whether this thread counts for SB's window: the first thread to cross a
+ * turn's boundary on the stream (fs_stepback_sent/received) owns the
+ * measure, and every window field is its alone. A stream whose data calls come from a second thread (a sender and
  * a reader thread: a duplex or streaming program, not a request/response
- * one) is never judged: the two would race on the counts (TSan, CI). */
+ * one) is never judged: the two would race on the counts (TSan, CI). Its
+ * totals still count. */
 static inline bool fs_stepback_mine(struct fs_stepback *sb)
 {
 	uintptr_t self = (uintptr_t)pthread_self();
@@ -85,16 +101,48 @@ static inline bool fs_stepback_mine(struct fs_stepback *sb)
  * sleep) moving BYTES steps back. Pure: tests/unit/test_stepback.c. */
 bool fs_stepback_judge(uint32_t turns, uint32_t measured, uint32_t slept, uint64_t bytes);
 
-/* An offloaded stream's send took N bytes. Inline: every send. */
+/* The stream's totals: what moved, counted in one place (plain adds on
+ * the data path; relaxed so that a second thread's count is no race). */
+static inline void fs_stepback_count(struct fs_stepback *sb, uint64_t n)
+{
+	__atomic_store_n(&sb->bytes, __atomic_load_n(&sb->bytes, __ATOMIC_RELAXED) + n, __ATOMIC_RELAXED);
+}
+
+/* A send's turn boundary: true when it follows a receive (or is the
+ * first), which starts a request. */
+static inline bool fs_stepback_request(struct fs_stepback *sb)
+{
+	if (__atomic_load_n(&sb->last_send, __ATOMIC_RELAXED))
+		return false;
+	__atomic_store_n(&sb->last_send, true, __ATOMIC_RELAXED);
+	__atomic_store_n(&sb->requests, __atomic_load_n(&sb->requests, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+	return true;
+}
+
+/* An offloaded stream's send took N bytes. Inline: every send. Who owns
+ * the window is asked at a turn's boundaries only, where the window's
+ * fields are written: a second thread's call in the middle of a request
+ * (or of an answer) touches none of them, and a duplex program's sender
+ * and reader each cross a boundary at once. */
 static inline void fs_stepback_sent(struct fs_stepback *sb, uint64_t n)
 {
-	if (!fs_stepback_mine(sb))
-		return;
-	sb->bytes += n;
-	if (!sb->last_send) {
-		sb->last_send = true;
+	fs_stepback_count(sb, n);
+	if (fs_stepback_request(sb) && fs_stepback_mine(sb))
 		sb->waits = fs_wait_thread.waits;
-	}
+}
+
+/* Bytes the application wrote before the HELLO-ACK, held for the stream
+ * (sock_io.c, fs_sock_send_early): they count for the totals and start the
+ * first request (the history's first turn), but claim no owner (the thread
+ * that connects and writes first need not be the one that goes on: a
+ * pool's), and the answer to them is no turn of the step-back's window:
+ * its first turn is the first request made on the fabric, for the client
+ * as for the server, whose windows end at the same turn. */
+static inline void fs_stepback_sent_held(struct fs_stepback *sb, uint64_t n)
+{
+	fs_stepback_count(sb, n);
+	if (fs_stepback_request(sb))
+		__atomic_store_n(&sb->held_first, true, __ATOMIC_RELAXED);
 }
 
 /* An offloaded stream's receive returned N bytes of data. Returns true
@@ -103,12 +151,16 @@ static inline bool fs_stepback_received(struct fs_stepback *sb, uint64_t n)
 {
 	bool over;
 
+	fs_stepback_count(sb, n);
+	if (!__atomic_load_n(&sb->last_send, __ATOMIC_RELAXED))
+		return false; /* the rest of the same answer */
+	__atomic_store_n(&sb->last_send, false, __ATOMIC_RELAXED);
 	if (!fs_stepback_mine(sb))
 		return false;
-	sb->bytes += n;
-	if (!sb->last_send)
-		return false; /* the rest of the same answer */
-	sb->last_send = false;
+	if (__builtin_expect(__atomic_load_n(&sb->held_first, __ATOMIC_RELAXED), 0)) {
+		__atomic_store_n(&sb->held_first, false, __ATOMIC_RELAXED);
+		return false; /* the answer to the held request */
+	}
 	sb->turns++;
 	sb->measured++;
 	/* a wait since the request, and the last one slept */
@@ -120,7 +172,9 @@ static inline bool fs_stepback_received(struct fs_stepback *sb, uint64_t n)
 	 * ring's hand-over, the grant growing): its waits are late for
 	 * reasons that pass; judging it stepped back 6 pairs that ran 2.5x
 	 * the kernel's rate once warm */
-	over = sb->warm && fs_params.stepback && fs_stepback_judge(sb->turns, sb->measured, sb->slept, sb->bytes);
+	over = sb->warm && fs_params.stepback &&
+	       fs_stepback_judge(sb->turns, sb->measured, sb->slept,
+				 __atomic_load_n(&sb->bytes, __ATOMIC_RELAXED) - sb->window_from);
 	sb->warm = true;
 	/* two windows in a row: a passing spell of load (a build beside, a
 	 * burst of other clients) does not hand back for good a stream that
@@ -132,8 +186,24 @@ static inline bool fs_stepback_received(struct fs_stepback *sb, uint64_t n)
 		sb->strike = false;
 	}
 	sb->turns = sb->measured = sb->slept = 0;
-	sb->bytes = 0;
+	sb->window_from = __atomic_load_n(&sb->bytes, __ATOMIC_RELAXED);
 	return over;
+}
+
+/* The stream's totals, for the history's report at close: its turns (the
+ * requests) and bytes. */
+static inline void fs_stepback_totals(const struct fs_stepback *sb, uint64_t *turns, uint64_t *bytes)
+{
+	*turns = __atomic_load_n(&sb->requests, __ATOMIC_RELAXED);
+	*bytes = __atomic_load_n(&sb->bytes, __ATOMIC_RELAXED);
+}
+
+/* Whether TURNS make at least one whole step-back window: a stream that
+ * long on the fabric without stepping back shows that the fabric pays
+ * (the history clears its step-back count). */
+static inline bool fs_stepback_whole_window(uint64_t turns)
+{
+	return turns >= fs_params.stepback_turns;
 }
 
 /* The window of S said "step back": hands its stream back to TCP (unless

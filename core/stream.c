@@ -42,8 +42,25 @@
 #include "core/sock.h"
 #include "core/stats.h"
 #include "core/stream_internal.h"
+#include "core/util.h"
 #include "core/wait.h"
 #include "preload/real.h"
+
+void fs_stream_reset(struct fs_engine *e, struct fs_stream *s, const char *why)
+{
+	/* The kernel socket: the application's while the stream is open
+	 * (app_fd follows its duplicates), its own once closed; on its way
+	 * back to TCP it carries data, and the hand-back's own error path
+	 * ends it. */
+	int fd = s->hb != FS_HB_NONE ? -1 : s->state == FS_STREAM_CLOSED ? s->ctl_fd : s->app_fd;
+
+	FS_WARN("stream %u: %s; resetting", s->id, why);
+	s->error = -ECONNRESET;
+	fs_stream_changed(e, s);
+	FS_STAT_INC(resets);
+	if (fd >= 0 && !s->peer_gone)
+		(void)fs_tcp_reset(fd);
+}
 
 /* Looks at the control connection: EOF or reset means the peer closed the
  * socket or its process died. */
@@ -63,10 +80,7 @@ static void fs_stream_check_ctl(struct fs_stream *s, int ctl_fd)
 	n = fs_real.recv(ctl_fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
 	if (n > 0) {
 		/* Nothing may follow the handshake on the control channel. */
-		FS_WARN("stream %u: unexpected bytes on the control connection; resetting", s->id);
-		s->error = -ECONNRESET;
-		fs_stream_changed(fs_engine_peek(), s);
-		FS_STAT_INC(resets);
+		fs_stream_reset(fs_engine_peek(), s, "unexpected bytes on the control connection");
 	} else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
 		s->peer_gone = true;
 		s->peer_gone_ns = fs_now_ns();

@@ -119,6 +119,13 @@ typedef bool (*fs_ready_fn)(struct fs_stream *s, void *arg);
  * (deadline), -EINTR, -EBADF (closed meanwhile) or the stream's error. */
 int fs_stream_wait(struct fs_engine *e, struct fs_stream *s, fs_ready_fn ready, void *arg, uint64_t deadline_ns,
 		   int ctl_fd);
+/* This side found S unusable (a send failed on the rail, bytes on its
+ * control connection, a hand-back it cannot answer): S reports ECONNRESET
+ * (once, then EOF/EPIPE), and the peer learns it as from a kernel reset,
+ * at once: its control connection gets an RST (fs_tcp_reset). Before,
+ * the peer learnt only when this side's application closed. WHY is
+ * logged. */
+void fs_stream_reset(struct fs_engine *e, struct fs_stream *s, const char *why);
 
 /* In engine.c. */
 

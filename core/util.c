@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -219,5 +220,16 @@ int fs_thread_start(void *(*fn)(void *), size_t stack)
 
 		nanosleep(&ts, NULL);
 	}
+	return ret;
+}
+
+int fs_tcp_reset(int fd)
+{
+	struct sockaddr unspec = { .sa_family = AF_UNSPEC };
+	int ret = fs_real.connect(fd, &unspec, sizeof(unspec)) ? -errno : 0;
+
+	/* (on the disconnected socket it answers ENOTCONN, and still marks
+	 * both directions shut) */
+	(void)fs_real.shutdown(fd, SHUT_RDWR);
 	return ret;
 }

@@ -142,6 +142,15 @@ static inline void fs_dlist_take_all(struct fs_dlist *from, struct fs_dlist *to)
 	fs_dlist_init(from);
 }
 
+/* Resets the TCP connection of socket FD as a peer's RST would, for every
+ * process that holds it: connect(AF_UNSPEC) disconnects it (the peer gets
+ * an RST; ECONNRESET is pending here), and the shutdown that follows makes
+ * later reads an end of stream and writes EPIPE; poll then reports
+ * POLLIN|POLLOUT|POLLERR|POLLHUP|POLLRDHUP, as after a kernel reset. For a
+ * connection that cannot go on (issue 26: never a clean end of stream
+ * where bytes were lost). Returns 0 or -errno (connect's). */
+int fs_tcp_reset(int fd);
+
 /* The nodes of LIST go in front of HEAD's, in their order; LIST is left
  * empty. */
 static inline void fs_dlist_splice_front(struct fs_dlist *head, struct fs_dlist *list)

@@ -7,8 +7,9 @@
  * that region spinning inside the provider for ever, unless fabsock's
  * watchdog releases it.
  *
- * `fs_lockkill own|ours` (run under the preload; the script checks the
- * stats and the watchdog's warn line). The process (the survivor, S) forks
+ * `fs_lockkill own|ours [VICTIM_PORT THIRD_PORT]` (run under the preload;
+ * the script checks the stats, the watchdog's warn line, and the TCP bytes
+ * on the two ports). The process (the survivor, S) forks
  * two servers, V (the victim) and T, and connects to each (offloaded
  * streams, 64 KiB of the test pattern to V, checked there, one byte back).
  * Then V takes a region lock, found the way fs_shm_find_lock finds it (in
@@ -136,9 +137,13 @@ static int lockkill_take(pthread_spinlock_t *lock)
 
 /* ---- the servers ----------------------------------------------------------- */
 
-static int lockkill_listen(int report_fd)
+/* The ports V and T listen on: any ("0"), or the command line's, so that
+ * the script can count what TCP carried on them (fs_tcp_proof). */
+static const char *lockkill_ports[2] = { "0", "0" };
+
+static int lockkill_listen(int report_fd, const char *port_text)
 {
-	int fd = harness_listen(AF_INET, "127.0.0.1", "0", 0, 4);
+	int fd = harness_listen(AF_INET, "127.0.0.1", port_text, 0, 4);
 	unsigned port = fd >= 0 ? harness_local_port(fd) : 0;
 
 	if (fd < 0 || write(report_fd, &port, sizeof(port)) != (ssize_t)sizeof(port))
@@ -152,7 +157,7 @@ static int lockkill_listen(int report_fd)
  * survivor's), says 'L' on REPORT_FD and waits to be killed. */
 static int lockkill_victim(int report_fd, int go_fd, bool ours, pid_t survivor)
 {
-	int lfd = lockkill_listen(report_fd), fd;
+	int lfd = lockkill_listen(report_fd, lockkill_ports[0]), fd;
 	size_t off;
 	uintptr_t base;
 	char said = 'L', go;
@@ -180,7 +185,7 @@ static int lockkill_victim(int report_fd, int go_fd, bool ours, pid_t survivor)
 /* T: 1 MiB of the pattern, then EOF. */
 static int lockkill_third(int report_fd, int go_fd, bool ours, pid_t survivor)
 {
-	int lfd = lockkill_listen(report_fd), fd;
+	int lfd = lockkill_listen(report_fd, lockkill_ports[1]), fd;
 
 	(void)go_fd;
 	(void)ours;
@@ -302,9 +307,13 @@ int main(int argc, char **argv)
 {
 	bool ours;
 
-	if (argc != 2 || (strcmp(argv[1], "own") && strcmp(argv[1], "ours"))) {
-		fprintf(stderr, "usage: fs_lockkill own|ours\n");
+	if ((argc != 2 && argc != 4) || (strcmp(argv[1], "own") && strcmp(argv[1], "ours"))) {
+		fprintf(stderr, "usage: fs_lockkill own|ours [VICTIM_PORT THIRD_PORT]\n");
 		return 2;
+	}
+	if (argc == 4) {
+		lockkill_ports[0] = argv[2];
+		lockkill_ports[1] = argv[3];
 	}
 	ours = !strcmp(argv[1], "ours");
 	setvbuf(stdout, NULL, _IOLBF, 0);

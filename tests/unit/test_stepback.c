@@ -12,7 +12,10 @@
  * (the first thread owns the counts); the first
  * window (the warm-up) is never judged, and two windows in a row must say
  * "step back" (a quick window between clears the first); FABSOCK_STEPBACK=0
- * never fires; after it fired, nothing more is counted (done).
+ * never fires; after it fired, nothing more is counted (done); the
+ * stream's totals (the history's turns and bytes) count every thread's
+ * calls; bytes held before the HELLO-ACK start a request but claim no
+ * owner, and their answer is no turn of the window.
  */
 #include <pthread.h>
 #include <string.h>
@@ -138,5 +141,31 @@ int main(void)
 	for (unsigned i = 0; i < 10 * 128; i++)
 		CHECK(!turn(&sb, 64, true, true));
 	CHECK(sb.turns == 0);
+	{
+		/* ...but its totals, the history's, still count every thread's
+		 * calls: one request and 20 bytes, then the 1280 turns */
+		uint64_t turns, bytes;
+
+		fs_stepback_totals(&sb, &turns, &bytes);
+		CHECK(turns == 1 + 10 * 128 && bytes == 20 + 10 * 128 * 128);
+	}
+
+	/* bytes held before the HELLO-ACK start the first request and claim
+	 * no owner: the thread that reads the answer owns the measure */
+	memset(&sb, 0, sizeof(sb));
+	fs_stepback_sent_held(&sb, 100);
+	CHECK(sb.owner == 0 && sb.requests == 1 && sb.bytes == 100);
+	/* ...and its answer is no turn of the window (the first window of a
+	 * client ends at the same turn as its server's) */
+	fs_stepback_received(&sb, 50);
+	CHECK(sb.turns == 0 && sb.owner == (uintptr_t)pthread_self() && sb.bytes == 150);
+	turn(&sb, 10, true, true);
+	CHECK(sb.turns == 1 && sb.requests == 2);
+	/* the history's turns are the requests: a send after a receive, and
+	 * the first; the rest of a request is none */
+	fs_stepback_sent(&sb, 10);
+	fs_stepback_sent(&sb, 10);
+	CHECK(sb.requests == 3);
+	CHECK(fs_stepback_whole_window(128) && !fs_stepback_whole_window(127));
 	return fs_check_done();
 }
