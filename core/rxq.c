@@ -339,15 +339,18 @@ static void fs_rx_header_common(struct fs_engine *e, struct fs_stream *s, const 
 	 * header's flush and from the next progress round's). A stream before
 	 * its join keeps no credit (peer_limit 0, so nothing posts); the join
 	 * gives it the first grant, and later headers carry their grants
-	 * whole. */
-	if (s->state == FS_STREAM_HELLO)
+	 * whole. A peer that asks to be rung is rung by our first post after
+	 * the join (nothing of ours is posted yet: as fs_bell's ARM datagram
+	 * in the handshake). */
+	if (s->state == FS_STREAM_HELLO) {
+		if (arm)
+			s->peer_armed = true;
 		return;
+	}
 	fs_credit_tx_update(&s->peer_limit, hdr->freed, hdr->grant, s->tx_seq, FS_WIRE_WINDOW_MAX);
 	if (fs_seq_after(hdr->ctrl_ack, s->ctrl_acked) && !fs_seq_after(hdr->ctrl_ack, s->ctrl_sent))
 		s->ctrl_acked = hdr->ctrl_ack;
-	if (arm && s->state == FS_STREAM_HELLO)
-		s->peer_armed = true; /* nothing posted yet (as fs_bell's ARM datagram in the handshake) */
-	else if (arm)
+	if (arm)
 		fs_bell_armed_by(s, hdr->freed, hdr->ctrl_ack);
 	if (s->txq_head)
 		fs_stream_flush(e, s);
