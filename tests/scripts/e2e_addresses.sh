@@ -12,7 +12,9 @@
 # (b) server on 0.0.0.0, client bound to 127.0.0.3, to 127.0.0.2;
 # (c) server on 127.0.0.2, client to it; (d) a dual-stack server on ::,
 # clients to ::1 and to 127.0.0.2. Three exchanges each, 1.5 s idle
-# between them so that both ends arm their doorbells. Checks: every echo
+# between them so that both ends arm their doorbells, and the server answers
+# each 0.2 s late so that the client's wait sleeps too (a peer is rung only
+# while it sleeps: wake2's "ring only a sleeper"). Checks: every echo
 # byte-exact (sha256), both ends offloaded with no probe timeout, nothing
 # dropped (msgs_dropped=0: no doorbell datagram refused), and the doorbell
 # rang on both ends (bell_rings_received >= 1).
@@ -38,6 +40,7 @@ if mode == "server":
         d = c.recv(65536)
         if not d:
             break
+        time.sleep(0.2)  # the client's wait for the echo sleeps: it must be rung
         c.sendall(d)
     c.close()
 else:
