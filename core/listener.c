@@ -260,6 +260,10 @@ bool fs_listener_move(struct fs_listener *l, const uint8_t addr[16], uint16_t po
  * other way. */
 pthread_mutex_t fs_listeners_lock = PTHREAD_MUTEX_INITIALIZER;
 struct fs_listener *fs_service_listeners;
+/* A listener was published in this process once (atomic): the exit path's
+ * look without the lock. Not the list itself, which the service thread
+ * changes under fs_listeners_lock (TSan: a race with fs_service_drop_closed). */
+static bool fs_listeners_ever;
 static const struct fs_service_fds fs_listeners_fds;
 
 /* ---- listener side ----------------------------------------------------- */
@@ -445,7 +449,7 @@ void fs_listeners_exit(void)
 {
 	/* a process that never listened: no lock, no clock (every short
 	 * process exits through here) */
-	if (!__atomic_load_n(&fs_service_listeners, __ATOMIC_ACQUIRE))
+	if (!__atomic_load_n(&fs_listeners_ever, __ATOMIC_ACQUIRE))
 		return;
 	/* the exit may have interrupted this thread inside the lock: the
 	 * tables are left then (their files go when their last user's
@@ -551,6 +555,7 @@ static void fs_listener_publish(struct fs_listener *l)
 	fs_listener_get(l);
 	l->next = fs_service_listeners;
 	fs_service_listeners = l;
+	__atomic_store_n(&fs_listeners_ever, true, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&fs_listeners_lock);
 	fs_service_kick(); /* starts the service thread if it is not running */
 }

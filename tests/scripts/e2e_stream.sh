@@ -242,7 +242,15 @@ split_check() {
 	direct=$(fs_stat "$err" pull_direct_bytes)
 	bounce=$(fs_stat "$err" pull_bounce_bytes)
 	fs_log "$label: receiver pulls_split=${splits:-none} pull_direct_bytes=${direct:-none} pull_bounce_bytes=${bounce:-none}"
-	if [ "$on" = 1 ]; then
+	if [ "$on" = 1 ] && [ -n "${TSAN_OPTIONS:-}" ]; then
+		# Under TSan the reader runs several times slower: payloads it
+		# has not asked for yet go stale and the service thread pulls
+		# them whole into bounce buffers (fs_engine_pull_stale), so how
+		# many bytes went direct says nothing there (CI: 31.7 MB direct,
+		# 35.4 MB bounced); the split itself must still happen.
+		[ "${splits:-0}" -gt 0 ] && [ "${direct:-0}" -gt 0 ] ||
+			fs_fail "$label: expected split pulls: pulls_split=${splits:-none} direct=${direct:-none} bounce=${bounce:-none}"
+	elif [ "$on" = 1 ]; then
 		[ "${splits:-0}" -gt 0 ] && [ "${direct:-0}" -gt "${bounce:-0}" ] ||
 			fs_fail "$label: expected split pulls with most pulled bytes direct: pulls_split=${splits:-none} direct=${direct:-none} bounce=${bounce:-none}"
 	else
