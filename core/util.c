@@ -193,9 +193,8 @@ int fs_thread_start(void *(*fn)(void *), size_t stack)
 	 * refuses (EINVAL) a stack that cannot hold it with room to spare: a
 	 * program with 64 KiB of __thread data had no shm watchdog (its 64 KiB
 	 * stack). A refused size is tried again at the default size (8 MiB of
-	 * address space, touched only as used): a size just large enough for
-	 * the TLS left too little stack under TSan, whose runtime's TLS is
-	 * large. Not under TSan: there the retried watchdog crashed an
+	 * address space, touched only as used). Not under TSan, whose
+	 * runtime's TLS is large: there the retried watchdog crashed an
 	 * uninstrumented program exec'd under the preload (e2e_exec's cat died
 	 * by SIGSEGV, at any stack size; not understood), so a TSan build keeps
 	 * the old behaviour (no watchdog where the TLS does not fit). */
