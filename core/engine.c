@@ -488,9 +488,8 @@ int fs_stream_connect(struct fs_engine *e, struct fs_stream *s, uint32_t peer_id
 	s->peer_id = peer_id;
 	s->peer_pid = er->rail.kind == FS_PROV_SHM ? fs_shm_addr_pid(addr, addr_len) : 0;
 	/* the first grant: messages 1 to window (a header that came before
-	 * the ACK may have granted more already: fs_rx_header_common) */
-	if (fs_credit_after(peer_window, s->peer_limit))
-		s->peer_limit = peer_window;
+	 * the join granted nothing: fs_rx_header_common) */
+	s->peer_limit = peer_window;
 	s->peer_chunk = peer_chunk;
 	if (s->peer_chunk + FS_WIRE_MSG_PREFIX > er->tx_data.buf_cap)
 		s->peer_chunk = er->tx_data.buf_cap - FS_WIRE_MSG_PREFIX;

@@ -36,14 +36,9 @@ unsigned fs_fault_post_eagain;
 /* Messages S may send before its peer grants more. */
 static unsigned fs_stream_credits(const struct fs_stream *s)
 {
-	/* A stream still in its handshake has no peer address to send to.
-	 * The peer's first data may come before we read its HELLO-ACK (a
-	 * server that writes as soon as it answered: nghttpd's SETTINGS), and
-	 * its header's grant used to let the bytes held before the ACK go to
-	 * an address never inserted: libfabric crashed (h2load, SIGSEGV in
-	 * fi_inject). They go at fs_stream_connect. */
-	if (s->state == FS_STREAM_HELLO)
-		return 0;
+	/* (A stream still in its handshake has no peer address to send to:
+	 * it has no credit either, peer_limit 0 until the join; rxq.c's
+	 * fs_rx_header_common takes no grant before it.) */
 	return fs_credit_tx_avail(s->peer_limit, s->tx_seq);
 }
 
