@@ -411,20 +411,31 @@ static int recvonly_read_all(int fd, const char *who)
 	}
 }
 
-static int recvonly_fork_client(int fd)
+static int recvonly_exec_reader(int fd, const char *name);
+
+/* The client's stream settled (receive-only by now, so that the child
+ * inherits it offloaded), then a forked child reads it to its end or, with
+ * EXEC, execs a reader of it (and asks the client for the stream). */
+static int recvonly_forked(int fd, bool exec)
 {
 	pid_t pid;
 
-	/* settled here (the stream receive-only by now), so that the child
-	 * inherits it offloaded */
 	if (recvonly_settle(fd) < 0)
 		return -1;
 	pid = fork();
 	if (pid < 0)
 		return harness_fail("fork: %s", strerror(errno));
-	if (pid == 0)
-		_exit(recvonly_read_all(fd, "child") ? 1 : 0);
-	if (harness_wait_child(pid, "the reading child", 0) < 0)
+	if (pid == 0) {
+		if (exec)
+			recvonly_exec_reader(fd, "recvonly_fork_exec");
+		_exit(!exec && recvonly_read_all(fd, "child") == 0 ? 0 : 1);
+	}
+	return harness_wait_child(pid, exec ? "the child that exec'd a reader" : "the reading child", 0);
+}
+
+static int recvonly_fork_client(int fd)
+{
+	if (recvonly_forked(fd, false) < 0)
 		return -1;
 	/* what the child left, if anything: the parent's reads follow the
 	 * same rule from where it stands (it may have all, or nothing) */
@@ -512,18 +523,7 @@ static int recvonly_exec_client(int fd)
 /* The same from a forked child, which asks the client for the stream. */
 static int recvonly_fork_exec_client(int fd)
 {
-	pid_t pid;
-
-	if (recvonly_settle(fd) < 0)
-		return -1;
-	pid = fork();
-	if (pid < 0)
-		return harness_fail("fork: %s", strerror(errno));
-	if (pid == 0) {
-		recvonly_exec_reader(fd, "recvonly_fork_exec");
-		_exit(1);
-	}
-	return harness_wait_child(pid, "the child that exec'd a reader", 0);
+	return recvonly_forked(fd, true);
 }
 
 static const struct harness_scenario reset_scenarios[] = {
