@@ -77,12 +77,7 @@ run_client() {
 	fi
 	fs_wait_pid "$cli_pid" 60 || crc=$?
 	fs_wait_pid "$SERVER_PID" 20 || src=$?
-	if [ "$crc" -ne 0 ] || [ "$src" -ne 0 ] || ! grep -qx 'result ok' "$dir/client.out" ||
-		! grep -qx 'result ok' "$dir/server.out"; then
-		fs_fail "$(basename "$dir"): exit $src/$crc: $(grep -h '^result' "$dir/server.out" "$dir/client.out" | tr '\n' ' ')"
-		grep -hv 'stats:' "$dir/server.err" "$dir/client.err" | head -n 5 >&2
-		return 1
-	fi
+	fs_pair_ok "$dir" "$(basename "$dir")" "$src" "$crc" || return 1
 }
 
 # ---- plain: the baseline (no fabsock anywhere), then the fabsock client ----

@@ -58,12 +58,7 @@ pair() {
 		--banner >"$dir/client.out" 2>"$dir/client.err"
 	fs_wait_pid "$cpid" 60 || crc=$?
 	fs_wait_pid "$spid" 20 || src=$?
-	if [ "$crc" -ne 0 ] || [ "$src" -ne 0 ] || ! grep -qx 'result ok' "$dir/client.out" ||
-		! grep -qx 'result ok' "$dir/server.out"; then
-		fs_fail "${dir##*/}: exit $src/$crc: $(grep -h '^result' "$dir/server.out" "$dir/client.out" | tr '\n' ' ')"
-		grep -hv 'stats:' "$dir/server.err" "$dir/client.err" | head -n 5 >&2
-		return 1
-	fi
+	fs_pair_ok "$dir" "${dir##*/}" "$src" "$crc" || return 1
 }
 
 # ---- late: a probe 100 ms after connect(), waited for -------------------------

@@ -55,12 +55,7 @@ run_pair() { # SERVER_USER CLIENT_USER EXPECT(offload|tcp) RECORDS(1|0) [banner]
 	local crc=0 src=0
 	fs_wait_pid "$cpid" 60 || crc=$?
 	fs_wait_pid "$spid" 10 || src=$?
-	if [ "$crc" -ne 0 ] || [ "$src" -ne 0 ] || ! grep -qx 'result ok' "$dir/client.out" ||
-		! grep -qx 'result ok' "$dir/server.out"; then
-		fs_fail "$label: exit $src/$crc: $(grep -h '^result' "$dir/server.out" "$dir/client.out" | tr '\n' ' ')"
-		grep -hv 'stats:' "$dir/server.err" "$dir/client.err" | head -n 5 >&2
-		return 0
-	fi
+	fs_pair_ok "$dir" "$label" "$src" "$crc" || return 0
 	local side off other rx norec plain probes
 	for side in server client; do
 		off=$(fs_stat "$dir/$side.err" offloaded)

@@ -144,6 +144,20 @@ fs_skip() {
 	fs_log "SKIP: $*"
 	exit 77
 }
+# The end of an fs_stream pair in DIR (server.out/.err, client.out/.err):
+# fails LABEL, with the pair's result lines and errors, unless both exited
+# 0 (exit statuses SRC and CRC) and both printed "result ok".
+# Usage: fs_pair_ok DIR LABEL SRC CRC || return ...
+fs_pair_ok() {
+	local dir=$1 label=$2 src=$3 crc=$4
+	if [ "$crc" -ne 0 ] || [ "$src" -ne 0 ] || ! grep -qx 'result ok' "$dir/client.out" ||
+		! grep -qx 'result ok' "$dir/server.out"; then
+		fs_fail "$label: exit $src/$crc: $(grep -h '^result' "$dir/server.out" "$dir/client.out" | tr '\n' ' ')"
+		grep -hv 'stats:' "$dir/server.err" "$dir/client.err" | head -n 5 >&2
+		return 1
+	fi
+}
+
 # Ends the script: prints the closing count line and exits by the result.
 # A failed run also prints the first sanitizer report any of its programs
 # left in the test's directory (a program that exits 66 under TSan or 1
