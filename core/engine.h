@@ -424,8 +424,10 @@ void fs_engine_shutdown(void);
 /* The most endpoints of one kind a process opens (fs_engine_rail_for in
  * engine.c: another when every one's address vector is full). */
 #define FS_ENGINE_MAX_EPS 16
-/* Opens the rail of KIND if needed. Engine lock held. */
-int fs_engine_rail(struct fs_engine *e, unsigned kind, const struct sockaddr *local,
+/* Opens the rail of KIND if needed, for a connection this process accepted
+ * (SERVING) or made (its queue depth: fs_engine_depth in engine.c). Engine
+ * lock held. */
+int fs_engine_rail(struct fs_engine *e, unsigned kind, const struct sockaddr *local, bool serving,
 		   struct fs_engine_rail **out, char *why, size_t whylen);
 
 /* Creates a stream on ERAIL, reserving receives. Engine lock held. Returns

@@ -61,7 +61,7 @@ static void fs_info_provider(FILE *out, unsigned kind)
 {
 	struct fs_rail rail;
 	char why[200] = "";
-	int ret = fs_rail_open(&rail, kind, NULL, why, sizeof(why));
+	int ret = fs_rail_open(&rail, kind, NULL, 0, why, sizeof(why));
 
 	if (ret == 0) {
 		fprintf(out, "  %-4s usable: domain %s, inject %zu B, tx depth %zu, rx depth %zu, iov %zu%s%s\n",
