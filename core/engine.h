@@ -87,6 +87,12 @@ struct fs_engine_rail {
 	unsigned held_data;                    /* data receives kept in streams' queues */
 	unsigned tx_posted;                    /* sends whose completion is due */
 	unsigned pulls_posted;                 /* payload receives whose completion is due */
+	/* A data buffer never posted, whose memory a pull with a bounce part
+	 * borrows (swapped with the pulled buffer's; rxq.c, fs_rx_warm_lend):
+	 * the bounce parts land in pages touched already, not in the next of
+	 * the posted receives, which a new process has never touched. */
+	struct fs_buf *warm;
+	bool warm_lent;
 	unsigned streams;
 	/* More endpoints of the same kind, opened when this one's address
 	 * vector is full (shm: 256 peer processes per endpoint); each has its
