@@ -68,6 +68,10 @@ static void fs_info_provider(FILE *out, unsigned kind)
 			fs_fabric_prov_name(kind), rail.info->domain_attr->name, rail.inject_size, rail.tx_depth,
 			rail.rx_depth, rail.iov_limit, rail.mr_local ? ", FI_MR_LOCAL" : "",
 			rail.source ? ", FI_SOURCE" : "");
+		if (kind == FS_PROV_SHM && fs_params.shm_depth)
+			fprintf(out, "       (a server's; a rail opened for a connection the process made asks for "
+				     "tx and rx depth %u: FABSOCK_SHM_DEPTH)\n",
+				(unsigned)fs_params.shm_depth);
 		fs_rail_close(&rail);
 		fs_info_nics(out, kind);
 	} else {
