@@ -129,16 +129,41 @@ void fs_engine_forget_after_fork(void)
 
 /* ---- rails and endpoints ----------------------------------------------- */
 
-/* Opens endpoint ER of KIND (its rail, pools and first receives). */
-static int fs_engine_ep_open(struct fs_engine_rail *er, unsigned kind, const struct sockaddr *local, char *why,
-			     size_t whylen)
+/* The queue depth a new endpoint of KIND asks its provider for
+ * (fs_rail_open; only shm takes it). A process's first connection waits for
+ * its endpoint, and what shm allocates and first touches there grows with
+ * the depth: its free stacks of send, receive, unexpected-message and
+ * segmented-transfer entries (~350 B each), the region's command queue and
+ * the completion queue. At shm's own 1024 that is ~300 page faults, 5-9 ms
+ * of CPU on this project's 2-core VM (a first touch costs ~16 us there),
+ * against the 1-3 ms that 256 costs: a third of what a curl process
+ * fetching 4 MB paid for its rail (docs/design.md, "A rail's cost").
+ * A process that opens the rail for a connection it made (a client: curl,
+ * wrk, pgbench) gets FABSOCK_SHM_DEPTH; one that opens it for a connection
+ * it accepted (a server, whose streams are many), and every extra endpoint
+ * (opened because the others' address vectors are full: many peers),
+ * keep the provider's depth. The depth bounds what is in flight at once,
+ * not what can be: a send past it is refused by the provider and posted
+ * again (txq.c), the data receives kept posted are clamped below it
+ * (fs_engine_ep_open). */
+static size_t fs_engine_depth(unsigned kind, bool serving, bool extra)
+{
+	if (kind != FS_PROV_SHM || serving || extra)
+		return 0;
+	return (size_t)fs_params.shm_depth;
+}
+
+/* Opens endpoint ER of KIND (its rail, pools and first receives), with the
+ * queue depth of fs_engine_depth. */
+static int fs_engine_ep_open(struct fs_engine_rail *er, unsigned kind, const struct sockaddr *local, size_t depth,
+			     char *why, size_t whylen)
 {
 	uint32_t chunk = (uint32_t)fs_params.chunk_size;
-	uint64_t t[2] = { 0, 0 };
+	uint64_t t[3] = { 0, 0, 0 };
 	int ret;
 
 	fs_rail_stamp("start", t);
-	ret = fs_rail_open(&er->rail, kind, local, why, whylen);
+	ret = fs_rail_open(&er->rail, kind, local, depth, why, whylen);
 	if (ret)
 		return ret;
 	fs_rail_stamp("endpoint open in all", t);
@@ -151,12 +176,15 @@ static int fs_engine_ep_open(struct fs_engine_rail *er, unsigned kind, const str
 	 * pulled straight into its buffer */
 	er->chunk = chunk;
 	/* The provider's receive queue holds the posted data and control
-	 * receives; the data pool, those posted and as many kept by streams. */
+	 * receives and the pulls' receives (a pull that finds the queue full
+	 * loses its payload: rxq.c), so a quarter of it is left to the pulls
+	 * (of shm's 1024 more than RX_POSTED leaves anyway; of a client's 256,
+	 * 64); the data pool, those posted and as many kept by streams. */
 	er->data_target = (unsigned)fs_params.rx_posted;
-	if (er->rail.rx_depth < FS_CTRL_POSTED + 2)
+	if (er->rail.rx_depth < FS_CTRL_POSTED + 2 + er->rail.rx_depth / 4)
 		er->data_target = 1;
-	else if (er->data_target > er->rail.rx_depth - FS_CTRL_POSTED - 1)
-		er->data_target = (unsigned)er->rail.rx_depth - FS_CTRL_POSTED - 1;
+	else if (er->data_target > er->rail.rx_depth - FS_CTRL_POSTED - 1 - er->rail.rx_depth / 4)
+		er->data_target = (unsigned)(er->rail.rx_depth - FS_CTRL_POSTED - 1 - er->rail.rx_depth / 4);
 	er->held_data = 0;
 	fs_pool_init(&er->rx_data, &er->rail, FS_BUF_RX_DATA, chunk + FS_WIRE_MSG_PREFIX, 16, 2 * er->data_target);
 	fs_pool_init(&er->rx_ctrl, &er->rail, FS_BUF_RX_CTRL, FS_CTRL_BUF, 64, FS_CTRL_POSTED);
@@ -179,7 +207,7 @@ static int fs_engine_ep_open(struct fs_engine_rail *er, unsigned kind, const str
 	return 0;
 }
 
-int fs_engine_rail(struct fs_engine *e, unsigned kind, const struct sockaddr *local,
+int fs_engine_rail(struct fs_engine *e, unsigned kind, const struct sockaddr *local, bool serving,
 		   struct fs_engine_rail **out, char *why, size_t whylen)
 {
 	struct fs_engine_rail *er;
@@ -189,7 +217,7 @@ int fs_engine_rail(struct fs_engine *e, unsigned kind, const struct sockaddr *lo
 		return -EINVAL;
 	er = &e->rails[kind];
 	if (!er->open) {
-		ret = fs_engine_ep_open(er, kind, local, why, whylen);
+		ret = fs_engine_ep_open(er, kind, local, fs_engine_depth(kind, serving, false), why, whylen);
 		if (ret)
 			return ret;
 	}
@@ -206,7 +234,8 @@ static int fs_engine_rail_for(struct fs_engine *e, unsigned kind, const struct s
 			      size_t peer_len, struct fs_engine_rail **out, char *why, size_t whylen)
 {
 	struct fs_engine_rail *first, *er, *last = NULL;
-	int ret = fs_engine_rail(e, kind, local, &first, why, whylen);
+	/* a peer known: the HELLO's, on the server's side */
+	int ret = fs_engine_rail(e, kind, local, peer != NULL, &first, why, whylen);
 
 	if (ret)
 		return ret;
@@ -239,7 +268,7 @@ static int fs_engine_rail_for(struct fs_engine *e, unsigned kind, const struct s
 		return -ENOSPC;
 	}
 	/* Its own region, named like the first with a fresh nonce. */
-	if (fs_engine_ep_open(er, kind, local, why, whylen)) {
+	if (fs_engine_ep_open(er, kind, local, fs_engine_depth(kind, peer != NULL, true), why, whylen)) {
 		free(er);
 		return -ENOSPC;
 	}
@@ -1007,7 +1036,7 @@ bool fs_stream_holds(struct fs_stream *s, uint64_t deadline_ns)
 void fs_engine_shutdown(void)
 {
 	struct fs_engine *e = fs_engine_peek();
-	uint64_t deadline, t[2] = { 0, 0 };
+	uint64_t deadline, t[3] = { 0, 0, 0 };
 
 	if (!e || __atomic_exchange_n(&fs_engine_ended, 1, __ATOMIC_ACQ_REL))
 		return;

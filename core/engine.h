@@ -87,6 +87,12 @@ struct fs_engine_rail {
 	unsigned held_data;                    /* data receives kept in streams' queues */
 	unsigned tx_posted;                    /* sends whose completion is due */
 	unsigned pulls_posted;                 /* payload receives whose completion is due */
+	/* A data buffer never posted, whose memory a pull with a bounce part
+	 * borrows (swapped with the pulled buffer's; rxq.c, fs_rx_warm_lend):
+	 * the bounce parts land in pages touched already, not in the next of
+	 * the posted receives, which a new process has never touched. */
+	struct fs_buf *warm;
+	bool warm_lent;
 	unsigned streams;
 	/* More endpoints of the same kind, opened when this one's address
 	 * vector is full (shm: 256 peer processes per endpoint); each has its
@@ -424,8 +430,10 @@ void fs_engine_shutdown(void);
 /* The most endpoints of one kind a process opens (fs_engine_rail_for in
  * engine.c: another when every one's address vector is full). */
 #define FS_ENGINE_MAX_EPS 16
-/* Opens the rail of KIND if needed. Engine lock held. */
-int fs_engine_rail(struct fs_engine *e, unsigned kind, const struct sockaddr *local,
+/* Opens the rail of KIND if needed, for a connection this process accepted
+ * (SERVING) or made (its queue depth: fs_engine_depth in engine.c). Engine
+ * lock held. */
+int fs_engine_rail(struct fs_engine *e, unsigned kind, const struct sockaddr *local, bool serving,
 		   struct fs_engine_rail **out, char *why, size_t whylen);
 
 /* Creates a stream on ERAIL, reserving receives. Engine lock held. Returns

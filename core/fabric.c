@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -322,7 +323,15 @@ bool fs_fabric_host_has_efa(void)
 }
 
 
-static struct fi_info *fs_rail_hints(unsigned kind, const struct sockaddr *local, bool source)
+/* The queue depth to ask KIND for, from DEPTH (fs_rail_open): shm only, and
+ * only where the user did not size the queue with shm's own variables (a
+ * hint above their value would find no provider). 0: the provider's. */
+static size_t fs_rail_depth_hint(unsigned kind, size_t depth, const char *env)
+{
+	return kind == FS_PROV_SHM && !getenv(env) ? depth : 0;
+}
+
+static struct fi_info *fs_rail_hints(unsigned kind, const struct sockaddr *local, bool source, size_t depth)
 {
 	struct fi_info *hints = fs_fi.dupinfo(NULL);
 
@@ -342,6 +351,8 @@ static struct fi_info *fs_rail_hints(unsigned kind, const struct sockaddr *local
 	hints->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
 	hints->domain_attr->threading = FI_THREAD_DOMAIN;
 	hints->domain_attr->resource_mgmt = FI_RM_ENABLED;
+	hints->tx_attr->size = fs_rail_depth_hint(kind, depth, "FI_SHM_TX_SIZE");
+	hints->rx_attr->size = fs_rail_depth_hint(kind, depth, "FI_SHM_RX_SIZE");
 	hints->fabric_attr->prov_name = strdup(fs_fabric_prov_name(kind));
 	/* efa lists two fabrics from 2.2 on: "efa" (tagged messages, its own
 	 * wire protocols) and "efa-direct" (no FI_TAGGED, FI_MR_LOCAL
@@ -432,8 +443,8 @@ static void fs_rail_list_nics(struct fi_info *list, unsigned kind, struct fs_nic
 		(void)fs_nics_select(nics, fs_nics_spec_global(), (unsigned)fs_params.rails);
 }
 
-static int fs_rail_open_inner(struct fs_rail *rail, unsigned kind, const struct sockaddr *local, char *why,
-			      size_t whylen);
+static int fs_rail_open_inner(struct fs_rail *rail, unsigned kind, const struct sockaddr *local, size_t depth,
+			      char *why, size_t whylen);
 
 /* Whether a child forked by this process may inherit a libfabric loaded and
  * initialised here. Not when the process could change user (root, or set-id):
@@ -467,7 +478,7 @@ void fs_fabric_warm(void)
 	pthread_mutex_lock(&lock);
 	if (!done && fs_fabric_warm_safe()) {
 		fs_sigs_before(&snap);
-		hints = fs_fabric_load(NULL, 0) ? NULL : fs_rail_hints(FS_PROV_SHM, NULL, false);
+		hints = fs_fabric_load(NULL, 0) ? NULL : fs_rail_hints(FS_PROV_SHM, NULL, false, 0);
 		if (hints) {
 			/* the first fi_getinfo initialises every provider */
 			FS_GUARD_ENTER();
@@ -485,24 +496,25 @@ void fs_fabric_warm(void)
 
 
 /* Opens a rail, noting the signal handlers the provider installs (sigs.h). */
-int fs_rail_open(struct fs_rail *rail, unsigned kind, const struct sockaddr *local, char *why,
+int fs_rail_open(struct fs_rail *rail, unsigned kind, const struct sockaddr *local, size_t depth, char *why,
 		 size_t whylen)
 {
 	static struct fs_sigs_snapshot snap; /* rails open under the engine lock */
 	int ret;
 
 	fs_sigs_before(&snap);
-	ret = fs_rail_open_inner(rail, kind, local, why, whylen);
+	ret = fs_rail_open_inner(rail, kind, local, depth, why, whylen);
 	fs_sigs_after(&snap);
 	return ret;
 }
 
 /* Asks provider KIND for what fabsock needs (with FI_SOURCE first, then
- * without) into *LIST and lists its NICs in NICS (fs_rail_list_nics).
- * Returns 0 with the nearest used NIC in *USE, or -ENODEV with WHY (the
- * provider is not usable, or FABSOCK_RAIL_ADDRS names none of its NICs),
- * or -ENOMEM. The caller frees *LIST. Under the guard. */
-static int fs_rail_find_nics(unsigned kind, const struct sockaddr *local, struct fs_nics *nics,
+ * without; queues of DEPTH entries first, then the provider's, for a
+ * provider whose most is less) into *LIST and lists its NICs in NICS
+ * (fs_rail_list_nics). Returns 0 with the nearest used NIC in *USE, or
+ * -ENODEV with WHY (the provider is not usable, or FABSOCK_RAIL_ADDRS names
+ * none of its NICs), or -ENOMEM. The caller frees *LIST. Under the guard. */
+static int fs_rail_find_nics(unsigned kind, const struct sockaddr *local, size_t depth, struct fs_nics *nics,
 			     struct fi_info **list, const struct fs_nic **use, char *why, size_t whylen)
 {
 	struct fi_info *hints;
@@ -510,8 +522,13 @@ static int fs_rail_find_nics(unsigned kind, const struct sockaddr *local, struct
 
 	*list = NULL;
 	*use = NULL;
-	for (int source = 1; source >= 0 && !*use; source--) {
-		hints = fs_rail_hints(kind, local, source);
+	for (int step = 0; step < 4 && !*use; step++) {
+		int source = !(step & 1);
+		size_t want = step < 2 ? depth : 0;
+
+		if (step >= 2 && !depth)
+			break;
+		hints = fs_rail_hints(kind, local, source, want);
 		if (!hints)
 			return -ENOMEM;
 		ret = fs_fabric_getinfo(hints, list);
@@ -547,7 +564,7 @@ int fs_fabric_nics(unsigned kind, struct fs_nics *nics, char *why, size_t whylen
 	if (ret)
 		return ret;
 	FS_GUARD_ENTER();
-	ret = fs_rail_find_nics(kind, NULL, nics, &list, &use, why, whylen);
+	ret = fs_rail_find_nics(kind, NULL, 0, nics, &list, &use, why, whylen);
 	if (list)
 		fs_fi.freeinfo(list);
 	FS_GUARD_LEAVE();
@@ -560,8 +577,8 @@ int fs_fabric_nics(unsigned kind, struct fs_nics *nics, char *why, size_t whylen
  * the nearest one FABSOCK_RAIL_ADDRS allows (fs_rail_find_nics). Returns 0
  * or -errno (WHY says why when the provider is not usable). Under the
  * guard. */
-static int fs_rail_getinfo(struct fs_rail *rail, unsigned kind, const struct sockaddr *local, char *why,
-			   size_t whylen)
+static int fs_rail_getinfo(struct fs_rail *rail, unsigned kind, const struct sockaddr *local, size_t depth,
+			   char *why, size_t whylen)
 {
 	static bool told_rails;
 	struct fs_nics *nics = calloc(1, sizeof(*nics));
@@ -571,7 +588,7 @@ static int fs_rail_getinfo(struct fs_rail *rail, unsigned kind, const struct soc
 
 	if (!nics)
 		return -ENOMEM;
-	ret = fs_rail_find_nics(kind, local, nics, &list, &use, why, whylen);
+	ret = fs_rail_find_nics(kind, local, depth, nics, &list, &use, why, whylen);
 	if (ret) {
 		free(nics);
 		return ret;
@@ -624,7 +641,7 @@ static int fs_rail_open_objects(struct fs_rail *rail, struct fi_info *fi, const 
 {
 	struct fi_av_attr av_attr = { .type = FI_AV_TABLE, .count = rail->av_max };
 	struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_TAGGED, .wait_obj = FI_WAIT_NONE };
-	uint64_t t[2] = { 0, 0 };
+	uint64_t t[3] = { 0, 0, 0 };
 	int ret;
 
 	fs_rail_stamp("start", t);
@@ -721,32 +738,38 @@ err_fabric:
 }
 
 /* Where a rail open's time goes (FABSOCK_LOG=debug): the wall and this
- * thread's CPU microseconds since the stamp T[0..1], which then moves on
- * (the CPU figure is the one to trust on a loaded machine). A process's
- * first connection waits for all of it. */
-void fs_rail_stamp(const char *what, uint64_t t[2])
+ * thread's CPU microseconds and its page faults since the stamp T[0..2],
+ * which then moves on (the CPU figure is the one to trust on a loaded
+ * machine; a first touch of a page costs ~16 us of it on this project's
+ * VM, so the faults say where most of it goes). A process's first
+ * connection waits for all of it. */
+void fs_rail_stamp(const char *what, uint64_t t[3])
 {
 	struct timespec cpu;
-	uint64_t now, cpu_ns;
+	struct rusage ru;
+	uint64_t now, cpu_ns, faults;
 
 	if (fs_log_level < FS_LOG_DEBUG)
 		return;
 	now = fs_now_ns();
 	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
 	cpu_ns = (uint64_t)cpu.tv_sec * 1000000000ull + (uint64_t)cpu.tv_nsec;
+	faults = getrusage(RUSAGE_THREAD, &ru) ? 0 : (uint64_t)ru.ru_minflt + (uint64_t)ru.ru_majflt;
 	if (t[0])
-		FS_DBG("rail open: %s: %llu us (cpu %llu us)", what, (unsigned long long)((now - t[0]) / 1000),
-		       (unsigned long long)((cpu_ns - t[1]) / 1000));
+		FS_DBG("rail open: %s: %llu us (cpu %llu us, %llu faults)", what,
+		       (unsigned long long)((now - t[0]) / 1000), (unsigned long long)((cpu_ns - t[1]) / 1000),
+		       (unsigned long long)(faults - t[2]));
 	t[0] = now;
 	t[1] = cpu_ns;
+	t[2] = faults;
 }
 
-static int fs_rail_open_inner(struct fs_rail *rail, unsigned kind, const struct sockaddr *local, char *why,
-			      size_t whylen)
+static int fs_rail_open_inner(struct fs_rail *rail, unsigned kind, const struct sockaddr *local, size_t depth,
+			      char *why, size_t whylen)
 {
 	const char *step;
 	struct fi_info *fi;
-	uint64_t t[2] = { 0, 0 };
+	uint64_t t[3] = { 0, 0, 0 };
 	int ret;
 
 	memset(rail, 0, sizeof(*rail));
@@ -761,7 +784,7 @@ static int fs_rail_open_inner(struct fs_rail *rail, unsigned kind, const struct 
 	fs_rail_stamp("stale regions cleaned", t);
 
 	FS_GUARD_ENTER();
-	ret = fs_rail_getinfo(rail, kind, local, why, whylen);
+	ret = fs_rail_getinfo(rail, kind, local, depth, why, whylen);
 	if (ret)
 		goto err_none;
 	fs_rail_stamp("fi_getinfo", t);
@@ -794,7 +817,7 @@ err_none:
 void fs_rail_close(struct fs_rail *rail)
 {
 	struct fs_av_peer *peer, *tmp;
-	uint64_t t[2] = { 0, 0 };
+	uint64_t t[3] = { 0, 0, 0 };
 
 	if (!rail->info)
 		return;

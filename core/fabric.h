@@ -148,13 +148,18 @@ int fs_prov_spin_lock(pthread_spinlock_t *lock);
 long fs_shm_addr_pid(const void *addr, size_t len);
 
 /* Opens a rail of KIND. LOCAL (may be NULL) is the local address of the TCP
- * connection, used to bind IP-based providers to the same interface.
- * Returns 0, or a negative errno with a one-line reason in WHY. */
-int fs_rail_open(struct fs_rail *rail, unsigned kind, const struct sockaddr *local, char *why,
+ * connection, used to bind IP-based providers to the same interface. DEPTH:
+ * the send and receive queue depth to ask shm for (0: the provider's own;
+ * other providers always get theirs): what the provider allocates and
+ * touches at the endpoint's opening grows with it (engine.c,
+ * fs_engine_depth). Returns 0, or a negative errno with a one-line reason
+ * in WHY. */
+int fs_rail_open(struct fs_rail *rail, unsigned kind, const struct sockaddr *local, size_t depth, char *why,
 		 size_t whylen);
 void fs_rail_close(struct fs_rail *rail);
-/* FABSOCK_LOG=debug: logs the time since the stamp T, then stamps T again. */
-void fs_rail_stamp(const char *what, uint64_t t[2]);
+/* FABSOCK_LOG=debug: logs the time (wall, this thread's CPU) and the page faults
+ * since the stamp T, then stamps T again. */
+void fs_rail_stamp(const char *what, uint64_t t[3]);
 
 /* ---- the data path's calls, in the core's error convention ------------
  *

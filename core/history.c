@@ -104,6 +104,7 @@ static uint64_t fs_hist_check_ns;        /* when to look at the directory again 
 static uint32_t fs_hist_bad_uid = UINT32_MAX; /* a user whose directory or file we refused */
 static int fs_hist_maps;
 static uint64_t fs_hist_prog;            /* hash of /proc/self/cmdline, 0: not yet */
+static uint64_t fs_hist_fam;             /* ... without its last argument (fs_hist_family) */
 
 static uint64_t fs_hist_boot_ns(void)
 {
@@ -140,13 +141,36 @@ static uint64_t fs_hist_program(void)
 	fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
 	if (fd >= 0) {
 		n = fs_real.read(fd, buf, sizeof(buf));
-		if (n > 0)
+		if (n > 0) {
+			size_t last;
+
 			h = fs_hist_fnv(h, buf, (size_t)n);
+			/* the family: up to the last argument's start (each
+			 * argument ends with its NUL), from another seed, so
+			 * that its tags never meet the programs' */
+			for (last = (size_t)n - 1; last > 0 && buf[last - 1] != '\0'; last--)
+				;
+			if (last > 0 && (size_t)n < sizeof(buf))
+				__atomic_store_n(&fs_hist_fam, fs_hist_fnv(0x84222325cbf29ce4ull, buf, last) | 1,
+						 __ATOMIC_RELAXED);
+		}
 		fs_real.close(fd);
 	}
 	h |= 1;
 	__atomic_store_n(&fs_hist_prog, h, __ATOMIC_RELAXED);
 	return h;
+}
+
+/* The program's family: its command line without the last argument (0: a
+ * command line of one argument, or one too long to have read whole). A
+ * script fetching a list of URLs with curl, `python3 client.py N` run for
+ * N = 1, 2, 3: every command line is new, and each would open a rail and
+ * pay a HELLO for the fabric's sake before its history knew it; their
+ * family's history knows. The last argument only: `pgbench -C db` and
+ * `pgbench -S db` stay apart. After fs_hist_program. */
+static uint64_t fs_hist_family(void)
+{
+	return __atomic_load_n(&fs_hist_fam, __ATOMIC_RELAXED);
 }
 
 /* Forked children and exec'd programs: a child keeps its parent's command
@@ -333,13 +357,24 @@ bool fs_history_decide(struct fs_history_conn *h, int fd, const struct sockaddr 
 		return false;
 	fs_sockaddr_key(addr, key, &port);
 	h->tag = fs_hist_fnv(fs_hist_fnv(fs_hist_program(), key, sizeof(key)), &port, sizeof(port)) | 1;
+	if (fs_hist_family())
+		h->family_tag = fs_hist_fnv(fs_hist_fnv(fs_hist_family(), key, sizeof(key)), &port, sizeof(port)) | 1;
 	e = fs_hist_find(m, h->tag, false);
+	if (!e && h->family_tag) {
+		/* this command line's first connection to the destination: its
+		 * family's entry decides for it (never a step-back's: that one
+		 * was the program's own), and the connection reports to both */
+		e = fs_hist_find(m, h->family_tag, false);
+		if (e && __atomic_load_n(&e->short_streak, __ATOMIC_RELAXED) < fs_params.history_short)
+			e = NULL;
+		h->by_family = e != NULL;
+	}
 	if (!e)
 		return false; /* unknown: negotiate as before */
 	/* a connection that stepped back from the fabric (stepback.h) sends
 	 * the next ones to TCP at once, whatever their length: they would
 	 * pay the rail and HELLO only to step back a window later */
-	h->stepped = __atomic_load_n(&e->stepped_back, __ATOMIC_RELAXED) != 0;
+	h->stepped = !h->by_family && __atomic_load_n(&e->stepped_back, __ATOMIC_RELAXED) != 0;
 	if (!h->stepped && __atomic_load_n(&e->short_streak, __ATOMIC_RELAXED) < fs_params.history_short)
 		return false; /* not short enough: negotiate as before */
 	n = __atomic_add_fetch(&e->tcp_decided, 1, __ATOMIC_RELAXED);
@@ -451,6 +486,8 @@ void fs_history_offloaded_closed(struct fs_history_conn *h, uint64_t turns, uint
 	if (!h->tag)
 		return;
 	fs_hist_report(h->tag, turns, bytes);
+	if (h->family_tag)
+		fs_hist_report(h->family_tag, turns, bytes);
 	/* a whole step-back window on the fabric without stepping back (a
 	 * relearn's connection, or one with the step-back off): the fabric
 	 * pays here again */
@@ -488,6 +525,7 @@ void fs_history_stepped_back(struct fs_history_conn *h)
 struct fs_hist_fd {
 	int fd;
 	uint64_t tag;
+	uint64_t family_tag;
 };
 
 static pthread_mutex_t fs_hist_fd_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -503,7 +541,7 @@ void fs_history_track(const struct fs_history_conn *h, int fd)
 	fs_lock(&fs_hist_fd_lock);
 	if (!t->tag)
 		__atomic_add_fetch(&fs_history_tracked, 1, __ATOMIC_RELAXED);
-	*t = (struct fs_hist_fd){ .fd = fd, .tag = h->tag };
+	*t = (struct fs_hist_fd){ .fd = fd, .tag = h->tag, .family_tag = h->family_tag };
 	pthread_mutex_unlock(&fs_hist_fd_lock);
 }
 
@@ -519,8 +557,11 @@ static void fs_hist_report_tcp(const struct fs_hist_fd *t)
 		return; /* a kernel before 4.6 does not count data segments */
 	/* a request and its answer are a data segment each way at least (a
 	 * large answer is many: the smaller count is the turns) */
-	fs_hist_report(t->tag, ti.tcpi_data_segs_in < ti.tcpi_data_segs_out ? ti.tcpi_data_segs_in : ti.tcpi_data_segs_out,
-		       ti.tcpi_bytes_acked + ti.tcpi_bytes_received);
+	uint64_t turns = ti.tcpi_data_segs_in < ti.tcpi_data_segs_out ? ti.tcpi_data_segs_in : ti.tcpi_data_segs_out;
+
+	fs_hist_report(t->tag, turns, ti.tcpi_bytes_acked + ti.tcpi_bytes_received);
+	if (t->family_tag)
+		fs_hist_report(t->family_tag, turns, ti.tcpi_bytes_acked + ti.tcpi_bytes_received);
 }
 
 void fs_history_fd_closing(int fd)

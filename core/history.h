@@ -26,7 +26,9 @@
  * with it). TAG 0: not followed. */
 struct fs_history_conn {
 	uint64_t tag;      /* the (program, destination) entry's key */
+	uint64_t family_tag; /* the (program's family, destination) entry's key, 0: none */
 	bool chose_tcp;    /* the history said TCP (fs_history_decide) */
+	bool by_family;    /* ... from the family's entry: none of the program's own */
 	bool stepped;      /* ... because a connection stepped back from the fabric */
 	uint64_t intent;   /* the intent note written for this socket, 0: none */
 	uint32_t intent_slot; /* ... and where */

@@ -61,13 +61,17 @@ static void fs_info_provider(FILE *out, unsigned kind)
 {
 	struct fs_rail rail;
 	char why[200] = "";
-	int ret = fs_rail_open(&rail, kind, NULL, why, sizeof(why));
+	int ret = fs_rail_open(&rail, kind, NULL, 0, why, sizeof(why));
 
 	if (ret == 0) {
 		fprintf(out, "  %-4s usable: domain %s, inject %zu B, tx depth %zu, rx depth %zu, iov %zu%s%s\n",
 			fs_fabric_prov_name(kind), rail.info->domain_attr->name, rail.inject_size, rail.tx_depth,
 			rail.rx_depth, rail.iov_limit, rail.mr_local ? ", FI_MR_LOCAL" : "",
 			rail.source ? ", FI_SOURCE" : "");
+		if (kind == FS_PROV_SHM && fs_params.shm_depth)
+			fprintf(out, "       (a server's; a rail opened for a connection the process made asks for "
+				     "tx and rx depth %u: FABSOCK_SHM_DEPTH)\n",
+				(unsigned)fs_params.shm_depth);
 		fs_rail_close(&rail);
 		fs_info_nics(out, kind);
 	} else {

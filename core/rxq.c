@@ -106,6 +106,56 @@ unsigned fs_data_want(const struct fs_engine_rail *er)
 /* A receive buffer the engine or a reader is done with: a copy is freed, a
  * shared data receive goes back to the provider while the rail wants it
  * (else to its pool), a control receive goes back. */
+/* Exchanges the memory (and its registration's descriptor) of A and B,
+ * two buffers of one pool (same capacity), neither posted. */
+static void fs_rx_swap_mem(struct fs_buf *a, struct fs_buf *b)
+{
+	uint8_t *mem = a->mem;
+	void *desc = a->desc;
+
+	a->mem = b->mem;
+	a->desc = b->desc;
+	b->mem = mem;
+	b->desc = desc;
+}
+
+/* BUF, a shared data receive about to take a pull's bounce part, borrows
+ * the rail's warm memory (struct fs_engine_rail.warm) if it is free.
+ *
+ * Why (issue 27, a new process's first transfer): the posted receives are
+ * matched in turn, so a payload's bounce part (the bytes past what the
+ * reader asked for: curl reads 100 KiB of 128 KiB payloads, a stale pull
+ * all of them) landed in the next receive buffer, one the process had never
+ * touched while the ring's first round lasted: a page fault per 4 KiB, 16 us
+ * each on this project's VM, ~220 of them (3.5 ms of CPU) in a curl process
+ * fetching 4 MB. The warm buffer's pages are touched once and reused; one
+ * buffer is lent at a time, the others take the old path. Returns whether
+ * BUF borrowed it. */
+static bool fs_rx_warm_lend(struct fs_engine_rail *er, struct fs_buf *buf)
+{
+	if (buf->role != FS_BUF_RX_DATA || buf->own_mem || buf->warm || buf->pool != &er->rx_data || er->warm_lent)
+		return false;
+	if (!er->warm && !(er->warm = fs_pool_get(&er->rx_data)))
+		return false;
+	fs_rx_swap_mem(buf, er->warm);
+	/* the header stays readable where it was */
+	memcpy(buf->mem, er->warm->mem, FS_WIRE_MSG_PREFIX);
+	buf->warm = 1;
+	er->warm_lent = true;
+	return true;
+}
+
+/* BUF is done with (consumed, discarded): the warm memory it borrowed goes
+ * back, and BUF gets its own again. */
+static void fs_rx_warm_return(struct fs_engine_rail *er, struct fs_buf *buf)
+{
+	if (!buf->warm || !er->warm)
+		return;
+	fs_rx_swap_mem(buf, er->warm);
+	buf->warm = 0;
+	er->warm_lent = false;
+}
+
 void fs_engine_repost(struct fs_engine_rail *er, struct fs_buf *buf)
 {
 	if (buf->role == FS_BUF_RX_COPY) {
@@ -114,6 +164,7 @@ void fs_engine_repost(struct fs_engine_rail *er, struct fs_buf *buf)
 		free(buf);
 		return;
 	}
+	fs_rx_warm_return(er, buf);
 	if (buf->held) {
 		buf->held = 0;
 		er->held_data--;
@@ -188,6 +239,8 @@ int fs_engine_pull(struct fs_engine_rail *er, struct fs_buf *buf, void *dst, siz
 		buf->own_mem = 1;
 		desc = NULL;
 	}
+	if (bounce && fs_params.pull_warm && fs_rx_warm_lend(er, buf))
+		desc = buf->desc;
 	FS_GUARD_ENTER();
 	FS_PROV_ENTER(er, -1);
 	if (!dst) {

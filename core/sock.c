@@ -634,6 +634,10 @@ static bool fs_sock_after_connect(struct fs_sock *s, bool wait_here, bool up)
 		if (s->hist.stepped) {
 			FS_STAT_INC(fallback_fabric_slower_history);
 			why = "a recent connection of this program to the destination stepped back from the fabric";
+		} else if (s->hist.by_family) {
+			FS_STAT_INC(fallback_short_history_family);
+			why = "this command line is new to the destination, and the recent connections of the same "
+			      "program with other last arguments were short";
 		} else {
 			FS_STAT_INC(fallback_short_history);
 			why = "this program's recent connections to the destination were short";

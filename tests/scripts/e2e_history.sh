@@ -15,6 +15,11 @@
 #             is coming) instead of waiting FABSOCK_FIRST_SEND_WAIT_MS.
 #   long:     another command line (4 MiB per stream: long) offloads round
 #             after round; the kernel's counter shows no payload on TCP.
+#   family:   a command line new to the destination but for its last
+#             argument (the client's --timeout) goes TCP at connect() from
+#             the first round when the family's connections were short
+#             (fallback_short_history_family), and offloads when they were
+#             long.
 #   relearn:  with FABSOCK_HISTORY_RELEARN=2 one of the two TCP decisions
 #             offloads instead (history_relearn=1).
 #   flip:     a round whose TCP connections count as long at their close
@@ -40,7 +45,9 @@ STREAMS=2
 PORT=$(fs_free_port)
 
 # round DIR BYTES [client env...]: a server on PORT for one run of STREAMS
-# streams, and the client; both must end "result ok".
+# streams, and the client (its last argument: --timeout $TAIL); both must
+# end "result ok".
+TAIL=600
 round() {
 	local dir=$1 bytes=$2 spid cpid crc=0 src=0
 	shift 2
@@ -49,7 +56,7 @@ round() {
 		--ready-file "$dir/ready" --streams "$STREAMS" --bytes "$bytes" --banner >"$dir/server.out" 2>"$dir/server.err"
 	for _ in $(seq 1 100); do [ -s "$dir/ready" ] && break; sleep 0.05; done
 	fs_bg cpid env LD_PRELOAD="$FABSOCK_LIB" FABSOCK_STATS=1 "$@" "$PROG" client 127.0.0.1 "$PORT" \
-		--streams "$STREAMS" --bytes "$bytes" --banner >"$dir/client.out" 2>"$dir/client.err"
+		--streams "$STREAMS" --bytes "$bytes" --banner --timeout "$TAIL" >"$dir/client.out" 2>"$dir/client.err"
 	fs_wait_pid "$cpid" 60 || crc=$?
 	fs_wait_pid "$spid" 20 || src=$?
 	fs_pair_ok "$dir" "$(basename "$dir")" "$src" "$crc" || return 1
@@ -90,6 +97,19 @@ for i in 1 2 3; do
 	fi
 	fs_tcp_count_stop
 done
+
+# ---- family: a new last argument, the family's history -----------------------
+TAIL=601
+d=$FS_TMP/family_short
+round "$d" 64K &&
+	fs_expect_stats "$d/client.err" "family: a new command line of a short family stays on TCP at its first connect()" \
+		fallback_short_history_family=$STREAMS fallback_short_history=0 offloaded=0 probes_sent=0 fabric_loads=0
+TAIL=602
+d=$FS_TMP/family_long
+round "$d" 4M &&
+	fs_expect_stats "$d/client.err" "family: a new command line of a long family offloads" \
+		offloaded=$STREAMS fallback_short_history_family=0 fallback_short_history=0
+TAIL=600
 
 # ---- relearn: every 2nd TCP decision offloads -----------------------------------
 d=$FS_TMP/relearn

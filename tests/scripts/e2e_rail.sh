@@ -11,7 +11,11 @@
 #     and then runs a program: that program's environment has no
 #     FI_PROVIDER_PATH (fabsock sets it for libfabric's initialisation
 #     only), and a FI_PROVIDER_PATH the user set is kept as it was;
-#   - the client's region is gone from /dev/shm once it has ended.
+#   - the client's region is gone from /dev/shm once it has ended;
+#   - the queue depths asked of shm (engine.c, fs_engine_depth): a client's
+#     rail FABSOCK_SHM_DEPTH (256) deep, the server's shm's own (1024),
+#     FABSOCK_SHM_DEPTH=0 the provider's for the client too, and a user's
+#     FI_SHM_RX_SIZE kept (a hint above it would find no provider).
 . "$(dirname "$0")/lib.sh"
 
 STRNCPY="$FS_PROGS/fs_strncpy"
@@ -32,7 +36,7 @@ mkdir -p "$DOC"
 head -c $((1 << 20)) /dev/urandom >"$DOC/file.bin"
 SUM=$(sha256sum <"$DOC/file.bin" | cut -d' ' -f1)
 port=$(fs_free_port) || { fs_fail "no free port"; fs_done; exit 1; }
-fs_bg srv env LD_PRELOAD="$FABSOCK_LIB" FABSOCK_STATS=1 "$PY" -c '
+fs_bg srv env LD_PRELOAD="$FABSOCK_LIB" FABSOCK_STATS=1 FABSOCK_LOG=info "$PY" -c '
 import http.server, signal, sys
 signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
 h = lambda *a, **k: http.server.SimpleHTTPRequestHandler(*a, directory=sys.argv[2], **k)
@@ -48,8 +52,9 @@ data = urllib.request.urlopen("http://127.0.0.1:%s/file.bin" % sys.argv[1], time
 os.system("env > " + sys.argv[2])
 print(hashlib.sha256(data).hexdigest(), flush=True)'
 
-client() { # LABEL [ENV...]
-	local label=$1 rc=0 got pid so; shift
+# client LABEL TX RX [ENV...]: TX and RX, the depths its rail must have.
+client() {
+	local label=$1 tx=$2 rx=$3 rc=0 got pid so line; shift 3
 	fs_tcp_count_start "$port" || fs_fail "$label: nft counter not set up"
 	got=$(timeout -k 2 30 env LD_PRELOAD="$FABSOCK_LIB" FABSOCK_STATS=1 FABSOCK_LOG=debug "$@" \
 		"$PY" -c "$CLIENT" "$port" "$FS_TMP/$label.env" 2>"$FS_TMP/$label.err") || rc=$?
@@ -63,6 +68,11 @@ client() { # LABEL [ENV...]
 	[ "${so:-0}" = 1 ] || fs_fail "$label: client offloaded=${so:-no stats line}, expected 1"
 	grep -q 'rail open: fi_enable' "$FS_TMP/$label.err" ||
 		fs_fail "$label: no rail-open stamps in the client's debug log: did it open its own rail?"
+	line=$(grep -m 1 'opened shm rail' "$FS_TMP/$label.err" || true)
+	case $line in
+	*", tx $tx, rx $rx,"*) fs_pass "$label: the client's rail is $tx/$rx deep (${line#*opened })" ;;
+	*) fs_fail "$label: the client's rail should be tx $tx, rx $rx deep: ${line:-no 'opened shm rail' line}" ;;
+	esac
 	pid=$(sed -nE 's/^fabsock\[([0-9]+)\]: debug: rail open.*/\1/p' "$FS_TMP/$label.err" | head -n 1)
 	if [ -n "$pid" ] && ls /dev/shm | grep -q -- "-$pid-"; then
 		fs_fail "$label: the client's region is still in /dev/shm after its end: $(ls /dev/shm | grep -- "-$pid-" | head -n 2)"
@@ -70,14 +80,14 @@ client() { # LABEL [ENV...]
 	fs_pass "$label: fetched 1 MiB over its first rail, sha256 equal, offloaded"
 }
 
-if client plain; then
+if client plain 256 256; then
 	if grep -q '^FI_PROVIDER_PATH=' "$FS_TMP/plain.env"; then
 		fs_fail "plain: a program run after the rail opened inherited $(grep '^FI_PROVIDER_PATH=' "$FS_TMP/plain.env")"
 	else
 		fs_pass "plain: a program run after the rail opened has no FI_PROVIDER_PATH"
 	fi
 fi
-if client userpath FI_PROVIDER_PATH=/nonexistent/fabsock-test; then
+if client userpath 256 256 FI_PROVIDER_PATH=/nonexistent/fabsock-test; then
 	if grep -qx 'FI_PROVIDER_PATH=/nonexistent/fabsock-test' "$FS_TMP/userpath.env"; then
 		fs_pass "userpath: the user's FI_PROVIDER_PATH is kept"
 	else
@@ -85,8 +95,16 @@ if client userpath FI_PROVIDER_PATH=/nonexistent/fabsock-test; then
 	fi
 fi
 
+client depth0 1024 1024 FABSOCK_SHM_DEPTH=0 || true
+client userrx 256 128 FI_SHM_RX_SIZE=128 || true
+
 kill -TERM "$srv" 2>/dev/null || true
 fs_wait_pid "$srv" 15 || true
 so=$(fs_stat_sum "$FS_TMP/srv.err" offloaded)
-[ "${so:-0}" -ge 2 ] || fs_fail "server offloaded=${so:-no stats line}, expected 2"
+[ "${so:-0}" -ge 4 ] || fs_fail "server offloaded=${so:-no stats line}, expected 4"
+line=$(grep -m 1 'opened shm rail' "$FS_TMP/srv.err" || true)
+case $line in
+*", tx 1024, rx 1024,"*) fs_pass "server: its rail, opened for a connection it accepted, is shm's own depth" ;;
+*) fs_fail "server: its rail should be 1024/1024 deep: ${line:-no 'opened shm rail' line}" ;;
+esac
 fs_done

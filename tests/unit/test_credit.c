@@ -1362,7 +1362,7 @@ int main(void)
 	if (!engine)
 		return fs_check_done();
 	pthread_mutex_lock(&engine->lock);
-	ret = fs_engine_rail(engine, FS_PROV_SHM, NULL, &erail, why, sizeof(why));
+	ret = fs_engine_rail(engine, FS_PROV_SHM, NULL, true, &erail, why, sizeof(why));
 	pthread_mutex_unlock(&engine->lock);
 	if (ret && strstr(why, "not usable"))
 		return fs_check_skip(why);

@@ -250,7 +250,7 @@ int main(void)
 	fs_params_load();
 	fs_log_init();
 
-	ret = fs_rail_open(&rail, FS_PROV_SHM, NULL, why, sizeof(why));
+	ret = fs_rail_open(&rail, FS_PROV_SHM, NULL, 0, why, sizeof(why));
 	if (ret && strstr(why, "not usable"))
 		return fs_check_skip(why);
 	if (ret)
