@@ -975,8 +975,10 @@ unsigned fs_sock_direct_readers(const struct fs_sock *s)
  * thread would leave it waiting on an idle TCP connection). So this call
  * waits for it, without the lock, as it would have waited for the HELLO
  * itself: until S settles, DEADLINE_NS (-EAGAIN), or, for a send, while a
- * "yes" may still bring a HELLO (with no "yes", a sender speaks first
- * and the connection is TCP: the reader's byte comes over it). 0 when S
+ * "yes" may still bring a HELLO, up to the server's HELLO wait (with no
+ * "yes", a sender goes on to wait for a noted probe or speak first: a
+ * "yes" that comes meanwhile sends it back here, FS_NEG_TO_READER; else
+ * the connection is TCP and the reader's byte comes over it). 0 when S
  * settled meanwhile or the caller goes on. Socket lock held. */
 static int fs_sock_wait_direct_readers(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 {
@@ -1057,11 +1059,16 @@ int fs_sock_settle(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 		ret = fs_sock_take_ack(s, deadline_ns);
 		break;
 	case FS_SOCK_SERVER_PENDING:
-		ret = fs_sock_wait_direct_readers(s, for_send, deadline_ns);
-		if (ret == 0 && fs_sock_state(s) == FS_SOCK_SERVER_PENDING)
-			ret = fs_sock_serve_hello(s, for_send, deadline_ns);
-		else if (ret == 0)
-			ret = fs_sock_state(s) == FS_SOCK_OFFLOADED ? 0 : FS_PASS;
+		/* (twice at most: a sender that met a "yes" with a reader
+		 * waiting in the kernel leaves it the HELLO once, waits for it,
+		 * and then finds the socket settled or settles it itself) */
+		do {
+			ret = fs_sock_wait_direct_readers(s, for_send, deadline_ns);
+			if (ret == 0 && fs_sock_state(s) == FS_SOCK_SERVER_PENDING)
+				ret = fs_sock_serve_hello(s, for_send, deadline_ns);
+			else if (ret == 0)
+				ret = fs_sock_state(s) == FS_SOCK_OFFLOADED ? 0 : FS_PASS;
+		} while (ret == FS_NEG_TO_READER);
 		break;
 	default:
 		ret = FS_PASS;
