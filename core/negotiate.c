@@ -838,13 +838,14 @@ static int fs_server_expect_hello(struct fs_sock *s, const struct fs_probe_rec *
 	 * would with no sender: so nothing is touched here (the record stays
 	 * YES, the HELLO in the socket), and the sender waits for the reader
 	 * without the lock (fs_sock_settle, fs_sock_wait_direct_readers), at
-	 * most until this same deadline; once only (left_to_reader), so a
-	 * sender whose wait ended settles itself (a HELLO then refused with
-	 * hello_reader_refused, or TCP if none came). */
-	if (for_send && rec && fs_sock_direct_readers(s) && !s->neg->left_to_reader &&
+	 * most until this same deadline (which fs_negotiate_server_hello_by
+	 * gives it): a sender whose wait ended settles itself (a HELLO then
+	 * refused with hello_reader_refused, or TCP if none came). */
+	if (for_send && rec && s->neg->may_leave_to_reader && fs_sock_direct_readers(s) &&
 	    fs_now_ns() < first_byte_deadline) {
+		if (!s->neg->left_to_reader)
+			FS_STAT_INC(server_send_left_to_reader);
 		s->neg->left_to_reader = true;
-		FS_STAT_INC(server_send_left_to_reader);
 		FS_DBG("fd %d: a \"yes\" came while a reader waits in the kernel: it settles the connection", s->fd);
 		return FS_NEG_TO_READER;
 	}

@@ -26,7 +26,7 @@ void fs_negotiate_abort(struct fs_sock *s);
 void fs_negotiate_abort_ex(struct fs_sock *s, bool to_tcp);
 /* FOR_SEND: the server application wants to send first. DEADLINE_NS 0
  * waits as long as needed for the client to speak. FS_NEG_TO_READER (a
- * sender only, once per connection: fs_sock_neg.left_to_reader): a "yes"
+ * sender only, when fs_sock_neg.may_leave_to_reader allows it): a "yes"
  * came and a reader of the application waits in the kernel for the first
  * byte (fs_sock.direct_readers); nothing was settled or taken, and the
  * caller waits, without the lock, for that reader to settle S (the HELLO

@@ -1023,6 +1023,8 @@ static void fs_sock_settled_tcp(struct fs_sock *s)
 		fs_sock_release(s);
 }
 
+#define FS_LEAVE_TO_READER_ROUNDS 4u
+
 /* Settles a pending socket. Returns 0 (offloaded), FS_PASS (kernel: the
  * entry is gone), -EAGAIN (server side undecided by DEADLINE), -errno. */
 int fs_sock_settle(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
@@ -1059,16 +1061,25 @@ int fs_sock_settle(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 		ret = fs_sock_take_ack(s, deadline_ns);
 		break;
 	case FS_SOCK_SERVER_PENDING:
-		/* (twice at most: a sender that met a "yes" with a reader
-		 * waiting in the kernel leaves it the HELLO once, waits for it,
-		 * and then finds the socket settled or settles it itself) */
-		do {
+		/* A sender that met a "yes" with a reader waiting in the kernel
+		 * leaves that reader the HELLO (FS_NEG_TO_READER) and waits for
+		 * it here, up to the HELLO wait; then it finds the socket
+		 * settled, or settles it itself. Each wait ends by the reader, a
+		 * deadline or the HELLO wait's end, so one round is the rule;
+		 * the bound keeps a "yes" that this wait and the negotiation
+		 * were to see differently from looping. */
+		for (unsigned round = 0;; round++) {
 			ret = fs_sock_wait_direct_readers(s, for_send, deadline_ns);
-			if (ret == 0 && fs_sock_state(s) == FS_SOCK_SERVER_PENDING)
-				ret = fs_sock_serve_hello(s, for_send, deadline_ns);
-			else if (ret == 0)
-				ret = fs_sock_state(s) == FS_SOCK_OFFLOADED ? 0 : FS_PASS;
-		} while (ret == FS_NEG_TO_READER);
+			if (ret != 0 || fs_sock_state(s) != FS_SOCK_SERVER_PENDING) {
+				if (ret == 0)
+					ret = fs_sock_state(s) == FS_SOCK_OFFLOADED ? 0 : FS_PASS;
+				break;
+			}
+			s->neg->may_leave_to_reader = round < FS_LEAVE_TO_READER_ROUNDS;
+			ret = fs_sock_serve_hello(s, for_send, deadline_ns);
+			if (ret != FS_NEG_TO_READER)
+				break;
+		}
 		break;
 	default:
 		ret = FS_PASS;
