@@ -1189,9 +1189,9 @@ int fs_negotiate_server_before_read(struct fs_sock *s)
 	uint8_t addr[16];
 	uint16_t port;
 
-	/* (a listener a forked child inherited: its parent, whose service
-	 * thread answers the probes, may be gone; the usual wait drains them) */
-	if (!s->listener || !s->neg->accepted_len || s->strip_hello || !fs_listener_answered_here(s->listener))
+	/* (a listener a forked child inherited whose parent no longer answers
+	 * its probes, gone or its twin let go: the usual wait drains them) */
+	if (!s->listener || !s->neg->accepted_len || s->strip_hello || !fs_listener_answered(s->listener))
 		return 0;
 	fs_sockaddr_key((struct sockaddr *)&s->neg->accepted_peer, addr, &port);
 	if (fs_rules_match(&fs_rules_global, FS_SIDE_SERVER, (struct sockaddr *)&s->neg->accepted_peer,

@@ -949,9 +949,10 @@ const void *fs_sock_drain_probes(struct fs_sock *s, const void *skip)
 	 * waiter helps only once the connection has waited FS_DRAIN_AFTER_NS
 	 * (a starved service thread), not on every look at a fresh one (a
 	 * failing recvmsg per connection for nginx's plain clients), and
-	 * always for a listener inherited from a parent, which may be gone. */
+	 * always for a listener inherited from a parent that no longer
+	 * answers (fs_listener_answered: gone, or its twin let go). */
 	if (fs_sock_state(s) == FS_SOCK_SERVER_PENDING && s->listener && s->listener != skip &&
-	    (!fs_listener_answered_here(s->listener) || fs_now_ns() - s->neg->accepted_ns > FS_DRAIN_AFTER_NS)) {
+	    (!fs_listener_answered(s->listener) || fs_now_ns() - s->neg->accepted_ns > FS_DRAIN_AFTER_NS)) {
 		l = s->listener;
 		fs_listener_get(l);
 	}
