@@ -489,9 +489,9 @@ static int close_blocked_epoll_client(int fd)
 /*
  * threads_duplex: on each side one thread sends 4 MiB while another
  * receives the peer's 4 MiB on the same socket, both checked.
- * duplex_reader_first: the same, but the server's sender starts 100 ms
+ * duplex_reader_first: the same, but the server's sender starts 200 ms
  * after its reader blocked in its first receive, and (e2e_semantics.sh)
- * the client's probe comes 300 ms late: the sender waits for that noted
+ * the client's probe comes 500 ms late: the sender waits for that noted
  * probe while the reader waits in the kernel for the first byte, and the
  * "yes" and the HELLO come to the sender (issue 26: it refused the HELLO,
  * and the connection stayed on TCP; now the reader settles it).
@@ -543,7 +543,7 @@ static int threads_duplex_server(int fd)
 
 static int duplex_reader_first_server(int fd)
 {
-	return threads_duplex_side_ex(fd, 24, 25, 100);
+	return threads_duplex_side_ex(fd, 24, 25, 200);
 }
 
 static int threads_duplex_client(int fd)

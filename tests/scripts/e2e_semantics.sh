@@ -119,14 +119,14 @@ run_scenario() { # MODE SCENARIO
 	# the main thread forks (fs_semantics_share.c)
 	[ "$mode" = fabsock ] && [ "$scenario" = fork_mid_connect ] && prefix+=(FABSOCK_TEST_HELLO_DELAY_MS=1000)
 	# the server's sender waits for the client's noted probe while its
-	# reader waits in the kernel for the first byte; the probe comes 300 ms
+	# reader waits in the kernel for the first byte; the probe comes 500 ms
 	# late, inside the sender's wait (the probe timeout: 1 s here, so a
 	# loaded host's scheduling cannot end it first); a private record
 	# directory, so that other tests' connections cannot push the client's
 	# intent note out (core/history.h: 128 notes per user)
 	if [ "$mode" = fabsock ] && [ "$scenario" = duplex_reader_first ]; then
 		mkdir -m 700 -p "$dir/rec"
-		prefix+=(FABSOCK_TEST_PROBE_DELAY_MS=300 FABSOCK_PROBE_TIMEOUT_MS=1000 "FABSOCK_RECORDS_DIR=$dir/rec")
+		prefix+=(FABSOCK_TEST_PROBE_DELAY_MS=500 FABSOCK_PROBE_TIMEOUT_MS=1000 "FABSOCK_RECORDS_DIR=$dir/rec")
 	fi
 	mkdir -p "$dir"
 
