@@ -456,9 +456,14 @@ void fs_listeners_exit(void)
 	 * process does: fs_probe_tables_clean_stale) */
 	if (fs_mutex_lock_until(&fs_listeners_lock, fs_now_ns() + 100000000ull))
 		return;
-	for (struct fs_listener *l = fs_service_listeners; l; l = l->next)
+	for (struct fs_listener *l = fs_service_listeners; l; l = l->next) {
 		if (l->shared_table && l->pid == getpid())
 			fs_probe_table_leave(l);
+		/* the children that accept from it drain the twin themselves now */
+		if (!l->shared_table && l->table && l->table != MAP_FAILED &&
+		    __atomic_load_n(&l->table->answerer, __ATOMIC_ACQUIRE) == fs_self_pid())
+			__atomic_store_n(&l->table->answerer, 0, __ATOMIC_RELEASE);
+	}
 	pthread_mutex_unlock(&fs_listeners_lock);
 }
 
@@ -644,6 +649,7 @@ struct fs_listener *fs_listener_open(int fd)
 	}
 	l->refs = 1;
 	l->pid = getpid();
+	fs_listener_note_answerer(l);
 	fs_listener_publish(l);
 	fs_twin_timer_arm(l->twin_retry_ns);
 	/* clients of this user on this host now probe it (core/records.h) */
@@ -774,9 +780,45 @@ void fs_listener_accepting(struct fs_listener *l)
 	fs_listeners_accepted(l);
 }
 
-bool fs_listener_answered_here(struct fs_listener *l)
+/* How long a parent seen alive is taken to answer a child's probes
+ * without a look: the child's connections come far more often (one
+ * kill(pid, 0) per connection would be a system call more than the
+ * kernel's), and a parent that died meanwhile costs at most that long of
+ * unanswered probes (its clients wait up to FABSOCK_PROBE_TIMEOUT_MS). */
+#define FS_ANSWERER_CHECK_NS 100000000ull
+
+bool fs_listener_answered(struct fs_listener *l)
 {
-	return l->pid == fs_self_pid();
+	pid_t answerer;
+	uint64_t now;
+
+	if (l->pid == fs_self_pid())
+		return true;
+	if (l->shared_table || !l->table || l->table == MAP_FAILED)
+		return false; /* several processes' twins: each drains its own */
+	answerer = __atomic_load_n(&l->table->answerer, __ATOMIC_ACQUIRE);
+	if (answerer <= 0 || answerer != l->pid)
+		return false;
+	now = fs_now_ns();
+	if (now < __atomic_load_n(&l->answerer_seen_until_ns, __ATOMIC_RELAXED))
+		return true;
+	/* EPERM: alive, as another user (a child that dropped privileges) */
+	if (kill(answerer, 0) && errno != EPERM)
+		return false;
+	__atomic_store_n(&l->answerer_seen_until_ns, now + FS_ANSWERER_CHECK_NS, __ATOMIC_RELAXED);
+	return true;
+}
+
+void fs_listener_note_answerer(struct fs_listener *l)
+{
+	pid_t self = fs_self_pid();
+
+	if (l->shared_table || !l->table || l->table == MAP_FAILED || l->pid != self)
+		return;
+	if (__atomic_load_n(&l->twin_bound, __ATOMIC_ACQUIRE))
+		__atomic_store_n(&l->table->answerer, self, __ATOMIC_RELEASE);
+	else
+		__atomic_store_n(&l->table->answerer, 0, __ATOMIC_RELEASE);
 }
 
 bool fs_listener_has_twin(struct fs_listener *l)

@@ -102,10 +102,16 @@ int fs_listener_exec_fd(struct fs_listener *l);
  * file of the right size, else NULL). It answers no probes (the process
  * that listens does); its connections look their records up in it. */
 struct fs_listener *fs_listener_attach(int fd);
-/* Whether this process's service thread answers L's probes (not a
- * parent's listener that a forked child accepts from: there only the
- * child's own waits answer them, fs_listener_drain). */
-bool fs_listener_answered_here(struct fs_listener *l);
+/* Whether L's probes are answered without this thread's help: by this
+ * process's service thread, or, for a parent's listener that a forked child
+ * accepts from (nginx's and Apache's workers), by the parent's while its
+ * twin is bound there and the parent lives (a look at the shared table,
+ * and at most every FS_ANSWERER_CHECK_NS a kill(pid, 0)). Otherwise only
+ * the child's own waits answer them (fs_listener_drain). */
+bool fs_listener_answered(struct fs_listener *l);
+/* The twin of L was bound or let go in this process: notes in L's private
+ * table whether this process answers its probes. */
+void fs_listener_note_answerer(struct fs_listener *l);
 /* The connection of ADDR/PORT is closed: forget its record. */
 void fs_listener_forget(struct fs_listener *l, const uint8_t addr[16], uint16_t port);
 

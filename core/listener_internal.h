@@ -39,6 +39,11 @@ struct fs_probe_table {
 	 * named file, see fs_probe_table_shared): which processes use it. */
 	uint32_t ready;
 	int32_t users[FS_PROBE_TABLE_USERS];
+	/* A private table: the pid whose service thread answers the twin's
+	 * probes while the twin is bound there (0: none). A forked child that
+	 * accepts from the listener leaves the answering to it while it lives
+	 * (fs_listener_answered). */
+	int32_t answerer;
 };
 
 struct fs_listener {
@@ -66,6 +71,8 @@ struct fs_listener {
 	int unsettled; /* accepted with the twin bound, still SERVER_PENDING (atomic) */
 	int refs;
 	pid_t pid; /* the process whose service thread watches udp_fd */
+	/* in a forked child: table->answerer was seen alive until then (atomic) */
+	uint64_t answerer_seen_until_ns;
 	/* the application's listening socket (its latest, for a reopened
 	 * listener): a forked child that still holds it there listens too
 	 * (fs_listeners_inherit) */

@@ -736,8 +736,12 @@ static int fs_server_accept_hello(struct fs_sock *s, const struct fs_hello *hell
 		/* another thread of the application waits in the kernel for
 		 * this connection's first byte (fs_sock_first_read): offloaded,
 		 * the connection would bring it nothing more; on TCP the
-		 * client's bytes wake it */
+		 * client's bytes wake it. A sender leaves the HELLO to such a
+		 * reader (FS_NEG_TO_READER), whose peek the HELLO ends; this is
+		 * the last resort when that reader did not come back within the
+		 * HELLO wait (a reader stopped in a signal handler, say) */
 		FS_INFO("fd %d: a reader waits on the kernel socket: the connection stays on TCP", s->fd);
+		FS_STAT_INC(hello_reader_refused);
 		return fs_server_refuse(s, hello->token, hello->nonce, FS_NAK_RESOURCES, NULL);
 	}
 	e = fs_engine_get();
@@ -823,6 +827,28 @@ static int fs_server_expect_hello(struct fs_sock *s, const struct fs_probe_rec *
 	uint64_t first_byte_deadline = start + (wait_ms + FS_HELLO_MARGIN_MS) * FS_MS;
 	int ret;
 
+	/* A sender (a server that speaks first) got a "yes" while another
+	 * thread of the application waits in the kernel for this connection's
+	 * first byte (fs_sock_first_read: it peeked before there was a record,
+	 * so it holds no lock and knows nothing of the "yes"). Offloading here
+	 * would leave that reader on an idle TCP socket, and refusing (as
+	 * before) left a connection both ends wanted on TCP (e2e_semantics
+	 * threads_duplex, about half the runs under load). The HELLO ends the
+	 * reader's peek, and the reader settles the connection with it, as it
+	 * would with no sender: so nothing is touched here (the record stays
+	 * YES, the HELLO in the socket), and the sender waits for the reader
+	 * without the lock (fs_sock_settle, fs_sock_wait_direct_readers), at
+	 * most until this same deadline (which fs_negotiate_server_hello_by
+	 * gives it): a sender whose wait ended settles itself (a HELLO then
+	 * refused with hello_reader_refused, or TCP if none came). */
+	if (for_send && rec && s->neg->may_leave_to_reader && fs_sock_direct_readers(s) &&
+	    fs_now_ns() < first_byte_deadline) {
+		if (!s->neg->left_to_reader)
+			FS_STAT_INC(server_send_left_to_reader);
+		s->neg->left_to_reader = true;
+		FS_DBG("fd %d: a \"yes\" came while a reader waits in the kernel: it settles the connection", s->fd);
+		return FS_NEG_TO_READER;
+	}
 	/* Wait for the first bytes; once some are there, the rest of a HELLO
 	 * gets FABSOCK_HELLO_TIMEOUT_MS to follow. A caller with a deadline
 	 * (a nonblocking one) gets -EAGAIN while the answer is still open. */
@@ -1163,9 +1189,9 @@ int fs_negotiate_server_before_read(struct fs_sock *s)
 	uint8_t addr[16];
 	uint16_t port;
 
-	/* (a listener a forked child inherited: its parent, whose service
-	 * thread answers the probes, may be gone; the usual wait drains them) */
-	if (!s->listener || !s->neg->accepted_len || s->strip_hello || !fs_listener_answered_here(s->listener))
+	/* (a listener a forked child inherited whose parent no longer answers
+	 * its probes, gone or its twin let go: the usual wait drains them) */
+	if (!s->listener || !s->neg->accepted_len || s->strip_hello || !fs_listener_answered(s->listener))
 		return 0;
 	fs_sockaddr_key((struct sockaddr *)&s->neg->accepted_peer, addr, &port);
 	if (fs_rules_match(&fs_rules_global, FS_SIDE_SERVER, (struct sockaddr *)&s->neg->accepted_peer,

@@ -25,7 +25,13 @@ int fs_negotiate_client_ack(struct fs_sock *s, uint64_t deadline_ns);
 void fs_negotiate_abort(struct fs_sock *s);
 void fs_negotiate_abort_ex(struct fs_sock *s, bool to_tcp);
 /* FOR_SEND: the server application wants to send first. DEADLINE_NS 0
- * waits as long as needed for the client to speak. */
+ * waits as long as needed for the client to speak. FS_NEG_TO_READER (a
+ * sender only, when fs_sock_neg.may_leave_to_reader allows it): a "yes"
+ * came and a reader of the application waits in the kernel for the first
+ * byte (fs_sock.direct_readers); nothing was settled or taken, and the
+ * caller waits, without the lock, for that reader to settle S (the HELLO
+ * ends its peek), up to the HELLO wait (fs_negotiate_server_hello_by). */
+#define FS_NEG_TO_READER (-100003)
 int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns);
 
 /* The server application's first receive straight from the kernel

@@ -953,9 +953,10 @@ const void *fs_sock_drain_probes(struct fs_sock *s, const void *skip)
 	 * waiter helps only once the connection has waited FS_DRAIN_AFTER_NS
 	 * (a starved service thread), not on every look at a fresh one (a
 	 * failing recvmsg per connection for nginx's plain clients), and
-	 * always for a listener inherited from a parent, which may be gone. */
+	 * always for a listener inherited from a parent that no longer
+	 * answers (fs_listener_answered: gone, or its twin let go). */
 	if (fs_sock_state(s) == FS_SOCK_SERVER_PENDING && s->listener && s->listener != skip &&
-	    (!fs_listener_answered_here(s->listener) || fs_now_ns() - s->neg->accepted_ns > FS_DRAIN_AFTER_NS)) {
+	    (!fs_listener_answered(s->listener) || fs_now_ns() - s->neg->accepted_ns > FS_DRAIN_AFTER_NS)) {
 		l = s->listener;
 		fs_listener_get(l);
 	}
@@ -979,8 +980,10 @@ unsigned fs_sock_direct_readers(const struct fs_sock *s)
  * thread would leave it waiting on an idle TCP connection). So this call
  * waits for it, without the lock, as it would have waited for the HELLO
  * itself: until S settles, DEADLINE_NS (-EAGAIN), or, for a send, while a
- * "yes" may still bring a HELLO (with no "yes", a sender speaks first
- * and the connection is TCP: the reader's byte comes over it). 0 when S
+ * "yes" may still bring a HELLO, up to the server's HELLO wait (with no
+ * "yes", a sender goes on to wait for a noted probe or speak first: a
+ * "yes" that comes meanwhile sends it back here, FS_NEG_TO_READER; else
+ * the connection is TCP and the reader's byte comes over it). 0 when S
  * settled meanwhile or the caller goes on. Socket lock held. */
 static int fs_sock_wait_direct_readers(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 {
@@ -1025,6 +1028,8 @@ static void fs_sock_settled_tcp(struct fs_sock *s)
 		fs_sock_release(s);
 }
 
+#define FS_LEAVE_TO_READER_ROUNDS 4u
+
 /* Settles a pending socket. Returns 0 (offloaded), FS_PASS (kernel: the
  * entry is gone), -EAGAIN (server side undecided by DEADLINE), -errno. */
 int fs_sock_settle(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
@@ -1061,11 +1066,25 @@ int fs_sock_settle(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 		ret = fs_sock_take_ack(s, deadline_ns);
 		break;
 	case FS_SOCK_SERVER_PENDING:
-		ret = fs_sock_wait_direct_readers(s, for_send, deadline_ns);
-		if (ret == 0 && fs_sock_state(s) == FS_SOCK_SERVER_PENDING)
+		/* A sender that met a "yes" with a reader waiting in the kernel
+		 * leaves that reader the HELLO (FS_NEG_TO_READER) and waits for
+		 * it here, up to the HELLO wait; then it finds the socket
+		 * settled, or settles it itself. Each wait ends by the reader, a
+		 * deadline or the HELLO wait's end, so one round is the rule;
+		 * the bound keeps a "yes" that this wait and the negotiation
+		 * were to see differently from looping. */
+		for (unsigned round = 0;; round++) {
+			ret = fs_sock_wait_direct_readers(s, for_send, deadline_ns);
+			if (ret != 0 || fs_sock_state(s) != FS_SOCK_SERVER_PENDING) {
+				if (ret == 0)
+					ret = fs_sock_state(s) == FS_SOCK_OFFLOADED ? 0 : FS_PASS;
+				break;
+			}
+			s->neg->may_leave_to_reader = round < FS_LEAVE_TO_READER_ROUNDS;
 			ret = fs_sock_serve_hello(s, for_send, deadline_ns);
-		else if (ret == 0)
-			ret = fs_sock_state(s) == FS_SOCK_OFFLOADED ? 0 : FS_PASS;
+			if (ret != FS_NEG_TO_READER)
+				break;
+		}
 		break;
 	default:
 		ret = FS_PASS;

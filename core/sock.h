@@ -83,6 +83,10 @@ struct fs_sock_neg {
 	socklen_t accepted_len;
 	/* the nonce a HELLO to strip must carry (0: any; fs_sock.strip_hello) */
 	uint64_t strip_nonce;
+	/* server side: a sender may leave the settling to a reader waiting in
+	 * the kernel (FS_NEG_TO_READER; fs_sock_settle says so for each try,
+	 * a bounded number of times), and has done so (counted once) */
+	bool may_leave_to_reader, left_to_reader;
 	/* client side */
 	bool skip_probe;
 	/* the listener records' answer looked up before the kernel's

@@ -78,6 +78,7 @@ int fs_twin_bind(struct fs_listener *l)
 	}
 	__atomic_store_n(&l->twin_bound, true, __ATOMIC_RELEASE);
 	l->twin_retry_ns = 0;
+	fs_listener_note_answerer(l);
 	return 0;
 fail:
 	err = -errno;
@@ -118,6 +119,7 @@ void fs_twin_release(struct fs_listener *l)
 	if (!l->twin_bound)
 		return;
 	__atomic_store_n(&l->twin_bound, false, __ATOMIC_RELEASE);
+	fs_listener_note_answerer(l);
 	placeholder = fs_real.socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (placeholder >= 0 && fs_real.dup3(placeholder, l->udp_fd, O_CLOEXEC) >= 0) {
 		fs_real.close(placeholder);

@@ -489,24 +489,33 @@ static int close_blocked_epoll_client(int fd)
 /*
  * threads_duplex: on each side one thread sends 4 MiB while another
  * receives the peer's 4 MiB on the same socket, both checked.
+ * duplex_reader_first: the same, but the server's sender starts 200 ms
+ * after its reader blocked in its first receive, and (e2e_semantics.sh)
+ * the client's probe comes 500 ms late: the sender waits for that noted
+ * probe while the reader waits in the kernel for the first byte, and the
+ * "yes" and the HELLO come to the sender (issue 26: it refused the HELLO,
+ * and the connection stayed on TCP; now the reader settles it).
  */
 struct sem_sender {
 	int fd;
 	unsigned salt;
 	int result;
+	unsigned delay_ms;
 };
 
 static void *sem_sender_thread(void *arg)
 {
 	struct sem_sender *sender = arg;
 
+	if (sender->delay_ms)
+		usleep(sender->delay_ms * 1000u);
 	sender->result = harness_send_pattern(sender->fd, sender->salt, 0, SEM_BIG);
 	return NULL;
 }
 
-static int threads_duplex_side(int fd, unsigned send_salt, unsigned recv_salt)
+static int threads_duplex_side_ex(int fd, unsigned send_salt, unsigned recv_salt, unsigned send_delay_ms)
 {
-	struct sem_sender sender = { fd, send_salt, -1 };
+	struct sem_sender sender = { fd, send_salt, -1, send_delay_ms };
 	pthread_t thread;
 	int result;
 
@@ -522,9 +531,19 @@ static int threads_duplex_side(int fd, unsigned send_salt, unsigned recv_salt)
 	return 0;
 }
 
+static int threads_duplex_side(int fd, unsigned send_salt, unsigned recv_salt)
+{
+	return threads_duplex_side_ex(fd, send_salt, recv_salt, 0);
+}
+
 static int threads_duplex_server(int fd)
 {
 	return threads_duplex_side(fd, 24, 25);
+}
+
+static int duplex_reader_first_server(int fd)
+{
+	return threads_duplex_side_ex(fd, 24, 25, 200);
 }
 
 static int threads_duplex_client(int fd)
@@ -1233,6 +1252,7 @@ static const struct harness_scenario scenarios[] = {
 	{ "close_blocked", close_blocked_server, close_blocked_client, 0 },
 	{ "close_blocked_epoll", close_blocked_server, close_blocked_epoll_client, 0 },
 	{ "threads_duplex", threads_duplex_server, threads_duplex_client, 0 },
+	{ "duplex_reader_first", duplex_reader_first_server, threads_duplex_client, 0 },
 	{ "eintr", eintr_server, eintr_client, 0 },
 	{ "fork_children", fork_children_server, fork_children_client, 0 },
 	{ "sendfile", sendfile_server, sendfile_client, 0 },

@@ -17,7 +17,7 @@
 # kill -9'ed, and the client must exit with PASS within 5 s; peer_kill_rev is
 # the same with the client killed. The lifecycle scenarios (dup_share,
 # dup2_replace, close_exit, close_exit_late, close_settles, linger0, close_blocked, close_blocked_epoll,
-# threads_duplex, eintr, fork_children, sendfile, vfork_closeall, underscore_exit,
+# threads_duplex, duplex_reader_first, eintr, fork_children, sendfile, vfork_closeall, underscore_exit,
 # close_underscore_exit, exit_late_close, killed_by_term, killed_by_pipe,
 # handler_replaces, ...) are described in
 # tests/progs/fs_semantics_lifecycle.c; those where another process takes
@@ -118,6 +118,16 @@ run_scenario() { # MODE SCENARIO
 	# the connecting thread holds its socket through the handshake while
 	# the main thread forks (fs_semantics_share.c)
 	[ "$mode" = fabsock ] && [ "$scenario" = fork_mid_connect ] && prefix+=(FABSOCK_TEST_HELLO_DELAY_MS=1000)
+	# the server's sender waits for the client's noted probe while its
+	# reader waits in the kernel for the first byte; the probe comes 500 ms
+	# late, inside the sender's wait (the probe timeout: 1 s here, so a
+	# loaded host's scheduling cannot end it first); a private record
+	# directory, so that other tests' connections cannot push the client's
+	# intent note out (core/history.h: 128 notes per user)
+	if [ "$mode" = fabsock ] && [ "$scenario" = duplex_reader_first ]; then
+		mkdir -m 700 -p "$dir/rec"
+		prefix+=(FABSOCK_TEST_PROBE_DELAY_MS=500 FABSOCK_PROBE_TIMEOUT_MS=1000 "FABSOCK_RECORDS_DIR=$dir/rec")
+	fi
 	mkdir -p "$dir"
 
 	fs_bg server_pid "${prefix[@]}" "$prog" server 0 "$scenario" >"$dir/server.out" 2>"$dir/server.err"
@@ -203,6 +213,15 @@ run_scenario() { # MODE SCENARIO
 		fi
 		;;
 	esac
+	if [ "$scenario" = duplex_reader_first ] && [ "$mode" = fabsock ]; then
+		# the sender met the "yes" with the reader in the kernel and left
+		# the HELLO to it (not refused: offloaded=1 above says the rest)
+		local left refused
+		left=$(fs_stat "$dir/server.err" server_send_left_to_reader)
+		refused=$(fs_stat "$dir/server.err" hello_reader_refused)
+		[ "${left:-missing}" = 1 ] && [ "${refused:-missing}" = 0 ] ||
+			fs_fail "$label: server stats server_send_left_to_reader=${left:-missing} hello_reader_refused=${refused:-missing}, expected 1 and 0"
+	fi
 	if [ "$scenario" = close_settles ] && [ "$mode" = fabsock ]; then
 		# the closed stream was finished while the client made no calls
 		local reaped
