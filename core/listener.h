@@ -106,6 +106,9 @@ struct fs_listener *fs_listener_attach(int fd);
  * parent's listener that a forked child accepts from: there only the
  * child's own waits answer them, fs_listener_drain). */
 bool fs_listener_answered_here(struct fs_listener *l);
+/* The socket L's probes arrive on (what fs_listener_drain reads), to poll
+ * for them; -1: another process answers them. */
+int fs_listener_probe_fd(struct fs_listener *l);
 /* The connection of ADDR/PORT is closed: forget its record. */
 void fs_listener_forget(struct fs_listener *l, const uint8_t addr[16], uint16_t port);
 
