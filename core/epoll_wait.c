@@ -25,6 +25,7 @@
 #include <time.h>
 
 #include "config/log.h"
+#include "core/bell.h"
 #include "core/engine.h"
 #include "core/fdtable.h"
 #include "core/sock.h"
@@ -213,9 +214,9 @@ static int fs_member_look_unsettled(struct fs_epoll *fe, struct fs_ep_member *m,
 /* The pending list (fs_epoll.pending): every member not settled, fixed up
  * and looked at. One that settles now watches its stream and is on the
  * ready list for its first look. fe->lock held. */
-static int fs_epoll_scan_pending(struct fs_epoll *fe, struct epoll_event *out, int n, int max, uint64_t gen)
+static int fs_epoll_scan_pending(struct fs_epoll *fe, struct epoll_event *out, int n, int max, uint64_t gen,
+				 const void *drained)
 {
-	const void *drained = NULL;
 	struct fs_dlist *node, *next;
 
 	for (node = fe->pending.next; node != &fe->pending && n < max; node = next) {
@@ -229,11 +230,11 @@ static int fs_epoll_scan_pending(struct fs_epoll *fe, struct epoll_event *out, i
  * OUT, the output GEN. fe->lock held. The completion queue runs once for
  * the whole pass, and the offloaded members are looked at under one engine
  * lock, not one each. */
-static int fs_epoll_scan(struct fs_epoll *fe, struct epoll_event *out, int max, uint64_t gen, bool progress)
+static int fs_epoll_scan(struct fs_epoll *fe, struct epoll_event *out, int max, uint64_t gen, bool progress,
+			 const void *drained)
 {
 	struct fs_engine *e = fs_engine_peek();
 	struct fs_ep_member *m, *next;
-	const void *drained = NULL;
 	int n = 0;
 
 	if (fe->members && progress)
@@ -405,8 +406,12 @@ static int fs_epoll_waited(const struct fs_wait *w, int n)
  * FS_BELL_SLICE_MS at most, so a change no stream told of (there should be
  * none: epoll_unsignalled) is found that late, never lost. */
 static int fs_epoll_look(struct fs_epoll *fe, struct epoll_event *events, int maxevents, uint64_t *gen,
-			 bool spinning)
+			 bool spinning, bool probes_quiet)
 {
+	/* the probe sockets a kernel wait polled just now were empty: no
+	 * listener's to drain (a recvmsg each, per look) */
+	const void *drained = probes_quiet ? FS_SOCK_DRAIN_NONE : NULL;
+
 	int n;
 
 	/* a spinning round after the first: when another thread is in the
@@ -416,31 +421,97 @@ static int fs_epoll_look(struct fs_epoll *fe, struct epoll_event *events, int ma
 	fs_lock(&fe->lock);
 	*gen = ++fe->out_gen;
 	if (!fs_epoll_ready_list_will_do(fe, fs_now_ns())) {
-		n = fs_epoll_scan(fe, events, maxevents, *gen, !spinning);
+		n = fs_epoll_scan(fe, events, maxevents, *gen, !spinning, drained);
 	} else {
 		if (fe->members && !spinning)
 			fs_engine_progress_locked();
-		n = fs_epoll_scan_pending(fe, events, 0, maxevents, *gen);
+		n = fs_epoll_scan_pending(fe, events, 0, maxevents, *gen, drained);
 		n = fs_epoll_scan_ready(fe, events, n, maxevents, *gen);
 	}
 	pthread_mutex_unlock(&fe->lock);
 	return n;
 }
 
+/* Probe sockets a kernel wait (struct fs_ep_kwait) polls beside the
+ * instance at most; an instance whose members' listeners have more waits
+ * in slices, as before. */
+#define FS_EP_KWAIT_PROBE_FDS 4
+
+/* A wait that sleeps in the kernel although the instance has members: all
+ * of them are accepted connections waiting for their client's first bytes
+ * (SERVER_PENDING), which only the kernel can bring. */
+struct fs_ep_kwait {
+	bool on;
+	unsigned nfds;
+	int fds[FS_EP_KWAIT_PROBE_FDS]; /* listeners' probe sockets to poll too */
+	uint64_t until;                 /* wake by then to look again (0: none) */
+	bool probes_quiet;              /* fs_epoll_kwait found them empty */
+};
+
+/* Whether FE's wait at NOW may sleep in the kernel (fills KW): every member
+ * is an accepted connection of this process still SERVER_PENDING. What can
+ * settle such a one is the kernel's alone: its client's bytes or FIN (a
+ * HELLO, or plain data) on its fd, whose kernel entry carries the
+ * application's events; a probe on its listener's socket, which the
+ * service thread answers, or this thread (fs_sock_drain_probes): those
+ * sockets are polled too. Spinning or sleeping in slices for them, as for
+ * an offloaded stream, stole the core from the very client it waited for
+ * and cost a wake-up per slice: per request of a server whose clients stay
+ * on TCP (nginx behind nginx: fallback_peer_plain) several context
+ * switches and a 100 us spin. fe->lock held. */
+static bool fs_epoll_kernel_settles(struct fs_epoll *fe, uint64_t now, struct fs_ep_kwait *kw)
+{
+	kw->nfds = 0;
+	kw->until = 0;
+	if (!fe->members)
+		return false;
+	for (struct fs_ep_member *m = fe->members; m; m = m->next) {
+		int fd;
+		unsigned i;
+
+		if (!m->s || !fs_member_pending(m) || m->s->pid != fs_self_pid() ||
+		    fs_sock_state(m->s) != FS_SOCK_SERVER_PENDING)
+			return false;
+		fd = fs_sock_probe_watch(m->s, now, &kw->until);
+		if (fd < 0)
+			continue;
+		for (i = 0; i < kw->nfds && kw->fds[i] != fd; i++)
+			;
+		if (i < kw->nfds)
+			continue;
+		if (kw->nfds == FS_EP_KWAIT_PROBE_FDS)
+			return false;
+		kw->fds[kw->nfds++] = fd;
+	}
+	return true;
+}
+
 /* How the round that found N events waits in the kernel: not at all (N, or
  * W over, or still spinning: returns 0), for the whole time (*LONGWAIT),
- * or for W's next slice (returned, in microseconds, at least 1). */
-static uint64_t fs_epoll_plan_wait(int epfd, int n, struct fs_wait *w, bool *longwait)
+ * or for W's next slice (returned, in microseconds, at least 1). KW: set
+ * on when it sleeps in the kernel for members that only the kernel can
+ * settle (fs_epoll_kernel_settles; *LONGWAIT too). */
+static uint64_t fs_epoll_plan_wait(struct fs_epoll *fe, int epfd, int n, struct fs_wait *w, bool *longwait,
+				   struct fs_ep_kwait *kw)
 {
 	uint64_t now = fs_now_ns(), ns;
 	enum fs_wait_step next = fs_wait_next(w, now);
 
+	kw->on = false;
+	kw->probes_quiet = false;
 	if (n || next == FS_WAIT_OVER)
 		return 0;
 	if (!fs_epoll_has_members(epfd)) {
 		/* Nothing of ours to poll: the whole time in the kernel,
 		 * counted as a kernel sleeper, so that a member another
 		 * thread adds rings the instance's wake fd. */
+		*longwait = true;
+		return 0;
+	}
+	fs_lock(&fe->lock);
+	kw->on = fs_epoll_kernel_settles(fe, now, kw);
+	pthread_mutex_unlock(&fe->lock);
+	if (kw->on) {
 		*longwait = true;
 		return 0;
 	}
@@ -469,19 +540,79 @@ static int fs_epoll_deep_sleep(int epfd, const struct fs_wait *w, const sigset_t
 	return 0;
 }
 
-/* Collects kernel events for FE (at EPFD) into KBUF (room for K): for the whole time
- * until W's deadline as one of its kernel sleepers (LONGWAIT), else waiting
- * WAIT_US at most. Returns the count or -errno. */
-static int fs_epoll_collect(struct fs_epoll *fe, int epfd, struct epoll_event *kbuf, int k, uint64_t wait_us,
-			    bool longwait, const struct fs_wait *w, const sigset_t *sigmask)
+/* The kernel wait KW planned (fs_epoll_kernel_settles): the instance EPFD
+ * and KW's probe sockets, until W's deadline, KW's wake time, or
+ * FS_BELL_SLICE_MS at most (a member settled by another thread meanwhile,
+ * which rings nothing, is found that late, never lost: the bound of
+ * every deep sleep). Returns the kernel events in KBUF (room for K), 0
+ * for a wake-up with none (a probe, the time), or -errno. */
+static int fs_epoll_kwait(int epfd, struct epoll_event *kbuf, int k, struct fs_ep_kwait *kw,
+			  const struct fs_wait *w, const sigset_t *sigmask)
 {
+	struct pollfd pf[1 + FS_EP_KWAIT_PROBE_FDS] = { { .fd = epfd, .events = POLLIN } };
+	uint64_t now = fs_now_ns(), end = now + FS_BELL_SLICE_MS * 1000000ull;
+	struct timespec ts;
+	bool quiet = true;
+	int ret;
+
+	kw->probes_quiet = false;
+	if (w->deadline && w->deadline < end)
+		end = w->deadline;
+	if (kw->until && kw->until < end)
+		end = kw->until;
+	if (!kw->nfds) {
+		/* nothing beside the instance: one call, as the kernel's own */
+		uint64_t wait_us = end > now ? (end - now + 999) / 1000 : 0;
+
+		return fs_epoll_kernel_wait(epfd, kbuf, k, wait_us ? wait_us : 1, false, w, sigmask);
+	}
+	for (unsigned i = 0; i < kw->nfds; i++) {
+		pf[1 + i].fd = kw->fds[i];
+		pf[1 + i].events = POLLIN;
+	}
+	ts = fs_wait_timespec(end > now ? end - now : 0);
+	ret = fs_real.ppoll(pf, 1 + kw->nfds, &ts, sigmask);
+	if (ret < 0)
+		return -errno;
+	for (unsigned i = 0; i < kw->nfds; i++)
+		quiet = quiet && !pf[1 + i].revents;
+	if (!pf[0].revents)
+		return 0;
+	/* (a look right after need not drain them: fs_epoll_look) */
+	kw->probes_quiet = quiet && (!kw->until || fs_now_ns() < kw->until);
+	ret = fs_real.epoll_wait(epfd, kbuf, k, 0);
+	return ret < 0 ? -errno : ret;
+}
+
+/* Collects kernel events for FE (at EPFD) into KBUF (room for K): for the whole time
+ * until W's deadline as one of its kernel sleepers (LONGWAIT; with KW on,
+ * fs_epoll_kwait's), else waiting WAIT_US at most. Returns the count or
+ * -errno. */
+static int fs_epoll_collect(struct fs_epoll *fe, int epfd, struct epoll_event *kbuf, int k, uint64_t wait_us,
+			    bool longwait, struct fs_ep_kwait *kw, const struct fs_wait *w,
+			    const sigset_t *sigmask)
+{
+	bool again;
+
 	if (!longwait)
 		return fs_epoll_kernel_wait(epfd, kbuf, k, wait_us, false, w, sigmask);
 	fs_lock(&fe->lock);
 	fe->kernel_sleepers++;
-	pthread_mutex_unlock(&fe->lock);
 	/* a member added before the count went up was seen by no one */
-	k = fs_epoll_has_members(epfd) ? 0 : fs_epoll_kernel_wait(epfd, kbuf, k, 0, true, w, sigmask);
+	if (kw->on) {
+		struct fs_ep_kwait now_kw;
+
+		again = !fs_epoll_kernel_settles(fe, fs_now_ns(), &now_kw);
+	} else {
+		again = fe->members != NULL;
+	}
+	pthread_mutex_unlock(&fe->lock);
+	if (again)
+		k = 0;
+	else if (kw->on)
+		k = fs_epoll_kwait(epfd, kbuf, k, kw, w, sigmask);
+	else
+		k = fs_epoll_kernel_wait(epfd, kbuf, k, 0, true, w, sigmask);
 	fs_lock(&fe->lock);
 	fe->kernel_sleepers--;
 	pthread_mutex_unlock(&fe->lock);
@@ -536,6 +667,7 @@ static int fs_epoll_wait_rounds(struct fs_epoll *fe, int epfd, struct epoll_even
 				struct fs_wait *w, const sigset_t *sigmask)
 {
 	struct epoll_event kbuf[FS_EP_BATCH];
+	struct fs_ep_kwait kw = { .on = false };
 
 	for (bool first = true;; first = false) {
 		int n, k;
@@ -543,12 +675,12 @@ static int fs_epoll_wait_rounds(struct fs_epoll *fe, int epfd, struct epoll_even
 		bool longwait = false;
 
 		n = fs_epoll_look(fe, events, maxevents, &gen,
-				  !first && fs_wait_next(w, fs_now_ns()) == FS_WAIT_SPIN);
+				  !first && fs_wait_next(w, fs_now_ns()) == FS_WAIT_SPIN, !first && kw.probes_quiet);
 		if (n < 0) {
 			fs_wait_spin(w); /* skipped: another thread is in the engine */
 			continue;
 		}
-		wait_us = fs_epoll_plan_wait(epfd, n, w, &longwait);
+		wait_us = fs_epoll_plan_wait(fe, epfd, n, w, &longwait, &kw);
 		k = maxevents - n < FS_EP_BATCH ? maxevents - n : FS_EP_BATCH;
 		if (!k)
 			return fs_epoll_waited(w, n); /* full from our members alone (a kernel call with no room fails EINVAL) */
@@ -558,7 +690,7 @@ static int fs_epoll_wait_rounds(struct fs_epoll *fe, int epfd, struct epoll_even
 			if (r < 0)
 				return r;
 		}
-		k = fs_epoll_collect(fe, epfd, kbuf, k, n ? 0 : wait_us, longwait, w, sigmask);
+		k = fs_epoll_collect(fe, epfd, kbuf, k, n ? 0 : wait_us, longwait, &kw, w, sigmask);
 		if (k < 0)
 			return n ? n : k;
 		n = fs_epoll_merge_kernel(fe, kbuf, k, events, n, maxevents, gen);

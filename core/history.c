@@ -67,6 +67,14 @@
  * thread may still be inside them). */
 #define FS_HIST_MAPS_MAX 8
 #define FS_HIST_STREAK_MAX 1000000u
+/* A relearn whose connection was short again doubles the interval to the
+ * next one, up to FABSOCK_HISTORY_RELEARN << this (64 x 64: 4096). A
+ * relearn is a whole offload (probe, rail, HELLO, a fabric stream for one
+ * request) on both ends: nginx proxying to nginx, a new upstream connection
+ * per request, paid ~1.3 ms of CPU per end for each, a fifth of its
+ * throughput at one in 64. A long connection (a relearn's, or any) starts
+ * over at FABSOCK_HISTORY_RELEARN. */
+#define FS_HIST_RELEARN_LEVEL_MAX 6u
 
 struct fs_hist_note {
 	uint64_t inode;
@@ -82,7 +90,8 @@ struct fs_hist_entry {
 	uint32_t stepped_back; /* connections that stepped back from the fabric
 				* since one made a whole step-back window
 				* without (0 in files of before: same layout) */
-	uint32_t reserved;
+	uint32_t relearn_level; /* relearns since the last long connection
+				 * (0 in files of before: same layout) */
 };
 
 struct fs_hist_file {
@@ -334,6 +343,7 @@ static struct fs_hist_entry *fs_hist_find(struct fs_hist_file *m, uint64_t tag, 
 	__atomic_store_n(&oldest->tcp_decided, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&oldest->closes, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&oldest->stepped_back, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&oldest->relearn_level, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&oldest->tag, tag, __ATOMIC_RELEASE);
 	return oldest;
 }
@@ -378,9 +388,19 @@ bool fs_history_decide(struct fs_history_conn *h, int fd, const struct sockaddr 
 	if (!h->stepped && __atomic_load_n(&e->short_streak, __ATOMIC_RELAXED) < fs_params.history_short)
 		return false; /* not short enough: negotiate as before */
 	n = __atomic_add_fetch(&e->tcp_decided, 1, __ATOMIC_RELAXED);
-	if (fs_params.history_relearn && n % fs_params.history_relearn == 0) {
-		FS_STAT_INC(history_relearn);
-		return false; /* offload one now and then: the program may have changed */
+	if (fs_params.history_relearn) {
+		uint32_t level = __atomic_load_n(&e->relearn_level, __ATOMIC_RELAXED);
+		uint64_t every = (uint64_t)fs_params.history_relearn
+				 << (level < FS_HIST_RELEARN_LEVEL_MAX ? level : FS_HIST_RELEARN_LEVEL_MAX);
+
+		if (n % every == 0) {
+			FS_STAT_INC(history_relearn);
+			/* the next one later, unless this one comes back long
+			 * (fs_hist_report) */
+			if (level < FS_HIST_RELEARN_LEVEL_MAX)
+				__atomic_store_n(&e->relearn_level, level + 1, __ATOMIC_RELAXED);
+			return false; /* offload one now and then: the program may have changed */
+		}
 	}
 	h->chose_tcp = true;
 	if (fstat(fd, &st) == 0)
@@ -467,9 +487,10 @@ static void fs_hist_report(uint64_t tag, uint64_t turns, uint64_t bytes)
 
 	if (!m || !tag || !(e = fs_hist_find(m, tag, true)))
 		return;
-	if (!is_short)
+	if (!is_short) {
 		__atomic_store_n(&e->short_streak, 0, __ATOMIC_RELAXED);
-	else if (__atomic_load_n(&e->short_streak, __ATOMIC_RELAXED) < FS_HIST_STREAK_MAX)
+		__atomic_store_n(&e->relearn_level, 0, __ATOMIC_RELAXED);
+	} else if (__atomic_load_n(&e->short_streak, __ATOMIC_RELAXED) < FS_HIST_STREAK_MAX)
 		__atomic_add_fetch(&e->short_streak, 1, __ATOMIC_RELAXED);
 	__atomic_store_n(&e->last_s, (uint32_t)(fs_hist_boot_ns() / 1000000000ull), __ATOMIC_RELAXED);
 	__atomic_add_fetch(&e->closes, 1, __ATOMIC_RELAXED);

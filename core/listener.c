@@ -821,6 +821,13 @@ void fs_listener_note_answerer(struct fs_listener *l)
 		__atomic_store_n(&l->table->answerer, 0, __ATOMIC_RELEASE);
 }
 
+int fs_listener_probe_fd(struct fs_listener *l)
+{
+	/* a placeholder's number while the twin is not bound: polling it
+	 * never reports anything (struct fs_listener) */
+	return __atomic_load_n(&l->udp_fd, __ATOMIC_ACQUIRE);
+}
+
 bool fs_listener_has_twin(struct fs_listener *l)
 {
 	return __atomic_load_n(&l->twin_bound, __ATOMIC_ACQUIRE);

@@ -112,6 +112,9 @@ bool fs_listener_answered(struct fs_listener *l);
 /* The twin of L was bound or let go in this process: notes in L's private
  * table whether this process answers its probes. */
 void fs_listener_note_answerer(struct fs_listener *l);
+/* The socket L's probes arrive on (what fs_listener_drain reads), to poll
+ * for them. */
+int fs_listener_probe_fd(struct fs_listener *l);
 /* The connection of ADDR/PORT is closed: forget its record. */
 void fs_listener_forget(struct fs_listener *l, const uint8_t addr[16], uint16_t port);
 

@@ -948,6 +948,8 @@ const void *fs_sock_drain_probes(struct fs_sock *s, const void *skip)
 {
 	struct fs_listener *l = NULL;
 
+	if (skip == FS_SOCK_DRAIN_NONE)
+		return skip;
 	fs_lock(&s->lock);
 	/* The service thread answers this process's listeners' probes; a
 	 * waiter helps only once the connection has waited FS_DRAIN_AFTER_NS
@@ -966,6 +968,28 @@ const void *fs_sock_drain_probes(struct fs_sock *s, const void *skip)
 	fs_listener_drain(l);
 	fs_listener_put(l);
 	return l;
+}
+
+int fs_sock_probe_watch(struct fs_sock *s, uint64_t now, uint64_t *drain_at)
+{
+	int fd = -1;
+
+	fs_lock(&s->lock);
+	/* fs_sock_drain_probes' condition: what it would drain now is
+	 * watched now; a listener it helps only after FS_DRAIN_AFTER_NS is
+	 * watched from then on (the waiter wakes then and asks again) */
+	if (fs_sock_state(s) == FS_SOCK_SERVER_PENDING && s->listener) {
+		if (!fs_listener_answered(s->listener) || now - s->neg->accepted_ns > FS_DRAIN_AFTER_NS) {
+			fd = fs_listener_probe_fd(s->listener);
+		} else {
+			uint64_t at = s->neg->accepted_ns + FS_DRAIN_AFTER_NS + 1;
+
+			if (!*drain_at || at < *drain_at)
+				*drain_at = at;
+		}
+	}
+	pthread_mutex_unlock(&s->lock);
+	return fd;
 }
 
 /* Threads of this process waiting in the kernel for S's first byte (a

@@ -195,6 +195,15 @@ static inline enum fs_sock_state fs_sock_state(const struct fs_sock *s)
  * thread may be starved on a busy host). SKIP: a listener already drained
  * in this round; returns the one drained (or SKIP), for the next call. */
 const void *fs_sock_drain_probes(struct fs_sock *s, const void *skip);
+/* fs_sock_drain_probes' SKIP that skips every listener: a wait that polled
+ * their probe sockets just now and found nothing there. */
+#define FS_SOCK_DRAIN_NONE ((const void *)1)
+/* What a waiter that sleeps in the kernel for S (SERVER_PENDING) must watch
+ * so that fs_sock_drain_probes still helps in time: returns the probe socket
+ * of S's listener to poll beside its wait (-1: none now), and lowers
+ * *DRAIN_AT (0: none yet) to the time from which it should, when that is
+ * later than NOW. */
+int fs_sock_probe_watch(struct fs_sock *s, uint64_t now, uint64_t *drain_at);
 
 void fs_core_init(void);
 extern bool fs_core_enabled;

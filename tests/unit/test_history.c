@@ -13,8 +13,11 @@
  * than 10 s reads NONE while a TCP note of that age still counts (30 s); a
  * note stamped in the future is ignored; after 128 more notes the first is
  * gone (the ring's documented limit); a note whose inode has bits above 32
- * besides the mark never matches.
+ * besides the mark never matches. The relearn's back-off: while relearned
+ * connections come back short, each next relearn comes twice as late; a
+ * long connection starts over.
  */
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -146,6 +149,46 @@ int main(void)
 	}
 	CHECK(fs_history_client_note(ia) == FS_HISTORY_NOTE_NONE);
 	CHECK(fs_history_client_note(ib) == FS_HISTORY_NOTE_INTENT);
+
+	/* relearning backs off while it learns nothing new: of 1024 TCP
+	 * decisions after two short connections, the 64th, 128th, 256th,
+	 * 512th and 1024th offload (not every 64th: 16); a long connection
+	 * starts over at every 64th */
+	{
+		struct sockaddr_in dst = { .sin_family = AF_INET, .sin_port = htons(4711) };
+		unsigned offloads = 0, first_after_long = 0;
+
+		dst.sin_addr.s_addr = htonl(0x7f000001);
+		for (int i = 0; i < 2; i++) {
+			memset(&h, 0, sizeof(h));
+			CHECK(!fs_history_decide(&h, a, (struct sockaddr *)&dst));
+			fs_history_offloaded_closed(&h, 1, 100); /* short */
+		}
+		for (unsigned i = 1; i <= 1024; i++) {
+			memset(&h, 0, sizeof(h));
+			if (!fs_history_decide(&h, a, (struct sockaddr *)&dst))
+				offloads++;
+		}
+		CHECK(offloads == 5);
+		/* a long one (the relearn's, say: any decision gives the
+		 * connection its entry's tag), then two short ones again */
+		memset(&h, 0, sizeof(h));
+		(void)fs_history_decide(&h, a, (struct sockaddr *)&dst);
+		CHECK(h.tag != 0);
+		fs_history_offloaded_closed(&h, 1000, 100000000);
+		for (int i = 0; i < 2; i++) {
+			memset(&h, 0, sizeof(h));
+			CHECK(!fs_history_decide(&h, a, (struct sockaddr *)&dst));
+			fs_history_offloaded_closed(&h, 1, 100);
+		}
+		for (unsigned i = 1; i <= 200 && !first_after_long; i++) {
+			memset(&h, 0, sizeof(h));
+			if (!fs_history_decide(&h, a, (struct sockaddr *)&dst))
+				first_after_long = i;
+		}
+		/* tcp_decided went on counting: the next multiple of 64 */
+		CHECK(first_after_long > 0 && first_after_long <= 64);
+	}
 
 	munmap(m, FILE_SIZE);
 	close(a);
