@@ -13,8 +13,8 @@
 #     only), and a FI_PROVIDER_PATH the user set is kept as it was;
 #   - the client's region is gone from /dev/shm once it has ended;
 #   - the queue depths asked of shm (engine.c, fs_engine_depth): a client's
-#     rail FABSOCK_SHM_DEPTH (256) deep, the server's shm's own (1024),
-#     FABSOCK_SHM_DEPTH=0 the provider's for the client too, and a user's
+#     rail shm's own depth by default (1024) and FABSOCK_SHM_DEPTH=256 deep
+#     when asked, the server's shm's own (1024) always, and a user's
 #     FI_SHM_RX_SIZE kept (a hint above it would find no provider).
 . "$(dirname "$0")/lib.sh"
 
@@ -80,14 +80,14 @@ client() {
 	fs_pass "$label: fetched 1 MiB over its first rail, sha256 equal, offloaded"
 }
 
-if client plain 256 256; then
+if client plain 1024 1024; then
 	if grep -q '^FI_PROVIDER_PATH=' "$FS_TMP/plain.env"; then
 		fs_fail "plain: a program run after the rail opened inherited $(grep '^FI_PROVIDER_PATH=' "$FS_TMP/plain.env")"
 	else
 		fs_pass "plain: a program run after the rail opened has no FI_PROVIDER_PATH"
 	fi
 fi
-if client userpath 256 256 FI_PROVIDER_PATH=/nonexistent/fabsock-test; then
+if client userpath 1024 1024 FI_PROVIDER_PATH=/nonexistent/fabsock-test; then
 	if grep -qx 'FI_PROVIDER_PATH=/nonexistent/fabsock-test' "$FS_TMP/userpath.env"; then
 		fs_pass "userpath: the user's FI_PROVIDER_PATH is kept"
 	else
@@ -95,8 +95,9 @@ if client userpath 256 256 FI_PROVIDER_PATH=/nonexistent/fabsock-test; then
 	fi
 fi
 
+client depth256 256 256 FABSOCK_SHM_DEPTH=256 || true
 client depth0 1024 1024 FABSOCK_SHM_DEPTH=0 || true
-client userrx 256 128 FI_SHM_RX_SIZE=128 || true
+client userrx 256 128 FABSOCK_SHM_DEPTH=256 FI_SHM_RX_SIZE=128 || true
 
 kill -TERM "$srv" 2>/dev/null || true
 fs_wait_pid "$srv" 15 || true
