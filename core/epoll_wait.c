@@ -469,7 +469,8 @@ static bool fs_epoll_kernel_settles(struct fs_epoll *fe, uint64_t now, struct fs
 		int fd;
 		unsigned i;
 
-		if (!m->s || !fs_member_pending(m) || m->s->pid != fs_self_pid() ||
+		/* (pid: atomic, the service thread settles a client's socket) */
+		if (!m->s || !fs_member_pending(m) || __atomic_load_n(&m->s->pid, __ATOMIC_RELAXED) != fs_self_pid() ||
 		    fs_sock_state(m->s) != FS_SOCK_SERVER_PENDING)
 			return false;
 		fd = fs_sock_probe_watch(m->s, now, &kw->until);
