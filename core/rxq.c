@@ -103,9 +103,6 @@ unsigned fs_data_want(const struct fs_engine_rail *er)
 	return want < er->data_target ? (unsigned)want : er->data_target;
 }
 
-/* A receive buffer the engine or a reader is done with: a copy is freed, a
- * shared data receive goes back to the provider while the rail wants it
- * (else to its pool), a control receive goes back. */
 /* Exchanges the memory (and its registration's descriptor) of A and B,
  * two buffers of one pool (same capacity), neither posted. */
 static void fs_rx_swap_mem(struct fs_buf *a, struct fs_buf *b)
@@ -156,6 +153,9 @@ static void fs_rx_warm_return(struct fs_engine_rail *er, struct fs_buf *buf)
 	er->warm_lent = false;
 }
 
+/* A receive buffer the engine or a reader is done with: a copy is freed, a
+ * shared data receive goes back to the provider while the rail wants it
+ * (else to its pool), a control receive goes back. */
 void fs_engine_repost(struct fs_engine_rail *er, struct fs_buf *buf)
 {
 	if (buf->role == FS_BUF_RX_COPY) {
