@@ -1051,9 +1051,18 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 	}
 	for (;;) {
 		struct pollfd p = { .fd = s->fd, .events = POLLIN | POLLRDHUP };
-		bool readable;
+		bool readable = fs_real.poll(&p, 1, 0) > 0;
 
-		fs_listener_drain(s->listener);
+		/* A client that probes writes nothing on TCP before our answer
+		 * (its writes wait for it, up to its probe timeout): its bytes or
+		 * its end here mean it waits for none. An answer given already
+		 * (the service thread's) is in the table; a probe still queued
+		 * is from a client that gave up on it. So only a connection with
+		 * nothing to read yet drains the twin: a plain client's
+		 * connection saves a failing recvmsg (each of a fabsock nginx
+		 * worker's plain requests paid one). */
+		if (!readable)
+			fs_listener_drain(s->listener);
 		rec = (struct fs_probe_rec){ 0 };
 		state = fs_listener_lookup(s->listener, addr, port, &rec);
 		if (fs_probe_rec_stale(&rec, s->neg->accepted_ns))
@@ -1066,7 +1075,6 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 			return fs_server_expect_hello(s, NULL, true, addr, port, for_send, deadline_ns);
 		/* No record yet. Bytes from the client, or the application
 		 * speaking first, settle it as TCP, unless a "yes" beats us. */
-		readable = fs_real.poll(&p, 1, 0) > 0;
 		seen = readable ? p.revents : POLLRDHUP;
 		if (for_send && !readable && fs_params.first_send_wait_ms) {
 			/* The client sends its probe as its connect() returns, about
