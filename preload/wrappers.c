@@ -338,23 +338,23 @@ FS_EXPORT ssize_t sendfile64(int out_fd, int in_fd, off64_t *offset, size_t coun
 	return sendfile(out_fd, in_fd, (off_t *)offset, count);
 }
 
-/* splice moves data inside the kernel, which never has an offloaded
- * socket's data: refused with EINVAL on one (and a warning once). */
+/* splice with an offloaded socket at one end and a pipe at the other:
+ * the core moves the bytes between the stream and the pipe. Anything else
+ * (both ends ours, no pipe, offsets, bad flags) is the kernel's, which
+ * refuses a misuse before it moves a byte, with its own errno. */
 FS_EXPORT ssize_t splice(int fd_in, loff_t *off_in, int fd_out, loff_t *off_out, size_t len, unsigned int flags)
 {
-	for (int side = 0; side < 2; side++) {
-		int fd = side ? fd_out : fd_in;
-		struct fs_sock *s;
-		long ret;
+	bool in = fs_fdt_peek_any(fd_in), out = fs_fdt_peek_any(fd_out);
+	struct fs_sock *s;
+	ssize_t ret;
 
-		if (!fs_fdt_peek_any(fd) || !(s = fs_sock_get(fd)))
-			continue;
-		ret = fs_core_splice(s, side == 1);
-		fs_sock_put(s);
-		if (ret != FS_PASS)
-			return fs_ret(ret);
-	}
-	return FS_REAL(splice)(fd_in, off_in, fd_out, off_out, len, flags);
+	if (in == out || off_in || off_out || !(s = fs_sock_get(out ? fd_out : fd_in)))
+		return FS_REAL(splice)(fd_in, off_in, fd_out, off_out, len, flags);
+	ret = fs_core_splice(s, out ? fd_in : fd_out, out, len, flags);
+	fs_sock_put(s);
+	if (ret == FS_PASS)
+		return FS_REAL(splice)(fd_in, off_in, fd_out, off_out, len, flags);
+	return fs_ret(ret);
 }
 
 /* ---- descriptor-level calls -------------------------------------------- */
