@@ -547,6 +547,8 @@ static ssize_t fs_splice_to_pipe(struct fs_sock *s, struct fs_splice_pipe *p, si
 	}
 	if (ret == -EAGAIN && !s->nonblock && !deadline && !p->nonblock)
 		ret = -EINTR; /* (64 rounds of lost races: as a signal would end it) */
+	if (ret > 0)
+		FS_STAT_ADD(splice_bytes, (uint64_t)ret);
 	if (ret > 0 && fs_stepback_received(&s->sb, (uint64_t)ret))
 		fs_stepback_fire(s);
 	return ret;
@@ -579,8 +581,10 @@ static ssize_t fs_splice_from_pipe(struct fs_sock *s, struct fs_splice_pipe *p, 
 		if (p->nonblock)
 			break;
 	}
-	if (ret > 0)
+	if (ret > 0) {
+		FS_STAT_ADD(splice_bytes, (uint64_t)ret);
 		fs_stepback_sent(&s->sb, (uint64_t)ret);
+	}
 	if (ret == -EPIPE)
 		pthread_kill(pthread_self(), SIGPIPE);
 	return ret;
