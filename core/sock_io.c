@@ -395,6 +395,7 @@ struct fs_splice_pipe {
 	int fd;
 	bool nonblock;  /* SPLICE_F_NONBLOCK or O_NONBLOCK on the pipe */
 	bool file_nb;   /* O_NONBLOCK on the pipe: its own write never waits */
+	bool lend;      /* this write: vmsplice from a mapping of its own */
 };
 
 /* Whether FD is a pipe (or FIFO) open for reading (READ) or writing:
@@ -434,24 +435,32 @@ static int fs_splice_pipe_wait(int fd, short events, bool nonblock)
 
 /* The sink of socket-to-pipe: writes what the stream's head holds into the
  * pipe; exactly what this takes is consumed (fs_stream_recv_to), the rest
- * stays first in the stream. Called without the engine lock.
- *  - A pipe that may wait (no SPLICE_F_NONBLOCK, no O_NONBLOCK): write()
- *    until all is in. Nothing is lost either way: a write cut short by a
- *    signal takes the part it wrote.
+ * stays first in the stream. Called without the engine lock. It must not
+ * wait for room the pipe does not have: the kernel's splice never does
+ * once it looked (it moves what fits), and a program whose one thread
+ * splices into the pipe and then out of it would wait for itself.
  *  - O_NONBLOCK on the pipe: one write(), whatever part fits.
- *  - SPLICE_F_NONBLOCK on a pipe that would wait: vmsplice(), the one
- *    nonblocking write into a pipe that leaves its shared file flags
- *    alone (pwritev2's RWF_NOWAIT is EOPNOTSUPP on pipes, 6.18). vmsplice
- *    lends the pages to the pipe rather than copying them (seen on 6.18):
- *    BUF is then a private mapping of its own, unmapped after, which the
- *    pipe keeps alive until its reader is done with the bytes. */
+ *  - An empty pipe that may wait: write() until all is in. The caller asked
+ *    for no more than the pipe's size, and an empty pipe takes that whole
+ *    (another writer that fills it first can only make it wait, as it
+ *    would have made the kernel's splice wait for room before it read).
+ *  - Otherwise (SPLICE_F_NONBLOCK on a pipe that would wait, or a pipe
+ *    that holds bytes already, whose buffers may take less than its size
+ *    less FIONREAD: a partly read page, pages other splices filled in
+ *    part): vmsplice(SPLICE_F_NONBLOCK), which moves what fits and waits
+ *    for nothing, the one nonblocking write into a pipe that leaves its
+ *    shared file flags alone (pwritev2's RWF_NOWAIT is EOPNOTSUPP on pipes,
+ *    6.18). vmsplice lends the pages to the pipe rather than copying them
+ *    (seen on 6.18): BUF is then a private mapping of its own (P->lend),
+ *    unmapped after, which the pipe keeps alive until its reader is done
+ *    with the bytes. */
 static ssize_t fs_splice_sink(void *arg, void *buf, size_t len)
 {
 	const struct fs_splice_pipe *p = arg;
 	size_t done = 0;
 	ssize_t n = 0;
 
-	if (p->nonblock && !p->file_nb) {
+	if (p->lend) {
 		struct iovec iov = { .iov_base = buf, .iov_len = len };
 
 		n = vmsplice(p->fd, &iov, 1, SPLICE_F_NONBLOCK);
@@ -460,12 +469,12 @@ static ssize_t fs_splice_sink(void *arg, void *buf, size_t len)
 	/* bounded: each round writes at least a byte or ends */
 	while (done < len) {
 		n = fs_real.write(p->fd, (char *)buf + done, len - done);
-		if (n <= 0 || p->file_nb)
+		if (n <= 0)
 			break;
 		done += (size_t)n;
+		if (p->file_nb)
+			break;
 	}
-	if (n > 0 && p->file_nb)
-		done += (size_t)n;
 	if (done)
 		return (ssize_t)done;
 	return n < 0 && errno != EAGAIN ? -errno : 0;
@@ -484,19 +493,20 @@ static ssize_t fs_splice_source(void *arg, void *buf, size_t len)
 	return n >= 0 ? n : -errno;
 }
 
-/* Room in the pipe now: its size less what it holds, a page at least
- * (a pipe that polled writable has a free page). Pipe buffers that
- * splices filled only partly make it an estimate: the sink copes. */
-static size_t fs_splice_pipe_room(int fd)
+/* Room in the pipe now: its size less what it holds (*HELD), a page at
+ * least (a pipe that polled writable has a free page). Pipe buffers that
+ * were read or filled only in part make it an estimate: the sink copes. */
+static size_t fs_splice_pipe_room(int fd, int *held)
 {
-	int size = fs_real.fcntl(fd, F_GETPIPE_SZ), held = 0;
+	int size = fs_real.fcntl(fd, F_GETPIPE_SZ);
 	long page = sysconf(_SC_PAGESIZE);
 
-	if (fs_real.ioctl(fd, FIONREAD, &held) || held < 0)
-		held = 0;
-	if (size <= held)
+	*held = 0;
+	if (fs_real.ioctl(fd, FIONREAD, held) || *held < 0)
+		*held = 0;
+	if (size <= *held)
 		return (size_t)page;
-	return (size_t)(size - held) > (size_t)page ? (size_t)(size - held) : (size_t)page;
+	return (size_t)(size - *held) > (size_t)page ? (size_t)(size - *held) : (size_t)page;
 }
 
 /* Socket (offloaded, this process's) to pipe. */
@@ -515,7 +525,7 @@ static ssize_t fs_splice_to_pipe(struct fs_sock *s, struct fs_splice_pipe *p, si
 	 * and a pipe that may wait waits for room again first. */
 	for (int round = 0; round < 64; round++) {
 		size_t want = len < FS_SPLICE_CHUNK ? len : FS_SPLICE_CHUNK, room;
-		int ev = fs_splice_pipe_wait(p->fd, POLLOUT, p->nonblock);
+		int ev = fs_splice_pipe_wait(p->fd, POLLOUT, p->nonblock), held;
 		char *buf = bounce;
 
 		if (ev < 0)
@@ -527,10 +537,11 @@ static ssize_t fs_splice_to_pipe(struct fs_sock *s, struct fs_splice_pipe *p, si
 		}
 		if (!(ev & POLLOUT))
 			return -EAGAIN;
-		room = fs_splice_pipe_room(p->fd);
+		room = fs_splice_pipe_room(p->fd, &held);
 		if (want > room)
 			want = room;
-		if (p->nonblock && !p->file_nb) {
+		p->lend = !p->file_nb && (p->nonblock || held > 0);
+		if (p->lend) {
 			buf = mmap(NULL, want, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 			if (buf == MAP_FAILED)
 				return -ENOMEM;

@@ -25,6 +25,10 @@
  *                       seen on each side
  *   nonblock_mib        the same with a 1 MiB pipe, O_NONBLOCK on the pipe
  *                       end too
+ *   onethread           one thread splices from the socket into a blocking
+ *                       pipe (default size) and reads the pipe itself,
+ *                       leaving 100 bytes in it each time: the splice must
+ *                       move what fits and never wait for its own reader
  *   reset               the server resets the connection (SO_LINGER 0) with
  *                       the client's splice(socket -> pipe) waiting: it
  *                       returns ECONNRESET; then splice(pipe -> socket)
@@ -308,6 +312,61 @@ static int transfer_client(int fd)
 	return splice_recv(fd, false, &key, SPLICE_BYTES);
 }
 
+/* One thread splices from the socket into a blocking pipe and reads the
+ * pipe itself, leaving part of a page in it each time: the pipe's buffers
+ * then take less than its size less what it holds, and a splice that
+ * waited for room it had counted on would wait for its own thread. */
+static int onethread_server(int fd)
+{
+	if (harness_send_pattern(fd, 91, 0, 1u << 20) < 0)
+		return -1;
+	if (shutdown(fd, SHUT_WR) < 0)
+		return harness_fail("shutdown: %s", strerror(errno));
+	return harness_expect_eof(fd);
+}
+
+static int onethread_client(int fd)
+{
+	static unsigned char buf[1u << 16];
+	size_t total = 0, in_pipe = 0;
+	unsigned long calls = 0;
+	int p[2];
+
+	if (pipe(p) < 0)
+		return harness_fail("pipe: %s", strerror(errno));
+	for (;;) {
+		ssize_t n = splice(fd, NULL, p[1], NULL, 1u << 20, 0), r;
+		size_t take;
+
+		calls++;
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return harness_fail("splice(socket -> pipe) at %zu bytes: %s", total, strerror(errno));
+		in_pipe += (size_t)n;
+		/* read all but 100 bytes (all at the end), in pieces that split pages */
+		take = n == 0 ? in_pipe : in_pipe > 100 ? in_pipe - 100 : 0;
+		while (take) {
+			r = read(p[0], buf, take < 3000 ? take : 3000);
+			if (r <= 0)
+				return harness_fail("pipe read: %s", r < 0 ? strerror(errno) : "EOF");
+			if (harness_pattern_check(91, total, buf, (size_t)r, "spliced bytes") < 0)
+				return -1;
+			total += (size_t)r;
+			in_pipe -= (size_t)r;
+			take -= (size_t)r;
+		}
+		if (n == 0)
+			break;
+	}
+	close(p[0]);
+	close(p[1]);
+	harness_info("received %zu bytes in %lu splice calls", total, calls);
+	if (total != 1u << 20)
+		return harness_fail("splice's EOF after %zu of %u bytes", total, 1u << 20);
+	return 0;
+}
+
 /* ---- errors --------------------------------------------------------------- */
 
 static int reset_server(int fd)
@@ -408,6 +467,7 @@ static const struct harness_scenario splice_scenarios[] = {
 	{ "blocking_mib", transfer_server, transfer_client, 0 },
 	{ "nonblock_page", transfer_server, transfer_client, 0 },
 	{ "nonblock_mib", transfer_server, transfer_client, 0 },
+	{ "onethread", onethread_server, onethread_client, 0 },
 	{ "reset", reset_server, reset_client, HARNESS_SERVER_CLOSES_FD },
 	{ "misuse", misuse_server, misuse_client, 0 },
 };
