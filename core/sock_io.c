@@ -638,6 +638,19 @@ ssize_t fs_core_splice(struct fs_sock *s, int pipe_fd, bool out, size_t len, uns
 	return out ? fs_splice_from_pipe(s, &p, len) : fs_splice_to_pipe(s, &p, len);
 }
 
+int fs_core_to_kernel(struct fs_sock *s)
+{
+	int ret;
+
+	if (fs_sock_state(s) == FS_SOCK_CONNECTING)
+		return FS_PASS; /* settles later, when it is used through fabsock */
+	ret = fs_sock_prepare(s, true, 0);
+	if (ret)
+		return ret; /* FS_PASS: the kernel's already */
+	fs_handback_sync(s->stream, s->fd);
+	return fs_sock_foreign(s);
+}
+
 /* shutdown(SHUT_WR or SHUT_RDWR) of a client before the HELLO-ACK, which
  * must not wait for the server any more than a send does (the kernel's
  * shutdown never waits): the FIN is queued behind the held bytes and goes

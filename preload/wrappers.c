@@ -7,6 +7,7 @@
  * Negative errnos from the core become -1/errno in fs_ret(), the only place
  * that does so.
  */
+#include <aio.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -355,6 +356,62 @@ FS_EXPORT ssize_t splice(int fd_in, loff_t *off_in, int fd_out, loff_t *off_out,
 	if (ret == FS_PASS)
 		return FS_REAL(splice)(fd_in, off_in, fd_out, off_out, len, flags);
 	return fs_ret(ret);
+}
+
+/* POSIX AIO (aio_read, aio_write, lio_listio): glibc's helper threads
+ * read and write with its internal calls, which no wrapper sees, so on an
+ * offloaded socket they would read a kernel socket that has none of the
+ * stream's bytes and write bytes the peer takes as a reset. The stream goes
+ * back to TCP first (as for urgent data, fs_core_to_kernel): the kernel
+ * socket then carries every byte, at kernel speed. */
+static void fs_aio_fd(int fd)
+{
+	struct fs_sock *s;
+
+	if (fd < 0 || !fs_fdt_peek_any(fd) || !(s = fs_sock_get(fd)))
+		return;
+	(void)fs_core_to_kernel(s); /* (an error: the kernel's call says what it is now) */
+	fs_sock_put(s);
+}
+
+FS_EXPORT int aio_read(struct aiocb *cb)
+{
+	fs_aio_fd(cb->aio_fildes); /* (NULL: as glibc's own, which reads it) */
+	return FS_REAL(aio_read)(cb);
+}
+
+FS_EXPORT int aio_write(struct aiocb *cb)
+{
+	fs_aio_fd(cb->aio_fildes); /* (NULL: as glibc's own, which reads it) */
+	return FS_REAL(aio_write)(cb);
+}
+
+FS_EXPORT int aio_read64(struct aiocb64 *cb)
+{
+	fs_aio_fd(cb->aio_fildes); /* (NULL: as glibc's own, which reads it) */
+	return FS_REAL(aio_read64)(cb);
+}
+
+FS_EXPORT int aio_write64(struct aiocb64 *cb)
+{
+	fs_aio_fd(cb->aio_fildes); /* (NULL: as glibc's own, which reads it) */
+	return FS_REAL(aio_write64)(cb);
+}
+
+FS_EXPORT int lio_listio(int mode, struct aiocb *const list[], int nent, struct sigevent *sig)
+{
+	for (int i = 0; i < nent; i++)
+		if (list[i] && list[i]->aio_lio_opcode != LIO_NOP)
+			fs_aio_fd(list[i]->aio_fildes);
+	return FS_REAL(lio_listio)(mode, list, nent, sig);
+}
+
+FS_EXPORT int lio_listio64(int mode, struct aiocb64 *const list[], int nent, struct sigevent *sig)
+{
+	for (int i = 0; i < nent; i++)
+		if (list[i] && list[i]->aio_lio_opcode != LIO_NOP)
+			fs_aio_fd(list[i]->aio_fildes);
+	return FS_REAL(lio_listio64)(mode, list, nent, sig);
 }
 
 /* ---- descriptor-level calls -------------------------------------------- */
