@@ -27,7 +27,8 @@
 # fork_children (its spawned programs inherit the socket): under
 # fabsock the server must also have answered exactly one hand-back to TCP. FS_MODES (default
 # "kernel fabsock") picks the modes; FS_SCENARIOS narrows the scenario list;
-# FS_SEMANTICS_PROGS replaces the programs (e2e_glibc_entries: fs_glibc_entries).
+# FS_SEMANTICS_PROGS replaces the programs (e2e_glibc_entries: fs_glibc_entries;
+# e2e_splice: fs_splice).
 # The kernel runs of the other scenarios go beside the fabsock half, as a
 # second instance of this script (lib.sh, fs_kernel_beside_start;
 # FS_KERNEL_BESIDE=0: one after the other); its output follows at the end.
