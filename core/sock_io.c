@@ -612,8 +612,11 @@ ssize_t fs_core_splice(struct fs_sock *s, int pipe_fd, bool out, size_t len, uns
 		return FS_PASS; /* the kernel's answer, before it touches the socket */
 	p.file_nb = fl & O_NONBLOCK;
 	p.nonblock = p.file_nb || (flags & SPLICE_F_NONBLOCK);
-	if (fs_sock_state(s) == FS_SOCK_CONNECTING)
-		return FS_PASS; /* the kernel answers for a connection not yet up */
+	/* A connection the kernel made before the service thread noticed moves
+	 * on now: passed as CONNECTING, the kernel's splice would put bytes on
+	 * TCP ahead of the HELLO (as fs_sock_send_early does). */
+	if (fs_sock_state(s) == FS_SOCK_CONNECTING && !fs_sock_connect_advance(s))
+		return FS_PASS; /* the kernel answers for a connection not yet up: EAGAIN, nothing moved */
 	if (out) {
 		if (s->strip_hello)
 			s->strip_sent = true; /* as a send: a HELLO still to come is dropped without a NAK */

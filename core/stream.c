@@ -513,7 +513,10 @@ static ssize_t fs_recv_to_sink(struct fs_engine *e, struct fs_stream *s, const s
 	took = sink(arg, iov->iov_base, n);
 	pthread_mutex_lock(&e->lock);
 	s->pulling = false;
-	fs_stream_changed(e, s); /* readers that waited for the head */
+	/* readers that waited for the head meanwhile (only they: a change
+	 * for every splice woke an event loop for nothing each time) */
+	if (s->sleepers)
+		fs_stream_changed(e, s);
 	if (took > (ssize_t)n)
 		took = (ssize_t)n; /* (a sink never takes more than it was given) */
 	/* a socket closed meanwhile has no queue to consume from */
