@@ -440,20 +440,25 @@ static int fs_splice_pipe_wait(int fd, short events, bool nonblock)
  * once it looked (it moves what fits), and a program whose one thread
  * splices into the pipe and then out of it would wait for itself.
  *  - O_NONBLOCK on the pipe: one write(), whatever part fits.
- *  - An empty pipe that may wait: write() until all is in. The caller asked
- *    for no more than the pipe's size, and an empty pipe takes that whole
- *    (another writer that fills it first can only make it wait, as it
- *    would have made the kernel's splice wait for room before it read).
- *  - Otherwise (SPLICE_F_NONBLOCK on a pipe that would wait, or a pipe
- *    that holds bytes already, whose buffers may take less than its size
- *    less FIONREAD: a partly read page, pages other splices filled in
- *    part): vmsplice(SPLICE_F_NONBLOCK), which moves what fits and waits
- *    for nothing, the one nonblocking write into a pipe that leaves its
- *    shared file flags alone (pwritev2's RWF_NOWAIT is EOPNOTSUPP on pipes,
- *    6.18). vmsplice lends the pages to the pipe rather than copying them
- *    (seen on 6.18): BUF is then a private mapping of its own (P->lend),
- *    unmapped after, which the pipe keeps alive until its reader is done
- *    with the bytes. */
+ *  - An empty pipe without O_NONBLOCK (SPLICE_F_NONBLOCK or not): write()
+ *    until all is in. The caller asked for no more than the pipe's size,
+ *    and an empty pipe takes that whole without waiting. (Only another
+ *    writer that fills it between the look and the write can make this
+ *    wait, until the pipe's reader takes some: the one case where a
+ *    SPLICE_F_NONBLOCK splice may wait, never losing a byte. haproxy's
+ *    pattern, SPLICE_F_NONBLOCK into its own blocking pipe, which it
+ *    empties before it splices into it again, always comes here.)
+ *  - A pipe that holds bytes already, whose buffers may take less than
+ *    its size less FIONREAD (a partly read page, pages other splices
+ *    filled in part): vmsplice(SPLICE_F_NONBLOCK), which moves what fits
+ *    and waits for nothing, the one nonblocking write into a pipe that
+ *    leaves its shared file flags alone (pwritev2's RWF_NOWAIT is
+ *    EOPNOTSUPP on pipes, 6.18). vmsplice lends the pages to the pipe
+ *    rather than copying them (seen on 6.18): BUF is then a private mapping
+ *    of its own (P->lend), unmapped after, which the pipe keeps alive until
+ *    its reader is done with the bytes. It is slow (a fresh mapping per
+ *    call: 34-43 MB/s against 220-512 MB/s through write(), 64 KiB calls),
+ *    hence only here. */
 static ssize_t fs_splice_sink(void *arg, void *buf, size_t len)
 {
 	const struct fs_splice_pipe *p = arg;
@@ -540,7 +545,7 @@ static ssize_t fs_splice_to_pipe(struct fs_sock *s, struct fs_splice_pipe *p, si
 		room = fs_splice_pipe_room(p->fd, &held);
 		if (want > room)
 			want = room;
-		p->lend = !p->file_nb && (p->nonblock || held > 0);
+		p->lend = !p->file_nb && held > 0;
 		if (p->lend) {
 			buf = mmap(NULL, want, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 			if (buf == MAP_FAILED)
