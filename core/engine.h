@@ -528,6 +528,10 @@ void fs_engine_progress_locked(void);
  * threads: pgbench -j 4 ran at a tenth of the kernel's speed). */
 bool fs_engine_progress_try(void);
 
+/* splice's pipe side (sock_io.c): a source fills BUF with at most LEN
+ * bytes, a sink takes at most LEN bytes from BUF; either returns the bytes
+ * moved (0: none now, or a source's end of file) or -errno. */
+typedef ssize_t (*fs_stream_io_fn)(void *arg, void *buf, size_t len);
 /* Data path, called without the engine lock. DEADLINE_NS 0 = none.
  * NONBLOCK: return -EAGAIN rather than wait. */
 ssize_t fs_stream_send(struct fs_stream *s, const struct iovec *iov, int iovcnt, bool nonblock,
@@ -536,6 +540,22 @@ ssize_t fs_stream_send(struct fs_stream *s, const struct iovec *iov, int iovcnt,
 ssize_t fs_stream_recv(struct fs_stream *s, const struct iovec *iov, int iovcnt, int flags,
 		       bool nonblock, uint64_t deadline_ns, int ctl_fd);
 int fs_stream_shutdown_wr(struct fs_stream *s);
+/* splice: fs_stream_send with the bytes read from SOURCE (at most TOTAL,
+ * never more than the queue takes: fs_txq_append_from), until TOTAL or
+ * until SOURCE gives less than asked. Returns the bytes sent, SOURCE's 0
+ * (end of file) or -errno when it gave none first (-ENODATA: it had
+ * nothing), else as fs_stream_send. */
+ssize_t fs_stream_send_from(struct fs_stream *s, fs_stream_io_fn source, void *arg, size_t total, bool nonblock,
+			    uint64_t deadline_ns, int ctl_fd);
+/* splice: fs_stream_recv (no flags) whose bytes go to SINK from BUF (room
+ * for LEN) before they are consumed: up to LEN are copied out without
+ * consuming, SINK is called without the engine lock (the head is this
+ * reader's meanwhile, as during a pull), and exactly what it took is
+ * consumed. Returns that (> 0), 0 at the end of the stream, -ENOSPC when
+ * SINK took nothing, SINK's -errno, or as fs_stream_recv. */
+ssize_t fs_stream_recv_to(struct fs_stream *s, void *buf, size_t len, fs_stream_io_fn sink, void *arg,
+			  bool nonblock, uint64_t deadline_ns, int ctl_fd);
+
 /* Bytes ready to read. */
 size_t fs_stream_readable(struct fs_stream *s);
 /* What a closed stream still needs from the service thread. */

@@ -798,3 +798,17 @@ size_t fs_recv_copy(struct fs_engine *e, struct fs_stream *s, const struct iovec
 		fs_stream_consume_head(e, s);
 	return copied;
 }
+
+void fs_recv_skip(struct fs_engine *e, struct fs_stream *s, size_t n)
+{
+	while (n && s->rxq_head && s->rxq_head->kind == FS_MSG_DATA) {
+		struct fs_buf *buf = s->rxq_head;
+		size_t avail = buf->len - buf->off, k = avail < n ? avail : n;
+
+		buf->off += (uint32_t)k;
+		s->rx_bytes -= k;
+		n -= k;
+		if (buf->off == buf->len)
+			fs_stream_consume_head(e, s);
+	}
+}

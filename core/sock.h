@@ -247,9 +247,16 @@ int fs_core_shutdown(struct fs_sock *s, int how);
 /* sendfile() onto S: COUNT bytes of IN_FD (a seekable file) from *OFFSET,
  * or from its file position when OFFSET is NULL (which then moves). */
 ssize_t fs_core_sendfile(struct fs_sock *s, int in_fd, off_t *offset, size_t count);
-/* splice() with S as one end: -EINVAL once it is offloaded (the kernel
- * socket carries no data then), FS_PASS while it is the kernel's. */
-int fs_core_splice(struct fs_sock *s, bool out);
+/* splice() between S and the pipe PIPE_FD: from S into the pipe, or (OUT)
+ * from the pipe onto S, at most LEN bytes; FLAGS are splice's. FS_PASS for
+ * the kernel's splice: S is the kernel's, or the call is a misuse the
+ * kernel refuses before it moves a byte (PIPE_FD no pipe, or not open for
+ * the direction), with its own errno. */
+ssize_t fs_core_splice(struct fs_sock *s, int pipe_fd, bool out, size_t len, unsigned flags);
+/* A call that reaches the kernel socket past fabsock (POSIX AIO): S goes
+ * back to TCP first, as for urgent data (a socket still negotiating settles
+ * first). FS_PASS (the kernel socket has every byte now), or -errno. */
+int fs_core_to_kernel(struct fs_sock *s);
 int fs_core_getsockopt(struct fs_sock *s, int level, int name, void *val, socklen_t *len);
 void fs_core_setsockopt(struct fs_sock *s, int level, int name, const void *val, socklen_t len);
 void fs_core_set_nonblock(struct fs_sock *s, bool nonblock);

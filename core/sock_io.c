@@ -12,10 +12,15 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -371,18 +376,287 @@ ssize_t fs_core_sendfile(struct fs_sock *s, int in_fd, off_t *offset, size_t cou
 	return total ? (ssize_t)total : ret;
 }
 
-int fs_core_splice(struct fs_sock *s, bool out)
+/* ---- splice ------------------------------------------------------------ */
+
+/* What one splice moves at most: the bounce buffer's size. */
+#define FS_SPLICE_CHUNK (256u << 10)
+
+/* splice's pipe side. The kernel's rules, mirrored (probed on 6.18):
+ * SPLICE_F_NONBLOCK, or O_NONBLOCK on the pipe, makes only the pipe side
+ * nonblocking; the socket side follows the socket's O_NONBLOCK (and its
+ * SO_RCVTIMEO/SO_SNDTIMEO). Socket to pipe waits for room in the pipe
+ * first (EPIPE and SIGPIPE when it has no reader), then for the socket's
+ * bytes, and moves no more than the pipe takes then; pipe to socket waits
+ * for bytes in the pipe (0 once it is empty and has no writer), then
+ * takes out of the pipe only what the stream's send queue takes. SIGPIPE
+ * with EPIPE on the socket side, as the kernel's splice (no MSG_NOSIGNAL
+ * there). SPLICE_F_MORE, SPLICE_F_MOVE and SPLICE_F_GIFT are hints. */
+struct fs_splice_pipe {
+	int fd;
+	bool nonblock;  /* SPLICE_F_NONBLOCK or O_NONBLOCK on the pipe */
+	bool file_nb;   /* O_NONBLOCK on the pipe: its own write never waits */
+	bool lend;      /* this write: vmsplice from a mapping of its own */
+};
+
+/* Whether FD is a pipe (or FIFO) open for reading (READ) or writing:
+ * anything else is a misuse the kernel answers (EINVAL, EBADF). */
+static bool fs_splice_is_pipe(int fd, bool read, int *fl)
+{
+	struct stat st;
+	int acc;
+
+	if (fstat(fd, &st) || !S_ISFIFO(st.st_mode))
+		return false;
+	*fl = fs_real.fcntl(fd, F_GETFL);
+	if (*fl < 0)
+		return false;
+	acc = *fl & O_ACCMODE;
+	return acc == O_RDWR || acc == (read ? O_RDONLY : O_WRONLY);
+}
+
+/* Waits for EVENTS on the pipe (not at all when NONBLOCK). Returns the
+ * revents (0: not ready), or -EINTR for a signal whose handler does not
+ * restart calls. */
+static int fs_splice_pipe_wait(int fd, short events, bool nonblock)
+{
+	struct pollfd p = { .fd = fd, .events = events };
+
+	for (;;) {
+		int n = fs_real.poll(&p, 1, nonblock ? 0 : -1);
+
+		if (n >= 0)
+			return n ? p.revents : 0;
+		if (errno != EINTR)
+			return -errno;
+		if (!fs_sigs_restart())
+			return -EINTR;
+	}
+}
+
+/* The sink of socket-to-pipe: writes what the stream's head holds into the
+ * pipe; exactly what this takes is consumed (fs_stream_recv_to), the rest
+ * stays first in the stream. Called without the engine lock. It must not
+ * wait for room the pipe does not have: the kernel's splice never does
+ * once it looked (it moves what fits), and a program whose one thread
+ * splices into the pipe and then out of it would wait for itself.
+ *  - O_NONBLOCK on the pipe: one write(), whatever part fits.
+ *  - An empty pipe without O_NONBLOCK (SPLICE_F_NONBLOCK or not): write()
+ *    until all is in. The caller asked for no more than the pipe's size,
+ *    and an empty pipe takes that whole without waiting. (Only another
+ *    writer that fills it between the look and the write can make this
+ *    wait, until the pipe's reader takes some: the one case where a
+ *    SPLICE_F_NONBLOCK splice may wait, never losing a byte. haproxy's
+ *    pattern, SPLICE_F_NONBLOCK into its own blocking pipe, which it
+ *    empties before it splices into it again, always comes here.)
+ *  - A pipe that holds bytes already, whose buffers may take less than
+ *    its size less FIONREAD (a partly read page, pages other splices
+ *    filled in part): vmsplice(SPLICE_F_NONBLOCK), which moves what fits
+ *    and waits for nothing, the one nonblocking write into a pipe that
+ *    leaves its shared file flags alone (pwritev2's RWF_NOWAIT is
+ *    EOPNOTSUPP on pipes, 6.18). vmsplice lends the pages to the pipe
+ *    rather than copying them (seen on 6.18): BUF is then a private mapping
+ *    of its own (P->lend), unmapped after, which the pipe keeps alive until
+ *    its reader is done with the bytes. It is slow (a fresh mapping per
+ *    call: 34-43 MB/s against 220-512 MB/s through write(), 64 KiB calls),
+ *    hence only here. */
+static ssize_t fs_splice_sink(void *arg, void *buf, size_t len)
+{
+	const struct fs_splice_pipe *p = arg;
+	size_t done = 0;
+	ssize_t n = 0;
+
+	if (p->lend) {
+		struct iovec iov = { .iov_base = buf, .iov_len = len };
+
+		n = vmsplice(p->fd, &iov, 1, SPLICE_F_NONBLOCK);
+		return n >= 0 ? n : errno == EAGAIN ? 0 : -errno;
+	}
+	/* bounded: each round writes at least a byte or ends */
+	while (done < len) {
+		n = fs_real.write(p->fd, (char *)buf + done, len - done);
+		if (n <= 0)
+			break;
+		done += (size_t)n;
+		if (p->file_nb)
+			break;
+	}
+	if (done)
+		return (ssize_t)done;
+	return n < 0 && errno != EAGAIN ? -errno : 0;
+}
+
+/* The source of pipe-to-socket, called with the engine lock held: a read
+ * that never waits, whatever the pipe's flags (vmsplice on a read end
+ * copies out, and SPLICE_F_NONBLOCK makes it return at once). Returns the
+ * bytes read, 0 at the end of file, -EAGAIN when the pipe is empty. */
+static ssize_t fs_splice_source(void *arg, void *buf, size_t len)
+{
+	const struct fs_splice_pipe *p = arg;
+	struct iovec iov = { .iov_base = buf, .iov_len = len };
+	ssize_t n = vmsplice(p->fd, &iov, 1, SPLICE_F_NONBLOCK);
+
+	return n >= 0 ? n : -errno;
+}
+
+/* Room in the pipe now: its size less what it holds (*HELD), a page at
+ * least (a pipe that polled writable has a free page). Pipe buffers that
+ * were read or filled only in part make it an estimate: the sink copes. */
+static size_t fs_splice_pipe_room(int fd, int *held)
+{
+	int size = fs_real.fcntl(fd, F_GETPIPE_SZ);
+	long page = sysconf(_SC_PAGESIZE);
+
+	*held = 0;
+	if (fs_real.ioctl(fd, FIONREAD, held) || *held < 0)
+		*held = 0;
+	if (size <= *held)
+		return (size_t)page;
+	return (size_t)(size - *held) > (size_t)page ? (size_t)(size - *held) : (size_t)page;
+}
+
+/* Socket (offloaded, this process's) to pipe. */
+static ssize_t fs_splice_to_pipe(struct fs_sock *s, struct fs_splice_pipe *p, size_t len)
+{
+	static __thread char *bounce;
+	uint64_t deadline = fs_deadline(s->rcvtimeo_ns);
+	ssize_t ret = -EAGAIN;
+
+	if (s->shut_rd)
+		return 0;
+	if (!bounce && !(bounce = malloc(FS_SPLICE_CHUNK)))
+		return -ENOMEM;
+	/* Rounds end when bytes moved, or on an error; another only when the
+	 * pipe's room went to another writer between the look and the write,
+	 * and a pipe that may wait waits for room again first. */
+	for (int round = 0; round < 64; round++) {
+		size_t want = len < FS_SPLICE_CHUNK ? len : FS_SPLICE_CHUNK, room;
+		int ev = fs_splice_pipe_wait(p->fd, POLLOUT, p->nonblock), held;
+		char *buf = bounce;
+
+		if (ev < 0)
+			return ev;
+		if (ev & POLLERR) {
+			/* no reader: the kernel's answer, EPIPE and SIGPIPE */
+			pthread_kill(pthread_self(), SIGPIPE);
+			return -EPIPE;
+		}
+		if (!(ev & POLLOUT))
+			return -EAGAIN;
+		room = fs_splice_pipe_room(p->fd, &held);
+		if (want > room)
+			want = room;
+		p->lend = !p->file_nb && held > 0;
+		if (p->lend) {
+			buf = mmap(NULL, want, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+			if (buf == MAP_FAILED)
+				return -ENOMEM;
+		}
+		ret = fs_tcp_pass(fs_stream_recv_to(s->stream, buf, want, fs_splice_sink, p, s->nonblock, deadline,
+						    s->fd));
+		if (buf != bounce)
+			munmap(buf, want);
+		if (ret != -ENOSPC)
+			break;
+		ret = -EAGAIN;
+		if (p->nonblock)
+			break;
+	}
+	if (ret == -EAGAIN && !s->nonblock && !deadline && !p->nonblock)
+		ret = -EINTR; /* (64 rounds of lost races: as a signal would end it) */
+	if (ret > 0)
+		FS_STAT_ADD(splice_bytes, (uint64_t)ret);
+	if (ret > 0 && fs_stepback_received(&s->sb, (uint64_t)ret))
+		fs_stepback_fire(s);
+	return ret;
+}
+
+/* Pipe to socket (offloaded, this process's). */
+static ssize_t fs_splice_from_pipe(struct fs_sock *s, struct fs_splice_pipe *p, size_t len)
+{
+	uint64_t deadline = fs_deadline(s->sndtimeo_ns);
+	ssize_t ret = -EAGAIN;
+
+	if (s->shut_wr) {
+		pthread_kill(pthread_self(), SIGPIPE);
+		return -EPIPE;
+	}
+	/* Another round only when another reader emptied the pipe between
+	 * the look and the read. */
+	for (int round = 0; round < 64; round++) {
+		int ev = fs_splice_pipe_wait(p->fd, POLLIN, p->nonblock);
+
+		if (ev < 0)
+			return ev;
+		if (!(ev & POLLIN))
+			return ev & (POLLHUP | POLLERR) ? 0 : -EAGAIN; /* empty: no writer (0), or none yet */
+		ret = fs_tcp_pass(fs_stream_send_from(s->stream, fs_splice_source, p, len, s->nonblock, deadline,
+						      s->fd));
+		if (ret != -ENODATA)
+			break;
+		ret = -EAGAIN;
+		if (p->nonblock)
+			break;
+	}
+	if (ret > 0) {
+		FS_STAT_ADD(splice_bytes, (uint64_t)ret);
+		fs_stepback_sent(&s->sb, (uint64_t)ret);
+	}
+	if (ret == -EPIPE)
+		pthread_kill(pthread_self(), SIGPIPE);
+	return ret;
+}
+
+ssize_t fs_core_splice(struct fs_sock *s, int pipe_fd, bool out, size_t len, unsigned flags)
+{
+	struct fs_splice_pipe p = { .fd = pipe_fd };
+	bool nonblock = s->nonblock;
+	int fl, ret;
+
+	if (!len || (flags & ~(unsigned)(SPLICE_F_MOVE | SPLICE_F_NONBLOCK | SPLICE_F_MORE | SPLICE_F_GIFT)) ||
+	    !fs_splice_is_pipe(pipe_fd, out, &fl))
+		return FS_PASS; /* the kernel's answer, before it touches the socket */
+	p.file_nb = fl & O_NONBLOCK;
+	p.nonblock = p.file_nb || (flags & SPLICE_F_NONBLOCK);
+	/* A connection the kernel made before the service thread noticed moves
+	 * on now: passed as CONNECTING, the kernel's splice would put bytes on
+	 * TCP ahead of the HELLO (as fs_sock_send_early does). */
+	if (fs_sock_state(s) == FS_SOCK_CONNECTING && !fs_sock_connect_advance(s))
+		return FS_PASS; /* the kernel answers for a connection not yet up: EAGAIN, nothing moved */
+	if (out) {
+		if (s->strip_hello)
+			s->strip_sent = true; /* as a send: a HELLO still to come is dropped without a NAK */
+		/* settle first (a client's held bytes go before these) */
+		ret = fs_sock_prepare(s, true, nonblock ? fs_now_ns() : 0);
+	} else {
+		uint64_t deadline = fs_deadline(s->rcvtimeo_ns);
+
+		if (__atomic_load_n(&s->rx_deferred_error, __ATOMIC_RELAXED) != 0 &&
+		    (ret = __atomic_exchange_n(&s->rx_deferred_error, 0, __ATOMIC_ACQ_REL)) != 0)
+			return ret;
+		ret = fs_sock_prepare(s, false, nonblock ? fs_now_ns() : deadline);
+		if (ret == -EAGAIN && !nonblock && !deadline)
+			return -EIO; /* an unbounded wait for the handshake ended undecided (as recv) */
+		/* on TCP: a HELLO its client may still send must not reach the pipe */
+		if (ret == FS_PASS && fs_sock_state(s) != FS_SOCK_OFFLOADED && s->strip_hello &&
+		    fs_negotiate_strip_hello(s, nonblock ? fs_now_ns() : deadline) == -EAGAIN)
+			return -EAGAIN;
+	}
+	if (ret)
+		return ret;
+	return out ? fs_splice_from_pipe(s, &p, len) : fs_splice_to_pipe(s, &p, len);
+}
+
+int fs_core_to_kernel(struct fs_sock *s)
 {
 	int ret;
 
 	if (fs_sock_state(s) == FS_SOCK_CONNECTING)
-		return FS_PASS; /* the kernel answers for a connection not yet up */
-	ret = fs_sock_prepare(s, out, out ? 0 : fs_now_ns());
+		return FS_PASS; /* settles later, when it is used through fabsock */
+	ret = fs_sock_prepare(s, true, 0);
 	if (ret)
-		return ret;
-	FS_WARN_ONCE("splice() on an offloaded socket is not supported (its data is not in the kernel): EINVAL; "
-		     "keep such sockets on kernel TCP with FABSOCK_RULES");
-	return -EINVAL;
+		return ret; /* FS_PASS: the kernel's already */
+	fs_handback_sync(s->stream, s->fd);
+	return fs_sock_foreign(s);
 }
 
 /* shutdown(SHUT_WR or SHUT_RDWR) of a client before the HELLO-ACK, which

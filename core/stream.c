@@ -335,11 +335,20 @@ size_t fs_iov_copy_out(void *dst, size_t len, const struct iovec *iov, int iovcn
 	return copied;
 }
 
-ssize_t fs_stream_send(struct fs_stream *s, const struct iovec *iov, int iovcnt, bool nonblock,
-		       uint64_t deadline_ns, int ctl_fd)
+/* splice's wait during a hand-back: until the kernel socket takes the
+ * bytes (fs_stream_send_from answers FS_TCP then) or the stream broke. */
+static bool fs_send_ready_tcp(struct fs_stream *s, void *arg)
+{
+	return fs_handback_tx_tcp(s) || s->error;
+}
+
+/* fs_stream_send (SOURCE NULL: the iovec's TOTAL bytes) and
+ * fs_stream_send_from (at most TOTAL bytes from SOURCE), one loop. */
+static ssize_t fs_stream_send_any(struct fs_stream *s, const struct iovec *iov, int iovcnt, size_t total,
+				  fs_stream_io_fn source, void *arg, bool nonblock, uint64_t deadline_ns, int ctl_fd)
 {
 	struct fs_engine *e = fs_engine_peek();
-	size_t total = fs_iov_total(iov, iovcnt), done = 0;
+	size_t done = 0;
 	ssize_t result;
 	bool had_queue, queued;
 
@@ -365,6 +374,22 @@ ssize_t fs_stream_send(struct fs_stream *s, const struct iovec *iov, int iovcnt,
 				result = done ? (ssize_t)done : FS_TCP;
 				break;
 			}
+			if (source) {
+				/* splice waits for the kernel socket rather than
+				 * read the pipe into the hand-back's hold */
+				int ret;
+
+				if (done || nonblock) {
+					result = done ? (ssize_t)done : -EAGAIN;
+					break;
+				}
+				ret = fs_stream_wait(e, s, fs_send_ready_tcp, NULL, deadline_ns, ctl_fd);
+				if (ret == -EAGAIN || ret == -EINTR || ret == -EBADF) {
+					result = ret;
+					break;
+				}
+				continue;
+			}
 			done += fs_handback_hold(e, s, iov, iovcnt, done, total);
 		} else if (s->peer_gone && !s->error && !s->fin_queued && !s->wrote_after_gone && !done) {
 			/* The kernel accepts the first write after the peer closed
@@ -374,13 +399,34 @@ ssize_t fs_stream_send(struct fs_stream *s, const struct iovec *iov, int iovcnt,
 			 * not from a SIGPIPE. The bytes go where the kernel's go. */
 			s->wrote_after_gone = true;
 			result = (ssize_t)total;
+			if (source) {
+				char sink[4096]; /* a splice's bytes go the same way */
+				ssize_t n = source(arg, sink, total < sizeof(sink) ? total : sizeof(sink));
+
+				result = n > 0 ? n : n == 0 ? 0 : n == -EAGAIN ? -ENODATA : n;
+			}
 			break;
 		} else if (s->error || s->peer_gone || s->fin_queued) {
 			result = done ? (ssize_t)done : fs_send_error(s);
 			break;
 		}
-		done = fs_txq_append(e, s, iov, iovcnt, done, total);
-		fs_stream_flush(e, s);
+		if (source) {
+			bool drained;
+			ssize_t n = fs_txq_append_from(e, s, source, arg, total - done, &drained);
+
+			fs_stream_flush(e, s);
+			if (n > 0)
+				done += (size_t)n;
+			if (drained || done == total) {
+				/* the source's end of file or error counts only
+				 * when nothing was sent */
+				result = done ? (ssize_t)done : n == -EAGAIN ? -ENODATA : n;
+				break;
+			}
+		} else {
+			done = fs_txq_append(e, s, iov, iovcnt, done, total);
+			fs_stream_flush(e, s);
+		}
 		if (done == total) {
 			result = (ssize_t)done;
 			break;
@@ -410,6 +456,21 @@ ssize_t fs_stream_send(struct fs_stream *s, const struct iovec *iov, int iovcnt,
 	return result;
 }
 
+ssize_t fs_stream_send(struct fs_stream *s, const struct iovec *iov, int iovcnt, bool nonblock,
+		       uint64_t deadline_ns, int ctl_fd)
+{
+	return fs_stream_send_any(s, iov, iovcnt, fs_iov_total(iov, iovcnt), NULL, NULL, nonblock, deadline_ns,
+				  ctl_fd);
+}
+
+ssize_t fs_stream_send_from(struct fs_stream *s, fs_stream_io_fn source, void *arg, size_t total, bool nonblock,
+			    uint64_t deadline_ns, int ctl_fd)
+{
+	if (!total)
+		return 0;
+	return fs_stream_send_any(s, NULL, 0, total, source, arg, nonblock, deadline_ns, ctl_fd);
+}
+
 /* ---- receive ----------------------------------------------------------- */
 
 struct fs_recv_want {
@@ -431,8 +492,42 @@ static bool fs_recv_ready(struct fs_stream *s, void *arg)
 	return s->rxq_head != NULL;
 }
 
-ssize_t fs_stream_recv(struct fs_stream *s, const struct iovec *iov, int iovcnt, int flags, bool nonblock,
-		       uint64_t deadline_ns, int ctl_fd)
+/* fs_stream_recv_to's step: up to TOTAL bytes of the queue's head into
+ * IOV's one buffer without consuming them, then to SINK with the engine
+ * lock released. Meanwhile the head is this reader's (pulling: other
+ * readers, the service thread's stale pulls and a hand-back leave it
+ * alone, as while a pull waits), so exactly what SINK took is consumed
+ * afterwards, and what it did not take stays first in the queue. Returns
+ * what SINK took (> 0), 0 when the queue had nothing to copy, -ENOSPC when
+ * SINK took nothing, or SINK's -errno. */
+static ssize_t fs_recv_to_sink(struct fs_engine *e, struct fs_stream *s, const struct iovec *iov, size_t total,
+			       fs_stream_io_fn sink, void *arg, int ctl_fd)
+{
+	size_t n = fs_recv_copy(e, s, iov, 1, 0, total, true, false, ctl_fd);
+	ssize_t took;
+
+	if (!n || s->pulling)
+		return 0;
+	s->pulling = true;
+	pthread_mutex_unlock(&e->lock);
+	took = sink(arg, iov->iov_base, n);
+	pthread_mutex_lock(&e->lock);
+	s->pulling = false;
+	/* readers that waited for the head meanwhile (only they: a change
+	 * for every splice woke an event loop for nothing each time) */
+	if (s->sleepers)
+		fs_stream_changed(e, s);
+	if (took > (ssize_t)n)
+		took = (ssize_t)n; /* (a sink never takes more than it was given) */
+	/* a socket closed meanwhile has no queue to consume from */
+	if (took > 0 && s->state != FS_STREAM_CLOSED)
+		fs_recv_skip(e, s, (size_t)took);
+	return took ? took : -ENOSPC;
+}
+
+/* fs_stream_recv (SINK NULL) and fs_stream_recv_to, one loop. */
+static ssize_t fs_stream_recv_any(struct fs_stream *s, const struct iovec *iov, int iovcnt, int flags, bool nonblock,
+				  uint64_t deadline_ns, int ctl_fd, fs_stream_io_fn sink, void *arg)
 {
 	struct fs_engine *e = fs_engine_peek();
 	size_t total = fs_iov_total(iov, iovcnt), done = 0;
@@ -460,7 +555,14 @@ ssize_t fs_stream_recv(struct fs_stream *s, const struct iovec *iov, int iovcnt,
 			result = done ? (ssize_t)done : FS_TCP;
 			break;
 		}
-		if (peek) {
+		if (sink) {
+			ssize_t took = fs_recv_to_sink(e, s, iov, total, sink, arg, ctl_fd);
+
+			if (took) {
+				result = took;
+				break;
+			}
+		} else if (peek) {
 			done = fs_recv_copy(e, s, iov, iovcnt, 0, total, true, false, ctl_fd);
 		} else {
 			done += fs_recv_copy(e, s, iov, iovcnt, done, total, false, !waitall, ctl_fd);
@@ -533,6 +635,20 @@ ssize_t fs_stream_recv(struct fs_stream *s, const struct iovec *iov, int iovcnt,
 	s->users--;
 	pthread_mutex_unlock(&e->lock);
 	return result;
+}
+
+ssize_t fs_stream_recv(struct fs_stream *s, const struct iovec *iov, int iovcnt, int flags, bool nonblock,
+		       uint64_t deadline_ns, int ctl_fd)
+{
+	return fs_stream_recv_any(s, iov, iovcnt, flags, nonblock, deadline_ns, ctl_fd, NULL, NULL);
+}
+
+ssize_t fs_stream_recv_to(struct fs_stream *s, void *buf, size_t len, fs_stream_io_fn sink, void *arg,
+			  bool nonblock, uint64_t deadline_ns, int ctl_fd)
+{
+	struct iovec iov = { .iov_base = buf, .iov_len = len };
+
+	return fs_stream_recv_any(s, &iov, 1, 0, nonblock, deadline_ns, ctl_fd, sink, arg);
 }
 
 size_t fs_stream_readable(struct fs_stream *s)

@@ -44,6 +44,15 @@ void fs_stream_enqueue(struct fs_engine *e, struct fs_stream *s, struct fs_buf *
 struct fs_buf *fs_txq_data_buf(struct fs_stream *s, unsigned queued);
 /* Appends bytes DONE to TOTAL of the iovec to S's send queue, coalescing
  * into its last buffer; returns the new DONE (short: the queue is full). */
+/* fs_txq_append with the bytes read from SOURCE straight into the queue's
+ * buffers, at most MAX: SOURCE is asked for no more than a buffer's room at
+ * a time, so every byte it gives is queued (nothing is read that the queue
+ * cannot take). Returns the bytes queued, or SOURCE's answer (0, -errno)
+ * when it gave none; *DRAINED when SOURCE gave less than asked (it has no
+ * more for now), false when the queue (or the pool) filled first. Engine
+ * lock held: SOURCE must not block. */
+ssize_t fs_txq_append_from(struct fs_engine *e, struct fs_stream *s, fs_stream_io_fn source, void *arg, size_t max,
+			    bool *drained);
 size_t fs_txq_append(struct fs_engine *e, struct fs_stream *s, const struct iovec *iov, int iovcnt, size_t done,
 		     size_t total);
 int fs_stream_queue_fin(struct fs_engine *e, struct fs_stream *s);
@@ -108,6 +117,9 @@ void fs_stream_consume_head(struct fs_engine *e, struct fs_stream *s);
  * engine lock released while it sleeps). Returns the bytes copied. */
 size_t fs_recv_copy(struct fs_engine *e, struct fs_stream *s, const struct iovec *iov, int iovcnt, size_t done,
 		    size_t total, bool peek, bool short_ok, int ctl_fd);
+/* Consumes the first N bytes of S's receive queue, which a peek has just
+ * copied (and so pulled: every entry they span is DATA now). */
+void fs_recv_skip(struct fs_engine *e, struct fs_stream *s, size_t n);
 
 /* In stream.c. */
 

@@ -343,6 +343,51 @@ size_t fs_txq_append(struct fs_engine *e, struct fs_stream *s, const struct iove
 	return done;
 }
 
+ssize_t fs_txq_append_from(struct fs_engine *e, struct fs_stream *s, fs_stream_io_fn source, void *arg, size_t max,
+			    bool *drained)
+{
+	size_t done = 0;
+	ssize_t err = 0;
+
+	*drained = false;
+	while (done < max && s->hb == FS_HB_NONE) {
+		struct fs_buf *buf = s->txq_tail;
+		bool fresh = false;
+		size_t want;
+		ssize_t n;
+
+		if (!buf || buf->kind != FS_MSG_DATA || buf->len >= s->peer_chunk || buf->announced) {
+			buf = fs_txq_data_buf(s, s->txq_count);
+			if (!buf)
+				break;
+			fresh = true;
+		}
+		want = s->peer_chunk - buf->len;
+		if (want > max - done)
+			want = max - done;
+		n = source(arg, buf->mem + FS_WIRE_MSG_PREFIX + buf->len, want);
+		if (n <= 0) {
+			/* nothing came: no empty DATA message joins the queue */
+			if (fresh)
+				fs_pool_put(buf);
+			*drained = true;
+			err = n;
+			break;
+		}
+		if (fresh)
+			fs_stream_enqueue(e, s, buf);
+		buf->len += (uint32_t)n;
+		done += (size_t)n;
+		if (buf->len >= s->peer_chunk)
+			fs_stream_flush(e, s);
+		if ((size_t)n < want) {
+			*drained = true; /* the source has no more for now */
+			break;
+		}
+	}
+	return done ? (ssize_t)done : err;
+}
+
 int fs_stream_take_queued(struct fs_engine *e, struct fs_stream *s, int (*sink)(void *arg, const void *data, size_t len),
 			  void *arg)
 {

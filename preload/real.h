@@ -12,6 +12,7 @@
 #ifndef FS_PRELOAD_REAL_H
 #define FS_PRELOAD_REAL_H
 
+#include <aio.h>
 #include <poll.h>
 #include <pty.h>
 #include <spawn.h>

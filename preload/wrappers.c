@@ -7,6 +7,7 @@
  * Negative errnos from the core become -1/errno in fs_ret(), the only place
  * that does so.
  */
+#include <aio.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -338,23 +339,79 @@ FS_EXPORT ssize_t sendfile64(int out_fd, int in_fd, off64_t *offset, size_t coun
 	return sendfile(out_fd, in_fd, (off_t *)offset, count);
 }
 
-/* splice moves data inside the kernel, which never has an offloaded
- * socket's data: refused with EINVAL on one (and a warning once). */
+/* splice with an offloaded socket at one end and a pipe at the other:
+ * the core moves the bytes between the stream and the pipe. Anything else
+ * (both ends ours, no pipe, offsets, bad flags) is the kernel's, which
+ * refuses a misuse before it moves a byte, with its own errno. */
 FS_EXPORT ssize_t splice(int fd_in, loff_t *off_in, int fd_out, loff_t *off_out, size_t len, unsigned int flags)
 {
-	for (int side = 0; side < 2; side++) {
-		int fd = side ? fd_out : fd_in;
-		struct fs_sock *s;
-		long ret;
+	bool in = fs_fdt_peek_any(fd_in), out = fs_fdt_peek_any(fd_out);
+	struct fs_sock *s;
+	ssize_t ret;
 
-		if (!fs_fdt_peek_any(fd) || !(s = fs_sock_get(fd)))
-			continue;
-		ret = fs_core_splice(s, side == 1);
-		fs_sock_put(s);
-		if (ret != FS_PASS)
-			return fs_ret(ret);
-	}
-	return FS_REAL(splice)(fd_in, off_in, fd_out, off_out, len, flags);
+	if (in == out || off_in || off_out || !(s = fs_sock_get(out ? fd_out : fd_in)))
+		return FS_REAL(splice)(fd_in, off_in, fd_out, off_out, len, flags);
+	ret = fs_core_splice(s, out ? fd_in : fd_out, out, len, flags);
+	fs_sock_put(s);
+	if (ret == FS_PASS)
+		return FS_REAL(splice)(fd_in, off_in, fd_out, off_out, len, flags);
+	return fs_ret(ret);
+}
+
+/* POSIX AIO (aio_read, aio_write, lio_listio): glibc's helper threads
+ * read and write with its internal calls, which no wrapper sees, so on an
+ * offloaded socket they would read a kernel socket that has none of the
+ * stream's bytes and write bytes the peer takes as a reset. The stream goes
+ * back to TCP first (as for urgent data, fs_core_to_kernel): the kernel
+ * socket then carries every byte, at kernel speed. */
+static void fs_aio_fd(int fd)
+{
+	struct fs_sock *s;
+
+	if (fd < 0 || !fs_fdt_peek_any(fd) || !(s = fs_sock_get(fd)))
+		return;
+	(void)fs_core_to_kernel(s); /* (an error: the kernel's call says what it is now) */
+	fs_sock_put(s);
+}
+
+FS_EXPORT int aio_read(struct aiocb *cb)
+{
+	fs_aio_fd(cb->aio_fildes); /* (NULL: as glibc's own, which reads it) */
+	return FS_REAL(aio_read)(cb);
+}
+
+FS_EXPORT int aio_write(struct aiocb *cb)
+{
+	fs_aio_fd(cb->aio_fildes); /* (NULL: as glibc's own, which reads it) */
+	return FS_REAL(aio_write)(cb);
+}
+
+FS_EXPORT int aio_read64(struct aiocb64 *cb)
+{
+	fs_aio_fd(cb->aio_fildes); /* (NULL: as glibc's own, which reads it) */
+	return FS_REAL(aio_read64)(cb);
+}
+
+FS_EXPORT int aio_write64(struct aiocb64 *cb)
+{
+	fs_aio_fd(cb->aio_fildes); /* (NULL: as glibc's own, which reads it) */
+	return FS_REAL(aio_write64)(cb);
+}
+
+FS_EXPORT int lio_listio(int mode, struct aiocb *const list[], int nent, struct sigevent *sig)
+{
+	for (int i = 0; i < nent; i++)
+		if (list[i] && list[i]->aio_lio_opcode != LIO_NOP)
+			fs_aio_fd(list[i]->aio_fildes);
+	return FS_REAL(lio_listio)(mode, list, nent, sig);
+}
+
+FS_EXPORT int lio_listio64(int mode, struct aiocb64 *const list[], int nent, struct sigevent *sig)
+{
+	for (int i = 0; i < nent; i++)
+		if (list[i] && list[i]->aio_lio_opcode != LIO_NOP)
+			fs_aio_fd(list[i]->aio_fildes);
+	return FS_REAL(lio_listio64)(mode, list, nent, sig);
 }
 
 /* ---- descriptor-level calls -------------------------------------------- */

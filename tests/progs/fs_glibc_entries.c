@@ -4,7 +4,8 @@
  * each called by its own name so the program binds to that symbol: fcntl64
  * (what glibc >= 2.28 programs built with large-file support call for
  * fcntl: python3's socket.dup(), liblber's O_NONBLOCK), recvmmsg/sendmmsg,
- * preadv2/pwritev2; and a stream that breaks (bytes written on the kernel
+ * preadv2/pwritev2, POSIX AIO (aio_write, aio_read: the stream goes back to
+ * TCP first); and a stream that breaks (bytes written on the kernel
  * socket behind fabsock's back, then a close) reaching the reader as
  * ECONNRESET, never as an end of stream. Run like fs_semantics (`server
  * PORT SCENARIO`, `client HOST PORT SCENARIO`, `list`; harness.h); the same
@@ -14,6 +15,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <aio.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
@@ -333,7 +335,82 @@ static int control_reset_client(int fd)
 	return close(fd) == 0 ? 0 : harness_fail("close: %s", strerror(errno));
 }
 
+/*
+ * aio: the client sends 64 KiB with send() (over the fabric under
+ * fabsock) and waits for the server's sync byte, then sends 256 KiB with
+ * aio_write and reads the server's 64 KiB answer with aio_read. glibc's
+ * helper threads read and write with its internal calls, which no wrapper
+ * sees: fabsock hands the stream back to TCP at aio_write (e2e_semantics
+ * judges it as a hand-back scenario). Every byte is checked.
+ */
+#define AIO_FIRST (64u << 10)
+#define AIO_REST (256u << 10)
+#define AIO_ANSWER (64u << 10)
+
+static int aio_server(int fd)
+{
+	if (harness_recv_pattern(fd, KEY + 5, 0, AIO_FIRST, "aio: the first bytes") < 0 ||
+	    harness_send_byte(fd, 's') < 0 ||
+	    harness_recv_pattern(fd, KEY + 5, AIO_FIRST, AIO_REST, "aio: the bytes of aio_write") < 0 ||
+	    harness_send_pattern(fd, KEY + 6, 0, AIO_ANSWER) < 0)
+		return -1;
+	return harness_expect_byte(fd, 'a');
+}
+
+/* One aio request on CB, waited for (bounded): its aio_return, or -1. */
+static ssize_t aio_wait(struct aiocb *cb, const char *what)
+{
+	const struct aiocb *list[1] = { cb };
+	struct timespec ts = { .tv_sec = HARNESS_PEER_WAIT_MS / 1000 };
+	int err;
+
+	while ((err = aio_error(cb)) == EINPROGRESS)
+		if (aio_suspend(list, 1, &ts) < 0 && errno != EINTR)
+			return harness_fail("%s: aio_suspend: %s", what, strerror(errno));
+	if (err)
+		return harness_fail("%s: %s", what, strerror(err));
+	return aio_return(cb);
+}
+
+static int aio_client(int fd)
+{
+	static unsigned char buf[AIO_REST];
+	struct aiocb cb;
+	size_t done = 0;
+	ssize_t n;
+
+	if (harness_send_pattern(fd, KEY + 5, 0, AIO_FIRST) < 0 || harness_expect_byte(fd, 's') < 0)
+		return -1;
+	harness_pattern_fill(KEY + 5, AIO_FIRST, buf, AIO_REST);
+	while (done < AIO_REST) {
+		memset(&cb, 0, sizeof(cb));
+		cb.aio_fildes = fd;
+		cb.aio_buf = buf + done;
+		cb.aio_nbytes = AIO_REST - done;
+		if (aio_write(&cb) < 0)
+			return harness_fail("aio_write: %s", strerror(errno));
+		if ((n = aio_wait(&cb, "aio_write")) <= 0)
+			return n < 0 ? -1 : harness_fail("aio_write wrote 0 bytes");
+		done += (size_t)n;
+	}
+	for (done = 0; done < AIO_ANSWER;) {
+		memset(&cb, 0, sizeof(cb));
+		cb.aio_fildes = fd;
+		cb.aio_buf = buf;
+		cb.aio_nbytes = AIO_ANSWER - done;
+		if (aio_read(&cb) < 0)
+			return harness_fail("aio_read: %s", strerror(errno));
+		if ((n = aio_wait(&cb, "aio_read")) <= 0)
+			return n < 0 ? -1 : harness_fail("aio_read: EOF after %zu of %u bytes", done, AIO_ANSWER);
+		if (harness_pattern_check(KEY + 6, done, buf, (size_t)n, "aio: the answer read by aio_read") < 0)
+			return -1;
+		done += (size_t)n;
+	}
+	return harness_finish_client(fd);
+}
+
 static const struct harness_scenario scenarios[] = {
+	{ "aio", aio_server, aio_client, 0 },
 	{ "fcntl64_dup", fcntl64_dup_server, fcntl64_dup_client, HARNESS_CLIENT_CLOSES_FD },
 	{ "fcntl64_nonblock", fcntl64_nonblock_server, fcntl64_nonblock_client, 0 },
 	{ "mmsg", mmsg_server, mmsg_client, 0 },

@@ -27,7 +27,8 @@
 # fork_children (its spawned programs inherit the socket): under
 # fabsock the server must also have answered exactly one hand-back to TCP. FS_MODES (default
 # "kernel fabsock") picks the modes; FS_SCENARIOS narrows the scenario list;
-# FS_SEMANTICS_PROGS replaces the programs (e2e_glibc_entries: fs_glibc_entries).
+# FS_SEMANTICS_PROGS replaces the programs (e2e_glibc_entries: fs_glibc_entries;
+# e2e_splice: fs_splice).
 # The kernel runs of the other scenarios go beside the fabsock half, as a
 # second instance of this script (lib.sh, fs_kernel_beside_start;
 # FS_KERNEL_BESIDE=0: one after the other); its output follows at the end.
@@ -95,10 +96,12 @@ kill_and_judge() { # LABEL SCENARIO MODE DIR VICTIM VICTIM_PID SURVIVOR SURVIVOR
 
 # The scenarios where another process takes the connection over, or an
 # urgent byte takes it back to TCP: their stream goes back to TCP once.
+# aio (fs_glibc_entries): POSIX AIO reads and writes past every wrapper,
+# so the stream goes back to TCP at aio_write.
 # fork_children too: its posix_spawn() and vfork()+exec leave the socket
 # (no FD_CLOEXEC) to the new program, which might use it, so fabsock hands
 # the stream back before the exec (core/sock_close.c, fs_core_before_exec).
-HANDBACK_SCENARIOS='@(fork_child_reads|fork_split|parent_closes|parent_exits|pass_rights|fork_child_sandboxed|peer_forks_poll|urgent|fork_children)'
+HANDBACK_SCENARIOS='@(fork_child_reads|fork_split|parent_closes|parent_exits|pass_rights|fork_child_sandboxed|peer_forks_poll|urgent|fork_children|aio)'
 run_scenario() { # MODE SCENARIO
 	local mode=$1 scenario=$2 label="$2-$1" dir=$FS_TMP/$2-$1 port server_pid client_pid
 	local prog=$FS_PROGS/${scenario_prog[$2]}

@@ -21,8 +21,20 @@
 #     message dropped, no fabsock warning about lost bytes; the TCP
 #     connections of both ports carried only the HELLOs (nftables), while
 #     in kernel mode they carried every byte (the counter works).
-# Figures: MB/s of the keep-alive series and of the Connection: close
-# series, kernel vs fabsock.
+# Then the splice round (issue 26: splice() on an offloaded socket): the
+# same three in `mode tcp` with `option splice-request` and `option
+# splice-response`, so haproxy moves both legs' bytes with splice()
+# through its pipes (SPLICE_F_NONBLOCK, nonblocking sockets, epoll);
+# SPLICE_DOWNLOADS (3) curls with Connection: close, each sha256 equal;
+# haproxy's pipes were used (`show info` on its stats socket: PipesUsed +
+# PipesFree > 0, in both modes), and in fabsock mode its streams moved at
+# least every download's bytes twice through splice (splice_bytes), every
+# connection was offloaded and TCP carried only the HELLOs. One more
+# haproxy and http.server per mode, a few seconds: kept in this script,
+# where the programs and their checks already are. RA_HAP_SPLICE_ONLY=1
+# runs only this round.
+# Figures: MB/s of the keep-alive series, of the Connection: close series
+# and of the splice round, kernel vs fabsock.
 
 . "$(dirname "$0")/realapps_lib.sh"
 
@@ -33,6 +45,7 @@ HAPROXY=$(command -v haproxy || true)
 ra_need curl nft sha256sum timeout
 
 DOWNLOADS=${RA_DOWNLOADS:-10}
+SPLICE_DOWNLOADS=${RA_SPLICE_DOWNLOADS:-3}
 CURL_MAX=${RA_CURL_MAX:-15}
 BIG_SIZE=$((4 << 20))
 
@@ -167,9 +180,118 @@ EOF
 	ra_streams_clean "$mode" pyhttp haproxy curl
 }
 
+# haproxy's pipes, from `show info` on its stats socket SOCK: PipesUsed +
+# PipesFree (a pipe haproxy spliced through goes back to its pool).
+hap_pipes() { # SOCK
+	"$PY" - "$1" <<'PYEOF' 2>/dev/null || echo 0
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(5)
+s.connect(sys.argv[1])
+s.sendall(b"show info\n")
+d = b""
+while True:
+    x = s.recv(65536)
+    if not x:
+        break
+    d += x
+f = dict(l.split(": ", 1) for l in d.decode().splitlines() if ": " in l)
+print(int(f.get("PipesUsed", 0)) + int(f.get("PipesFree", 0)))
+PYEOF
+}
+
+haproxy_splice_case() {
+	local mode=$1 dir py hap fport bport i rc good=0 moved=0 code size t speeds="" pipes spliced
+	dir=$FS_TMP/hap-splice-$mode
+	mkdir -p "$dir"
+	bport=$(fs_free_port) || { fs_fail "$RA_CASE splice $mode: no free port"; return; }
+	fport=$(fs_free_port) || { fs_fail "$RA_CASE splice $mode: no free port"; return; }
+	[ "$fport" != "$bport" ] || fport=$((bport + 1))
+	cat >"$dir/haproxy.cfg" <<EOF
+global
+    maxconn 200
+    stats socket $dir/hap.sock mode 600 level admin
+defaults
+    mode tcp
+    option splice-request
+    option splice-response
+    timeout connect 5s
+    timeout client 30s
+    timeout server 30s
+frontend fe
+    bind 127.0.0.1:$fport
+    default_backend be
+backend be
+    server py 127.0.0.1:$bport
+EOF
+	ra_env "$mode" pyhttp-splice
+	fs_bg py setsid "${RA_ENV[@]}" PYTHONUNBUFFERED=1 "$PY" -c "$PY_MAIN" --bind 127.0.0.1 \
+		--directory "$DOCROOT" "$bport" >"$dir/py.stdout" 2>"$dir/py.stderr"
+	ra_env "$mode" haproxy-splice
+	fs_bg hap setsid "${RA_ENV[@]}" "$HAPROXY" -db -f "$dir/haproxy.cfg" >"$dir/hap.stdout" 2>"$dir/hap.stderr"
+	if ! ra_wait_listen "$bport" "$py"; then
+		fs_fail "$RA_CASE splice $mode: http.server did not listen on $bport ($RA_LISTEN_WHY)"
+		return
+	fi
+	if ! ra_wait_listen "$fport" "$hap"; then
+		fs_fail "$RA_CASE splice $mode: haproxy did not listen on $fport ($RA_LISTEN_WHY)"
+		tail -n 5 "$dir/hap.stderr" | sed 's/^/    /' >&2 || true
+		return
+	fi
+	fs_tcp_count_start "$fport" "$bport" || fs_fail "$RA_CASE splice $mode: nft counter not set up"
+	ra_env "$mode" curl-splice
+	for i in $(seq 1 "$SPLICE_DOWNLOADS"); do
+		rc=0
+		t=$(timeout -k 2 $((CURL_MAX + 5)) "${RA_ENV[@]}" curl -sS --max-time "$CURL_MAX" -H 'Connection: close' \
+			-o "$dir/sp.$i" -w '%{http_code} %{size_download} %{speed_download}' \
+			"http://127.0.0.1:$fport/big.bin" 2>"$dir/sp.$i.err") || rc=$?
+		read -r code size t <<<"$t" || true
+		moved=$((moved + ${size:-0}))
+		if [ "$rc" -eq 0 ] && check_download "splice $mode" "download $i" "$dir/sp.$i" "${code:-}" "${size:-}"; then
+			good=$((good + 1))
+			speeds="$speeds $t"
+		else
+			[ "$rc" -eq 0 ] || fs_fail "$RA_CASE splice $mode: download $i: curl exit status $rc"
+			grep -v ': stats:' "$dir/sp.$i.err" | tail -n 2 | sed 's/^/    stderr: /' >&2 || true
+		fi
+		rm -f "$dir/sp.$i"
+	done
+	FIG["$mode splice"]=$(ra_mean_mb "$speeds")
+	[ "$good" -eq "$SPLICE_DOWNLOADS" ] &&
+		fs_pass "$RA_CASE splice $mode: $SPLICE_DOWNLOADS curls through haproxy splicing both legs, sha256 equal, ${FIG["$mode splice"]} MB/s"
+	# (each byte crosses both ports: in kernel mode the counter sees it twice)
+	ra_tcp_payload_check "$mode" "$moved" $((2 * SPLICE_DOWNLOADS))
+	fs_tcp_count_stop
+	pipes=$(hap_pipes "$dir/hap.sock")
+	if [ "${pipes:-0}" -gt 0 ]; then
+		fs_pass "$RA_CASE splice $mode: haproxy spliced through its pipes ($pipes in its pool)"
+	else
+		fs_fail "$RA_CASE splice $mode: haproxy reports no pipe used (show info): it did not splice, the round proves nothing"
+	fi
+	ra_alive "$mode" "$hap" haproxy || true
+	ra_alive "$mode" "$py" http.server || true
+	ra_stop "$mode" "$hap" SIGUSR1 haproxy 15 "$dir/hap.stderr" || true
+	ra_stop "$mode" "$py" SIGINT http.server 15 "$dir/py.stderr" || true
+	[ "$mode" = fabsock ] || return 0
+	# every byte of a download crosses haproxy twice: in from the backend,
+	# out to curl (the request adds a few bytes more)
+	spliced=$(ra_sum haproxy-splice "$mode" splice_bytes)
+	if [ "${spliced:-0}" -ge $((2 * SPLICE_DOWNLOADS * BIG_SIZE)) ]; then
+		fs_pass "$RA_CASE splice $mode: haproxy's offloaded streams moved $spliced bytes by splice()"
+	else
+		fs_fail "$RA_CASE splice $mode: haproxy's offloaded streams moved ${spliced:-0} bytes by splice(), expected >= $((2 * SPLICE_DOWNLOADS * BIG_SIZE))"
+	fi
+	ra_offloaded pyhttp-splice "$mode" "$SPLICE_DOWNLOADS"
+	ra_offloaded haproxy-splice "$mode" $((2 * SPLICE_DOWNLOADS))
+	ra_offloaded curl-splice "$mode" "$SPLICE_DOWNLOADS"
+	ra_streams_clean "$mode" pyhttp-splice haproxy-splice curl-splice
+}
+
 for mode in kernel fabsock; do
-	haproxy_case "$mode"
+	[ -n "${RA_HAP_SPLICE_ONLY:-}" ] || haproxy_case "$mode"
+	haproxy_splice_case "$mode"
 done
 ra_figure "haproxy+http.server, curl keep-alive, 4 MB" "MB/s" "${FIG["kernel ka"]:-0}" "${FIG["fabsock ka"]:-0}"
 ra_figure "haproxy+http.server, Connection: close, 4 MB" "MB/s" "${FIG["kernel cc"]:-0}" "${FIG["fabsock cc"]:-0}"
+ra_figure "haproxy splicing (mode tcp), Connection: close, 4 MB" "MB/s" "${FIG["kernel splice"]:-0}" "${FIG["fabsock splice"]:-0}"
 ra_done

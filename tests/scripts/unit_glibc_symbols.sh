@@ -28,6 +28,7 @@ families+='|close|dup|fcntl|ioctl|poll|ppoll|select|pselect|epoll|fdopen'
 families+='|fork|vfork|clone|exec|fexecve|posix_spawn|system|popen|daemon|_exit|_Exit'
 families+='|sigaction|signal|sysv_signal|bsd_signal|ssignal|sigset'
 families+='|libc_(fcntl|fork|pread|pwrite|sigaction|system)'
+families+='|aio_|lio_listio'
 
 # Deliberately not interposed, because ... (a name or a shell pattern, then
 # the reason; the reason is for the reader).
@@ -41,6 +42,8 @@ preadv preadv64 pwritev pwritev64	ESPIPE on a socket; offset -1 is EINVAL for th
 readahead	EINVAL on a socket
 copy_file_range	regular files only: EINVAL on a socket
 tee vmsplice	pipes only: EINVAL/EBADF on a socket, before any data moves
+aio_cancel aio_cancel64 aio_error aio_error64 aio_return aio_return64 aio_suspend aio_suspend64 aio_init	POSIX AIO's bookkeeping: no byte moves (aio_read/aio_write/lio_listio are interposed)
+aio_fsync aio_fsync64	fsync on a socket moves no byte (EINVAL)
 # Descriptors that cannot be a TCP socket of fabsock's
 socketpair	AF_UNIX only (a TCP socketpair is EOPNOTSUPP): never offloaded
 epoll_create epoll_create1	a new instance has no members; fabsock learns an instance at its first epoll_ctl with one of its sockets
