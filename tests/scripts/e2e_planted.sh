@@ -127,9 +127,16 @@ run_case() { # KIND (none|empty|random|symlink)
 # Another user's file under the name of a dead process's shm region: a
 # root process opening its shm rail removes the regions of dead processes
 # (fs_shm_clean), and must leave this one alone (it is not root's).
+# The pid in the name must be one no process has (fs_pid_alive: kill(pid, 0)
+# fails with ESRCH) and one no other run of this script uses at the same
+# time (each removes its file at the end; a fixed one made two runs at once,
+# two worktrees or a parallel ctest, remove each other's): this script's
+# own pid, unique among live processes of this pid namespace (which the
+# name carries), above the kernel's largest possible pid (PID_MAX_LIMIT,
+# 2^22 on 64-bit), so it never names a live process, and still a pid_t.
 PIDNS=$(stat -L -c %i /proc/self/ns/pid)
-DEADPID=4000000
-while kill -0 "$DEADPID" 2>/dev/null; do DEADPID=$((DEADPID + 1)); done
+DEADPID=$(((1 << 22) + $$))
+kill -0 "$DEADPID" 2>/dev/null && fs_fail "pid $DEADPID is alive: it cannot stand for a dead process"
 FOREIGN_REGION=/dev/shm/fabsock-$PIDNS-$DEADPID-0badf00d
 setpriv --reuid nobody --regid nogroup --clear-groups sh -c "printf 'nobody data\n' >$FOREIGN_REGION"
 
