@@ -944,6 +944,20 @@ void fs_core_accepted(struct fs_sock *ls, int newfd, int flags, const struct soc
 
 #define FS_DRAIN_AFTER_NS 2000000ull
 
+/* Whether a waiter should drain the probes of S's listener at NOW (the
+ * one condition of fs_sock_drain_probes and fs_sock_probe_watch). The
+ * service thread answers this process's listeners' probes; a waiter helps
+ * only once the connection has waited FS_DRAIN_AFTER_NS (a starved service
+ * thread), not on every look at a fresh one (a failing recvmsg per
+ * connection for nginx's plain clients), and always for a listener
+ * inherited from a parent that no longer answers (fs_listener_answered:
+ * gone, or its twin let go). S in SERVER_PENDING with a listener; its lock
+ * held. */
+static bool fs_sock_drain_due(struct fs_sock *s, uint64_t now)
+{
+	return !fs_listener_answered(s->listener) || now - s->neg->accepted_ns > FS_DRAIN_AFTER_NS;
+}
+
 const void *fs_sock_drain_probes(struct fs_sock *s, const void *skip)
 {
 	struct fs_listener *l = NULL;
@@ -951,14 +965,8 @@ const void *fs_sock_drain_probes(struct fs_sock *s, const void *skip)
 	if (skip == FS_SOCK_DRAIN_NONE)
 		return skip;
 	fs_lock(&s->lock);
-	/* The service thread answers this process's listeners' probes; a
-	 * waiter helps only once the connection has waited FS_DRAIN_AFTER_NS
-	 * (a starved service thread), not on every look at a fresh one (a
-	 * failing recvmsg per connection for nginx's plain clients), and
-	 * always for a listener inherited from a parent that no longer
-	 * answers (fs_listener_answered: gone, or its twin let go). */
 	if (fs_sock_state(s) == FS_SOCK_SERVER_PENDING && s->listener && s->listener != skip &&
-	    (!fs_listener_answered(s->listener) || fs_now_ns() - s->neg->accepted_ns > FS_DRAIN_AFTER_NS)) {
+	    fs_sock_drain_due(s, fs_now_ns())) {
 		l = s->listener;
 		fs_listener_get(l);
 	}
@@ -979,7 +987,7 @@ int fs_sock_probe_watch(struct fs_sock *s, uint64_t now, uint64_t *drain_at)
 	 * watched now; a listener it helps only after FS_DRAIN_AFTER_NS is
 	 * watched from then on (the waiter wakes then and asks again) */
 	if (fs_sock_state(s) == FS_SOCK_SERVER_PENDING && s->listener) {
-		if (!fs_listener_answered(s->listener) || now - s->neg->accepted_ns > FS_DRAIN_AFTER_NS) {
+		if (fs_sock_drain_due(s, now)) {
 			fd = fs_listener_probe_fd(s->listener);
 		} else {
 			uint64_t at = s->neg->accepted_ns + FS_DRAIN_AFTER_NS + 1;
