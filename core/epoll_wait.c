@@ -208,6 +208,11 @@ static int fs_member_look_unsettled(struct fs_epoll *fe, struct fs_ep_member *m,
 		 * host's service thread may give too late: once per
 		 * listener and scan, this thread answers */
 		*drained = fs_sock_drain_probes(m->s, *drained);
+		/* a nonblocking sender told -EAGAIN: settled for it once its
+		 * wait is over, then reported writable (offloaded: its stream;
+		 * TCP: the kernel entry, made anew, reports it) */
+		if (fs_sock_settle_owed(m->s))
+			fs_member_fixup(fe, m);
 	}
 	return n;
 }

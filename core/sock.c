@@ -978,10 +978,26 @@ const void *fs_sock_drain_probes(struct fs_sock *s, const void *skip)
 	return l;
 }
 
+/* How often a wait looks at a server connection whose nonblocking sender
+ * was told -EAGAIN (fs_sock_settle_owed): what ends the sender's wait (a
+ * HELLO, the wait's end) may not wake it (an entry of the application's
+ * events only, EPOLLOUT, is not woken by the HELLO). */
+#define FS_SEND_OWED_LOOK_NS 10000000ull
+
+bool fs_sock_settle_owed(struct fs_sock *s)
+{
+	if (fs_sock_state(s) != FS_SOCK_SERVER_PENDING || !__atomic_load_n(&s->send_owed, __ATOMIC_ACQUIRE))
+		return false;
+	fs_sock_settle(s, true, fs_now_ns());
+	return true;
+}
+
 int fs_sock_probe_watch(struct fs_sock *s, uint64_t now, uint64_t *drain_at)
 {
 	int fd = -1;
 
+	if (__atomic_load_n(&s->send_owed, __ATOMIC_ACQUIRE) && (!*drain_at || now + FS_SEND_OWED_LOOK_NS < *drain_at))
+		*drain_at = now + FS_SEND_OWED_LOOK_NS;
 	fs_lock(&s->lock);
 	/* fs_sock_drain_probes' condition: what it would drain now is
 	 * watched now; a listener it helps only after FS_DRAIN_AFTER_NS is
@@ -1122,6 +1138,8 @@ int fs_sock_settle(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 		ret = FS_PASS;
 		break;
 	}
+	if (ret == -EAGAIN && for_send && fs_sock_state(s) == FS_SOCK_SERVER_PENDING)
+		__atomic_store_n(&s->send_owed, true, __ATOMIC_RELEASE); /* (fs_sock_settle_owed) */
 	if (ret == FS_PASS) {
 		fs_sock_settled_tcp(s);
 	} else if (ret < 0 && ret != -EAGAIN && fs_sock_pending(s) && fs_sock_state(s) != FS_SOCK_SERVER_PENDING) {
