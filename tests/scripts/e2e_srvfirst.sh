@@ -34,7 +34,9 @@
 #            nonblocking send never waits; fabsock's waited for the probe),
 #            an EAGAIN must be followed by an event within 5 s (a lost edge
 #            hangs an ET loop), the 1 MiB must arrive byte-exact (sha256),
-#            both ends offloaded, no payload on TCP.
+#            both ends offloaded, no payload on TCP. And `et tcp`: the
+#            server waits 300 ms only and the probe comes after 1 s: the end
+#            of the wait (TCP) must bring the ET waiter its event.
 . "$(dirname "$0")/lib.sh"
 
 [ "$(id -u)" = 0 ] || fs_skip "needs root (nftables counter, setpriv to nobody)"
@@ -178,24 +180,31 @@ while True:
 c.close()
 print('got %s %d' % (hashlib.sha256(bytes(got)).hexdigest(), len(got)), flush=True)
 EOF
-nonblock() { # MODE
-	local mode=$1 dir=$FS_TMP/nonblock-$1 spid cpid rc=0 src=0 sent= slen= worst= eagain= got= glen=
+nonblock() { # MODE [tcp: the server waits 300 ms only, the probe comes after 1 s]
+	local mode=$1 end=${2:-fabric} dir=$FS_TMP/nonblock-$1-${2:-fabric} spid cpid rc=0 src=0 sent= slen= worst= eagain= got= glen=
+	local wait_ms=3000 late_ms=500
+	[ "$end" = fabric ] || { wait_ms=300 late_ms=1000; }
+	mode=$mode-$end
 	mkdir -p "$dir"
 	PORT=$(fs_free_port)
 	fs_tcp_count_start "$PORT"
 	fs_bg spid timeout -k 2 60 env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 FABSOCK_LOG=info \
-		FABSOCK_PROBE_TIMEOUT_MS=3000 python3 "$FS_TMP/nbserver.py" "$PORT" "$mode" $((1 << 20)) \
+		FABSOCK_PROBE_TIMEOUT_MS=$wait_ms python3 "$FS_TMP/nbserver.py" "$PORT" "${mode%-*}" $((1 << 20)) \
 		>"$dir/server.out" 2>"$dir/server.err"
 	if ! fs_wait_line "$dir/server.out" listening "$spid"; then
 		fs_fail "nonblock-$mode: the server did not listen: $(tail -n 2 "$dir/server.err" | tr '\n' ' ')"
 		fs_tcp_count_stop
 		return
 	fi
-	fs_bg cpid timeout -k 2 60 env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 FABSOCK_TEST_PROBE_DELAY_MS=500 \
-		FABSOCK_PROBE_TIMEOUT_MS=3000 python3 "$FS_TMP/nbclient.py" "$PORT" >"$dir/client.out" 2>"$dir/client.err"
+	fs_bg cpid timeout -k 2 60 env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 FABSOCK_TEST_PROBE_DELAY_MS=$late_ms \
+		FABSOCK_PROBE_TIMEOUT_MS=$wait_ms python3 "$FS_TMP/nbclient.py" "$PORT" >"$dir/client.out" 2>"$dir/client.err"
 	fs_wait_pid "$cpid" 60 || rc=$?
 	fs_wait_pid "$spid" 20 || src=$?
-	fs_tcp_proof "nonblock-$mode" fabsock 1
+	if [ "$end" = fabric ]; then
+		fs_tcp_proof "nonblock-$mode" fabsock 1
+	else
+		fs_tcp_count_stop
+	fi
 	read -r _ sent slen _ worst _ eagain < <(grep '^sent ' "$dir/server.out") || true
 	read -r _ got glen <"$dir/client.out" || true
 	if [ "$rc" != 0 ] || [ "$src" != 0 ]; then
@@ -203,16 +212,21 @@ nonblock() { # MODE
 	elif [ -z "$sent" ] || [ "$sent" != "$got" ] || [ "$slen" != "$glen" ]; then
 		fs_fail "nonblock-$mode: sent ${sent:0:16} ($slen bytes), the client got ${got:0:16} (${glen:-?} bytes)"
 	elif [ "${worst%.*}" -ge 150 ]; then
-		fs_fail "nonblock-$mode: a nonblocking send took $worst ms (the client's probe was 500 ms late: it waited for it)"
-	else
+		fs_fail "nonblock-$mode: a nonblocking send took $worst ms (the client's probe was $late_ms ms late: it waited for it)"
+	elif [ "$end" = fabric ]; then
 		fs_expect_stats "$dir/server.err" \
 			"nonblock-$mode: no send waited (the longest $worst ms, $eagain EAGAIN), $slen bytes exact, offloaded" \
 			server_first_intent_waits=1 offloaded=1 fallback_server_first=0
 		fs_expect_stats "$dir/client.err" "nonblock-$mode: the client offloaded" offloaded=1
+	else
+		fs_expect_stats "$dir/server.err" \
+			"nonblock-$mode: no send waited (the longest $worst ms, $eagain EAGAIN), the wait's end reported writable, $slen bytes exact over TCP" \
+			server_first_intent_waits=1 server_first_intent_missed=1 offloaded=0
 	fi
 }
 nonblock et
 nonblock dontwait
+nonblock et tcp
 
 # ---- forged: intent notes written by a program without fabsock -----------------
 # forge.py HISTORY PORT: notes its socket's inode as an intent in HISTORY
