@@ -18,7 +18,10 @@
 . "$(dirname "$0")/lib.sh"
 
 [ -n "${ASAN_OPTIONS:-}" ] || fs_skip "not an ASan build (ASAN_OPTIONS unset)"
-PY=$(command -v python3) || fs_skip "python3 is missing"
+# (the system's: a wrapper script in PATH, pyenv's shim, would start a dozen
+# processes under the preload first)
+PY=/usr/bin/python3
+[ -x "$PY" ] || fs_skip "no $PY"
 SIZE=$((1 << 20))
 export ASAN_OPTIONS="$ASAN_OPTIONS:verbosity=2"
 
@@ -60,14 +63,18 @@ threads() { sed -nE 's/^==[0-9]+==T([1-9][0-9]*): stack .* size (0x[0-9a-f]+);.*
 
 fs_bg spid timeout -k 2 60 env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 "$PY" "$FS_TMP/server.py" \
 	>"$FS_TMP/server.out" 2>"$FS_TMP/server.err"
-port=$(fs_listen_port "$FS_TMP/server.out" "$spid")
+# (a python under ASan on a loaded machine may take more than
+# fs_listen_port's 10 s to start)
+fs_wait_line "$FS_TMP/server.out" '^listening port=' "$spid" 60 || true
+port=$(sed -n 's/^listening port=//p' "$FS_TMP/server.out" | head -n 1)
+[ -n "$port" ] || { fs_fail "the server did not listen: $(grep -v '^==\|^||\|^  ' "$FS_TMP/server.err" | tail -n 3 | tr '\n' ' ')"; fs_done; exit 1; }
 rc=0 src=0
 timeout -k 2 60 env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 "$PY" "$FS_TMP/client.py" "$port" "$SIZE" \
 	>"$FS_TMP/client.out" 2>"$FS_TMP/client.err" || rc=$?
 fs_wait_pid "$spid" 30 || src=$?
 read -r _ sent _ got len <"$FS_TMP/client.out" || true
 if [ "$rc" != 0 ] || [ "$src" != 0 ] || [ -z "${sent:-}" ] || [ "$sent" != "${got:-}" ] || [ "${len:-}" != "$SIZE" ]; then
-	fs_fail "echo: client exit $rc, server exit $src, sha256 ${sent:0:16} vs ${got:0:16} (${len:-?} bytes): $(grep -h 'ERROR' "$FS_TMP"/*.err | head -n 2 | tr '\n' ' ')"
+	fs_fail "echo: client exit $rc, server exit $src, sha256 ${sent:0:16} vs ${got:0:16} (${len:-?} bytes): $(grep -hv '^==\|^||\|^  \|: stats:' "$FS_TMP/client.err" "$FS_TMP/server.err" | tail -n 4 | tr '\n' ' ')"
 else
 	fs_pass "echo: 1 MiB byte-exact between two preloaded python3 processes"
 fi
