@@ -349,10 +349,13 @@ static void fs_fabric_do_load_inner(void)
 static void fs_fabric_do_load(void)
 {
 	fs_fabric_do_load_inner();
-	/* no fi_getinfo will read what was set for it */
+	/* no fi_getinfo will read what was set for it (IPATH_NO_BACKTRACE was
+	 * decided after the dlopen: a libfabric that loaded without a symbol
+	 * we need stays loaded, and the real libinfinipath with it) */
 	if (fs_fabric_status)
 		for (unsigned which = 0; which < FS_ENV_MAX_; which++)
-			fs_fabric_env_unset(which);
+			if (which != FS_ENV_IPATH_NO_BACKTRACE)
+				fs_fabric_env_unset(which);
 }
 
 void fs_fabric_set_exit_teardown(void (*fn)(void))
