@@ -433,7 +433,7 @@ static void fs_rx_deliver(struct fs_engine *e, struct fs_engine_rail *er, struct
 		if (!fs_tcpfirst_rx_onto(e, s, buf))
 			goto consume;
 		if (s->state == FS_STREAM_CLOSED) {
-			s->tf_rx_tcp = false; /* nobody reads: what follows is consumed */
+			fs_tf_set(&s->tf_rx_tcp, false); /* nobody reads: what follows is consumed */
 			goto consume;
 		}
 		break;

@@ -212,6 +212,8 @@ static ssize_t fs_sock_send_early(struct fs_sock *s, const struct msghdr *msg, b
 		}
 		if (ret == 0 && fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT)
 			ret = fs_stream_send(s->stream, msg->msg_iov, (int)msg->msg_iovlen, true, 0, s->fd);
+		if (ret == FS_TCP_FIRST) /* the ACK came and said TCP first (tcpfirst.h) */
+			ret = fs_tcpfirst_kernel_send(s->stream, s->fd, msg, 0, true);
 		if (ret > 0 || ret == -EAGAIN)
 			s->hold_full = ret == -EAGAIN;
 		pthread_mutex_unlock(&s->lock);

@@ -35,7 +35,7 @@ bool fs_tcpfirst_offer(struct fs_engine *e, struct fs_stream *s)
 	pthread_mutex_lock(&e->lock);
 	/* The reader takes the server's ONTO from now on, in case the ACK
 	 * agrees and the server switches before we took the ACK. */
-	s->tf_rx_tcp = true;
+	fs_tf_set(&s->tf_rx_tcp, true);
 	pthread_mutex_unlock(&e->lock);
 	return true;
 }
@@ -46,7 +46,8 @@ bool fs_tcpfirst_server_agree(struct fs_engine *e, struct fs_stream *s, uint16_t
 		return false;
 	/* Before the ACK goes: the client may switch right after reading it. */
 	pthread_mutex_lock(&e->lock);
-	s->tf_tx_tcp = s->tf_rx_tcp = true;
+	fs_tf_set(&s->tf_tx_tcp, true);
+	fs_tf_set(&s->tf_rx_tcp, true);
 	pthread_mutex_unlock(&e->lock);
 	FS_STAT_INC(tcp_first_streams);
 	return true;
@@ -73,7 +74,7 @@ static int fs_tf_queue_onto(struct fs_engine *e, struct fs_stream *s, bool at_he
 	} else {
 		fs_stream_enqueue(e, s, buf);
 	}
-	__atomic_store_n(&s->tf_tx_tcp, false, __ATOMIC_RELAXED);
+	fs_tf_set(&s->tf_tx_tcp, false);
 	FS_STAT_INC(tcp_first_switches);
 	FS_STAT_ADD(tcp_first_tcp_bytes, n);
 	FS_DBG("stream %u: our bytes go on the fabric after %llu on TCP", s->id, (unsigned long long)n);
@@ -84,7 +85,8 @@ void fs_tcpfirst_client_agreed(struct fs_engine *e, struct fs_stream *s, bool of
 {
 	pthread_mutex_lock(&e->lock);
 	if (!offered || !(ack_flags & FS_HELLO_TCP_FIRST)) {
-		s->tf_rx_tcp = s->tf_tx_tcp = false;
+		fs_tf_set(&s->tf_rx_tcp, false);
+		fs_tf_set(&s->tf_tx_tcp, false);
 		pthread_mutex_unlock(&e->lock);
 		return;
 	}
@@ -95,7 +97,7 @@ void fs_tcpfirst_client_agreed(struct fs_engine *e, struct fs_stream *s, bool of
 		if (fs_tf_queue_onto(e, s, true))
 			fs_stream_reset(e, s, "no buffer for the ONTO");
 	} else {
-		s->tf_tx_tcp = true;
+		fs_tf_set(&s->tf_tx_tcp, true);
 	}
 	pthread_mutex_unlock(&e->lock);
 }
@@ -163,7 +165,7 @@ bool fs_tcpfirst_take_onto(struct fs_engine *e, struct fs_stream *s)
 	if (s->tf_rx_bytes != s->tf_rx_end)
 		return false; /* TCP bytes before it still to read */
 	fs_stream_consume_head(e, s);
-	__atomic_store_n(&s->tf_rx_tcp, false, __ATOMIC_RELAXED);
+	fs_tf_set(&s->tf_rx_tcp, false);
 	FS_STAT_INC(tcp_first_rx_switches);
 	FS_DBG("stream %u: the peer's bytes come over the fabric after %llu on TCP", s->id,
 		 (unsigned long long)s->tf_rx_end);

@@ -74,6 +74,13 @@ unsigned fs_tcpfirst_events(struct fs_stream *s, unsigned ev);
 
 #include "core/engine.h"
 
+/* The two direction flags are written under the engine lock, but read by
+ * fs_tcpfirst_any without it: every write is atomic. */
+static inline void fs_tf_set(bool *flag, bool value)
+{
+	__atomic_store_n(flag, value, __ATOMIC_RELAXED);
+}
+
 static inline bool fs_tcpfirst_any(const struct fs_stream *s)
 {
 	return __atomic_load_n(&s->tf_tx_tcp, __ATOMIC_RELAXED) || __atomic_load_n(&s->tf_rx_tcp, __ATOMIC_RELAXED);

@@ -237,7 +237,8 @@ int fs_wire_hello_encode(const struct fs_hello *hello, uint8_t *buf, size_t len)
 	if (!fs_hello_magic_valid(hello->magic) || !fs_hello_status_valid(hello->magic, hello->status) ||
 	    hello->provider >= FS_PROV_MAX_ || hello->addr_len > FS_WIRE_ADDR_MAX ||
 	    hello->stream_id > FS_STREAM_ID_MAX || !fs_pull_shift_valid(hello->pull_shift) ||
-	    hello->window > FS_WIRE_WINDOW_MAX || hello->chunk > FS_WIRE_CHUNK_MAX || hello->sock_fd > FS_WIRE_FD_MAX)
+	    hello->window > FS_WIRE_WINDOW_MAX || hello->chunk > FS_WIRE_CHUNK_MAX || hello->sock_fd > FS_WIRE_FD_MAX ||
+	    (hello->flags & ~FS_HELLO_FLAGS_KNOWN))
 		return -EINVAL;
 	total = FS_WIRE_HELLO_MIN + (size_t)hello->addr_len;
 	if (len < total)
