@@ -78,13 +78,10 @@ static void fs_stream_check_ctl(struct fs_stream *s, int ctl_fd)
 			fs_stream_changed(fs_engine_peek(), s);
 		return;
 	}
-	if (s->tf_rx_tcp) {
-		/* TCP first: the kernel socket carries the peer's bytes until its
-		 * ONTO, and its end is the reader's to find (tcpfirst.h) */
-		if (!s->dead)
-			fs_stream_changed(fs_engine_peek(), s);
-		return;
-	}
+	if ((s->tf_rx_tcp || s->tf_tx_tcp) && !s->dead)
+		fs_stream_changed(fs_engine_peek(), s); /* TCP first: its bytes or its room (tcpfirst.h) */
+	if (s->tf_rx_tcp)
+		return; /* the peer's bytes until its ONTO; their end is the reader's to find */
 	n = fs_real.recv(ctl_fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
 	if (n > 0) {
 		/* Nothing may follow the handshake on the control channel. */

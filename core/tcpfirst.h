@@ -81,6 +81,13 @@ static inline void fs_tf_set(bool *flag, bool value)
 	__atomic_store_n(flag, value, __ATOMIC_RELAXED);
 }
 
+/* S's writer writes the kernel socket: its writability is the kernel's, so
+ * poll and epoll watch the kernel socket for POLLOUT too (a hint). */
+static inline bool fs_tcpfirst_tx_on_tcp(const struct fs_stream *s)
+{
+	return s && __atomic_load_n(&s->tf_tx_tcp, __ATOMIC_RELAXED);
+}
+
 static inline bool fs_tcpfirst_any(const struct fs_stream *s)
 {
 	return __atomic_load_n(&s->tf_tx_tcp, __ATOMIC_RELAXED) || __atomic_load_n(&s->tf_rx_tcp, __ATOMIC_RELAXED);

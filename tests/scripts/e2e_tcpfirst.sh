@@ -15,6 +15,9 @@
 #   message; the nft counter shows TCP payload of at least the two N
 #   together (the bytes really went on TCP first) and not one byte more but
 #   what TCP_INFO says the kernels sent again (none after the switch).
+# Two edges: FABSOCK_TCP_FIRST_BYTES=0 (block; N = 0: the switch at the
+# first send) and a threshold above TF_BYTES (epoll-et; N = TF_BYTES: the
+# shutdown switches, and the FIN follows the ONTO over the fabric).
 # Two controls, block mode: the default (FABSOCK_TCP_FIRST unset on both
 # ends) and only the server opted in: no stream goes TCP first, nothing but
 # the handshake on TCP.
@@ -41,9 +44,11 @@ check_bytes() { # LABEL DIR
 	done
 }
 
-# run_one LABEL MODE HALF SERVER_ENV CLIENT_ENV (HALF: kernel, tf, plain)
+# run_one LABEL MODE HALF SERVER_ENV CLIENT_ENV [NMIN NMAX] (HALF: kernel,
+# tf, plain; NMIN..NMAX: each side's N, tf only)
 run_one() {
 	local label=$1 mode=$2 half=$3 server_env=$4 client_env=$5 dir port server_pid client_pid
+	local nmin=${6:-$THRESHOLD} nmax=${7:-$((THRESHOLD + MAX_WRITE - 1))}
 	local server_rc=0 client_rc=0 fails_before=$FS_FAILS side n nsum=0 pre=()
 	dir=$FS_TMP/$label
 	mkdir -p "$dir"
@@ -89,12 +94,13 @@ run_one() {
 				tcp_first_rx_switches=1 resets=0
 			n=$(fs_stat "$dir/$side.err" tcp_first_tcp_bytes)
 			n=${n:-0}
-			if [ "$n" -lt "$THRESHOLD" ] || [ "$n" -ge $((THRESHOLD + MAX_WRITE)) ]; then
-				fs_fail "$label: $side wrote $n bytes on TCP before its ONTO, expected $THRESHOLD..$((THRESHOLD + MAX_WRITE - 1))"
+			if [ "$n" -lt "$nmin" ] || [ "$n" -gt "$nmax" ]; then
+				fs_fail "$label: $side wrote $n bytes on TCP before its ONTO, expected $nmin..$nmax"
 			fi
 			nsum=$((nsum + n))
 			eval "n_$side=$n"
-			retrans=$((retrans + $(sed -n 's/.*bytes_retrans=\([0-9]*\).*/\1/p' "$dir/$side.out")))
+			n=$(sed -n 's/.*bytes_retrans=\([0-9]*\).*/\1/p' "$dir/$side.out")
+			retrans=$((retrans + ${n:-0}))
 		done
 		# The kernel's own count (TCP_INFO): each side received exactly the
 		# peer's N bytes and the one handshake message (HELLO or ACK) on TCP.
@@ -131,6 +137,12 @@ for round in $(seq 1 "$ROUNDS"); do
 			fi
 		done
 		if [ "$half" = fabsock ]; then
+			# the switch at the first send (N = 0), and a threshold the
+			# stream never reaches: the shutdown switches (N = everything)
+			run_one "at-once-block" block tf "FABSOCK_TCP_FIRST=1 FABSOCK_TCP_FIRST_BYTES=0" \
+				"FABSOCK_TCP_FIRST=1 FABSOCK_TCP_FIRST_BYTES=0" 0 0
+			run_one "at-shutdown-epoll-et" epoll-et tf "FABSOCK_TCP_FIRST=1 FABSOCK_TCP_FIRST_BYTES=100000000" \
+				"FABSOCK_TCP_FIRST=1 FABSOCK_TCP_FIRST_BYTES=100000000" "$TF_BYTES" "$TF_BYTES"
 			run_one "default-block" block plain "" ""
 			run_one "server-only-block" block plain "$TF_ENV" ""
 		fi
