@@ -12,9 +12,11 @@
 #   peer's), resets=0, and an N (tcp_first_tcp_bytes) of at least the
 #   threshold and below threshold + one write. The kernel's counters: each
 #   side's TCP_INFO bytes_received is the peer's N plus its one handshake
-#   message; the nft counter shows TCP payload of at least the two N
-#   together (the bytes really went on TCP first) and not one byte more but
-#   what TCP_INFO says the kernels sent again (none after the switch).
+#   message (exact: nothing after N reached either kernel); the nft counter
+#   shows TCP payload of at least the two N together (the bytes really went
+#   on TCP first) and no more than that plus what the kernels sent again
+#   (TCP_INFO's bytes_retrans, and one 64 KiB segment per direction after
+#   the snapshot).
 # Two edges: FABSOCK_TCP_FIRST_BYTES=0 (block; N = 0: the switch at the
 # first send) and a threshold above TF_BYTES (epoll-et; N = TF_BYTES: the
 # shutdown switches, and the FIN follows the ONTO over the fabric).
@@ -111,9 +113,16 @@ run_one() {
 				fs_fail "$label: the $side's kernel received ${got:-?} bytes on TCP: not the peer's N ($peer) and one handshake message"
 			fi
 		done
-		# The nft counter: all of N, nothing after it (a segment the kernel
-		# sent again passes the hook twice: its TCP_INFO bytes_retrans)
-		fs_tcp_proof "$label" fabsock 1 $((nsum + retrans)) "the two directions' bytes before their ONTO (N, $nsum) and $retrans bytes the kernels sent again"
+		# The nft counter: all of N, nothing after it. A segment the kernel
+		# sent again passes the hook twice: TCP_INFO's bytes_retrans counts
+		# those sent before each side's snapshot, and one loopback GSO
+		# segment (64 KiB) per direction may still go again after it (its
+		# ACK late on a loaded machine: up to 64 KB more than the snapshot
+		# said were seen in 2 of 10 runs, and the kernel half's own count
+		# exceeds its 12 MB by up to 160 KB). The exact proof is the
+		# bytes_received check above.
+		fs_tcp_proof "$label" fabsock 1 $((nsum + retrans + 2 * 65536)) \
+			"the two directions' bytes before their ONTO (N, $nsum), $retrans bytes the kernels sent again before their TCP_INFO snapshot, and one 64 KiB segment per direction sent again after it"
 		[ "${FS_TCP_PAYLOAD:-0}" -ge "$nsum" ] ||
 			fs_fail "$label: TCP carried ${FS_TCP_PAYLOAD:-0} payload bytes, fewer than the $nsum both sides counted as written there"
 		;;
