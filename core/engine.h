@@ -252,6 +252,18 @@ struct fs_stream {
 	unsigned hb_held_count;
 	struct fs_dlist hb_link; /* on engine.switching */
 
+	/* TCP first (core/tcpfirst.h): each direction on the kernel socket until
+	 * its writer's ONTO. Set under the engine lock; read without it only
+	 * as hints (fs_tcpfirst_any). */
+	bool tf_tx_tcp;        /* our writer writes the kernel socket (no ONTO sent yet) */
+	bool tf_rx_tcp;        /* our reader reads the kernel socket (the peer's ONTO not taken yet) */
+	bool tf_onto_known;    /* the peer's ONTO arrived: tf_rx_end is N */
+	bool tf_rx_eof;        /* TCP ended before any ONTO: the peer's end of stream */
+	unsigned tf_tx_busy;   /* kernel sends of ours between their start and their count */
+	uint64_t tf_tx_bytes;  /* bytes our writer put on TCP (N of our ONTO) */
+	uint64_t tf_rx_bytes;  /* bytes our reader took from TCP */
+	uint64_t tf_rx_end;    /* the peer's N */
+
 	/* Lifetime. The socket that owns the stream keeps a reference to its
 	 * memory (app_ref) until the socket object itself is recycled, so a
 	 * thread that loaded sock->stream just before another thread closed

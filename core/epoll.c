@@ -52,6 +52,7 @@
  */
 #include "core/epoll.h"
 #include "core/epoll_internal.h"
+#include "core/tcpfirst.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -426,7 +427,9 @@ static enum fs_ep_reg fs_member_wanted_reg(struct fs_ep_member *m)
 static uint32_t fs_member_kernel_events(struct fs_ep_member *m, enum fs_ep_reg reg)
 {
 	if (reg == FS_EP_REG_CONTROL)
-		return EPOLLIN | EPOLLRDHUP | EPOLLET;
+		/* (TCP first: a writer on the kernel socket waits for its room,
+		 * whose edges the kernel reports; after the switch none come) */
+		return EPOLLIN | EPOLLRDHUP | EPOLLET | (fs_tcpfirst_tx_on_tcp(m->s->stream) ? EPOLLOUT : 0);
 	/* ONESHOT stays ours: the kernel must keep reporting while we decide;
 	 * EXCLUSIVE entries cannot be modified, which state changes need */
 	return m->events & ~(uint32_t)(EPOLLONESHOT | EPOLLEXCLUSIVE);

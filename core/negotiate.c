@@ -41,6 +41,7 @@
 #include "core/probe.h"
 #include "core/sock.h"
 #include "core/stats.h"
+#include "core/tcpfirst.h"
 #include "core/udp.h"
 #include "core/wait.h"
 #include "core/wire.h"
@@ -526,9 +527,11 @@ int fs_negotiate_client_hello(struct fs_sock *s, uint64_t wait_deadline_ns)
 					   fs_client_rail_check, NULL, &nak, why, sizeof(why));
 	if (!st && !why[0])
 		snprintf(why, sizeof(why), "no resources for a new stream");
-	if (e)
+	if (e) {
 		fs_fill_hello(&hello, FS_WIRE_HELLO_MAGIC, e, st, s->neg->provider, s->fd);
-	else
+		if (st && fs_tcpfirst_offer(e, st))
+			hello.flags |= FS_HELLO_TCP_FIRST;
+	} else
 		hello.magic = FS_WIRE_HELLO_MAGIC;
 	if (fs_params.test_hello_delay_ms)
 		usleep((useconds_t)(fs_params.test_hello_delay_ms * 1000));
@@ -637,6 +640,9 @@ int fs_negotiate_client_ack(struct fs_sock *s, uint64_t deadline_ns)
 	 * and reused already, a server that answers, writes and closes, and
 	 * a refusal now could only reset a connection the server has taken
 	 * to the fabric. The owner check of fs_rail_peer_check stands.) */
+	/* TCP first: decided before the join, whose first grant lets what
+	 * the application wrote meanwhile go (tcpfirst.h) */
+	fs_tcpfirst_client_agreed(e, st, fs_params.tcp_first, ack.flags);
 	/* A server that answers, writes, closes and exits may be gone by now
 	 * (its fabric address names a region that no longer exists); what it
 	 * sent came to us before it ended: the stream stays for receiving
@@ -788,6 +794,8 @@ static int fs_server_accept_hello(struct fs_sock *s, const struct fs_hello *hell
 	fs_fill_hello(&ack, FS_WIRE_ACK_MAGIC, e, st, hello->provider, s->fd);
 	ack.token = hello->token;
 	ack.nonce = hello->nonce;
+	if (fs_tcpfirst_server_agree(e, st, hello->flags))
+		ack.flags |= FS_HELLO_TCP_FIRST;
 	ret = fs_send_hello(s, &ack, e, st);
 	if (ret) {
 		/* (a part of it may be in the stream: the client would wait

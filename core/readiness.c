@@ -25,6 +25,7 @@
 #include "core/epoll.h"
 #include "core/fdtable.h"
 #include "core/sock.h"
+#include "core/tcpfirst.h"
 #include "core/wait.h"
 #include "preload/real.h"
 
@@ -133,7 +134,9 @@ static void fs_poll_kernel_set(struct pollfd *kset, const struct pollfd *fds, nf
 		struct fs_sock *s = kset[i].fd >= 0 ? fs_fdt_peek(kset[i].fd) : NULL;
 
 		if (s && s != FS_SOCK_INTERNAL && fs_sock_state(s) == FS_SOCK_OFFLOADED)
-			kset[i].events = (short)(POLLIN | POLLRDHUP | (fds[i].events & POLLPRI));
+			kset[i].events = (short)(POLLIN | POLLRDHUP | (fds[i].events & POLLPRI) |
+						 /* TCP first: a writer still on the kernel socket */
+						 (fs_tcpfirst_tx_on_tcp(s->stream) ? fds[i].events & POLLOUT : 0));
 	}
 }
 

@@ -30,6 +30,7 @@
 #include "core/engine.h"
 #include "core/guard.h"
 #include "core/handback.h"
+#include "core/tcpfirst.h"
 #include "core/stats.h"
 #include "core/stream_internal.h"
 
@@ -427,6 +428,15 @@ static void fs_rx_deliver(struct fs_engine *e, struct fs_engine_rail *er, struct
 	case FS_MSG_RETURN_END:
 		s->hb_peer_end = true;
 		goto consume;
+	case FS_MSG_ONTO:
+		/* TCP first: where the peer's TCP bytes end (tcpfirst.h) */
+		if (!fs_tcpfirst_rx_onto(e, s, buf))
+			goto consume;
+		if (s->state == FS_STREAM_CLOSED) {
+			fs_tf_set(&s->tf_rx_tcp, false); /* nobody reads: what follows is consumed */
+			goto consume;
+		}
+		break;
 	case FS_MSG_SWITCH:
 		fs_handback_peer_switch(e, s);
 		if (s->state == FS_STREAM_CLOSED && !s->hb_frozen) {
@@ -469,7 +479,7 @@ void fs_rx_data(struct fs_engine *e, struct fs_engine_rail *er, struct fs_buf *b
 
 	if (bytes >= FS_WIRE_MSG_PREFIX && fs_tag_class(tag) == FS_CLASS_DATA)
 		s = fs_rx_stream(e, er, tag, src);
-	if (!s || kind < FS_MSG_DATA || kind > FS_MSG_RETURN_END || kind == FS_MSG_CREDIT)
+	if (!s || kind < FS_MSG_DATA || (kind > FS_MSG_RETURN_END && kind != FS_MSG_ONTO) || kind == FS_MSG_CREDIT)
 		goto drop;
 	fs_wire_hdr_decode(buf->mem + FS_WIRE_CTRL_TAG_LEN, &hdr);
 	if (kind == FS_MSG_PULL) {
@@ -481,7 +491,7 @@ void fs_rx_data(struct fs_engine *e, struct fs_engine_rail *er, struct fs_buf *b
 			goto drop;
 	} else if (hdr.len != bytes - FS_WIRE_MSG_PREFIX ||
 		   ((kind == FS_MSG_FIN || kind == FS_MSG_SWITCH || kind == FS_MSG_RETURN_END) && hdr.len) ||
-		   (kind == FS_MSG_RETURN && !hdr.len)) {
+		   (kind == FS_MSG_RETURN && !hdr.len) || (kind == FS_MSG_ONTO && hdr.len != FS_WIRE_ONTO_LEN)) {
 		goto drop;
 	}
 	/* Credits bound what may arrive: anything beyond what we advertised,

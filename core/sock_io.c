@@ -34,6 +34,7 @@
 #include "core/fabric.h"
 #include "core/fdtable.h"
 #include "core/handback.h"
+#include "core/tcpfirst.h"
 #include "core/guard.h"
 #include "core/inherit.h"
 #include "core/listener.h"
@@ -139,7 +140,7 @@ ssize_t fs_core_recvmsg(struct fs_sock *s, struct msghdr *msg, int flags)
 	/* (counted once for the step-back and the history; after the read:
 	 * the stream goes back at a turn's end, with nothing of the answer
 	 * left unread as a rule) */
-	if (ret > 0 && !(flags & MSG_PEEK) && fs_stepback_received(&s->sb, (uint64_t)ret))
+	if (ret > 0 && !(flags & MSG_PEEK) && !fs_tcpfirst_any(s->stream) && fs_stepback_received(&s->sb, (uint64_t)ret))
 		fs_stepback_fire(s);
 	if (ret != FS_PASS) {
 		msg->msg_flags = 0;
@@ -221,6 +222,8 @@ static ssize_t fs_sock_send_early(struct fs_sock *s, const struct msghdr *msg, b
 		}
 		if (ret == 0 && fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT)
 			ret = fs_stream_send(s->stream, msg->msg_iov, (int)msg->msg_iovlen, true, 0, s->fd);
+		if (ret == FS_TCP_FIRST) /* the ACK came and said TCP first (tcpfirst.h) */
+			ret = fs_tcpfirst_kernel_send(s->stream, s->fd, msg, 0, true);
 		if (ret > 0 || ret == -EAGAIN)
 			s->hold_full = ret == -EAGAIN;
 		pthread_mutex_unlock(&s->lock);
@@ -316,11 +319,15 @@ ssize_t fs_core_sendmsg(struct fs_sock *s, const struct msghdr *msg, int flags)
 	if (s->shut_wr)
 		ret = -EPIPE;
 	else
-		ret = fs_tcp_pass(fs_stream_send(s->stream, msg->msg_iov, (int)msg->msg_iovlen, nonblock,
-						 fs_deadline(s->sndtimeo_ns), s->fd));
+		ret = fs_stream_send(s->stream, msg->msg_iov, (int)msg->msg_iovlen, nonblock, fs_deadline(s->sndtimeo_ns),
+				     s->fd);
+	if (ret == FS_TCP_FIRST) /* the writer is on TCP still (tcpfirst.h) */
+		ret = fs_tcpfirst_kernel_send(s->stream, s->fd, msg, flags, nonblock);
+	ret = fs_tcp_pass(ret);
 	if (ret == FS_PASS)
 		return ret;
-	if (ret > 0)
+	/* (the step back judges the fabric: not while a direction is on TCP) */
+	if (ret > 0 && !fs_tcpfirst_any(s->stream))
 		fs_stepback_sent(&s->sb, (uint64_t)ret);
 	if (ret == -EPIPE && !(flags & MSG_NOSIGNAL))
 		pthread_kill(pthread_self(), SIGPIPE);

@@ -37,6 +37,7 @@
 #include "core/engine.h"
 #include "core/fdtable.h"
 #include "core/handback.h"
+#include "core/tcpfirst.h"
 #include "core/sigs.h"
 #include "core/service.h"
 #include "core/sock.h"
@@ -77,6 +78,10 @@ static void fs_stream_check_ctl(struct fs_stream *s, int ctl_fd)
 			fs_stream_changed(fs_engine_peek(), s);
 		return;
 	}
+	if ((s->tf_rx_tcp || s->tf_tx_tcp) && !s->dead)
+		fs_stream_changed(fs_engine_peek(), s); /* TCP first: its bytes or its room (tcpfirst.h) */
+	if (s->tf_rx_tcp)
+		return; /* the peer's bytes until its ONTO; their end is the reader's to find */
 	n = fs_real.recv(ctl_fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
 	if (n > 0) {
 		/* Nothing may follow the handshake on the control channel. */
@@ -410,6 +415,20 @@ static ssize_t fs_stream_send_any(struct fs_stream *s, const struct iovec *iov, 
 			result = done ? (ssize_t)done : fs_send_error(s);
 			break;
 		}
+		/* TCP first: a splice's source switches the writer now, as a
+		 * sendfile does (the pipe's bytes go where the stream goes) */
+		if (s->tf_tx_tcp && !fs_tcpfirst_tx_switch(e, s, source != NULL)) {
+			/* TCP first: the caller writes the kernel socket, and counts */
+			if (done) {
+				result = (ssize_t)done;
+			} else if (source) {
+				result = -EAGAIN; /* no buffer for the ONTO now */
+			} else {
+				s->tf_tx_busy++;
+				result = FS_TCP_FIRST;
+			}
+			break;
+		}
 		if (source) {
 			bool drained;
 			ssize_t n = fs_txq_append_from(e, s, source, arg, total - done, &drained);
@@ -444,7 +463,7 @@ static ssize_t fs_stream_send_any(struct fs_stream *s, const struct iovec *iov, 
 			}
 		}
 	}
-	if (result > 0 && s->peer_fin)
+	if (result > 0 && s->peer_fin && !s->tf_rx_tcp)
 		s->wrote_after_gone = true; /* sent after the FIN: that was the one */
 	queued = s->txq_head != NULL;
 	s->users--;
@@ -475,12 +494,20 @@ ssize_t fs_stream_send_from(struct fs_stream *s, fs_stream_io_fn source, void *a
 
 struct fs_recv_want {
 	size_t bytes; /* how many must be buffered (0: any) */
+	int fd;       /* the kernel socket (TCP first: the reader's while on TCP) */
 };
 
 static bool fs_recv_ready(struct fs_stream *s, void *arg)
 {
 	struct fs_recv_want *want = arg;
 
+	if (s->tf_rx_tcp) {
+		/* TCP first: a byte on the kernel socket, or the peer's ONTO
+		 * with nothing before it left to read there */
+		if (s->error || s->tf_rx_eof || (s->rxq_head && (!s->tf_onto_known || s->tf_rx_bytes == s->tf_rx_end)))
+			return true;
+		return fs_tcpfirst_kernel_readable(want ? want->fd : -1);
+	}
 	if (s->error || (s->hb != FS_HB_NONE && (s->hb_frozen || s->hb_rx_done)))
 		return true;
 	if (s->pulling)
@@ -547,13 +574,79 @@ static ssize_t fs_stream_recv_any(struct fs_stream *s, const struct iovec *iov, 
 	if (!s->rxq_head)
 		fs_engine_progress(e);
 	for (;;) {
-		struct fs_recv_want want = { 0 };
+		struct fs_recv_want want = { .fd = ctl_fd };
 		int ret;
 
 		if (s->hb != FS_HB_NONE && (s->hb_frozen || s->hb_rx_done)) {
 			/* the reader is on TCP now (handback.h) */
 			result = done ? (ssize_t)done : FS_TCP;
 			break;
+		}
+		if (s->tf_rx_tcp && !fs_tcpfirst_take_onto(e, s)) {
+			/* TCP first: the peer's bytes come on the kernel socket,
+			 * read here without blocking (tcpfirst.h) */
+			ssize_t n;
+
+			if (sink) {
+				/* a splice out of a reader still on TCP is not
+				 * built (design.md "TCP first"): refused, never a
+				 * byte taken past the count */
+				result = done ? (ssize_t)done : -EINVAL;
+				break;
+			}
+			if (s->error) {
+				if (!s->error_reported) {
+					s->error_reported = true;
+					result = done ? (ssize_t)done : s->error;
+				} else {
+					result = (ssize_t)done;
+				}
+				break;
+			}
+			if (s->tf_rx_eof) {
+				result = (ssize_t)done;
+				break;
+			}
+			n = fs_tcpfirst_read(e, s, iov, iovcnt, peek ? 0 : done, total, peek, ctl_fd);
+			if (n > 0) {
+				done = peek ? (size_t)n : done + (size_t)n;
+				if (!waitall || peek || done == total) {
+					result = (ssize_t)done;
+					break;
+				}
+				continue;
+			}
+			if (n == 0) {
+				/* The kernel's end: an ONTO sent before it may be on its
+				 * way (a peer's close sends its FIN over the fabric,
+				 * behind the ONTO, and lets TCP go once that is out) */
+				fs_engine_progress(e);
+				if (s->tf_onto_known) {
+					/* (bytes before N were left: take_onto said so) */
+					fs_stream_reset(e, s, "the peer's TCP ended before its ONTO's offset");
+					continue;
+				}
+				if (s->rxq_head)
+					continue;
+				s->tf_rx_eof = true; /* it ended on TCP: the kernel's end of stream */
+				fs_stream_changed(e, s);
+				result = (ssize_t)done;
+				break;
+			}
+			if (n != -EAGAIN) {
+				result = done ? (ssize_t)done : n;
+				break;
+			}
+			if (nonblock) {
+				result = done ? (ssize_t)done : -EAGAIN;
+				break;
+			}
+			ret = fs_stream_wait(e, s, fs_recv_ready, &want, deadline_ns, ctl_fd);
+			if (ret == -EAGAIN || ret == -EINTR || ret == -EBADF) {
+				result = done ? (ssize_t)done : ret;
+				break;
+			}
+			continue;
 		}
 		if (sink) {
 			ssize_t took = fs_recv_to_sink(e, s, iov, total, sink, arg, ctl_fd);
@@ -785,6 +878,8 @@ unsigned fs_stream_events_locked(struct fs_stream *s, uint32_t *gen)
 		*gen = s->ev_gen;
 		return fs_handback_events(s);
 	}
+	if (s->tf_rx_tcp)
+		fs_tcpfirst_take_onto(fs_engine_peek(), s); /* a marker is no readable byte */
 	if (s->peer_gone)
 		fs_stream_check_gone(s, fs_now_ns());
 	if (s->rx_bytes || s->peer_fin || s->error)
@@ -802,6 +897,8 @@ unsigned fs_stream_events_locked(struct fs_stream *s, uint32_t *gen)
 	}
 	if (s->peer_fin && s->fin_queued)
 		ev |= POLLHUP;
+	if (s->tf_rx_tcp || s->tf_tx_tcp)
+		ev = fs_tcpfirst_events(s, ev);
 	*gen = s->ev_gen;
 	return ev;
 }

@@ -26,6 +26,7 @@
 #include "core/engine.h"
 #include "core/guard.h"
 #include "core/handback.h"
+#include "core/tcpfirst.h"
 #include "core/stats.h"
 #include "core/stream_internal.h"
 
@@ -287,6 +288,10 @@ int fs_stream_queue_fin(struct fs_engine *e, struct fs_stream *s)
 		return 0;
 	}
 	if (!s->fin_queued) {
+		/* TCP first: the FIN goes on the fabric, behind the ONTO that
+		 * says where our TCP bytes end (tcpfirst.h) */
+		if (s->tf_tx_tcp && !fs_tcpfirst_tx_switch(e, s, true))
+			return -ENOBUFS;
 		buf = fs_pool_get(&s->erail->tx_data);
 		if (!buf)
 			return -ENOBUFS;

@@ -46,7 +46,7 @@ enum {
 	FS_HELLO_OFF_PULL_SHIFT = 53,
 	FS_HELLO_OFF_ADDR_LEN = 54,
 	FS_HELLO_OFF_BELL_PORT = 56,
-	FS_HELLO_OFF_RESERVED2 = 58,
+	FS_HELLO_OFF_FLAGS = 58,
 	FS_HELLO_OFF_SOCK_FD = 60,
 	FS_HELLO_OFF_ADDR = 64,
 };
@@ -237,7 +237,8 @@ int fs_wire_hello_encode(const struct fs_hello *hello, uint8_t *buf, size_t len)
 	if (!fs_hello_magic_valid(hello->magic) || !fs_hello_status_valid(hello->magic, hello->status) ||
 	    hello->provider >= FS_PROV_MAX_ || hello->addr_len > FS_WIRE_ADDR_MAX ||
 	    hello->stream_id > FS_STREAM_ID_MAX || !fs_pull_shift_valid(hello->pull_shift) ||
-	    hello->window > FS_WIRE_WINDOW_MAX || hello->chunk > FS_WIRE_CHUNK_MAX || hello->sock_fd > FS_WIRE_FD_MAX)
+	    hello->window > FS_WIRE_WINDOW_MAX || hello->chunk > FS_WIRE_CHUNK_MAX || hello->sock_fd > FS_WIRE_FD_MAX ||
+	    (hello->flags & ~FS_HELLO_FLAGS_KNOWN))
 		return -EINVAL;
 	total = FS_WIRE_HELLO_MIN + (size_t)hello->addr_len;
 	if (len < total)
@@ -258,7 +259,7 @@ int fs_wire_hello_encode(const struct fs_hello *hello, uint8_t *buf, size_t len)
 	fs_put_be16(buf + FS_HELLO_OFF_ADDR_LEN, hello->addr_len);
 	fs_put_be16(buf + FS_HELLO_OFF_BELL_PORT, hello->bell_port);
 	fs_put_be32(buf + FS_HELLO_OFF_SOCK_FD, hello->sock_fd);
-	fs_put_be16(buf + FS_HELLO_OFF_RESERVED2, 0);
+	fs_put_be16(buf + FS_HELLO_OFF_FLAGS, hello->flags);
 	memcpy(buf + FS_HELLO_OFF_ADDR, hello->addr, hello->addr_len);
 	fs_put_be32(buf + total - 4, fs_wire_crc32(buf, total - 4));
 	return (int)total;
@@ -309,8 +310,9 @@ static int fs_hello_check_prefix(const uint8_t *buf, size_t len, uint32_t magic)
 		return -EBADMSG;
 	if (len > FS_HELLO_OFF_ADDR_LEN + 1 && fs_get_be16(buf + FS_HELLO_OFF_ADDR_LEN) != total - FS_WIRE_HELLO_MIN)
 		return -EBADMSG;
-	if ((len > FS_HELLO_OFF_RESERVED2 && buf[FS_HELLO_OFF_RESERVED2] != 0) ||
-	    (len > FS_HELLO_OFF_RESERVED2 + 1 && buf[FS_HELLO_OFF_RESERVED2 + 1] != 0))
+	/* flags: only the ones this version knows */
+	if ((len > FS_HELLO_OFF_FLAGS && buf[FS_HELLO_OFF_FLAGS] != 0) ||
+	    (len > FS_HELLO_OFF_FLAGS + 1 && (buf[FS_HELLO_OFF_FLAGS + 1] & ~FS_HELLO_FLAGS_KNOWN) != 0))
 		return -EBADMSG;
 	/* a descriptor number: its top bit must be clear (FS_WIRE_FD_MAX) */
 	if (len > FS_HELLO_OFF_SOCK_FD && buf[FS_HELLO_OFF_SOCK_FD] > (FS_WIRE_FD_MAX >> 24))
@@ -357,6 +359,7 @@ int fs_wire_hello_decode(const uint8_t *buf, size_t len, uint32_t magic, struct 
 	hello->addr_len = fs_get_be16(buf + FS_HELLO_OFF_ADDR_LEN);
 	hello->bell_port = fs_get_be16(buf + FS_HELLO_OFF_BELL_PORT);
 	hello->sock_fd = fs_get_be32(buf + FS_HELLO_OFF_SOCK_FD);
+	hello->flags = fs_get_be16(buf + FS_HELLO_OFF_FLAGS);
 	memcpy(hello->addr, buf + FS_HELLO_OFF_ADDR, hello->addr_len);
 	return (int)total;
 }

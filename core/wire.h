@@ -31,7 +31,7 @@
  *  54  u16 addr_len (<= FS_WIRE_ADDR_MAX)
  *  56  u16 doorbell port: the sender's UDP doorbell (core/bell.h) listens
  *      on it at the address of this TCP connection; 0 = none
- *  58  u16 reserved (0)
+ *  58  u16 flags: FS_HELLO_TCP_FIRST (bit 0), the others 0
  *  60  u32 the sender's descriptor of this TCP connection (<= FS_WIRE_FD_MAX):
  *      with the pid in a shm address, the kernel confirms that this process
  *      holds this connection (/proc/PID/fd/FD names its socket)
@@ -50,8 +50,10 @@
  * 8: FS_MSG_ARM, an ARM carried by a message;
  * 9: a header's grant (credits move like a window, core/credit.h); the
  *    HELLO's window is the first grant;
- * 10: FS_MSG_CLOSING */
-#define FS_WIRE_VERSION 10
+ * 10: FS_MSG_CLOSING;
+ * 11: the HELLO's flags (FS_HELLO_TCP_FIRST) and FS_MSG_ONTO (TCP first,
+ *     docs/design.md "TCP first: the switch to the fabric") */
+#define FS_WIRE_VERSION 11
 #define FS_WIRE_PROBE_MAGIC 0x46534250u /* "FSBP" */
 #define FS_WIRE_HELLO_MAGIC 0x46534248u /* "FSBH" */
 #define FS_WIRE_ACK_MAGIC 0x46534241u   /* "FSBA" */
@@ -109,6 +111,12 @@ enum fs_nak {
 	FS_NAK_MAX_ = 9,
 };
 
+/* HELLO flags. TCP_FIRST in a HELLO: "after the handshake my bytes come on
+ * TCP, unframed, until my ONTO"; echoed in the ACK by a server that does the
+ * same. Only when both carry it does either side start on TCP. */
+#define FS_HELLO_TCP_FIRST 0x1u
+#define FS_HELLO_FLAGS_KNOWN FS_HELLO_TCP_FIRST
+
 struct fs_hello {
 	uint32_t magic; /* FS_WIRE_HELLO_MAGIC or FS_WIRE_ACK_MAGIC */
 	uint8_t status; /* enum fs_nak; 0 in a HELLO */
@@ -123,6 +131,7 @@ struct fs_hello {
 	uint16_t addr_len;
 	uint16_t bell_port; /* host order; 0: the sender has no doorbell */
 	uint32_t sock_fd;   /* the sender's descriptor of the connection */
+	uint16_t flags;     /* FS_HELLO_* */
 	uint8_t addr[FS_WIRE_ADDR_MAX];
 };
 
@@ -232,7 +241,13 @@ enum fs_msg_kind {
 	 * ending) with hdr.len messages (its FIN among them) waiting for
 	 * credit; the receiver may grant them beyond its budget (credit.h) */
 	FS_MSG_CLOSING = 8,
+	/* TCP first (docs/design.md): class DATA, takes a seq and a credit;
+	 * payload a u64 (little-endian) N: "I wrote exactly N bytes to this
+	 * TCP connection after the handshake; the rest of mine comes over the
+	 * fabric". The first data-class message of its direction. */
+	FS_MSG_ONTO = 9,
 };
+#define FS_WIRE_ONTO_LEN 8
 /* The control-class kinds: no sequence number, no credit, not in flight
  * as data (their completions and failures concern no byte). */
 static inline int fs_msg_is_ctrl(unsigned kind)

@@ -118,7 +118,7 @@ static int fs_test_hello_equal(const struct fs_hello *a, const struct fs_hello *
 	       a->nonce == b->nonce && a->stream_id == b->stream_id && a->window == b->window &&
 	       a->chunk == b->chunk && !memcmp(a->host_id, b->host_id, sizeof(a->host_id)) &&
 	       a->provider == b->provider && a->pull_shift == b->pull_shift && a->addr_len == b->addr_len &&
-	       a->bell_port == b->bell_port && a->sock_fd == b->sock_fd &&
+	       a->bell_port == b->bell_port && a->sock_fd == b->sock_fd && a->flags == b->flags &&
 	       !memcmp(a->addr, b->addr, a->addr_len);
 }
 
@@ -308,6 +308,13 @@ static void test_hello_layout(void)
 	CHECK(fs_wire_hello_decode(buf, (size_t)n, FS_WIRE_HELLO_MAGIC, &d) == n && d.sock_fd == 0x7f345678);
 	h.sock_fd = FS_WIRE_FD_MAX + 1u;
 	CHECK(fs_wire_hello_encode(&h, buf, sizeof(buf)) == -EINVAL);
+	/* the TCP-first flag (wire 11) at offset 58, low byte; it round-trips */
+	h.sock_fd = 0x12345678;
+	h.flags = FS_HELLO_TCP_FIRST;
+	n = fs_wire_hello_encode(&h, buf, sizeof(buf));
+	CHECK(n == FS_WIRE_HELLO_MIN + 3 && buf[58] == 0 && buf[59] == 1);
+	CHECK(fs_wire_hello_decode(buf, (size_t)n, FS_WIRE_HELLO_MAGIC, &d) == n && fs_test_hello_equal(&h, &d));
+	h.flags = 0;
 
 	fs_test_fill_hello(&h, FS_WIRE_ACK_MAGIC, FS_WIRE_ADDR_MAX);
 	n = fs_wire_hello_encode(&h, buf, sizeof(buf));
@@ -487,8 +494,9 @@ static void test_hello_malformed(void)
 	FS_TEST_REFUSED(buf[53] = 1, 16);                     /* pull shift below 4 KiB */
 	FS_TEST_REFUSED(buf[53] = FS_WIRE_PULL_SHIFT_MIN - 1, 16);
 	FS_TEST_REFUSED(buf[53] = FS_WIRE_PULL_SHIFT_MAX + 1, 16); /* above 16 MiB */
-	FS_TEST_REFUSED(buf[58] = 1, 16);                     /* reserved after the doorbell port */
+	FS_TEST_REFUSED(buf[58] = 1, 16);                     /* flags this version does not know */
 	FS_TEST_REFUSED(buf[59] = 0x80, 16);
+	FS_TEST_REFUSED(buf[59] = 0x02, 16);
 	FS_TEST_REFUSED(fs_test_put_be16(buf + 54, 17), 16);  /* addr_len vs length */
 	FS_TEST_REFUSED(fs_test_put_be16(buf + 54, 15), 16);
 	FS_TEST_REFUSED(fs_test_put_be16(buf + 54, 16 + 256), 16);
