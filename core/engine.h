@@ -366,6 +366,10 @@ void fs_engine_wait_done(struct fs_engine *e, bool late, int events);
  * at most one thread waits in poll, select or epoll_wait (see
  * fs_ready_wait_enter). */
 bool fs_engine_arms_early(const struct fs_engine *e);
+/* Waits spin FS_SLEEPY_SPIN_US only: FABSOCK_WAIT_ARM, or sleepy, however
+ * many threads wait (their answers come after the spin anyway; a longer
+ * one takes a core from the processes they wait for). No lock. */
+bool fs_engine_spins_short(const struct fs_engine *e);
 /* A thread starts / ends a poll, select or epoll_wait that waits for
  * offloaded sockets. While two or more do, the engine does not arm early:
  * the doorbell wakes a waiter only from a deep sleep, which needs the whole

@@ -69,7 +69,7 @@ void fs_wait_init(struct fs_wait *w, uint64_t now, uint64_t deadline, bool short
 
 void fs_wait_begin(struct fs_wait *w, const struct fs_engine *e, uint64_t now, uint64_t deadline)
 {
-	fs_wait_init(w, now, deadline, e && fs_engine_arms_early(e));
+	fs_wait_init(w, now, deadline, e && fs_engine_spins_short(e));
 }
 
 uint64_t fs_wait_slice_cap_us(uint64_t idle_ns)
