@@ -70,6 +70,7 @@
 #include "core/credit.h"
 #include "core/fabric.h"
 #include "core/pool.h"
+#include "core/ring.h"
 
 #define fs_stream_of(node, member) \
 	((struct fs_stream *)((char *)(node) - __builtin_offsetof(struct fs_stream, member)))
@@ -506,6 +507,15 @@ void fs_engine_debug_dump(struct fs_engine *e, uint64_t now);
 /* The process's engine with its lock taken; NULL (nothing taken) while
  * there is none. */
 struct fs_engine *fs_engine_lock_cur(void);
+/* Drops E's lock, then writes the rings to sleeping peers that the hold
+ * owes (ring.h: a woken peer that takes our core at once no longer finds
+ * the lock held). Every release of the engine lock goes through here. */
+static inline void fs_engine_unlock(struct fs_engine *e)
+{
+	pthread_mutex_unlock(&e->lock);
+	if (__builtin_expect(fs_ring_owed_n != 0, 0))
+		fs_ring_flush();
+}
 /* Runs the completion queues once. Returns completions handled. Lock held. */
 int fs_engine_progress(struct fs_engine *e);
 /* The one completion-queue fd a waiter may sleep on besides its slices

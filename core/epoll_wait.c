@@ -276,7 +276,7 @@ static int fs_epoll_scan(struct fs_epoll *fe, struct epoll_event *out, int max, 
 			FS_DBG("epoll: fd %d was ready without its stream telling", m->fd);
 		}
 	}
-	pthread_mutex_unlock(&e->lock);
+	fs_engine_unlock(e);
 	return n;
 }
 
@@ -321,7 +321,7 @@ static int fs_epoll_scan_ready(struct fs_epoll *fe, struct epoll_event *out, int
 			if (m)
 				n = fs_member_look(fe, m, out, n, gen);
 		}
-		pthread_mutex_unlock(&e->lock);
+		fs_engine_unlock(e);
 	}
 	/* no room for them: first in line next time */
 	fs_lock(&fe->rlock);

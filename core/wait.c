@@ -157,7 +157,7 @@ int fs_wait_deep_sleep(const struct fs_wait *w, struct pollfd *fds, nfds_t n, co
 	if (fds[n].fd >= 0)
 		fs_engine_progress(e);
 	armed_now = !was_armed && __atomic_load_n(&e->armed_all, __ATOMIC_RELAXED);
-	pthread_mutex_unlock(&e->lock);
+	fs_engine_unlock(e);
 	if (fds[n].fd < 0)
 		return armed_now ? -EAGAIN : 0;
 	fds[n].events = POLLIN;
@@ -181,7 +181,7 @@ int fs_wait_deep_sleep(const struct fs_wait *w, struct pollfd *fds, nfds_t n, co
 		fs_engine_cq_sleep(e, false);
 	pthread_mutex_lock(&e->lock);
 	fs_engine_deep_end(e);
-	pthread_mutex_unlock(&e->lock);
+	fs_engine_unlock(e);
 	*slept = true;
 	if (ret < 0)
 		return -err;
