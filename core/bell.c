@@ -427,7 +427,7 @@ void fs_bell_drain_some(struct fs_engine *e, bool datagrams, bool ring)
 		rung = true;
 	if (rung)
 		fs_engine_progress(e);
-	pthread_mutex_unlock(&e->lock);
+	fs_engine_unlock(e);
 }
 
 void fs_bell_drain(struct fs_engine *e)

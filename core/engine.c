@@ -307,7 +307,7 @@ int fs_engine_cq_wait_fd_try(void)
 	if (!e || pthread_mutex_trylock(&e->lock))
 		return -1;
 	fd = fs_engine_cq_wait_fd(e);
-	pthread_mutex_unlock(&e->lock);
+	fs_engine_unlock(e);
 	return fd;
 }
 
@@ -652,7 +652,7 @@ void fs_stream_drop_app(struct fs_stream *s)
 		fs_stream_watch_del(s->watchers);
 	if (s->dead)
 		free(s);
-	pthread_mutex_unlock(&e->lock);
+	fs_engine_unlock(e);
 }
 
 void fs_stream_abandon(struct fs_engine *e, struct fs_stream *s)
@@ -676,7 +676,7 @@ struct fs_stream *fs_engine_open_stream(struct fs_engine *e, unsigned provider, 
 		*nak = ret == -ENOSPC ? FS_NAK_RESOURCES : FS_NAK_PROVIDER;
 	else if (!check || !(*nak = check(er, arg, why, whylen)))
 		st = fs_stream_create(e, er, token, nak);
-	pthread_mutex_unlock(&e->lock);
+	fs_engine_unlock(e);
 	return st;
 }
 
@@ -702,7 +702,7 @@ int fs_engine_join_stream(struct fs_engine *e, struct fs_stream *st, const struc
 		fs_stream_abandon(e, st);
 	else if (ret == 0) /* (a peer that ended has no doorbell to ring) */
 		fs_bell_set_peer(st, (struct sockaddr *)&paddr, (struct sockaddr *)&laddr, bell_port);
-	pthread_mutex_unlock(&e->lock);
+	fs_engine_unlock(e);
 	return ret;
 }
 
@@ -914,7 +914,7 @@ void fs_engine_progress_locked(void)
 	if (!e)
 		return;
 	fs_engine_progress(e);
-	pthread_mutex_unlock(&e->lock);
+	fs_engine_unlock(e);
 }
 
 bool fs_engine_progress_try(void)
@@ -926,7 +926,7 @@ bool fs_engine_progress_try(void)
 	if (pthread_mutex_trylock(&e->lock))
 		return false;
 	fs_engine_progress(e);
-	pthread_mutex_unlock(&e->lock);
+	fs_engine_unlock(e);
 	return true;
 }
 
@@ -1031,7 +1031,7 @@ bool fs_stream_holds(struct fs_stream *s, uint64_t deadline_ns)
 	if (!e || fs_engine_lock_until(e, deadline_ns))
 		return false;
 	held = s->txq_head != NULL;
-	pthread_mutex_unlock(&e->lock);
+	fs_engine_unlock(e);
 	return held;
 }
 
@@ -1096,7 +1096,7 @@ void fs_engine_shutdown(void)
 			deliverable = !s->error;
 		if (!deliverable)
 			break;
-		pthread_mutex_unlock(&e->lock);
+		fs_engine_unlock(e);
 		usleep(50);
 		if (fs_engine_lock_until(e, deadline))
 			return;
@@ -1117,7 +1117,7 @@ void fs_engine_shutdown(void)
 		}
 	}
 	fs_rail_stamp("exit: rails closed", t);
-	pthread_mutex_unlock(&e->lock);
+	fs_engine_unlock(e);
 }
 
 void fs_engine_debug_dump(struct fs_engine *e, uint64_t now)

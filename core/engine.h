@@ -70,6 +70,7 @@
 #include "core/credit.h"
 #include "core/fabric.h"
 #include "core/pool.h"
+#include "core/ring.h"
 
 #define fs_stream_of(node, member) \
 	((struct fs_stream *)((char *)(node) - __builtin_offsetof(struct fs_stream, member)))
@@ -378,6 +379,10 @@ void fs_engine_wait_done(struct fs_engine *e, bool late, int events);
  * at most one thread waits in poll, select or epoll_wait (see
  * fs_ready_wait_enter). */
 bool fs_engine_arms_early(const struct fs_engine *e);
+/* Waits spin FS_SLEEPY_SPIN_US only: FABSOCK_WAIT_ARM, or sleepy, however
+ * many threads wait (their answers come after the spin anyway; a longer
+ * one takes a core from the processes they wait for). No lock. */
+bool fs_engine_spins_short(const struct fs_engine *e);
 /* A thread starts / ends a poll, select or epoll_wait that waits for
  * offloaded sockets. While two or more do, the engine does not arm early:
  * the doorbell wakes a waiter only from a deep sleep, which needs the whole
@@ -514,6 +519,15 @@ void fs_engine_debug_dump(struct fs_engine *e, uint64_t now);
 /* The process's engine with its lock taken; NULL (nothing taken) while
  * there is none. */
 struct fs_engine *fs_engine_lock_cur(void);
+/* Drops E's lock, then writes the rings to sleeping peers that the hold
+ * owes (ring.h: a woken peer that takes our core at once no longer finds
+ * the lock held). Every release of the engine lock goes through here. */
+static inline void fs_engine_unlock(struct fs_engine *e)
+{
+	pthread_mutex_unlock(&e->lock);
+	if (__builtin_expect(fs_ring_owed_n != 0, 0))
+		fs_ring_flush();
+}
 /* Runs the completion queues once. Returns completions handled. Lock held. */
 int fs_engine_progress(struct fs_engine *e);
 /* The one completion-queue fd a waiter may sleep on besides its slices

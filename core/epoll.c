@@ -240,7 +240,7 @@ static void fs_member_watch(struct fs_epoll *fe, struct fs_ep_member *m)
 		m->watch.fn = fs_member_stream_changed;
 		fs_stream_watch_add(st, &m->watch);
 	}
-	pthread_mutex_unlock(&e->lock);
+	fs_engine_unlock(e);
 	if (st)
 		fs_ready_push(fe, m);
 }
@@ -287,7 +287,7 @@ static void fs_member_unlink(struct fs_epoll *fe, struct fs_ep_member *m)
 		if (e) {
 			pthread_mutex_lock(&e->lock);
 			fs_stream_watch_del(&m->watch);
-			pthread_mutex_unlock(&e->lock);
+			fs_engine_unlock(e);
 		}
 	}
 	fs_lock(&fe->rlock);

@@ -282,7 +282,7 @@ static int fs_epoll_scan(struct fs_epoll *fe, struct epoll_event *out, int max, 
 			FS_DBG("epoll: fd %d was ready without its stream telling", m->fd);
 		}
 	}
-	pthread_mutex_unlock(&e->lock);
+	fs_engine_unlock(e);
 	return n;
 }
 
@@ -327,7 +327,7 @@ static int fs_epoll_scan_ready(struct fs_epoll *fe, struct epoll_event *out, int
 			if (m)
 				n = fs_member_look(fe, m, out, n, gen);
 		}
-		pthread_mutex_unlock(&e->lock);
+		fs_engine_unlock(e);
 	}
 	/* no room for them: first in line next time */
 	fs_lock(&fe->rlock);
@@ -529,9 +529,11 @@ static uint64_t fs_epoll_plan_wait(struct fs_epoll *fe, int epfd, int n, struct 
 }
 
 /* Deeply idle: sleeps on the epoll fd itself and the engine's deep fd, then
- * the kernel is asked without waiting (*WAIT_US 0). Returns 0, or -errno
- * for epoll_wait to return (EINTR: a signal). */
-static int fs_epoll_deep_sleep(int epfd, const struct fs_wait *w, const sigset_t *sigmask, uint64_t *wait_us)
+ * the kernel is asked without waiting (*WAIT_US 0), unless the sleep saw
+ * the instance itself quiet (*KERNEL_QUIET). Returns 0, or -errno for
+ * epoll_wait to return (EINTR: a signal). */
+static int fs_epoll_deep_sleep(int epfd, const struct fs_wait *w, const sigset_t *sigmask, uint64_t *wait_us,
+			       bool *kernel_quiet)
 {
 	struct pollfd dp[1 + FS_WAIT_DEEP_SLOTS] = { { .fd = epfd, .events = POLLIN } };
 	bool slept;
@@ -541,6 +543,12 @@ static int fs_epoll_deep_sleep(int epfd, const struct fs_wait *w, const sigset_t
 		if (r < 0)
 			return r;
 		*wait_us = 0;
+		/* r counts the instance alone (fs_wait_deep_sleep): not readable
+		 * when a ring or the slice woke us, so an epoll_wait now would
+		 * find nothing (a sleepy backend's third call per wake-up); an
+		 * event that comes after is found by the next round's kernel
+		 * look, or wakes the next sleep at once */
+		*kernel_quiet = r == 0;
 	} else if (r == -EAGAIN) {
 		*wait_us = 0; /* just armed: look again, then sleep */
 	}
@@ -679,7 +687,7 @@ static int fs_epoll_wait_rounds(struct fs_epoll *fe, int epfd, struct epoll_even
 	for (bool first = true;; first = false) {
 		int n, k;
 		uint64_t wait_us, gen;
-		bool longwait = false;
+		bool longwait = false, kernel_quiet = false;
 
 		n = fs_epoll_look(fe, events, maxevents, &gen,
 				  !first && fs_wait_next(w, fs_now_ns()) == FS_WAIT_SPIN, !first && kw.probes_quiet);
@@ -692,12 +700,12 @@ static int fs_epoll_wait_rounds(struct fs_epoll *fe, int epfd, struct epoll_even
 		if (!k)
 			return fs_epoll_waited(w, n); /* full from our members alone (a kernel call with no room fails EINVAL) */
 		if (wait_us) {
-			int r = fs_epoll_deep_sleep(epfd, w, sigmask, &wait_us);
+			int r = fs_epoll_deep_sleep(epfd, w, sigmask, &wait_us, &kernel_quiet);
 
 			if (r < 0)
 				return r;
 		}
-		k = fs_epoll_collect(fe, epfd, kbuf, k, n ? 0 : wait_us, longwait, &kw, w, sigmask);
+		k = kernel_quiet ? 0 : fs_epoll_collect(fe, epfd, kbuf, k, n ? 0 : wait_us, longwait, &kw, w, sigmask);
 		if (k < 0)
 			return n ? n : k;
 		n = fs_epoll_merge_kernel(fe, kbuf, k, events, n, maxevents, gen);

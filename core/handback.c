@@ -751,7 +751,7 @@ int fs_handback_sync(struct fs_stream *s, int fd)
 		fs_engine_progress(e);
 		if (s->hb != FS_HB_SWITCHING)
 			break;
-		pthread_mutex_unlock(&e->lock);
+		fs_engine_unlock(e);
 		fs_real.poll(NULL, 0, 1);
 		pthread_mutex_lock(&e->lock);
 	}
@@ -775,6 +775,6 @@ int fs_handback_sync(struct fs_stream *s, int fd)
 			s->id);
 		(void)fs_tcp_reset(fd);
 	}
-	pthread_mutex_unlock(&e->lock);
+	fs_engine_unlock(e);
 	return ret;
 }

@@ -417,7 +417,7 @@ static void fs_offloaded(struct fs_sock *s, const char *side)
 	pthread_mutex_lock(&e->lock);
 	s->stream->app_fd = s->fd;
 	grant = s->stream->peer_limit;
-	pthread_mutex_unlock(&e->lock);
+	fs_engine_unlock(e);
 	/* what a process forked later needs to ask for the stream back */
 	s->hb_page = e->hb_page;
 	s->hb_evfd = e->hb_evfd;
@@ -456,7 +456,7 @@ static int fs_send_hello(struct fs_sock *s, const struct fs_hello *msg, struct f
 	if (ret && st) {
 		pthread_mutex_lock(&e->lock);
 		fs_stream_abandon(e, st);
-		pthread_mutex_unlock(&e->lock);
+		fs_engine_unlock(e);
 	}
 	return ret;
 }
@@ -575,7 +575,7 @@ void fs_negotiate_abort_ex(struct fs_sock *s, bool to_tcp)
 		else if (to_tcp && s->shut_wr)
 			fs_real.shutdown(s->fd, SHUT_WR); /* shut down before the answer: after the held bytes */
 		fs_stream_abandon(e, s->stream);
-		pthread_mutex_unlock(&e->lock);
+		fs_engine_unlock(e);
 	}
 	s->stream = NULL;
 }

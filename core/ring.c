@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
 #include <sys/eventfd.h>
@@ -61,12 +62,25 @@ struct fs_ring_page {
 
 enum fs_ring_state { FS_RING_FREE = 0, FS_RING_PENDING, FS_RING_READY, FS_RING_FAILED };
 
+/* A peer's eventfd. Its entry holds one reference, and every ring that a
+ * thread owes it (fs_ring_peer, written once the engine lock is dropped:
+ * fs_ring_flush) one more: the last stream with the peer may be freed, and
+ * the entry closed, between the post and that write, and the descriptor's
+ * number must not be another file's by then. refs is atomic; the rest is
+ * set before the box is shared. */
+struct fs_ring_box {
+	int fd;
+	unsigned refs;
+	bool failed; /* a write failed (atomic): the entry fails at its next ring */
+};
+
 /* A peer process of this host; engine lock held for all of them. */
 struct fs_ring_peer {
 	pid_t pid;
 	uint16_t bell_port; /* host order */
 	uint8_t state;	    /* enum fs_ring_state */
-	int fd;		    /* PENDING: our connection to its socket; READY: its eventfd */
+	int fd;		    /* PENDING: our connection to its socket */
+	struct fs_ring_box *box; /* READY: its eventfd */
 	const struct fs_ring_page *page; /* READY: its sleepers' page, or NULL (ring always) */
 	unsigned streams;   /* our streams with it: the entry (and its eventfd) goes with the last */
 	uint64_t since_ns;  /* PENDING: when we connected */
@@ -235,6 +249,60 @@ bool fs_ring_take(void)
 	return fd >= 0 && fs_real.read(fd, &v, sizeof(v)) == (ssize_t)sizeof(v) && v;
 }
 
+static void fs_ring_box_put(struct fs_ring_box *b)
+{
+	if (__atomic_sub_fetch(&b->refs, 1, __ATOMIC_ACQ_REL))
+		return;
+	fs_internal_fd_close(b->fd);
+	free(b);
+}
+
+/* Rings owed by this thread (fs_ring_peer), written after the engine lock
+ * is dropped: a write wakes the peer's sleeper, which on a crowded host
+ * may take the ringer's core at once, and the ringer held the lock its
+ * other threads (pgbench's second, a backend's service thread) then queue
+ * on. At most FS_RING_DEFERRED peers per lock hold; past them, a ring is
+ * written at once, as before. */
+#define FS_RING_DEFERRED 8
+static __thread struct fs_ring_box *fs_ring_owed[FS_RING_DEFERRED] __attribute__((tls_model("initial-exec")));
+__thread unsigned fs_ring_owed_n __attribute__((tls_model("initial-exec")));
+
+void fs_ring_flush(void)
+{
+	static const uint64_t one = 1;
+	int saved = errno; /* callers read errno of their own calls after the unlock */
+
+	while (fs_ring_owed_n) {
+		struct fs_ring_box *b = fs_ring_owed[--fs_ring_owed_n];
+
+		fs_ring_owed[fs_ring_owed_n] = NULL;
+		/* EAGAIN: the counter is full, so it is rung. Anything else
+		 * (it is an eventfd we hold open: nothing should) fails the
+		 * entry at its next ring, which goes by datagram then; the
+		 * sleeper this one meant finds the message at its deep
+		 * sleep's end (FS_BELL_SLICE_MS) at the latest. */
+		if (fs_real.write(b->fd, &one, sizeof(one)) != (ssize_t)sizeof(one) && errno != EAGAIN)
+			__atomic_store_n(&b->failed, true, __ATOMIC_RELAXED);
+		fs_ring_box_put(b);
+	}
+	errno = saved;
+}
+
+/* Owes a ring to B: written by fs_ring_flush when the engine lock is
+ * dropped (fs_engine_unlock). False if there is no room: the caller
+ * writes it now. Engine lock held. */
+static bool fs_ring_owe(struct fs_ring_box *b)
+{
+	for (unsigned i = 0; i < fs_ring_owed_n; i++)
+		if (fs_ring_owed[i] == b)
+			return true; /* one write wakes the peer for both */
+	if (fs_ring_owed_n == FS_RING_DEFERRED)
+		return false;
+	__atomic_add_fetch(&b->refs, 1, __ATOMIC_RELAXED);
+	fs_ring_owed[fs_ring_owed_n++] = b;
+	return true;
+}
+
 static void fs_ring_page_drop(struct fs_ring_peer *p)
 {
 	if (p->page)
@@ -247,6 +315,9 @@ static void fs_ring_peer_free(struct fs_ring_peer *p)
 	if (p->fd >= 0)
 		fs_internal_fd_close(p->fd);
 	p->fd = -1;
+	if (p->box)
+		fs_ring_box_put(p->box); /* closed by the last ring owed to it */
+	p->box = NULL;
 	fs_ring_page_drop(p);
 	if (p->state != FS_RING_FREE)
 		fs_ring_used--;
@@ -258,6 +329,9 @@ static void fs_ring_peer_fail(struct fs_ring_peer *p)
 	if (p->fd >= 0)
 		fs_internal_fd_close(p->fd);
 	p->fd = -1;
+	if (p->box)
+		fs_ring_box_put(p->box);
+	p->box = NULL;
 	fs_ring_page_drop(p);
 	p->state = FS_RING_FAILED;
 	FS_STAT_INC(ring_handover_failed);
@@ -314,6 +388,7 @@ static struct fs_ring_peer *fs_ring_find(pid_t pid, uint16_t port, bool add)
 		free_slot->pid = pid;
 		free_slot->bell_port = port;
 		free_slot->fd = -1;
+		free_slot->box = NULL;
 		free_slot->page = NULL;
 		free_slot->streams = 0;
 	}
@@ -450,12 +525,23 @@ static void fs_ring_receive(struct fs_ring_peer *p)
 			return;
 		}
 	}
+	p->box = malloc(sizeof(*p->box));
+	if (!p->box) {
+		fs_real.close(efd);
+		if (mfd >= 0)
+			fs_real.close(mfd);
+		fs_ring_peer_fail(p);
+		return;
+	}
 	if (mfd >= 0) {
 		p->page = fs_ring_page_map(mfd); /* the mapping outlives the descriptor */
 		fs_real.close(mfd);
 	}
 	fs_internal_fd_close(p->fd);
-	p->fd = fs_internal_fd(efd);
+	p->fd = -1;
+	p->box->fd = fs_internal_fd(efd);
+	p->box->refs = 1;
+	p->box->failed = false;
 	p->state = FS_RING_READY;
 	FS_STAT_INC(ring_handovers);
 }
@@ -476,9 +562,11 @@ bool fs_ring_peer(struct fs_stream *s)
 			return false;
 		if (p->state == FS_RING_PENDING)
 			fs_ring_receive(p);
+		if (p->state == FS_RING_READY && __atomic_load_n(&p->box->failed, __ATOMIC_RELAXED))
+			fs_ring_peer_fail(p); /* a write after the lock failed */
 		if (p->state != FS_RING_READY)
 			return false;
-		fd = p->fd;
+		fd = p->box->fd;
 		/* Nobody there sleeps where a ring would wake them: the message
 		 * just posted is found by the look its next sleeper makes after
 		 * counting itself (struct fs_ring_page). The fence orders our
@@ -491,6 +579,11 @@ bool fs_ring_peer(struct fs_stream *s)
 				return true;
 			}
 		}
+		/* after the unlock (fs_ring_flush); the message is posted
+		 * already, and the sleeper's eventfd stays readable until it
+		 * reads it, so a later write wakes it the same */
+		if (fs_ring_owe(p->box))
+			return true;
 		if (fs_real.write(fd, &one, sizeof(one)) == (ssize_t)sizeof(one))
 			return true;
 		if (errno == EAGAIN)
@@ -513,6 +606,12 @@ void fs_ring_release(struct fs_stream *s)
 
 void fs_ring_after_fork(void)
 {
+	/* rings owed at the fork (a handler forking under the engine lock)
+	 * were the parent's to write */
+	while (fs_ring_owed_n) {
+		fs_ring_box_put(fs_ring_owed[--fs_ring_owed_n]);
+		fs_ring_owed[fs_ring_owed_n] = NULL;
+	}
 	if (fs_ring_efd >= 0 && fs_ring_owner != fs_self_pid()) {
 		/* the parent's page stays the parent's: its sleepers are counted
 		 * there, not ours (the mapping itself is left, a page) */

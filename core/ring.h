@@ -77,8 +77,13 @@ bool fs_ring_sleep_stale(void);
  * eventfd if S runs on shm and we have none. Engine lock held. */
 void fs_ring_prepare(struct fs_stream *s);
 /* Rings S's peer through its eventfd: false if we have none (yet), and the
- * caller sends a datagram. Engine lock held. */
+ * caller sends a datagram. The write itself is owed until the engine lock
+ * is dropped (fs_engine_unlock: fs_ring_flush). Engine lock held. */
 bool fs_ring_peer(struct fs_stream *s);
+/* Writes the rings this thread owes (fs_ring_owed_n of them). No lock
+ * needed; called right after the engine lock is dropped. */
+extern __thread unsigned fs_ring_owed_n __attribute__((tls_model("initial-exec")));
+void fs_ring_flush(void);
 
 /* S is being freed: the last stream with its peer closes the peer's
  * eventfd and frees its entry. Engine lock held. */

@@ -650,7 +650,7 @@ static void fs_pull_wait(struct fs_engine *e, struct fs_stream *s, struct fs_buf
 		fs_engine_progress(e);
 		if (buf->pull != FS_PULL_POSTED)
 			break;
-		pthread_mutex_unlock(&e->lock);
+		fs_engine_unlock(e);
 		fs_spin_relax(&step);
 		pthread_mutex_lock(&e->lock);
 	}

@@ -516,7 +516,7 @@ static int fs_service_engine_look(struct fs_service_set *set, nfds_t *n, uint64_
 		fs_service_count_sleep(e, !*bell_off && (e->pending.next != &e->pending || e->orphans || switching));
 		if (live && !busy)
 			busy = !fs_service_cq_look(e, set, now, &cq);
-		pthread_mutex_unlock(&e->lock);
+		fs_engine_unlock(e);
 	}
 	if (busy)
 		return 0;
@@ -575,7 +575,7 @@ static void fs_service_fixed_ready(const struct pollfd *pfd, int ret, bool *bell
 	if (ret > 0 && (pfd[3].revents & POLLIN) && (e = fs_engine_peek())) {
 		pthread_mutex_lock(&e->lock);
 		fs_handback_serve(e);
-		pthread_mutex_unlock(&e->lock);
+		fs_engine_unlock(e);
 	}
 }
 
@@ -588,7 +588,7 @@ static void fs_service_progress(uint64_t *idle_us)
 	if (e && pthread_mutex_trylock(&e->lock) == 0) {
 		int done = e->live_streams ? fs_engine_progress(e) : 0;
 
-		pthread_mutex_unlock(&e->lock);
+		fs_engine_unlock(e);
 		/* Back off while nothing happens: idle costs ~nothing. */
 		*idle_us = done ? 1000 : (*idle_us < 50000 ? *idle_us * 2 : 50000);
 	}

@@ -41,7 +41,7 @@ void fs_stepback_fire(struct fs_sock *s)
 	 * is no obstacle (it becomes the kernel socket's shutdown). */
 	if (st->state == FS_STREAM_OPEN && st->hb == FS_HB_NONE && !st->error && !st->peer_fin && !st->peer_gone)
 		ret = fs_handback_start(e, st, s->fd);
-	pthread_mutex_unlock(&e->lock);
+	fs_engine_unlock(e);
 	if (ret)
 		return;
 	FS_STAT_INC(handback_fabric_slower);

@@ -146,7 +146,7 @@ static void fs_stream_spin_step(struct fs_engine *e, struct fs_wait *w)
 {
 	bool locked;
 
-	pthread_mutex_unlock(&e->lock);
+	fs_engine_unlock(e);
 	do {
 		fs_wait_spin(w);
 		locked = pthread_mutex_trylock(&e->lock) == 0;
@@ -250,7 +250,7 @@ static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_read
 				fs_engine_progress(e);
 				relooked = ready(s, arg) || s->error || s->state == FS_STREAM_CLOSED;
 			}
-			pthread_mutex_unlock(&e->lock);
+			fs_engine_unlock(e);
 			if (pfd[2].fd >= 0) {
 				pfd[3].fd = fs_bell_fd();
 				pfd[4].fd = fs_ring_fd();
@@ -362,7 +362,7 @@ static ssize_t fs_stream_send_any(struct fs_stream *s, const struct iovec *iov, 
 	pthread_mutex_lock(&e->lock);
 	if (s->state == FS_STREAM_CLOSED) {
 		/* another thread closed the socket */
-		pthread_mutex_unlock(&e->lock);
+		fs_engine_unlock(e);
 		return -EBADF;
 	}
 	s->users++;
@@ -467,7 +467,7 @@ static ssize_t fs_stream_send_any(struct fs_stream *s, const struct iovec *iov, 
 		s->wrote_after_gone = true; /* sent after the FIN: that was the one */
 	queued = s->txq_head != NULL;
 	s->users--;
-	pthread_mutex_unlock(&e->lock);
+	fs_engine_unlock(e);
 	/* Someone must post what waits for credit: wake the service thread when
 	 * the queue starts, not with a syscall on every send while it lasts. */
 	if (result > 0 && queued && !had_queue)
@@ -567,7 +567,7 @@ static ssize_t fs_stream_recv_any(struct fs_stream *s, const struct iovec *iov, 
 		return 0;
 	pthread_mutex_lock(&e->lock);
 	if (s->state == FS_STREAM_CLOSED) {
-		pthread_mutex_unlock(&e->lock);
+		fs_engine_unlock(e);
 		return -EBADF;
 	}
 	s->users++;
@@ -726,7 +726,7 @@ static ssize_t fs_stream_recv_any(struct fs_stream *s, const struct iovec *iov, 
 			fs_stream_changed(e, s);
 	}
 	s->users--;
-	pthread_mutex_unlock(&e->lock);
+	fs_engine_unlock(e);
 	return result;
 }
 
@@ -752,7 +752,7 @@ size_t fs_stream_readable(struct fs_stream *s)
 	if (e) {
 		fs_engine_progress(e);
 		n = s->rx_bytes;
-		pthread_mutex_unlock(&e->lock);
+		fs_engine_unlock(e);
 	}
 	return n;
 }
@@ -772,7 +772,7 @@ int fs_stream_shutdown_wr(struct fs_stream *s)
 		s->hb_fin = true, ret = 0; /* after the bytes held for TCP */
 	else
 		ret = s->error ? 0 : fs_stream_queue_fin(e, s);
-	pthread_mutex_unlock(&e->lock);
+	fs_engine_unlock(e);
 	return ret;
 }
 
@@ -794,7 +794,7 @@ enum fs_close_need fs_stream_close(struct fs_stream *s, int ctl_fd, bool abort, 
 		 * queued or delivered) and this close comes from an atexit
 		 * handler or a destructor that ran later. It is an orphan
 		 * already: adding it again would free it twice. */
-		pthread_mutex_unlock(&e->lock);
+		fs_engine_unlock(e);
 		if (ctl_fd >= 0)
 			fs_internal_fd_close(ctl_fd);
 		return FS_CLOSE_DONE;
@@ -803,7 +803,7 @@ enum fs_close_need fs_stream_close(struct fs_stream *s, int ctl_fd, bool abort, 
 	if (s->dead) {
 		/* that round ended its way back to TCP (handback.c): the kernel
 		 * socket's close is all there is */
-		pthread_mutex_unlock(&e->lock);
+		fs_engine_unlock(e);
 		if (ctl_fd >= 0)
 			fs_internal_fd_close(ctl_fd);
 		return FS_CLOSE_DONE;
@@ -825,7 +825,7 @@ enum fs_close_need fs_stream_close(struct fs_stream *s, int ctl_fd, bool abort, 
 		fs_stream_changed(e, s);
 		fs_engine_add_orphan(e, s);
 		fs_engine_progress(e);
-		pthread_mutex_unlock(&e->lock);
+		fs_engine_unlock(e);
 		return FS_CLOSE_NOW;
 	}
 	/* Closing with unread data resets the connection, as TCP does. */
@@ -856,7 +856,7 @@ enum fs_close_need fs_stream_close(struct fs_stream *s, int ctl_fd, bool abort, 
 	fs_engine_progress(e); /* reaps, and rings the sleepers */
 	/* S stays readable after a reap: the socket still holds it (app_ref). */
 	need = s->txq_head ? FS_CLOSE_NOW : e->orphans ? FS_CLOSE_SOON : FS_CLOSE_DONE;
-	pthread_mutex_unlock(&e->lock);
+	fs_engine_unlock(e);
 	return need;
 }
 
@@ -911,7 +911,7 @@ unsigned fs_stream_poll_state(struct fs_stream *s, uint32_t *gen)
 	if (!e)
 		return POLLERR;
 	ev = fs_stream_events_locked(s, gen);
-	pthread_mutex_unlock(&e->lock);
+	fs_engine_unlock(e);
 	return ev;
 }
 
@@ -924,5 +924,5 @@ void fs_stream_note_ctl(struct fs_stream *s, int ctl_fd)
 		return;
 	if (s->state != FS_STREAM_CLOSED)
 		fs_stream_check_ctl(s, ctl_fd);
-	pthread_mutex_unlock(&e->lock);
+	fs_engine_unlock(e);
 }

@@ -69,7 +69,7 @@ void fs_wait_init(struct fs_wait *w, uint64_t now, uint64_t deadline, bool short
 
 void fs_wait_begin(struct fs_wait *w, const struct fs_engine *e, uint64_t now, uint64_t deadline)
 {
-	fs_wait_init(w, now, deadline, e && fs_engine_arms_early(e));
+	fs_wait_init(w, now, deadline, e && fs_engine_spins_short(e));
 }
 
 uint64_t fs_wait_slice_cap_us(uint64_t idle_ns)
@@ -157,7 +157,7 @@ int fs_wait_deep_sleep(const struct fs_wait *w, struct pollfd *fds, nfds_t n, co
 	if (fds[n].fd >= 0)
 		fs_engine_progress(e);
 	armed_now = !was_armed && __atomic_load_n(&e->armed_all, __ATOMIC_RELAXED);
-	pthread_mutex_unlock(&e->lock);
+	fs_engine_unlock(e);
 	if (fds[n].fd < 0)
 		return armed_now ? -EAGAIN : 0;
 	fds[n].events = POLLIN;
@@ -181,7 +181,7 @@ int fs_wait_deep_sleep(const struct fs_wait *w, struct pollfd *fds, nfds_t n, co
 		fs_engine_cq_sleep(e, false);
 	pthread_mutex_lock(&e->lock);
 	fs_engine_deep_end(e);
-	pthread_mutex_unlock(&e->lock);
+	fs_engine_unlock(e);
 	*slept = true;
 	if (ret < 0)
 		return -err;

@@ -35,7 +35,7 @@ struct fs_engine;
  * fs_wait_slice_cap_us. */
 #define FS_WAIT_FIRST_SLICE_US 10u
 /* The spin of a wait in a sleepy engine, or with FABSOCK_WAIT_ARM, whose
- * waits outlast the spin anyway (fs_engine_arms_early): on a machine with
+ * waits outlast the spin anyway (fs_engine_spins_short): on a machine with
  * more waiters than cores every spin takes a core from a process with
  * work. Waits are still judged late or quick by SPIN_US (late_at), so
  * that quick answers end the sleepiness. */
@@ -73,7 +73,7 @@ uint64_t fs_wait_deadline_ns(uint64_t now, int64_t timeout_ns);
  * FS_SLEEPY_SPIN_US when SHORT_SPIN and that is shorter. */
 void fs_wait_init(struct fs_wait *w, uint64_t now, uint64_t deadline, bool short_spin);
 /* fs_wait_init for a wait on engine E (NULL: none yet): a short spin when
- * E's waiters arm early (fs_engine_arms_early). */
+ * E is sleepy (fs_engine_spins_short). */
 void fs_wait_begin(struct fs_wait *w, const struct fs_engine *e, uint64_t now, uint64_t deadline);
 
 /* What the round at NOW does: stop once the deadline has passed, else

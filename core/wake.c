@@ -136,6 +136,15 @@ bool fs_engine_arms_early(const struct fs_engine *e)
 				       __atomic_load_n(&fs_ready_waiters, __ATOMIC_RELAXED) <= 1));
 }
 
+bool fs_engine_spins_short(const struct fs_engine *e)
+{
+	/* not fs_engine_arms_early's waiter count: a sleepy engine's waits
+	 * outlast the spin however many threads wait, and with two of them in
+	 * poll (pgbench -j 2) the full spin of each took the cores its four
+	 * backends needed */
+	return fs_params.doorbell && (fs_params.wait_arm || __atomic_load_n(&e->sleepy, __ATOMIC_RELAXED));
+}
+
 bool fs_engine_wait_deep(struct fs_engine *e, bool checked)
 {
 	bool was_armed = __atomic_load_n(&e->armed_all, __ATOMIC_RELAXED);

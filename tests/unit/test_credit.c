@@ -156,14 +156,14 @@ static void check_invariants(struct fs_stream *a, struct fs_stream *b)
 	pthread_mutex_lock(&engine->lock);
 	check_stream(a, b, "A");
 	check_stream(b, a, "B");
-	pthread_mutex_unlock(&engine->lock);
+	fs_engine_unlock(engine);
 }
 
 static void progress(void)
 {
 	pthread_mutex_lock(&engine->lock);
 	fs_engine_progress(engine);
-	pthread_mutex_unlock(&engine->lock);
+	fs_engine_unlock(engine);
 }
 
 /* One nonblocking write of LEN (random if 0) bytes on F. Returns what
@@ -253,7 +253,7 @@ static void settle(void)
 	for (int i = 0; i < 200; i++) {
 		pthread_mutex_lock(&engine->lock);
 		int handled = fs_engine_progress(engine);
-		pthread_mutex_unlock(&engine->lock);
+		fs_engine_unlock(engine);
 		if (!handled && i > 10)
 			break;
 		usleep(100);
@@ -276,7 +276,7 @@ static int make_pair(uint64_t token, struct fs_stream **a, struct fs_stream **b)
 		ret_b = fs_stream_connect(engine, *b, (*a)->id, (*a)->credit.floor, chunk, fs_engine_pull_shift(erail), erail->rail.addr,
 					  erail->rail.addr_len, false);
 	}
-	pthread_mutex_unlock(&engine->lock);
+	fs_engine_unlock(engine);
 	CHECK(*a && *b);
 	CHECK(nak_a == FS_NAK_NONE && nak_b == FS_NAK_NONE);
 	CHECK(ret_a == 0 && ret_b == 0);
@@ -348,7 +348,7 @@ static void test_backpressure(struct fs_stream *a, struct fs_stream *b, uint64_t
 	pthread_mutex_lock(&engine->lock);
 	credits_before = b->ctrl_sent;
 	limit_before = a->peer_limit;
-	pthread_mutex_unlock(&engine->lock);
+	fs_engine_unlock(engine);
 
 	for (step = 0; step < 10000; step++) {
 		n = flow_send(&f, 0);
@@ -382,7 +382,7 @@ static void test_backpressure(struct fs_stream *a, struct fs_stream *b, uint64_t
 	CHECK(a->tx_seq == a->peer_limit); /* every credit in use */
 	CHECK(a->txq_count == fs_params.send_queue);
 	CHECK(b->rx_bytes <= (uint64_t)b->window * chunk + FS_CREDIT_SMALL_BYTES);
-	pthread_mutex_unlock(&engine->lock);
+	fs_engine_unlock(engine);
 	CHECK(fs_stream_readable(b) > 0);
 
 	/* B reads everything: credits return and the queue drains. */
@@ -392,7 +392,7 @@ static void test_backpressure(struct fs_stream *a, struct fs_stream *b, uint64_t
 	CHECK(b->ctrl_sent != credits_before); /* CREDIT messages went out */
 	CHECK(a->peer_limit != limit_before);
 	CHECK(a->txq_count == 0);
-	pthread_mutex_unlock(&engine->lock);
+	fs_engine_unlock(engine);
 
 	/* A can write again, and that arrives too. */
 	n = flow_send(&f, 0);
@@ -419,7 +419,7 @@ static void test_quiescent(struct fs_stream *a, struct fs_stream *b)
 	CHECK(a->peer_limit == b->credit.limit && b->peer_limit == a->credit.limit);
 	check_stream(a, b, "A");
 	check_stream(b, a, "B");
-	pthread_mutex_unlock(&engine->lock);
+	fs_engine_unlock(engine);
 }
 
 /* MSG_PEEK looks without consuming, also across messages. */
@@ -649,7 +649,7 @@ static void test_shutdown(struct fs_stream *a, struct fs_stream *b, uint64_t key
 	CHECK(a->fin_done && b->fin_done);
 	check_stream(a, b, "A");
 	check_stream(b, a, "B");
-	pthread_mutex_unlock(&engine->lock);
+	fs_engine_unlock(engine);
 }
 
 /* A message tagged with a token the receiving stream does not have is not
@@ -668,7 +668,7 @@ static void test_wrong_token(struct fs_stream *b)
 	if (stranger)
 		ret = fs_stream_connect(engine, stranger, b->id, b->window, chunk, fs_engine_pull_shift(erail), erail->rail.addr,
 					erail->rail.addr_len, false);
-	pthread_mutex_unlock(&engine->lock);
+	fs_engine_unlock(engine);
 	CHECK(stranger && ret == 0);
 	if (!stranger || ret)
 		return;
@@ -697,7 +697,7 @@ static void test_close(struct fs_stream *a, struct fs_stream *b, const char *lab
 		fs_engine_progress(engine);
 		a_gone = engine->streams[id_a] != a;
 		b_gone = engine->streams[id_b] != b;
-		pthread_mutex_unlock(&engine->lock);
+		fs_engine_unlock(engine);
 		if (a_gone && b_gone)
 			break;
 		usleep(1000);
@@ -740,11 +740,11 @@ static void test_stale_pull(struct fs_stream *a, struct fs_stream *b, uint64_t k
 	 * stale. (The process's service thread looks too, on its own.) */
 	for (int look = 0; look < 3 && b->unpulled; look++)
 		fs_engine_pull_stale(engine);
-	pthread_mutex_unlock(&engine->lock);
+	fs_engine_unlock(engine);
 	settle();
 	pthread_mutex_lock(&engine->lock);
 	inflight = a->tx_inflight;
-	pthread_mutex_unlock(&engine->lock);
+	fs_engine_unlock(engine);
 	printf("stale pull: %u announced, %u unpulled now; sender's sends in flight after: %u\n", unpulled,
 	       b->unpulled, inflight);
 	CHECK(unpulled == 2 && b->unpulled == 0 && inflight == 0);
@@ -785,14 +785,14 @@ static void test_edges(struct fs_stream *a, struct fs_stream *b, uint64_t key)
 	/* every post refused: the queue fills without anything going out */
 	pthread_mutex_lock(&engine->lock);
 	fs_fault_post_eagain = 1000000;
-	pthread_mutex_unlock(&engine->lock);
+	fs_engine_unlock(engine);
 	while (queued < 64 && flow_send(&f, 40000) > 0)
 		queued++;
 	ev = fs_stream_poll_state(a, &gen_before);
 	CHECK(!(ev & POLLOUT));
 	pthread_mutex_lock(&engine->lock);
 	fs_fault_post_eagain = 0;
-	pthread_mutex_unlock(&engine->lock);
+	fs_engine_unlock(engine);
 	progress(); /* the retry of refused sends */
 	ev = fs_stream_poll_state(a, &gen_after);
 	printf("edges: %d writes queued while the provider refused; after the retry generation %u -> %u, events %#x\n",
@@ -830,7 +830,7 @@ static void test_credit_retry(struct fs_stream *a, struct fs_stream *b, uint64_t
 	pthread_mutex_lock(&engine->lock);
 	CHECK(a->txq_head != NULL); /* bytes wait for credit */
 	fs_fault_post_eagain = 1000000;
-	pthread_mutex_unlock(&engine->lock);
+	fs_engine_unlock(engine);
 	/* what arrived (the whole window), until a CREDIT post was refused;
 	 * a read may wait for a payload being pulled meanwhile */
 	deadline = fs_now_ns() + 2000000000ull;
@@ -840,7 +840,7 @@ static void test_credit_retry(struct fs_stream *a, struct fs_stream *b, uint64_t
 			continue;
 		pthread_mutex_lock(&engine->lock);
 		pending_after_reads = b->credit_pending;
-		pthread_mutex_unlock(&engine->lock);
+		fs_engine_unlock(engine);
 		if (pending_after_reads || n != -EAGAIN)
 			break;
 		progress();
@@ -849,14 +849,14 @@ static void test_credit_retry(struct fs_stream *a, struct fs_stream *b, uint64_t
 	pthread_mutex_lock(&engine->lock);
 	pending_after_reads = b->credit_pending;
 	fs_fault_post_eagain = 0;
-	pthread_mutex_unlock(&engine->lock);
+	fs_engine_unlock(engine);
 	/* no read on B from here until the retry is seen */
 	deadline = fs_now_ns() + 2000000000ull;
 	do {
 		progress();
 		pthread_mutex_lock(&engine->lock);
 		pending_after = b->credit_pending;
-		pthread_mutex_unlock(&engine->lock);
+		fs_engine_unlock(engine);
 		if (!pending_after)
 			break;
 		usleep(100);
@@ -903,7 +903,7 @@ static bool bell_armed_after(struct fs_stream *b)
 	fs_bell_drain(engine);
 	pthread_mutex_lock(&engine->lock);
 	armed = b->peer_armed;
-	pthread_mutex_unlock(&engine->lock);
+	fs_engine_unlock(engine);
 	return armed;
 }
 
@@ -929,7 +929,7 @@ static void test_bell_forged(struct fs_stream *b)
 	pthread_mutex_lock(&engine->lock);
 	fs_bell_set_peer(b, (struct sockaddr *)&peer, (struct sockaddr *)&local, port);
 	b->peer_armed = false;
-	pthread_mutex_unlock(&engine->lock);
+	fs_engine_unlock(engine);
 
 	bell_send(stranger, FS_BELL_ARM, b, (uint32_t)b->token, "127.0.0.1", "127.0.0.1"); /* another port */
 	wrong_port = bell_armed_after(b);
@@ -968,7 +968,7 @@ static void test_bell_forged(struct fs_stream *b)
 	pthread_mutex_lock(&engine->lock);
 	b->peer_armed = false;
 	fs_bell_set_peer(b, NULL, NULL, 0);
-	pthread_mutex_unlock(&engine->lock);
+	fs_engine_unlock(engine);
 	fs_real.close(stranger);
 }
 
@@ -978,7 +978,7 @@ static bool peer_armed(struct fs_stream *s)
 
 	pthread_mutex_lock(&engine->lock);
 	v = s->peer_armed;
-	pthread_mutex_unlock(&engine->lock);
+	fs_engine_unlock(engine);
 	return v;
 }
 
@@ -1007,7 +1007,7 @@ static void test_bell_inline(struct fs_stream *a, struct fs_stream *b, uint64_t 
 	fs_bell_set_peer(a, (struct sockaddr *)&lo, (struct sockaddr *)&lo, port);
 	fs_bell_set_peer(b, (struct sockaddr *)&lo, (struct sockaddr *)&lo, port);
 	a->armed = b->armed = a->peer_armed = b->peer_armed = false;
-	pthread_mutex_unlock(&engine->lock);
+	fs_engine_unlock(engine);
 
 	/* not sleepy: a message carries no ARM */
 	__atomic_store_n(&engine->sleepy, false, __ATOMIC_RELAXED);
@@ -1022,14 +1022,14 @@ static void test_bell_inline(struct fs_stream *a, struct fs_stream *b, uint64_t 
 	CHECK(flow_send(&ab, 100) == 100);
 	pthread_mutex_lock(&engine->lock);
 	a_armed = a->armed;
-	pthread_mutex_unlock(&engine->lock);
+	fs_engine_unlock(engine);
 	CHECK(a_armed && stat_now(&fs_stats.bell_arms_inline) == flagged + 1);
 	progress();
 	CHECK(peer_armed(b));
 	flow_drain(&ab, ab.sent);
 	pthread_mutex_lock(&engine->lock);
 	CHECK(b->ctrl_sent == a->ctrl_processed); /* B's reads sent no CREDIT A has not seen */
-	pthread_mutex_unlock(&engine->lock);
+	fs_engine_unlock(engine);
 	/* B's next message rings A (and arms B in turn) */
 	rings = stat_now(&fs_stats.bell_rings_sent);
 	CHECK(flow_send(&ba, 100) == 100);
@@ -1043,7 +1043,7 @@ static void test_bell_inline(struct fs_stream *a, struct fs_stream *b, uint64_t 
 	/* crossing: B posts before it reads A's ARM, so it rings at once */
 	pthread_mutex_lock(&engine->lock);
 	a->peer_armed = b->peer_armed = false;
-	pthread_mutex_unlock(&engine->lock);
+	fs_engine_unlock(engine);
 	CHECK(flow_send(&ab, 100) == 100); /* flagged: A was disarmed by B's message */
 	CHECK(stat_now(&fs_stats.bell_arms_inline) == flagged + 3);
 	CHECK(flow_send(&ba, 100) == 100); /* B is still armed: not flagged */
@@ -1071,7 +1071,7 @@ static void test_bell_inline(struct fs_stream *a, struct fs_stream *b, uint64_t 
 	a->armed = b->armed = a->peer_armed = b->peer_armed = false;
 	fs_bell_set_peer(a, NULL, NULL, 0);
 	fs_bell_set_peer(b, NULL, NULL, 0);
-	pthread_mutex_unlock(&engine->lock);
+	fs_engine_unlock(engine);
 	CHECK(ab.mismatches == 0 && ab.sum_sent == ab.sum_received);
 	CHECK(ba.mismatches == 0 && ba.sum_sent == ba.sum_received);
 	test_quiescent(a, b);
@@ -1165,13 +1165,13 @@ static void test_grants(uint64_t token, uint64_t key)
 	/* what A and B advertised before stays charged until used: a grant
 	 * may grow back within that, never beyond */
 	used = engine->budget.used;
-	pthread_mutex_unlock(&engine->lock);
+	fs_engine_unlock(engine);
 	CHECK(stat_now(&fs_stats.credit_shrinks) > shrinks);
 	test_transfer(a, b, 2u << 20, key + 2);
 	pthread_mutex_lock(&engine->lock);
 	CHECK(engine->budget.used <= used);
 	engine->budget.cap = cap;
-	pthread_mutex_unlock(&engine->lock);
+	fs_engine_unlock(engine);
 	printf("grants: %llu grows, %llu shrinks, %llu refused by the budget\n",
 	       (unsigned long long)(stat_now(&fs_stats.credit_grows) - grows),
 	       (unsigned long long)(stat_now(&fs_stats.credit_shrinks) - shrinks),
@@ -1199,12 +1199,12 @@ static void test_refused_then_shrunk(uint64_t token, uint64_t key)
 	b->credit.grant = b->credit.max; /* grown as far as it goes (a test shortcut) */
 	if (!fs_dlist_linked(&b->grant_link))
 		fs_dlist_add(&engine->grown, &b->grant_link);
-	pthread_mutex_unlock(&engine->lock);
+	fs_engine_unlock(engine);
 	/* B writes while every post is refused: its header offers the grown grant */
 	flow_init(&ba, b, a, key + 1);
 	pthread_mutex_lock(&engine->lock);
 	fs_fault_post_eagain = 1000000;
-	pthread_mutex_unlock(&engine->lock);
+	fs_engine_unlock(engine);
 	CHECK(flow_send(&ba, 100) == 100);
 	pthread_mutex_lock(&engine->lock);
 	told = b->credit.limit;
@@ -1213,7 +1213,7 @@ static void test_refused_then_shrunk(uint64_t token, uint64_t key)
 		fs_engine_grants_idle(engine);
 	CHECK(b->credit.grant == b->credit.floor);
 	fs_fault_post_eagain = 0;
-	pthread_mutex_unlock(&engine->lock);
+	fs_engine_unlock(engine);
 	settle();
 	flow_drain(&ba, 100);
 	settle();
@@ -1221,7 +1221,7 @@ static void test_refused_then_shrunk(uint64_t token, uint64_t key)
 	printf("refused then shrunk: B's limit %u while refused, %u now; A knows %u\n", told, b->credit.limit,
 	       a->peer_limit);
 	CHECK(a->peer_limit == b->credit.limit);
-	pthread_mutex_unlock(&engine->lock);
+	fs_engine_unlock(engine);
 	/* and A can still send all B lets it */
 	flow_init(&ab, a, b, key + 2);
 	CHECK(flow_send(&ab, 300000) > 0);
@@ -1269,7 +1269,7 @@ static void test_close_unread(struct fs_stream *a, struct fs_stream *b)
 	for (struct fs_buf *buf = b->rxq_head; buf; buf = buf->next)
 		pulls += buf->kind == FS_MSG_PULL && buf->pull == FS_PULL_NONE;
 	inflight = a->tx_inflight;
-	pthread_mutex_unlock(&engine->lock);
+	fs_engine_unlock(engine);
 	printf("close unread: %u announced payloads unpulled, %u sends in flight\n", pulls, inflight);
 	CHECK(pulls == 3 && inflight == 3);
 	fs_stream_close(b, -1, false, false); /* unread data: a reset */
@@ -1278,7 +1278,7 @@ static void test_close_unread(struct fs_stream *a, struct fs_stream *b)
 		fs_engine_progress(engine);
 		inflight = a->tx_inflight;
 		gone = engine->streams[id_b] != b;
-		pthread_mutex_unlock(&engine->lock);
+		fs_engine_unlock(engine);
 		if (!inflight && gone)
 			break;
 		usleep(1000);
@@ -1290,7 +1290,7 @@ static void test_close_unread(struct fs_stream *a, struct fs_stream *b)
 	settle();
 	pthread_mutex_lock(&engine->lock);
 	CHECK(engine->streams[id_a] != a);
-	pthread_mutex_unlock(&engine->lock);
+	fs_engine_unlock(engine);
 	fs_stream_drop_app(a);
 	fs_stream_drop_app(b);
 }
@@ -1311,7 +1311,7 @@ static void test_shared_stalled(uint64_t token, uint64_t key)
 	pthread_mutex_lock(&engine->lock);
 	saved = erail->data_target;
 	erail->data_target = 2;
-	pthread_mutex_unlock(&engine->lock);
+	fs_engine_unlock(engine);
 	if (make_pair(token, &a, &b) == 0) {
 		if (make_pair(token + 1, &c, &d) == 0) {
 			flow_init(&stalled, a, b, key);
@@ -1321,7 +1321,7 @@ static void test_shared_stalled(uint64_t token, uint64_t key)
 			settle();
 			pthread_mutex_lock(&engine->lock);
 			held = erail->held_data;
-			pthread_mutex_unlock(&engine->lock);
+			fs_engine_unlock(engine);
 			printf("shared receives: %llu bytes wait for a stalled reader, %u shared buffers kept, "
 			       "%llu messages copied out\n",
 			       (unsigned long long)stalled.sent, held,
@@ -1337,7 +1337,7 @@ static void test_shared_stalled(uint64_t token, uint64_t key)
 	}
 	pthread_mutex_lock(&engine->lock);
 	erail->data_target = saved;
-	pthread_mutex_unlock(&engine->lock);
+	fs_engine_unlock(engine);
 }
 
 /* Many streams on one rail at once, far more than the provider's receive
@@ -1396,7 +1396,7 @@ int main(void)
 		return fs_check_done();
 	pthread_mutex_lock(&engine->lock);
 	ret = fs_engine_rail(engine, FS_PROV_SHM, NULL, true, &erail, why, sizeof(why));
-	pthread_mutex_unlock(&engine->lock);
+	fs_engine_unlock(engine);
 	if (ret && strstr(why, "not usable"))
 		return fs_check_skip(why);
 	if (ret)
@@ -1510,7 +1510,7 @@ int main(void)
 	CHECK(engine->live_streams != 0 || engine->budget.used == 0);
 	printf("budget: %llu bytes charged, %u streams live\n", (unsigned long long)engine->budget.used,
 	       engine->live_streams);
-	pthread_mutex_unlock(&engine->lock);
+	fs_engine_unlock(engine);
 	fs_engine_shutdown();
 	CHECK(engine->orphans == NULL);
 	CHECK(engine->budget.used == 0);
