@@ -536,7 +536,7 @@ static ssize_t fs_recv_to_sink(struct fs_engine *e, struct fs_stream *s, const s
 	if (!n || s->pulling)
 		return 0;
 	s->pulling = true;
-	pthread_mutex_unlock(&e->lock);
+	fs_engine_unlock(e);
 	took = sink(arg, iov->iov_base, n);
 	pthread_mutex_lock(&e->lock);
 	s->pulling = false;

@@ -36,7 +36,7 @@ bool fs_tcpfirst_offer(struct fs_engine *e, struct fs_stream *s)
 	/* The reader takes the server's ONTO from now on, in case the ACK
 	 * agrees and the server switches before we took the ACK. */
 	fs_tf_set(&s->tf_rx_tcp, true);
-	pthread_mutex_unlock(&e->lock);
+	fs_engine_unlock(e);
 	return true;
 }
 
@@ -48,7 +48,7 @@ bool fs_tcpfirst_server_agree(struct fs_engine *e, struct fs_stream *s, uint16_t
 	pthread_mutex_lock(&e->lock);
 	fs_tf_set(&s->tf_tx_tcp, true);
 	fs_tf_set(&s->tf_rx_tcp, true);
-	pthread_mutex_unlock(&e->lock);
+	fs_engine_unlock(e);
 	FS_STAT_INC(tcp_first_streams);
 	return true;
 }
@@ -87,7 +87,7 @@ void fs_tcpfirst_client_agreed(struct fs_engine *e, struct fs_stream *s, bool of
 	if (!offered || !(ack_flags & FS_HELLO_TCP_FIRST)) {
 		fs_tf_set(&s->tf_rx_tcp, false);
 		fs_tf_set(&s->tf_tx_tcp, false);
-		pthread_mutex_unlock(&e->lock);
+		fs_engine_unlock(e);
 		return;
 	}
 	FS_STAT_INC(tcp_first_streams);
@@ -99,7 +99,7 @@ void fs_tcpfirst_client_agreed(struct fs_engine *e, struct fs_stream *s, bool of
 	} else {
 		fs_tf_set(&s->tf_tx_tcp, true);
 	}
-	pthread_mutex_unlock(&e->lock);
+	fs_engine_unlock(e);
 }
 
 /* ---- the writer ---------------------------------------------------------- */
@@ -137,7 +137,7 @@ ssize_t fs_tcpfirst_kernel_send(struct fs_stream *s, int fd, const struct msghdr
 	s->tf_tx_busy--;
 	if (n > 0)
 		s->tf_tx_bytes += (uint64_t)n;
-	pthread_mutex_unlock(&e->lock);
+	fs_engine_unlock(e);
 	return n < 0 ? -err : n;
 }
 
