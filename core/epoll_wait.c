@@ -48,7 +48,8 @@ static uint32_t fs_member_ready_in(struct fs_ep_member *m, bool engine_locked)
 			m->disarmed = true;
 		return EPOLLIN;
 	}
-	if (m->disarmed || m->s->pid != fs_self_pid() || !m->s->stream)
+	/* (pid: atomic, the service thread settles a client's socket) */
+	if (m->disarmed || __atomic_load_n(&m->s->pid, __ATOMIC_RELAXED) != fs_self_pid() || !m->s->stream)
 		return 0;
 	ev = engine_locked ? fs_stream_events_locked(m->s->stream, &gen) : fs_stream_poll_state(m->s->stream, &gen);
 	m->look_gen = gen;
@@ -92,7 +93,7 @@ static uint32_t fs_member_kernel_event(struct fs_epoll *fe, struct fs_ep_member 
 	}
 	if (m->reg == FS_EP_REG_CONTROL) {
 		/* the peer's control connection moved: a close or a reset */
-		if (s->stream && s->pid == fs_self_pid())
+		if (s->stream && __atomic_load_n(&s->pid, __ATOMIC_RELAXED) == fs_self_pid())
 			fs_stream_note_ctl(s->stream, s->fd);
 		return m->parked ? 0 : fs_member_ready(m);
 	}
@@ -207,6 +208,11 @@ static int fs_member_look_unsettled(struct fs_epoll *fe, struct fs_ep_member *m,
 		 * host's service thread may give too late: once per
 		 * listener and scan, this thread answers */
 		*drained = fs_sock_drain_probes(m->s, *drained);
+		/* a nonblocking sender told -EAGAIN: settled for it once its
+		 * wait is over, then reported writable (offloaded: its stream;
+		 * TCP: the kernel entry, made anew, reports it) */
+		if (fs_sock_settle_owed(m->s))
+			fs_member_fixup(fe, m);
 	}
 	return n;
 }

@@ -66,9 +66,71 @@ static char fs_fabric_why[160];
 static void (*fs_fabric_exit_teardown)(void);
 /* FI_SHM_DISABLE_CMA was on when libfabric was loaded (fs_fabric_do_load). */
 bool fs_fabric_cma_off;
-/* fabsock set FI_PROVIDER_PATH for libfabric's initialisation and takes it
- * back after the first fi_getinfo (fs_fabric_getinfo). */
-static bool fs_fabric_path_ours;
+/*
+ * The variables fabsock puts in the environment for libfabric and the
+ * libraries it loads, each only where the user has not set it (the user's
+ * value always wins and is never touched), and each taken back as soon as
+ * its reader has read it, so that the programs this process runs (exec,
+ * system, posix_spawn) and a libfabric of the application's own never see
+ * them. Where each is read (libfabric 1.17; seen with a getenv spy, and in
+ * its source):
+ *  - IPATH_NO_BACKTRACE: libinfinipath's constructor, at the dlopen of
+ *    libfabric, when the real PSM library loads (not with the stand-ins);
+ *    and its destructor, at exit: unset then, the destructor puts back six
+ *    signal actions it never saved (SIGSEGV, SIGBUS, SIGILL, SIGABRT,
+ *    SIGINT, SIGTERM: the default, over the application's). So it is set
+ *    only when the real library is about to load, and kept only if it did.
+ *  - FI_EFA_FORK_SAFE (EFA_INI: rxr_env_initialize), FI_SHM_DISABLE_CMA
+ *    (SHM_INI: smr_init_env), FI_OFI_RXM_BUFFER_SIZE (RXM_INI:
+ *    rxm_init_infos), FI_PROVIDER_PATH: libfabric's initialisation, inside
+ *    the first fi_getinfo; taken back when it returns (fs_fabric_getinfo).
+ *  - FI_OFI_RXM_EAGER_LIMIT: every rxm fi_endpoint (rxm_ep_init_proto);
+ *    set around a tcp rail's only (fs_rail_open_objects).
+ * fi_param_get reads the variable each time (getenv), so nothing is kept
+ * from the environment after the read. The writes race with an
+ * application thread's getenv (glibc's setenv may move the environ array
+ * under a reader); they are bounded to the first rail's load and first
+ * fi_getinfo, once per process, and each tcp rail's opening; fabsock's
+ * own threads read the environment only under the same once or engine
+ * lock.
+ */
+enum {
+	FS_ENV_IPATH_NO_BACKTRACE,
+	FS_ENV_EFA_FORK_SAFE,
+	FS_ENV_SHM_DISABLE_CMA,
+	FS_ENV_RXM_BUFFER_SIZE,
+	FS_ENV_RXM_EAGER_LIMIT,
+	FS_ENV_PROVIDER_PATH,
+	FS_ENV_MAX_
+};
+static const char *const fs_fabric_env_names[FS_ENV_MAX_] = {
+	[FS_ENV_IPATH_NO_BACKTRACE] = "IPATH_NO_BACKTRACE",
+	[FS_ENV_EFA_FORK_SAFE] = "FI_EFA_FORK_SAFE",
+	[FS_ENV_SHM_DISABLE_CMA] = "FI_SHM_DISABLE_CMA",
+	[FS_ENV_RXM_BUFFER_SIZE] = "FI_OFI_RXM_BUFFER_SIZE",
+	[FS_ENV_RXM_EAGER_LIMIT] = "FI_OFI_RXM_EAGER_LIMIT",
+	[FS_ENV_PROVIDER_PATH] = "FI_PROVIDER_PATH",
+};
+/* which of them fabsock set and has not taken back yet */
+static bool fs_fabric_env_ours[FS_ENV_MAX_];
+/* fabsock gave rxm its buffer size: its eager limit goes with it */
+static bool fs_fabric_rxm_tuned;
+
+/* Sets variable WHICH to VALUE unless the environment has it. */
+static void fs_fabric_env_set(unsigned which, const char *value)
+{
+	const char *name = fs_fabric_env_names[which];
+
+	if (!getenv(name) && setenv(name, value, 0) == 0)
+		__atomic_store_n(&fs_fabric_env_ours[which], true, __ATOMIC_RELEASE);
+}
+
+/* Takes variable WHICH back if fabsock set it (once, whoever calls). */
+static void fs_fabric_env_unset(unsigned which)
+{
+	if (__atomic_exchange_n(&fs_fabric_env_ours[which], false, __ATOMIC_ACQ_REL))
+		unsetenv(fs_fabric_env_names[which]);
+}
 
 static bool fs_env_true(const char *name)
 {
@@ -159,17 +221,21 @@ static void fs_fabric_set_provider_path(void)
 	if (!slash || (size_t)(slash - dir) + sizeof("/libfabric") > sizeof(dir))
 		return;
 	strcpy(slash, "/libfabric");
-	fs_fabric_path_ours = setenv("FI_PROVIDER_PATH", dir, 0) == 0;
+	fs_fabric_env_set(FS_ENV_PROVIDER_PATH, dir);
 }
 
-/* fi_getinfo; the first one initialises libfabric, which has then read
- * FI_PROVIDER_PATH (fs_fabric_set_provider_path). Under the guard. */
+/* fi_getinfo; the first one initialises libfabric (its providers' INI
+ * functions), which has then read the variables set for it (see
+ * fs_fabric_env_names). libfabric initialises under its own lock, so a
+ * second thread's first call returns after that too. Under the guard. */
 static int fs_fabric_getinfo(struct fi_info *hints, struct fi_info **list)
 {
 	int ret = fs_fi.getinfo(fs_fabric_api_version(), NULL, NULL, 0, hints, list);
 
-	if (__atomic_exchange_n(&fs_fabric_path_ours, false, __ATOMIC_ACQ_REL))
-		unsetenv("FI_PROVIDER_PATH");
+	fs_fabric_env_unset(FS_ENV_PROVIDER_PATH);
+	fs_fabric_env_unset(FS_ENV_EFA_FORK_SAFE);
+	fs_fabric_env_unset(FS_ENV_SHM_DISABLE_CMA);
+	fs_fabric_env_unset(FS_ENV_RXM_BUFFER_SIZE);
 	return ret;
 }
 
@@ -188,8 +254,9 @@ static int fs_fabric_getinfo(struct fi_info *hints, struct fi_info **list)
  * posted receive (dynamic receive buffers), and only an unexpected message
  * larger than a buffer takes a malloc instead. The eager limit, which is
  * the buffer size unless set, stays at rxm's 16 KiB, so messages keep
- * their protocol. The provider reads these at its initialisation and when
- * an endpoint is enabled; a user's own settings win. */
+ * their protocol. The provider reads the buffer size at its initialisation
+ * and the eager limit at each endpoint's opening (see fs_fabric_env_names);
+ * a user's own settings win. */
 static void fs_fabric_tune_rxm(void)
 {
 	char size[24];
@@ -197,20 +264,29 @@ static void fs_fabric_tune_rxm(void)
 	if (!fs_params.rxm_buffer_size || getenv("FI_OFI_RXM_BUFFER_SIZE"))
 		return;
 	snprintf(size, sizeof(size), "%u", (unsigned)fs_params.rxm_buffer_size);
-	setenv("FI_OFI_RXM_BUFFER_SIZE", size, 0);
-	setenv("FI_OFI_RXM_EAGER_LIMIT", "16384", 0);
+	fs_fabric_env_set(FS_ENV_RXM_BUFFER_SIZE, size);
+	fs_fabric_rxm_tuned = true;
 }
 
-static void fs_fabric_do_load(void)
+/* Whether the real libinfinipath is in the process. */
+static bool fs_fabric_ipath_loaded(void)
+{
+	void *ipath = dlopen("libinfinipath.so.4", RTLD_NOW | RTLD_NOLOAD);
+
+	if (ipath)
+		dlclose(ipath);
+	return ipath != NULL;
+}
+
+static void fs_fabric_do_load_inner(void)
 {
 	static const char *const names[] = { "libfabric.so.1", "libfabric.so" };
 	void *lib = NULL;
+	bool ipath_before;
 
-	/* Debian's libfabric pulls in libinfinipath, whose constructor installs
-	 * signal handlers unless told not to; EFA aborts on fork() unless it was
-	 * made fork safe before it initialised. Respect what the user set. */
-	setenv("IPATH_NO_BACKTRACE", "1", 0);
-	setenv("FI_EFA_FORK_SAFE", "1", 0);
+	/* EFA aborts on fork() unless it was made fork safe before it
+	 * initialised. Respect what the user set. */
+	fs_fabric_env_set(FS_ENV_EFA_FORK_SAFE, "1");
 	/* shm moves large messages with process_vm_readv: the receiver reads
 	 * the sender's memory, which the kernel allows only into a dumpable
 	 * process. One that changed user (a worker that dropped root, memcached
@@ -218,11 +294,19 @@ static void fs_fabric_do_load(void)
 	 * through the shared segments instead. The provider reads this when it
 	 * initialises, which is now, in the process that offloads. */
 	if (!fs_self_dumpable())
-		setenv("FI_SHM_DISABLE_CMA", "1", 0);
+		fs_fabric_env_set(FS_ENV_SHM_DISABLE_CMA, "1");
 	fs_fabric_cma_off = fs_env_true("FI_SHM_DISABLE_CMA");
 	fs_fabric_tune_rxm();
 
 	fs_fabric_load_stubs();
+	/* Debian's libfabric pulls in libinfinipath (unless the stand-ins
+	 * took its place), whose constructor installs signal handlers unless
+	 * told not to. Not when the application loaded it already: its
+	 * constructor has run, and the variable would only change what its
+	 * destructor does. */
+	ipath_before = fs_fabric_ipath_loaded();
+	if (!ipath_before)
+		fs_fabric_env_set(FS_ENV_IPATH_NO_BACKTRACE, "1");
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]) && !lib; i++)
 		lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
 	if (!lib && fs_fabric_drop_stubs()) {
@@ -231,6 +315,10 @@ static void fs_fabric_do_load(void)
 		for (size_t i = 0; i < sizeof(names) / sizeof(names[0]) && !lib; i++)
 			lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
 	}
+	/* the real library's destructor reads it again at exit (see
+	 * fs_fabric_env_names): kept then, and only then */
+	if (ipath_before || !fs_fabric_ipath_loaded())
+		fs_fabric_env_unset(FS_ENV_IPATH_NO_BACKTRACE);
 	if (!lib) {
 		snprintf(fs_fabric_why, sizeof(fs_fabric_why), "cannot load libfabric: %s", dlerror());
 		return;
@@ -256,6 +344,18 @@ static void fs_fabric_do_load(void)
 	FS_STAT_INC(fabric_loads);
 	if (fs_fabric_exit_teardown && dlsym(RTLD_DEFAULT, "__tsan_init"))
 		atexit(fs_fabric_exit_teardown);
+}
+
+static void fs_fabric_do_load(void)
+{
+	fs_fabric_do_load_inner();
+	/* no fi_getinfo will read what was set for it (IPATH_NO_BACKTRACE was
+	 * decided after the dlopen: a libfabric that loaded without a symbol
+	 * we need stays loaded, and the real libinfinipath with it) */
+	if (fs_fabric_status)
+		for (unsigned which = 0; which < FS_ENV_MAX_; which++)
+			if (which != FS_ENV_IPATH_NO_BACKTRACE)
+				fs_fabric_env_unset(which);
 }
 
 void fs_fabric_set_exit_teardown(void (*fn)(void))
@@ -687,7 +787,11 @@ static int fs_rail_open_objects(struct fs_rail *rail, struct fi_info *fi, const 
 	*step = "fi_endpoint";
 	/* fault injection: the step a full /dev/shm fails at, with what was
 	 * opened before it to undo */
+	/* rxm reads its eager limit at every endpoint (fs_fabric_tune_rxm) */
+	if (rail->kind == FS_PROV_TCP && fs_fabric_rxm_tuned)
+		fs_fabric_env_set(FS_ENV_RXM_EAGER_LIMIT, "16384");
 	ret = fs_params.test_provider_fail ? -FI_ENOMEM : fi_endpoint(rail->domain, fi, &rail->ep, NULL);
+	fs_fabric_env_unset(FS_ENV_RXM_EAGER_LIMIT);
 	if (ret)
 		goto err_cq;
 	fs_rail_stamp("fi_endpoint", t);

@@ -997,8 +997,6 @@ static enum fs_client_kind fs_client_kind(struct fs_sock *s, const struct sockad
 
 int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 {
-	enum fs_client_kind kind = FS_CLIENT_UNKNOWN;
-	uint32_t client_inode = 0;
 	struct sockaddr_storage peer;
 	socklen_t plen = sizeof(peer);
 	struct fs_probe_rec rec;
@@ -1006,7 +1004,6 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 	enum fs_rec_state state;
 	uint8_t addr[16];
 	uint16_t port;
-	uint64_t wait_end_ns = 0;
 	short seen = POLLRDHUP; /* what the last readable poll said (unknown: as if closed) */
 
 	if (s->neg->accepted_len) {
@@ -1081,33 +1078,44 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 			 * FIRST_SEND_WAIT_MS, as before. Another client's probe (or a
 			 * signal) may end a poll early, so the wait runs to its end,
 			 * not to the first datagram; the client's own bytes or FIN
-			 * end it. */
+			 * end it. The wait is the connection's (s->neg), not the
+			 * call's: a nonblocking sender (DEADLINE_NS) never waits in
+			 * it, it gets -EAGAIN until the wait is over (a send never
+			 * blocks in the kernel), and its next call goes on with the
+			 * same wait; fs_sock_settle then owes it its writability. */
 			struct pollfd u[2] = { { .fd = fs_listener_fd(s->listener), .events = POLLIN },
 					       { .fd = s->fd, .events = POLLIN | POLLRDHUP } };
+			struct fs_sock_neg *neg = s->neg;
 			uint64_t now = fs_now_ns(), slice;
 
-			if (!wait_end_ns) {
-				kind = fs_client_kind(s, (struct sockaddr *)&peer, addr, port, &client_inode);
-				wait_end_ns = now;
-				if (kind == FS_CLIENT_UNKNOWN)
-					wait_end_ns += fs_params.first_send_wait_ms * FS_MS;
-				else if (kind == FS_CLIENT_INTENT)
-					wait_end_ns += fs_params.probe_timeout_ms * FS_MS;
-				if (kind == FS_CLIENT_INTENT)
+			if (!neg->send_wait_started) {
+				neg->send_wait_started = true;
+				neg->send_wait_kind = (unsigned char)fs_client_kind(s, (struct sockaddr *)&peer, addr,
+										    port, &neg->send_client_inode);
+				neg->send_wait_end_ns = now;
+				if (neg->send_wait_kind == FS_CLIENT_UNKNOWN)
+					neg->send_wait_end_ns += fs_params.first_send_wait_ms * FS_MS;
+				else if (neg->send_wait_kind == FS_CLIENT_INTENT)
+					neg->send_wait_end_ns += fs_params.probe_timeout_ms * FS_MS;
+				if (neg->send_wait_kind == FS_CLIENT_INTENT)
 					FS_STAT_INC(server_first_intent_waits);
-				else if (kind == FS_CLIENT_UNKNOWN)
+				else if (neg->send_wait_kind == FS_CLIENT_UNKNOWN)
 					FS_STAT_INC(server_first_unseen_waits);
-			} else if (kind == FS_CLIENT_INTENT &&
-				   fs_history_client_note(client_inode) != FS_HISTORY_NOTE_INTENT) {
+			} else if (neg->send_wait_kind == FS_CLIENT_INTENT && now < neg->send_wait_end_ns &&
+				   fs_history_client_note(neg->send_client_inode) != FS_HISTORY_NOTE_INTENT) {
 				/* taken back: the client decided not to probe after all */
-				kind = FS_CLIENT_PLAIN;
-				wait_end_ns = now;
+				neg->send_wait_kind = FS_CLIENT_PLAIN;
+				neg->send_wait_end_ns = now;
 			}
-			if (now < wait_end_ns) {
+			if (now < neg->send_wait_end_ns) {
+				if (deadline_ns && now >= deadline_ns)
+					return -EAGAIN;
 				/* (an intent is looked at again every 10 ms) */
-				slice = wait_end_ns - now;
-				if (kind == FS_CLIENT_INTENT && slice > FS_INTENT_LOOK_NS)
+				slice = neg->send_wait_end_ns - now;
+				if (neg->send_wait_kind == FS_CLIENT_INTENT && slice > FS_INTENT_LOOK_NS)
 					slice = FS_INTENT_LOOK_NS;
+				if (deadline_ns && slice > deadline_ns - now)
+					slice = deadline_ns - now;
 				fs_real.poll(u, 2, (int)((slice + 999999) / 1000000));
 				continue;
 			}
@@ -1124,6 +1132,7 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 		fs_real.poll(&p, 1, 5);
 	}
 	if (for_send) {
+		enum fs_client_kind kind = s->neg->send_wait_kind;
 		static const char *const why[] = {
 			[FS_CLIENT_UNKNOWN] = "the server application spoke first",
 			[FS_CLIENT_OTHER_USER] = "the server application spoke first to a client of another user",

@@ -75,8 +75,11 @@ static int fs_poll_ours(struct pollfd *fds, nfds_t nfds, const struct pollfd *ke
 			continue;
 		/* an accepted socket waiting for its client's probe: answer it
 		 * here, as epoll_wait does (epoll_wait.c) */
-		if (fs_sock_state(s) == FS_SOCK_SERVER_PENDING)
+		if (fs_sock_state(s) == FS_SOCK_SERVER_PENDING) {
 			drained = fs_sock_drain_probes(s, drained);
+			/* a nonblocking sender told -EAGAIN: POLLOUT once settled */
+			fs_sock_settle_owed(s);
+		}
 		if (fs_sock_state(s) == FS_SOCK_CLIENT_PENDING || fs_sock_state(s) == FS_SOCK_CONNECTING)
 			fs_sock_settle(s, false, fs_now_ns());
 		else if (fs_sock_pending(s) && kernel && (kernel[i].revents & (POLLIN | POLLHUP | POLLERR)) &&

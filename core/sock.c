@@ -944,6 +944,20 @@ void fs_core_accepted(struct fs_sock *ls, int newfd, int flags, const struct soc
 
 #define FS_DRAIN_AFTER_NS 2000000ull
 
+/* Whether a waiter should drain the probes of S's listener at NOW (the
+ * one condition of fs_sock_drain_probes and fs_sock_probe_watch). The
+ * service thread answers this process's listeners' probes; a waiter helps
+ * only once the connection has waited FS_DRAIN_AFTER_NS (a starved service
+ * thread), not on every look at a fresh one (a failing recvmsg per
+ * connection for nginx's plain clients), and always for a listener
+ * inherited from a parent that no longer answers (fs_listener_answered:
+ * gone, or its twin let go). S in SERVER_PENDING with a listener; its lock
+ * held. */
+static bool fs_sock_drain_due(struct fs_sock *s, uint64_t now)
+{
+	return !fs_listener_answered(s->listener) || now - s->neg->accepted_ns > FS_DRAIN_AFTER_NS;
+}
+
 const void *fs_sock_drain_probes(struct fs_sock *s, const void *skip)
 {
 	struct fs_listener *l = NULL;
@@ -951,14 +965,8 @@ const void *fs_sock_drain_probes(struct fs_sock *s, const void *skip)
 	if (skip == FS_SOCK_DRAIN_NONE)
 		return skip;
 	fs_lock(&s->lock);
-	/* The service thread answers this process's listeners' probes; a
-	 * waiter helps only once the connection has waited FS_DRAIN_AFTER_NS
-	 * (a starved service thread), not on every look at a fresh one (a
-	 * failing recvmsg per connection for nginx's plain clients), and
-	 * always for a listener inherited from a parent that no longer
-	 * answers (fs_listener_answered: gone, or its twin let go). */
 	if (fs_sock_state(s) == FS_SOCK_SERVER_PENDING && s->listener && s->listener != skip &&
-	    (!fs_listener_answered(s->listener) || fs_now_ns() - s->neg->accepted_ns > FS_DRAIN_AFTER_NS)) {
+	    fs_sock_drain_due(s, fs_now_ns())) {
 		l = s->listener;
 		fs_listener_get(l);
 	}
@@ -970,16 +978,32 @@ const void *fs_sock_drain_probes(struct fs_sock *s, const void *skip)
 	return l;
 }
 
+/* How often a wait looks at a server connection whose nonblocking sender
+ * was told -EAGAIN (fs_sock_settle_owed): what ends the sender's wait (a
+ * HELLO, the wait's end) may not wake it (an entry of the application's
+ * events only, EPOLLOUT, is not woken by the HELLO). */
+#define FS_SEND_OWED_LOOK_NS 10000000ull
+
+bool fs_sock_settle_owed(struct fs_sock *s)
+{
+	if (fs_sock_state(s) != FS_SOCK_SERVER_PENDING || !__atomic_load_n(&s->send_owed, __ATOMIC_ACQUIRE))
+		return false;
+	fs_sock_settle(s, true, fs_now_ns());
+	return true;
+}
+
 int fs_sock_probe_watch(struct fs_sock *s, uint64_t now, uint64_t *drain_at)
 {
 	int fd = -1;
 
+	if (__atomic_load_n(&s->send_owed, __ATOMIC_ACQUIRE) && (!*drain_at || now + FS_SEND_OWED_LOOK_NS < *drain_at))
+		*drain_at = now + FS_SEND_OWED_LOOK_NS;
 	fs_lock(&s->lock);
 	/* fs_sock_drain_probes' condition: what it would drain now is
 	 * watched now; a listener it helps only after FS_DRAIN_AFTER_NS is
 	 * watched from then on (the waiter wakes then and asks again) */
 	if (fs_sock_state(s) == FS_SOCK_SERVER_PENDING && s->listener) {
-		if (!fs_listener_answered(s->listener) || now - s->neg->accepted_ns > FS_DRAIN_AFTER_NS) {
+		if (fs_sock_drain_due(s, now)) {
 			fd = fs_listener_probe_fd(s->listener);
 		} else {
 			uint64_t at = s->neg->accepted_ns + FS_DRAIN_AFTER_NS + 1;
@@ -1114,6 +1138,8 @@ int fs_sock_settle(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 		ret = FS_PASS;
 		break;
 	}
+	if (ret == -EAGAIN && for_send && fs_sock_state(s) == FS_SOCK_SERVER_PENDING)
+		__atomic_store_n(&s->send_owed, true, __ATOMIC_RELEASE); /* (fs_sock_settle_owed) */
 	if (ret == FS_PASS) {
 		fs_sock_settled_tcp(s);
 	} else if (ret < 0 && ret != -EAGAIN && fs_sock_pending(s) && fs_sock_state(s) != FS_SOCK_SERVER_PENDING) {

@@ -97,6 +97,14 @@ struct fs_sock_neg {
 	struct fs_probe_client probe;
 	struct sockaddr_storage peer;
 	uint64_t ack_seen_ns; /* FABSOCK_TEST_ACK_DELAY_MS: when the whole ACK was first there */
+	/* server side: a sender's wait for its client's probe before it speaks
+	 * first (fs_negotiate_server), kept across the calls of a nonblocking
+	 * sender, which returns -EAGAIN instead of waiting: started, its end,
+	 * who the client is (enum fs_client_kind) and its socket's inode */
+	bool send_wait_started;
+	unsigned char send_wait_kind;
+	uint32_t send_client_inode;
+	uint64_t send_wait_end_ns;
 };
 
 struct fs_sock {
@@ -137,6 +145,14 @@ struct fs_sock {
 	 * what the application wrote: not writable until it settles
 	 * (fs_sock_writable_early). */
 	bool hold_full;
+	/* A server connection whose nonblocking send returned -EAGAIN while
+	 * it waited for its client's probe or HELLO (atomic): not writable
+	 * while it stays SERVER_PENDING (fs_sock_writable_early), and the
+	 * waits of poll and epoll settle it for the sender when the wait is
+	 * over (fs_sock_settle_owed), so that the writability the kernel
+	 * reported before the EAGAIN is reported again, to an edge-triggered
+	 * waiter too. */
+	bool send_owed;
 	uint64_t rcvtimeo_ns, sndtimeo_ns;
 	/* A receive error recvmmsg() met after it had messages to return:
 	 * the next receive reports it (negative errno; atomic), as the
@@ -204,6 +220,13 @@ const void *fs_sock_drain_probes(struct fs_sock *s, const void *skip);
  * *DRAIN_AT (0: none yet) to the time from which it should, when that is
  * later than NOW. */
 int fs_sock_probe_watch(struct fs_sock *s, uint64_t now, uint64_t *drain_at);
+/* S (SERVER_PENDING) owes a nonblocking sender its writability
+ * (fs_sock.send_owed): settles it for that sender now, without waiting (a
+ * -EAGAIN leaves it owed), so that a poll or epoll wait reports the
+ * writability once the sender's wait is over. Returns whether it was owed.
+ * Called by those waits for each pending socket they look at; a sleeping
+ * wait looks again within 10 ms (fs_sock_probe_watch's *DRAIN_AT). */
+bool fs_sock_settle_owed(struct fs_sock *s);
 
 void fs_core_init(void);
 extern bool fs_core_enabled;
@@ -314,8 +337,10 @@ unsigned fs_sock_direct_readers(const struct fs_sock *s);
 int fs_sock_settle(struct fs_sock *s, bool for_send, uint64_t deadline_ns);
 bool fs_sock_pending(const struct fs_sock *s);
 /* Whether a socket still negotiating may report itself writable: not a
- * client that cannot take bytes yet (no HELLO sent, or its hold full), so
- * that a nonblocking writer is not invited to spin on EAGAIN. */
+ * client that cannot take bytes yet (no HELLO sent, or its hold full), nor
+ * a server connection whose nonblocking sender waits for its client's
+ * probe or HELLO (fs_sock.send_owed), so that a nonblocking writer is not
+ * invited to spin on EAGAIN. */
 bool fs_sock_writable_early(const struct fs_sock *s);
 
 #endif

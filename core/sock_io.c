@@ -168,7 +168,8 @@ bool fs_sock_writable_early(const struct fs_sock *s)
 {
 	enum fs_sock_state st = fs_sock_state(s);
 
-	return st != FS_SOCK_CLIENT_PENDING && !(st == FS_SOCK_CLIENT_HELLO_SENT && s->hold_full);
+	return st != FS_SOCK_CLIENT_PENDING && !(st == FS_SOCK_CLIENT_HELLO_SENT && s->hold_full) &&
+	       !(st == FS_SOCK_SERVER_PENDING && __atomic_load_n(&s->send_owed, __ATOMIC_ACQUIRE));
 }
 
 /* A send on a socket that has not settled. A client whose connection is up
@@ -180,8 +181,12 @@ bool fs_sock_writable_early(const struct fs_sock *s)
  * until it settles (fs_sock_writable_early). A blocking one waits for the
  * ACK as long as SO_SNDTIMEO allows. The server side settles as before
  * (its wait is bounded by FABSOCK_FIRST_SEND_WAIT_MS and the probe's
- * timeout). Returns bytes held (> 0), 0 when the socket is offloaded now
- * (send on its stream), FS_PASS, -EAGAIN or -errno. */
+ * timeout), without waiting for a nonblocking sender: -EAGAIN while the
+ * client's probe or HELLO may still come, and the writability reported
+ * again once that is over (fs_sock.send_owed). A blocking one waits as
+ * before, not by SO_SNDTIMEO: the kernel's send into an empty buffer
+ * never times out. Returns bytes held (> 0), 0 when the socket is
+ * offloaded now (send on its stream), FS_PASS, -EAGAIN or -errno. */
 static ssize_t fs_sock_send_early(struct fs_sock *s, const struct msghdr *msg, bool nonblock)
 {
 	uint64_t deadline = nonblock ? fs_now_ns() : fs_deadline(s->sndtimeo_ns);
@@ -228,7 +233,9 @@ static ssize_t fs_sock_send_early(struct fs_sock *s, const struct msghdr *msg, b
 		return 0;
 	if (!fs_sock_pending(s))
 		return FS_PASS;
-	return fs_sock_settle(s, true, fs_sock_state(s) == FS_SOCK_SERVER_PENDING ? 0 : deadline);
+	if (fs_sock_state(s) == FS_SOCK_SERVER_PENDING)
+		deadline = nonblock ? fs_now_ns() : 0;
+	return fs_sock_settle(s, true, deadline);
 }
 
 /* How many iovec entries a blocking send's rest may span (fs_sock_send_rest);
@@ -328,7 +335,8 @@ ssize_t fs_core_sendfile(struct fs_sock *s, int in_fd, off_t *offset, size_t cou
 	ssize_t ret = 0;
 
 	if (fs_sock_state(s) == FS_SOCK_SERVER_PENDING) {
-		ret = fs_sock_settle(s, true, 0);
+		/* (a nonblocking one never waits: fs_sock_send_early) */
+		ret = fs_sock_settle(s, true, s->nonblock ? fs_now_ns() : 0);
 		if (ret)
 			return ret;
 	} else {

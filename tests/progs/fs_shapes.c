@@ -591,13 +591,23 @@ static int sh_exec_client(const char *self, const char *host, const char *port)
 
 /* after-exec FD: the inherited connection goes on as with the kernel: the
  * echo of the 64 KiB written before exec, then a 1 MiB echo, every byte
- * checked, then EOF after our shutdown. */
+ * checked, then EOF after our shutdown. First it prints, as `env NAME=VALUE`,
+ * each variable fabsock may set for libfabric that the new program was given
+ * (the script checks that only the user's own are there: core/fabric.c
+ * fs_fabric_env_names). */
 static int sh_after_exec(int fd)
 {
+	static const char *const fabric_env[] = { "IPATH_NO_BACKTRACE", "FI_EFA_FORK_SAFE", "FI_SHM_DISABLE_CMA",
+						  "FI_OFI_RXM_BUFFER_SIZE", "FI_OFI_RXM_EAGER_LIMIT",
+						  "FI_PROVIDER_PATH" };
 	static unsigned char out[SH_PIECE], in[SH_EXEC_UNREAD];
 	char byte;
 	ssize_t n;
 	int result;
+
+	for (size_t i = 0; i < sizeof(fabric_env) / sizeof(fabric_env[0]); i++)
+		if (getenv(fabric_env[i]))
+			printf("env %s=%s\n", fabric_env[i], getenv(fabric_env[i]));
 	size_t differs;
 
 	harness_watchdog_start(30, NULL);

@@ -18,6 +18,10 @@
 #    the new program reads that echo and echoes 1 MiB more, every byte
 #    checked, then sees EOF after its shutdown. The server (echo until EOF)
 #    must have served it, and the client must have handed the stream back.
+#    The new program must not find in its environment any variable fabsock
+#    set for libfabric when the rail opened (core/fabric.c
+#    fs_fabric_env_names), and must find the user's own
+#    FI_SHM_DISABLE_CMA=no exactly as given.
 . "$(dirname "$0")/lib.sh"
 
 PROG=$FS_PROGS/fs_shapes
@@ -77,7 +81,7 @@ port=$(fs_listen_port "$dir/server.out" "$spid")
 start=$(date +%s%N)
 crc=0
 srv=0
-env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_LOG=info timeout 40 "$PROG" exec-client 127.0.0.1 "$port" \
+env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_LOG=info FI_SHM_DISABLE_CMA=no timeout 40 "$PROG" exec-client 127.0.0.1 "$port" \
 	>"$dir/client.out" 2>"$dir/client.err" || crc=$?
 end=$(date +%s%N)
 fs_wait_pid "$spid" 10 || srv=$?
@@ -90,6 +94,8 @@ elif ! grep -q 'handing back to TCP (initiator)' "$dir/client.err" || ! grep -q 
 	fs_fail "offloaded-exec: the client did not hand its stream back to TCP before exec"
 elif [ "$(fs_stat "$dir/server.err" handbacks)" != 1 ]; then
 	fs_fail "offloaded-exec: server stats handbacks=$(fs_stat "$dir/server.err" handbacks), expected 1"
+elif [ "$(grep '^env ' "$dir/client.out" | tr '\n' ' ')" != "env FI_SHM_DISABLE_CMA=no " ]; then
+	fs_fail "offloaded-exec: the exec'd program's libfabric variables: '$(grep '^env ' "$dir/client.out" | tr '\n' ' ')', expected only the user's FI_SHM_DISABLE_CMA=no"
 else
 	fs_pass "offloaded-exec: $(sed -n 's/^after exec: //p' "$dir/client.out") on the connection inherited across exec (${ms} ms)"
 fi

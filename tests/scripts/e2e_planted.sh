@@ -12,8 +12,8 @@
 # connection stays on kernel TCP (nothing offloaded), and the echo is
 # byte-exact (sha256). A control run with nothing planted offloads (the
 # MiB crosses the fabric both ways: fabric_rx_bytes), and the server leaves
-# no table behind; a file of nobody's named like a dead process's shm
-# region is still there afterwards. Then a live process of the server's own user holds the
+# no table behind; a file of another user's named like a dead process's
+# shm region is still there afterwards. Then a live process of the server's own user holds the
 # real table's lock: connections wait at most 1 s for it, then TCP,
 # byte-exact, the server says why. Then, as nobody, a HELLO naming a file
 # nobody wrote in /dev/shm, against a root server: refused, server alive.
@@ -127,11 +127,24 @@ run_case() { # KIND (none|empty|random|symlink)
 # Another user's file under the name of a dead process's shm region: a
 # root process opening its shm rail removes the regions of dead processes
 # (fs_shm_clean), and must leave this one alone (it is not root's).
+# The pid in the name must be one no process has (fs_pid_alive: kill(pid, 0)
+# fails with ESRCH) and one no other run of this script uses at the same
+# time (each removes its file at the end; a fixed one made two runs at once,
+# two worktrees or a parallel ctest, remove each other's): this script's
+# own pid, unique among live processes of this pid namespace (which the
+# name carries), above the kernel's largest possible pid (PID_MAX_LIMIT,
+# 2^22 on 64-bit), so it never names a live process, and still a pid_t.
+# Its owner is a uid no account has and no other program runs as: a
+# fabsock process of the file's own user would rightly remove it (its
+# user's region of a dead process), and fabsock processes run as nobody
+# elsewhere (memcached -u nobody, e2e_users: with nobody as the owner the
+# check failed whenever one of them opened a rail meanwhile).
 PIDNS=$(stat -L -c %i /proc/self/ns/pid)
-DEADPID=4000000
-while kill -0 "$DEADPID" 2>/dev/null; do DEADPID=$((DEADPID + 1)); done
+DEADPID=$(((1 << 22) + $$))
+kill -0 "$DEADPID" 2>/dev/null && fs_fail "pid $DEADPID is alive: it cannot stand for a dead process"
+FOREIGN_UID=4242424242
 FOREIGN_REGION=/dev/shm/fabsock-$PIDNS-$DEADPID-0badf00d
-setpriv --reuid nobody --regid nogroup --clear-groups sh -c "printf 'nobody data\n' >$FOREIGN_REGION"
+setpriv --reuid "$FOREIGN_UID" --regid "$FOREIGN_UID" --clear-groups sh -c "printf 'foreign data\n' >$FOREIGN_REGION"
 
 for kind in none empty random symlink; do
 	fails=$FS_FAILS
@@ -139,10 +152,10 @@ for kind in none empty random symlink; do
 	[ "$FS_FAILS" = "$fails" ] && fs_pass "$kind"
 done
 
-if [ -f "$FOREIGN_REGION" ] && [ "$(stat -c %U "$FOREIGN_REGION")" = nobody ]; then
-	fs_pass "nobody's file named like a dead process's region: left alone by root's cleanup"
+if [ -f "$FOREIGN_REGION" ] && [ "$(stat -c %u "$FOREIGN_REGION")" = "$FOREIGN_UID" ]; then
+	fs_pass "another user's file named like a dead process's region: left alone by root's cleanup"
 else
-	fs_fail "nobody's file $FOREIGN_REGION (named like a dead process's region) was removed by a root process"
+	fs_fail "uid $FOREIGN_UID's file $FOREIGN_REGION (named like a dead process's region) was removed by a root process"
 fi
 rm -f "$FOREIGN_REGION"
 

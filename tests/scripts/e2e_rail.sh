@@ -8,9 +8,12 @@
 #   - a client process that opens its first rail (FABSOCK_LOG=debug shows
 #     the rail open's steps), fetches a file from a fabsock server over it
 #     (offloaded on both ends, sha256 equal, TCP carried only the HELLOs)
-#     and then runs a program: that program's environment has no
-#     FI_PROVIDER_PATH (fabsock sets it for libfabric's initialisation
-#     only), and a FI_PROVIDER_PATH the user set is kept as it was;
+#     and then runs a program: that program's environment has none of the
+#     variables fabsock sets for libfabric's initialisation only
+#     (FI_PROVIDER_PATH, IPATH_NO_BACKTRACE, FI_EFA_FORK_SAFE,
+#     FI_SHM_DISABLE_CMA, FI_OFI_RXM_*: core/fabric.c fs_fabric_env_names),
+#     and a FI_PROVIDER_PATH and FI_SHM_DISABLE_CMA the user set are kept
+#     as they were;
 #   - the client's region is gone from /dev/shm once it has ended;
 #   - the queue depths asked of shm (engine.c, fs_engine_depth): a client's
 #     rail shm's own depth by default (1024) and FABSOCK_SHM_DEPTH=256 deep
@@ -80,18 +83,20 @@ client() {
 	fs_pass "$label: fetched 1 MiB over its first rail, sha256 equal, offloaded"
 }
 
+FABRIC_ENV='^(FI_PROVIDER_PATH|IPATH_NO_BACKTRACE|FI_EFA_FORK_SAFE|FI_SHM_DISABLE_CMA|FI_OFI_RXM_BUFFER_SIZE|FI_OFI_RXM_EAGER_LIMIT)='
 if client plain 1024 1024; then
-	if grep -q '^FI_PROVIDER_PATH=' "$FS_TMP/plain.env"; then
-		fs_fail "plain: a program run after the rail opened inherited $(grep '^FI_PROVIDER_PATH=' "$FS_TMP/plain.env")"
+	if grep -qE "$FABRIC_ENV" "$FS_TMP/plain.env"; then
+		fs_fail "plain: a program run after the rail opened inherited $(grep -E "$FABRIC_ENV" "$FS_TMP/plain.env" | tr '\n' ' ')"
 	else
-		fs_pass "plain: a program run after the rail opened has no FI_PROVIDER_PATH"
+		fs_pass "plain: a program run after the rail opened has none of the variables set for libfabric"
 	fi
 fi
-if client userpath 1024 1024 FI_PROVIDER_PATH=/nonexistent/fabsock-test; then
-	if grep -qx 'FI_PROVIDER_PATH=/nonexistent/fabsock-test' "$FS_TMP/userpath.env"; then
-		fs_pass "userpath: the user's FI_PROVIDER_PATH is kept"
+if client userpath 1024 1024 FI_PROVIDER_PATH=/nonexistent/fabsock-test FI_SHM_DISABLE_CMA=no; then
+	got=$(grep -E "$FABRIC_ENV" "$FS_TMP/userpath.env" | sort | tr '\n' ' ')
+	if [ "$got" = "FI_PROVIDER_PATH=/nonexistent/fabsock-test FI_SHM_DISABLE_CMA=no " ]; then
+		fs_pass "userpath: the user's FI_PROVIDER_PATH and FI_SHM_DISABLE_CMA are kept, nothing of ours added"
 	else
-		fs_fail "userpath: the user's FI_PROVIDER_PATH became: $(grep '^FI_PROVIDER_PATH=' "$FS_TMP/userpath.env" || echo unset)"
+		fs_fail "userpath: the variables for libfabric became: ${got:-none}"
 	fi
 fi
 

@@ -25,6 +25,18 @@
 #            nobody, in nobody's file (the only one it can write), it changes
 #            nothing: the server writes at once to a client of another user
 #            (no wait of either kind). Needs root for the nobody half.
+#   nonblock: a banner server whose sender does not block (python under the
+#            preload): `et`, an O_NONBLOCK socket in an edge-triggered epoll
+#            set (EPOLLOUT|EPOLLET), sending after each event until EAGAIN;
+#            `dontwait`, a blocking socket, send(MSG_DONTWAIT) and poll()
+#            for POLLOUT. The client's probe comes 500 ms after its
+#            connect(): no send call may take 150 ms (the kernel's
+#            nonblocking send never waits; fabsock's waited for the probe),
+#            an EAGAIN must be followed by an event within 5 s (a lost edge
+#            hangs an ET loop), the 1 MiB must arrive byte-exact (sha256),
+#            both ends offloaded, no payload on TCP. And `et tcp`: the
+#            server waits 300 ms only and the probe comes after 1 s: the end
+#            of the wait (TCP) must bring the ET waiter its event.
 . "$(dirname "$0")/lib.sh"
 
 [ "$(id -u)" = 0 ] || fs_skip "needs root (nftables counter, setpriv to nobody)"
@@ -107,6 +119,114 @@ fi
 read -r _ _ pl _ < <(fs_tcp_count_read)
 fs_tcp_count_stop
 [ "${pl:-0}" -ge $((2 * STREAMS * 262144)) ] || fs_fail "plain: TCP carried $pl payload bytes, less than the streams moved"
+
+# ---- nonblock: a sender that must not wait for the late probe -----------------
+cat >"$FS_TMP/nbserver.py" <<'EOF'
+import hashlib, os, select, socket, sys, time
+port, mode, size = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+data = b'BANNER nonblock\n' + os.urandom(size)
+l = socket.socket()
+l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(('127.0.0.1', port))
+l.listen(4)
+print('listening', flush=True)
+c, _ = l.accept()
+if mode == 'et':
+    c.setblocking(False)
+    w = select.epoll()
+    w.register(c.fileno(), select.EPOLLOUT | select.EPOLLET)
+    wait = lambda: w.poll(5)
+    send = lambda b: c.send(b)
+else:
+    w = select.poll()
+    w.register(c.fileno(), select.POLLOUT)
+    wait = lambda: w.poll(5000)
+    send = lambda b: c.send(b, socket.MSG_DONTWAIT)
+off = eagain = 0
+worst = 0.0
+end = time.monotonic() + 30
+if not wait():
+    print('FAIL: not writable after accept', flush=True)
+    sys.exit(1)
+while off < len(data):
+    t = time.monotonic()
+    try:
+        n = send(data[off:off + 65536])
+    except BlockingIOError:
+        n = 0
+    worst = max(worst, time.monotonic() - t)
+    if n > 0:
+        off += n
+        continue
+    eagain += 1
+    if time.monotonic() > end or not wait():
+        print('FAIL: no writability reported within 5 s of an EAGAIN at byte %d' % off, flush=True)
+        sys.exit(1)
+c.setblocking(True)
+c.shutdown(socket.SHUT_WR)
+while c.recv(65536):
+    pass
+print('sent %s %d worst_ms %.1f eagain %d' % (hashlib.sha256(data).hexdigest(), len(data), worst * 1000, eagain), flush=True)
+EOF
+cat >"$FS_TMP/nbclient.py" <<'EOF'
+import hashlib, socket, sys
+c = socket.create_connection(('127.0.0.1', int(sys.argv[1])))
+got = bytearray()
+while True:
+    b = c.recv(65536)
+    if not b:
+        break
+    got += b
+c.close()
+print('got %s %d' % (hashlib.sha256(bytes(got)).hexdigest(), len(got)), flush=True)
+EOF
+nonblock() { # MODE [tcp: the server waits 300 ms only, the probe comes after 1 s]
+	local mode=$1 end=${2:-fabric} dir=$FS_TMP/nonblock-$1-${2:-fabric} spid cpid rc=0 src=0 sent= slen= worst= eagain= got= glen=
+	local wait_ms=3000 late_ms=500
+	[ "$end" = fabric ] || { wait_ms=300 late_ms=1000; }
+	mode=$mode-$end
+	mkdir -p "$dir"
+	PORT=$(fs_free_port)
+	fs_tcp_count_start "$PORT"
+	fs_bg spid timeout -k 2 60 env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 FABSOCK_LOG=info \
+		FABSOCK_PROBE_TIMEOUT_MS=$wait_ms python3 "$FS_TMP/nbserver.py" "$PORT" "${mode%-*}" $((1 << 20)) \
+		>"$dir/server.out" 2>"$dir/server.err"
+	if ! fs_wait_line "$dir/server.out" listening "$spid"; then
+		fs_fail "nonblock-$mode: the server did not listen: $(tail -n 2 "$dir/server.err" | tr '\n' ' ')"
+		fs_tcp_count_stop
+		return
+	fi
+	fs_bg cpid timeout -k 2 60 env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 FABSOCK_TEST_PROBE_DELAY_MS=$late_ms \
+		FABSOCK_PROBE_TIMEOUT_MS=$wait_ms python3 "$FS_TMP/nbclient.py" "$PORT" >"$dir/client.out" 2>"$dir/client.err"
+	fs_wait_pid "$cpid" 60 || rc=$?
+	fs_wait_pid "$spid" 20 || src=$?
+	if [ "$end" = fabric ]; then
+		fs_tcp_proof "nonblock-$mode" fabsock 1
+	else
+		fs_tcp_count_stop
+	fi
+	read -r _ sent slen _ worst _ eagain < <(grep '^sent ' "$dir/server.out") || true
+	read -r _ got glen <"$dir/client.out" || true
+	if [ "$rc" != 0 ] || [ "$src" != 0 ]; then
+		fs_fail "nonblock-$mode: client exit $rc, server exit $src: $(grep -h FAIL "$dir/server.out" | head -n 1)"
+	elif [ -z "$sent" ] || [ "$sent" != "$got" ] || [ "$slen" != "$glen" ]; then
+		fs_fail "nonblock-$mode: sent ${sent:0:16} ($slen bytes), the client got ${got:0:16} (${glen:-?} bytes)"
+	elif [ "${worst%.*}" -ge 150 ]; then
+		fs_fail "nonblock-$mode: a nonblocking send took $worst ms (the client's probe was $late_ms ms late: it waited for it)"
+	elif [ "$end" = fabric ]; then
+		fs_expect_stats "$dir/server.err" \
+			"nonblock-$mode: no send waited (the longest $worst ms, $eagain EAGAIN), $slen bytes exact, offloaded" \
+			server_first_intent_waits=1 offloaded=1 fallback_server_first=0
+		fs_expect_stats "$dir/client.err" "nonblock-$mode: the client offloaded" offloaded=1
+	else
+		fs_expect_stats "$dir/server.err" \
+			"nonblock-$mode: no send waited (the longest $worst ms, $eagain EAGAIN), the wait's end reported writable, $slen bytes exact over TCP" \
+			server_first_intent_waits=1 server_first_intent_missed=1 offloaded=0
+	fi
+}
+nonblock et
+nonblock dontwait
+nonblock et tcp
 
 # ---- forged: intent notes written by a program without fabsock -----------------
 # forge.py HISTORY PORT: notes its socket's inode as an intent in HISTORY
