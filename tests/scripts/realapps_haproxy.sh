@@ -70,8 +70,36 @@ check_download() {
 	return 1
 }
 
+# hap_curl_round LABEL WHAT OUT PORT COUNT: COUNT curl processes one after
+# the other (under RA_ENV), each downloading big.bin with `Connection:
+# close` through haproxy on PORT into OUT.N; every body is checked
+# (check_download: HTTP 200, size, sha256) and so is every curl's exit
+# status, failures named "LABEL: WHAT N". Sets HAP_GOOD (whole downloads),
+# HAP_SPEEDS (their speeds, B/s, for ra_mean_mb) and HAP_MOVED (the bytes
+# curl said it received, whole or not: for the TCP payload check).
+hap_curl_round() {
+	local label=$1 what=$2 out=$3 port=$4 count=$5 i rc t code size
+	HAP_GOOD=0 HAP_SPEEDS="" HAP_MOVED=0
+	for i in $(seq 1 "$count"); do
+		rc=0
+		t=$(timeout -k 2 $((CURL_MAX + 5)) "${RA_ENV[@]}" curl -sS --max-time "$CURL_MAX" -H 'Connection: close' \
+			-o "$out.$i" -w '%{http_code} %{size_download} %{speed_download}' \
+			"http://127.0.0.1:$port/big.bin" 2>"$out.$i.err") || rc=$?
+		read -r code size t <<<"$t" || true
+		HAP_MOVED=$((HAP_MOVED + ${size:-0}))
+		if [ "$rc" -eq 0 ] && check_download "$label" "$what $i" "$out.$i" "${code:-}" "${size:-}"; then
+			HAP_GOOD=$((HAP_GOOD + 1))
+			HAP_SPEEDS="$HAP_SPEEDS $t"
+		else
+			[ "$rc" -eq 0 ] || fs_fail "$RA_CASE $label: $what $i: curl exit status $rc"
+			grep -v ': stats:' "$out.$i.err" | tail -n 2 | sed 's/^/    stderr: /' >&2 || true
+		fi
+		rm -f "$out.$i"
+	done
+}
+
 haproxy_case() {
-	local mode=$1 dir py hap fport bport i rc good moved=0 speeds n200 tb code size t KA_CONNS=0
+	local mode=$1 dir py hap fport bport i rc good moved=0 n200 tb code size t KA_CONNS=0
 	local -a urls=()
 	dir=$FS_TMP/hap-$mode
 	mkdir -p "$dir"
@@ -133,25 +161,10 @@ EOF
 		grep -v ': stats:' "$dir/ka.err" | tail -n 2 | sed 's/^/    stderr: /' >&2 || true
 	fi
 	# Connection: close, a curl process each
-	good=0 speeds=""
-	for i in $(seq 1 "$DOWNLOADS"); do
-		rc=0
-		t=$(timeout -k 2 $((CURL_MAX + 5)) "${RA_ENV[@]}" curl -sS --max-time "$CURL_MAX" -H 'Connection: close' \
-			-o "$dir/cc.$i" -w '%{http_code} %{size_download} %{speed_download}' \
-			"http://127.0.0.1:$fport/big.bin" 2>"$dir/cc.$i.err") || rc=$?
-		read -r code size t <<<"$t" || true
-		moved=$((moved + ${size:-0}))
-		if [ "$rc" -eq 0 ] && check_download "$mode" "Connection: close download $i" "$dir/cc.$i" "${code:-}" "${size:-}"; then
-			good=$((good + 1))
-			speeds="$speeds $t"
-		else
-			[ "$rc" -eq 0 ] || fs_fail "$RA_CASE $mode: Connection: close download $i: curl exit status $rc"
-			grep -v ': stats:' "$dir/cc.$i.err" | tail -n 2 | sed 's/^/    stderr: /' >&2 || true
-		fi
-		rm -f "$dir/cc.$i"
-	done
-	FIG["$mode cc"]=$(ra_mean_mb "$speeds")
-	[ "$good" -eq "$DOWNLOADS" ] &&
+	hap_curl_round "$mode" "Connection: close download" "$dir/cc" "$fport" "$DOWNLOADS"
+	moved=$((moved + HAP_MOVED))
+	FIG["$mode cc"]=$(ra_mean_mb "$HAP_SPEEDS")
+	[ "$HAP_GOOD" -eq "$DOWNLOADS" ] &&
 		fs_pass "$RA_CASE $mode: $DOWNLOADS curls with Connection: close through haproxy, sha256 equal, ${FIG["$mode cc"]} MB/s"
 	# (each byte crosses both ports: in kernel mode the counter sees it twice)
 	ra_tcp_payload_check "$mode" "$moved" $((2 * DOWNLOADS + 2 * KA_CONNS))
@@ -201,7 +214,7 @@ PYEOF
 }
 
 haproxy_splice_case() {
-	local mode=$1 dir py hap fport bport i rc good=0 moved=0 code size t speeds="" pipes spliced
+	local mode=$1 dir py hap fport bport moved=0 pipes spliced
 	dir=$FS_TMP/hap-splice-$mode
 	mkdir -p "$dir"
 	bport=$(fs_free_port) || { fs_fail "$RA_CASE splice $mode: no free port"; return; }
@@ -240,24 +253,10 @@ EOF
 	fi
 	fs_tcp_count_start "$fport" "$bport" || fs_fail "$RA_CASE splice $mode: nft counter not set up"
 	ra_env "$mode" curl-splice
-	for i in $(seq 1 "$SPLICE_DOWNLOADS"); do
-		rc=0
-		t=$(timeout -k 2 $((CURL_MAX + 5)) "${RA_ENV[@]}" curl -sS --max-time "$CURL_MAX" -H 'Connection: close' \
-			-o "$dir/sp.$i" -w '%{http_code} %{size_download} %{speed_download}' \
-			"http://127.0.0.1:$fport/big.bin" 2>"$dir/sp.$i.err") || rc=$?
-		read -r code size t <<<"$t" || true
-		moved=$((moved + ${size:-0}))
-		if [ "$rc" -eq 0 ] && check_download "splice $mode" "download $i" "$dir/sp.$i" "${code:-}" "${size:-}"; then
-			good=$((good + 1))
-			speeds="$speeds $t"
-		else
-			[ "$rc" -eq 0 ] || fs_fail "$RA_CASE splice $mode: download $i: curl exit status $rc"
-			grep -v ': stats:' "$dir/sp.$i.err" | tail -n 2 | sed 's/^/    stderr: /' >&2 || true
-		fi
-		rm -f "$dir/sp.$i"
-	done
-	FIG["$mode splice"]=$(ra_mean_mb "$speeds")
-	[ "$good" -eq "$SPLICE_DOWNLOADS" ] &&
+	hap_curl_round "splice $mode" download "$dir/sp" "$fport" "$SPLICE_DOWNLOADS"
+	moved=$HAP_MOVED
+	FIG["$mode splice"]=$(ra_mean_mb "$HAP_SPEEDS")
+	[ "$HAP_GOOD" -eq "$SPLICE_DOWNLOADS" ] &&
 		fs_pass "$RA_CASE splice $mode: $SPLICE_DOWNLOADS curls through haproxy splicing both legs, sha256 equal, ${FIG["$mode splice"]} MB/s"
 	# (each byte crosses both ports: in kernel mode the counter sees it twice)
 	ra_tcp_payload_check "$mode" "$moved" $((2 * SPLICE_DOWNLOADS))
