@@ -362,8 +362,9 @@ FS_EXPORT ssize_t splice(int fd_in, loff_t *off_in, int fd_out, loff_t *off_out,
  * read and write with its internal calls, which no wrapper sees, so on an
  * offloaded socket they would read a kernel socket that has none of the
  * stream's bytes and write bytes the peer takes as a reset. The stream goes
- * back to TCP first (as for urgent data, fs_core_to_kernel): the kernel
- * socket then carries every byte, at kernel speed. */
+ * back to TCP first (as for urgent data, fs_core_to_kernel; a client whose
+ * HELLO is not out yet stays on TCP): the kernel socket then carries every
+ * byte, at kernel speed. */
 static void fs_aio_fd(int fd)
 {
 	struct fs_sock *s;
