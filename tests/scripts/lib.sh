@@ -255,10 +255,11 @@ fs_listen_port() { # FILE PID [SEC]
 
 # Writes FILE, a python3 echo server, for the tests whose server must be a
 # program this build did not make (one without the ASan runtime, say):
-# `python3 FILE PORT [COUNT]` listens on 127.0.0.1:PORT (0: any), prints
-# `listening port=N` (fs_listen_port), then serves COUNT connections one
-# after the other (0, the default: until it is killed), each echoed until
-# its EOF; it exits 0 after the last.
+# `python3 FILE PORT [COUNT [reuseport]]` listens on 127.0.0.1:PORT (0:
+# any; with `reuseport`, SO_REUSEPORT too), prints `listening port=N`
+# (fs_listen_port), then serves COUNT connections one after the other (0,
+# the default: until it is killed), each echoed until its EOF; it exits 0
+# after the last.
 fs_py_echo_server() { # FILE
 	cat >"$1" <<'EOF'
 import socket, sys
@@ -266,6 +267,8 @@ port = int(sys.argv[1])
 count = int(sys.argv[2]) if len(sys.argv) > 2 else 0
 l = socket.socket()
 l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+if sys.argv[3:4] == ["reuseport"]:
+    l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
 l.bind(("127.0.0.1", port))
 l.listen(8)
 print("listening port=%d" % l.getsockname()[1], flush=True)
