@@ -16,6 +16,7 @@
  *                  |                         server spoke first--> (kernel)
  *   accept() on a LISTENING socket --> SERVER_PENDING --HELLO--> OFFLOADED
  *                                         \--plain client, bad HELLO, rule--> SERVER_PLAIN
+ *   CONNECTING, CLIENT_PENDING --handed to POSIX AIO--> (kernel)   (nothing in-band sent yet)
  *
  * A server-side connection's probe record (listener.h) lives as long as the
  * connection: a late probe for it must still get "no", and a new connection
