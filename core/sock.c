@@ -775,6 +775,39 @@ bool fs_sock_connect_done(struct fs_sock *s)
 	return true;
 }
 
+/* Why only before the HELLO: glibc's AIO helper thread writes on the
+ * kernel socket later, past every wrapper, while the service thread goes
+ * on with the handshake once the connection is up and the probe answered;
+ * its HELLO would then follow the application's bytes on TCP, and the
+ * server (which decides on the first bytes, and found data) would read it
+ * as data (issue 26). Before the HELLO there is nothing in-band to take
+ * back: the server settles as TCP on the application's first bytes, as
+ * for any client that was told yes and did not send one. After it, the
+ * handshake ends first and the stream is handed back (fs_core_to_kernel). */
+bool fs_sock_client_to_kernel(struct fs_sock *s)
+{
+	bool kernel = true;
+
+	fs_lock(&s->lock);
+	switch (fs_sock_state(s)) {
+	case FS_SOCK_CONNECTING:
+	case FS_SOCK_CLIENT_PENDING:
+		/* a server that speaks first and found our intent stops waiting */
+		fs_history_withdraw_intent(&s->hist);
+		FS_INFO("fd %d: stays on kernel TCP: handed to POSIX AIO before its handshake", s->fd);
+		FS_STAT_INC(fallback_kernel_io);
+		FS_STAT_INC(kernel);
+		fs_sock_release(s);
+		break;
+	case FS_SOCK_KERNEL:
+		break;
+	default:
+		kernel = false;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return kernel;
+}
+
 static void fs_sock_connect_watch(void *arg, bool timed_out)
 {
 	struct fs_sock *s = arg;

@@ -16,6 +16,7 @@
  *                  |                         server spoke first--> (kernel)
  *   accept() on a LISTENING socket --> SERVER_PENDING --HELLO--> OFFLOADED
  *                                         \--plain client, bad HELLO, rule--> SERVER_PLAIN
+ *   CONNECTING, CLIENT_PENDING --handed to POSIX AIO--> (kernel)   (nothing in-band sent yet)
  *
  * A server-side connection's probe record (listener.h) lives as long as the
  * connection: a late probe for it must still get "no", and a new connection
@@ -278,7 +279,9 @@ ssize_t fs_core_sendfile(struct fs_sock *s, int in_fd, off_t *offset, size_t cou
 ssize_t fs_core_splice(struct fs_sock *s, int pipe_fd, bool out, size_t len, unsigned flags);
 /* A call that reaches the kernel socket past fabsock (POSIX AIO): S goes
  * back to TCP first, as for urgent data (a socket still negotiating settles
- * first). FS_PASS (the kernel socket has every byte now), or -errno. */
+ * first; a client whose HELLO is not out yet, connecting or waiting for its
+ * probe's answer, stays on TCP at once). FS_PASS (the kernel socket has
+ * every byte now), or -errno. */
 int fs_core_to_kernel(struct fs_sock *s);
 int fs_core_getsockopt(struct fs_sock *s, int level, int name, void *val, socklen_t *len);
 void fs_core_setsockopt(struct fs_sock *s, int level, int name, const void *val, socklen_t len);

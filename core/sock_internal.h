@@ -34,6 +34,14 @@ int fs_sock_take_ack(struct fs_sock *s, uint64_t deadline_ns);
  * probe is sent); false while the connection is not up. Socket lock held. */
 bool fs_sock_connect_done(struct fs_sock *s);
 
+/* sock.c: a client whose handshake has put nothing on its TCP connection
+ * yet (CONNECTING, CLIENT_PENDING) settles as kernel TCP now, counted in
+ * fallback_kernel_io: its caller hands the socket to a path only the
+ * kernel sees (POSIX AIO). True when S is the kernel's now; false when its
+ * HELLO is out (or it is no client): the caller settles and hands back.
+ * Takes the socket lock. */
+bool fs_sock_client_to_kernel(struct fs_sock *s);
+
 /* sock.c: takes S's lock for a service-thread watch, or, when another
  * thread holds it, queues WATCH (FN, ARG) again for a look shortly and
  * returns false: the service thread never waits for a socket. */

@@ -665,8 +665,10 @@ int fs_core_to_kernel(struct fs_sock *s)
 {
 	int ret;
 
-	if (fs_sock_state(s) == FS_SOCK_CONNECTING)
-		return FS_PASS; /* settles later, when it is used through fabsock */
+	/* a client whose HELLO is not out stays on TCP (fs_sock_client_to_kernel) */
+	if ((fs_sock_state(s) == FS_SOCK_CONNECTING || fs_sock_state(s) == FS_SOCK_CLIENT_PENDING) &&
+	    fs_sock_client_to_kernel(s))
+		return FS_PASS;
 	ret = fs_sock_prepare(s, true, 0);
 	if (ret)
 		return ret; /* FS_PASS: the kernel's already */

@@ -362,8 +362,9 @@ FS_EXPORT ssize_t splice(int fd_in, loff_t *off_in, int fd_out, loff_t *off_out,
  * read and write with its internal calls, which no wrapper sees, so on an
  * offloaded socket they would read a kernel socket that has none of the
  * stream's bytes and write bytes the peer takes as a reset. The stream goes
- * back to TCP first (as for urgent data, fs_core_to_kernel): the kernel
- * socket then carries every byte, at kernel speed. */
+ * back to TCP first (as for urgent data, fs_core_to_kernel; a client whose
+ * HELLO is not out yet stays on TCP): the kernel socket then carries every
+ * byte, at kernel speed. */
 static void fs_aio_fd(int fd)
 {
 	struct fs_sock *s;
@@ -374,45 +375,31 @@ static void fs_aio_fd(int fd)
 	fs_sock_put(s);
 }
 
-FS_EXPORT int aio_read(struct aiocb *cb)
-{
-	fs_aio_fd(cb->aio_fildes); /* (NULL: as glibc's own, which reads it) */
-	return FS_REAL(aio_read)(cb);
-}
+/* aio_read, aio_write and their 64-bit twins: the request's descriptor
+ * goes back first. (A NULL CB: as glibc's own, which reads it.) */
+#define FS_AIO_WRAPPER(name, cb_type)                   \
+	FS_EXPORT int name(cb_type *cb)                 \
+	{                                               \
+		fs_aio_fd(cb->aio_fildes);              \
+		return FS_REAL(name)(cb);               \
+	}
+FS_AIO_WRAPPER(aio_read, struct aiocb)
+FS_AIO_WRAPPER(aio_write, struct aiocb)
+FS_AIO_WRAPPER(aio_read64, struct aiocb64)
+FS_AIO_WRAPPER(aio_write64, struct aiocb64)
 
-FS_EXPORT int aio_write(struct aiocb *cb)
-{
-	fs_aio_fd(cb->aio_fildes); /* (NULL: as glibc's own, which reads it) */
-	return FS_REAL(aio_write)(cb);
-}
-
-FS_EXPORT int aio_read64(struct aiocb64 *cb)
-{
-	fs_aio_fd(cb->aio_fildes); /* (NULL: as glibc's own, which reads it) */
-	return FS_REAL(aio_read64)(cb);
-}
-
-FS_EXPORT int aio_write64(struct aiocb64 *cb)
-{
-	fs_aio_fd(cb->aio_fildes); /* (NULL: as glibc's own, which reads it) */
-	return FS_REAL(aio_write64)(cb);
-}
-
-FS_EXPORT int lio_listio(int mode, struct aiocb *const list[], int nent, struct sigevent *sig)
-{
-	for (int i = 0; i < nent; i++)
-		if (list[i] && list[i]->aio_lio_opcode != LIO_NOP)
-			fs_aio_fd(list[i]->aio_fildes);
-	return FS_REAL(lio_listio)(mode, list, nent, sig);
-}
-
-FS_EXPORT int lio_listio64(int mode, struct aiocb64 *const list[], int nent, struct sigevent *sig)
-{
-	for (int i = 0; i < nent; i++)
-		if (list[i] && list[i]->aio_lio_opcode != LIO_NOP)
-			fs_aio_fd(list[i]->aio_fildes);
-	return FS_REAL(lio_listio64)(mode, list, nent, sig);
-}
+/* lio_listio and lio_listio64: every request's descriptor but a LIO_NOP's
+ * (which glibc skips) goes back first. */
+#define FS_LIO_WRAPPER(name, cb_type)                                                         \
+	FS_EXPORT int name(int mode, cb_type *const list[], int nent, struct sigevent *sig)   \
+	{                                                                                     \
+		for (int i = 0; i < nent; i++)                                                \
+			if (list[i] && list[i]->aio_lio_opcode != LIO_NOP)                    \
+				fs_aio_fd(list[i]->aio_fildes);                               \
+		return FS_REAL(name)(mode, list, nent, sig);                                  \
+	}
+FS_LIO_WRAPPER(lio_listio, struct aiocb)
+FS_LIO_WRAPPER(lio_listio64, struct aiocb64)
 
 /* ---- descriptor-level calls -------------------------------------------- */
 

@@ -5,7 +5,8 @@
  * (what glibc >= 2.28 programs built with large-file support call for
  * fcntl: python3's socket.dup(), liblber's O_NONBLOCK), recvmmsg/sendmmsg,
  * preadv2/pwritev2, POSIX AIO (aio_write, aio_read: the stream goes back to
- * TCP first); and a stream that breaks (bytes written on the kernel
+ * TCP first; aio_write and lio_listio at once after a nonblocking connect:
+ * the connection stays on TCP); and a stream that breaks (bytes written on the kernel
  * socket behind fabsock's back, then a close) reaching the reader as
  * ECONNRESET, never as an end of stream. Run like fs_semantics (`server
  * PORT SCENARIO`, `client HOST PORT SCENARIO`, `list`; harness.h); the same
@@ -22,6 +23,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <poll.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -357,8 +359,10 @@ static int aio_server(int fd)
 	return harness_expect_byte(fd, 'a');
 }
 
-/* One aio request on CB, waited for (bounded): its aio_return, or -1. */
-static ssize_t aio_wait(struct aiocb *cb, const char *what)
+/* One aio request on CB, waited for (bounded): its aio_return, or -1
+ * (reported); with EAGAIN_OK, the request's EAGAIN (a nonblocking socket
+ * full, or not connected yet) is -EAGAIN, not reported. */
+static ssize_t aio_wait_for(struct aiocb *cb, const char *what, bool eagain_ok)
 {
 	const struct aiocb *list[1] = { cb };
 	struct timespec ts = { .tv_sec = HARNESS_PEER_WAIT_MS / 1000 };
@@ -367,9 +371,18 @@ static ssize_t aio_wait(struct aiocb *cb, const char *what)
 	while ((err = aio_error(cb)) == EINPROGRESS)
 		if (aio_suspend(list, 1, &ts) < 0 && errno != EINTR)
 			return harness_fail("%s: aio_suspend: %s", what, strerror(errno));
+	if (err == EAGAIN && eagain_ok) {
+		(void)aio_return(cb);
+		return -EAGAIN;
+	}
 	if (err)
 		return harness_fail("%s: %s", what, strerror(err));
 	return aio_return(cb);
+}
+
+static ssize_t aio_wait(struct aiocb *cb, const char *what)
+{
+	return aio_wait_for(cb, what, false);
 }
 
 static int aio_client(int fd)
@@ -409,8 +422,128 @@ static int aio_client(int fd)
 	return harness_finish_client(fd);
 }
 
+/*
+ * aio_connecting, lio_connecting (issue 26): the client connects without
+ * blocking and at once, before any poll, submits CONN_BYTES with aio_write
+ * (lio_connecting: with lio_listio(LIO_NOWAIT)) while its socket is still
+ * connecting as fabsock sees it (the kernel's handshake may be done or
+ * not). glibc's helper thread writes past every wrapper; a request the
+ * kernel answers EAGAIN (not connected yet, or full) waits for POLLOUT and
+ * goes again with aio_write. The server checks every byte and echoes them;
+ * the client reads the echo with recv and checks every byte. Under fabsock
+ * the connection must settle as kernel TCP (no byte went in-band yet;
+ * e2e_semantics judges it so): no byte lost, no HELLO in the stream.
+ * aio_probing: the same with aio_write 20 ms after connect(), which
+ * e2e_semantics runs with the client's probe 200 ms late and a server that
+ * answers probes only in its application's calls (FABSOCK_TEST_PROBE_DELAY_MS,
+ * FABSOCK_TEST_SERVICE_PROBES=0): the client then waits for its probe's
+ * answer, and stays on TCP from there.
+ */
+#define CONN_BYTES (256u << 10)
+#define CONN_ROUNDS 2000
+
+static int aio_connecting_server(int fd)
+{
+	static unsigned char buf[CONN_BYTES];
+
+	if (harness_recv_exact(fd, buf, sizeof(buf)) < 0 ||
+	    harness_pattern_check(KEY + 7, 0, buf, sizeof(buf), "aio_connecting: the bytes of aio_write") < 0 ||
+	    harness_send_all(fd, buf, sizeof(buf)) < 0)
+		return -1;
+	return harness_expect_byte(fd, 'a');
+}
+
+static int aio_connecting_with(bool lio, unsigned wait_ms)
+{
+	static unsigned char buf[CONN_BYTES], echo[CONN_BYTES];
+	const char *what = lio ? "lio_listio" : "aio_write";
+	struct aiocb cb;
+	size_t done = 0;
+	unsigned rounds = 0, eagain = 0;
+	int fd, result = -1;
+
+	harness_pattern_fill(KEY + 7, 0, buf, sizeof(buf)); /* (first: nothing between connect and aio_write) */
+	fd = socket(harness_server_address->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return harness_fail("socket: %s", strerror(errno));
+	if (connect(fd, harness_server_address->ai_addr, harness_server_address->ai_addrlen) == 0) {
+		harness_info("connect returned 0 at once");
+	} else if (errno != EINPROGRESS) {
+		harness_fail("nonblocking connect: %s", strerror(errno));
+		goto out;
+	}
+	harness_connections++;
+	if (wait_ms)
+		usleep(wait_ms * 1000u); /* (no poll: fabsock's poll would settle the socket) */
+	while (done < CONN_BYTES) {
+		struct aiocb *list[1] = { &cb };
+		ssize_t n;
+
+		if (++rounds > CONN_ROUNDS) {
+			harness_fail("%s: %u requests, %zu of %u bytes written", what, CONN_ROUNDS, done, CONN_BYTES);
+			goto out;
+		}
+		memset(&cb, 0, sizeof(cb));
+		cb.aio_fildes = fd;
+		cb.aio_buf = buf + done;
+		cb.aio_nbytes = CONN_BYTES - done;
+		cb.aio_lio_opcode = LIO_WRITE;
+		if (lio && rounds == 1 ? lio_listio(LIO_NOWAIT, list, 1, NULL) < 0 : aio_write(&cb) < 0) {
+			harness_fail("%s: %s", rounds == 1 ? what : "aio_write", strerror(errno));
+			goto out;
+		}
+		n = aio_wait_for(&cb, what, true);
+		if (n == -EAGAIN) {
+			int events = harness_wait_fd(fd, POLLOUT, HARNESS_PEER_WAIT_MS);
+
+			eagain++;
+			if (events <= 0) {
+				if (events == 0)
+					harness_fail("%s: EAGAIN, and not writable within %d ms", what, HARNESS_PEER_WAIT_MS);
+				goto out;
+			}
+			continue;
+		}
+		if (n <= 0) {
+			if (n == 0)
+				harness_fail("%s wrote 0 bytes", what);
+			goto out;
+		}
+		done += (size_t)n;
+	}
+	harness_info("%s: %u requests, %u answered EAGAIN", what, rounds, eagain);
+	if (harness_recv_exact(fd, echo, sizeof(echo)) < 0 ||
+	    harness_pattern_check(KEY + 7, 0, echo, sizeof(echo), "the echo of the bytes of aio_write") < 0)
+		goto out;
+	result = harness_finish_client(fd);
+out:
+	close(fd);
+	return result;
+}
+
+static int aio_connecting_client(int fd)
+{
+	(void)fd;
+	return aio_connecting_with(false, 0);
+}
+
+static int lio_connecting_client(int fd)
+{
+	(void)fd;
+	return aio_connecting_with(true, 0);
+}
+
+static int aio_probing_client(int fd)
+{
+	(void)fd;
+	return aio_connecting_with(false, 20);
+}
+
 static const struct harness_scenario scenarios[] = {
 	{ "aio", aio_server, aio_client, 0 },
+	{ "aio_connecting", aio_connecting_server, aio_connecting_client, HARNESS_CLIENT_CONNECTS_ITSELF },
+	{ "lio_connecting", aio_connecting_server, lio_connecting_client, HARNESS_CLIENT_CONNECTS_ITSELF },
+	{ "aio_probing", aio_connecting_server, aio_probing_client, HARNESS_CLIENT_CONNECTS_ITSELF },
 	{ "fcntl64_dup", fcntl64_dup_server, fcntl64_dup_client, HARNESS_CLIENT_CLOSES_FD },
 	{ "fcntl64_nonblock", fcntl64_nonblock_server, fcntl64_nonblock_client, 0 },
 	{ "mmsg", mmsg_server, mmsg_client, 0 },

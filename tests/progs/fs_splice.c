@@ -180,48 +180,69 @@ static unsigned splice_flags(void)
 	return opt_nonblock ? SPLICE_F_NONBLOCK | SPLICE_F_MORE : SPLICE_F_MOVE;
 }
 
+/* What one direction's splice calls did. */
+struct splice_run {
+	size_t moved;
+	unsigned long calls, eagain;
+};
+
+/* splice() between the pipe end PIPE_END and the socket FD, pipe -> socket
+ * with TO_SOCKET (else socket -> pipe), until it returns 0: the pipe empty
+ * and its feeder gone, or the peer's EOF. More than LENGTH bytes, an error,
+ * or EAGAIN still after 4 peer waits in all fail; after EAGAIN (nonblocking
+ * only) it waits for both ends. */
+static int splice_until_end(int pipe_end, int fd, bool to_socket, size_t length, struct splice_run *run)
+{
+	const char *what = to_socket ? "splice(pipe -> socket)" : "splice(socket -> pipe)";
+	double deadline = harness_now_ms() + 4 * HARNESS_PEER_WAIT_MS;
+	int ret = 0;
+
+	while (ret == 0) {
+		ssize_t n = to_socket ? splice(pipe_end, NULL, fd, NULL, SPLICE_BYTES, splice_flags())
+				      : splice(fd, NULL, pipe_end, NULL, 1u << 20, splice_flags());
+
+		run->calls++;
+		if (n > 0) {
+			run->moved += (size_t)n;
+			if (run->moved > length)
+				ret = harness_fail("%s moved %zu bytes, %zu were %s", what, run->moved, length,
+						   to_socket ? "in the pipe" : "sent");
+		} else if (n == 0) {
+			break;
+		} else if (errno == EAGAIN && opt_nonblock) {
+			run->eagain++;
+			if (harness_now_ms() > deadline)
+				ret = harness_fail("%s: no progress at %zu of %zu bytes", what, run->moved, length);
+			else if (wait_both(pipe_end, to_socket ? POLLIN : POLLOUT, fd, to_socket ? POLLOUT : POLLIN) < 0)
+				ret = -1;
+		} else if (errno != EINTR) {
+			ret = harness_fail("%s at %zu of %zu bytes: %s", what, run->moved, length, strerror(errno));
+		}
+	}
+	return ret;
+}
+
 /* LENGTH bytes of KEY's pattern through splice(pipe -> FD), after KEY
  * itself with KEY_FIRST. */
 static int splice_send(int fd, bool key_first, uint64_t key, size_t length)
 {
 	struct pipe_job job;
+	struct splice_run run = { 0 };
 	pthread_t thread;
-	size_t moved = 0;
-	unsigned long eagain = 0, calls = 0;
-	double deadline = harness_now_ms() + 4 * HARNESS_PEER_WAIT_MS;
-	int in, ret = 0;
+	int in, ret;
 
 	if (pipe_start(&job, &thread, true, key_first, key, length, &in) < 0)
 		return -1;
 	length += key_first ? sizeof(key) : 0;
-	while (ret == 0) {
-		ssize_t n = splice(in, NULL, fd, NULL, SPLICE_BYTES, splice_flags());
-
-		calls++;
-		if (n > 0) {
-			moved += (size_t)n;
-			if (moved > length)
-				ret = harness_fail("splice(pipe -> socket) moved %zu bytes, the pipe had %zu", moved, length);
-		} else if (n == 0) {
-			break; /* the pipe is empty and its feeder gone */
-		} else if (errno == EAGAIN && opt_nonblock) {
-			eagain++;
-			if (harness_now_ms() > deadline)
-				ret = harness_fail("splice(pipe -> socket): no progress at %zu of %zu bytes", moved, length);
-			else if (wait_both(in, POLLIN, fd, POLLOUT) < 0)
-				ret = -1;
-		} else if (errno != EINTR) {
-			ret = harness_fail("splice(pipe -> socket) at %zu of %zu bytes: %s", moved, length, strerror(errno));
-		}
-	}
+	ret = splice_until_end(in, fd, true, length, &run);
 	close(in); /* (first: a feeder a failed splice left blocked gets EPIPE) */
 	pthread_join(thread, NULL);
-	if (ret == 0 && moved != length)
-		ret = harness_fail("splice(pipe -> socket) returned 0 after %zu of %zu bytes", moved, length);
+	if (ret == 0 && run.moved != length)
+		ret = harness_fail("splice(pipe -> socket) returned 0 after %zu of %zu bytes", run.moved, length);
 	if (job.failed)
 		ret = -1;
-	harness_info("sent %zu bytes in %lu splice calls, eagain=%lu", moved, calls, eagain);
-	if (ret == 0 && opt_nonblock && opt_pipe_size <= 4096 && !eagain)
+	harness_info("sent %zu bytes in %lu splice calls, eagain=%lu", run.moved, run.calls, run.eagain);
+	if (ret == 0 && opt_nonblock && opt_pipe_size <= 4096 && !run.eagain)
 		ret = harness_fail("a nonblocking splice onto the socket through a one-page pipe never saw EAGAIN");
 	return ret;
 }
@@ -231,46 +252,25 @@ static int splice_send(int fd, bool key_first, uint64_t key, size_t length)
 static int splice_recv(int fd, bool key_first, uint64_t *key, size_t length)
 {
 	struct pipe_job job;
+	struct splice_run run = { 0 };
 	pthread_t thread;
-	size_t moved = 0;
-	unsigned long eagain = 0, calls = 0;
-	double deadline = harness_now_ms() + 4 * HARNESS_PEER_WAIT_MS;
-	int out, ret = 0;
+	int out, ret;
 
 	if (pipe_start(&job, &thread, false, key_first, *key, 0, &out) < 0)
 		return -1;
 	length += key_first ? sizeof(*key) : 0;
-	while (ret == 0) {
-		ssize_t n = splice(fd, NULL, out, NULL, 1u << 20, splice_flags());
-
-		calls++;
-		if (n > 0) {
-			moved += (size_t)n;
-			if (moved > length)
-				ret = harness_fail("splice(socket -> pipe) moved %zu bytes, %zu were sent", moved, length);
-		} else if (n == 0) {
-			break; /* the peer's EOF */
-		} else if (errno == EAGAIN && opt_nonblock) {
-			eagain++;
-			if (harness_now_ms() > deadline)
-				ret = harness_fail("splice(socket -> pipe): no progress at %zu of %zu bytes", moved, length);
-			else if (wait_both(out, POLLOUT, fd, POLLIN) < 0)
-				ret = -1;
-		} else if (errno != EINTR) {
-			ret = harness_fail("splice(socket -> pipe) at %zu of %zu bytes: %s", moved, length, strerror(errno));
-		}
-	}
+	ret = splice_until_end(out, fd, false, length, &run);
 	close(out);
 	pthread_join(thread, NULL);
-	if (ret == 0 && moved != length)
-		ret = harness_fail("splice(socket -> pipe) returned 0 (EOF) after %zu of %zu bytes", moved, length);
-	if (ret == 0 && job.moved + job.key_got != moved)
-		ret = harness_fail("the pipe's reader got %zu bytes, splice said %zu", job.moved + job.key_got, moved);
+	if (ret == 0 && run.moved != length)
+		ret = harness_fail("splice(socket -> pipe) returned 0 (EOF) after %zu of %zu bytes", run.moved, length);
+	if (ret == 0 && job.moved + job.key_got != run.moved)
+		ret = harness_fail("the pipe's reader got %zu bytes, splice said %zu", job.moved + job.key_got, run.moved);
 	*key = job.key;
 	if (job.failed)
 		ret = -1;
-	harness_info("received %zu bytes in %lu splice calls, eagain=%lu", moved, calls, eagain);
-	if (ret == 0 && opt_nonblock && !eagain)
+	harness_info("received %zu bytes in %lu splice calls, eagain=%lu", run.moved, run.calls, run.eagain);
+	if (ret == 0 && opt_nonblock && !run.eagain)
 		ret = harness_fail("a nonblocking splice from the socket never saw EAGAIN");
 	return ret;
 }

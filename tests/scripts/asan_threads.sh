@@ -25,21 +25,7 @@ PY=/usr/bin/python3
 SIZE=$((1 << 20))
 export ASAN_OPTIONS="$ASAN_OPTIONS:verbosity=2"
 
-cat >"$FS_TMP/server.py" <<'EOF'
-import socket, sys
-l = socket.socket()
-l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-l.bind(('127.0.0.1', 0))
-l.listen(4)
-print('listening port=%d' % l.getsockname()[1], flush=True)
-c, _ = l.accept()
-while True:
-    b = c.recv(65536)
-    if not b:
-        break
-    c.sendall(b)
-c.close()
-EOF
+fs_py_echo_server "$FS_TMP/server.py"
 cat >"$FS_TMP/client.py" <<'EOF'
 import hashlib, os, socket, sys, threading
 data = os.urandom(int(sys.argv[2]))
@@ -61,12 +47,10 @@ EOF
 # stack [...) size S", n > 0), as "n:size" words
 threads() { sed -nE 's/^==[0-9]+==T([1-9][0-9]*): stack .* size (0x[0-9a-f]+);.*/\1:\2/p' "$1" | tr '\n' ' '; }
 
-fs_bg spid timeout -k 2 60 env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 "$PY" "$FS_TMP/server.py" \
+fs_bg spid timeout -k 2 60 env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 "$PY" "$FS_TMP/server.py" 0 1 \
 	>"$FS_TMP/server.out" 2>"$FS_TMP/server.err"
-# (a python under ASan on a loaded machine may take more than
-# fs_listen_port's 10 s to start)
-fs_wait_line "$FS_TMP/server.out" '^listening port=' "$spid" 60 || true
-port=$(sed -n 's/^listening port=//p' "$FS_TMP/server.out" | head -n 1)
+# (a python under ASan on a loaded machine may take more than 10 s to start)
+port=$(fs_listen_port "$FS_TMP/server.out" "$spid" 60)
 [ -n "$port" ] || { fs_fail "the server did not listen: $(grep -v '^==\|^||\|^  ' "$FS_TMP/server.err" | tail -n 3 | tr '\n' ' ')"; fs_done; exit 1; }
 rc=0 src=0
 timeout -k 2 60 env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 "$PY" "$FS_TMP/client.py" "$port" "$SIZE" \

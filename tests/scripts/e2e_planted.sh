@@ -30,22 +30,8 @@ TARGET=$FS_TMP/root-owned
 printf 'root data\n' >"$TARGET"
 TARGET_SUM=$(sha256sum <"$TARGET")
 
-cat >"$FS_TMP/server.py" <<'EOF'
-import socket, sys
-s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-s.bind(("127.0.0.1", int(sys.argv[1])))
-s.listen(8)
-print("listening", flush=True)
-c, _ = s.accept()
-while True:
-    data = c.recv(65536)
-    if not data:
-        break
-    c.sendall(data)
-c.close()
-s.close()
-EOF
+# the SO_REUSEPORT echo server: one connection
+fs_py_echo_server "$FS_TMP/server.py"
 cat >"$FS_TMP/client.py" <<'EOF'
 import hashlib, os, socket, sys, threading
 size = int(sys.argv[2])
@@ -83,7 +69,7 @@ run_case() { # KIND (none|empty|random|symlink)
 	path=/dev/shm/fabsock-probe-$NETNS-00000000000000000000ffff7f000001-$port
 	rm -f "$path"
 	[ "$kind" = none ] || plant "$kind" "$path"
-	fs_bg spid timeout -k 2 30 env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 python3 "$FS_TMP/server.py" "$port" \
+	fs_bg spid timeout -k 2 30 env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 python3 "$FS_TMP/server.py" "$port" 1 reuseport \
 		>"$dir/server.out" 2>"$dir/server.err"
 	if ! fs_wait_line "$dir/server.out" listening "$spid"; then
 		fs_fail "$kind: the server did not listen: $(tail -n 3 "$dir/server.err" | tr '\n' ' ')"
@@ -178,7 +164,7 @@ held_case() {
 	mkdir -p "$dir"
 	port=$(fs_free_port) || { fs_fail "held: no free port"; return 0; }
 	path=/dev/shm/fabsock-probe-$NETNS-00000000000000000000ffff7f000001-$port
-	fs_bg spid timeout -k 2 40 env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 python3 "$FS_TMP/server.py" "$port" \
+	fs_bg spid timeout -k 2 40 env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 python3 "$FS_TMP/server.py" "$port" 1 reuseport \
 		>"$dir/server.out" 2>"$dir/server.err"
 	fs_wait_line "$dir/server.out" listening "$spid" || { fs_fail "held: the server did not listen"; return 0; }
 	[ -f "$path" ] || { fs_fail "held: the server made no table at $path"; return 0; }

@@ -263,25 +263,7 @@ fi
 # ---- cached: the client's per-port answer follows the records --------------
 d=$FS_TMP/cached
 mkdir -p "$d"
-cat >"$d/server.py" <<'EOF'
-import os, socket, sys
-port, ready = int(sys.argv[1]), sys.argv[2]
-ls = socket.socket()
-ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-ls.bind(("127.0.0.1", port))
-ls.listen(8)
-with open(ready + ".tmp", "w") as f:
-    f.write(str(ls.getsockname()[1]))
-os.rename(ready + ".tmp", ready)
-while True:
-    c, _ = ls.accept()
-    while True:
-        b = c.recv(65536)
-        if not b:
-            break
-        c.sendall(b)
-    c.close()
-EOF
+fs_py_echo_server "$d/server.py"
 cat >"$d/client.py" <<'EOF'
 import hashlib, os, socket, sys, time
 port, phase_file, go_file = int(sys.argv[1]), sys.argv[2], sys.argv[3]
@@ -316,16 +298,16 @@ EOF
 # the directory is there, its stamps older than the cache's margin
 mkdir -p -m 700 "$REC/fabsock-u$me"
 sleep 0.2
-fs_bg cache_srv python3 "$d/server.py" 0 "$d/ready1"
-for _ in $(seq 1 100); do [ -s "$d/ready1" ] && break; sleep 0.05; done
-cport=$(cat "$d/ready1" 2>/dev/null || true)
+fs_bg cache_srv python3 "$d/server.py" 0 >"$d/server1.out"
+cport=$(fs_listen_port "$d/server1.out" "$cache_srv")
 fs_bg cache_cli env LD_PRELOAD="$FABSOCK_LIB" FABSOCK_STATS=1 timeout 60 python3 "$d/client.py" "$cport" \
 	"$d/phase" "$d/go" >"$d/client.out" 2>"$d/client.err"
 for _ in $(seq 1 200); do [ -e "$d/phase" ] && break; sleep 0.05; done
 kill "$cache_srv" 2>/dev/null || true
 fs_wait_pid "$cache_srv" 10 || true
-fs_bg cache_srv env LD_PRELOAD="$FABSOCK_LIB" python3 "$d/server.py" "$cport" "$d/ready2"
-for _ in $(seq 1 100); do [ -s "$d/ready2" ] && [ -s "$REC/fabsock-u$me/port-$cport" ] && break; sleep 0.05; done
+fs_bg cache_srv env LD_PRELOAD="$FABSOCK_LIB" python3 "$d/server.py" "$cport" >"$d/server2.out"
+[ -n "$(fs_listen_port "$d/server2.out" "$cache_srv")" ] || fs_fail "cached: the fabsock server did not listen on $cport again"
+for _ in $(seq 1 100); do [ -s "$REC/fabsock-u$me/port-$cport" ] && break; sleep 0.05; done
 [ -s "$REC/fabsock-u$me/port-$cport" ] || fs_fail "cached: the fabsock server published no record for port $cport"
 touch "$d/go"
 crc=0

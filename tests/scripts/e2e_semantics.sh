@@ -61,7 +61,7 @@ check_side() { # LABEL SIDE SCENARIO MODE RC DIR
 		tail -n 5 "$dir/$side.err" >&2 || true
 		return 0
 	fi
-	if [ "$mode" = fabsock ]; then
+	if [ "$mode" = fabsock ] && [[ $scenario != $EARLY_AIO_SCENARIOS ]]; then
 		connections=$(sed -n 's/^connections=//p' "$dir/$side.out")
 		# one stats line per process (children forked after the offload
 		# count nothing of their parent's)
@@ -101,6 +101,38 @@ kill_and_judge() { # LABEL SCENARIO MODE DIR VICTIM VICTIM_PID SURVIVOR SURVIVOR
 # fork_children too: its posix_spawn() and vfork()+exec leave the socket
 # (no FD_CLOEXEC) to the new program, which might use it, so fabsock hands
 # the stream back before the exec (core/sock_close.c, fs_core_before_exec).
+# aio_connecting, lio_connecting, aio_probing (fs_glibc_entries): the
+# client hands its socket to POSIX AIO at once after a nonblocking
+# connect(), before its HELLO is out: it stays on kernel TCP (fallback_kernel_io=1, nothing
+# offloaded on either end; the usual outcome), or, when the service thread
+# had the HELLO out first, the handshake ends and the stream goes back to
+# TCP (offloaded=1 and handbacks=1 on both ends). Either way TCP carries
+# every byte, and the programs check each of them (no HELLO read as data).
+# aio_probing: aio_write 20 ms after connect(); the client's probe goes
+# 200 ms late (its service thread holds the socket meanwhile: aio_write
+# waits for it) and the server's listener answers it only in its
+# application's threads, which wait in the kernel's recv (the probe timeout
+# 2 s): the client must be waiting for its probe's answer then, and stay
+# on TCP (probes_sent=1, fallback_kernel_io=1).
+EARLY_AIO_SCENARIOS='@(aio_connecting|lio_connecting|aio_probing)'
+judge_early_aio() { # LABEL SCENARIO DIR
+	local label=$1 scenario=$2 dir=$3 io off hb soff shb probes
+	probes=$(fs_stat "$dir/client.err" probes_sent)
+	if [ "$scenario" = aio_probing ] && [ "${probes:-0}" -lt 1 ]; then
+		fs_fail "$label: the client sent no probe (probes_sent=${probes:-none}): the scenario did not meet the socket waiting for its probe's answer"
+	fi
+	io=$(fs_stat "$dir/client.err" fallback_kernel_io)
+	off=$(fs_stat "$dir/client.err" offloaded) hb=$(fs_stat "$dir/client.err" handbacks)
+	soff=$(fs_stat "$dir/server.err" offloaded) shb=$(fs_stat "$dir/server.err" handbacks)
+	local got="client fallback_kernel_io=${io:-none} offloaded=${off:-none} handbacks=${hb:-none} probes_sent=${probes:-none}, server offloaded=${soff:-none} handbacks=${shb:-none}"
+	if [ "${io:-}" = 1 ] && [ "${off:-}" = 0 ] && [ "${hb:-}" = 0 ] && [ "${soff:-}" = 0 ] && [ "${shb:-}" = 0 ]; then
+		fs_log "$label: stayed on kernel TCP ($got)"
+	elif [ "${io:-}" = 0 ] && [ "${off:-}" = 1 ] && [ "${hb:-}" = 1 ] && [ "${soff:-}" = 1 ] && [ "${shb:-}" = 1 ]; then
+		fs_log "$label: the HELLO was out first: offloaded, then handed back ($got)"
+	else
+		fs_fail "$label: $got; expected the client on kernel TCP (fallback_kernel_io=1, nothing offloaded) or a hand-back on both ends"
+	fi
+}
 HANDBACK_SCENARIOS='@(fork_child_reads|fork_split|parent_closes|parent_exits|pass_rights|fork_child_sandboxed|peer_forks_poll|urgent|fork_children|aio)'
 run_scenario() { # MODE SCENARIO
 	local mode=$1 scenario=$2 label="$2-$1" dir=$FS_TMP/$2-$1 port server_pid client_pid
@@ -121,6 +153,10 @@ run_scenario() { # MODE SCENARIO
 	# the connecting thread holds its socket through the handshake while
 	# the main thread forks (fs_semantics_share.c)
 	[ "$mode" = fabsock ] && [ "$scenario" = fork_mid_connect ] && prefix+=(FABSOCK_TEST_HELLO_DELAY_MS=1000)
+	# the client's probe goes 200 ms late, aio_write 20 ms after connect(),
+	# the server answers probes only in its application's calls
+	[ "$mode" = fabsock ] && [ "$scenario" = aio_probing ] &&
+		prefix+=(FABSOCK_TEST_PROBE_DELAY_MS=200 FABSOCK_TEST_SERVICE_PROBES=0 FABSOCK_PROBE_TIMEOUT_MS=2000)
 	# the server's sender waits for the client's noted probe while its
 	# reader waits in the kernel for the first byte; the probe comes 500 ms
 	# late, inside the sender's wait (the probe timeout: 1 s here, so a
@@ -189,6 +225,9 @@ run_scenario() { # MODE SCENARIO
 		else
 			fs_log "$label: handed back, not judged: no kernel run"
 		fi
+	elif [[ $scenario == $EARLY_AIO_SCENARIOS ]] && [ "$mode" = fabsock ]; then
+		fs_tcp_proof "$label (on TCP on purpose: judged on the stats)" shown 1
+		judge_early_aio "$label" "$scenario" "$dir"
 	elif [ "$scenario" = control_reset ]; then
 		# fs_glibc_entries: the client writes 16 bytes on the control
 		# connection behind fabsock's back (a raw write), on purpose

@@ -245,11 +245,44 @@ fs_wait_line() { # FILE PATTERN PID [SEC]
 }
 
 # The N of the `listening port=N` line a test program PID prints into FILE,
-# once it has; empty if it never does (within fs_wait_line's bound).
-fs_listen_port() { # FILE PID
-	if fs_wait_line "$1" '^listening port=' "$2"; then
+# once it has; empty if it never does (within SEC seconds, 10 if not given:
+# fs_wait_line's bound).
+fs_listen_port() { # FILE PID [SEC]
+	if fs_wait_line "$1" '^listening port=' "$2" "${3:-10}"; then
 		sed -n 's/^listening port=//p' "$1" | head -n 1
 	fi
+}
+
+# Writes FILE, a python3 echo server, for the tests whose server must be a
+# program this build did not make (one without the ASan runtime, say):
+# `python3 FILE PORT [COUNT [reuseport]]` listens on 127.0.0.1:PORT (0:
+# any; with `reuseport`, SO_REUSEPORT too), prints `listening port=N`
+# (fs_listen_port), then serves COUNT connections one after the other (0,
+# the default: until it is killed), each echoed until its EOF; it exits 0
+# after the last.
+fs_py_echo_server() { # FILE
+	cat >"$1" <<'EOF'
+import socket, sys
+port = int(sys.argv[1])
+count = int(sys.argv[2]) if len(sys.argv) > 2 else 0
+l = socket.socket()
+l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+if sys.argv[3:4] == ["reuseport"]:
+    l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+l.bind(("127.0.0.1", port))
+l.listen(8)
+print("listening port=%d" % l.getsockname()[1], flush=True)
+served = 0
+while count == 0 or served < count:
+    c, _ = l.accept()
+    while True:
+        b = c.recv(65536)
+        if not b:
+            break
+        c.sendall(b)
+    c.close()
+    served += 1
+EOF
 }
 
 # Waits for a pid with a time bound in seconds; returns its exit status, or

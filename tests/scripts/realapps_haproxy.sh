@@ -70,42 +70,100 @@ check_download() {
 	return 1
 }
 
+# hap_curl_round LABEL WHAT OUT PORT COUNT: COUNT curl processes one after
+# the other (under RA_ENV), each downloading big.bin with `Connection:
+# close` through haproxy on PORT into OUT.N; every body is checked
+# (check_download: HTTP 200, size, sha256) and so is every curl's exit
+# status, failures named "LABEL: WHAT N". Sets HAP_GOOD (whole downloads),
+# HAP_SPEEDS (their speeds, B/s, for ra_mean_mb) and HAP_MOVED (the bytes
+# curl said it received, whole or not: for the TCP payload check).
+hap_curl_round() {
+	local label=$1 what=$2 out=$3 port=$4 count=$5 i rc t code size
+	HAP_GOOD=0 HAP_SPEEDS="" HAP_MOVED=0
+	for i in $(seq 1 "$count"); do
+		rc=0
+		t=$(timeout -k 2 $((CURL_MAX + 5)) "${RA_ENV[@]}" curl -sS --max-time "$CURL_MAX" -H 'Connection: close' \
+			-o "$out.$i" -w '%{http_code} %{size_download} %{speed_download}' \
+			"http://127.0.0.1:$port/big.bin" 2>"$out.$i.err") || rc=$?
+		read -r code size t <<<"$t" || true
+		HAP_MOVED=$((HAP_MOVED + ${size:-0}))
+		if [ "$rc" -eq 0 ] && check_download "$label" "$what $i" "$out.$i" "${code:-}" "${size:-}"; then
+			HAP_GOOD=$((HAP_GOOD + 1))
+			HAP_SPEEDS="$HAP_SPEEDS $t"
+		else
+			[ "$rc" -eq 0 ] || fs_fail "$RA_CASE $label: $what $i: curl exit status $rc"
+			grep -v ': stats:' "$out.$i.err" | tail -n 2 | sed 's/^/    stderr: /' >&2 || true
+		fi
+		rm -f "$out.$i"
+	done
+}
+
+# hap_ports LABEL: two free ports, HAP_BPORT (http.server's) and HAP_FPORT
+# (haproxy's); returns 1, having failed LABEL, without them.
+hap_ports() {
+	HAP_BPORT=$(fs_free_port) || { fs_fail "$RA_CASE $1: no free port"; return 1; }
+	HAP_FPORT=$(fs_free_port) || { fs_fail "$RA_CASE $1: no free port"; return 1; }
+	[ "$HAP_FPORT" != "$HAP_BPORT" ] || HAP_FPORT=$((HAP_BPORT + 1))
+}
+
+# hap_config DIR GLOBAL DEFAULTS: DIR/haproxy.cfg, one haproxy process on
+# HAP_FPORT in front of http.server on HAP_BPORT; GLOBAL and DEFAULTS are
+# lines more for those sections (the mode among the defaults).
+hap_config() {
+	local dir=$1 global=$2 defaults=$3
+	{
+		printf 'global\n    maxconn 200\n'
+		[ -z "$global" ] || printf '%s\n' "$global"
+		printf 'defaults\n%s\n' "$defaults"
+		printf '    timeout %s\n' "connect 5s" "client 30s" "server 30s"
+		printf 'frontend fe\n    bind 127.0.0.1:%s\n    default_backend be\n' "$HAP_FPORT"
+		printf 'backend be\n    server py 127.0.0.1:%s\n' "$HAP_BPORT"
+	} >"$dir/haproxy.cfg"
+}
+
+# hap_start MODE LABEL SUFFIX DIR: http.server on HAP_BPORT serving DOCROOT
+# and haproxy with DIR/haproxy.cfg (written for HAP_FPORT and HAP_BPORT),
+# each under the preload in fabsock mode (ra_env MODE pyhttpSUFFIX and
+# haproxySUFFIX), and waits until both listen. Sets HAP_PY and HAP_HAP,
+# their pids; returns 1, having failed LABEL, when one does not listen.
+hap_start() {
+	local mode=$1 label=$2 suffix=$3 dir=$4
+	ra_env "$mode" "pyhttp$suffix"
+	fs_bg HAP_PY setsid "${RA_ENV[@]}" PYTHONUNBUFFERED=1 "$PY" -c "$PY_MAIN" --bind 127.0.0.1 \
+		--directory "$DOCROOT" "$HAP_BPORT" >"$dir/py.stdout" 2>"$dir/py.stderr"
+	ra_env "$mode" "haproxy$suffix"
+	fs_bg HAP_HAP setsid "${RA_ENV[@]}" "$HAPROXY" -db -f "$dir/haproxy.cfg" >"$dir/hap.stdout" 2>"$dir/hap.stderr"
+	if ! ra_wait_listen "$HAP_BPORT" "$HAP_PY"; then
+		fs_fail "$RA_CASE $label: http.server did not listen on $HAP_BPORT ($RA_LISTEN_WHY)"
+		return 1
+	fi
+	if ! ra_wait_listen "$HAP_FPORT" "$HAP_HAP"; then
+		fs_fail "$RA_CASE $label: haproxy did not listen on $HAP_FPORT ($RA_LISTEN_WHY)"
+		tail -n 5 "$dir/hap.stderr" | sed 's/^/    /' >&2 || true
+		return 1
+	fi
+}
+
+# hap_stop MODE DIR: haproxy and http.server (hap_start's) alive after the
+# load, then stopped cleanly (SIGUSR1: a soft stop, SIGINT), their stats
+# lines written, no core files (ra_alive, ra_stop).
+hap_stop() {
+	local mode=$1 dir=$2
+	ra_alive "$mode" "$HAP_HAP" haproxy || true
+	ra_alive "$mode" "$HAP_PY" http.server || true
+	ra_stop "$mode" "$HAP_HAP" SIGUSR1 haproxy 15 "$dir/hap.stderr" || true
+	ra_stop "$mode" "$HAP_PY" SIGINT http.server 15 "$dir/py.stderr" || true
+}
+
 haproxy_case() {
-	local mode=$1 dir py hap fport bport i rc good moved=0 speeds n200 tb code size t KA_CONNS=0
+	local mode=$1 dir fport bport i rc good moved=0 n200 tb code size t KA_CONNS=0
 	local -a urls=()
 	dir=$FS_TMP/hap-$mode
 	mkdir -p "$dir"
-	bport=$(fs_free_port) || { fs_fail "$RA_CASE $mode: no free port"; return; }
-	fport=$(fs_free_port) || { fs_fail "$RA_CASE $mode: no free port"; return; }
-	[ "$fport" != "$bport" ] || fport=$((bport + 1))
-	cat >"$dir/haproxy.cfg" <<EOF
-global
-    maxconn 200
-defaults
-    mode http
-    timeout connect 5s
-    timeout client 30s
-    timeout server 30s
-frontend fe
-    bind 127.0.0.1:$fport
-    default_backend be
-backend be
-    server py 127.0.0.1:$bport
-EOF
-	ra_env "$mode" pyhttp
-	fs_bg py setsid "${RA_ENV[@]}" PYTHONUNBUFFERED=1 "$PY" -c "$PY_MAIN" --bind 127.0.0.1 \
-		--directory "$DOCROOT" "$bport" >"$dir/py.stdout" 2>"$dir/py.stderr"
-	ra_env "$mode" haproxy
-	fs_bg hap setsid "${RA_ENV[@]}" "$HAPROXY" -db -f "$dir/haproxy.cfg" >"$dir/hap.stdout" 2>"$dir/hap.stderr"
-	if ! ra_wait_listen "$bport" "$py"; then
-		fs_fail "$RA_CASE $mode: http.server did not listen on $bport ($RA_LISTEN_WHY)"
-		return
-	fi
-	if ! ra_wait_listen "$fport" "$hap"; then
-		fs_fail "$RA_CASE $mode: haproxy did not listen on $fport ($RA_LISTEN_WHY)"
-		tail -n 5 "$dir/hap.stderr" | sed 's/^/    /' >&2 || true
-		return
-	fi
+	hap_ports "$mode" || return
+	bport=$HAP_BPORT fport=$HAP_FPORT
+	hap_config "$dir" "" "    mode http"
+	hap_start "$mode" "$mode" "" "$dir" || return
 
 	fs_tcp_count_start "$fport" "$bport" || fs_fail "$RA_CASE $mode: nft counter not set up"
 	ra_env "$mode" curl
@@ -133,34 +191,16 @@ EOF
 		grep -v ': stats:' "$dir/ka.err" | tail -n 2 | sed 's/^/    stderr: /' >&2 || true
 	fi
 	# Connection: close, a curl process each
-	good=0 speeds=""
-	for i in $(seq 1 "$DOWNLOADS"); do
-		rc=0
-		t=$(timeout -k 2 $((CURL_MAX + 5)) "${RA_ENV[@]}" curl -sS --max-time "$CURL_MAX" -H 'Connection: close' \
-			-o "$dir/cc.$i" -w '%{http_code} %{size_download} %{speed_download}' \
-			"http://127.0.0.1:$fport/big.bin" 2>"$dir/cc.$i.err") || rc=$?
-		read -r code size t <<<"$t" || true
-		moved=$((moved + ${size:-0}))
-		if [ "$rc" -eq 0 ] && check_download "$mode" "Connection: close download $i" "$dir/cc.$i" "${code:-}" "${size:-}"; then
-			good=$((good + 1))
-			speeds="$speeds $t"
-		else
-			[ "$rc" -eq 0 ] || fs_fail "$RA_CASE $mode: Connection: close download $i: curl exit status $rc"
-			grep -v ': stats:' "$dir/cc.$i.err" | tail -n 2 | sed 's/^/    stderr: /' >&2 || true
-		fi
-		rm -f "$dir/cc.$i"
-	done
-	FIG["$mode cc"]=$(ra_mean_mb "$speeds")
-	[ "$good" -eq "$DOWNLOADS" ] &&
+	hap_curl_round "$mode" "Connection: close download" "$dir/cc" "$fport" "$DOWNLOADS"
+	moved=$((moved + HAP_MOVED))
+	FIG["$mode cc"]=$(ra_mean_mb "$HAP_SPEEDS")
+	[ "$HAP_GOOD" -eq "$DOWNLOADS" ] &&
 		fs_pass "$RA_CASE $mode: $DOWNLOADS curls with Connection: close through haproxy, sha256 equal, ${FIG["$mode cc"]} MB/s"
 	# (each byte crosses both ports: in kernel mode the counter sees it twice)
 	ra_tcp_payload_check "$mode" "$moved" $((2 * DOWNLOADS + 2 * KA_CONNS))
 	fs_tcp_count_stop
 
-	ra_alive "$mode" "$hap" haproxy || true
-	ra_alive "$mode" "$py" http.server || true
-	ra_stop "$mode" "$hap" SIGUSR1 haproxy 15 "$dir/hap.stderr" || true
-	ra_stop "$mode" "$py" SIGINT http.server 15 "$dir/py.stderr" || true
+	hap_stop "$mode" "$dir"
 	# (haproxy forwards HTTP/1.1 requests, and HTTP/1.0 after a backend closed)
 	n200=$(grep -cE '"GET /big.bin HTTP/1.[01]" 200' "$dir/py.stderr" || true)
 	tb=$(grep -cE '^Traceback|Error:' "$dir/py.stderr" || true)
@@ -201,63 +241,22 @@ PYEOF
 }
 
 haproxy_splice_case() {
-	local mode=$1 dir py hap fport bport i rc good=0 moved=0 code size t speeds="" pipes spliced
+	local mode=$1 dir fport bport moved=0 pipes spliced
 	dir=$FS_TMP/hap-splice-$mode
 	mkdir -p "$dir"
-	bport=$(fs_free_port) || { fs_fail "$RA_CASE splice $mode: no free port"; return; }
-	fport=$(fs_free_port) || { fs_fail "$RA_CASE splice $mode: no free port"; return; }
-	[ "$fport" != "$bport" ] || fport=$((bport + 1))
-	cat >"$dir/haproxy.cfg" <<EOF
-global
-    maxconn 200
-    stats socket $dir/hap.sock mode 600 level admin
-defaults
-    mode tcp
+	hap_ports "splice $mode" || return
+	bport=$HAP_BPORT fport=$HAP_FPORT
+	hap_config "$dir" "    stats socket $dir/hap.sock mode 600 level admin" \
+		"    mode tcp
     option splice-request
-    option splice-response
-    timeout connect 5s
-    timeout client 30s
-    timeout server 30s
-frontend fe
-    bind 127.0.0.1:$fport
-    default_backend be
-backend be
-    server py 127.0.0.1:$bport
-EOF
-	ra_env "$mode" pyhttp-splice
-	fs_bg py setsid "${RA_ENV[@]}" PYTHONUNBUFFERED=1 "$PY" -c "$PY_MAIN" --bind 127.0.0.1 \
-		--directory "$DOCROOT" "$bport" >"$dir/py.stdout" 2>"$dir/py.stderr"
-	ra_env "$mode" haproxy-splice
-	fs_bg hap setsid "${RA_ENV[@]}" "$HAPROXY" -db -f "$dir/haproxy.cfg" >"$dir/hap.stdout" 2>"$dir/hap.stderr"
-	if ! ra_wait_listen "$bport" "$py"; then
-		fs_fail "$RA_CASE splice $mode: http.server did not listen on $bport ($RA_LISTEN_WHY)"
-		return
-	fi
-	if ! ra_wait_listen "$fport" "$hap"; then
-		fs_fail "$RA_CASE splice $mode: haproxy did not listen on $fport ($RA_LISTEN_WHY)"
-		tail -n 5 "$dir/hap.stderr" | sed 's/^/    /' >&2 || true
-		return
-	fi
+    option splice-response"
+	hap_start "$mode" "splice $mode" -splice "$dir" || return
 	fs_tcp_count_start "$fport" "$bport" || fs_fail "$RA_CASE splice $mode: nft counter not set up"
 	ra_env "$mode" curl-splice
-	for i in $(seq 1 "$SPLICE_DOWNLOADS"); do
-		rc=0
-		t=$(timeout -k 2 $((CURL_MAX + 5)) "${RA_ENV[@]}" curl -sS --max-time "$CURL_MAX" -H 'Connection: close' \
-			-o "$dir/sp.$i" -w '%{http_code} %{size_download} %{speed_download}' \
-			"http://127.0.0.1:$fport/big.bin" 2>"$dir/sp.$i.err") || rc=$?
-		read -r code size t <<<"$t" || true
-		moved=$((moved + ${size:-0}))
-		if [ "$rc" -eq 0 ] && check_download "splice $mode" "download $i" "$dir/sp.$i" "${code:-}" "${size:-}"; then
-			good=$((good + 1))
-			speeds="$speeds $t"
-		else
-			[ "$rc" -eq 0 ] || fs_fail "$RA_CASE splice $mode: download $i: curl exit status $rc"
-			grep -v ': stats:' "$dir/sp.$i.err" | tail -n 2 | sed 's/^/    stderr: /' >&2 || true
-		fi
-		rm -f "$dir/sp.$i"
-	done
-	FIG["$mode splice"]=$(ra_mean_mb "$speeds")
-	[ "$good" -eq "$SPLICE_DOWNLOADS" ] &&
+	hap_curl_round "splice $mode" download "$dir/sp" "$fport" "$SPLICE_DOWNLOADS"
+	moved=$HAP_MOVED
+	FIG["$mode splice"]=$(ra_mean_mb "$HAP_SPEEDS")
+	[ "$HAP_GOOD" -eq "$SPLICE_DOWNLOADS" ] &&
 		fs_pass "$RA_CASE splice $mode: $SPLICE_DOWNLOADS curls through haproxy splicing both legs, sha256 equal, ${FIG["$mode splice"]} MB/s"
 	# (each byte crosses both ports: in kernel mode the counter sees it twice)
 	ra_tcp_payload_check "$mode" "$moved" $((2 * SPLICE_DOWNLOADS))
@@ -268,10 +267,7 @@ EOF
 	else
 		fs_fail "$RA_CASE splice $mode: haproxy reports no pipe used (show info): it did not splice, the round proves nothing"
 	fi
-	ra_alive "$mode" "$hap" haproxy || true
-	ra_alive "$mode" "$py" http.server || true
-	ra_stop "$mode" "$hap" SIGUSR1 haproxy 15 "$dir/hap.stderr" || true
-	ra_stop "$mode" "$py" SIGINT http.server 15 "$dir/py.stderr" || true
+	hap_stop "$mode" "$dir"
 	[ "$mode" = fabsock ] || return 0
 	# every byte of a download crosses haproxy twice: in from the backend,
 	# out to curl (the request adds a few bytes more)
