@@ -47,6 +47,10 @@
 #define FS_REC_MAX_LISTENERS 8192
 #define FS_REC_ANY_UID 0xffffffffu
 #define FS_REC_OFFLOAD 1u /* the listener may offload a client of serve_uid */
+/* its process runs with FABSOCK_TCP_FIRST=1: it strips a waitless HELLO
+ * (one without a probe, written in the client's connect()) from the head
+ * of a connection, whatever it does first (docs/design.md, TCP first) */
+#define FS_REC_TCP_FIRST 2u
 
 struct fs_rec_slot {
 	uint64_t inode; /* the listening socket; 0: a free slot */
@@ -448,6 +452,8 @@ static int fs_rec_put(struct fs_record_pub *p, uint32_t uid, uint32_t serve_uid,
 	s.serve_uid = serve_uid;
 	/* a listener whose process cannot use shm refuses its local clients */
 	s.flags = fs_params.shm ? FS_REC_OFFLOAD : 0;
+	if (fs_params.shm && fs_params.tcp_first)
+		s.flags |= FS_REC_TCP_FIRST;
 	if (slot < 0 || !fs_rec_slot_write(fd, slot, &s)) {
 		FS_INFO("listener records: no room for port %u", p->port);
 		fs_rec_close(fd);
@@ -835,6 +841,42 @@ enum fs_record_hint fs_records_lookup(uint16_t port)
 		fs_rec_cache_put(port, uid, false, answer, &st, began_ns);
 	pthread_mutex_unlock(&fs_records_lock);
 	return answer;
+}
+
+bool fs_records_tcp_first(uint16_t port, uint64_t listener_inode)
+{
+	struct fs_rec_file f;
+	struct stat st;
+	uint32_t uid;
+	char name[32];
+	int dfd, fd;
+	bool yes = false;
+
+	if (!fs_params.records || !listener_inode)
+		return false;
+	uid = (uint32_t)fs_self_euid();
+	fs_rec_name(name, sizeof(name), port);
+	fs_lock(&fs_records_lock);
+	dfd = fs_rec_dir(uid, false);
+	fd = dfd >= 0 ? openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK) : -1;
+	pthread_mutex_unlock(&fs_records_lock);
+	if (fd < 0)
+		return false;
+	if (!fs_rec_file_ok(fd, uid, &st) || !fs_rec_flock(fd, LOCK_SH)) {
+		fs_rec_close(fd);
+		return false;
+	}
+	if (pread(fd, &f, sizeof(f), 0) == (ssize_t)sizeof(f) && f.magic == FS_REC_MAGIC && f.version == FS_REC_VERSION)
+		for (int i = 0; i < FS_REC_SLOTS && !yes; i++) {
+			const struct fs_rec_slot *s = &f.slot[i];
+
+			/* the very socket the kernel says listens there: a slot
+			 * left by a listener gone (not swept yet) names another */
+			yes = s->inode == listener_inode && (s->flags & FS_REC_OFFLOAD) && (s->flags & FS_REC_TCP_FIRST) &&
+			      (s->serve_uid == uid || s->serve_uid == FS_REC_ANY_UID);
+		}
+	fs_rec_close(fd);
+	return yes;
 }
 
 void fs_records_sweep_port(uint16_t port)

@@ -64,6 +64,13 @@ enum fs_record_hint {
 	FS_RECORD_REFUSES, /* records only of listeners that will refuse: plain TCP */
 };
 enum fs_record_hint fs_records_lookup(uint16_t port);
+/* TCP first's waitless HELLO (FABSOCK_TCP_FIRST): whether the listening
+ * socket LISTENER_INODE, which the kernel says listens on PORT of this
+ * host, has a record of this user that offloads this user and strips a
+ * waitless HELLO. Only then may a client write one without a probe: the
+ * kernel confirmed the record (a stale one names a socket that no longer
+ * listens). One open, flock and read, not cached. */
+bool fs_records_tcp_first(uint16_t port, uint64_t listener_inode);
 /* A probe to PORT on this host found no listener: clear that port's stale
  * records now rather than at the next publish. */
 void fs_records_sweep_port(uint16_t port);

@@ -42,6 +42,7 @@
 #include "core/service.h"
 #include "core/sigs.h"
 #include "core/stats.h"
+#include "core/tcpfirst_hs.h"
 #include "core/udp.h"
 #include "core/wire.h"
 #include "preload/real.h"
@@ -667,6 +668,22 @@ static bool fs_sock_after_connect(struct fs_sock *s, bool wait_here, bool up)
 	}
 	if (!up)
 		return false;
+	if (hint == FS_RECORD_PRESENT && rule != FS_RULE_OFFLOAD && fs_tfhs_client_may(s->fd, addr)) {
+		/* TCP first, waitless (tcpfirst_hs.h): the HELLO now, as the
+		 * socket's first bytes, and nothing waited for: no probe, no
+		 * rail, no watch (the application's first receive takes the
+		 * ACK; a close before it is a background close, as for an
+		 * empty HELLO) */
+		int ret;
+
+		s->neg->skip_probe = true;
+		s->neg->waitless = true;
+		fs_sock_set_state(s, FS_SOCK_CLIENT_PENDING);
+		ret = fs_sock_send_hello(s, 0);
+		if (ret != 0)
+			fs_sock_release(s); /* not sent (FS_PASS: reset if a part went) */
+		return true;
+	}
 	if (rule != FS_RULE_OFFLOAD && fs_probe_start(&s->neg->probe, s->fd, addr)) {
 		FS_STAT_INC(fallback_probe_refused);
 		why = "cannot send the probe";
@@ -1240,7 +1257,8 @@ static ssize_t fs_sock_first_read_wait(struct fs_sock *s)
 		return -err; /* SO_RCVTIMEO, a signal, a reset: nothing taken */
 	}
 	if (fs_sock_state(s) == FS_SOCK_SERVER_PENDING && fs_negotiate_server_before_read(s) == 1 &&
-	    fs_negotiate_server_claim(s, n == 0) == FS_PASS)
+	    ((n > 0 && fs_negotiate_server_waitless(s, NULL, 0, NULL) == FS_PASS) ||
+	     fs_negotiate_server_claim(s, n == 0) == FS_PASS))
 		fs_sock_settled_tcp(s);
 	pthread_mutex_unlock(&s->lock);
 	return FS_FIRST_READ_NO; /* TCP now, or a "yes" came: the usual path */
@@ -1264,6 +1282,12 @@ ssize_t fs_sock_first_read(struct fs_sock *s, struct msghdr *msg, int flags, boo
 	 * bytes judged after the fact. */
 	fs_lock(&s->lock);
 	if (fs_sock_state(s) != FS_SOCK_SERVER_PENDING || fs_negotiate_server_before_read(s) != 1) {
+		pthread_mutex_unlock(&s->lock);
+		return FS_FIRST_READ_NO;
+	}
+	if (fs_params.tcp_first && fs_negotiate_server_waitless(s, NULL, 0, NULL) == FS_PASS) {
+		/* TCP first's waitless HELLO taken off: the receive is the kernel's */
+		fs_sock_settled_tcp(s);
 		pthread_mutex_unlock(&s->lock);
 		return FS_FIRST_READ_NO;
 	}

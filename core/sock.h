@@ -89,6 +89,9 @@ struct fs_sock_neg {
 	bool may_leave_to_reader, left_to_reader;
 	/* client side */
 	bool skip_probe;
+	/* TCP first's waitless HELLO was written (tcpfirst_hs.h): no stream,
+	 * the bytes go on TCP, the first receive takes the ACK */
+	bool waitless;
 	/* the listener records' answer looked up before the kernel's
 	 * connect() (fs_sock_note_intent), for the decision after it: an
 	 * enum fs_record_hint plus one, 0: not looked up */

@@ -1,0 +1,193 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * TCP first's waitless handshake (tcpfirst_hs.h): the client's decision and
+ * HELLO, the server's proof and ACK. The rule of negotiate.c holds: a peer
+ * that does not run fabsock never receives a byte it did not ask for (the
+ * client writes only to a listening socket that the kernel names and that
+ * a record of this user says strips the HELLO), and never has one taken
+ * from it (the server consumes only a whole, valid waitless HELLO whose
+ * sender the kernel says is a socket of this user on this host).
+ */
+#include "core/tcpfirst_hs.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config/log.h"
+#include "config/params.h"
+#include "core/diag.h"
+#include "core/negotiate.h"
+#include "core/records.h"
+#include "core/stats.h"
+#include "core/udp.h"
+#include "core/util.h"
+#include "core/wire.h"
+#include "preload/real.h"
+
+#define FS_MS 1000000ull
+
+bool fs_tfhs_is_waitless(const struct fs_hello *h)
+{
+	return (h->flags & FS_HELLO_TCP_FIRST) && h->addr_len == 0 && h->nonce == 0 && h->status == FS_NAK_NONE &&
+	       h->provider == FS_PROV_SHM;
+}
+
+bool fs_tfhs_ack_agrees(const struct fs_hello *ack)
+{
+	return fs_tfhs_is_waitless(ack);
+}
+
+void fs_tfhs_client_fill(struct fs_hello *h, int fd, uint64_t token)
+{
+	h->magic = FS_WIRE_HELLO_MAGIC;
+	h->token = token;
+	h->nonce = 0; /* no probe */
+	h->provider = FS_PROV_SHM;
+	h->flags = FS_HELLO_TCP_FIRST;
+	h->addr_len = 0; /* no rail: none is opened for it */
+	h->sock_fd = fd >= 0 ? (uint32_t)fd : 0;
+}
+
+bool fs_tfhs_client_may(int fd, const struct sockaddr *peer)
+{
+	uint8_t key[16];
+	uint16_t port;
+	uint32_t inode = 0, uid = FS_DIAG_NO_UID;
+
+	(void)fd;
+	if (!fs_params.tcp_first || !fs_params.tcp_first_waitless || !fs_params.shm)
+		return false;
+	fs_sockaddr_key(peer, key, &port);
+	/* The listener a connection to PEER reaches, as the kernel says (the
+	 * record names it by inode); its owner need not be us (a root master
+	 * that listens for workers of ours publishes in our directory). */
+	if (fs_diag_listener(key, port, key, &inode, &uid) != 1 || !inode)
+		return false;
+	return fs_records_tcp_first(port, inode);
+}
+
+/* Writes all of BUF on FD (nonblocking sends, waiting for room up to
+ * FABSOCK_HELLO_TIMEOUT_MS). 0 or -errno. */
+static int fs_tfhs_send_all(int fd, const uint8_t *buf, size_t len)
+{
+	uint64_t deadline = fs_now_ns() + fs_params.hello_timeout_ms * FS_MS;
+	size_t done = 0;
+
+	while (done < len) {
+		ssize_t n = fs_real.send(fd, buf + done, len - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+		struct pollfd p = { .fd = fd, .events = POLLOUT };
+
+		if (n > 0) {
+			done += (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && fs_now_ns() < deadline) {
+			fs_real.poll(&p, 1, 10);
+			continue;
+		}
+		return n < 0 ? -errno : -EPIPE;
+	}
+	return 0;
+}
+
+/* Whether the client end of the connection FD is a socket of this user on
+ * this host: one getsockname, one getpeername, one sock_diag lookup. */
+static bool fs_tfhs_client_ours(int fd)
+{
+	struct sockaddr_storage me, peer;
+	socklen_t mlen = sizeof(me), plen = sizeof(peer);
+	uint8_t maddr[16], paddr[16];
+	uint16_t mport, pport;
+	uint32_t inode = 0, uid = FS_DIAG_NO_UID;
+
+	if (fs_real.getsockname(fd, (struct sockaddr *)&me, &mlen) ||
+	    fs_real.getpeername(fd, (struct sockaddr *)&peer, &plen) ||
+	    (me.ss_family != AF_INET && me.ss_family != AF_INET6))
+		return false;
+	fs_sockaddr_key((struct sockaddr *)&me, maddr, &mport);
+	fs_sockaddr_key((struct sockaddr *)&peer, paddr, &pport);
+	/* (fs_conn_exists asks for the client's end when it is on this host,
+	 * and gives its owner; a remote client has none to give) */
+	if (fs_conn_exists(maddr, mport, paddr, pport, &inode, &uid) != 1 || uid == FS_DIAG_NO_UID)
+		return false;
+	return uid == (uint32_t)fs_self_euid();
+}
+
+int fs_tfhs_server_take(int fd, const uint8_t *first, size_t n_first, size_t *taken)
+{
+	uint8_t buf[FS_WIRE_HELLO_MAX], wire[FS_WIRE_HELLO_MAX];
+	size_t have = n_first < sizeof(buf) ? n_first : sizeof(buf);
+	uint64_t deadline = 0;
+	struct fs_hello hello, ack = { 0 };
+	int ret = 0, len;
+
+	*taken = 0;
+	if (!fs_params.tcp_first || !fs_params.tcp_first_waitless)
+		return 0;
+	if (have)
+		memcpy(buf, first, have);
+	for (unsigned round = 0; round < 100000; round++) {
+		ssize_t n = have < sizeof(buf) ? fs_real.recv(fd, buf + have, sizeof(buf) - have, MSG_PEEK | MSG_DONTWAIT) : 0;
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+			return have ? 0 : -errno;
+		if (n <= 0 && !have)
+			return 0; /* nothing there yet, or the client's end: nothing to take */
+		ret = fs_wire_hello_decode(buf, have + (n > 0 ? (size_t)n : 0), FS_WIRE_HELLO_MAGIC, &hello);
+		if (ret != 0)
+			break;
+		if (n == 0 && have < sizeof(buf))
+			return 0; /* a prefix, then the client's end: data, as it is */
+		/* the start of a HELLO: a waitless client writes it whole in one
+		 * send, so the rest is on its way; a plain client's bytes that
+		 * merely begin the same way wait as long, once */
+		if (!deadline)
+			deadline = fs_now_ns() + fs_params.hello_timeout_ms * FS_MS;
+		if (fs_now_ns() >= deadline)
+			return 0;
+		if (fs_real.poll(&p, 1, 1) > 0)
+			usleep(100); /* more came, or the same bytes: not a tight loop */
+	}
+	if (ret <= 0 || !fs_tfhs_is_waitless(&hello))
+		return 0;
+	if (!fs_tfhs_client_ours(fd)) {
+		/* a HELLO-shaped message from a socket that is not ours: data */
+		FS_STAT_INC(tcp_first_hello_unproved);
+		FS_INFO("fd %d: a waitless HELLO from a client the kernel does not show as ours: left as data", fd);
+		return 0;
+	}
+	/* Consume exactly the rest of the HELLO (peeked whole: it is there). */
+	*taken = (size_t)ret < n_first ? (size_t)ret : n_first;
+	for (size_t done = *taken; done < (size_t)ret;) {
+		ssize_t n = fs_real.recv(fd, buf, (size_t)ret - done, MSG_DONTWAIT);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return -EIO;
+		done += (size_t)n;
+	}
+	ack.magic = FS_WIRE_ACK_MAGIC;
+	ack.status = FS_NAK_NONE;
+	ack.token = hello.token;
+	ack.provider = FS_PROV_SHM;
+	ack.flags = FS_HELLO_TCP_FIRST;
+	ack.sock_fd = (uint32_t)fd;
+	/* no rail address: none is open for it (OPEN/OPENED not built) */
+	len = fs_wire_hello_encode(&ack, wire, sizeof(wire));
+	if (len <= 0)
+		return -EINVAL;
+	ret = fs_tfhs_send_all(fd, wire, (size_t)len);
+	if (ret)
+		return ret;
+	FS_STAT_INC(tcp_first_waitless_served);
+	FS_DBG("fd %d: waitless HELLO taken, ACK sent: TCP", fd);
+	return 1;
+}
