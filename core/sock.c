@@ -668,7 +668,7 @@ static bool fs_sock_after_connect(struct fs_sock *s, bool wait_here, bool up)
 	}
 	if (!up)
 		return false;
-	if (hint == FS_RECORD_PRESENT && rule != FS_RULE_OFFLOAD && fs_tfhs_client_may(s->fd, addr)) {
+	if (hint == FS_RECORD_PRESENT && rule != FS_RULE_OFFLOAD && s->neg->waitless_ok) {
 		/* TCP first, waitless (tcpfirst_hs.h): the HELLO now, as the
 		 * socket's first bytes, and nothing waited for: no probe, no
 		 * rail, no watch (the application's first receive takes the
@@ -757,6 +757,11 @@ static void fs_sock_note_intent(struct fs_sock *s, const struct sockaddr *addr)
 		return;
 	if (hint != FS_RECORD_PRESENT && fs_negcache_hit(addr))
 		return;
+	/* TCP first's waitless HELLO: asked now, while the listener that will
+	 * accept surely listens (a server that accepts one connection may
+	 * close it before a nonblocking connect is seen to finish) */
+	if (hint == FS_RECORD_PRESENT)
+		s->neg->waitless_ok = fs_tfhs_client_may(s->fd, addr);
 	fs_history_note_intent(&s->hist, s->fd);
 }
 

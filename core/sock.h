@@ -92,6 +92,9 @@ struct fs_sock_neg {
 	/* TCP first's waitless HELLO was written (tcpfirst_hs.h): no stream,
 	 * the bytes go on TCP, the first receive takes the ACK */
 	bool waitless;
+	/* the kernel's listener for the destination, looked up before the
+	 * kernel's connect(), has a record that strips a waitless HELLO */
+	bool waitless_ok;
 	/* the listener records' answer looked up before the kernel's
 	 * connect() (fs_sock_note_intent), for the decision after it: an
 	 * enum fs_record_hint plus one, 0: not looked up */

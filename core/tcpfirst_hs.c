@@ -56,16 +56,23 @@ bool fs_tfhs_client_may(int fd, const struct sockaddr *peer)
 	uint16_t port;
 	uint32_t inode = 0, uid = FS_DIAG_NO_UID;
 
-	(void)fd;
 	if (!fs_params.tcp_first || !fs_params.tcp_first_waitless || !fs_params.shm)
 		return false;
 	fs_sockaddr_key(peer, key, &port);
 	/* The listener a connection to PEER reaches, as the kernel says (the
 	 * record names it by inode); its owner need not be us (a root master
 	 * that listens for workers of ours publishes in our directory). */
-	if (fs_diag_listener(key, port, key, &inode, &uid) != 1 || !inode)
+	int found = fs_diag_listener(key, port, key, &inode, &uid);
+
+	if (found != 1 || !inode) {
+		FS_DBG("fd %d: no waitless HELLO: the kernel names no listener for port %u (%d)", fd, port, found);
 		return false;
-	return fs_records_tcp_first(port, inode);
+	}
+	if (!fs_records_tcp_first(port, inode)) {
+		FS_DBG("fd %d: no waitless HELLO: no record of ours for listener %u on port %u strips one", fd, inode, port);
+		return false;
+	}
+	return true;
 }
 
 /* Writes all of BUF on FD (nonblocking sends, waiting for room up to

@@ -30,9 +30,11 @@
 
 struct fs_hello;
 
-/* Client: whether the connection FD, up, to PEER (on this host: loopback
- * or an address of ours) may carry a waitless HELLO. Two system calls and a
- * record read: the kernel's listener for PEER, and its record. */
+/* Client: whether the connection FD, about to connect to PEER (on this
+ * host: loopback or an address of ours), may carry a waitless HELLO. A
+ * sock_diag lookup and a record read: the kernel's listener for PEER, and
+ * its record. Asked before the kernel's connect(), while the listener
+ * that will accept it listens. */
 bool fs_tfhs_client_may(int fd, const struct sockaddr *peer);
 /* Client: fills HELLO (zeroed by the caller) as the waitless one, for the
  * connection FD, with TOKEN. */
