@@ -628,6 +628,12 @@ int fs_negotiate_client_ack(struct fs_sock *s, uint64_t deadline_ns)
 	}
 	if (ret == 0)
 		return -EAGAIN;
+	if (ret < 0 && s->neg->waitless) {
+		/* the server's end (or a reset) before any byte: it saw our FIN
+		 * first and sent no ACK, or it ended; the kernel says which */
+		FS_STAT_INC(tcp_first_waitless_plain);
+		return fs_kernel(s, "TCP first, waitless: the connection ended before the ACK");
+	}
 	if (ret < 0) {
 		fs_negotiate_abort(s);
 		return ret;

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -877,6 +878,70 @@ bool fs_records_tcp_first(uint16_t port, uint64_t listener_inode)
 		}
 	fs_rec_close(fd);
 	return yes;
+}
+
+/* TCP first's per-user secret (records.h): a file of FS_REC_KEY_LEN random
+ * bytes in the user's directory, made once (a private name linked into
+ * place, so that two makers agree on the first one), cached per user and
+ * directory opening. fs_records_lock guards the cache. */
+#define FS_REC_KEY_NAME "tcpfirst.key"
+static uint8_t fs_rec_key[FS_REC_KEY_LEN];
+static uint32_t fs_rec_key_uid = FS_REC_ANY_UID, fs_rec_key_gen;
+
+static bool fs_rec_key_read(int dfd, uint32_t uid, uint8_t *key)
+{
+	struct stat st;
+	int fd = openat(dfd, FS_REC_KEY_NAME, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+	bool ok;
+
+	if (fd < 0)
+		return false;
+	ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == uid && !(st.st_mode & 077) &&
+	     st.st_size == FS_REC_KEY_LEN && pread(fd, key, FS_REC_KEY_LEN, 0) == FS_REC_KEY_LEN;
+	fs_rec_close(fd);
+	return ok;
+}
+
+bool fs_records_secret(uint8_t *key)
+{
+	uint32_t uid;
+	int dfd;
+	bool ok = false;
+
+	if (!fs_params.records)
+		return false;
+	uid = (uint32_t)fs_self_euid();
+	fs_lock(&fs_records_lock);
+	dfd = fs_rec_dir(uid, true);
+	if (dfd >= 0 && fs_rec_key_uid == uid && fs_rec_key_gen == fs_rec_dir_gen) {
+		memcpy(key, fs_rec_key, FS_REC_KEY_LEN);
+		pthread_mutex_unlock(&fs_records_lock);
+		return true;
+	}
+	if (dfd >= 0 && !(ok = fs_rec_key_read(dfd, uid, key)) && errno == ENOENT) {
+		char tmp[64];
+		uint8_t fresh[FS_REC_KEY_LEN];
+		int fd;
+
+		snprintf(tmp, sizeof(tmp), FS_REC_KEY_NAME ".%d", (int)getpid());
+		unlinkat(dfd, tmp, 0);
+		fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+		if (fd >= 0) {
+			if (getrandom(fresh, sizeof(fresh), 0) == (ssize_t)sizeof(fresh) &&
+			    pwrite(fd, fresh, sizeof(fresh), 0) == (ssize_t)sizeof(fresh))
+				linkat(dfd, tmp, dfd, FS_REC_KEY_NAME, 0); /* EEXIST: another's came first */
+			fs_rec_close(fd);
+			unlinkat(dfd, tmp, 0);
+		}
+		ok = fs_rec_key_read(dfd, uid, key);
+	}
+	if (ok) {
+		memcpy(fs_rec_key, key, FS_REC_KEY_LEN);
+		fs_rec_key_uid = uid;
+		fs_rec_key_gen = fs_rec_dir_gen;
+	}
+	pthread_mutex_unlock(&fs_records_lock);
+	return ok;
 }
 
 void fs_records_sweep_port(uint16_t port)

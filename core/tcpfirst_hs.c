@@ -30,8 +30,89 @@
 
 bool fs_tfhs_is_waitless(const struct fs_hello *h)
 {
-	return (h->flags & FS_HELLO_TCP_FIRST) && h->addr_len == 0 && h->nonce == 0 && h->status == FS_NAK_NONE &&
+	return (h->flags & FS_HELLO_TCP_FIRST) && h->addr_len == 0 && h->status == FS_NAK_NONE &&
 	       h->provider == FS_PROV_SHM;
+}
+
+/* ---- the HELLO's MAC ------------------------------------------------------
+ * SipHash-2-4 (Aumasson and Bernstein) of the token and the connection's
+ * two ends, under this user's secret (fs_records_secret), carried in the
+ * HELLO's nonce field (a waitless HELLO answers no probe). It proves to the
+ * server that a process of its user wrote the HELLO for this very
+ * connection, also when that process closed its socket before the server
+ * looked (sock_diag then names root as the owner of an orphaned socket). */
+
+static uint64_t fs_rotl(uint64_t x, int b)
+{
+	return (x << b) | (x >> (64 - b));
+}
+
+static uint64_t fs_le64(const uint8_t *p)
+{
+	uint64_t v = 0;
+
+	for (int i = 7; i >= 0; i--)
+		v = (v << 8) | p[i];
+	return v;
+}
+
+#define FS_SIPROUND                                                                                                    \
+	do {                                                                                                           \
+		v0 += v1; v1 = fs_rotl(v1, 13); v1 ^= v0; v0 = fs_rotl(v0, 32);                                       \
+		v2 += v3; v3 = fs_rotl(v3, 16); v3 ^= v2;                                                             \
+		v0 += v3; v3 = fs_rotl(v3, 21); v3 ^= v0;                                                             \
+		v2 += v1; v1 = fs_rotl(v1, 17); v1 ^= v2; v2 = fs_rotl(v2, 32);                                       \
+	} while (0)
+
+static uint64_t fs_siphash(const uint8_t key[16], const uint8_t *in, size_t len)
+{
+	uint64_t k0 = fs_le64(key), k1 = fs_le64(key + 8), m, b = (uint64_t)len << 56;
+	uint64_t v0 = 0x736f6d6570736575ull ^ k0, v1 = 0x646f72616e646f6dull ^ k1;
+	uint64_t v2 = 0x6c7967656e657261ull ^ k0, v3 = 0x7465646279746573ull ^ k1;
+	size_t i;
+
+	for (i = 0; i + 8 <= len; i += 8) {
+		m = fs_le64(in + i);
+		v3 ^= m;
+		FS_SIPROUND;
+		FS_SIPROUND;
+		v0 ^= m;
+	}
+	for (size_t j = 0; i + j < len; j++)
+		b |= (uint64_t)in[i + j] << (8 * j);
+	v3 ^= b;
+	FS_SIPROUND;
+	FS_SIPROUND;
+	v0 ^= b;
+	v2 ^= 0xff;
+	FS_SIPROUND;
+	FS_SIPROUND;
+	FS_SIPROUND;
+	FS_SIPROUND;
+	return v0 ^ v1 ^ v2 ^ v3;
+}
+
+/* The MAC of TOKEN on the connection CLIENT:CPORT -> SERVER:SPORT (address
+ * keys, fs_sockaddr_key), or 0 without a secret (the server then needs the
+ * kernel's word). Never 0 otherwise. */
+static uint64_t fs_tfhs_mac(uint64_t token, const uint8_t client[16], uint16_t cport, const uint8_t server[16],
+			    uint16_t sport)
+{
+	uint8_t key[FS_REC_KEY_LEN], in[8 + 2 * 18];
+	uint64_t mac;
+
+	if (!fs_records_secret(key))
+		return 0;
+	for (int i = 0; i < 8; i++)
+		in[i] = (uint8_t)(token >> (8 * i));
+	memcpy(in + 8, client, 16);
+	in[24] = (uint8_t)(cport >> 8);
+	in[25] = (uint8_t)cport;
+	memcpy(in + 26, server, 16);
+	in[42] = (uint8_t)(sport >> 8);
+	in[43] = (uint8_t)sport;
+	mac = fs_siphash(key, in, sizeof(in));
+	return mac ? mac : 1;
 }
 
 bool fs_tfhs_ack_agrees(const struct fs_hello *ack)
@@ -41,9 +122,21 @@ bool fs_tfhs_ack_agrees(const struct fs_hello *ack)
 
 void fs_tfhs_client_fill(struct fs_hello *h, int fd, uint64_t token)
 {
+	struct sockaddr_storage me, peer;
+	socklen_t mlen = sizeof(me), plen = sizeof(peer);
+	uint8_t maddr[16], paddr[16];
+	uint16_t mport, pport;
+
 	h->magic = FS_WIRE_HELLO_MAGIC;
 	h->token = token;
-	h->nonce = 0; /* no probe */
+	/* no probe: the nonce field carries the MAC (0: none) */
+	h->nonce = 0;
+	if (fs_real.getsockname(fd, (struct sockaddr *)&me, &mlen) == 0 &&
+	    fs_real.getpeername(fd, (struct sockaddr *)&peer, &plen) == 0) {
+		fs_sockaddr_key((struct sockaddr *)&me, maddr, &mport);
+		fs_sockaddr_key((struct sockaddr *)&peer, paddr, &pport);
+		h->nonce = fs_tfhs_mac(token, maddr, mport, paddr, pport);
+	}
 	h->provider = FS_PROV_SHM;
 	h->flags = FS_HELLO_TCP_FIRST;
 	h->addr_len = 0; /* no rail: none is opened for it */
@@ -101,9 +194,11 @@ static int fs_tfhs_send_all(int fd, const uint8_t *buf, size_t len)
 	return 0;
 }
 
-/* Whether the client end of the connection FD is a socket of this user on
- * this host: one getsockname, one getpeername, one sock_diag lookup. */
-static bool fs_tfhs_client_ours(int fd)
+/* Whether the client end of the connection FD wrote HELLO as a process of
+ * this user: the HELLO's MAC under this user's secret, else the kernel's
+ * word that the client socket is this user's on this host. One
+ * getsockname, one getpeername, and a sock_diag lookup without a MAC. */
+static bool fs_tfhs_client_ours(int fd, const struct fs_hello *hello)
 {
 	struct sockaddr_storage me, peer;
 	socklen_t mlen = sizeof(me), plen = sizeof(peer);
@@ -117,6 +212,8 @@ static bool fs_tfhs_client_ours(int fd)
 		return false;
 	fs_sockaddr_key((struct sockaddr *)&me, maddr, &mport);
 	fs_sockaddr_key((struct sockaddr *)&peer, paddr, &pport);
+	if (hello->nonce && hello->nonce == fs_tfhs_mac(hello->token, paddr, pport, maddr, mport))
+		return true;
 	/* (fs_conn_exists asks for the client's end when it is on this host,
 	 * and gives its owner; a remote client has none to give) */
 	if (fs_conn_exists(maddr, mport, paddr, pport, &inode, &uid) != 1 || uid == FS_DIAG_NO_UID)
@@ -164,7 +261,7 @@ int fs_tfhs_server_take(int fd, const uint8_t *first, size_t n_first, size_t *ta
 	}
 	if (ret <= 0 || !fs_tfhs_is_waitless(&hello))
 		return 0;
-	if (!fs_tfhs_client_ours(fd)) {
+	if (!fs_tfhs_client_ours(fd, &hello)) {
 		/* a HELLO-shaped message from a socket that is not ours: data */
 		FS_STAT_INC(tcp_first_hello_unproved);
 		FS_INFO("fd %d: a waitless HELLO from a client the kernel does not show as ours: left as data", fd);
@@ -180,6 +277,21 @@ int fs_tfhs_server_take(int fd, const uint8_t *first, size_t n_first, size_t *ta
 		if (n <= 0)
 			return -EIO;
 		done += (size_t)n;
+	}
+	{
+		/* The client's FIN is in already: it closed (or shut down its
+		 * writing) before we looked. An ACK would come to a closed
+		 * socket, whose kernel answers it with a reset (the server
+		 * application would read ECONNRESET instead of the end); a
+		 * half-closed client that still reads takes our bytes, or our
+		 * end, without an ACK as a server's that stayed plain. */
+		struct pollfd p = { .fd = fd, .events = POLLRDHUP };
+
+		if (fs_real.poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+			FS_STAT_INC(tcp_first_waitless_served);
+			FS_DBG("fd %d: waitless HELLO taken; the client's FIN is in: no ACK", fd);
+			return 1;
+		}
 	}
 	ack.magic = FS_WIRE_ACK_MAGIC;
 	ack.status = FS_NAK_NONE;

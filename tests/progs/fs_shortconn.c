@@ -12,6 +12,11 @@
  *   first  (both sides) the server writes its answer before it reads the
  *          request
  *   nb     (client) nonblocking connect and I/O through poll
+ *   oneway (both sides) no answer: the client writes its request and
+ *          closes without reading; the server reads it to its end
+ *   waitdone (client) before it exits, wait (up to 60 s) for the server's
+ *          OUTDIR/server.done, which the server makes when it is done: the
+ *          client's process outlives its closed connections
  * Prints "result ok" and exits 0, or "result FAIL ..." and exits 1; a
  * watchdog (120 s) ends a hang with exit 2.
  */
@@ -153,7 +158,7 @@ int main(int argc, char **argv)
 	static uint8_t req[SC_MAX], reply[SC_MAX], got[SC_MAX];
 	unsigned count;
 	size_t req_len, reply_len;
-	bool server_first = false;
+	bool server_first = false, oneway = false, waitdone = false;
 	char path[4096];
 	int one = 1;
 
@@ -171,6 +176,8 @@ int main(int argc, char **argv)
 	for (int k = 7; k < argc; k++) {
 		server_first |= !strcmp(argv[k], "first");
 		nonblock |= !strcmp(argv[k], "nb");
+		oneway |= !strcmp(argv[k], "oneway");
+		waitdone |= !strcmp(argv[k], "waitdone");
 	}
 	signal(SIGALRM, on_alarm);
 	alarm(120);
@@ -196,15 +203,17 @@ int main(int argc, char **argv)
 			fill(req, req_len, 2 * (uint64_t)i + 1);
 			/* server first: the answer cannot depend on the request */
 			fill(reply, reply_len, 2 * (uint64_t)i + 2 + (server_first ? 0 : req[req_len - 1]));
-			if (server_first)
+			if (server_first && !oneway)
 				write_all(fd, reply, reply_len, i);
-			read_exact(fd, got, req_len, false, i);
+			read_exact(fd, got, req_len, oneway, i);
 			check(got, req, req_len, "the request", i);
-			if (!server_first)
+			if (!server_first && !oneway)
 				write_all(fd, reply, reply_len, i);
 			close(fd);
 		}
 		close(ls);
+		snprintf(path, sizeof(path), "%s/server.done", argv[6]);
+		fclose(fopen(path, "w"));
 	} else {
 		for (unsigned i = 0; i < count; i++) {
 			int fd = socket(AF_INET, SOCK_STREAM | (nonblock ? SOCK_NONBLOCK : 0), 0);
@@ -216,10 +225,17 @@ int main(int argc, char **argv)
 			fill(req, req_len, 2 * (uint64_t)i + 1);
 			fill(reply, reply_len, 2 * (uint64_t)i + 2 + (server_first ? 0 : req[req_len - 1]));
 			write_all(fd, req, req_len, i);
-			read_exact(fd, got, reply_len, true, i);
-			check(got, reply, reply_len, "the answer", i);
+			if (!oneway) {
+				read_exact(fd, got, reply_len, true, i);
+				check(got, reply, reply_len, "the answer", i);
+			}
 			close(fd);
 		}
+	}
+	if (waitdone) {
+		snprintf(path, sizeof(path), "%s/server.done", argv[6]);
+		for (int t = 0; t < 6000 && access(path, F_OK); t++)
+			usleep(10000);
 	}
 	if (fclose(sent_file) || fclose(recv_file))
 		fail("fclose", count);

@@ -13,6 +13,11 @@
 #     offloaded anything. The nft counter: TCP carried every byte, payload
 #     and the two header records together within a retransmission of
 #     200 x (100 + 4096 + 2 x 68).
+#     And one way: the client writes its request and closes without
+#     reading (the ACK comes after its close: the socket is closed in the
+#     background once the ACK is taken, so its FIN follows the ACK), its
+#     process living on until the server is done; the server must read
+#     each request and then the end of stream (not a reset).
 # (b) a long stream: fs_tcpfirst, 6 MB each way at once in mixed sizes,
 #     blocking (with peeks), epoll-lt and epoll-et readers, the server
 #     writing first. It starts on TCP as (a) and, the switch after a
@@ -41,9 +46,10 @@ TF_BYTES=6000000
 LIMIT_S=120
 TF_ENV="FABSOCK_TCP_FIRST=1"
 
-check_files() { # LABEL DIR
+check_files() { # LABEL DIR [PAIRS]
 	local label=$1 dir=$2 a b
-	for pair in "client.sent server.recv" "server.sent client.recv"; do
+	for pair in ${3:-"client.sent:server.recv server.sent:client.recv"}; do
+		pair=${pair/:/ }
 		set -- $pair
 		a=$(sha256sum <"$dir/$1" | cut -d' ' -f1) b=$(sha256sum <"$dir/$2" | cut -d' ' -f1)
 		[ -s "$dir/$1" ] || fs_fail "$label: $1 is empty"
@@ -58,10 +64,10 @@ check_exit() { # LABEL SIDE RC OUTFILE ERRFILE
 	fi
 }
 
-# run_pair LABEL PROG SERVER_PRE CLIENT_PRE SERVER_ENV CLIENT_ENV SERVER_ARGS CLIENT_ARGS
-# (PRE: fs_pre or empty; ARGS after PORT); sets DIR
+# run_pair LABEL PROG SERVER_PRE CLIENT_PRE SERVER_ENV CLIENT_ENV SERVER_ARGS CLIENT_ARGS [PAIRS]
+# (PRE: fs_pre or empty; ARGS after PORT; PAIRS: check_files'); sets DIR
 run_pair() {
-	local label=$1 prog=$2 spre=$3 cpre=$4 senv=$5 cenv=$6 sargs=$7 cargs=$8 port spid cpid src=0 crc=0
+	local label=$1 prog=$2 spre=$3 cpre=$4 senv=$5 cenv=$6 sargs=$7 cargs=$8 pairs=${9:-} port spid cpid src=0 crc=0
 	DIR=$FS_TMP/$label
 	mkdir -p "$DIR"
 	port=$(fs_free_port) || { fs_fail "$label: no free port"; return 1; }
@@ -80,7 +86,7 @@ run_pair() {
 	fs_wait_pid "$spid" "$LIMIT_S" || src=$?
 	check_exit "$label" server "$src" "$DIR/server.out" "$DIR/server.err"
 	check_exit "$label" client "$crc" "$DIR/client.out" "$DIR/client.err"
-	check_files "$label" "$DIR"
+	check_files "$label" "$DIR" "$pairs"
 	return 0
 }
 
@@ -102,6 +108,20 @@ case_short() { # LABEL SERVER_FLAGS CLIENT_FLAGS
 		fs_fail "$label: TCP carried $FS_TCP_PAYLOAD payload and $FS_TCP_HS_BYTES header-record bytes, not the $want of the requests, answers, HELLOs and ACKs"
 	fi
 	[ "$FS_FAILS" -eq "$fails_before" ] && fs_pass "$label: $COUNT connections on TCP, no rail, no probe"
+	return 0
+}
+
+case_oneway() {
+	local label=oneway fails_before=$FS_FAILS
+	DIR=$FS_TMP/$label
+	run_pair "$label" "$SC" fs_pre fs_pre "$TF_ENV" "$TF_ENV" "$COUNT $REQ $ANSWER $FS_TMP/$label oneway" \
+		"$COUNT $REQ $ANSWER $FS_TMP/$label oneway waitdone" "client.sent:server.recv" || return 0
+	fs_tcp_proof "$label" kernel "$COUNT"
+	fs_expect_stats "$DIR/client.err" "$label: client" tcp_first_waitless_sent=$COUNT fabric_loads=0 probes_sent=0 \
+		offloaded=0 resets=0
+	fs_expect_stats "$DIR/server.err" "$label: server" tcp_first_waitless_served=$COUNT tcp_first_hello_unproved=0 \
+		fabric_loads=0 offloaded=0 resets=0
+	[ "$FS_FAILS" -eq "$fails_before" ] && fs_pass "$label: $COUNT requests and ends, no reset"
 	return 0
 }
 
@@ -235,6 +255,7 @@ for round in $(seq 1 "$ROUNDS"); do
 		case_short short-block "" ""
 		case_short short-nb "" nb
 		case_short short-server-first first first
+		case_oneway
 		for mode in block epoll-lt epoll-et; do
 			case_long "$mode"
 		done
