@@ -516,11 +516,9 @@ int fs_negotiate_client_hello(struct fs_sock *s, uint64_t wait_deadline_ns)
 
 	if (s->neg->waitless) {
 		/* TCP first, waitless (tcpfirst_hs.h): no engine, no rail */
-		uint64_t token;
+		uint64_t token = fs_tfhs_token();
 
-		if (getrandom(&token, sizeof(token), GRND_NONBLOCK) != sizeof(token))
-			token = fs_now_ns() * 0x9e3779b97f4a7c15ull;
-		fs_tfhs_client_fill(&hello, s->fd, token);
+		fs_tfhs_client_fill(&hello, s->fd, token, (const struct sockaddr *)&s->neg->peer);
 		ret = fs_send_hello(s, &hello, NULL, NULL);
 		if (ret) {
 			snprintf(why, sizeof(why), "cannot send the waitless HELLO: %s", strerror(-ret));

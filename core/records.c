@@ -844,14 +844,24 @@ enum fs_record_hint fs_records_lookup(uint16_t port)
 	return answer;
 }
 
+/* fs_records_tcp_first's answers, one per port (modulo FS_REC_CACHE), kept
+ * and checked as the lookup's cache (fs_rec_cache_put): trusted while the
+ * record file's stamps are unchanged and the listener asked about is the
+ * same socket. A connection per request saved an open, fstat, flock, pread
+ * and close each. fs_records_lock. */
+static struct fs_rec_cached fs_rec_tf_cache[FS_REC_CACHE];
+static uint64_t fs_rec_tf_listener[FS_REC_CACHE];
+
 bool fs_records_tcp_first(uint16_t port, uint64_t listener_inode)
 {
+	struct fs_rec_cached *c = &fs_rec_tf_cache[port % FS_REC_CACHE];
 	struct fs_rec_file f;
 	struct stat st;
-	uint32_t uid;
+	uint32_t uid, gen;
 	char name[32];
 	int dfd, fd;
 	bool yes = false;
+	int64_t began_ns;
 
 	if (!fs_params.records || !listener_inode)
 		return false;
@@ -859,6 +869,16 @@ bool fs_records_tcp_first(uint16_t port, uint64_t listener_inode)
 	fs_rec_name(name, sizeof(name), port);
 	fs_lock(&fs_records_lock);
 	dfd = fs_rec_dir(uid, false);
+	if (dfd >= 0 && c->gen && c->gen == fs_rec_dir_gen && c->port == port && c->uid == uid &&
+	    fs_rec_tf_listener[port % FS_REC_CACHE] == listener_inode &&
+	    fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) && st.st_uid == uid &&
+	    !(st.st_mode & 077) && fs_rec_same_stamps(c, &st)) {
+		yes = c->hint;
+		pthread_mutex_unlock(&fs_records_lock);
+		return yes;
+	}
+	began_ns = fs_rec_real_ns();
+	gen = fs_rec_dir_gen;
 	fd = dfd >= 0 ? openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK) : -1;
 	pthread_mutex_unlock(&fs_records_lock);
 	if (fd < 0)
@@ -877,6 +897,23 @@ bool fs_records_tcp_first(uint16_t port, uint64_t listener_inode)
 			      (s->serve_uid == uid || s->serve_uid == FS_REC_ANY_UID);
 		}
 	fs_rec_close(fd);
+	fs_lock(&fs_records_lock);
+	c->gen = 0;
+	/* (stamps older than the look began by the margin: see fs_rec_cache_put) */
+	if (fs_rec_dir_gen == gen && fs_rec_dir_uid == uid && fs_rec_ts_ns(&st.st_mtim) <= began_ns - FS_REC_CACHE_STAMP_NS &&
+	    fs_rec_ts_ns(&st.st_ctim) <= began_ns - FS_REC_CACHE_STAMP_NS) {
+		c->uid = uid;
+		c->port = port;
+		c->absent = false;
+		c->hint = yes;
+		c->ino = (uint64_t)st.st_ino;
+		c->size = (int64_t)st.st_size;
+		c->mtim = st.st_mtim;
+		c->ctim = st.st_ctim;
+		c->gen = gen;
+		fs_rec_tf_listener[port % FS_REC_CACHE] = listener_inode;
+	}
+	pthread_mutex_unlock(&fs_records_lock);
 	return yes;
 }
 
@@ -912,7 +949,11 @@ bool fs_records_secret(uint8_t *key)
 		return false;
 	uid = (uint32_t)fs_self_euid();
 	fs_lock(&fs_records_lock);
-	dfd = fs_rec_dir(uid, true);
+	/* (the cached directory as it is: making it again if removed costs
+	 * an fstat per call, and the key cached for it stays good) */
+	dfd = fs_rec_dir(uid, false);
+	if (dfd == -ENOENT)
+		dfd = fs_rec_dir(uid, true);
 	if (dfd >= 0 && fs_rec_key_uid == uid && fs_rec_key_gen == fs_rec_dir_gen) {
 		memcpy(key, fs_rec_key, FS_REC_KEY_LEN);
 		pthread_mutex_unlock(&fs_records_lock);

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "config/log.h"
@@ -120,10 +121,35 @@ bool fs_tfhs_ack_agrees(const struct fs_hello *ack)
 	return fs_tfhs_is_waitless(ack);
 }
 
-void fs_tfhs_client_fill(struct fs_hello *h, int fd, uint64_t token)
+uint64_t fs_tfhs_token(void)
 {
-	struct sockaddr_storage me, peer;
-	socklen_t mlen = sizeof(me), plen = sizeof(peer);
+	/* A random seed once per process (a forked child draws its own: the
+	 * pid goes in), then SplitMix64 of a counter: a token per connection
+	 * without a getrandom() each. It need not be secret (the MAC and the
+	 * kernel prove the HELLO), only unlikely to repeat. */
+	static uint64_t seed, counter;
+	static pid_t seeded_pid;
+	pid_t pid = fs_self_pid();
+	uint64_t z;
+
+	if (__atomic_load_n(&seeded_pid, __ATOMIC_ACQUIRE) != pid) {
+		uint64_t fresh;
+
+		if (getrandom(&fresh, sizeof(fresh), GRND_NONBLOCK) != sizeof(fresh))
+			fresh = fs_now_ns() ^ ((uint64_t)pid << 32);
+		__atomic_store_n(&seed, fresh, __ATOMIC_RELAXED);
+		__atomic_store_n(&seeded_pid, pid, __ATOMIC_RELEASE);
+	}
+	z = __atomic_load_n(&seed, __ATOMIC_RELAXED) + __atomic_add_fetch(&counter, 0x9e3779b97f4a7c15ull, __ATOMIC_RELAXED);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+void fs_tfhs_client_fill(struct fs_hello *h, int fd, uint64_t token, const struct sockaddr *peer)
+{
+	struct sockaddr_storage me;
+	socklen_t mlen = sizeof(me);
 	uint8_t maddr[16], paddr[16];
 	uint16_t mport, pport;
 
@@ -131,10 +157,9 @@ void fs_tfhs_client_fill(struct fs_hello *h, int fd, uint64_t token)
 	h->token = token;
 	/* no probe: the nonce field carries the MAC (0: none) */
 	h->nonce = 0;
-	if (fs_real.getsockname(fd, (struct sockaddr *)&me, &mlen) == 0 &&
-	    fs_real.getpeername(fd, (struct sockaddr *)&peer, &plen) == 0) {
+	if (fs_real.getsockname(fd, (struct sockaddr *)&me, &mlen) == 0) {
 		fs_sockaddr_key((struct sockaddr *)&me, maddr, &mport);
-		fs_sockaddr_key((struct sockaddr *)&peer, paddr, &pport);
+		fs_sockaddr_key(peer, paddr, &pport);
 		h->nonce = fs_tfhs_mac(token, maddr, mport, paddr, pport);
 	}
 	h->provider = FS_PROV_SHM;

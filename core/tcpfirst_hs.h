@@ -36,9 +36,11 @@ struct fs_hello;
  * its record. Asked before the kernel's connect(), while the listener
  * that will accept it listens. */
 bool fs_tfhs_client_may(int fd, const struct sockaddr *peer);
+/* Client: a fresh token for a connection (no system call as a rule). */
+uint64_t fs_tfhs_token(void);
 /* Client: fills HELLO (zeroed by the caller) as the waitless one, for the
- * connection FD, with TOKEN. */
-void fs_tfhs_client_fill(struct fs_hello *hello, int fd, uint64_t token);
+ * connection FD to PEER, with TOKEN and its MAC. */
+void fs_tfhs_client_fill(struct fs_hello *hello, int fd, uint64_t token, const struct sockaddr *peer);
 /* Client: whether ACK answers a waitless HELLO as a waitless server does. */
 bool fs_tfhs_ack_agrees(const struct fs_hello *ack);
 /* Whether a decoded HELLO is a waitless one (no probe, no address). */
