@@ -1044,7 +1044,9 @@ int fs_negotiate_server_waitless(struct fs_sock *s, const uint8_t *first, size_t
 	if (!taken)
 		taken = &none;
 	*taken = 0;
-	if (!fs_params.tcp_first || !fs_params.tcp_first_waitless || fs_tfhs_server_take(s->fd, first, n, taken) != 1)
+	/* (whatever FABSOCK_TCP_FIRST_WAITLESS says: our record says we strip
+	 * one whenever TCP first is on, and that setting is the client's) */
+	if (!fs_params.tcp_first || fs_tfhs_server_take(s->fd, first, n, taken) != 1)
 		return 0;
 	/* (a late probe for it, which a waitless client never sends, is
 	 * answered no) */
@@ -1215,7 +1217,7 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 		};
 
 		FS_STAT_INC(fallback_server_first);
-		if (kind == FS_CLIENT_INTENT && fs_params.tcp_first && fs_params.tcp_first_waitless)
+		if (kind == FS_CLIENT_INTENT && fs_params.tcp_first)
 			/* a waitless HELLO of this client's may still come (its
 			 * process was slow): the first receive strips it, and the
 			 * client, finding our bytes first, stays on TCP */

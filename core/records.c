@@ -50,7 +50,9 @@
 #define FS_REC_OFFLOAD 1u /* the listener may offload a client of serve_uid */
 /* its process runs with FABSOCK_TCP_FIRST=1: it strips a waitless HELLO
  * (one without a probe, written in the client's connect()) from the head
- * of a connection, whatever it does first (docs/design.md, TCP first) */
+ * of a connection, whatever it does first, and whatever its own
+ * FABSOCK_TCP_FIRST_WAITLESS says (that one is the client's setting;
+ * docs/design.md, TCP first) */
 #define FS_REC_TCP_FIRST 2u
 
 struct fs_rec_slot {

@@ -255,7 +255,7 @@ int fs_tfhs_server_take(int fd, const uint8_t *first, size_t n_first, size_t *ta
 	int ret = 0, len;
 
 	*taken = 0;
-	if (!fs_params.tcp_first || !fs_params.tcp_first_waitless)
+	if (!fs_params.tcp_first)
 		return 0;
 	if (have)
 		memcpy(buf, first, have);

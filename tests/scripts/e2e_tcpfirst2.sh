@@ -29,7 +29,9 @@
 #     a server without the preload (no record: no HELLO written,
 #     fallback_no_record), and a TCP_FIRST client against a fabsock server
 #     without TCP_FIRST (its record does not say it strips one: no waitless
-#     HELLO; the client probes and offloads as before).
+#     HELLO; the client probes and offloads as before), and a TCP_FIRST
+#     server whose own FABSOCK_TCP_FIRST_WAITLESS is 0 (the client's
+#     setting: the server still strips the HELLO its record promises to).
 # (d) a client of another user (nobody, no preload) whose first message is
 #     a well-formed waitless HELLO followed by 100 bytes: the TCP_FIRST
 #     server (root) reads all 168 bytes as data (tcp_first_hello_unproved=1,
@@ -176,6 +178,14 @@ case_plain() {
 		fs_expect_stats "$DIR/client.err" "$label: client" tcp_first_waitless_sent=0 offloaded=20
 		fs_expect_stats "$DIR/server.err" "$label: server" tcp_first_waitless_served=0 offloaded=20
 		[ "$FS_FAILS" -eq "$fails_before" ] && fs_pass "$label: a server without TCP_FIRST gets today's handshake"
+	fi
+	label=server-waitless-off fails_before=$FS_FAILS
+	if run_pair "$label" "$SC" fs_pre fs_pre "$TF_ENV FABSOCK_TCP_FIRST_WAITLESS=0" "$TF_ENV" \
+		"20 $REQ $ANSWER $FS_TMP/$label" "20 $REQ $ANSWER $FS_TMP/$label"; then
+		fs_tcp_proof "$label" kernel 20
+		fs_expect_stats "$DIR/client.err" "$label: client" tcp_first_waitless_sent=20 tcp_first_waitless_acked=20
+		fs_expect_stats "$DIR/server.err" "$label: server" tcp_first_waitless_served=20
+		[ "$FS_FAILS" -eq "$fails_before" ] && fs_pass "$label: a TCP-first server strips it whatever its own setting"
 	fi
 }
 
