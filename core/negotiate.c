@@ -648,7 +648,7 @@ int fs_negotiate_client_ack(struct fs_sock *s, uint64_t deadline_ns)
 			return -EAGAIN;
 	}
 	fs_consume(s->fd, (size_t)ret);
-	if (ack.token != s->token) {
+	if (ack.token != s->token && !s->neg->waitless_adopted) {
 		fs_negotiate_abort(s);
 		return fs_reset_tcp(s, "HELLO-ACK for another connection");
 	}

@@ -241,11 +241,40 @@ void fs_sock_note_inherit(struct fs_sock *s)
 	case FS_SOCK_OFFLOADED:
 		kind = s->pid == fs_self_pid() ? FS_INH_OFFLOADED : FS_INH_NONE;
 		break;
+	case FS_SOCK_CLIENT_HELLO_SENT:
+		kind = !s->stream && s->neg && s->neg->waitless ? FS_INH_ACK_DUE : FS_INH_NONE;
+		break;
 	default:
 		break;
 	}
 	for (unsigned i = 0; i < s->n_app_fds; i++)
 		fs_inherit_note(s->app_fds[i], kind);
+}
+
+void fs_core_adopt_ack_due(int fd)
+{
+	struct sockaddr_storage peer;
+	socklen_t plen = sizeof(peer);
+	struct fs_sock *s, *old;
+	int flags = fs_real.fcntl(fd, F_GETFL, 0);
+
+	if (!fs_core_enabled || fs_real.getpeername(fd, (struct sockaddr *)&peer, &plen) ||
+	    (peer.ss_family != AF_INET && peer.ss_family != AF_INET6))
+		return;
+	s = fs_sock_alloc(fd, peer.ss_family);
+	if (!s)
+		return;
+	s->nonblock = flags >= 0 && (flags & O_NONBLOCK);
+	memcpy(&s->neg->peer, &peer, plen < sizeof(s->neg->peer) ? plen : sizeof(s->neg->peer));
+	s->neg->skip_probe = true;
+	s->neg->waitless = true;
+	s->neg->waitless_adopted = true;
+	fs_sock_set_state(s, FS_SOCK_CLIENT_HELLO_SENT);
+	old = fs_fdt_set(fd, s);
+	if (old && old != FS_SOCK_INTERNAL)
+		fs_sock_put(old);
+	fs_sock_note_inherit(s);
+	FS_INFO("fd %d: TCP first's waitless client taken over after exec: its first receive takes the ACK", fd);
 }
 
 void fs_core_adopt(int fd, bool listening, struct fs_listener *from)

@@ -36,6 +36,10 @@
 #     a well-formed waitless HELLO followed by 100 bytes: the TCP_FIRST
 #     server (root) reads all 168 bytes as data (tcp_first_hello_unproved=1,
 #     tcp_first_waitless_served=0), and nobody receives no ACK.
+# (e) exec before the ACK: a client writes its request and exec()s a program
+#     that reads the answer from the inherited socket: the new program
+#     takes the ACK off the head (tcp_first_waitless_acked=1 in it) and
+#     reads exactly the server's bytes.
 # FS_TCPFIRST2_ROUNDS (1) repeats the whole list.
 . "$(dirname "$0")/lib.sh"
 fs_need_nft
@@ -252,6 +256,69 @@ PY
 	return 0
 }
 
+# (e)
+case_exec() {
+	local label=exec fails_before=$FS_FAILS port spid cpid src=0 crc=0 dir
+	dir=$FS_TMP/$label
+	mkdir -p "$dir"
+	cat >"$dir/server.py" <<'PY'
+import hashlib, socket, sys
+l = socket.socket()
+l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(("127.0.0.1", int(sys.argv[1])))
+l.listen(4)
+c, _ = l.accept()
+req = b""
+while len(req) < 100:
+    b = c.recv(100 - len(req))
+    if not b:
+        break
+    req += b
+ans = hashlib.sha256(req).hexdigest().encode() + bytes(i % 251 for i in range(4000))
+c.sendall(ans)
+open(sys.argv[2], "wb").write(ans)
+c.close()
+print("server: result ok" if len(req) == 100 else "server: result FAIL short request")
+PY
+	cat >"$dir/client.py" <<'PY'
+import os, socket, sys
+if sys.argv[1] == "child":
+    fd = int(sys.argv[2])
+    got = b""
+    while True:
+        b = os.read(fd, 4096)
+        if not b:
+            break
+        got += b
+    open(sys.argv[3], "wb").write(got)
+    print("client: result ok")
+    sys.exit(0)
+s = socket.create_connection(("127.0.0.1", int(sys.argv[2])))
+s.sendall(bytes(range(100)))
+s.set_inheritable(True)
+os.execv(sys.executable, [sys.executable, sys.argv[0], "child", str(s.fileno()), sys.argv[3]])
+PY
+	port=$(fs_free_port) || { fs_fail "$label: no free port"; return 0; }
+	fs_bg spid fs_pre env $TF_ENV /usr/bin/python3 "$dir/server.py" "$port" "$dir/server.sent" \
+		>"$dir/server.out" 2>"$dir/server.err"
+	if ! fs_wait_listen "$port"; then
+		fs_fail "$label: the server did not listen"
+		fs_wait_pid "$spid" 1 || true
+		return 0
+	fi
+	fs_bg cpid fs_pre env $TF_ENV /usr/bin/python3 "$dir/client.py" parent "$port" "$dir/client.recv" \
+		>"$dir/client.out" 2>"$dir/client.err"
+	fs_wait_pid "$cpid" 60 || crc=$?
+	fs_wait_pid "$spid" 60 || src=$?
+	check_exit "$label" server "$src" "$dir/server.out" "$dir/server.err"
+	check_exit "$label" client "$crc" "$dir/client.out" "$dir/client.err"
+	check_files "$label" "$dir" "server.sent:client.recv"
+	fs_expect_stats "$dir/client.err" "$label: the exec'd client" tcp_first_waitless_acked=1
+	fs_expect_stats "$dir/server.err" "$label: server" tcp_first_waitless_served=1
+	[ "$FS_FAILS" -eq "$fails_before" ] && fs_pass "$label: the new program took the ACK, then the answer"
+	return 0
+}
+
 [ -x "$SC" ] && [ -x "$TF" ] || { fs_fail "$SC or $TF is not built"; fs_done; exit 1; }
 [ -f "$FABSOCK_LIB" ] || { fs_fail "$FABSOCK_LIB does not exist"; fs_done; exit 1; }
 for round in $(seq 1 "$ROUNDS"); do
@@ -270,6 +337,7 @@ for round in $(seq 1 "$ROUNDS"); do
 			case_long "$mode"
 		done
 		case_plain
+		case_exec
 		if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
 			case_other_user
 		else
