@@ -189,6 +189,16 @@ int fs_conn_exists(const uint8_t local[16], uint16_t lport, const uint8_t client
 	return fs_diag_lookup(local, lport, client, cport, NULL, NULL, false);
 }
 
+int fs_diag_listener(const uint8_t addr[16], uint16_t port, const uint8_t from[16], uint32_t *inode, uint32_t *uid)
+{
+	/* An exact lookup finds an established socket first, then the
+	 * listener a SYN from FROM would reach: with remote port 0 no
+	 * established socket matches, so the answer is the listener. */
+	*inode = 0;
+	*uid = FS_DIAG_NO_UID;
+	return fs_diag_ask(IPPROTO_TCP, 1u << TCP_LISTEN, addr, port, from, 0, inode, uid, true);
+}
+
 int fs_udp_owner(const uint8_t addr[16], uint16_t port, const uint8_t peer[16], uint16_t peer_port, uint32_t *uid)
 {
 	uint32_t inode;

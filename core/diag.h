@@ -21,6 +21,10 @@
  * that owns it (else FS_DIAG_NO_UID). */
 int fs_conn_exists(const uint8_t local[16], uint16_t lport, const uint8_t client[16], uint16_t cport,
 		   uint32_t *client_inode, uint32_t *client_uid);
+/* The listening TCP socket that a connection from FROM to ADDR:PORT reaches
+ * (16-byte addresses, host-order port): 1 (found: *INODE and *UID, its
+ * owner), 0 (none), -1 (cannot tell). One exact lookup. */
+int fs_diag_listener(const uint8_t addr[16], uint16_t port, const uint8_t from[16], uint32_t *inode, uint32_t *uid);
 /* The owner (*UID) of the UDP socket bound to ADDR:PORT that a datagram from
  * PEER:PEER_PORT would reach (a client's probe socket, connected to the
  * listener): 1 (found), 0 (no such socket), -1 (cannot tell). A probe from

@@ -174,6 +174,7 @@ static void fs_inh_restore_one(int fd, const struct fs_inh_rec *rec)
 			"(set FD_CLOEXEC on it, or keep it on kernel TCP with FABSOCK_RULES)", fd);
 		fs_real.shutdown(fd, SHUT_RDWR);
 		break;
+	case FS_INH_ACK_DUE:
 	case FS_INH_LISTENING:
 	case FS_INH_PENDING:
 		for (unsigned i = 0; i < fs_inh_nadopted; i++) {
@@ -185,8 +186,12 @@ static void fs_inh_restore_one(int fd, const struct fs_inh_rec *rec)
 			fs_sock_put(s);
 			return;
 		}
-		fs_core_adopt(fd, rec->kind == FS_INH_LISTENING,
-			      rec->kind == FS_INH_PENDING && rec->table_fd1 > 0 ? fs_inh_table(rec->table_fd1 - 1) : NULL);
+		if (rec->kind == FS_INH_ACK_DUE)
+			fs_core_adopt_ack_due(fd);
+		else
+			fs_core_adopt(fd, rec->kind == FS_INH_LISTENING,
+				      rec->kind == FS_INH_PENDING && rec->table_fd1 > 0 ? fs_inh_table(rec->table_fd1 - 1)
+											: NULL);
 		if (fs_inh_nadopted < FS_INH_ADOPT_MAX) {
 			fs_inh_adopted[fs_inh_nadopted].ino = rec->ino;
 			fs_inh_adopted[fs_inh_nadopted++].fd = fd;

@@ -15,6 +15,8 @@
  *    negotiates as the old one would have; without it, a HELLO the client
  *    sent is consumed and refused (NAK), so the client goes on over TCP
  *    and the new program never reads it;
+ *  - ACK_DUE (TCP first's waitless client before the server's ACK):
+ *    adopted in that state, so that its first receive takes the ACK;
  *  - OFFLOADED: a stream goes back to TCP before exec (core/handback.h),
  *    so this is only met when that failed (or after a vfork, where
  *    fabsock keeps its hands off): its stream's state died with the old
@@ -34,6 +36,10 @@ enum fs_inherit_kind {
 	FS_INH_LISTENING = 1,
 	FS_INH_PENDING = 2,
 	FS_INH_OFFLOADED = 3,
+	/* a client that wrote TCP first's waitless HELLO and has not taken
+	 * the server's ACK yet (tcpfirst_hs.h): the new program takes it off
+	 * the head at its first receive, so that it never reads it as data */
+	FS_INH_ACK_DUE = 4,
 };
 
 /* Records FD's kind (FS_INH_NONE forgets it). Cheap: one store into the

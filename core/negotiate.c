@@ -42,6 +42,7 @@
 #include "core/sock.h"
 #include "core/stats.h"
 #include "core/tcpfirst.h"
+#include "core/tcpfirst_hs.h"
 #include "core/udp.h"
 #include "core/wait.h"
 #include "core/wire.h"
@@ -513,6 +514,21 @@ int fs_negotiate_client_hello(struct fs_sock *s, uint64_t wait_deadline_ns)
 		}
 	}
 
+	if (s->neg->waitless) {
+		/* TCP first, waitless (tcpfirst_hs.h): no engine, no rail */
+		uint64_t token = fs_tfhs_token();
+
+		fs_tfhs_client_fill(&hello, s->fd, token, (const struct sockaddr *)&s->neg->peer);
+		ret = fs_send_hello(s, &hello, NULL, NULL);
+		if (ret) {
+			snprintf(why, sizeof(why), "cannot send the waitless HELLO: %s", strerror(-ret));
+			return fs_reset_tcp(s, why);
+		}
+		FS_STAT_INC(tcp_first_waitless_sent);
+		s->stream = NULL;
+		s->token = token;
+		return 0;
+	}
 	/* The server now waits for our HELLO: from here we always send one,
 	 * empty (provider none) if we cannot offload, so it need not time out. */
 	ret = fs_sock_local(s, &local);
@@ -604,10 +620,18 @@ int fs_negotiate_client_ack(struct fs_sock *s, uint64_t deadline_ns)
 		 * the HELLO. What is there is the application's data. */
 		fs_negotiate_abort_ex(s, true);
 		FS_STAT_INC(fallback_server_first);
+		if (s->neg->waitless)
+			FS_STAT_INC(tcp_first_waitless_plain);
 		return fs_kernel(s, "the server committed to TCP before our HELLO");
 	}
 	if (ret == 0)
 		return -EAGAIN;
+	if (ret < 0 && s->neg->waitless) {
+		/* the server's end (or a reset) before any byte: it saw our FIN
+		 * first and sent no ACK, or it ended; the kernel says which */
+		FS_STAT_INC(tcp_first_waitless_plain);
+		return fs_kernel(s, "TCP first, waitless: the connection ended before the ACK");
+	}
 	if (ret < 0) {
 		fs_negotiate_abort(s);
 		return ret;
@@ -624,9 +648,19 @@ int fs_negotiate_client_ack(struct fs_sock *s, uint64_t deadline_ns)
 			return -EAGAIN;
 	}
 	fs_consume(s->fd, (size_t)ret);
-	if (ack.token != s->token) {
+	if (ack.token != s->token && !s->neg->waitless_adopted) {
 		fs_negotiate_abort(s);
 		return fs_reset_tcp(s, "HELLO-ACK for another connection");
+	}
+	if (s->neg->waitless) {
+		/* no stream, nothing held: the connection is TCP either way */
+		if (ack.status == FS_NAK_NONE && fs_tfhs_ack_agrees(&ack)) {
+			FS_STAT_INC(tcp_first_waitless_acked);
+			return fs_kernel(s, "TCP first, waitless: the server took the HELLO (no switch: OPEN not built)");
+		}
+		FS_STAT_INC(tcp_first_waitless_plain);
+		fs_count_nak(ack.status);
+		return fs_kernel(s, "TCP first, waitless: the server refused the HELLO");
 	}
 	if (ack.status != FS_NAK_NONE || !st) {
 		fs_negotiate_abort_ex(s, true);
@@ -1003,6 +1037,25 @@ static enum fs_client_kind fs_client_kind(struct fs_sock *s, const struct sockad
 	}
 }
 
+int fs_negotiate_server_waitless(struct fs_sock *s, const uint8_t *first, size_t n, size_t *taken)
+{
+	size_t none;
+
+	if (!taken)
+		taken = &none;
+	*taken = 0;
+	/* (whatever FABSOCK_TCP_FIRST_WAITLESS says: our record says we strip
+	 * one whenever TCP first is on, and that setting is the client's) */
+	if (!fs_params.tcp_first || fs_tfhs_server_take(s->fd, first, n, taken) != 1)
+		return 0;
+	/* (a late probe for it, which a waitless client never sends, is
+	 * answered no) */
+	if (s->listener && s->have_peer_key)
+		fs_listener_claim_tcp(s->listener, s->peer_key, s->peer_port, s->neg->accepted_ns, NULL);
+	s->strip_hello = false;
+	return fs_kernel(s, "TCP first, waitless: the client's HELLO taken, the ACK sent (no switch: OPEN not built)");
+}
+
 int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 {
 	struct sockaddr_storage peer;
@@ -1026,6 +1079,10 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 	memcpy(s->peer_key, addr, sizeof(s->peer_key));
 	s->peer_port = port;
 	s->have_peer_key = true;
+	/* a waitless HELLO goes whatever else decides (its client waits for
+	 * nothing, so it is at the head by now as a rule; later ones: below) */
+	if (fs_negotiate_server_waitless(s, NULL, 0, NULL) == FS_PASS)
+		return FS_PASS;
 	rule = fs_rules_match(&fs_rules_global, FS_SIDE_SERVER, (struct sockaddr *)&peer, s->local_port);
 	if (rule == FS_RULE_KERNEL) {
 		if (s->listener)
@@ -1068,6 +1125,8 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 		 * worker's plain requests paid one). */
 		if (!readable)
 			fs_listener_drain(s->listener);
+		else if (fs_params.tcp_first && fs_negotiate_server_waitless(s, NULL, 0, NULL) == FS_PASS)
+			return FS_PASS;
 		rec = (struct fs_probe_rec){ 0 };
 		state = fs_listener_lookup(s->listener, addr, port, &rec);
 		if (fs_probe_rec_stale(&rec, s->neg->accepted_ns))
@@ -1158,6 +1217,11 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 		};
 
 		FS_STAT_INC(fallback_server_first);
+		if (kind == FS_CLIENT_INTENT && fs_params.tcp_first)
+			/* a waitless HELLO of this client's may still come (its
+			 * process was slow): the first receive strips it, and the
+			 * client, finding our bytes first, stays on TCP */
+			fs_strip_hello_later(s, 0, true);
 		if (kind == FS_CLIENT_CHOSE_TCP)
 			FS_STAT_INC(server_first_client_tcp);
 		else if (kind == FS_CLIENT_PLAIN)
@@ -1296,6 +1360,10 @@ int fs_negotiate_server_after_read(struct fs_sock *s, const uint8_t *first, size
 	int ret;
 
 	*taken = 0;
+	/* a waitless HELLO that came between the look before the receive and
+	 * the receive itself */
+	if (fs_negotiate_server_waitless(s, first, n, taken) == FS_PASS)
+		return FS_PASS;
 	state = fs_listener_claim_tcp(s->listener, s->peer_key, s->peer_port, s->neg->accepted_ns, &rec);
 	if (state != FS_REC_YES) {
 		FS_STAT_INC(fallback_peer_plain);

@@ -50,6 +50,13 @@ int fs_negotiate_server_claim(struct fs_sock *s, bool closed);
 uint64_t fs_negotiate_server_hello_by(struct fs_sock *s);
 int fs_negotiate_server_after_read(struct fs_sock *s, const uint8_t *first, size_t n, size_t *taken);
 
+/* TCP first's waitless HELLO at the head of S's connection (tcpfirst_hs.h;
+ * FIRST, N: what the application's receive took already, as
+ * fs_negotiate_server_after_read's): taken and answered, FS_PASS (TCP;
+ * *TAKEN of the N were the HELLO's; TAKEN may be NULL when N is 0); else
+ * 0, nothing taken. Socket lock held, S SERVER_PENDING. */
+int fs_negotiate_server_waitless(struct fs_sock *s, const uint8_t *first, size_t n, size_t *taken);
+
 /* Provider for a client connection from LOCAL to PEER, or FS_PROV_NONE with
  * the fallback counter to bump in *REASON (an offset into fs_stats). */
 unsigned fs_negotiate_pick_provider(const struct sockaddr *local, const struct sockaddr *peer,

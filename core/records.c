@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -47,6 +48,12 @@
 #define FS_REC_MAX_LISTENERS 8192
 #define FS_REC_ANY_UID 0xffffffffu
 #define FS_REC_OFFLOAD 1u /* the listener may offload a client of serve_uid */
+/* its process runs with FABSOCK_TCP_FIRST=1: it strips a waitless HELLO
+ * (one without a probe, written in the client's connect()) from the head
+ * of a connection, whatever it does first, and whatever its own
+ * FABSOCK_TCP_FIRST_WAITLESS says (that one is the client's setting;
+ * docs/design.md, TCP first) */
+#define FS_REC_TCP_FIRST 2u
 
 struct fs_rec_slot {
 	uint64_t inode; /* the listening socket; 0: a free slot */
@@ -448,6 +455,8 @@ static int fs_rec_put(struct fs_record_pub *p, uint32_t uid, uint32_t serve_uid,
 	s.serve_uid = serve_uid;
 	/* a listener whose process cannot use shm refuses its local clients */
 	s.flags = fs_params.shm ? FS_REC_OFFLOAD : 0;
+	if (fs_params.shm && fs_params.tcp_first)
+		s.flags |= FS_REC_TCP_FIRST;
 	if (slot < 0 || !fs_rec_slot_write(fd, slot, &s)) {
 		FS_INFO("listener records: no room for port %u", p->port);
 		fs_rec_close(fd);
@@ -835,6 +844,147 @@ enum fs_record_hint fs_records_lookup(uint16_t port)
 		fs_rec_cache_put(port, uid, false, answer, &st, began_ns);
 	pthread_mutex_unlock(&fs_records_lock);
 	return answer;
+}
+
+/* fs_records_tcp_first's answers, one per port (modulo FS_REC_CACHE), kept
+ * and checked as the lookup's cache (fs_rec_cache_put): trusted while the
+ * record file's stamps are unchanged and the listener asked about is the
+ * same socket. A connection per request saved an open, fstat, flock, pread
+ * and close each. fs_records_lock. */
+static struct fs_rec_cached fs_rec_tf_cache[FS_REC_CACHE];
+static uint64_t fs_rec_tf_listener[FS_REC_CACHE];
+
+bool fs_records_tcp_first(uint16_t port, uint64_t listener_inode)
+{
+	struct fs_rec_cached *c = &fs_rec_tf_cache[port % FS_REC_CACHE];
+	struct fs_rec_file f;
+	struct stat st;
+	uint32_t uid, gen;
+	char name[32];
+	int dfd, fd;
+	bool yes = false;
+	int64_t began_ns;
+
+	if (!fs_params.records || !listener_inode)
+		return false;
+	uid = (uint32_t)fs_self_euid();
+	fs_rec_name(name, sizeof(name), port);
+	fs_lock(&fs_records_lock);
+	dfd = fs_rec_dir(uid, false);
+	if (dfd >= 0 && c->gen && c->gen == fs_rec_dir_gen && c->port == port && c->uid == uid &&
+	    fs_rec_tf_listener[port % FS_REC_CACHE] == listener_inode &&
+	    fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) && st.st_uid == uid &&
+	    !(st.st_mode & 077) && fs_rec_same_stamps(c, &st)) {
+		yes = c->hint;
+		pthread_mutex_unlock(&fs_records_lock);
+		return yes;
+	}
+	began_ns = fs_rec_real_ns();
+	gen = fs_rec_dir_gen;
+	fd = dfd >= 0 ? openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK) : -1;
+	pthread_mutex_unlock(&fs_records_lock);
+	if (fd < 0)
+		return false;
+	if (!fs_rec_file_ok(fd, uid, &st) || !fs_rec_flock(fd, LOCK_SH)) {
+		fs_rec_close(fd);
+		return false;
+	}
+	if (pread(fd, &f, sizeof(f), 0) == (ssize_t)sizeof(f) && f.magic == FS_REC_MAGIC && f.version == FS_REC_VERSION)
+		for (int i = 0; i < FS_REC_SLOTS && !yes; i++) {
+			const struct fs_rec_slot *s = &f.slot[i];
+
+			/* the very socket the kernel says listens there: a slot
+			 * left by a listener gone (not swept yet) names another */
+			yes = s->inode == listener_inode && (s->flags & FS_REC_OFFLOAD) && (s->flags & FS_REC_TCP_FIRST) &&
+			      (s->serve_uid == uid || s->serve_uid == FS_REC_ANY_UID);
+		}
+	fs_rec_close(fd);
+	fs_lock(&fs_records_lock);
+	c->gen = 0;
+	/* (stamps older than the look began by the margin: see fs_rec_cache_put) */
+	if (fs_rec_dir_gen == gen && fs_rec_dir_uid == uid && fs_rec_ts_ns(&st.st_mtim) <= began_ns - FS_REC_CACHE_STAMP_NS &&
+	    fs_rec_ts_ns(&st.st_ctim) <= began_ns - FS_REC_CACHE_STAMP_NS) {
+		c->uid = uid;
+		c->port = port;
+		c->absent = false;
+		c->hint = yes;
+		c->ino = (uint64_t)st.st_ino;
+		c->size = (int64_t)st.st_size;
+		c->mtim = st.st_mtim;
+		c->ctim = st.st_ctim;
+		c->gen = gen;
+		fs_rec_tf_listener[port % FS_REC_CACHE] = listener_inode;
+	}
+	pthread_mutex_unlock(&fs_records_lock);
+	return yes;
+}
+
+/* TCP first's per-user secret (records.h): a file of FS_REC_KEY_LEN random
+ * bytes in the user's directory, made once (a private name linked into
+ * place, so that two makers agree on the first one), cached per user and
+ * directory opening. fs_records_lock guards the cache. */
+#define FS_REC_KEY_NAME "tcpfirst.key"
+static uint8_t fs_rec_key[FS_REC_KEY_LEN];
+static uint32_t fs_rec_key_uid = FS_REC_ANY_UID, fs_rec_key_gen;
+
+static bool fs_rec_key_read(int dfd, uint32_t uid, uint8_t *key)
+{
+	struct stat st;
+	int fd = openat(dfd, FS_REC_KEY_NAME, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+	bool ok;
+
+	if (fd < 0)
+		return false;
+	ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == uid && !(st.st_mode & 077) &&
+	     st.st_size == FS_REC_KEY_LEN && pread(fd, key, FS_REC_KEY_LEN, 0) == FS_REC_KEY_LEN;
+	fs_rec_close(fd);
+	return ok;
+}
+
+bool fs_records_secret(uint8_t *key)
+{
+	uint32_t uid;
+	int dfd;
+	bool ok = false;
+
+	if (!fs_params.records)
+		return false;
+	uid = (uint32_t)fs_self_euid();
+	fs_lock(&fs_records_lock);
+	/* (the cached directory as it is: making it again if removed costs
+	 * an fstat per call, and the key cached for it stays good) */
+	dfd = fs_rec_dir(uid, false);
+	if (dfd == -ENOENT)
+		dfd = fs_rec_dir(uid, true);
+	if (dfd >= 0 && fs_rec_key_uid == uid && fs_rec_key_gen == fs_rec_dir_gen) {
+		memcpy(key, fs_rec_key, FS_REC_KEY_LEN);
+		pthread_mutex_unlock(&fs_records_lock);
+		return true;
+	}
+	if (dfd >= 0 && !(ok = fs_rec_key_read(dfd, uid, key)) && errno == ENOENT) {
+		char tmp[64];
+		uint8_t fresh[FS_REC_KEY_LEN];
+		int fd;
+
+		snprintf(tmp, sizeof(tmp), FS_REC_KEY_NAME ".%d", (int)getpid());
+		unlinkat(dfd, tmp, 0);
+		fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+		if (fd >= 0) {
+			if (getrandom(fresh, sizeof(fresh), 0) == (ssize_t)sizeof(fresh) &&
+			    pwrite(fd, fresh, sizeof(fresh), 0) == (ssize_t)sizeof(fresh))
+				linkat(dfd, tmp, dfd, FS_REC_KEY_NAME, 0); /* EEXIST: another's came first */
+			fs_rec_close(fd);
+			unlinkat(dfd, tmp, 0);
+		}
+		ok = fs_rec_key_read(dfd, uid, key);
+	}
+	if (ok) {
+		memcpy(fs_rec_key, key, FS_REC_KEY_LEN);
+		fs_rec_key_uid = uid;
+		fs_rec_key_gen = fs_rec_dir_gen;
+	}
+	pthread_mutex_unlock(&fs_records_lock);
+	return ok;
 }
 
 void fs_records_sweep_port(uint16_t port)

@@ -64,6 +64,21 @@ enum fs_record_hint {
 	FS_RECORD_REFUSES, /* records only of listeners that will refuse: plain TCP */
 };
 enum fs_record_hint fs_records_lookup(uint16_t port);
+/* TCP first's waitless HELLO (FABSOCK_TCP_FIRST): whether the listening
+ * socket LISTENER_INODE, which the kernel says listens on PORT of this
+ * host, has a record of this user that offloads this user and strips a
+ * waitless HELLO. Only then may a client write one without a probe: the
+ * kernel confirmed the record (a stale one names a socket that no longer
+ * listens). One open, flock and read, not cached. */
+bool fs_records_tcp_first(uint16_t port, uint64_t listener_inode);
+/* TCP first's per-user secret: FS_REC_KEY_LEN random bytes in this user's
+ * directory (mode 0600 in a 0700 directory: only this user's processes and
+ * root can read it), made by the first process that asks. A waitless
+ * HELLO carries a MAC under it, which proves to the server that a process
+ * of its user wrote it even after that process closed its socket (the
+ * kernel then names no owner for it). false: none usable. */
+#define FS_REC_KEY_LEN 16
+bool fs_records_secret(uint8_t *key);
 /* A probe to PORT on this host found no listener: clear that port's stale
  * records now rather than at the next publish. */
 void fs_records_sweep_port(uint16_t port);

@@ -42,6 +42,7 @@
 #include "core/service.h"
 #include "core/sigs.h"
 #include "core/stats.h"
+#include "core/tcpfirst_hs.h"
 #include "core/udp.h"
 #include "core/wire.h"
 #include "preload/real.h"
@@ -240,11 +241,40 @@ void fs_sock_note_inherit(struct fs_sock *s)
 	case FS_SOCK_OFFLOADED:
 		kind = s->pid == fs_self_pid() ? FS_INH_OFFLOADED : FS_INH_NONE;
 		break;
+	case FS_SOCK_CLIENT_HELLO_SENT:
+		kind = !s->stream && s->neg && s->neg->waitless ? FS_INH_ACK_DUE : FS_INH_NONE;
+		break;
 	default:
 		break;
 	}
 	for (unsigned i = 0; i < s->n_app_fds; i++)
 		fs_inherit_note(s->app_fds[i], kind);
+}
+
+void fs_core_adopt_ack_due(int fd)
+{
+	struct sockaddr_storage peer;
+	socklen_t plen = sizeof(peer);
+	struct fs_sock *s, *old;
+	int flags = fs_real.fcntl(fd, F_GETFL, 0);
+
+	if (!fs_core_enabled || fs_real.getpeername(fd, (struct sockaddr *)&peer, &plen) ||
+	    (peer.ss_family != AF_INET && peer.ss_family != AF_INET6))
+		return;
+	s = fs_sock_alloc(fd, peer.ss_family);
+	if (!s)
+		return;
+	s->nonblock = flags >= 0 && (flags & O_NONBLOCK);
+	memcpy(&s->neg->peer, &peer, plen < sizeof(s->neg->peer) ? plen : sizeof(s->neg->peer));
+	s->neg->skip_probe = true;
+	s->neg->waitless = true;
+	s->neg->waitless_adopted = true;
+	fs_sock_set_state(s, FS_SOCK_CLIENT_HELLO_SENT);
+	old = fs_fdt_set(fd, s);
+	if (old && old != FS_SOCK_INTERNAL)
+		fs_sock_put(old);
+	fs_sock_note_inherit(s);
+	FS_INFO("fd %d: TCP first's waitless client taken over after exec: its first receive takes the ACK", fd);
 }
 
 void fs_core_adopt(int fd, bool listening, struct fs_listener *from)
@@ -667,6 +697,22 @@ static bool fs_sock_after_connect(struct fs_sock *s, bool wait_here, bool up)
 	}
 	if (!up)
 		return false;
+	if (hint == FS_RECORD_PRESENT && rule != FS_RULE_OFFLOAD && s->neg->waitless_ok) {
+		/* TCP first, waitless (tcpfirst_hs.h): the HELLO now, as the
+		 * socket's first bytes, and nothing waited for: no probe, no
+		 * rail, no watch (the application's first receive takes the
+		 * ACK; a close before it is a background close, as for an
+		 * empty HELLO) */
+		int ret;
+
+		s->neg->skip_probe = true;
+		s->neg->waitless = true;
+		fs_sock_set_state(s, FS_SOCK_CLIENT_PENDING);
+		ret = fs_sock_send_hello(s, 0);
+		if (ret != 0)
+			fs_sock_release(s); /* not sent (FS_PASS: reset if a part went) */
+		return true;
+	}
 	if (rule != FS_RULE_OFFLOAD && fs_probe_start(&s->neg->probe, s->fd, addr)) {
 		FS_STAT_INC(fallback_probe_refused);
 		why = "cannot send the probe";
@@ -740,6 +786,11 @@ static void fs_sock_note_intent(struct fs_sock *s, const struct sockaddr *addr)
 		return;
 	if (hint != FS_RECORD_PRESENT && fs_negcache_hit(addr))
 		return;
+	/* TCP first's waitless HELLO: asked now, while the listener that will
+	 * accept surely listens (a server that accepts one connection may
+	 * close it before a nonblocking connect is seen to finish) */
+	if (hint == FS_RECORD_PRESENT)
+		s->neg->waitless_ok = fs_tfhs_client_may(s->fd, addr);
 	fs_history_note_intent(&s->hist, s->fd);
 }
 
@@ -1273,7 +1324,8 @@ static ssize_t fs_sock_first_read_wait(struct fs_sock *s)
 		return -err; /* SO_RCVTIMEO, a signal, a reset: nothing taken */
 	}
 	if (fs_sock_state(s) == FS_SOCK_SERVER_PENDING && fs_negotiate_server_before_read(s) == 1 &&
-	    fs_negotiate_server_claim(s, n == 0) == FS_PASS)
+	    ((n > 0 && fs_negotiate_server_waitless(s, NULL, 0, NULL) == FS_PASS) ||
+	     fs_negotiate_server_claim(s, n == 0) == FS_PASS))
 		fs_sock_settled_tcp(s);
 	pthread_mutex_unlock(&s->lock);
 	return FS_FIRST_READ_NO; /* TCP now, or a "yes" came: the usual path */
@@ -1297,6 +1349,12 @@ ssize_t fs_sock_first_read(struct fs_sock *s, struct msghdr *msg, int flags, boo
 	 * bytes judged after the fact. */
 	fs_lock(&s->lock);
 	if (fs_sock_state(s) != FS_SOCK_SERVER_PENDING || fs_negotiate_server_before_read(s) != 1) {
+		pthread_mutex_unlock(&s->lock);
+		return FS_FIRST_READ_NO;
+	}
+	if (fs_params.tcp_first && fs_negotiate_server_waitless(s, NULL, 0, NULL) == FS_PASS) {
+		/* TCP first's waitless HELLO taken off: the receive is the kernel's */
+		fs_sock_settled_tcp(s);
 		pthread_mutex_unlock(&s->lock);
 		return FS_FIRST_READ_NO;
 	}

@@ -90,6 +90,15 @@ struct fs_sock_neg {
 	bool may_leave_to_reader, left_to_reader;
 	/* client side */
 	bool skip_probe;
+	/* TCP first's waitless HELLO was written (tcpfirst_hs.h): no stream,
+	 * the bytes go on TCP, the first receive takes the ACK */
+	bool waitless;
+	/* the kernel's listener for the destination, looked up before the
+	 * kernel's connect(), has a record that strips a waitless HELLO */
+	bool waitless_ok;
+	/* taken over after exec (fs_core_adopt_ack_due): the HELLO's token
+	 * died with the old program, so the ACK's is not checked */
+	bool waitless_adopted;
 	/* the listener records' answer looked up before the kernel's
 	 * connect() (fs_sock_note_intent), for the decision after it: an
 	 * enum fs_record_hint plus one, 0: not looked up */
@@ -305,6 +314,9 @@ void fs_core_exit(void);
  * connection not yet used (inherited), whose probe record is in FROM's
  * table (fs_listener_attach; NULL: none). See inherit.h. */
 void fs_core_adopt(int fd, bool listening, struct fs_listener *from);
+/* After exec: takes FD over as TCP first's waitless client still owed the
+ * server's ACK (inherit.h FS_INH_ACK_DUE): its first receive takes it. */
+void fs_core_adopt_ack_due(int fd);
 /* Records S's state for each of its fds in the exec records. */
 void fs_sock_note_inherit(struct fs_sock *s);
 

@@ -99,8 +99,15 @@ void fs_sock_exit_held(void)
 		}
 		if (ret > 0)
 			continue;
-		if (fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT && s->stream && fs_stream_holds(s->stream, deadline) &&
-		    fs_sock_take_ack(s, deadline) == -EAGAIN)
+		if (fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT && !s->stream && s->neg && s->neg->waitless) {
+			/* TCP first's waitless HELLO (tcpfirst_hs.h): nothing held,
+			 * nothing to wait for; an ACK already in is taken, so that
+			 * the kernel's close finds nothing unread and ends with a
+			 * FIN, not a reset. One not in yet: the server, finding our
+			 * FIN first, sends none. */
+			fs_sock_take_ack(s, fs_now_ns());
+		} else if (fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT && s->stream &&
+			   fs_stream_holds(s->stream, deadline) && fs_sock_take_ack(s, deadline) == -EAGAIN)
 			FS_WARN("fd %d: process ending: no HELLO-ACK within FABSOCK_LINGER_SEC; the bytes held for it "
 				"are lost", s->fd);
 		pthread_mutex_unlock(&s->lock);
@@ -274,6 +281,8 @@ static void fs_sock_bg_exit(uint64_t deadline_ns)
 			if (s->bg_close && fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT && s->stream &&
 			    fs_stream_holds(s->stream, deadline_ns))
 				fs_sock_take_ack(s, deadline_ns);
+			else if (s->bg_close && fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT && s->neg && s->neg->waitless)
+				fs_sock_take_ack(s, fs_now_ns()); /* (fs_sock_exit_held) */
 			fs_sock_bg_finish(s);
 			pthread_mutex_unlock(&s->lock);
 		}

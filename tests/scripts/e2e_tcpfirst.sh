@@ -6,7 +6,9 @@
 # once the server's first bytes came. Per reader mode (block: a writer
 # thread and a blocking reader with MSG_PEEKs; epoll-lt; epoll-et):
 # - kernel: no preload; the bytes must arrive whole (the test's own check);
-# - fabsock: both ends FABSOCK_TCP_FIRST=1, FABSOCK_TCP_FIRST_BYTES=64 KiB.
+# - fabsock: both ends FABSOCK_TCP_FIRST=1, FABSOCK_TCP_FIRST_BYTES=64 KiB,
+#   FABSOCK_TCP_FIRST_WAITLESS=0 (the switch after the full handshake; the
+#   waitless handshake, which has no switch yet, is e2e_tcpfirst2's).
 #   Each side must count tcp_first_streams=1, tcp_first_switches=1 (its
 #   writer sent ONTO), tcp_first_rx_switches=1 (its reader followed the
 #   peer's), resets=0, and an N (tcp_first_tcp_bytes) of at least the
@@ -135,7 +137,7 @@ run_one() {
 
 [ -x "$PROG" ] || { fs_fail "$PROG is not built"; fs_done; exit 1; }
 [ -f "$FABSOCK_LIB" ] || { fs_fail "$FABSOCK_LIB does not exist"; fs_done; exit 1; }
-TF_ENV="FABSOCK_TCP_FIRST=1 FABSOCK_TCP_FIRST_BYTES=$THRESHOLD"
+TF_ENV="FABSOCK_TCP_FIRST=1 FABSOCK_TCP_FIRST_WAITLESS=0 FABSOCK_TCP_FIRST_BYTES=$THRESHOLD"
 for round in $(seq 1 "$ROUNDS"); do
 	for half in $FS_MODES; do
 		for mode in block epoll-lt epoll-et; do
@@ -148,10 +150,10 @@ for round in $(seq 1 "$ROUNDS"); do
 		if [ "$half" = fabsock ]; then
 			# the switch at the first send (N = 0), and a threshold the
 			# stream never reaches: the shutdown switches (N = everything)
-			run_one "at-once-block" block tf "FABSOCK_TCP_FIRST=1 FABSOCK_TCP_FIRST_BYTES=0" \
-				"FABSOCK_TCP_FIRST=1 FABSOCK_TCP_FIRST_BYTES=0" 0 0
-			run_one "at-shutdown-epoll-et" epoll-et tf "FABSOCK_TCP_FIRST=1 FABSOCK_TCP_FIRST_BYTES=100000000" \
-				"FABSOCK_TCP_FIRST=1 FABSOCK_TCP_FIRST_BYTES=100000000" "$TF_BYTES" "$TF_BYTES"
+			run_one "at-once-block" block tf "FABSOCK_TCP_FIRST=1 FABSOCK_TCP_FIRST_WAITLESS=0 FABSOCK_TCP_FIRST_BYTES=0" \
+				"FABSOCK_TCP_FIRST=1 FABSOCK_TCP_FIRST_WAITLESS=0 FABSOCK_TCP_FIRST_BYTES=0" 0 0
+			run_one "at-shutdown-epoll-et" epoll-et tf "FABSOCK_TCP_FIRST=1 FABSOCK_TCP_FIRST_WAITLESS=0 FABSOCK_TCP_FIRST_BYTES=100000000" \
+				"FABSOCK_TCP_FIRST=1 FABSOCK_TCP_FIRST_WAITLESS=0 FABSOCK_TCP_FIRST_BYTES=100000000" "$TF_BYTES" "$TF_BYTES"
 			run_one "default-block" block plain "" ""
 			run_one "server-only-block" block plain "$TF_ENV" ""
 		fi
