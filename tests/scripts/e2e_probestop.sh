@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# A listener that answers its probes late, or not in time, is still a
+# fabsock listener (e2e_many's storm: a busy server answered late and a run
+# of connections stayed on TCP). A preloaded echo server (fs_rawpeer serve,
+# which publishes a listener record of this user) and one preloaded python
+# client making connections one after another (64 KiB out, the echo back,
+# sha256 compared; TCP_INFO bytes_acked / bytes_received say whether the
+# kernel connection carried the payload). The client's probe timeout is
+# 2000 ms here (FABSOCK_PROBE_TIMEOUT_MS), so that the short stop below
+# stays well inside it on a loaded machine.
+#   warm:    a connection, offloaded.
+#   resend:  the server is stopped (SIGSTOP) for 300 ms around a connection:
+#            the client sends its probe again (30, 90, 210 ms) while it
+#            sleeps; on SIGCONT the first is answered yes and the repeats
+#            from the record (probes_repeated): offloaded.
+#   timeout: the server is stopped for 3 s around a connection, longer than
+#            the probe timeout: that connection stays on TCP (its bytes
+#            echoed once the server runs again).
+#   after:   three connections at once after it: all offloaded, none kept
+#            on TCP by the negative cache (whose entry would last 10 s).
+# Checks: every connection byte-exact; the offloaded/TCP pattern above; the
+# client's probes_timeout_listener=1, fallback_probe_timeout=1,
+# fallback_neg_cache=0; the server's probes_repeated >= 1; no process died
+# by a signal.
+. "$(dirname "$0")/lib.sh"
+
+RAW=$FS_PROGS/fs_rawpeer
+[ -x "$RAW" ] || { fs_fail "$RAW is not built"; fs_done; exit 1; }
+command -v python3 >/dev/null || fs_skip "python3 is missing"
+
+PORT=$(fs_free_port) || fs_skip "no free port"
+fs_bg SRV env LD_PRELOAD="$FABSOCK_LIB" FABSOCK_STATS=1 "$RAW" serve --port "$PORT" \
+	--ready-file "$FS_TMP/ready" >"$FS_TMP/server.out" 2>"$FS_TMP/server.err"
+for _ in $(seq 1 200); do [ -s "$FS_TMP/ready" ] && break; fs_sleep 0.05; done
+[ -s "$FS_TMP/ready" ] || { fs_fail "the server did not start"; fs_done; exit 1; }
+fs_wait_listen "$PORT" || { fs_fail "the server does not listen"; fs_done; exit 1; }
+
+cat >"$FS_TMP/client.py" <<'PY'
+import hashlib, os, signal, socket, struct, sys, threading, time
+port, server = int(sys.argv[1]), int(sys.argv[2])
+size = 65536
+
+def one(label, results):
+    data = os.urandom(size)
+    ok, offloaded = 0, -1
+    try:
+        c = socket.create_connection(("127.0.0.1", port), timeout=30)
+        c.sendall(data)
+        got = bytearray()
+        while len(got) < size:
+            b = c.recv(16384)
+            if not b:
+                break
+            got += b
+        ok = int(hashlib.sha256(bytes(got)).digest() == hashlib.sha256(data).digest())
+        info = c.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
+        acked, received = struct.unpack_from("=QQ", info, 120)  # tcpi_bytes_acked, tcpi_bytes_received
+        offloaded = int(acked < size and received < size)
+        c.close()
+    except OSError as e:
+        print("error", label, e, file=sys.stderr, flush=True)
+    results.append("conn %s ok=%d offloaded=%d" % (label, ok, offloaded))
+
+def stopped(label, seconds):
+    # the server stops before the connect() and runs again SECONDS later;
+    # whatever happens, it is continued before this returns
+    results = []
+    os.kill(server, signal.SIGSTOP)
+    timer = threading.Timer(seconds, os.kill, (server, signal.SIGCONT))
+    timer.start()
+    try:
+        one(label, results)
+    finally:
+        timer.join()
+        os.kill(server, signal.SIGCONT)
+    return results
+
+out = []
+one("warm", out)
+out += stopped("resend", 0.3)
+out += stopped("timeout", 3.0)
+threads = [threading.Thread(target=one, args=("after%d" % i, out)) for i in range(3)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+for line in out:
+    print(line, flush=True)
+PY
+
+rc=0
+timeout -k 2 90 env LD_PRELOAD="$FABSOCK_LIB" FABSOCK_STATS=1 FABSOCK_PROBE_TIMEOUT_MS=2000 \
+	python3 "$FS_TMP/client.py" "$PORT" "$SRV" >"$FS_TMP/client.out" 2>"$FS_TMP/client.err" || rc=$?
+kill -CONT "$SRV" 2>/dev/null || true # (the client continues it; this is in case it died first)
+[ "$rc" = 0 ] || fs_fail "the client exited $rc: $(grep -v 'stats:' "$FS_TMP/client.err" | tail -n 3 | tr '\n' ' ')"
+sed "s/^/    /" "$FS_TMP/client.out" >&2
+
+expect_conn() { # LABEL OFFLOADED
+	local line
+	line=$(grep -E "^conn $1 " "$FS_TMP/client.out" || true)
+	if [ -z "$line" ]; then
+		fs_fail "$1: no connection reported"
+	elif [[ "$line" != *" ok=1 "* ]]; then
+		fs_fail "$1: the echo was not byte-exact ($line)"
+	elif [[ "$line" != *" offloaded=$2" ]]; then
+		fs_fail "$1: offloaded=${line##*offloaded=}, expected $2"
+	else
+		fs_pass "$1: byte-exact, offloaded=$2"
+	fi
+}
+expect_conn warm 1
+expect_conn resend 1
+expect_conn timeout 0
+for i in 0 1 2; do expect_conn "after$i" 1; done
+
+if kill -0 "$SRV" 2>/dev/null; then
+	kill -TERM "$SRV"
+	fs_wait_pid "$SRV" 20 || fs_fail "the server did not exit on SIGTERM"
+else
+	fs_fail "the server died"
+fi
+fs_expect_stats "$FS_TMP/client.err" "client" probes_timeout_listener=1 fallback_probe_timeout=1 \
+	fallback_neg_cache=0 offloaded=5 kernel=1
+repeated=$(fs_stat "$FS_TMP/server.err" probes_repeated)
+if [ "${repeated:-0}" -ge 1 ]; then
+	fs_pass "server: probes_repeated=$repeated (the resent probes answered from the record)"
+else
+	fs_fail "server: probes_repeated=${repeated:-none}, expected >= 1 (the client resent $(fs_stat "$FS_TMP/client.err" probes_resent) probes)"
+fi
+fs_done
