@@ -7,16 +7,19 @@
 # client making connections one after another (64 KiB out, the echo back,
 # sha256 compared; TCP_INFO bytes_acked / bytes_received say whether the
 # kernel connection carried the payload). The client's probe timeout is
-# 2000 ms here (FABSOCK_PROBE_TIMEOUT_MS), so that the short stop below
-# stays well inside it on a loaded machine.
+# 2000 ms here (FABSOCK_PROBE_TIMEOUT_MS): the "resend" stop below ends
+# within tens of milliseconds, a loaded machine's delays included; every
+# stop ends on what the client sees, not after a fixed time.
 #   warm:    a connection, offloaded.
-#   resend:  the server is stopped (SIGSTOP) for 300 ms around a connection:
-#            the client sends its probe again (30, 90, 210 ms) while it
-#            sleeps; on SIGCONT the first is answered yes and the repeats
-#            from the record (probes_repeated): offloaded.
-#   timeout: the server is stopped for 3 s around a connection, longer than
-#            the probe timeout: that connection stays on TCP (its bytes
-#            echoed once the server runs again).
+#   resend:  the server is stopped (SIGSTOP) before a connection and
+#            continued once its twin's queue holds the probe and a resend of
+#            it (/proc/net/udp; the client sends it again after 30 ms); on
+#            SIGCONT the first is answered yes and the repeat from the
+#            record (probes_repeated): offloaded.
+#   timeout: the server is stopped before a connection and continued only
+#            once the stopped server's kernel acked the whole payload on TCP
+#            (TCP_INFO): the probe timed out, that connection stays on TCP
+#            (its bytes echoed once the server runs again).
 #   after:   three connections at once after it: all offloaded, none kept
 #            on TCP by the negative cache (whose entry would last 10 s).
 # Checks: every connection byte-exact; the offloaded/TCP pattern above; the
@@ -41,12 +44,18 @@ import hashlib, os, signal, socket, struct, sys, threading, time
 port, server = int(sys.argv[1]), int(sys.argv[2])
 size = 65536
 
-def one(label, results):
+def tcp_counts(c):
+    info = c.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
+    return struct.unpack_from("=QQ", info, 120)  # tcpi_bytes_acked, tcpi_bytes_received
+
+def one(label, results, after_send=None):
     data = os.urandom(size)
     ok, offloaded = 0, -1
     try:
         c = socket.create_connection(("127.0.0.1", port), timeout=30)
         c.sendall(data)
+        if after_send:
+            after_send(c)
         got = bytearray()
         while len(got) < size:
             b = c.recv(16384)
@@ -54,32 +63,67 @@ def one(label, results):
                 break
             got += b
         ok = int(hashlib.sha256(bytes(got)).digest() == hashlib.sha256(data).digest())
-        info = c.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
-        acked, received = struct.unpack_from("=QQ", info, 120)  # tcpi_bytes_acked, tcpi_bytes_received
+        acked, received = tcp_counts(c)
         offloaded = int(acked < size and received < size)
         c.close()
     except OSError as e:
         print("error", label, e, file=sys.stderr, flush=True)
     results.append("conn %s ok=%d offloaded=%d" % (label, ok, offloaded))
 
-def stopped(label, seconds):
-    # the server stops before the connect() and runs again SECONDS later;
-    # whatever happens, it is continued before this returns
+def cont():
+    os.kill(server, signal.SIGCONT)
+
+def stopped(label, during=None, **hooks):
+    # the server stops before the connect(); DURING (a thread) or a hook
+    # continues it; whatever happens, it is continued before this returns
     results = []
     os.kill(server, signal.SIGSTOP)
-    timer = threading.Timer(seconds, os.kill, (server, signal.SIGCONT))
-    timer.start()
+    helper = threading.Thread(target=during) if during else None
     try:
-        one(label, results)
+        if helper:
+            helper.start()
+        one(label, results, **hooks)
     finally:
-        timer.join()
-        os.kill(server, signal.SIGCONT)
+        if helper:
+            helper.join()
+        cont()
     return results
+
+def twin_queue():
+    # bytes queued on the listener's UDP twin (127.0.0.1:port, /proc/net/udp)
+    with open("/proc/net/udp") as f:
+        for line in f.readlines()[1:]:
+            fields = line.split()
+            if fields[1].endswith(":%04X" % port):
+                return int(fields[4].split(":")[1], 16)
+    return 0
+
+def resend_then_cont():
+    # the stopped server's twin holds the probe, then its first resend
+    # (30 ms later: the queue doubles, the datagrams being alike); a
+    # nonblocking connect() is writable only once the probe is answered,
+    # so this cannot wait for connect() to return; bounded
+    end, first = time.monotonic() + 20, 0
+    while time.monotonic() < end:
+        queued = twin_queue()
+        first = first or queued
+        if first and queued >= 2 * first:
+            break
+        time.sleep(0.005)
+    cont()
+
+def tcp_then_cont(c):
+    # the payload is on TCP once the stopped server's kernel acked it: the
+    # probe timed out (however late a loaded machine ran us); bounded
+    end = time.monotonic() + 20
+    while tcp_counts(c)[0] < size and time.monotonic() < end:
+        time.sleep(0.05)
+    cont()
 
 out = []
 one("warm", out)
-out += stopped("resend", 0.3)
-out += stopped("timeout", 3.0)
+out += stopped("resend", during=resend_then_cont)
+out += stopped("timeout", after_send=tcp_then_cont)
 threads = [threading.Thread(target=one, args=("after%d" % i, out)) for i in range(3)]
 for t in threads:
     t.start()
