@@ -43,6 +43,15 @@ cat >"$FS_TMP/client.py" <<'PY'
 import hashlib, os, signal, socket, struct, sys, threading, time
 port, server = int(sys.argv[1]), int(sys.argv[2])
 size = 65536
+began = time.monotonic()
+
+def note(what):
+    # a timeline on stderr, shown when the test fails
+    try:
+        state = open("/proc/%d/stat" % server).read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        state = "?"
+    print("%.3f %s (server %s)" % (time.monotonic() - began, what, state), file=sys.stderr, flush=True)
 
 def tcp_counts(c):
     info = c.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
@@ -52,8 +61,11 @@ def one(label, results, after_send=None):
     data = os.urandom(size)
     ok, offloaded = 0, -1
     try:
+        note(label + ": connecting")
         c = socket.create_connection(("127.0.0.1", port), timeout=30)
+        note(label + ": connected")
         c.sendall(data)
+        note(label + ": sent")
         if after_send:
             after_send(c)
         got = bytearray()
@@ -70,14 +82,32 @@ def one(label, results, after_send=None):
         print("error", label, e, file=sys.stderr, flush=True)
     results.append("conn %s ok=%d offloaded=%d" % (label, ok, offloaded))
 
+def all_stopped():
+    try:
+        for tid in os.listdir("/proc/%d/task" % server):
+            with open("/proc/%d/task/%s/stat" % (server, tid)) as f:
+                if f.read().rsplit(")", 1)[1].split()[0] not in ("T", "t"):
+                    return False
+    except OSError:
+        return False
+    return True
+
 def cont():
     os.kill(server, signal.SIGCONT)
+    note("SIGCONT")
 
 def stopped(label, during=None, **hooks):
     # the server stops before the connect(); DURING (a thread) or a hook
     # continues it; whatever happens, it is continued before this returns
     results = []
     os.kill(server, signal.SIGSTOP)
+    # a stop takes effect in each thread as it next leaves the kernel: a
+    # probe may still be answered meanwhile, so wait until every thread
+    # of the server is stopped (bounded)
+    end = time.monotonic() + 20
+    while time.monotonic() < end and not all_stopped():
+        time.sleep(0.002)
+    note("SIGSTOP")
     helper = threading.Thread(target=during) if during else None
     try:
         if helper:
@@ -171,5 +201,11 @@ if [ "${repeated:-0}" -ge 1 ]; then
 	fs_pass "server: probes_repeated=$repeated (the resent probes answered from the record)"
 else
 	fs_fail "server: probes_repeated=${repeated:-none}, expected >= 1 (the client resent $(fs_stat "$FS_TMP/client.err" probes_resent) probes)"
+fi
+if [ "$FS_FAILS" != 0 ]; then
+	echo "client's messages:" >&2
+	grep -v ': stats:' "$FS_TMP/client.err" | tail -n 20 | sed "s/^/    /" >&2
+	echo "server's messages:" >&2
+	grep -v ': stats:' "$FS_TMP/server.err" | tail -n 20 | sed "s/^/    /" >&2
 fi
 fs_done
