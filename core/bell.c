@@ -406,7 +406,6 @@ static bool fs_bell_read_ring(struct fs_engine *e)
 void fs_bell_drain_some(struct fs_engine *e, bool datagrams, bool ring)
 {
 	int fd = fs_bell_fd();
-	bool rung = false;
 
 	if (!e) {
 		/* no engine (yet, or after fork): nothing to ring; empty the socket */
@@ -421,13 +420,34 @@ void fs_bell_drain_some(struct fs_engine *e, bool datagrams, bool ring)
 		return;
 	}
 	pthread_mutex_lock(&e->lock);
+	fs_bell_drain_locked(e, datagrams, ring);
+	fs_engine_unlock(e);
+}
+
+void fs_bell_drain_locked(struct fs_engine *e, bool datagrams, bool ring)
+{
+	int fd = fs_bell_fd();
+	bool rung = false;
+
 	if (datagrams && fd >= 0)
 		rung = fs_bell_read(e, fd);
 	if (ring && fs_bell_read_ring(e))
 		rung = true;
 	if (rung)
 		fs_engine_progress(e);
+}
+
+bool fs_bell_try_drain(struct fs_engine *e, bool datagrams, bool ring)
+{
+	if (!e) {
+		fs_bell_drain_some(e, datagrams, ring);
+		return true;
+	}
+	if (pthread_mutex_trylock(&e->lock))
+		return false;
+	fs_bell_drain_locked(e, datagrams, ring);
 	fs_engine_unlock(e);
+	return true;
 }
 
 void fs_bell_drain(struct fs_engine *e)

@@ -81,6 +81,13 @@ void fs_bell_drain(struct fs_engine *e);
 /* The same for the ready ones only: DATAGRAMS, the doorbell socket; RING,
  * our ring eventfd (ring.h). */
 void fs_bell_drain_some(struct fs_engine *e, bool datagrams, bool ring);
+/* fs_bell_drain_some with the engine lock held. */
+void fs_bell_drain_locked(struct fs_engine *e, bool datagrams, bool ring);
+/* fs_bell_drain_some if the engine lock is free; false (nothing read) if
+ * another thread holds it. For the service thread, which must not queue
+ * for the lock behind the application's threads: the probes it answers
+ * wait meanwhile (service.c, fs_service_main). */
+bool fs_bell_try_drain(struct fs_engine *e, bool datagrams, bool ring);
 /* Reads our ring eventfd and counts a ring as activity (the progress
  * round the caller runs next reads what it announced). Lock held. True if
  * rung. */

@@ -891,6 +891,35 @@ static bool fs_probe_owner_ok(const uint8_t local[16], uint16_t lport, const uin
 	return true;
 }
 
+/* A probe sent again (its client heard no answer within 30 ms: a burst,
+ * a busy answerer) for a connection already answered yes: the record holds
+ * its nonce, which only that client knows (64 random bits, sent from its
+ * own address, where another user cannot read them), so the kernel's word
+ * on the connection and on the probe's sender is the one the first answer
+ * had. True (answer yes again) without the sock_diag lookups that cost each
+ * probe two or three system calls under fs_diag_lock: in a storm the
+ * resends came in hundreds, each checked in full while first probes waited
+ * behind them, and a client that had closed its probe socket meanwhile
+ * made its resend look foreign (probes_foreign). The record is left as it
+ * is: the server's HELLO wait still counts from the first answer. Not for a
+ * closed listener's twin, whose answers look at this process's
+ * descriptors (fs_listener_close). */
+static bool fs_listener_answered_yes(struct fs_listener *l, const struct fs_probe *ask)
+{
+	struct fs_probe_rec *r;
+	bool again = false;
+
+	if (!ask->nonce || __atomic_load_n(&l->closed, __ATOMIC_ACQUIRE) || fs_table_lock(l))
+		return false;
+	r = fs_table_find(l->table, ask->client_addr, ask->client_port, false);
+	if (r && r->state == FS_REC_YES && r->nonce == ask->nonce)
+		again = true;
+	pthread_mutex_unlock(&l->table->lock);
+	if (again)
+		FS_STAT_INC(probes_repeated);
+	return again;
+}
+
 static void fs_listener_answer(struct fs_listener *l, const uint8_t *pkt, ssize_t len,
 			       const struct sockaddr_storage *from, socklen_t fromlen, const uint8_t local[16],
 			       bool have_local)
@@ -930,6 +959,10 @@ static void fs_listener_answer(struct fs_listener *l, const uint8_t *pkt, ssize_
 		if (fs_rules_match(&fs_rules_global, FS_SIDE_SERVER, (struct sockaddr *)&client, l->port) ==
 		    FS_RULE_KERNEL)
 			goto reply;
+	}
+	if (fs_listener_answered_yes(l, &ask)) {
+		answer = FS_PROBE_YES;
+		goto reply;
 	}
 	/* Only a connection that exists gets a record (and a yes). */
 	if (have_local) {

@@ -55,9 +55,11 @@
  * application thread may hold it through a whole handshake; busy, they
  * look again 10 ms later) and may queue themselves again, before they let
  * the socket go (a close() moves s->fd under its lock); the probe twins'
- * READY takes fs_probe_table.lock. The thread takes the engine lock with a
- * trylock for its look and its progress round, plainly for the doorbell
- * and the hand-back requests.
+ * READY takes fs_probe_table.lock. The thread takes the engine lock only
+ * with a trylock (its look, its progress round, the doorbell and the
+ * hand-back requests: those wait for the next look that gets it), never
+ * queueing behind the application's threads: the probes it answers would
+ * wait with it (service.c). Its watches' handshake steps still take it.
  *
  * fs_probe_table.lock is process-shared and robust: other processes (a
  * shared table, a program exec'd with a connection) hold it too. It is

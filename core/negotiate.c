@@ -508,7 +508,18 @@ int fs_negotiate_client_hello(struct fs_sock *s, uint64_t wait_deadline_ns)
 			FS_STAT_INC(fallback_probe_refused);
 			return fs_kernel(s, "no fabsock listener (probe port unreachable)");
 		default:
-			fs_negcache_add((struct sockaddr *)&s->neg->peer, false);
+			/* The negative cache is for destinations that are no
+			 * fabsock listeners. One that a record of our user says
+			 * is (a listener on this host, confirmed by the kernel
+			 * when it published) answered late: a burst of
+			 * connections, a loaded or stopped server. This
+			 * connection stays on TCP; the next one probes again
+			 * (fs_sock_after_connect does not look at the cache
+			 * for it either). */
+			if (s->neg->record_hint == FS_RECORD_PRESENT + 1)
+				FS_STAT_INC(probes_timeout_listener);
+			else
+				fs_negcache_add((struct sockaddr *)&s->neg->peer, false);
 			FS_STAT_INC(fallback_probe_timeout);
 			return fs_kernel(s, "no probe answer in time");
 		}

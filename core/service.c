@@ -51,6 +51,17 @@ static int fs_service_exit_fd = -1;
 static struct fs_watch *fs_watch_list;
 static size_t fs_watch_count;
 
+/* The doorbell's datagrams, our ring eventfd and the hand-back requests
+ * that were ready while another thread held the engine lock: served by the
+ * next look that gets the lock (fs_service_engine_look), left out of the
+ * polls until then. The thread never queues for the engine lock: behind a
+ * few hundred application threads (320 connections' readers and writers)
+ * it waited half a second and more, and the probes only it answers (a
+ * server whose threads wait in the kernel for their first bytes) waited
+ * with it, past their clients' timeout (e2e_many storm-320x64K). The
+ * service thread's own; reset in a forked child with the rest of it. */
+static bool fs_service_bell_deferred, fs_service_ring_deferred, fs_service_handback_deferred;
+
 static void *fs_service_main(void *arg);
 
 /* Starts the thread in this process if it is not running. Service lock held. */
@@ -222,6 +233,7 @@ void fs_service_after_fork(void)
 	fs_service_fork_held = false;
 	fs_watch_list = NULL; /* the parent's to fire */
 	fs_watch_count = 0;
+	fs_service_bell_deferred = fs_service_ring_deferred = fs_service_handback_deferred = false;
 	/* Threads do not survive fork: the child starts its own when needed. */
 	pthread_mutex_init(&fs_service_lock, NULL);
 	if (fs_service_wake_fd >= 0) {
@@ -472,6 +484,11 @@ static int fs_service_engine_look(struct fs_service_set *set, nfds_t *n, uint64_
 	if (pthread_mutex_trylock(&e->lock) == 0) {
 		uint64_t now = fs_now_ns();
 
+		if (fs_service_bell_deferred || fs_service_ring_deferred)
+			fs_bell_drain_locked(e, fs_service_bell_deferred, fs_service_ring_deferred);
+		if (fs_service_handback_deferred)
+			fs_handback_serve(e);
+		fs_service_bell_deferred = fs_service_ring_deferred = fs_service_handback_deferred = false;
 		busy = fs_engine_busy(e);
 		/* A stream on its way back to TCP waits for the peer's SWITCH or
 		 * RETURN_END, which may ring nobody (the stream not armed) while
@@ -518,6 +535,14 @@ static int fs_service_engine_look(struct fs_service_set *set, nfds_t *n, uint64_
 			busy = !fs_service_cq_look(e, set, now, &cq);
 		fs_engine_unlock(e);
 	}
+	/* still owed (the lock was busy): not polled for, or the poll would
+	 * return at once; the busy lock's short poll comes back for them */
+	if (fs_service_bell_deferred)
+		set->pfd[1].fd = -1;
+	if (fs_service_handback_deferred)
+		set->pfd[3].fd = -1;
+	if (fs_service_ring_deferred)
+		set->pfd[4].fd = -1;
 	if (busy)
 		return 0;
 	if (!switching) {
@@ -560,8 +585,19 @@ static void fs_service_fixed_ready(const struct pollfd *pfd, int ret, bool *bell
 		__atomic_store_n(&fs_service_exit_wanted, 0, __ATOMIC_RELEASE);
 	}
 	if (ret > 0 && ((pfd[1].revents | pfd[4].revents) & POLLIN)) {
-		fs_bell_drain_some(fs_engine_peek(), pfd[1].revents & POLLIN, pfd[4].revents & POLLIN);
+		bool datagrams = pfd[1].revents & POLLIN, ring = pfd[4].revents & POLLIN;
+
 		*idle_us = 1000; /* a ring: the peer's message is on its way */
+		e = fs_engine_peek();
+		if (!fs_bell_try_drain(e, datagrams, ring)) {
+			/* the lock's holder makes progress; its posts read the
+			 * doorbell's ARMs themselves while we do not watch it
+			 * (fs_engine_bell_watched), and the next look that gets
+			 * the lock reads the rest */
+			fs_service_bell_deferred |= datagrams;
+			fs_service_ring_deferred |= ring;
+			__atomic_store_n(&e->service_bell_off, true, __ATOMIC_RELAXED);
+		}
 	}
 	if (ret > 0 && (pfd[5].revents & POLLIN))
 		fs_ring_serve();
@@ -573,9 +609,12 @@ static void fs_service_fixed_ready(const struct pollfd *pfd, int ret, bool *bell
 		__atomic_store_n(&fs_service_timer_armed, 0, __ATOMIC_RELEASE);
 	}
 	if (ret > 0 && (pfd[3].revents & POLLIN) && (e = fs_engine_peek())) {
-		pthread_mutex_lock(&e->lock);
-		fs_handback_serve(e);
-		fs_engine_unlock(e);
+		if (pthread_mutex_trylock(&e->lock) == 0) {
+			fs_handback_serve(e);
+			fs_engine_unlock(e);
+		} else {
+			fs_service_handback_deferred = true; /* the next look serves it */
+		}
 	}
 }
 
@@ -639,9 +678,11 @@ static void *fs_service_main(void *arg)
 			ret = fs_real.poll(pfd, n, timeout_ms);
 		}
 		pthread_mutex_lock(&fs_service_busy);
-		fs_service_fixed_ready(pfd, ret, &bell_off, &idle_us);
+		/* the probes first: each client waits for its answer at most
+		 * FABSOCK_PROBE_TIMEOUT_MS, and nothing else here is as short */
 		for (nfds_t i = FS_SERVICE_FIXED; i < nl; i++)
 			set.slot[i].ready(set.slot[i].arg, ret > 0 ? pfd[i].revents : 0);
+		fs_service_fixed_ready(pfd, ret, &bell_off, &idle_us);
 		fs_service_run_watches(&set, nl, nw);
 		fs_service_progress(&idle_us);
 	}

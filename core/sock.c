@@ -675,8 +675,10 @@ static bool fs_sock_after_connect(struct fs_sock *s, bool wait_here, bool up)
 		fs_history_track(&s->hist, s->fd);
 		goto kernel;
 	}
-	if (s->neg->provider == FS_PROV_SHM && rule != FS_RULE_OFFLOAD)
+	if (s->neg->provider == FS_PROV_SHM && rule != FS_RULE_OFFLOAD) {
 		hint = s->neg->record_hint ? (enum fs_record_hint)(s->neg->record_hint - 1) : fs_records_lookup(port);
+		s->neg->record_hint = (unsigned char)(hint + 1); /* for a probe that times out */
+	}
 	if (rule == FS_RULE_OFFLOAD) {
 		s->neg->skip_probe = true;
 	} else if (hint == FS_RECORD_NONE || hint == FS_RECORD_REFUSES) {

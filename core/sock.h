@@ -100,8 +100,9 @@ struct fs_sock_neg {
 	 * died with the old program, so the ACK's is not checked */
 	bool waitless_adopted;
 	/* the listener records' answer looked up before the kernel's
-	 * connect() (fs_sock_note_intent), for the decision after it: an
-	 * enum fs_record_hint plus one, 0: not looked up */
+	 * connect() (fs_sock_note_intent), for the decision after it and for
+	 * a probe that times out (fs_negotiate_client_hello): an enum
+	 * fs_record_hint plus one, 0: not looked up */
 	unsigned char record_hint;
 	unsigned provider; /* enum fs_wire_provider chosen at connect() */
 	struct fs_probe_client probe;
