@@ -1282,16 +1282,23 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
  * client), 0 when the usual settling must run (a record, a rule, a client
  * of this process, no listener, no address from accept()). Socket lock
  * held; S is SERVER_PENDING. */
-int fs_negotiate_server_before_read(struct fs_sock *s)
+int fs_negotiate_server_before_read(struct fs_sock *s, bool bytes_in)
 {
 	struct fs_probe_rec rec = { 0 };
 	enum fs_rec_state state;
 	uint8_t addr[16];
 	uint16_t port;
 
-	/* (a listener a forked child inherited whose parent no longer answers
-	 * its probes, gone or its twin let go: the usual wait drains them) */
-	if (!s->listener || !s->neg->accepted_len || s->strip_hello || !fs_listener_answered(s->listener))
+	if (!s->listener || !s->neg->accepted_len || s->strip_hello)
+		return 0;
+	/* A blocking receive that would wait for the first byte: when nobody
+	 * answers the listener's probes (a forked child's inherited listener
+	 * whose parent is gone, as a daemonizing server's workers have it, or
+	 * its twin let go), the usual wait drains them, or a probing client
+	 * would wait out its probe. With bytes in, no client waits for an
+	 * answer (a probing one writes nothing before it), and the claim
+	 * (fs_negotiate_server_claim) makes a late probe's answer "no". */
+	if (!bytes_in && !fs_listener_answered(s->listener))
 		return 0;
 	fs_sockaddr_key((struct sockaddr *)&s->neg->accepted_peer, addr, &port);
 	if (fs_rules_match(&fs_rules_global, FS_SIDE_SERVER, (struct sockaddr *)&s->neg->accepted_peer,

@@ -37,11 +37,14 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns);
 /* The server application's first receive straight from the kernel
  * (negotiate.c says when and why). Before it: 1 if it may (no probe
  * record of the client yet), 0 if fs_negotiate_server must settle S first.
+ * BYTES_IN: the client's bytes (or its end) are in, or the receive will
+ * not wait for them: a client that waits for a probe's answer has sent
+ * none, so it need not be known that someone answers S's probes.
  * After it took N > 0 bytes, the first of which are FIRST (up to
  * FS_WIRE_HELLO_MAX of them): FS_PASS, TCP and the bytes the application's;
  * 0, offloaded by a HELLO at their head; -errno; *TAKEN is how many of
  * the N were the HELLO's. Socket lock held, S SERVER_PENDING. */
-int fs_negotiate_server_before_read(struct fs_sock *s);
+int fs_negotiate_server_before_read(struct fs_sock *s, bool bytes_in);
 /* After a peek saw the client's first byte (CLOSED: its FIN) with no record
  * before: claims the record TCP; FS_PASS (TCP) or 0 (a "yes" beat it). */
 int fs_negotiate_server_claim(struct fs_sock *s, bool closed);

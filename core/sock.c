@@ -1287,7 +1287,7 @@ bool fs_sock_read_direct(struct fs_sock *s)
 	if (fs_sock_state(s) != FS_SOCK_SERVER_PENDING)
 		return false;
 	fs_lock(&s->lock);
-	direct = fs_sock_state(s) == FS_SOCK_SERVER_PENDING && fs_negotiate_server_before_read(s) == 1;
+	direct = fs_sock_state(s) == FS_SOCK_SERVER_PENDING && fs_negotiate_server_before_read(s, true) == 1;
 	pthread_mutex_unlock(&s->lock);
 	return direct;
 }
@@ -1306,7 +1306,7 @@ static ssize_t fs_sock_first_read_wait(struct fs_sock *s)
 	int err;
 
 	fs_lock(&s->lock);
-	if (fs_sock_state(s) != FS_SOCK_SERVER_PENDING || fs_negotiate_server_before_read(s) != 1) {
+	if (fs_sock_state(s) != FS_SOCK_SERVER_PENDING || fs_negotiate_server_before_read(s, false) != 1) {
 		pthread_mutex_unlock(&s->lock);
 		return FS_FIRST_READ_NO;
 	}
@@ -1325,10 +1325,12 @@ static ssize_t fs_sock_first_read_wait(struct fs_sock *s)
 		pthread_mutex_unlock(&s->lock);
 		return -err; /* SO_RCVTIMEO, a signal, a reset: nothing taken */
 	}
-	if (fs_sock_state(s) == FS_SOCK_SERVER_PENDING && fs_negotiate_server_before_read(s) == 1 &&
+	if (fs_sock_state(s) == FS_SOCK_SERVER_PENDING && fs_negotiate_server_before_read(s, true) == 1 &&
 	    ((n > 0 && fs_negotiate_server_waitless(s, NULL, 0, NULL) == FS_PASS) ||
-	     fs_negotiate_server_claim(s, n == 0) == FS_PASS))
+	     fs_negotiate_server_claim(s, n == 0) == FS_PASS)) {
 		fs_sock_settled_tcp(s);
+		FS_STAT_INC(server_first_read_direct);
+	}
 	pthread_mutex_unlock(&s->lock);
 	return FS_FIRST_READ_NO; /* TCP now, or a "yes" came: the usual path */
 }
@@ -1350,7 +1352,7 @@ ssize_t fs_sock_first_read(struct fs_sock *s, struct msghdr *msg, int flags, boo
 	 * application's receive itself, under the lock (it cannot wait), its
 	 * bytes judged after the fact. */
 	fs_lock(&s->lock);
-	if (fs_sock_state(s) != FS_SOCK_SERVER_PENDING || fs_negotiate_server_before_read(s) != 1) {
+	if (fs_sock_state(s) != FS_SOCK_SERVER_PENDING || fs_negotiate_server_before_read(s, true) != 1) {
 		pthread_mutex_unlock(&s->lock);
 		return FS_FIRST_READ_NO;
 	}
@@ -1367,17 +1369,21 @@ ssize_t fs_sock_first_read(struct fs_sock *s, struct msghdr *msg, int flags, boo
 		return ret;
 	}
 	if (n == 0) {
-		if (fs_negotiate_server_claim(s, true) == FS_PASS)
+		if (fs_negotiate_server_claim(s, true) == FS_PASS) {
 			fs_sock_settled_tcp(s);
+			FS_STAT_INC(server_first_read_direct);
+		}
 		pthread_mutex_unlock(&s->lock);
 		return 0;
 	}
 	fs_iov_head(msg, first, (size_t)n < sizeof(first) ? (size_t)n : sizeof(first));
 	ret = fs_negotiate_server_after_read(s, first, (size_t)n, &taken);
-	if (ret == 0)
+	if (ret == 0) {
 		fs_sock_offloaded(s);
-	else if (ret == FS_PASS)
+	} else if (ret == FS_PASS) {
 		fs_sock_settled_tcp(s);
+		FS_STAT_INC(server_first_read_direct);
+	}
 	pthread_mutex_unlock(&s->lock);
 	if (taken < (size_t)n)
 		return (ssize_t)fs_iov_drop_head(msg, (size_t)n, taken);
