@@ -796,8 +796,10 @@ bool fs_listener_answered(struct fs_listener *l)
 		return true;
 	if (l->shared_table || !l->table || l->table == MAP_FAILED)
 		return false; /* several processes' twins: each drains its own */
+	/* the parent's, or a process that took the listener over when the
+	 * parent was gone (fs_listener_adopt: a daemon's worker) */
 	answerer = __atomic_load_n(&l->table->answerer, __ATOMIC_ACQUIRE);
-	if (answerer <= 0 || answerer != l->pid)
+	if (answerer <= 0)
 		return false;
 	now = fs_now_ns();
 	if (now < __atomic_load_n(&l->answerer_seen_until_ns, __ATOMIC_RELAXED))
@@ -806,6 +808,45 @@ bool fs_listener_answered(struct fs_listener *l)
 	if (kill(answerer, 0) && errno != EPERM)
 		return false;
 	__atomic_store_n(&l->answerer_seen_until_ns, now + FS_ANSWERER_CHECK_NS, __ATOMIC_RELAXED);
+	return true;
+}
+
+/* Whether process PID exists, whichever user's it is. */
+static bool fs_pid_alive_any(pid_t pid)
+{
+	return !kill(pid, 0) || errno != ESRCH;
+}
+
+bool fs_listener_adopt(struct fs_listener *l)
+{
+	pid_t self = fs_self_pid(), seen, maker;
+	uint64_t now = fs_now_ns();
+
+	if (__atomic_load_n(&l->pid, __ATOMIC_RELAXED) == self || l->shared_table || !l->table ||
+	    l->table == MAP_FAILED || __atomic_load_n(&l->closed, __ATOMIC_ACQUIRE) ||
+	    !__atomic_load_n(&l->twin_bound, __ATOMIC_ACQUIRE) || __atomic_load_n(&l->udp_fd, __ATOMIC_ACQUIRE) < 0 ||
+	    now < __atomic_load_n(&l->answerer_seen_until_ns, __ATOMIC_RELAXED))
+		return false;
+	seen = __atomic_load_n(&l->table->answerer, __ATOMIC_ACQUIRE);
+	maker = __atomic_load_n(&l->pid, __ATOMIC_RELAXED);
+	/* A live answerer (EPERM: another user's, a parent that kept root)
+	 * keeps the twin; one that exited left 0, one killed its pid. A maker
+	 * that lives and answers nothing let its twin go (the application's
+	 * own use of the port won): nothing to take over. */
+	if ((seen > 0 && (seen == self || fs_pid_alive_any(seen))) ||
+	    (maker > 0 && maker != seen && fs_pid_alive_any(maker))) {
+		__atomic_store_n(&l->answerer_seen_until_ns, now + FS_ANSWERER_CHECK_NS, __ATOMIC_RELAXED);
+		return false;
+	}
+	/* one of the processes that hold the listener wins */
+	if (!__atomic_compare_exchange_n(&l->table->answerer, &seen, self, false, __ATOMIC_ACQ_REL,
+					 __ATOMIC_ACQUIRE))
+		return false;
+	__atomic_store_n(&l->pid, self, __ATOMIC_RELEASE);
+	fs_listener_publish(l); /* the service thread polls its twin from now on */
+	FS_STAT_INC(listeners_adopted);
+	FS_INFO("listener on port %u: its maker (pid %d) is gone; this process answers its probes", l->port,
+		(int)seen);
 	return true;
 }
 

@@ -109,6 +109,14 @@ struct fs_listener *fs_listener_attach(int fd);
  * and at most every FS_ANSWERER_CHECK_NS a kill(pid, 0)). Otherwise only
  * the child's own waits answer them (fs_listener_drain). */
 bool fs_listener_answered(struct fs_listener *l);
+/* L was inherited (fork) and nobody answers its probes any more: the
+ * process that made it is gone (a daemon: nginx's packaged `daemon on`,
+ * memcached -d, slapd), its own answerer cleared or dead. This process
+ * takes it over (one of those that hold it wins, by the shared table's
+ * answerer): its service thread answers the probes from now on, and the
+ * others' fs_listener_answered is true again. True if it did. At most
+ * every FS_ANSWERER_CHECK_NS a kill(pid, 0). Nothing of L's locked. */
+bool fs_listener_adopt(struct fs_listener *l);
 /* The twin of L was bound or let go in this process: notes in L's private
  * table whether this process answers its probes. */
 void fs_listener_note_answerer(struct fs_listener *l);

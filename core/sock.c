@@ -1059,6 +1059,7 @@ const void *fs_sock_drain_probes(struct fs_sock *s, const void *skip)
 	pthread_mutex_unlock(&s->lock);
 	if (!l)
 		return skip;
+	fs_listener_adopt(l); /* nobody answers: a daemon's listener, its maker gone */
 	fs_listener_drain(l);
 	fs_listener_put(l);
 	return l;

@@ -2,33 +2,35 @@
 # SPDX-License-Identifier: MIT
 # A server that daemonizes the way packaged servers do (nginx with its
 # default `daemon on`, memcached -d, redis with daemonize yes, slapd): the
-# process that made the listener forks and exits, and its child serves
-# from an epoll loop with nonblocking sockets (python's selectors). Nobody
-# is left whose service thread answers the listener's probes for everyone
-# (fs_listener_answered is false in the child): the child drains them
-# itself.
+# process that made the listener forks and exits, and what is left serves
+# from an epoll loop with nonblocking sockets (python's selectors). Shapes:
+#   one      the daemon's first child serves;
+#   workers  that child forks two workers that serve, and only waits
+#            (nginx's master and workers).
+# Nobody was left whose service thread answers the listener's probes: the
+# serving processes drained them in their waits, and each plain request
+# paid the settling that wait does. Now one of the processes that hold the
+# listener takes it over (listeners_adopted, summed over the daemon's
+# processes: exactly 1): its service thread answers the probes, and the
+# others find an answerer alive.
+# In each shape:
 #   plain    a client without the preload (COUNT connections one after the
 #            other, a random line each, the server's sha256 of it back):
-#            every connection's first receive must take the bytes straight
-#            from the kernel and settle it as TCP (server_first_read_direct
-#            and fallback_peer_plain both COUNT), as for a server whose
-#            listener's maker lives: before, each paid a probe drain, a
-#            poll, an epoll_ctl and an extra epoll_wait per request (an
-#            nginx worker of a daemonized nginx: 18 system calls per
-#            Connection: close request where a foreground one made 16).
+#            every connection's first receive takes the bytes straight from
+#            the kernel and settles it as TCP (server_first_read_direct and
+#            fallback_peer_plain both COUNT, summed), as for a server whose
+#            listener's maker lives;
 #   fabsock  a client under the preload, same user: every connection is
-#            still offloaded (the child answers the probes), both ends'
-#            offloaded counts are COUNT, and the fabsock client's lines
-#            come back right.
-# Bytes end to end (sha256 of each line), no process killed by a signal,
-# the daemon exits by itself after its 2 x COUNT connections.
+#            offloaded (both ends' offloaded counts are COUNT).
+# Bytes end to end (sha256 of each line), no process crashed, every process
+# of the daemon exits at SIGTERM having served its share (2 x COUNT in all).
 . "$(dirname "$0")/lib.sh"
 
 COUNT=${FS_DAEMON_COUNT:-40}
 
 cat >"$FS_TMP/daemon.py" <<'EOF'
-import hashlib, os, selectors, socket, sys
-count, portfile = int(sys.argv[1]), sys.argv[2]
+import hashlib, os, selectors, signal, socket, sys
+workers, portfile = int(sys.argv[1]), sys.argv[2]
 l = socket.socket()
 l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 l.bind(("127.0.0.1", 0))
@@ -37,40 +39,64 @@ port = l.getsockname()[1]
 if os.fork():
     os._exit(0)                 # the maker of the listener goes: a daemon
 os.setsid()
-l.setblocking(False)
-sel = selectors.DefaultSelector()
-sel.register(l, selectors.EVENT_READ, None)
+stop = False
+def on_term(*_):
+    global stop
+    stop = True
+signal.signal(signal.SIGTERM, on_term)
+
+def serve():
+    l.setblocking(False)
+    sel = selectors.DefaultSelector()
+    sel.register(l, selectors.EVENT_READ, None)
+    bufs, done = {}, 0
+    while not stop:
+        for key, _ in sel.select(0.05):
+            if key.data is None:
+                try:
+                    c, _ = l.accept()
+                except BlockingIOError:
+                    continue
+                c.setblocking(False)
+                bufs[c] = b""
+                sel.register(c, selectors.EVENT_READ, c)
+                continue
+            c = key.data
+            try:
+                b = c.recv(65536)
+            except BlockingIOError:
+                continue
+            bufs[c] += b
+            if b and not bufs[c].endswith(b"\n"):
+                continue
+            sel.unregister(c)
+            if b:
+                c.setblocking(True)
+                c.sendall(hashlib.sha256(bufs[c]).hexdigest().encode() + b"\n")
+            c.close()
+            del bufs[c]
+            done += 1
+    print("served %d" % done, flush=True)
+
+kids = []
+for _ in range(workers):        # nginx's shape: a master that only waits
+    pid = os.fork()
+    if pid == 0:
+        serve()
+        sys.exit(0)
+    kids.append(pid)
 with open(portfile + ".tmp", "w") as f:
     f.write("%d %d\n" % (port, os.getpid()))
 os.rename(portfile + ".tmp", portfile)
-bufs, done = {}, 0
-while done < count:
-    for key, _ in sel.select(20):
-        if key.data is None:
-            try:
-                c, _ = l.accept()
-            except BlockingIOError:
-                continue
-            c.setblocking(False)
-            bufs[c] = b""
-            sel.register(c, selectors.EVENT_READ, c)
-            continue
-        c = key.data
-        try:
-            b = c.recv(65536)
-        except BlockingIOError:
-            continue
-        bufs[c] += b
-        if b and not bufs[c].endswith(b"\n"):
-            continue
-        sel.unregister(c)
-        if b:
-            c.setblocking(True)
-            c.sendall(hashlib.sha256(bufs[c]).hexdigest().encode() + b"\n")
-        c.close()
-        del bufs[c]
-        done += 1
-print("served %d" % done, flush=True)
+if not kids:
+    serve()
+else:
+    while not stop:
+        signal.pause()
+    for pid in kids:
+        os.kill(pid, signal.SIGTERM)
+    for pid in kids:
+        os.waitpid(pid, 0)
 EOF
 
 cat >"$FS_TMP/client.py" <<'EOF'
@@ -93,46 +119,68 @@ for i in range(count):
 print("result ok", flush=True)
 EOF
 
-PORTFILE=$FS_TMP/port
-rc=0
-env LD_PRELOAD="$FABSOCK_LIB" FABSOCK_STATS=1 python3 "$FS_TMP/daemon.py" $((2 * COUNT)) "$PORTFILE" \
-	>"$FS_TMP/daemon.out" 2>"$FS_TMP/daemon.err" </dev/null || rc=$?
-[ "$rc" -eq 0 ] || fs_fail "the daemon's parent exited $rc"
-for ((i = 0; i < 200; i++)); do [ -s "$PORTFILE" ] && break; fs_sleep 0.05; done
-read -r PORT DPID <"$PORTFILE" || { fs_fail "the daemon wrote no port"; fs_done; exit 1; }
-FS_PIDS+=("$DPID")
+# daemon_case NAME WORKERS: the daemon in shape NAME, a plain client and a
+# fabsock client of COUNT connections each, then SIGTERM to what is left.
+daemon_case() {
+	local name=$1 workers=$2 dir=$FS_TMP/$1 rc=0 crc i port dpid mode served kv want got bad=
+	mkdir -p "$dir"
+	env LD_PRELOAD="$FABSOCK_LIB" FABSOCK_STATS=1 python3 "$FS_TMP/daemon.py" "$workers" "$dir/port" \
+		>"$dir/daemon.out" 2>"$dir/daemon.err" </dev/null || rc=$?
+	[ "$rc" -eq 0 ] || fs_fail "$name: the daemon's parent exited $rc"
+	for ((i = 0; i < 200; i++)); do
+		[ -s "$dir/port" ] && break
+		fs_sleep 0.05
+	done
+	read -r port dpid <"$dir/port" || { fs_fail "$name: the daemon wrote no port"; return; }
+	FS_PIDS+=("$dpid")
+	for mode in plain fab; do
+		crc=0
+		if [ "$mode" = plain ]; then
+			timeout -k 2 60 python3 "$FS_TMP/client.py" "$port" "$COUNT" >"$dir/$mode.out" 2>"$dir/$mode.err" || crc=$?
+		else
+			timeout -k 2 60 env LD_PRELOAD="$FABSOCK_LIB" FABSOCK_STATS=1 python3 "$FS_TMP/client.py" "$port" \
+				"$COUNT" >"$dir/$mode.out" 2>"$dir/$mode.err" || crc=$?
+		fi
+		if [ "$crc" -eq 0 ] && grep -qx 'result ok' "$dir/$mode.out"; then
+			fs_pass "$name: $mode client: $COUNT connections, every answer right"
+		else
+			fs_fail "$name: $mode client: exit $crc: $(head -c 300 "$dir/$mode.out" "$dir/$mode.err" | tr '\n' ' ')"
+		fi
+	done
+	fs_expect_stats "$dir/fab.err" "$name: fabsock client" offloaded="$COUNT" kernel=0
+	kill -TERM "$dpid" 2>/dev/null || true
+	# the daemon is not our child: waited for by its pid (its workers end
+	# before it: it waits for them)
+	for ((i = 0; i < 200; i++)); do
+		kill -0 "$dpid" 2>/dev/null || break
+		fs_sleep 0.05
+	done
+	if kill -0 "$dpid" 2>/dev/null; then
+		fs_fail "$name: the daemon still runs 10 s after SIGTERM: killed"
+		kill -9 "$dpid" 2>/dev/null || true
+	fi
+	served=$(sed -n 's/^served //p' "$dir/daemon.out" | awk '{s += $1} END {print s + 0}')
+	if [ "$served" -eq $((2 * COUNT)) ]; then
+		fs_pass "$name: the daemon served $((2 * COUNT)) connections and exited"
+	else
+		fs_fail "$name: the daemon served $served of $((2 * COUNT)): $(head -c 300 "$dir/daemon.out" "$dir/daemon.err" | tr '\n' ' ')"
+	fi
+	if grep -qE 'Traceback|Segmentation|Aborted|AddressSanitizer|runtime error' "$dir"/*.err; then
+		fs_fail "$name: a process crashed or raised: $(grep -hE 'Traceback|Segmentation|Aborted|Sanitizer|runtime error' "$dir"/*.err | head -n 3 | tr '\n' ' ')"
+	fi
+	# summed over the daemon's processes (the maker exited before any
+	# connection came)
+	for kv in offloaded="$COUNT" fallback_peer_plain="$COUNT" server_first_read_direct="$COUNT" listeners_adopted=1; do
+		want=${kv#*=} got=$(fs_stat_sum "$dir/daemon.err" "${kv%%=*}")
+		[ "$got" = "$want" ] || bad+=" ${kv%%=*}=$got (expected $want)"
+	done
+	if [ -n "$bad" ]; then
+		fs_fail "$name: daemon stats:$bad"
+	else
+		fs_pass "$name: daemon stats: offloaded, fallback_peer_plain, server_first_read_direct $COUNT each; one listener taken over"
+	fi
+}
 
-crc=0
-timeout -k 2 60 python3 "$FS_TMP/client.py" "$PORT" "$COUNT" >"$FS_TMP/plain.out" 2>"$FS_TMP/plain.err" || crc=$?
-if [ "$crc" -eq 0 ] && grep -qx 'result ok' "$FS_TMP/plain.out"; then
-	fs_pass "plain client: $COUNT connections, every answer right"
-else
-	fs_fail "plain client: exit $crc: $(head -c 300 "$FS_TMP/plain.out" "$FS_TMP/plain.err" | tr '\n' ' ')"
-fi
-crc=0
-timeout -k 2 60 env LD_PRELOAD="$FABSOCK_LIB" FABSOCK_STATS=1 python3 "$FS_TMP/client.py" "$PORT" "$COUNT" \
-	>"$FS_TMP/fab.out" 2>"$FS_TMP/fab.err" || crc=$?
-if [ "$crc" -eq 0 ] && grep -qx 'result ok' "$FS_TMP/fab.out"; then
-	fs_pass "fabsock client: $COUNT connections, every answer right"
-else
-	fs_fail "fabsock client: exit $crc: $(head -c 300 "$FS_TMP/fab.out" "$FS_TMP/fab.err" | tr '\n' ' ')"
-fi
-fs_expect_stats "$FS_TMP/fab.err" "fabsock client" offloaded="$COUNT" kernel=0
-
-# the daemon is not our child: wait for it by its pid
-for ((i = 0; i < 400; i++)); do kill -0 "$DPID" 2>/dev/null || break; fs_sleep 0.05; done
-if kill -0 "$DPID" 2>/dev/null; then
-	fs_fail "the daemon still runs after its $((2 * COUNT)) connections: killed"
-	kill -9 "$DPID" 2>/dev/null || true
-elif grep -qx "served $((2 * COUNT))" "$FS_TMP/daemon.out"; then
-	fs_pass "the daemon served $((2 * COUNT)) connections and exited"
-else
-	fs_fail "the daemon did not say it served $((2 * COUNT)): $(head -c 300 "$FS_TMP/daemon.out" "$FS_TMP/daemon.err" | tr '\n' ' ')"
-fi
-if grep -qE 'Traceback|Segmentation|Aborted|AddressSanitizer|runtime error' "$FS_TMP"/*.err; then
-	fs_fail "a process crashed or raised: $(grep -hE 'Traceback|Segmentation|Aborted|Sanitizer|runtime error' "$FS_TMP"/*.err | head -n 3 | tr '\n' ' ')"
-fi
-# the child's stats line (the parent exited before any connection: none)
-fs_expect_stats "$FS_TMP/daemon.err" "daemon" offloaded="$COUNT" fallback_peer_plain="$COUNT" \
-	server_first_read_direct="$COUNT"
+daemon_case one 0
+daemon_case workers 2
 fs_done
