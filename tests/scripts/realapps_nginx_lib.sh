@@ -78,19 +78,40 @@ http {
 EOF
 }
 
-# nginx_start MODE NAME DIR PORT: starts nginx (foreground master, its own
-# process group) under MODE with its stats in NAME's log, waits for it to
-# listen and 0.3 s for its workers; sets NGX_PID.
+# nginx_start MODE NAME DIR PORT: starts nginx under MODE with its stats in
+# NAME's log, waits for it to listen and 0.3 s for its workers; sets NGX_PID
+# (the master). In Debian's packaged shape (nginx.service: `daemon on`, the
+# process started forks the master and exits, which leaves the listener to
+# a process that did not make it; RA_NGINX_DAEMON=1, the default), or as a
+# foreground master in its own process group (RA_NGINX_DAEMON=0). Both
+# shapes carry the same checks.
 nginx_start() {
-	local mode=$1 name=$2 dir=$3 port=$4
+	local mode=$1 name=$2 dir=$3 port=$4 rc=0 i
 	NGX_PID=
 	if ! nginx -t -p "$dir/" -c "$dir/nginx.conf" -e "$dir/error.log" >"$dir/configtest.out" 2>&1; then
 		fs_fail "$RA_CASE $mode: nginx -t rejects the $name config: $(tail -n 2 "$dir/configtest.out" | tr '\n' ' ')"
 		return 1
 	fi
 	ra_env "$mode" "$name"
-	fs_bg NGX_PID setsid "${RA_ENV[@]}" nginx -p "$dir/" -c "$dir/nginx.conf" -e "$dir/error.log" \
-		-g 'daemon off;' >"$dir/stdout" 2>"$dir/stderr"
+	if [ "${RA_NGINX_DAEMON:-1}" = 1 ]; then
+		rm -f "$dir/nginx.pid"
+		setsid "${RA_ENV[@]}" nginx -p "$dir/" -c "$dir/nginx.conf" -e "$dir/error.log" -g 'daemon on;' \
+			>"$dir/stdout" 2>"$dir/stderr" </dev/null || rc=$?
+		for ((i = 0; i < 200; i++)); do
+			[ -s "$dir/nginx.pid" ] && break
+			fs_sleep 0.05
+		done
+		NGX_PID=$(cat "$dir/nginx.pid" 2>/dev/null || true)
+		if [ "$rc" -ne 0 ] || [ -z "$NGX_PID" ]; then
+			fs_fail "$RA_CASE $mode: $name did not daemonize (exit status $rc, pid file ${NGX_PID:-missing})"
+			tail -n 5 "$dir/stderr" "$dir/error.log" 2>/dev/null | sed 's/^/    /' >&2 || true
+			return 1
+		fi
+		FS_PIDS+=("$NGX_PID")
+	else
+		fs_bg NGX_PID setsid "${RA_ENV[@]}" nginx -p "$dir/" -c "$dir/nginx.conf" -e "$dir/error.log" \
+			-g 'daemon off;' >"$dir/stdout" 2>"$dir/stderr"
+	fi
 	if ! ra_wait_listen "$port" "$NGX_PID"; then
 		fs_fail "$RA_CASE $mode: $name did not listen on $port ($RA_LISTEN_WHY)"
 		tail -n 5 "$dir/stderr" "$dir/error.log" 2>/dev/null | sed 's/^/    /' >&2 || true
@@ -102,13 +123,31 @@ nginx_start() {
 
 # nginx_stop MODE DIR PID WHAT [PATTERN]: the master is alive, then a
 # graceful stop (SIGQUIT: the workers finish their connections and exit,
-# which writes their stats lines), bounded, status 0; the error log must
-# not match PATTERN (a worker lost to a signal).
+# which writes their stats lines), bounded, status 0 (a daemon, not this
+# shell's child: gone within the bound, its last word in the error log its
+# "exit" notice); the error log must not match PATTERN (a worker lost to a
+# signal).
 nginx_stop() {
-	local mode=$1 dir=$2 pid=$3 what=$4 pattern=${5:-'exited on signal|core dumped|\[emerg\]'}
+	local mode=$1 dir=$2 pid=$3 what=$4 pattern=${5:-'exited on signal|core dumped|\[emerg\]'} i
 	ra_alive "$mode" "$pid" "the $what master" "the load" &&
 		fs_log "$mode: $what: $(pgrep -c -P "$pid" 2>/dev/null || echo 0) workers"
-	ra_stop "$mode" "$pid" SIGQUIT "$what" 20 "$dir/error.log" || true
+	if [ "${RA_NGINX_DAEMON:-1}" = 1 ]; then
+		kill -QUIT "$pid" 2>/dev/null || true
+		for ((i = 0; i < 400; i++)); do
+			kill -0 "$pid" 2>/dev/null || break
+			fs_sleep 0.05
+		done
+		if kill -0 "$pid" 2>/dev/null; then
+			fs_fail "$RA_CASE $mode: $what still runs 20 s after SIGQUIT: killed"
+			kill -9 "$pid" 2>/dev/null || true
+		elif grep -qE "\[notice\] $pid#$pid: exit\$" "$dir/error.log"; then
+			fs_pass "$RA_CASE $mode: $what stopped (SIGQUIT), its exit notice logged"
+		else
+			fs_fail "$RA_CASE $mode: $what ended without its exit notice: $(tail -n 3 "$dir/error.log" | tr '\n' ' ')"
+		fi
+	else
+		ra_stop "$mode" "$pid" SIGQUIT "$what" 20 "$dir/error.log" || true
+	fi
 	ra_log_no_signal "$dir/error.log" "$pattern"
 }
 
