@@ -41,7 +41,11 @@ if fs_wait_listen "$port"; then
 	for i in $(seq 1 "$RUNS"); do
 		rc=0
 		timeout -s KILL 20 "${PRE[@]}" memcaslap -s "127.0.0.1:$port" -t 1s -c 16 \
-			>"$RA_DIR/slap.$i.out" 2>"$RA_DIR/slap.$i.err" || rc=$?
+			>"$RA_DIR/slap.$i.out" 2>"$RA_DIR/slap.$i.err" &
+		slap=$!
+		# a hang says where each thread waits before it is killed
+		ra_stacks_if_running "$slap" 15 memcaslap
+		wait "$slap" || rc=$?
 		off=$(fs_stat "$RA_DIR/slap.$i.err" offloaded)
 		other=$(fs_stat "$RA_DIR/slap.$i.err" fallback_other_user)
 		if [ "$rc" != 0 ]; then
