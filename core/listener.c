@@ -9,6 +9,7 @@
  * socket, its lifetime and the application's UDP port are twin.c's.
  */
 #include "core/listener.h"
+#include "core/fabric.h"
 #include "core/listener_internal.h"
 
 #include <errno.h>
@@ -811,30 +812,22 @@ bool fs_listener_answered(struct fs_listener *l)
 	return true;
 }
 
-/* Whether process PID exists, whichever user's it is. */
-static bool fs_pid_alive_any(pid_t pid)
-{
-	return !kill(pid, 0) || errno != ESRCH;
-}
-
 bool fs_listener_adopt(struct fs_listener *l)
 {
-	pid_t self = fs_self_pid(), seen, maker;
+	pid_t self = fs_self_pid(), seen, maker = __atomic_load_n(&l->pid, __ATOMIC_RELAXED);
 	uint64_t now = fs_now_ns();
 
-	if (__atomic_load_n(&l->pid, __ATOMIC_RELAXED) == self || l->shared_table || !l->table ||
+	if (maker == self || l->shared_table || !l->table ||
 	    l->table == MAP_FAILED || __atomic_load_n(&l->closed, __ATOMIC_ACQUIRE) ||
 	    !__atomic_load_n(&l->twin_bound, __ATOMIC_ACQUIRE) || __atomic_load_n(&l->udp_fd, __ATOMIC_ACQUIRE) < 0 ||
 	    now < __atomic_load_n(&l->answerer_seen_until_ns, __ATOMIC_RELAXED))
 		return false;
 	seen = __atomic_load_n(&l->table->answerer, __ATOMIC_ACQUIRE);
-	maker = __atomic_load_n(&l->pid, __ATOMIC_RELAXED);
 	/* A live answerer (EPERM: another user's, a parent that kept root)
 	 * keeps the twin; one that exited left 0, one killed its pid. A maker
 	 * that lives and answers nothing let its twin go (the application's
 	 * own use of the port won): nothing to take over. */
-	if ((seen > 0 && (seen == self || fs_pid_alive_any(seen))) ||
-	    (maker > 0 && maker != seen && fs_pid_alive_any(maker))) {
+	if (seen == self || fs_pid_alive(seen) || (maker != seen && fs_pid_alive(maker))) {
 		__atomic_store_n(&l->answerer_seen_until_ns, now + FS_ANSWERER_CHECK_NS, __ATOMIC_RELAXED);
 		return false;
 	}

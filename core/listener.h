@@ -105,7 +105,8 @@ struct fs_listener *fs_listener_attach(int fd);
 /* Whether L's probes are answered without this thread's help: by this
  * process's service thread, or, for a parent's listener that a forked child
  * accepts from (nginx's and Apache's workers), by the parent's while its
- * twin is bound there and the parent lives (a look at the shared table,
+ * twin is bound there and the parent lives, or by the process that took it
+ * over from a parent that is gone (fs_listener_adopt) (a look at the shared table,
  * and at most every FS_ANSWERER_CHECK_NS a kill(pid, 0)). Otherwise only
  * the child's own waits answer them (fs_listener_drain). */
 bool fs_listener_answered(struct fs_listener *l);
