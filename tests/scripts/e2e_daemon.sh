@@ -21,10 +21,14 @@
 #            fallback_peer_plain both COUNT, summed), as for a server whose
 #            listener's maker lives;
 #   fabsock  a client under the preload, same user: every connection is
-#            offloaded (both ends' offloaded counts are COUNT).
+#            offloaded (both ends' offloaded counts are COUNT), and the
+#            kernel's counters show no payload on TCP (fs_tcp_proof).
 # Bytes end to end (sha256 of each line), no process crashed, every process
 # of the daemon exits at SIGTERM having served its share (2 x COUNT in all).
 . "$(dirname "$0")/lib.sh"
+
+[ "$(id -u)" = 0 ] || fs_skip "needs root (nftables counter)"
+fs_need_nft
 
 COUNT=${FS_DAEMON_COUNT:-40}
 
@@ -140,8 +144,12 @@ daemon_case() {
 		if [ "$mode" = plain ]; then
 			timeout -k 2 60 python3 "$FS_TMP/client.py" "$port" "$COUNT" >"$dir/$mode.out" 2>"$dir/$mode.err" || crc=$?
 		else
+			# the kernel's own count: no payload byte on TCP (each line
+			# is 2-5 KB, the answers 65 B: no allowance to hide them)
+			fs_tcp_count_start "$port" || fs_fail "$name: cannot start the TCP counter"
 			timeout -k 2 60 env LD_PRELOAD="$FABSOCK_LIB" FABSOCK_STATS=1 python3 "$FS_TMP/client.py" "$port" \
 				"$COUNT" >"$dir/$mode.out" 2>"$dir/$mode.err" || crc=$?
+			fs_tcp_proof "$name: fabsock client" fabsock "$COUNT"
 		fi
 		if [ "$crc" -eq 0 ] && grep -qx 'result ok' "$dir/$mode.out"; then
 			fs_pass "$name: $mode client: $COUNT connections, every answer right"
