@@ -247,11 +247,22 @@ static int fs_param_apply(const struct fs_param_desc *desc, const char *text)
 	uint64_t v;
 
 	switch (desc->type) {
-	case FS_PARAM_TYPE_STR:
-		/* Taken as is; the pointer stays valid because glibc never frees
-		 * environment strings. */
-		*(const char **)field = text;
+	case FS_PARAM_TYPE_STR: {
+		/* A copy, never the environment's own string: glibc never frees
+		 * those, but programs that set their process title the classic
+		 * way (nginx, PostgreSQL, sendmail: the strings moved away and
+		 * the original argv and environ area overwritten with the
+		 * title) clobber it, and a value read later (the records
+		 * directory, the provider, the rail addresses) would be the
+		 * title or empty in every worker. */
+		char *copy = strdup(text);
+		if (!copy) {
+			FS_WARN("%s: out of memory for its value; using the default", desc->env);
+			return -EINVAL;
+		}
+		*(const char **)field = copy;
 		return 0;
+	}
 	case FS_PARAM_TYPE_UINT:
 		if (!fs_parse_uint(text, desc->min, desc->max, &v)) {
 			*(uint64_t *)field = v;
@@ -328,8 +339,16 @@ int fs_params_load(void)
 {
 	int rejected = 0;
 
-	for (size_t i = 0; i < FS_PARAM_COUNT; i++)
-		fs_param_set_default(&fs_param_table[i]);
+	for (size_t i = 0; i < FS_PARAM_COUNT; i++) {
+		const struct fs_param_desc *desc = &fs_param_table[i];
+		/* a copy made by an earlier load (unit tests load again) */
+		if (desc->type == FS_PARAM_TYPE_STR) {
+			const char **field = fs_param_field(desc);
+			if (*field && *field != desc->def_str)
+				free((char *)*field);
+		}
+		fs_param_set_default(desc);
+	}
 	for (size_t i = 0; i < FS_PARAM_COUNT; i++) {
 		const char *text = getenv(fs_param_table[i].env);
 		if (text && fs_param_apply(&fs_param_table[i], text) < 0)

@@ -232,6 +232,26 @@ static void test_str(void)
 	CHECK(load_with("FABSOCK_PROVIDER", "") == 0);
 	CHECK(!strcmp(fs_params.provider, ""));
 	CHECK(!strcmp(take_log(), ""));
+
+	/* A program that sets its process title the classic way (nginx,
+	 * PostgreSQL) overwrites the environment's strings in place after
+	 * the load: the values read later must be fabsock's own copies. */
+	CHECK(load_with("FABSOCK_RECORDS_DIR", "/run/fabsock-test-records") == 0);
+	CHECK(setenv("FABSOCK_PROVIDER", "tcp", 1) == 0);
+	CHECK(fs_params_load() == 0);
+	char *env_dir = getenv("FABSOCK_RECORDS_DIR");
+	char *env_prov = getenv("FABSOCK_PROVIDER");
+	CHECK(env_dir && env_prov);
+	if (env_dir && env_prov) {
+		memset(env_dir, 'x', strlen(env_dir));
+		memset(env_prov, 0, strlen(env_prov));
+	}
+	CHECK(!strcmp(fs_params.records_dir, "/run/fabsock-test-records"));
+	CHECK(!strcmp(fs_params.provider, "tcp"));
+	CHECK(unsetenv("FABSOCK_RECORDS_DIR") == 0 && unsetenv("FABSOCK_PROVIDER") == 0);
+	CHECK(fs_params_load() == 0); /* frees the copies: the defaults again */
+	CHECK(!strcmp(fs_params.records_dir, "/dev/shm"));
+	CHECK(!strcmp(fs_params.provider, ""));
 }
 
 static void test_several(void)
