@@ -51,6 +51,7 @@
  * (every lock: core/locks.h).
  */
 #include "core/epoll.h"
+#include "core/history.h"
 #include "core/epoll_internal.h"
 #include "core/tcpfirst.h"
 
@@ -746,6 +747,10 @@ bool fs_epoll_is_instance(int fd)
 	struct stat st;
 	ssize_t n;
 
+	/* a TCP connection its history chose, added by an event loop right
+	 * after its connect(): a socket, known without a system call */
+	if (fs_history_follows(fd))
+		return false;
 	if (fstat(fd, &st) == 0 && (st.st_mode & S_IFMT) != 0)
 		return false;
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);

@@ -36,8 +36,9 @@ struct fs_history_conn {
 
 /* Before the kernel's connect() of client socket FD to ADDR: looks the
  * destination up and fills H. Returns true when the connection is to stay
- * on TCP (then its inode is noted for the server, and its close will be
- * measured); false: negotiate as before (H->tag set when the connection
+ * on TCP (then its close will be measured; nothing is noted: a server
+ * that speaks first takes a client that noted nothing for one that sends
+ * no probe); false: negotiate as before (H->tag set when the connection
  * should report at its close if it offloads). */
 bool fs_history_decide(struct fs_history_conn *h, int fd, const struct sockaddr *addr);
 /* The connection that fs_history_decide sent to TCP left fabsock's hands:
@@ -56,6 +57,9 @@ void fs_history_offloaded_closed(struct fs_history_conn *h, uint64_t turns, uint
  * fs_history_track follows, report it. Cheap when none is followed. */
 extern unsigned fs_history_tracked;
 void fs_history_fd_closing(int fd);
+/* Whether FD is a TCP connection fs_history_track follows (a socket, not
+ * an epoll instance: fs_epoll_is_instance asks, to spare an fstat). */
+bool fs_history_follows(int fd);
 /* Process exit: report the followed connections still open. */
 void fs_history_exit(void);
 /* Before the kernel's connect() of client socket FD, which will probe

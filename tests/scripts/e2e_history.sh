@@ -11,8 +11,8 @@
 #   decided:  the next round goes TCP at connect(): fallback_short_history
 #             per stream, no probe, no rail; the kernel's counter shows the
 #             payload on TCP; the server, about to speak first, wrote at
-#             once (server_first_client_tcp: the client's note said no probe
-#             is coming) instead of waiting FABSOCK_FIRST_SEND_WAIT_MS.
+#             once (server_first_plain_local: the client noted no intent
+#             to probe) instead of waiting FABSOCK_FIRST_SEND_WAIT_MS.
 #   long:     another command line (4 MiB per stream: long) offloads round
 #             after round; the kernel's counter shows no payload on TCP.
 #   family:   a command line new to the destination but for its last
@@ -22,9 +22,14 @@
 #             long.
 #   relearn:  with FABSOCK_HISTORY_RELEARN=2 one of the two TCP decisions
 #             offloads instead (history_relearn=1).
+#   quick:    a round whose TCP connections close within
+#             FABSOCK_HISTORY_QUICK_US of their connect() counts them short
+#             without asking the kernel (long by their bytes here): the
+#             streak stands, the flip round still starts on TCP.
 #   flip:     a round whose TCP connections count as long at their close
-#             (FABSOCK_HISTORY_BYTES=1000 in the client: learnt from the
-#             kernel's TCP_INFO) ends the streak: the next round offloads.
+#             (FABSOCK_HISTORY_BYTES=1000 in the client, no quick bound:
+#             learnt from the kernel's TCP_INFO) ends the streak: the next
+#             round offloads.
 #   planted:  a history file that is not private (mode 0644) is never used
 #             (history_refused=1) and the connections negotiate as before.
 # Every stream's bytes are checked end to end by fs_stream.
@@ -78,7 +83,7 @@ if round "$d" 64K; then
 	fs_expect_stats "$d/client.err" "decided: the client stayed on TCP at connect()" \
 		fallback_short_history=$STREAMS offloaded=0 probes_sent=0 fabric_loads=0
 	fs_expect_stats "$d/server.err" "decided: the server spoke first at once (no wait for a probe)" \
-		server_first_client_tcp=$STREAMS fallback_server_first=$STREAMS offloaded=0
+		server_first_plain_local=$STREAMS fallback_server_first=$STREAMS offloaded=0
 	if [ "${hs:-x}" = 0 ] && [ "${pl:-0}" -ge $((STREAMS * 65536)) ]; then
 		fs_pass "decided: the kernel's counter shows the payload on TCP ($pl bytes) and no HELLO"
 	else
@@ -117,9 +122,17 @@ round "$d" 64K FABSOCK_HISTORY_RELEARN=2 &&
 	fs_expect_stats "$d/client.err" "relearn: one of two offloaded to learn again" \
 		history_relearn=1 offloaded=1 fallback_short_history=1
 
+# ---- quick: TCP connections that close within HISTORY_QUICK_US are short ------
+# (long by their bytes here, but the client does not ask the kernel: with
+# the bound at 60 s every connection is quick) and keep the streak: the
+# flip round below still starts on TCP.
+d=$FS_TMP/quick
+round "$d" 64K FABSOCK_HISTORY_BYTES=1000 FABSOCK_HISTORY_QUICK_US=60000000 &&
+	fs_expect_stats "$d/client.err" "quick: TCP at connect" fallback_short_history=$STREAMS
+
 # ---- flip: TCP connections that were long end the streak -----------------------
 d=$FS_TMP/flip
-round "$d" 64K FABSOCK_HISTORY_BYTES=1000 &&
+round "$d" 64K FABSOCK_HISTORY_BYTES=1000 FABSOCK_HISTORY_QUICK_US=0 &&
 	fs_expect_stats "$d/client.err" "flip: TCP at connect (the streak still stood)" fallback_short_history=$STREAMS
 d=$FS_TMP/flipped
 round "$d" 64K &&
