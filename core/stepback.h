@@ -47,6 +47,7 @@
 #include <stdint.h>
 
 #include "config/params.h"
+#include "core/util.h"
 #include "core/wait.h"
 
 struct fs_sock;
@@ -73,6 +74,8 @@ struct fs_stepback {
 	uint32_t slept;    /* of those, answers that came after a sleep */
 	bool warm;         /* the first window is over (it is not judged) */
 	bool strike;       /* the last window said "step back" */
+	uint64_t window_ns; /* fs_now_ns() when this window began (0: the warm-up's) */
+	uint64_t strike_ns; /* ... when the first of the windows in a row that said so began */
 	bool done;         /* decided (handed back), or never to decide (atomic) */
 	uintptr_t owner;   /* the one thread that counts (atomic; 0: none yet) */
 };
@@ -176,15 +179,25 @@ static inline bool fs_stepback_received(struct fs_stepback *sb, uint64_t n)
 	       fs_stepback_judge(sb->turns, sb->measured, sb->slept,
 				 __atomic_load_n(&sb->bytes, __ATOMIC_RELAXED) - sb->window_from);
 	sb->warm = true;
-	/* two windows in a row: a passing spell of load (a build beside, a
-	 * burst of other clients) does not hand back for good a stream that
-	 * wins on the fabric most of the time */
+	/* two windows in a row, spanning FABSOCK_STEPBACK_MS at least: a
+	 * passing spell of load (a build beside, a burst of other clients,
+	 * a database's checkpointer) does not hand back for good a stream
+	 * that wins on the fabric most of the time. A fast stream's window
+	 * is a few ms (pgbench -S -c 1: 128 turns in 4.4 ms, where the
+	 * fabric runs it at 1.8x the kernel): two of them were 9 ms of
+	 * load, and it stepped back in one bench run of three. A slow
+	 * stream's two windows span the time anyway. */
+	uint64_t now = fs_now_ns();
 	if (over && !sb->strike) {
 		sb->strike = true;
+		sb->strike_ns = sb->window_ns;
 		over = false;
 	} else if (!over) {
 		sb->strike = false;
+	} else if (fs_params.stepback_ms && now - sb->strike_ns < fs_params.stepback_ms * 1000000ull) {
+		over = false; /* a streak, not yet long enough */
 	}
+	sb->window_ns = now;
 	sb->turns = sb->measured = sb->slept = 0;
 	sb->window_from = __atomic_load_n(&sb->bytes, __ATOMIC_RELAXED);
 	return over;

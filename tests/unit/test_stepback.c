@@ -19,6 +19,7 @@
  */
 #include <pthread.h>
 #include <string.h>
+#include <time.h>
 
 #include "config/params.h"
 #include "core/stepback.h"
@@ -70,6 +71,7 @@ int main(void)
 	fs_params.stepback_turns = 128;
 	fs_params.stepback_slept_pct = 75;
 	fs_params.stepback_bytes = 16384;
+	fs_params.stepback_ms = 0; /* two windows are enough: the time floor is tested last */
 
 	/* the judgement */
 	CHECK(fs_stepback_judge(128, 128, 96, 128 * 100));
@@ -167,5 +169,27 @@ int main(void)
 	fs_stepback_sent(&sb, 10);
 	CHECK(sb.requests == 3);
 	CHECK(fs_stepback_whole_window(128) && !fs_stepback_whole_window(127));
+
+	/* FABSOCK_STEPBACK_MS: sleepy windows in a row must span it. Fast
+	 * windows (no time between them) never fire however many; once the
+	 * streak is old enough, the next sleepy window does. */
+	fs_params.stepback_ms = 50;
+	memset(&sb, 0, sizeof(sb));
+	CHECK(windows(&sb, 8, 4, 64) == 0); /* warm-up, then 7 sleepy in a few ms */
+	{
+		struct timespec ts = { 0, 60 * 1000000L };
+		nanosleep(&ts, NULL);
+	}
+	CHECK(windows(&sb, 1, 4, 64) == 128); /* the streak began > 50 ms ago */
+	/* a quick window ends the streak: the time counts from the next one */
+	memset(&sb, 0, sizeof(sb));
+	CHECK(windows(&sb, 3, 4, 64) == 0);
+	{
+		struct timespec ts = { 0, 60 * 1000000L };
+		nanosleep(&ts, NULL);
+	}
+	CHECK(windows(&sb, 1, 0, 64) == 0); /* quick */
+	CHECK(windows(&sb, 4, 4, 64) == 0); /* a new streak, only ms old */
+	fs_params.stepback_ms = 0;
 	return fs_check_done();
 }
