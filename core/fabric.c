@@ -149,6 +149,23 @@ static const struct {
 };
 static void *fs_psm_stub_handles[sizeof(fs_psm_stubs) / sizeof(fs_psm_stubs[0])];
 
+/* The directory this library was loaded from ("?" if unknown). */
+static const char *fs_fabric_self_dir(void)
+{
+	static char dir[PATH_MAX];
+	Dl_info self;
+	char *slash;
+
+	if (!dladdr((void *)fs_fabric_self_dir, &self) || !self.dli_fname)
+		return "?";
+	snprintf(dir, sizeof(dir), "%s", self.dli_fname);
+	slash = strrchr(dir, '/');
+	if (!slash)
+		return "?";
+	*slash = '\0';
+	return dir;
+}
+
 /* Loads the stand-ins found next to this library, before libfabric: the
  * dynamic linker then satisfies libfabric's dependencies on the PSM
  * libraries with them, by soname, and the real ones (whose constructors
@@ -319,6 +336,14 @@ static void fs_fabric_do_load_inner(void)
 	 * fs_fabric_env_names): kept then, and only then */
 	if (ipath_before || !fs_fabric_ipath_loaded())
 		fs_fabric_env_unset(FS_ENV_IPATH_NO_BACKTRACE);
+	else if (lib && fs_params.stub_psm)
+		/* a libfabsock.so copied alone (the stand-ins are not beside
+		 * it): every process that opens a rail pays the real
+		 * constructors, which a user sees only as slow connections */
+		FS_WARN("libfabric loaded the real PSM libraries (libinfinipath: ~100-200 ms of start-up in every "
+			"process that offloads): the stand-ins libfabsock-psm.so and libfabsock-psm2.so were not "
+			"found beside %s; install them there (cmake --install does)",
+			fs_fabric_self_dir());
 	if (!lib) {
 		snprintf(fs_fabric_why, sizeof(fs_fabric_why), "cannot load libfabric: %s", dlerror());
 		return;

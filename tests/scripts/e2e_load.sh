@@ -8,7 +8,10 @@
 # preload, exchanges 1 MiB (checked) and reports which libraries it mapped:
 #   default: fabsock's stand-ins (libfabsock-psm*.so), never the real PSM
 #   libraries, and /proc/kallsyms never opened;
-#   FABSOCK_STUB_PSM=0: the real PSM libraries, and the stream still works.
+#   FABSOCK_STUB_PSM=0: the real PSM libraries, and the stream still works;
+#   alone: a copy of libfabsock.so without the stand-ins beside it (a user
+#   who copied the one file): the real PSM libraries, and a warning that
+#   says so and where the stand-ins belong (the other two: no warning).
 # Both runs must offload, TCP carrying only the handshake (nftables,
 # fs_tcp_proof). (The time itself is a benchmark figure, not a test.)
 . "$(dirname "$0")/lib.sh"
@@ -42,11 +45,11 @@ run() { # LABEL EXPECT_STUBS ENV...
 	local label=$1 stubs=$2 port spid rc=0
 	shift 2
 	port=$(fs_free_port)
-	fs_bg spid env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 "$@" python3 "$FS_TMP/peer.py" server "$port" \
+	fs_bg spid env "LD_PRELOAD=$RUN_LIB" FABSOCK_STATS=1 "$@" python3 "$FS_TMP/peer.py" server "$port" \
 		>"$FS_TMP/s.out" 2>"$FS_TMP/s.err"
 	fs_wait_listen "$port" || { fs_fail "$label: the server did not listen"; return 0; }
 	fs_tcp_count_start "$port" || fs_fail "$label: nft counter not set up"
-	local -a senv=(-E "LD_PRELOAD=$FABSOCK_LIB" -E FABSOCK_STATS=1) kv
+	local -a senv=(-E "LD_PRELOAD=$RUN_LIB" -E FABSOCK_STATS=1) kv
 	for kv in "$@"; do senv+=(-E "$kv"); done
 	# the preload for the traced client only, not for strace
 	strace -f -qq -e trace=openat -o "$FS_TMP/trace" "${senv[@]}" \
@@ -73,9 +76,20 @@ run() { # LABEL EXPECT_STUBS ENV...
 	else
 		fs_fail "$label: mapped '$libs' (want the real PSM libraries)"
 	fi
+	local warned=no
+	grep -q "libfabric loaded the real PSM libraries.*not found beside $(dirname "$RUN_LIB");" "$FS_TMP/c.err" && warned=yes
+	if [ "$warned" = "${WANT_WARN:-no}" ]; then
+		fs_pass "$label: the missing stand-ins warning: $warned"
+	else
+		fs_fail "$label: the missing stand-ins warning: $warned (want ${WANT_WARN:-no}): $(grep -h 'PSM' "$FS_TMP/c.err" | head -n 2)"
+	fi
 }
 
 command -v strace >/dev/null || fs_skip "strace is missing"
+RUN_LIB=$FABSOCK_LIB
 run "stand-ins" yes
 run "FABSOCK_STUB_PSM=0" no FABSOCK_STUB_PSM=0
+mkdir -p "$FS_TMP/alone"
+cp "$FABSOCK_LIB" "$FS_TMP/alone/"
+RUN_LIB=$FS_TMP/alone/$(basename "$FABSOCK_LIB") WANT_WARN=yes run "alone" no
 fs_done
