@@ -238,6 +238,31 @@ static void fs_param_set_default(const struct fs_param_desc *desc)
 	}
 }
 
+/* Where text values are copied: a static area, so that the constructor of
+ * a process that never opens a socket makes no malloc (the first one sets
+ * up the heap: brk and getrandom, e2e_startup); a value that does not fit
+ * (a long FABSOCK_RULES) is the heap's. Reset at every load. */
+static char fs_param_area[8192];
+static size_t fs_param_area_used;
+
+static bool fs_param_in_area(const char *p)
+{
+	return p >= fs_param_area && p < fs_param_area + sizeof(fs_param_area);
+}
+
+static char *fs_param_copy(const char *text)
+{
+	size_t n = strlen(text) + 1;
+	char *copy;
+
+	if (n > sizeof(fs_param_area) - fs_param_area_used)
+		return strdup(text);
+	copy = fs_param_area + fs_param_area_used;
+	memcpy(copy, text, n);
+	fs_param_area_used += n;
+	return copy;
+}
+
 /* Applies TEXT to DESC's field. Returns 0, or -EINVAL after warning (the
  * field then keeps its default, which fs_params_load set beforehand). */
 static int fs_param_apply(const struct fs_param_desc *desc, const char *text)
@@ -255,7 +280,7 @@ static int fs_param_apply(const struct fs_param_desc *desc, const char *text)
 		 * title) clobber it, and a value read later (the records
 		 * directory, the provider, the rail addresses) would be the
 		 * title or empty in every worker. */
-		char *copy = strdup(text);
+		char *copy = fs_param_copy(text);
 		if (!copy) {
 			FS_WARN("%s: out of memory for its value; using the default", desc->env);
 			return -EINVAL;
@@ -344,11 +369,12 @@ int fs_params_load(void)
 		/* a copy made by an earlier load (unit tests load again) */
 		if (desc->type == FS_PARAM_TYPE_STR) {
 			const char **field = fs_param_field(desc);
-			if (*field && *field != desc->def_str)
+			if (*field && *field != desc->def_str && !fs_param_in_area(*field))
 				free((char *)*field);
 		}
 		fs_param_set_default(desc);
 	}
+	fs_param_area_used = 0;
 	for (size_t i = 0; i < FS_PARAM_COUNT; i++) {
 		const char *text = getenv(fs_param_table[i].env);
 		if (text && fs_param_apply(&fs_param_table[i], text) < 0)

@@ -249,6 +249,14 @@ static void test_str(void)
 	CHECK(!strcmp(fs_params.records_dir, "/run/fabsock-test-records"));
 	CHECK(!strcmp(fs_params.provider, "tcp"));
 	CHECK(unsetenv("FABSOCK_RECORDS_DIR") == 0 && unsetenv("FABSOCK_PROVIDER") == 0);
+	/* a value longer than the static area is copied to the heap */
+	{
+		static char longv[9001];
+		memset(longv, ';', sizeof(longv) - 1);
+		CHECK(load_with("FABSOCK_RULES", longv) == 0);
+		CHECK(strlen(fs_params.rules) == sizeof(longv) - 1 && fs_params.rules != getenv("FABSOCK_RULES"));
+		CHECK(unsetenv("FABSOCK_RULES") == 0);
+	}
 	CHECK(fs_params_load() == 0); /* frees the copies: the defaults again */
 	CHECK(!strcmp(fs_params.records_dir, "/dev/shm"));
 	CHECK(!strcmp(fs_params.provider, ""));
