@@ -149,7 +149,8 @@ static const struct {
 };
 static void *fs_psm_stub_handles[sizeof(fs_psm_stubs) / sizeof(fs_psm_stubs[0])];
 
-/* The directory this library was loaded from ("?" if unknown). */
+/* The directory this library was loaded from (NULL if unknown): where the
+ * stand-ins are looked for, and what the warning names when they are not. */
 static const char *fs_fabric_self_dir(void)
 {
 	static char dir[PATH_MAX];
@@ -157,11 +158,11 @@ static const char *fs_fabric_self_dir(void)
 	char *slash;
 
 	if (!dladdr((void *)fs_fabric_self_dir, &self) || !self.dli_fname)
-		return "?";
+		return NULL;
 	snprintf(dir, sizeof(dir), "%s", self.dli_fname);
 	slash = strrchr(dir, '/');
 	if (!slash)
-		return "?";
+		return NULL;
 	*slash = '\0';
 	return dir;
 }
@@ -173,17 +174,11 @@ static const char *fs_fabric_self_dir(void)
  * the real library loaded already (it is the application's). */
 static void fs_fabric_load_stubs(void)
 {
-	Dl_info self;
-	char dir[PATH_MAX], path[PATH_MAX + 64];
-	char *slash;
+	char path[PATH_MAX + 64];
+	const char *dir = fs_fabric_self_dir();
 
-	if (!fs_params.stub_psm || !dladdr((void *)fs_fabric_load, &self) || !self.dli_fname)
+	if (!fs_params.stub_psm || !dir)
 		return;
-	snprintf(dir, sizeof(dir), "%s", self.dli_fname);
-	slash = strrchr(dir, '/');
-	if (!slash)
-		return;
-	*slash = '\0';
 	for (size_t i = 0; i < sizeof(fs_psm_stubs) / sizeof(fs_psm_stubs[0]); i++) {
 		void *real = dlopen(fs_psm_stubs[i].soname, RTLD_NOW | RTLD_NOLOAD);
 
@@ -343,7 +338,7 @@ static void fs_fabric_do_load_inner(void)
 		FS_WARN("libfabric loaded the real PSM libraries (libinfinipath: ~100-200 ms of start-up in every "
 			"process that offloads): the stand-ins libfabsock-psm.so and libfabsock-psm2.so were not "
 			"found beside %s; install them there (cmake --install does)",
-			fs_fabric_self_dir());
+			fs_fabric_self_dir() ? fs_fabric_self_dir() : "?");
 	if (!lib) {
 		snprintf(fs_fabric_why, sizeof(fs_fabric_why), "cannot load libfabric: %s", dlerror());
 		return;

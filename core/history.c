@@ -348,7 +348,6 @@ static struct fs_hist_entry *fs_hist_find(struct fs_hist_file *m, uint64_t tag, 
 	return oldest;
 }
 
-
 bool fs_history_decide(struct fs_history_conn *h, int fd, const struct sockaddr *addr)
 {
 	struct fs_hist_file *m;

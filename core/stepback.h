@@ -183,10 +183,11 @@ static inline bool fs_stepback_received(struct fs_stepback *sb, uint64_t n)
 	 * passing spell of load (a build beside, a burst of other clients,
 	 * a database's checkpointer) does not hand back for good a stream
 	 * that wins on the fabric most of the time. A fast stream's window
-	 * is a few ms (pgbench -S -c 1: 128 turns in 4.4 ms, where the
-	 * fabric runs it at 1.8x the kernel): two of them were 9 ms of
-	 * load, and it stepped back in one bench run of three. A slow
-	 * stream's two windows span the time anyway. */
+	 * is a few ms (pgbench -S -c 1: 128 turns in 4-5 ms, where the
+	 * fabric runs it at 1.5-1.8x the kernel): a new backend's slow
+	 * first answers (cold caches) stepped it back in 3 bench runs of 3
+	 * with two windows alone, and with a 100 ms floor. A slow stream's
+	 * two windows span the time anyway. */
 	uint64_t now = fs_now_ns();
 	if (over && !sb->strike) {
 		sb->strike = true;
