@@ -348,7 +348,7 @@ static struct fs_hist_entry *fs_hist_find(struct fs_hist_file *m, uint64_t tag, 
 	return oldest;
 }
 
-bool fs_history_decide(struct fs_history_conn *h, int fd, const struct sockaddr *addr)
+bool fs_history_decide(struct fs_history_conn *h, const struct sockaddr *addr)
 {
 	struct fs_hist_file *m;
 	struct fs_hist_entry *e;
@@ -403,7 +403,6 @@ bool fs_history_decide(struct fs_history_conn *h, int fd, const struct sockaddr 
 	/* No note of its inode (an fstat per connection): a server that
 	 * speaks first treats a client of our user that noted nothing as
 	 * one that sends no probe, which is what this one is. */
-	(void)fd;
 	return true;
 }
 

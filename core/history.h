@@ -34,13 +34,13 @@ struct fs_history_conn {
 	uint32_t intent_slot; /* ... and where */
 };
 
-/* Before the kernel's connect() of client socket FD to ADDR: looks the
+/* Before the kernel's connect() of a client socket to ADDR: looks the
  * destination up and fills H. Returns true when the connection is to stay
  * on TCP (then its close will be measured; nothing is noted: a server
  * that speaks first takes a client that noted nothing for one that sends
  * no probe); false: negotiate as before (H->tag set when the connection
  * should report at its close if it offloads). */
-bool fs_history_decide(struct fs_history_conn *h, int fd, const struct sockaddr *addr);
+bool fs_history_decide(struct fs_history_conn *h, const struct sockaddr *addr);
 /* The connection that fs_history_decide sent to TCP left fabsock's hands:
  * its close reports what the kernel counted. */
 void fs_history_track(const struct fs_history_conn *h, int fd);

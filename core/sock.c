@@ -885,7 +885,7 @@ int fs_core_connect(struct fs_sock *s, const struct sockaddr *addr, socklen_t le
 		return FS_PASS;
 	/* before the kernel's connect: a client that goes TCP by its history
 	 * leaves a note a server that speaks first looks for (history.h) */
-	fs_history_decide(&s->hist, s->fd, addr);
+	fs_history_decide(&s->hist, addr);
 	fs_sock_note_intent(s, addr);
 	ret = fs_real.connect(s->fd, addr, len);
 	if (ret && errno != EINPROGRESS) {

@@ -161,29 +161,29 @@ int main(void)
 		dst.sin_addr.s_addr = htonl(0x7f000001);
 		for (int i = 0; i < 2; i++) {
 			memset(&h, 0, sizeof(h));
-			CHECK(!fs_history_decide(&h, a, (struct sockaddr *)&dst));
+			CHECK(!fs_history_decide(&h, (struct sockaddr *)&dst));
 			fs_history_offloaded_closed(&h, 1, 100); /* short */
 		}
 		for (unsigned i = 1; i <= 1024; i++) {
 			memset(&h, 0, sizeof(h));
-			if (!fs_history_decide(&h, a, (struct sockaddr *)&dst))
+			if (!fs_history_decide(&h, (struct sockaddr *)&dst))
 				offloads++;
 		}
 		CHECK(offloads == 5);
 		/* a long one (the relearn's, say: any decision gives the
 		 * connection its entry's tag), then two short ones again */
 		memset(&h, 0, sizeof(h));
-		(void)fs_history_decide(&h, a, (struct sockaddr *)&dst);
+		(void)fs_history_decide(&h, (struct sockaddr *)&dst);
 		CHECK(h.tag != 0);
 		fs_history_offloaded_closed(&h, 1000, 100000000);
 		for (int i = 0; i < 2; i++) {
 			memset(&h, 0, sizeof(h));
-			CHECK(!fs_history_decide(&h, a, (struct sockaddr *)&dst));
+			CHECK(!fs_history_decide(&h, (struct sockaddr *)&dst));
 			fs_history_offloaded_closed(&h, 1, 100);
 		}
 		for (unsigned i = 1; i <= 200 && !first_after_long; i++) {
 			memset(&h, 0, sizeof(h));
-			if (!fs_history_decide(&h, a, (struct sockaddr *)&dst))
+			if (!fs_history_decide(&h, (struct sockaddr *)&dst))
 				first_after_long = i;
 		}
 		/* tcp_decided went on counting: the next multiple of 64 */
