@@ -464,9 +464,19 @@ bool fs_member_fixup(struct fs_epoll *fe, struct fs_ep_member *m)
 	 * member then, where the kernel would keep it while another fd holds
 	 * the socket open: docs/design.md, "dup"). A socket left to the kernel
 	 * has no slots any more and is handled below. */
-	if (m->s->closed || (st != FS_SOCK_KERNEL && !fs_sock_has_fd(m->s, m->fd))) {
+	if (m->s->closed) {
 		fs_member_free(fe, m); /* the kernel dropped the closed fd itself */
 		return false;
+	}
+	if (st != FS_SOCK_KERNEL && !fs_sock_has_fd(m->s, m->fd)) {
+		/* Gone from the table: closed, or left to the kernel by
+		 * another thread just now (fs_sock_release sets KERNEL before
+		 * it clears the fds: read again after the fd's absence) */
+		st = fs_sock_state(m->s);
+		if (st != FS_SOCK_KERNEL) {
+			fs_member_free(fe, m); /* the kernel dropped the closed fd itself */
+			return false;
+		}
 	}
 	if (st == FS_SOCK_KERNEL || st == FS_SOCK_SERVER_PLAIN || st == FS_SOCK_LISTENING) {
 		/* plain kernel socket from now on: the application's own entry,

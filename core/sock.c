@@ -202,6 +202,14 @@ void fs_sock_release(struct fs_sock *s)
 			fs_listener_put(s->listener);
 		s->listener = NULL;
 	}
+	/* Left to the kernel before its fds leave the table: a thread that
+	 * finds an fd gone from it (fs_fdt_clear's release) then reads
+	 * KERNEL here, not the state of before, which with the fd gone
+	 * would mean "closed". epoll_wait's fixup of a member took it so
+	 * and freed the member without its kernel entry, whose fabsock tag
+	 * then named nobody: the application's events were dropped (a
+	 * memcaslap worker waited for its last answer forever). */
+	fs_sock_set_state(s, FS_SOCK_KERNEL);
 	/* before the fds become plain ones: epoll records of S must meet the
 	 * application's next epoll_ctl or close() of them (epoll.c) */
 	fs_epoll_sock_left(s);
@@ -210,13 +218,14 @@ void fs_sock_release(struct fs_sock *s)
 		if (fs_fdt_clear(s->app_fds[i], s))
 			fs_sock_put(s); /* the table's reference */
 	}
+	if (fs_params.test_release_delay_us)
+		usleep(fs_params.test_release_delay_us);
 	if (s->fd_private) {
 		/* the application's fds are plain kernel sockets now */
 		fs_internal_fd_close(s->fd);
 		s->fd_private = false;
 		s->fd = s->n_app_fds ? s->app_fds[0] : -1;
 	}
-	fs_sock_set_state(s, FS_SOCK_KERNEL);
 }
 
 /* The log sink's hook: its file is fabsock's own descriptor. */

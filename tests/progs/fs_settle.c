@@ -66,6 +66,11 @@
 #define DATA_PIPE 0xF
 
 enum settle_mode { MODE_LT, MODE_ET, MODE_ONESHOT };
+/* lt-busy: lt without the client's SETTLE_WAIT_MS, so that it waits in
+ * epoll_wait (read interest) while fabsock's service thread settles the
+ * socket: its looks at the member race the release (e2e_settle's
+ * "release" setup widens that moment with FABSOCK_TEST_RELEASE_DELAY_US) */
+static bool busy;
 
 static enum settle_mode mode;
 static const char *mode_name;
@@ -195,6 +200,14 @@ static void *waker(void *arg)
 	ssize_t n;
 
 	(void)arg;
+	/* lt-busy: the client's epoll_wait returns every 2 ms while its
+	 * socket settles (the server answers the HELLO SERVER_HOLD_MS after
+	 * its accept), and each call looks at the pending member, as an
+	 * event loop with other busy connections does (memcaslap's 16) */
+	for (unsigned i = 0; busy && i < 2 * SERVER_HOLD_MS / 2; i++) {
+		n = write(wake_evfd, &one, sizeof(one));
+		harness_sleep_ms(2);
+	}
 	harness_sleep_ms(60);
 	n = write(wake_pipe[1], "p", 1);
 	harness_sleep_ms(120);
@@ -269,7 +282,8 @@ static int client(const char *port)
 				    evs[0].events, (unsigned long long)evs[0].data.u64, DATA_OLD);
 	/* the server's answer to the HELLO (a NAK, an empty HELLO) comes in,
 	 * and fabsock settles the socket on TCP by itself meanwhile */
-	harness_sleep_ms(SETTLE_WAIT_MS);
+	if (!busy)
+		harness_sleep_ms(SETTLE_WAIT_MS);
 	if (harness_send_all(fd, "go!\n", 4))
 		return 1;
 	/* a receive with nothing there yet settles the socket too */
@@ -344,7 +358,7 @@ int main(int argc, char **argv)
 	int ret;
 
 	if (argc != 4 || (strcmp(argv[1], "server") && strcmp(argv[1], "client"))) {
-		fprintf(stderr, "usage: fs_settle server|client PORT lt|et|oneshot\n");
+		fprintf(stderr, "usage: fs_settle server|client PORT lt|et|oneshot|lt-busy\n");
 		return 2;
 	}
 	mode_name = argv[3];
@@ -354,6 +368,8 @@ int main(int argc, char **argv)
 		mode = MODE_ET;
 	else if (!strcmp(mode_name, "oneshot"))
 		mode = MODE_ONESHOT;
+	else if (!strcmp(mode_name, "lt-busy"))
+		mode = MODE_LT, busy = true;
 	else
 		return fprintf(stderr, "fs_settle: unknown mode %s\n", mode_name), 2;
 	harness_set_name(argv[1]);

@@ -16,7 +16,14 @@
 #         for the provider's region: the client's provider cannot open, it
 #         sends an empty HELLO (client counts fallback_provider);
 #   fault the provider's open fails by FABSOCK_TEST_PROVIDER_FAIL=1 on the
-#         client (fault injection; counts fallback_provider).
+#         client (fault injection; counts fallback_provider);
+#   release as user, in mode lt-busy (the client waits in epoll_wait while
+#         the NAK comes) RELEASE_RUNS times, the client's release of the
+#         socket to the kernel widened by FABSOCK_TEST_RELEASE_DELAY_US: a
+#         look of epoll_wait at the member in that moment took the socket
+#         for closed and freed its record, whose kernel entry kept fabsock's
+#         tag, and every later event of the socket was dropped (memcaslap's
+#         hang at exit, 1 run in 50-100 under ASan).
 # Each setup runs each mode FS_SETTLE_ROUNDS times (default 1). A run passes
 # when both ends exit 0 with their PASS line, neither offloaded anything,
 # the client counted the setup's reason, and nothing was left running.
@@ -29,8 +36,9 @@ export FABSOCK_RECORDS=0
 
 PROG=$FS_PROGS/fs_settle
 ROUNDS=${FS_SETTLE_ROUNDS:-1}
-SETUPS=${FS_SETTLE_SETUPS:-user rule shm fault}
+SETUPS=${FS_SETTLE_SETUPS:-user rule shm fault release}
 MODES="lt et oneshot"
+RELEASE_RUNS=${FS_SETTLE_RELEASE_RUNS:-6}
 [ -x "$PROG" ] || { fs_fail "$PROG is not built"; fs_done; exit 1; }
 command -v setpriv >/dev/null || fs_skip "setpriv is missing (util-linux)"
 command -v unshare >/dev/null || fs_skip "unshare is missing (util-linux)"
@@ -47,6 +55,10 @@ setup=$1 mode=$2 dir=$3 prog=$4 lib=$5
 spre=() senv=() cenv=()
 case $setup in
 user) spre=(setpriv --reuid=nobody --regid="$(id -gn nobody)" --clear-groups --) ;;
+release)
+	spre=(setpriv --reuid=nobody --regid="$(id -gn nobody)" --clear-groups --)
+	cenv=(FABSOCK_TEST_RELEASE_DELAY_US=40000)
+	;;
 rule) senv=("FABSOCK_RULES=kernel server *:*") ;;
 shm) mount -t tmpfs -o size=2m fs_settle_shm /dev/shm || { echo "client=90 server=90" >"$dir/rc"; exit 0; } ;;
 fault) cenv=(FABSOCK_TEST_PROVIDER_FAIL=1) ;;
@@ -59,7 +71,7 @@ for _ in $(seq 1 200); do
 	port=$(sed -n 's/^listening port=//p' "$dir/server.out")
 	[ -n "$port" ] && break
 	kill -0 "$sp" 2>/dev/null || break
-	fs_sleep 0.05
+	sleep 0.05
 done
 crc=91
 # the probe's answer may be late on a loaded host (sanitizers, two cores): a
@@ -68,7 +80,7 @@ crc=91
 [ -n "$port" ] && { timeout -s KILL 45 env LD_PRELOAD="$lib" FABSOCK_STATS=1 FABSOCK_PROBE_TIMEOUT_MS=3000 "${cenv[@]}" \
 	"$prog" client "$port" "$mode" \
 	>"$dir/client.out" 2>"$dir/client.err"; crc=$?; }
-for _ in $(seq 1 300); do kill -0 "$sp" 2>/dev/null || break; fs_sleep 0.05; done
+for _ in $(seq 1 300); do kill -0 "$sp" 2>/dev/null || break; sleep 0.05; done
 kill -9 "$sp" 2>/dev/null && echo "server killed after 15 s" >>"$dir/server.out"
 wait "$sp"; src=$?
 echo "client=$crc server=$src" >"$dir/rc"
@@ -76,7 +88,7 @@ EOF
 
 reason_of() { # SETUP
 	case $1 in
-	user) echo fallback_other_user ;;
+	user | release) echo fallback_other_user ;;
 	rule) echo fallback_probe_refused ;;
 	shm | fault) echo fallback_provider ;;
 	esac
@@ -113,6 +125,12 @@ run_pair() { # SETUP MODE ROUND
 
 for round in $(seq 1 "$ROUNDS"); do
 	for setup in $SETUPS; do
+		if [ "$setup" = release ]; then
+			for run in $(seq 1 "$RELEASE_RUNS"); do
+				run_pair "$setup" lt-busy "$round.$run"
+			done
+			continue
+		fi
 		for mode in $MODES; do
 			run_pair "$setup" "$mode" "$round"
 		done

@@ -76,7 +76,7 @@ pre=(env "LD_PRELOAD=$lib" FABSOCK_STATS=1)
 mount -t tmpfs -o size=2m fabsock_test_shm /dev/shm || { echo "FAIL cannot mount a tmpfs on /dev/shm"; exit 0; }
 "${pre[@]}" redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no >"$dir/redis.out" 2>"$dir/redis.err" &
 rs=$!
-for _ in $(seq 1 200); do ss -Htln "sport = :$port" | grep -q . && break; fs_sleep 0.05; done
+for _ in $(seq 1 200); do ss -Htln "sport = :$port" | grep -q . && break; sleep 0.05; done
 bad=0
 for i in $(seq 1 "$runs"); do
 	rc=0
@@ -102,7 +102,7 @@ wait "$rs" || echo "FAIL redis-server exit $?"
 # a blocking stream of 10 MiB
 "${pre[@]}" "$progs/fs_stream" server --port 0 --ready-file "$dir/ready" --bytes 10M --timeout 60 >"$dir/ss.out" 2>"$dir/ss.err" &
 sp=$!
-for _ in $(seq 1 200); do [ -s "$dir/ready" ] && break; fs_sleep 0.05; done
+for _ in $(seq 1 200); do [ -s "$dir/ready" ] && break; sleep 0.05; done
 crc=0
 timeout -s KILL 70 "${pre[@]}" "$progs/fs_stream" client 127.0.0.1 "$(cat "$dir/ready")" --bytes 10M --timeout 60 \
 	>"$dir/sc.out" 2>"$dir/sc.err" || crc=$?
