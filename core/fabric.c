@@ -331,14 +331,17 @@ static void fs_fabric_do_load_inner(void)
 	 * fs_fabric_env_names): kept then, and only then */
 	if (ipath_before || !fs_fabric_ipath_loaded())
 		fs_fabric_env_unset(FS_ENV_IPATH_NO_BACKTRACE);
-	else if (lib && fs_params.stub_psm)
+	else if (lib && fs_params.stub_psm) {
 		/* a libfabsock.so copied alone (the stand-ins are not beside
 		 * it): every process that opens a rail pays the real
 		 * constructors, which a user sees only as slow connections */
+		const char *dir = fs_fabric_self_dir();
+
 		FS_WARN("libfabric loaded the real PSM libraries (libinfinipath: ~100-200 ms of start-up in every "
 			"process that offloads): the stand-ins libfabsock-psm.so and libfabsock-psm2.so were not "
 			"found beside %s; install them there (cmake --install does)",
-			fs_fabric_self_dir() ? fs_fabric_self_dir() : "?");
+			dir ? dir : "?");
+	}
 	if (!lib) {
 		snprintf(fs_fabric_why, sizeof(fs_fabric_why), "cannot load libfabric: %s", dlerror());
 		return;
