@@ -345,6 +345,7 @@ struct fs_engine {
 	uint8_t wait_score;    /* late waits raise it, quick ones lower it (atomic) */
 	unsigned deep_waiters; /* they watch the doorbell too */
 	bool service_bell_off; /* the service thread sleeps without the doorbell (atomic) */
+	bool beside_watcher;   /* a waiter beside others watches the doorbell and the ring */
 	/* Application threads now asleep with the completion queue's fd in
 	 * their set (atomic; fs_engine_cq_sleep): while one is, the service
 	 * thread leaves the fd to it instead of waking at every completion
@@ -394,6 +395,12 @@ void fs_ready_wait_enter(void);
 void fs_ready_wait_leave(void);
 /* In a forked child: no thread of it is waiting. */
 void fs_ready_wait_after_fork(void);
+/* Nothing of ours is in flight and nothing waits to be flushed (a ring
+ * will announce whatever happens next). Lock held. */
+bool fs_engine_settled(struct fs_engine *e);
+/* As settled, but other threads' sends may be in flight (their senders
+ * poll for those completions). Lock held. */
+bool fs_engine_settled_beside(struct fs_engine *e);
 /* Waiters arm early and nothing of ours is in flight: while one of them
  * sleeps deeply, the service thread may sleep as long as in deep idle.
  * Lock held. */

@@ -30,6 +30,7 @@
 #include "core/fdtable.h"
 #include "core/sock.h"
 #include "core/stats.h"
+#include "core/wait.h"
 #include "preload/real.h"
 
 static bool fs_have_pwait2 = true; /* kernel 5.11+; else millisecond slices */
@@ -532,12 +533,39 @@ static uint64_t fs_epoll_plan_wait(struct fs_epoll *fe, int epfd, int n, struct 
  * the kernel is asked without waiting (*WAIT_US 0), unless the sleep saw
  * the instance itself quiet (*KERNEL_QUIET). Returns 0, or -errno for
  * epoll_wait to return (EINTR: a signal). */
-static int fs_epoll_deep_sleep(int epfd, const struct fs_wait *w, const sigset_t *sigmask, uint64_t *wait_us,
-			       bool *kernel_quiet)
+/* Tells the deep sleep which streams FE's waiter waits for (its offloaded
+ * members), when other threads wait too (fs_wait_own_wanted). */
+static void fs_epoll_own_streams(struct fs_epoll *fe)
+{
+	fs_wait_own_reset();
+	if (!fs_wait_own_wanted())
+		return;
+	fs_lock(&fe->lock);
+	for (struct fs_ep_member *m = fe->members; m; m = m->next) {
+		/* (pid: atomic, the service thread settles a client's socket) */
+		if (m->s && fs_sock_state(m->s) == FS_SOCK_OFFLOADED && m->s->stream &&
+		    __atomic_load_n(&m->s->pid, __ATOMIC_RELAXED) == fs_self_pid()) {
+			fs_wait_own_add(m->s);
+			if (fs_wait_thread.own_bad)
+				break; /* more than FS_WAIT_OWN_MAX */
+		} else {
+			fs_wait_own_bad(); /* negotiating, nested, not ours to sleep on */
+			break;
+		}
+	}
+	pthread_mutex_unlock(&fe->lock);
+}
+
+static int fs_epoll_deep_sleep(struct fs_epoll *fe, int epfd, const struct fs_wait *w, const sigset_t *sigmask,
+			       uint64_t *wait_us, bool *kernel_quiet)
 {
 	struct pollfd dp[1 + FS_WAIT_DEEP_SLOTS] = { { .fd = epfd, .events = POLLIN } };
 	bool slept;
-	int r = fs_wait_deep_sleep(w, dp, 1, sigmask, &slept);
+	int r;
+
+	fs_epoll_own_streams(fe);
+	r = fs_wait_deep_sleep(w, dp, 1, sigmask, &slept);
+	fs_wait_own_reset(); /* the references it took */
 
 	if (slept) {
 		if (r < 0)
@@ -700,7 +728,7 @@ static int fs_epoll_wait_rounds(struct fs_epoll *fe, int epfd, struct epoll_even
 		if (!k)
 			return fs_epoll_waited(w, n); /* full from our members alone (a kernel call with no room fails EINVAL) */
 		if (wait_us) {
-			int r = fs_epoll_deep_sleep(epfd, w, sigmask, &wait_us, &kernel_quiet);
+			int r = fs_epoll_deep_sleep(fe, epfd, w, sigmask, &wait_us, &kernel_quiet);
 
 			if (r < 0)
 				return r;

@@ -50,6 +50,9 @@ static int fs_poll_ours(struct pollfd *fds, nfds_t nfds, const struct pollfd *ke
 	int ready = 0;
 
 	*any_ours = false;
+	fs_wait_own_reset(); /* what a deep sleep beside other waiters waits for */
+	if (!fs_wait_own_wanted())
+		fs_wait_own_bad(); /* (no references taken for nothing) */
 	/* One completion-queue round for the whole set (unless the caller ran
 	 * it); members then only look at their stream's state. */
 	if (progress)
@@ -65,6 +68,7 @@ static int fs_poll_ours(struct pollfd *fds, nfds_t nfds, const struct pollfd *ke
 			/* epoll instance: readable if its members are (the kernel's
 			 * own answer is merged by the caller) */
 			*any_ours = true;
+			fs_wait_own_bad();
 			if ((fds[i].events & POLLIN) && fs_epoll_peek_ready(fds[i].fd)) {
 				fds[i].revents |= POLLIN;
 				ready++;
@@ -88,10 +92,13 @@ static int fs_poll_ours(struct pollfd *fds, nfds_t nfds, const struct pollfd *ke
 			fs_sock_settle(s, false, fs_now_ns());
 		/* still negotiating: the fabric may carry its data soon, so the
 		 * wait must keep looking at it between kernel slices */
-		if (fs_sock_pending(s))
+		if (fs_sock_pending(s)) {
 			*any_ours = true;
+			fs_wait_own_bad();
+		}
 		if (fs_sock_state(s) == FS_SOCK_OFFLOADED && s->pid == fs_self_pid()) {
 			*any_ours = true;
+			fs_wait_own_add(s);
 			if (kernel && (kernel[i].revents & (POLLIN | POLLHUP | POLLERR)))
 				fs_stream_note_ctl(s->stream, s->fd);
 			ev = fs_stream_poll_state(s->stream, &gen) & want;
@@ -258,6 +265,7 @@ int fs_core_poll(struct pollfd *fds, nfds_t nfds, int64_t timeout_ns, const sigs
 	if (!kset)
 		return -ENOMEM;
 	fs_ready_wait_enter();
+	fs_wait_own_reset();
 	fs_wait_begin(&w, fs_engine_peek(), start, fs_wait_deadline_ns(start, timeout_ns));
 	for (bool first = true;; first = false) {
 		int kready, ours, total;
@@ -299,6 +307,7 @@ int fs_core_poll(struct pollfd *fds, nfds_t nfds, int64_t timeout_ns, const sigs
 			fs_wait_spin(&w);
 	}
 	fs_ready_wait_leave();
+	fs_wait_own_reset(); /* the references fs_poll_ours took */
 	if (kset != stack)
 		free(kset);
 	return ret;

@@ -546,6 +546,18 @@ static void fs_ring_receive(struct fs_ring_peer *p)
 	FS_STAT_INC(ring_handovers);
 }
 
+bool fs_ring_peer_paged(const struct fs_stream *s)
+{
+	const struct fs_ring_peer *p;
+
+	if (!fs_ring_local_peer(s))
+		return false;
+	if ((pid_t)s->peer_pid == fs_self_pid() && ntohs(s->bell_addr.sin6_port) == fs_ring_port)
+		return false; /* a stream to ourselves: rung always */
+	p = fs_ring_of(s);
+	return p && p->state == FS_RING_READY && p->page;
+}
+
 bool fs_ring_peer(struct fs_stream *s)
 {
 	static const uint64_t one = 1;

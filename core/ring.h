@@ -80,6 +80,11 @@ void fs_ring_prepare(struct fs_stream *s);
  * caller sends a datagram. The write itself is owed until the engine lock
  * is dropped (fs_engine_unlock: fs_ring_flush). Engine lock held. */
 bool fs_ring_peer(struct fs_stream *s);
+/* Whether we ring S's peer through its eventfd and read its page of
+ * sleepers first (so a ring it does not need costs us a memory read, not a
+ * write). The peer fetched ours when it joined, as we fetched its: taken
+ * as the sign that an ARM of ours costs it no more. Engine lock held. */
+bool fs_ring_peer_paged(const struct fs_stream *s);
 /* Writes the rings this thread owes (fs_ring_owed_n of them). No lock
  * needed; called right after the engine lock is dropped. */
 extern __thread unsigned fs_ring_owed_n __attribute__((tls_model("initial-exec")));

@@ -524,7 +524,7 @@ static int fs_service_engine_look(struct fs_service_set *set, nfds_t *n, uint64_
 		deep = fs_engine_deep_idle(e) || (e->deep_waiters && fs_engine_waiters_arm(e));
 		/* deep sleepers watch the doorbell: one wake-up per
 		 * ring, theirs (fs_engine_bell_watched) */
-		*bell_off = deep && e->deep_waiters;
+		*bell_off = (deep && e->deep_waiters) || e->beside_watcher;
 		__atomic_store_n(&e->service_bell_off, *bell_off, __ATOMIC_RELAXED);
 		if (*bell_off) {
 			set->pfd[1].fd = -1;

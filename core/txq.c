@@ -24,6 +24,7 @@
 #include "config/params.h"
 #include "core/bell.h"
 #include "core/engine.h"
+#include "core/ring.h"
 #include "core/guard.h"
 #include "core/handback.h"
 #include "core/tcpfirst.h"
@@ -115,12 +116,17 @@ static int fs_post(struct fs_stream *s, struct fs_buf *buf, const void *data, si
  * waiter of a sleepy engine its ARM datagram: both ends have a doorbell,
  * the stream is not armed yet, and our reader has taken every message that
  * came (the peer takes the header's freed as what we have seen: with
- * messages unread it would ring at once for nothing). */
+ * messages unread it would ring at once for nothing). While several of our
+ * threads wait (no early arming), still on a stream to a peer of this host
+ * that reads our page of sleepers before it rings: a waiter beside others
+ * sleeps deeply on its own streams armed so (fs_wait_deep_sleep), and a
+ * ring nobody needs costs the peer a memory read. */
 static bool fs_stream_arm_inline(const struct fs_stream *s)
 {
 	struct fs_engine *e = fs_engine_peek();
 
-	return !s->armed && s->credit.freed == s->rx_msgs && s->bell_addr.sin6_port && e && fs_engine_arms_early(e) &&
+	return !s->armed && s->credit.freed == s->rx_msgs && s->bell_addr.sin6_port && e &&
+	       (fs_engine_arms_early(e) || (fs_engine_spins_short(e) && fs_ring_peer_paged(s))) &&
 	       s->state != FS_STREAM_HELLO && fs_bell_fd() >= 0;
 }
 

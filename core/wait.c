@@ -13,13 +13,19 @@
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
+#include <string.h>
+#include <sys/eventfd.h>
 #include <time.h>
 
 #include "config/params.h"
 #include "core/bell.h"
 #include "core/engine.h"
+#include "core/fdtable.h"
 #include "core/ring.h"
 #include "core/runq.h"
+#include "core/service.h"
+#include "core/sock.h"
+#include "core/stats.h"
 #include "core/util.h"
 #include "core/wait.h"
 #include "preload/real.h"
@@ -127,19 +133,240 @@ void fs_wait_done(const struct fs_wait *w, struct fs_engine *e, int events)
 	fs_wait_thread.waits++;
 }
 
+void fs_wait_own_reset(void)
+{
+	struct fs_wait_thread *t = &fs_wait_thread;
+
+	for (unsigned i = 0; i < t->own_n; i++)
+		fs_sock_put(t->own[i]);
+	t->own_n = 0;
+	t->own_bad = false;
+}
+
+void fs_wait_own_add(struct fs_sock *s)
+{
+	struct fs_wait_thread *t = &fs_wait_thread;
+
+	if (t->own_bad)
+		return;
+	if (t->own_n == FS_WAIT_OWN_MAX) {
+		t->own_bad = true;
+		return;
+	}
+	fs_sock_ref(s);
+	t->own[t->own_n++] = s;
+}
+
+void fs_wait_own_bad(void)
+{
+	fs_wait_thread.own_bad = true;
+}
+
+/* A deep sleep beside other waiters: the engine is sleepy, but does not
+ * arm early (more than one thread waits) and is not armed whole. */
+static bool fs_wait_beside_others(const struct fs_engine *e)
+{
+	return fs_params.wait_beside && fs_engine_spins_short(e) && !fs_engine_arms_early(e) &&
+	       !__atomic_load_n(&e->armed_all, __ATOMIC_RELAXED);
+}
+
+bool fs_wait_own_wanted(void)
+{
+	struct fs_engine *e = fs_engine_peek();
+
+	return e && fs_wait_beside_others(e);
+}
+
+/* The stream of this thread's Ith socket if it is still offloaded here
+ * and the engine's, else NULL. Engine lock held. */
+static struct fs_stream *fs_wait_own_stream(struct fs_engine *e, unsigned i)
+{
+	struct fs_stream *st = fs_wait_thread.own[i]->stream;
+
+	if (!st || st->id >= e->streams_cap || e->streams[st->id] != st || st->dead)
+		return NULL;
+	return st;
+}
+
+/* Whether every stream this thread waits for is still there and has asked
+ * its peer for a ring (its last message carried the ARM: the peer rings
+ * after its next post, when a thread of ours sleeps). Any message that
+ * came since disarmed it. Engine lock held. */
+/* Whether a stream of this thread's holds a message it has not read
+ * (taken in by another thread's progress after this wait's look). */
+static bool fs_wait_own_unread(struct fs_engine *e)
+{
+	for (unsigned i = 0; i < fs_wait_thread.own_n; i++) {
+		struct fs_stream *st = fs_wait_own_stream(e, i);
+
+		if (st && st->rxq_head)
+			return true;
+	}
+	return false;
+}
+
+/* The sum of the event generations of this thread's streams. Lock held. */
+static uint64_t fs_wait_own_gen(struct fs_engine *e)
+{
+	uint64_t g = 0;
+
+	for (unsigned i = 0; i < fs_wait_thread.own_n; i++) {
+		struct fs_stream *st = fs_wait_own_stream(e, i);
+
+		if (st)
+			g += st->ev_gen;
+	}
+	return g;
+}
+/* Whether every stream this thread waits for is still there and has asked
+ * its peer for a ring (its last message carried the ARM: the peer rings
+ * after its next post, when a thread of ours sleeps), and has no send of
+ * its own in flight (that completion comes without a ring; other threads'
+ * sends are their senders' to poll for). Engine lock held. */
+static bool fs_wait_own_armed(struct fs_engine *e)
+{
+	const struct fs_wait_thread *t = &fs_wait_thread;
+
+	if (t->own_bad || !t->own_n)
+		return false;
+	for (unsigned i = 0; i < t->own_n; i++) {
+		struct fs_stream *st = fs_wait_own_stream(e, i);
+
+		if (!st || !st->armed || st->state == FS_STREAM_HELLO || !st->bell_addr.sin6_port || st->txq_count ||
+		    st->tx_inflight)
+			return false;
+	}
+	return true;
+}
+
+/* Beside other waiters, with this thread's streams armed (engine lock
+ * held on entry, dropped here): sleeps as a sleeper of each of them, on
+ * their eventfds and FDS[0..N), for FS_BELL_SLICE_MS at most. It does not
+ * watch the doorbell or the ring: the service thread does (it leaves them
+ * to deep sleepers only while the engine arms early), reads a ring, and
+ * its progress round writes the eventfd of the streams that changed, so
+ * only the thread that waits for one wakes (a deep sleep on the engine's
+ * fd woke every sleeper on every ring: memcslap's set rate halved against
+ * memcached's four workers). Returns ppoll's count of FDS[0..N) or -errno
+ * with *SLEPT, or 0 without sleeping. */
+#define FS_WAIT_BESIDE_FDS 64u
+static int fs_wait_beside_sleep(struct fs_engine *e, const struct fs_wait *w, struct pollfd *fds, nfds_t n,
+				const sigset_t *sigmask, bool *slept, uint64_t now)
+{
+	const struct fs_wait_thread *t = &fs_wait_thread;
+	struct pollfd p[FS_WAIT_BESIDE_FDS + FS_WAIT_OWN_MAX + 2];
+	struct fs_stream *st[FS_WAIT_OWN_MAX];
+	struct timespec ts;
+	unsigned k = 0, np;
+	int ret, err, own_ready = 0, extra = 0;
+	bool kick, watch, bell_ready = false, ring_ready = false, others;
+
+	if (n > FS_WAIT_BESIDE_FDS) {
+		fs_engine_unlock(e);
+		return 0;
+	}
+	for (; k < t->own_n; k++) {
+		st[k] = fs_wait_own_stream(e, k);
+		if (st[k] && st[k]->wake_fd < 0)
+			st[k]->wake_fd = fs_internal_fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+		if (!st[k] || st[k]->wake_fd < 0)
+			break;
+	}
+	if (k < t->own_n) {
+		fs_engine_unlock(e);
+		return 0;
+	}
+	for (k = 0; k < t->own_n; k++) {
+		fs_stream_sleep_begin(e, st[k]);
+		p[n + k].fd = st[k]->wake_fd;
+		p[n + k].events = POLLIN;
+		p[n + k].revents = 0;
+	}
+	np = n + t->own_n;
+	/* One beside sleeper at a time watches the doorbell and the ring
+	 * (the watcher): a ring for its own stream wakes it alone, as the
+	 * kernel wakes its reader; one for another's is read here and the
+	 * progress round wakes that thread. Without a watcher the service
+	 * thread reads them (one more thread per wake-up). */
+	watch = !e->deep_waiters && !e->beside_watcher;
+	if (watch) {
+		e->beside_watcher = true;
+		p[np].fd = fs_bell_fd();
+		p[np].events = POLLIN;
+		p[np].revents = 0;
+		p[np + 1].fd = fs_ring_fd();
+		p[np + 1].events = POLLIN;
+		p[np + 1].revents = 0;
+		extra = 2;
+	}
+	FS_STAT_INC(deep_beside);
+	/* Counted as asleep now (fs_stream_sleep_begin): a peer of this host
+	 * that posted before it saw the count did not ring, so look once
+	 * more; what it finds writes the eventfd of the stream it changed
+	 * (fs_engine_ring), and the ppoll below returns at once. */
+	fs_engine_progress(e);
+	/* The ring is read by the service thread (this sleep does not watch
+	 * it), which left it to deep sleepers while one slept: none does now,
+	 * so it must look again, or a ring waits for its next timeout. */
+	kick = !watch && !e->deep_waiters && !e->beside_watcher && __atomic_load_n(&e->service_bell_off, __ATOMIC_RELAXED);
+	fs_engine_unlock(e);
+	if (kick)
+		fs_service_kick();
+	memcpy(p, fds, n * sizeof(*p));
+	ts = fs_wait_timespec(fs_wait_clamp_ns(w, now, FS_BELL_SLICE_MS * 1000000ull));
+	ret = fs_real.ppoll(p, np + extra, &ts, sigmask);
+	err = errno;
+	pthread_mutex_lock(&e->lock);
+	for (k = 0; k < t->own_n; k++) {
+		fs_stream_sleep_end(e, st[k]);
+		if (ret > 0 && p[n + k].revents) {
+			uint64_t v;
+			ssize_t r = fs_real.read(st[k]->wake_fd, &v, sizeof(v));
+
+			(void)r;
+			own_ready++;
+		}
+	}
+	if (watch) {
+		e->beside_watcher = false;
+		bell_ready = ret > 0 && p[np].revents;
+		ring_ready = ret > 0 && p[np + 1].revents;
+		own_ready += bell_ready + ring_ready;
+	}
+	/* others sleep unwatched now: the service thread looks within 1 ms */
+	others = watch && e->sleeping.next != &e->sleeping;
+	fs_engine_unlock(e);
+	if (bell_ready || ring_ready)
+		fs_bell_drain_some(e, bell_ready, ring_ready);
+	if (others && __atomic_load_n(&e->service_bell_off, __ATOMIC_RELAXED))
+		fs_service_kick_soon();
+	for (nfds_t i = 0; i < n; i++)
+		fds[i].revents = p[i].revents;
+	*slept = true;
+	if (ret < 0)
+		return -err;
+	return ret - own_ready;
+}
+
 int fs_wait_deep_sleep(const struct fs_wait *w, struct pollfd *fds, nfds_t n, const sigset_t *sigmask,
 		       bool *slept)
 {
 	struct fs_engine *e = fs_engine_peek();
 	uint64_t now, ns = FS_BELL_SLICE_MS * 1000000ull;
 	struct timespec ts;
-	bool was_armed, armed_now;
+	bool was_armed, armed_now, beside, deep;
 	int ret, err, cq_fd;
 
 	*slept = false;
 	/* a lock-free look first: without waiters' arming, busy engines are
-	 * never armed */
-	if (!e || (!fs_engine_arms_early(e) && !__atomic_load_n(&e->armed_all, __ATOMIC_RELAXED)))
+	 * never armed; beside other waiters, one whose own streams are armed
+	 * may sleep (below) */
+	if (!e)
+		return 0;
+	beside = fs_wait_beside_others(e);
+	if (!beside && !fs_engine_arms_early(e) && !__atomic_load_n(&e->armed_all, __ATOMIC_RELAXED))
+		return 0;
+	if (beside && (fs_wait_thread.own_bad || !fs_wait_thread.own_n))
 		return 0;
 	now = fs_now_ns();
 	pthread_mutex_lock(&e->lock);
@@ -149,7 +376,32 @@ int fs_wait_deep_sleep(const struct fs_wait *w, struct pollfd *fds, nfds_t n, co
 	 * message whose ring is late or lost costs no 250 ms slice. One with
 	 * work pending first gets no deep sleep now (the caller's slice). */
 	cq_fd = fs_engine_cq_wait_fd(e);
-	fds[n].fd = cq_fd != -EAGAIN && fs_engine_wait_deep(e, false) ? fs_engine_deep_begin(e) : -1;
+	if (beside && fs_wait_beside_others(e)) {
+		/* Several threads wait (pgbench -j 2's two in ppoll): none arms
+		 * the engine's every stream (fs_bell_arm_all sent ARMs for the
+		 * others' streams, whose answers disarm them at once, and every
+		 * ARM cost the peer a wake-up: TPC-B -c 4 -j 2 fell to a tenth).
+		 * This one sleeps deeply when the streams it waits for asked
+		 * for their ring with their last message (FS_MSG_ARM) and
+		 * nothing of ours is in flight, after a progress round that
+		 * takes what came meanwhile (a message disarms its stream). */
+		uint64_t gen0 = fs_wait_own_gen(e);
+
+		fs_engine_progress(e);
+		if (fs_wait_own_gen(e) != gen0 || fs_wait_own_unread(e)) {
+			/* news for this waiter: its caller looks again at once */
+			fs_engine_unlock(e);
+			*slept = true;
+			return 0;
+		}
+		if (cq_fd != -EAGAIN && fs_engine_settled_beside(e) && fs_wait_own_armed(e))
+			return fs_wait_beside_sleep(e, w, fds, n, sigmask, slept, now);
+		fs_engine_unlock(e);
+		return 0;
+	} else {
+		deep = cq_fd != -EAGAIN && fs_engine_wait_deep(e, false);
+	}
+	fds[n].fd = deep ? fs_engine_deep_begin(e) : -1;
 	/* Counted as asleep now (fs_ring_sleep_begin): a peer of this host
 	 * that posted before it saw the count did not ring, so look once
 	 * more; what it finds rings the deep fd (fs_engine_deep_wake), and

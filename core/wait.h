@@ -29,11 +29,17 @@
 #include "config/params.h"
 #include "core/runq.h"
 
+struct fs_stream;
+struct fs_sock;
+
 struct fs_engine;
 
 /* The first sleep slice after the spin; each one after doubles, up to
  * fs_wait_slice_cap_us. */
 #define FS_WAIT_FIRST_SLICE_US 10u
+/* The most streams a waiter beside others may sleep deeply on (its own
+ * ARMs, fs_wait_deep_sleep); a set of more waits in slices as before. */
+#define FS_WAIT_OWN_MAX 32u
 /* The spin of a wait in a sleepy engine, or with FABSOCK_WAIT_ARM, whose
  * waits outlast the spin anyway (fs_engine_spins_short): on a machine with
  * more waiters than cores every spin takes a core from a process with
@@ -117,8 +123,27 @@ void fs_wait_done(const struct fs_wait *w, struct fs_engine *e, int events);
 struct fs_wait_thread {
 	uint32_t waits;  /* waits that ended with something (fs_wait_done) */
 	bool last_slept; /* the last one came late, with few events */
+	/* The streams the poll, select or epoll_wait of this thread waits
+	 * for (fs_wait_own_*), for its deep sleep while other threads wait
+	 * too; own_bad: more than FS_WAIT_OWN_MAX, or something only a look
+	 * can settle (a socket still negotiating, a nested instance). */
+	unsigned own_n;
+	bool own_bad;
+	struct fs_sock *own[FS_WAIT_OWN_MAX]; /* a reference each (fs_wait_own_reset drops them) */
 };
 extern __thread struct fs_wait_thread fs_wait_thread __attribute__((tls_model("initial-exec")));
+
+/* What this thread's poll, select or epoll_wait waits for, told before
+ * it may sleep deeply (fs_wait_deep_sleep): reset (which drops the
+ * references; no engine lock held), each offloaded socket it looks at (a
+ * reference is taken: its stream stays while this thread may sleep on it),
+ * or "something else" (bad: no deep sleep beside other waiters). fs_wait_own_wanted: whether a deep sleep would ask (the engine
+ * is sleepy and more than one thread waits), so that an epoll instance
+ * walks its members only then. No lock. */
+void fs_wait_own_reset(void);
+void fs_wait_own_add(struct fs_sock *s);
+void fs_wait_own_bad(void);
+bool fs_wait_own_wanted(void);
 
 /* For poll, select and epoll_wait, which wait without the engine lock:
  * when the engine is deeply idle, sleeps in ppoll on FDS[0..N), the

@@ -39,12 +39,22 @@ void fs_engine_note_activity(struct fs_engine *e)
 
 /* Nothing of ours in flight and nothing to flush: a ring will announce
  * whatever happens next. */
-static bool fs_engine_settled(struct fs_engine *e)
+bool fs_engine_settled(struct fs_engine *e)
 {
 	if (!fs_params.doorbell || !e->live_streams)
 		return false;
 	for (struct fs_engine_rail *er = fs_engine_ep_first(e); er; er = fs_engine_ep_next(e, er))
 		if (er->tx_posted || er->pulls_posted)
+			return false; /* its completion comes without a ring */
+	return !fs_engine_busy(e);
+}
+
+bool fs_engine_settled_beside(struct fs_engine *e)
+{
+	if (!fs_params.doorbell || !e->live_streams)
+		return false;
+	for (struct fs_engine_rail *er = fs_engine_ep_first(e); er; er = fs_engine_ep_next(e, er))
+		if (er->pulls_posted)
 			return false; /* its completion comes without a ring */
 	return !fs_engine_busy(e);
 }
@@ -114,9 +124,16 @@ void fs_engine_wait_done(struct fs_engine *e, bool late, int events)
 /* Threads now inside a poll, select or epoll_wait of offloaded sockets. */
 static unsigned fs_ready_waiters;
 
+/* Several threads of this process have waited at once (sticky until a
+ * fork): its waits sleep on their own streams (fs_wait_beside_*), never
+ * the engine-wide way one waiter alone does. */
+static bool fs_ready_multi;
+
 void fs_ready_wait_enter(void)
 {
-	__atomic_add_fetch(&fs_ready_waiters, 1, __ATOMIC_RELAXED);
+	if (__atomic_add_fetch(&fs_ready_waiters, 1, __ATOMIC_RELAXED) > 1 &&
+	    !__atomic_load_n(&fs_ready_multi, __ATOMIC_RELAXED))
+		__atomic_store_n(&fs_ready_multi, true, __ATOMIC_RELAXED);
 }
 
 void fs_ready_wait_leave(void)
@@ -127,13 +144,15 @@ void fs_ready_wait_leave(void)
 void fs_ready_wait_after_fork(void)
 {
 	__atomic_store_n(&fs_ready_waiters, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&fs_ready_multi, false, __ATOMIC_RELAXED);
 }
 
 bool fs_engine_arms_early(const struct fs_engine *e)
 {
 	return fs_params.doorbell &&
 	       (fs_params.wait_arm || (__atomic_load_n(&e->sleepy, __ATOMIC_RELAXED) &&
-				       __atomic_load_n(&fs_ready_waiters, __ATOMIC_RELAXED) <= 1));
+				       __atomic_load_n(&fs_ready_waiters, __ATOMIC_RELAXED) <= 1 &&
+				       !(fs_params.wait_beside && __atomic_load_n(&fs_ready_multi, __ATOMIC_RELAXED))));
 }
 
 bool fs_engine_spins_short(const struct fs_engine *e)
