@@ -36,6 +36,12 @@
  *       ring shows as: an armed sleeper's safety slice is 250 ms, and each
  *       such round trip is printed; F: the longest first echo) and "PASS
  *       paced" (or FAIL lines; exit 1).
+ *   fs_scale paced PORT[,PORT...] N ROUNDS GAP_US GOFILE THREADS
+ *       The same with THREADS threads after the warm-up, each with N
+ *       connections of its own, each waiting for every echo in poll()
+ *       before it reads (pgbench -j's shape: several threads of one process
+ *       in poll at once, each on its own connections). The counts and the
+ *       line are summed over the threads; "paced" lines as above.
  * Plain blocking calls in the client, epoll in the server: the same program
  * runs under kernel TCP and under the preload.
  */
@@ -49,6 +55,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -264,8 +272,81 @@ static double sc_echo(int fd, uint64_t key, const char *what)
 	return rtt;
 }
 
+/* sc_echo, but waiting for the echo in poll() first (the threaded shape). */
+static double sc_echo_poll(int fd, uint64_t key, const char *what)
+{
+	uint8_t out[SC_PACED_SIZE], in[SC_PACED_SIZE];
+	double t0 = harness_now_ms(), rtt;
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	int result, r;
+
+	harness_pattern_fill(key, 0, out, sizeof(out));
+	result = harness_write_full(fd, out, sizeof(out), NULL);
+	if (result == 0) {
+		do
+			r = poll(&p, 1, 5000);
+		while (r < 0 && errno == EINTR);
+		if (r <= 0) {
+			printf("FAIL %s: poll %s\n", what, r == 0 ? "timed out (5 s)" : strerror(errno));
+			return -1;
+		}
+		result = harness_read_full(fd, in, sizeof(in), NULL);
+	}
+	if (result < 0) {
+		printf("FAIL %s: %s\n", what, result == -ENODATA ? "EOF" : strerror(-result));
+		return -1;
+	}
+	rtt = harness_now_ms() - t0;
+	if (harness_pattern_mismatch(key, 0, in, sizeof(in)) != sizeof(in)) {
+		printf("FAIL %s: the echo differs\n", what);
+		return -1;
+	}
+	return rtt;
+}
+
+struct sc_paced_thread {
+	pthread_t tid;
+	unsigned index, n, rounds, gap_us;
+	int *fds;
+	double max_rtt, first_ms;
+	unsigned slow, lost, fails;
+};
+
+static void *sc_paced_run(void *arg)
+{
+	struct sc_paced_thread *t = arg;
+	char what[80];
+
+	for (unsigned r = 0; r <= t->rounds && !t->fails; r++) {
+		for (unsigned i = 0; i < t->n && !t->fails; i++) {
+			double rtt;
+
+			snprintf(what, sizeof(what), "thread %u round %u connection %u", t->index, r, i);
+			rtt = sc_echo_poll(t->fds[i], (uint64_t)(t->index * t->n + i) << 32 | r, what);
+			if (rtt < 0) {
+				t->fails++;
+				break;
+			}
+			if (r == 0 && rtt > t->first_ms)
+				t->first_ms = rtt;
+			if (r > 0 && rtt > t->max_rtt)
+				t->max_rtt = rtt;
+			if (rtt > SC_SLOW_MS)
+				t->slow++;
+			if (rtt > SC_LOST_MS) {
+				t->lost++;
+				printf("lost? thread %u round %u connection %u: %.3f ms\n", t->index, r, i, rtt);
+			}
+		}
+		usleep(t->gap_us);
+	}
+	return NULL;
+}
+
+#define SC_MAX_THREADS 16
+
 static int sc_paced(const int *ports, unsigned nports, unsigned n, unsigned rounds, unsigned gap_us,
-		    const char *gofile)
+		    const char *gofile, unsigned threads)
 {
 	static struct addrinfo *targets[SC_MAX_PORTS];
 	int *fds = calloc(n, sizeof(*fds));
@@ -297,6 +378,43 @@ static int sc_paced(const int *ports, unsigned nports, unsigned n, unsigned roun
 		fflush(stdout);
 		if (sc_wait_file(gofile))
 			return 1;
+	}
+	if (threads > 1) {
+		static struct sc_paced_thread th[SC_MAX_THREADS];
+		int *all = calloc((size_t)n * threads, sizeof(*all));
+
+		if (!all)
+			return perror("calloc"), 1;
+		for (unsigned i = 0; i < n * threads; i++) {
+			all[i] = harness_connect(targets[i % nports], 0);
+			if (all[i] < 0) {
+				printf("FAIL connect %u: not connected\n", i);
+				return 1;
+			}
+		}
+		for (unsigned k = 0; k < threads; k++) {
+			th[k] = (struct sc_paced_thread){ .index = k, .n = n, .rounds = rounds, .gap_us = gap_us,
+							  .fds = all + (size_t)k * n };
+			if (pthread_create(&th[k].tid, NULL, sc_paced_run, &th[k])) {
+				printf("FAIL pthread_create\n");
+				return 1;
+			}
+		}
+		for (unsigned k = 0; k < threads; k++) {
+			pthread_join(th[k].tid, NULL);
+			fails += th[k].fails;
+			slow += th[k].slow;
+			lost += th[k].lost;
+			if (th[k].max_rtt > max_rtt)
+				max_rtt = th[k].max_rtt;
+			if (th[k].first_ms > first_ms)
+				first_ms = th[k].first_ms;
+		}
+		for (unsigned i = 0; i < n * threads; i++)
+			close(all[i]);
+		free(all);
+		n *= threads;
+		goto done;
 	}
 	for (unsigned i = 0; i < n; i++) {
 		fds[i] = harness_connect(targets[i % nports], 0);
@@ -332,6 +450,7 @@ static int sc_paced(const int *ports, unsigned nports, unsigned n, unsigned roun
 	}
 	for (unsigned i = 0; i < n; i++)
 		close(fds[i]);
+done:
 	for (unsigned p = 0; p < nports; p++)
 		close(warm[p]);
 	free(fds);
@@ -379,18 +498,21 @@ int main(int argc, char **argv)
 		}
 		return sc_client(ports, nports, (unsigned)n, (size_t)size, argv[5]);
 	}
-	if ((argc == 6 || argc == 7) && strcmp(argv[1], "paced") == 0) {
+	if (argc >= 6 && argc <= 8 && strcmp(argv[1], "paced") == 0) {
 		static int ports[SC_MAX_PORTS];
-		long n = atol(argv[3]), rounds = atol(argv[4]), gap = atol(argv[5]);
+		long n = atol(argv[3]), rounds = atol(argv[4]), gap = atol(argv[5]), threads = argc == 8 ? atol(argv[7]) : 1;
 		unsigned nports = sc_ports(argv[2], ports);
 
-		if (!nports || n <= 0 || n > SC_MAX_CONNS || rounds <= 0 || rounds > 1000000 || gap < 0 || gap > 1000000) {
-			fprintf(stderr, "fs_scale: bad PORT[,PORT...], N, ROUNDS (1..1000000) or GAP_US (0..1000000)\n");
+		if (!nports || n <= 0 || n > SC_MAX_CONNS || rounds <= 0 || rounds > 1000000 || gap < 0 || gap > 1000000 ||
+		    threads < 1 || threads > SC_MAX_THREADS || n * threads > SC_MAX_CONNS) {
+			fprintf(stderr, "fs_scale: bad PORT[,PORT...], N, ROUNDS (1..1000000), GAP_US (0..1000000) or "
+					"THREADS (1..%d)\n", SC_MAX_THREADS);
 			return 2;
 		}
-		return sc_paced(ports, nports, (unsigned)n, (unsigned)rounds, (unsigned)gap, argc == 7 ? argv[6] : NULL);
+		return sc_paced(ports, nports, (unsigned)n, (unsigned)rounds, (unsigned)gap, argc >= 7 ? argv[6] : NULL,
+				(unsigned)threads);
 	}
 	fprintf(stderr, "usage: fs_scale server | fs_scale client PORT[,PORT...] N SIZE GOFILE | "
-			"fs_scale paced PORT[,PORT...] N ROUNDS GAP_US [GOFILE]\n");
+			"fs_scale paced PORT[,PORT...] N ROUNDS GAP_US [GOFILE [THREADS]]\n");
 	return 2;
 }

@@ -15,13 +15,17 @@
 # no round trip over 200 ms (lost=0: a lost ring costs an armed sleeper its
 # 250 ms safety slice), each connection's first echo (which finishes its
 # handshake) included, and no more than MAX_SLOW over 100 ms (scheduling
-# hiccups).
+# hiccups). One more client runs the same rounds in THREADS threads, each
+# with its own connections, waiting for every echo in poll() (pgbench -j's
+# shape): its threads sleep on their own streams while the others wait too
+# (deep_beside, docs/design.md "Several waiting threads"), under the same
+# bounds.
 . "$(dirname "$0")/lib.sh"
 
 PROG=$FS_PROGS/fs_scale
 [ -x "$PROG" ] || { fs_fail "$PROG is not built"; fs_done; exit 1; }
 fs_need_nft
-SERVERS=6 CLIENTS=3 ROUNDS=150 GAP_US=2000 MAX_SLOW=2
+SERVERS=6 CLIENTS=4 ROUNDS=150 GAP_US=2000 MAX_SLOW=2 THREADS=2
 
 dir=$FS_TMP/paced
 mkdir -p "$dir"
@@ -37,7 +41,12 @@ list=$(IFS=,; echo "${ports[*]}")
 fs_tcp_count_start "${ports[@]}" || fs_fail "nft counter not set up"
 cpids=()
 for c in $(seq 1 "$CLIENTS"); do
-	fs_bg p env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 "$PROG" paced "$list" "$SERVERS" "$ROUNDS" "$GAP_US" "$dir/go" \
+	# the last client: SERVERS connections too, SERVERS / THREADS per thread
+	args=("$SERVERS")
+	[ "$c" != "$CLIENTS" ] || args=($((SERVERS / THREADS)))
+	args+=("$ROUNDS" "$GAP_US" "$dir/go")
+	[ "$c" != "$CLIENTS" ] || args+=("$THREADS")
+	fs_bg p env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 "$PROG" paced "$list" "${args[@]}" \
 		>"$dir/c$c.out" 2>"$dir/c$c.err"
 	cpids+=("$p")
 done
@@ -59,6 +68,9 @@ for c in $(seq 1 "$CLIENTS"); do
 	# its warm-up and timed connection to every server
 	[ "${off:-0}" = $((2 * SERVERS)) ] || fs_fail "client $c offloaded ${off:-0} of $((2 * SERVERS)) ($(fs_stats_fallbacks "$dir/c$c.err"))"
 done
+beside=$(fs_stat "$dir/c$CLIENTS.err" deep_beside)
+fs_log "client $CLIENTS ($THREADS threads in poll): deep_beside=${beside:-0}"
+[ "${beside:-0}" -ge 1 ] || fs_fail "client $CLIENTS: its threads never slept on their own streams (deep_beside=${beside:-0})"
 [ "$lost" = 0 ] || fs_fail "$lost round trips took over 200 ms: a lost doorbell ring"
 [ "$slow" -le "$MAX_SLOW" ] || fs_fail "$slow round trips took over 100 ms (a lost doorbell ring?)"
 # every timed and warm-up connection: a HELLO and an ACK, no payload byte
@@ -83,5 +95,5 @@ for side in servers clients; do
 	[ "${rung:-0}" -ge 1 ] || fs_fail "$side: no doorbell ring received"
 done
 [ "$FS_FAILS" = 0 ] &&
-	fs_pass "$CLIENTS paced clients x $SERVERS servers, $ROUNDS rounds: byte-exact, offloaded, none over TCP, woken by rings, $slow slow, none lost"
+	fs_pass "$CLIENTS paced clients ($THREADS threads in the last) x $SERVERS servers, $ROUNDS rounds: byte-exact, offloaded, none over TCP, woken by rings, $slow slow, none lost"
 fs_done
