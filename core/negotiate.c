@@ -87,9 +87,7 @@ unsigned fs_negotiate_pick_provider(const struct sockaddr *local, const struct s
 	if (named != FS_PROV_NONE)
 		return named;
 	if (fs_params.provider[0]) {
-		FS_WARN_ONCE("FABSOCK_PROVIDER=%s is not one of shm, efa, tcp, net; remote peers stay on TCP",
-			     fs_params.provider);
-		*why = "unknown FABSOCK_PROVIDER";
+		*why = "unknown FABSOCK_PROVIDER (warned at start)";
 		return FS_PROV_NONE;
 	}
 	if (fs_fabric_host_has_efa())

@@ -478,6 +478,11 @@ void fs_core_init(void)
 	fs_log_fd_hook = fs_core_mark_internal;
 	fs_log_init();
 	fs_rules_load_global();
+	/* a typo (efaa) named no provider and was silent until a peer on
+	 * another host was tried: say it at start, as for every bad value */
+	if (fs_params.provider[0] && fs_fabric_prov_parse(fs_params.provider) == FS_PROV_NONE)
+		FS_WARN("FABSOCK_PROVIDER=%s is not one of shm, efa, tcp, net; peers on other hosts stay on kernel TCP",
+			fs_params.provider);
 	pthread_atfork(fs_core_atfork_prepare, fs_core_atfork_parent, fs_core_atfork_child);
 	/* Registered now, before the application's main can register its own:
 	 * handlers run last-in first-out, so every handler of the application

@@ -12,6 +12,9 @@
 #     still works and still offloads by default
 #  f) FABSOCK_WINDOW=abc: exactly one warning line naming FABSOCK_WINDOW and
 #     its default, the run still works
+#  g) FABSOCK_PROVIDER=efaa (a typo): exactly one warning line naming it, at
+#     start (the connection is to this host: no remote peer is ever tried),
+#     the run still offloads over shm
 . "$(dirname "$0")/lib.sh"
 
 STREAM=$FS_PROGS/fs_stream
@@ -177,4 +180,18 @@ else
 	fs_fail "f_bad_window: the warning does not name the default (${window_default:-?}): $(grep FABSOCK_WINDOW "$FS_TMP/f_bad_window/client.err" || true)"
 fi
 fs_log "f_bad_window: client offloaded=$(fs_stat "$FS_TMP/f_bad_window/client.err" offloaded)"
+
+# g) an unknown provider: one warning at start, shm unaffected.
+PORT=$(fs_free_port)
+SENV=()
+CENV=("FABSOCK_PROVIDER=efaa")
+run_pair g_bad_provider "$PORT"
+n=$(count_lines "$FS_TMP/g_bad_provider/client.err" 'FABSOCK_PROVIDER=efaa')
+if [ "$n" -eq 1 ]; then
+	fs_pass "g_bad_provider: one warning line names FABSOCK_PROVIDER=efaa"
+else
+	fs_fail "g_bad_provider: $n lines name FABSOCK_PROVIDER=efaa, expected exactly 1"
+fi
+expect_stat g_bad_provider "$FS_TMP/g_bad_provider/client.err" offloaded eq 1
+expect_fabric g_bad_provider
 fs_done
