@@ -348,6 +348,45 @@ static struct fs_hist_entry *fs_hist_find(struct fs_hist_file *m, uint64_t tag, 
 	return oldest;
 }
 
+/* This process's connections per entry, for the sole-connection rule
+ * (fs_history_exit): a process that made one connection to a destination,
+ * short, and exits is what its next run of the same command line will do
+ * (curl URL, a script's client), so its exit counts that connection twice.
+ * A process that also made others there (pgbench's short scale check
+ * before its long sessions) gets nothing more. Bounded: a destination past
+ * FS_HIST_PROC is not counted (no bonus). fs_hist_lock. */
+#define FS_HIST_PROC 16u
+static struct fs_hist_proc {
+	uint64_t tag, family_tag;
+	uint32_t conns, shorts;
+} fs_hist_proc[FS_HIST_PROC];
+static pid_t fs_hist_proc_pid;
+
+static struct fs_hist_proc *fs_hist_proc_find(uint64_t tag, bool create)
+{
+	if (fs_hist_proc_pid != fs_self_pid()) { /* a forked child: its own */
+		memset(fs_hist_proc, 0, sizeof(fs_hist_proc));
+		fs_hist_proc_pid = fs_self_pid();
+	}
+	for (unsigned i = 0; i < FS_HIST_PROC; i++)
+		if (fs_hist_proc[i].tag == tag || (create && !fs_hist_proc[i].tag)) {
+			fs_hist_proc[i].tag = tag;
+			return &fs_hist_proc[i];
+		}
+	return NULL;
+}
+
+/* One more short connection reported to TAG's entry (never past a long
+ * one that came since: the streak is only extended). */
+static void fs_hist_extend(struct fs_hist_file *m, uint64_t tag)
+{
+	struct fs_hist_entry *e = tag ? fs_hist_find(m, tag, false) : NULL;
+	uint32_t streak = e ? __atomic_load_n(&e->short_streak, __ATOMIC_RELAXED) : 0;
+
+	if (streak && streak < FS_HIST_STREAK_MAX)
+		__atomic_add_fetch(&e->short_streak, 1, __ATOMIC_RELAXED);
+}
+
 bool fs_history_decide(struct fs_history_conn *h, const struct sockaddr *addr)
 {
 	struct fs_hist_file *m;
@@ -366,6 +405,16 @@ bool fs_history_decide(struct fs_history_conn *h, const struct sockaddr *addr)
 	h->tag = fs_hist_fnv(fs_hist_fnv(fs_hist_program(), key, sizeof(key)), &port, sizeof(port)) | 1;
 	if (fs_hist_family())
 		h->family_tag = fs_hist_fnv(fs_hist_fnv(fs_hist_family(), key, sizeof(key)), &port, sizeof(port)) | 1;
+	{
+		struct fs_hist_proc *p;
+
+		pthread_mutex_lock(&fs_hist_lock);
+		if ((p = fs_hist_proc_find(h->tag, true))) {
+			p->family_tag = h->family_tag;
+			p->conns++;
+		}
+		pthread_mutex_unlock(&fs_hist_lock);
+	}
 	e = fs_hist_find(m, h->tag, false);
 	if (!e && h->family_tag) {
 		/* this command line's first connection to the destination: its
@@ -485,6 +534,14 @@ static void fs_hist_report(uint64_t tag, uint64_t turns, uint64_t bytes)
 
 	if (!m || !tag || !(e = fs_hist_find(m, tag, true)))
 		return;
+	if (is_short) {
+		struct fs_hist_proc *p;
+
+		pthread_mutex_lock(&fs_hist_lock);
+		if ((p = fs_hist_proc_find(tag, false)))
+			p->shorts++;
+		pthread_mutex_unlock(&fs_hist_lock);
+	}
 	if (!is_short) {
 		__atomic_store_n(&e->short_streak, 0, __ATOMIC_RELAXED);
 		__atomic_store_n(&e->relearn_level, 0, __ATOMIC_RELAXED);
@@ -629,9 +686,25 @@ void fs_history_fd_closing(int fd)
 
 void fs_history_exit(void)
 {
-	if (!__atomic_load_n(&fs_history_tracked, __ATOMIC_RELAXED))
-		return;
-	for (unsigned i = 0; i < FS_HIST_FDS; i++)
-		if (fs_hist_fds[i].tag)
-			fs_history_fd_closing(fs_hist_fds[i].fd);
+	struct fs_hist_file *m;
+
+	if (__atomic_load_n(&fs_history_tracked, __ATOMIC_RELAXED))
+		for (unsigned i = 0; i < FS_HIST_FDS; i++)
+			if (fs_hist_fds[i].tag)
+				fs_history_fd_closing(fs_hist_fds[i].fd);
+	/* the sole-connection rule (struct fs_hist_proc) */
+	pthread_mutex_lock(&fs_hist_lock);
+	if (fs_hist_proc_pid == fs_self_pid() && (m = fs_hist_map)) {
+		for (unsigned i = 0; i < FS_HIST_PROC; i++) {
+			const struct fs_hist_proc *p = &fs_hist_proc[i];
+
+			if (p->tag && p->conns == 1 && p->shorts == 1) {
+				fs_hist_extend(m, p->tag);
+				fs_hist_extend(m, p->family_tag);
+				FS_DBG("connection history: this process's sole connection to a destination was short: "
+				       "counted twice");
+			}
+		}
+	}
+	pthread_mutex_unlock(&fs_hist_lock);
 }

@@ -30,6 +30,12 @@
 #             (FABSOCK_HISTORY_BYTES=1000 in the client, no quick bound:
 #             learnt from the kernel's TCP_INFO) ends the streak: the next
 #             round offloads.
+#   sole:     a client process whose one connection to the destination was
+#             short counts it twice at its exit (a curl per URL: its next run
+#             will be the same): with FABSOCK_HISTORY_SHORT=4, one stream per
+#             process, the third process already goes TCP at connect() (two
+#             connections in one process, as in the rounds above, count once
+#             each).
 #   planted:  a history file that is not private (mode 0644) is never used
 #             (history_refused=1) and the connections negotiate as before.
 # Every stream's bytes are checked end to end by fs_stream.
@@ -138,6 +144,21 @@ d=$FS_TMP/flipped
 round "$d" 64K &&
 	fs_expect_stats "$d/client.err" "flip: the kernel's counts of those TCP connections said long: offloaded again" \
 		offloaded=$STREAMS fallback_short_history=0
+
+# ---- sole: a process's only connection there, short, counts twice at exit ------
+STREAMS=1
+for i in 1 2 3; do
+	d=$FS_TMP/sole$i
+	round "$d" 64K || continue
+	if [ "$i" -lt 3 ]; then
+		fs_expect_stats "$d/client.err" "sole $i: the one-connection client offloads while it learns" \
+			offloaded=1 fallback_short_history=0
+	else
+		fs_expect_stats "$d/client.err" "sole 3: two such processes were enough: TCP at connect()" \
+			fallback_short_history=1 offloaded=0 probes_sent=0 fabric_loads=0
+	fi
+done
+STREAMS=2
 
 # ---- planted: a history file open to others is not used ------------------------
 P=$FS_TMP/planted
