@@ -241,10 +241,10 @@ static bool fs_wait_own_armed(struct fs_engine *e)
 
 /* Beside other waiters, with this thread's streams armed (engine lock
  * held on entry, dropped here): sleeps as a sleeper of each of them, on
- * their eventfds and FDS[0..N), for FS_BELL_SLICE_MS at most. It does not
- * watch the doorbell or the ring: the service thread does (it leaves them
- * to deep sleepers only while the engine arms early), reads a ring, and
- * its progress round writes the eventfd of the streams that changed, so
+ * their eventfds and FDS[0..N), for FS_BELL_SLICE_MS at most. One such
+ * sleeper at a time (the watcher) also watches the doorbell and the ring;
+ * without one, the service thread does. Whoever reads a ring runs the
+ * progress round, which writes the eventfd of the streams that changed, so
  * only the thread that waits for one wakes (a deep sleep on the engine's
  * fd woke every sleeper on every ring: memcslap's set rate halved against
  * memcached's four workers). Returns ppoll's count of FDS[0..N) or -errno
@@ -259,7 +259,7 @@ static int fs_wait_beside_sleep(struct fs_engine *e, const struct fs_wait *w, st
 	struct timespec ts;
 	unsigned k = 0, np;
 	int ret, err, own_ready = 0, extra = 0;
-	bool kick, watch, bell_ready = false, ring_ready = false, others;
+	bool watch, bell_ready = false, ring_ready = false, others;
 
 	if (n > FS_WAIT_BESIDE_FDS) {
 		fs_engine_unlock(e);
@@ -305,13 +305,9 @@ static int fs_wait_beside_sleep(struct fs_engine *e, const struct fs_wait *w, st
 	 * more; what it finds writes the eventfd of the stream it changed
 	 * (fs_engine_ring), and the ppoll below returns at once. */
 	fs_engine_progress(e);
-	/* The ring is read by the service thread (this sleep does not watch
-	 * it), which left it to deep sleepers while one slept: none does now,
-	 * so it must look again, or a ring waits for its next timeout. */
-	kick = !watch && !e->deep_waiters && !e->beside_watcher && __atomic_load_n(&e->service_bell_off, __ATOMIC_RELAXED);
+	/* (Not the watcher: another sleeper or a deep sleeper watches the
+	 * ring, and the service thread is told when the watcher leaves.) */
 	fs_engine_unlock(e);
-	if (kick)
-		fs_service_kick();
 	memcpy(p, fds, n * sizeof(*p));
 	ts = fs_wait_timespec(fs_wait_clamp_ns(w, now, FS_BELL_SLICE_MS * 1000000ull));
 	ret = fs_real.ppoll(p, np + extra, &ts, sigmask);
