@@ -395,6 +395,10 @@ void fs_ready_wait_enter(void);
 void fs_ready_wait_leave(void);
 /* In a forked child: no thread of it is waiting. */
 void fs_ready_wait_after_fork(void);
+/* A poll, select or epoll_wait slept on its own streams beside other
+ * waiters: from now on a lone waiter does not arm the whole engine either
+ * (fs_engine_arms_early). */
+void fs_ready_beside_slept(void);
 /* Nothing of ours is in flight and nothing waits to be flushed (a ring
  * will announce whatever happens next). Lock held. */
 bool fs_engine_settled(struct fs_engine *e);

@@ -300,6 +300,7 @@ static int fs_wait_beside_sleep(struct fs_engine *e, const struct fs_wait *w, st
 		extra = 2;
 	}
 	FS_STAT_INC(deep_beside);
+	fs_ready_beside_slept();
 	/* Counted as asleep now (fs_stream_sleep_begin): a peer of this host
 	 * that posted before it saw the count did not ring, so look once
 	 * more; what it finds writes the eventfd of the stream it changed

@@ -124,15 +124,22 @@ void fs_engine_wait_done(struct fs_engine *e, bool late, int events)
 /* Threads now inside a poll, select or epoll_wait of offloaded sockets. */
 static unsigned fs_ready_waiters;
 
-/* Several threads of this process have waited at once (sticky until a
- * fork): its waits sleep on their own streams (fs_wait_beside_*), never
- * the engine-wide way one waiter alone does. */
+/* A waiter of this process has slept on its own streams beside others
+ * (fs_wait_beside_sleep; sticky until a fork): its waits keep doing so,
+ * never the engine-wide way one waiter alone does. Set only by a sleep
+ * that happened, so a process whose waiters watch too many streams for it
+ * (pgbench -c 300 -j 2: 150 each) keeps the early arming of a lone
+ * waiter. */
 static bool fs_ready_multi;
 
 void fs_ready_wait_enter(void)
 {
-	if (__atomic_add_fetch(&fs_ready_waiters, 1, __ATOMIC_RELAXED) > 1 &&
-	    !__atomic_load_n(&fs_ready_multi, __ATOMIC_RELAXED))
+	__atomic_add_fetch(&fs_ready_waiters, 1, __ATOMIC_RELAXED);
+}
+
+void fs_ready_beside_slept(void)
+{
+	if (!__atomic_load_n(&fs_ready_multi, __ATOMIC_RELAXED))
 		__atomic_store_n(&fs_ready_multi, true, __ATOMIC_RELAXED);
 }
 
