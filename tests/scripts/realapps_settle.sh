@@ -16,8 +16,8 @@
 #     busy loop on that same EPOLLOUT), offloaded=0 and fallback_provider
 #     counted; redis-cli storing and reading back a 100 KB value; a blocking
 #     fs_stream of 10 MiB, checked byte for byte, on TCP.
-# .ci/run sets RA_SETTLE_RUNS=3 (release and ASan: 6 memcaslap runs per CI,
-# which a 1-in-4 hang escapes with a probability of 18 %; the release race
+# .ci/run sets RA_SETTLE_RUNS=2 (release and ASan: 4 memcaslap runs per CI,
+# which a 1-in-4 hang escapes with a probability of 32 %; the release race
 # behind the last, rarer one has its own widened test, e2e_settle
 # "release"); the 20 runs in a row of issue 26's stop check are the default.
 
