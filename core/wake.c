@@ -37,26 +37,26 @@ void fs_engine_note_activity(struct fs_engine *e)
 		e->deep_wanted = true;
 }
 
-/* Nothing of ours in flight and nothing to flush: a ring will announce
- * whatever happens next. */
-bool fs_engine_settled(struct fs_engine *e)
+/* Nothing of ours in flight (with OTHERS_SENDS, not even other threads'
+ * sends) and nothing to flush: a ring will announce whatever happens next. */
+static bool fs_engine_settled_as(struct fs_engine *e, bool others_sends)
 {
 	if (!fs_params.doorbell || !e->live_streams)
 		return false;
 	for (struct fs_engine_rail *er = fs_engine_ep_first(e); er; er = fs_engine_ep_next(e, er))
-		if (er->tx_posted || er->pulls_posted)
+		if ((others_sends && er->tx_posted) || er->pulls_posted)
 			return false; /* its completion comes without a ring */
 	return !fs_engine_busy(e);
 }
 
+bool fs_engine_settled(struct fs_engine *e)
+{
+	return fs_engine_settled_as(e, true);
+}
+
 bool fs_engine_settled_beside(struct fs_engine *e)
 {
-	if (!fs_params.doorbell || !e->live_streams)
-		return false;
-	for (struct fs_engine_rail *er = fs_engine_ep_first(e); er; er = fs_engine_ep_next(e, er))
-		if (er->pulls_posted)
-			return false; /* its completion comes without a ring */
-	return !fs_engine_busy(e);
+	return fs_engine_settled_as(e, false);
 }
 
 bool fs_engine_waiters_arm(struct fs_engine *e)
