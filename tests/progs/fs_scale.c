@@ -249,31 +249,9 @@ static int sc_client(const int *ports, unsigned nports, unsigned n, size_t size,
 #define SC_LOST_MS 200.0
 
 /* One 64-byte request KEY on FD and its echo, checked: the round trip in
- * ms, or -1 (a FAIL line printed). */
-static double sc_echo(int fd, uint64_t key, const char *what)
-{
-	uint8_t out[SC_PACED_SIZE], in[SC_PACED_SIZE];
-	double t0 = harness_now_ms(), rtt;
-	int result;
-
-	harness_pattern_fill(key, 0, out, sizeof(out));
-	result = harness_write_full(fd, out, sizeof(out), NULL);
-	if (result == 0)
-		result = harness_read_full(fd, in, sizeof(in), NULL);
-	if (result < 0) {
-		printf("FAIL %s: %s\n", what, result == -ENODATA ? "EOF" : strerror(-result));
-		return -1;
-	}
-	rtt = harness_now_ms() - t0;
-	if (harness_pattern_mismatch(key, 0, in, sizeof(in)) != sizeof(in)) {
-		printf("FAIL %s: the echo differs\n", what);
-		return -1;
-	}
-	return rtt;
-}
-
-/* sc_echo, but waiting for the echo in poll() first (the threaded shape). */
-static double sc_echo_poll(int fd, uint64_t key, const char *what)
+ * ms, or -1 (a FAIL line printed). With POLL_FIRST the echo is waited for
+ * in poll() before it is read (the threaded shape). */
+static double sc_echo(int fd, uint64_t key, const char *what, bool poll_first)
 {
 	uint8_t out[SC_PACED_SIZE], in[SC_PACED_SIZE];
 	double t0 = harness_now_ms(), rtt;
@@ -282,7 +260,7 @@ static double sc_echo_poll(int fd, uint64_t key, const char *what)
 
 	harness_pattern_fill(key, 0, out, sizeof(out));
 	result = harness_write_full(fd, out, sizeof(out), NULL);
-	if (result == 0) {
+	if (result == 0 && poll_first) {
 		do
 			r = poll(&p, 1, 5000);
 		while (r < 0 && errno == EINTR);
@@ -290,8 +268,9 @@ static double sc_echo_poll(int fd, uint64_t key, const char *what)
 			printf("FAIL %s: poll %s\n", what, r == 0 ? "timed out (5 s)" : strerror(errno));
 			return -1;
 		}
-		result = harness_read_full(fd, in, sizeof(in), NULL);
 	}
+	if (result == 0)
+		result = harness_read_full(fd, in, sizeof(in), NULL);
 	if (result < 0) {
 		printf("FAIL %s: %s\n", what, result == -ENODATA ? "EOF" : strerror(-result));
 		return -1;
@@ -307,11 +286,15 @@ static double sc_echo_poll(int fd, uint64_t key, const char *what)
 struct sc_paced_thread {
 	pthread_t tid;
 	unsigned index, n, rounds, gap_us;
+	bool poll_first;
 	int *fds;
 	double max_rtt, first_ms;
 	unsigned slow, lost, fails;
 };
 
+/* The rounds of one thread (or of the process): round 0 is each
+ * connection's first echo (it also finishes the handshake), timed apart
+ * (first_ms) but held to the same bounds. */
 static void *sc_paced_run(void *arg)
 {
 	struct sc_paced_thread *t = arg;
@@ -322,7 +305,7 @@ static void *sc_paced_run(void *arg)
 			double rtt;
 
 			snprintf(what, sizeof(what), "thread %u round %u connection %u", t->index, r, i);
-			rtt = sc_echo_poll(t->fds[i], (uint64_t)(t->index * t->n + i) << 32 | r, what);
+			rtt = sc_echo(t->fds[i], (uint64_t)(t->index * t->n + i) << 32 | r, what, t->poll_first);
 			if (rtt < 0) {
 				t->fails++;
 				break;
@@ -349,7 +332,7 @@ static int sc_paced(const int *ports, unsigned nports, unsigned n, unsigned roun
 		    const char *gofile, unsigned threads)
 {
 	static struct addrinfo *targets[SC_MAX_PORTS];
-	int *fds = calloc(n, sizeof(*fds));
+	int *fds = calloc((size_t)n * threads, sizeof(*fds));
 	int warm[SC_MAX_PORTS];
 	double max_rtt = 0, first_ms = 0;
 	unsigned slow = 0, lost = 0, fails = 0;
@@ -368,7 +351,7 @@ static int sc_paced(const int *ports, unsigned nports, unsigned n, unsigned roun
 	for (unsigned p = 0; p < nports; p++) {
 		warm[p] = harness_connect(targets[p], 0);
 		snprintf(what, sizeof(what), "warm-up echo to server %u", p);
-		if (warm[p] < 0 || sc_echo(warm[p], (uint64_t)0xffff << 32 | p, what) < 0) {
+		if (warm[p] < 0 || sc_echo(warm[p], (uint64_t)0xffff << 32 | p, what, false) < 0) {
 			printf("FAIL warm-up connection to server %u\n", p);
 			return 1;
 		}
@@ -379,29 +362,29 @@ static int sc_paced(const int *ports, unsigned nports, unsigned n, unsigned roun
 		if (sc_wait_file(gofile))
 			return 1;
 	}
-	if (threads > 1) {
+	{
 		static struct sc_paced_thread th[SC_MAX_THREADS];
-		int *all = calloc((size_t)n * threads, sizeof(*all));
 
-		if (!all)
-			return perror("calloc"), 1;
 		for (unsigned i = 0; i < n * threads; i++) {
-			all[i] = harness_connect(targets[i % nports], 0);
-			if (all[i] < 0) {
+			fds[i] = harness_connect(targets[i % nports], 0);
+			if (fds[i] < 0) {
 				printf("FAIL connect %u: not connected\n", i);
 				return 1;
 			}
 		}
 		for (unsigned k = 0; k < threads; k++) {
 			th[k] = (struct sc_paced_thread){ .index = k, .n = n, .rounds = rounds, .gap_us = gap_us,
-							  .fds = all + (size_t)k * n };
-			if (pthread_create(&th[k].tid, NULL, sc_paced_run, &th[k])) {
+							  .poll_first = threads > 1, .fds = fds + (size_t)k * n };
+			if (threads > 1 && pthread_create(&th[k].tid, NULL, sc_paced_run, &th[k])) {
 				printf("FAIL pthread_create\n");
 				return 1;
 			}
 		}
+		if (threads == 1)
+			sc_paced_run(&th[0]);
 		for (unsigned k = 0; k < threads; k++) {
-			pthread_join(th[k].tid, NULL);
+			if (threads > 1)
+				pthread_join(th[k].tid, NULL);
 			fails += th[k].fails;
 			slow += th[k].slow;
 			lost += th[k].lost;
@@ -411,46 +394,9 @@ static int sc_paced(const int *ports, unsigned nports, unsigned n, unsigned roun
 				first_ms = th[k].first_ms;
 		}
 		for (unsigned i = 0; i < n * threads; i++)
-			close(all[i]);
-		free(all);
+			close(fds[i]);
 		n *= threads;
-		goto done;
 	}
-	for (unsigned i = 0; i < n; i++) {
-		fds[i] = harness_connect(targets[i % nports], 0);
-		if (fds[i] < 0) {
-			printf("FAIL connect %u: not connected\n", i);
-			return 1;
-		}
-	}
-	/* round 0: the first echo of each connection (it also finishes the
-	 * handshake), timed apart (first_ms) but held to the same bounds */
-	for (unsigned r = 0; r <= rounds && !fails; r++) {
-		for (unsigned i = 0; i < n && !fails; i++) {
-			double rtt;
-
-			snprintf(what, sizeof(what), "round %u connection %u", r, i);
-			rtt = sc_echo(fds[i], (uint64_t)i << 32 | r, what);
-			if (rtt < 0) {
-				fails++;
-				break;
-			}
-			if (r == 0 && rtt > first_ms)
-				first_ms = rtt;
-			if (r > 0 && rtt > max_rtt)
-				max_rtt = rtt;
-			if (rtt > SC_SLOW_MS)
-				slow++;
-			if (rtt > SC_LOST_MS) {
-				lost++;
-				printf("lost? round %u connection %u: %.3f ms\n", r, i, rtt);
-			}
-		}
-		usleep(gap_us);
-	}
-	for (unsigned i = 0; i < n; i++)
-		close(fds[i]);
-done:
 	for (unsigned p = 0; p < nports; p++)
 		close(warm[p]);
 	free(fds);

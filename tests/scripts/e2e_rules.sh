@@ -108,6 +108,16 @@ expect_fabric() {
 }
 # count_lines FILE PATTERN: lines of FILE matching the extended regex.
 count_lines() { grep -cE "$2" "$1" || true; }
+# expect_one_line TAG FILE PATTERN: exactly one line of FILE names PATTERN.
+expect_one_line() {
+	local n
+	n=$(count_lines "$2" "$3")
+	if [ "$n" -eq 1 ]; then
+		fs_pass "$1: one warning line names $3"
+	else
+		fs_fail "$1: $n lines name $3, expected exactly 1"
+	fi
+}
 
 # a) client-side kernel rule from the environment.
 PORT=$(fs_free_port)
@@ -152,12 +162,7 @@ PORT=$(fs_free_port)
 SENV=()
 CENV=("FABSOCK_RULES=offload sideways 127.0.0.1:$PORT; kernel client 999.1.2.3")
 run_pair e_bad_rules "$PORT"
-n=$(count_lines "$FS_TMP/e_bad_rules/client.err" 'FABSOCK_RULES')
-if [ "$n" -eq 1 ]; then
-	fs_pass "e_bad_rules: one warning line names FABSOCK_RULES"
-else
-	fs_fail "e_bad_rules: $n lines name FABSOCK_RULES, expected exactly 1"
-fi
+expect_one_line e_bad_rules "$FS_TMP/e_bad_rules/client.err" 'FABSOCK_RULES'
 expect_stat e_bad_rules "$FS_TMP/e_bad_rules/client.err" offloaded eq 1
 expect_fabric e_bad_rules
 
@@ -167,12 +172,7 @@ PORT=$(fs_free_port)
 SENV=()
 CENV=("FABSOCK_WINDOW=abc")
 run_pair f_bad_window "$PORT"
-n=$(count_lines "$FS_TMP/f_bad_window/client.err" 'FABSOCK_WINDOW')
-if [ "$n" -eq 1 ]; then
-	fs_pass "f_bad_window: one warning line names FABSOCK_WINDOW"
-else
-	fs_fail "f_bad_window: $n lines name FABSOCK_WINDOW, expected exactly 1"
-fi
+expect_one_line f_bad_window "$FS_TMP/f_bad_window/client.err" 'FABSOCK_WINDOW'
 if [ -n "$window_default" ] &&
 	grep 'FABSOCK_WINDOW' "$FS_TMP/f_bad_window/client.err" | grep -qE "(^|[^0-9])$window_default([^0-9]|$)"; then
 	fs_pass "f_bad_window: the warning names the default ($window_default)"
@@ -186,12 +186,7 @@ PORT=$(fs_free_port)
 SENV=()
 CENV=("FABSOCK_PROVIDER=efaa")
 run_pair g_bad_provider "$PORT"
-n=$(count_lines "$FS_TMP/g_bad_provider/client.err" 'FABSOCK_PROVIDER=efaa')
-if [ "$n" -eq 1 ]; then
-	fs_pass "g_bad_provider: one warning line names FABSOCK_PROVIDER=efaa"
-else
-	fs_fail "g_bad_provider: $n lines name FABSOCK_PROVIDER=efaa, expected exactly 1"
-fi
+expect_one_line g_bad_provider "$FS_TMP/g_bad_provider/client.err" 'FABSOCK_PROVIDER=efaa'
 expect_stat g_bad_provider "$FS_TMP/g_bad_provider/client.err" offloaded eq 1
 expect_fabric g_bad_provider
 fs_done
