@@ -42,10 +42,9 @@ wrk_run() {
 	FIG["wrk $user $mode"]=$WRK_RPS
 	sleep 0.2 # the access log of the last requests
 	access_count "$dir/access.log"
-	# 499 (a request wrk abandoned when its time was up): at most one per
-	# connection; anything else is an error, a 200 with fewer body bytes
-	# too (nginx's first write after wrk's close succeeds, as on the
-	# kernel: ad28d9f)
+	# abandoned when wrk's time was up (a 499, or a 200 with no body as its
+	# connection's last request: access_count): at most one per connection;
+	# anything else is an error, any other short 200 too
 	bad=$AL_BAD
 	[ "$AL_499" -le "$WRK_CONNS" ] || bad=$((bad + AL_499))
 	WRK_CONNS_SEEN=$AL_CONNS
@@ -56,7 +55,7 @@ wrk_run() {
 		grep -v ': stats:' "$RA_DIR/wrk-$tag.$mode.out.err" | tail -n 5 | sed 's/^/    stderr: /' >&2 || true
 		return 1
 	fi
-	fs_pass "$RA_CASE $mode: wrk $user: $WRK_REQ requests, 0 errors, $WRK_RPS req/s; access log: $((AL_LINES - AL_499)) x 200/$SMALL_SIZE bytes$([ "$AL_499" -eq 0 ] || echo " and $AL_499 x 499 (abandoned at wrk's end)") on $AL_CONNS connections"
+	fs_pass "$RA_CASE $mode: wrk $user: $WRK_REQ requests, 0 errors, $WRK_RPS req/s; access log: $((AL_LINES - AL_499)) x 200/$SMALL_SIZE bytes$([ "$AL_499" -eq 0 ] || echo " and $AL_499 abandoned at wrk's end") on $AL_CONNS connections"
 }
 
 # curl_runs MODE USER TAG PORT: CURL_RUNS downloads of the 4 MB file as
