@@ -67,13 +67,13 @@
  * thread may still be inside them). */
 #define FS_HIST_MAPS_MAX 8
 #define FS_HIST_STREAK_MAX 1000000u
-/* A relearn whose connection was short again doubles the interval to the
- * next one, up to FABSOCK_HISTORY_RELEARN << this (64 x 64: 4096). A
- * relearn is a whole offload (probe, rail, HELLO, a fabric stream for one
- * request) on both ends: nginx proxying to nginx, a new upstream connection
- * per request, paid ~1.3 ms of CPU per end for each, a fifth of its
- * throughput at one in 64. A long connection (a relearn's, or any) starts
- * over at FABSOCK_HISTORY_RELEARN. */
+/* A relearn (of a step-back's decision only: fs_history_decide) whose
+ * connection stepped back again doubles the interval to the next one, up to
+ * FABSOCK_HISTORY_RELEARN << this (64 x 64: 4096). A relearn is a whole
+ * offload (probe, rail, HELLO, a fabric stream) on both ends: nginx proxying
+ * to nginx, a new upstream connection per request, paid ~1.3 ms of CPU per
+ * end for each, a fifth of its throughput at one in 64. A long connection
+ * (a relearn's, or any) starts over at FABSOCK_HISTORY_RELEARN. */
 #define FS_HIST_RELEARN_LEVEL_MAX 6u
 
 struct fs_hist_note {
@@ -434,7 +434,14 @@ bool fs_history_decide(struct fs_history_conn *h, const struct sockaddr *addr)
 	if (!h->stepped && __atomic_load_n(&e->short_streak, __ATOMIC_RELAXED) < fs_params.history_short)
 		return false; /* not short enough: negotiate as before */
 	n = __atomic_add_fetch(&e->tcp_decided, 1, __ATOMIC_RELAXED);
-	if (fs_params.history_relearn) {
+	/* Only a step-back's decision is ever tried on the fabric again: a
+	 * short one is re-judged by every connection it sends to TCP (each
+	 * reports the kernel's counts at its close, and one long one ends the
+	 * streak), so a relearn would learn nothing those do not, at the cost
+	 * of a whole offload on both ends (wrk with Connection: close, one
+	 * relearn in 64 to 4096: 5-7 % of its requests/s). Whether the fabric
+	 * is still slower only the fabric can say. */
+	if (fs_params.history_relearn && h->stepped) {
 		uint32_t level = __atomic_load_n(&e->relearn_level, __ATOMIC_RELAXED);
 		uint64_t every = (uint64_t)fs_params.history_relearn
 				 << (level < FS_HIST_RELEARN_LEVEL_MAX ? level : FS_HIST_RELEARN_LEVEL_MAX);

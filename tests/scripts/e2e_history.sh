@@ -20,8 +20,10 @@
 #             the first round when the family's connections were short
 #             (fallback_short_history_family), and offloads when they were
 #             long.
-#   relearn:  with FABSOCK_HISTORY_RELEARN=2 one of the two TCP decisions
-#             offloads instead (history_relearn=1).
+#   relearn:  with FABSOCK_HISTORY_RELEARN=2 both TCP decisions stay on
+#             TCP (history_relearn=0): a short decision is re-judged by the
+#             TCP connections' own counts (flip below), never by offloading
+#             one (the relearn of a step-back's decision: e2e_stepback).
 #   quick:    a round whose TCP connections close within
 #             FABSOCK_HISTORY_QUICK_US of their connect() counts them short
 #             without asking the kernel (long by their bytes here): the
@@ -122,11 +124,11 @@ round "$d" 4M &&
 		offloaded=$STREAMS fallback_short_history_family=0 fallback_short_history=0
 TAIL=600
 
-# ---- relearn: every 2nd TCP decision offloads -----------------------------------
+# ---- relearn: a short decision is not relearnt on the fabric ----------------------
 d=$FS_TMP/relearn
 round "$d" 64K FABSOCK_HISTORY_RELEARN=2 &&
-	fs_expect_stats "$d/client.err" "relearn: one of two offloaded to learn again" \
-		history_relearn=1 offloaded=1 fallback_short_history=1
+	fs_expect_stats "$d/client.err" "relearn: short decisions stay on TCP (their own counts re-judge them)" \
+		history_relearn=0 offloaded=0 fallback_short_history=$STREAMS probes_sent=0
 
 # ---- quick: TCP connections that close within HISTORY_QUICK_US are short ------
 # (long by their bytes here, but the client does not ask the kernel: with

@@ -26,7 +26,9 @@
 #  - off: the client shape with FABSOCK_STEPBACK=0: nothing handed back;
 #  - history: the client shape twice with the connection history on (a
 #    private record directory): the second run's connections start on TCP
-#    (fallback_fabric_slower_history), none offloaded.
+#    (fallback_fabric_slower_history), none offloaded; a third run with
+#    FABSOCK_HISTORY_RELEARN=2 offloads one of its two to learn again
+#    (history_relearn=1).
 FS_STEPBACK=1
 . "$(dirname "$0")/lib.sh"
 
@@ -205,8 +207,15 @@ for mode in $FS_MODES; do
 		# one entry (program, destination): one step-back sends both
 		eq "history: second run fallback_fabric_slower_history" "$(st hi2.c fallback_fabric_slower_history)" 2
 		eq "history: second run offloaded" "$(st hi2.c offloaded)" 0
+		# a step-back's decision is tried on the fabric again now and
+		# then: with FABSOCK_HISTORY_RELEARN=2 the entry's 4th TCP
+		# decision (this run's second connection) offloads
+		client hi3 fabsock "${H[@]}" FABSOCK_HISTORY_RELEARN=2 -- 2 "$ROUNDS" "$SIZE"
+		eq "history: relearn run history_relearn" "$(st hi3.c history_relearn)" 1
+		eq "history: relearn run offloaded" "$(st hi3.c offloaded)" 1
+		eq "history: relearn run fallback_fabric_slower_history" "$(st hi3.c fallback_fabric_slower_history)" 1
 		stop hi
-		[ "$FS_FAILS" = "$f0" ] && fs_pass "history: after a run that stepped back, the program's next connections started on TCP"
+		[ "$FS_FAILS" = "$f0" ] && fs_pass "history: after a run that stepped back, the program's next connections started on TCP, one in RELEARN offloads to learn again"
 	fi
 done
 fs_done
