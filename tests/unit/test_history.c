@@ -13,9 +13,10 @@
  * than 10 s reads NONE while a TCP note of that age still counts (30 s); a
  * note stamped in the future is ignored; after 128 more notes the first is
  * gone (the ring's documented limit); a note whose inode has bits above 32
- * besides the mark never matches. The relearn's back-off: while relearned
- * connections come back short, each next relearn comes twice as late; a
- * long connection starts over.
+ * besides the mark never matches. The relearn: never for a short decision;
+ * for a step-back's, while relearned connections step back again each next
+ * relearn comes twice as late, and a long one over a whole window starts
+ * over.
  */
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -150,13 +151,12 @@ int main(void)
 	CHECK(fs_history_client_note(ia) == FS_HISTORY_NOTE_NONE);
 	CHECK(fs_history_client_note(ib) == FS_HISTORY_NOTE_INTENT);
 
-	/* relearning backs off while it learns nothing new: of 1024 TCP
-	 * decisions after two short connections, the 64th, 128th, 256th,
-	 * 512th and 1024th offload (not every 64th: 16); a long connection
-	 * starts over at every 64th */
+	/* a short decision is never relearnt on the fabric (its TCP
+	 * connections report their own counts): of 1024 TCP decisions after
+	 * two short connections, none offloads */
 	{
 		struct sockaddr_in dst = { .sin_family = AF_INET, .sin_port = htons(4711) };
-		unsigned offloads = 0, first_after_long = 0;
+		unsigned offloads = 0;
 
 		dst.sin_addr.s_addr = htonl(0x7f000001);
 		for (int i = 0; i < 2; i++) {
@@ -169,18 +169,37 @@ int main(void)
 			if (!fs_history_decide(&h, (struct sockaddr *)&dst))
 				offloads++;
 		}
+		CHECK(offloads == 0);
+	}
+	/* a step-back's decisions are relearnt, backing off while the
+	 * relearns step back again: of 1024 TCP decisions, the 64th, 128th,
+	 * 256th, 512th and 1024th offload (not every 64th: 16); a long
+	 * connection over a whole window starts over at every 64th */
+	{
+		struct sockaddr_in dst = { .sin_family = AF_INET, .sin_port = htons(4712) };
+		unsigned offloads = 0, first_after_long = 0;
+
+		dst.sin_addr.s_addr = htonl(0x7f000001);
+		memset(&h, 0, sizeof(h));
+		CHECK(!fs_history_decide(&h, (struct sockaddr *)&dst)); /* no entry: negotiates */
+		fs_history_stepped_back(&h);
+		for (unsigned i = 1; i <= 1024; i++) {
+			memset(&h, 0, sizeof(h));
+			if (!fs_history_decide(&h, (struct sockaddr *)&dst)) {
+				offloads++;
+				fs_history_stepped_back(&h); /* the relearn steps back again */
+			}
+		}
 		CHECK(offloads == 5);
-		/* a long one (the relearn's, say: any decision gives the
-		 * connection its entry's tag), then two short ones again */
+		/* a relearn that stays on the fabric for a whole window, long:
+		 * the step-back is forgotten, the back-off too */
 		memset(&h, 0, sizeof(h));
 		(void)fs_history_decide(&h, (struct sockaddr *)&dst);
 		CHECK(h.tag != 0);
 		fs_history_offloaded_closed(&h, 1000, 100000000);
-		for (int i = 0; i < 2; i++) {
-			memset(&h, 0, sizeof(h));
-			CHECK(!fs_history_decide(&h, (struct sockaddr *)&dst));
-			fs_history_offloaded_closed(&h, 1, 100);
-		}
+		memset(&h, 0, sizeof(h));
+		CHECK(!fs_history_decide(&h, (struct sockaddr *)&dst)); /* no longer stepped: negotiates */
+		fs_history_stepped_back(&h);
 		for (unsigned i = 1; i <= 200 && !first_after_long; i++) {
 			memset(&h, 0, sizeof(h));
 			if (!fs_history_decide(&h, (struct sockaddr *)&dst))
