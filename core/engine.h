@@ -233,6 +233,15 @@ struct fs_stream {
 	bool error_reported;
 	bool av_pending;       /* counted in erail->hello_pending */
 	bool wrote_after_gone; /* the one write the kernel accepts after the peer closed */
+	/* TCP_CORK set while offloaded (fs_stream_set_cork): kept here, not on
+	 * the kernel socket, until the stream goes back to TCP. While corked,
+	 * the last DATA message of the send queue, not full, waits for more
+	 * (FS_CORK_HOLD_NS at most, from cork_held_ns: when a flush first held
+	 * it), as the kernel sends no partial frame of a corked socket: nginx's
+	 * answer (header by writev, body by sendfile, between TCP_CORK 1 and 0)
+	 * is one message, not two. cork_kernel: the kernel socket's value. */
+	bool cork_kept, corked, cork_kernel;
+	uint64_t cork_held_ns;
 
 	int app_fd;            /* the application's fd while it is open (exit flush, hand-back) */
 	uint32_t fork_gen;     /* fs_handback_fork_gen() when it was created */
@@ -573,6 +582,15 @@ typedef ssize_t (*fs_stream_io_fn)(void *arg, void *buf, size_t len);
  * NONBLOCK: return -EAGAIN rather than wait. */
 ssize_t fs_stream_send(struct fs_stream *s, const struct iovec *iov, int iovcnt, bool nonblock,
 		       uint64_t deadline_ns, int ctl_fd);
+/* The application set TCP_CORK to ON on S's socket, whose kernel socket
+ * has KERNEL (what the last setsockopt that reached it set): true if S
+ * keeps it (the kernel is not told; an uncork sends what it held), false
+ * if the kernel must take it (S writes or is about to write the kernel
+ * socket: TCP first, a hand-back). Without the engine lock. */
+bool fs_stream_set_cork(struct fs_stream *s, bool on, bool kernel);
+/* S's writes reach the kernel socket from now on (a hand-back, its FD):
+ * the TCP_CORK S kept goes to it. Engine lock held. */
+void fs_stream_cork_to_kernel(struct fs_stream *s, int fd);
 /* flags: MSG_PEEK, MSG_WAITALL honoured. */
 ssize_t fs_stream_recv(struct fs_stream *s, const struct iovec *iov, int iovcnt, int flags,
 		       bool nonblock, uint64_t deadline_ns, int ctl_fd);

@@ -411,6 +411,9 @@ static int fs_hb_begin(struct fs_engine *e, struct fs_stream *s, int fd, bool fr
 		return -ENOBUFS;
 	}
 	s->hb_fd = fs_internal_fd(dup_fd);
+	/* our writes go to the kernel socket from here on: the TCP_CORK the
+	 * stream kept goes with them */
+	fs_stream_cork_to_kernel(s, s->hb_fd);
 	fs_stream_hb_set(s, FS_HB_SWITCHING);
 	s->hb_frozen = frozen;
 	s->hb_rx_done = false;

@@ -189,6 +189,17 @@ void fs_sock_put(struct fs_sock *s)
 /* Drops fabsock's state for S: from now on its fd is a plain kernel socket. */
 void fs_sock_release(struct fs_sock *s)
 {
+	struct fs_engine *e;
+
+	/* a TCP_CORK the stream kept (fs_stream_set_cork) goes to the kernel
+	 * socket, which is all there is from now on (a hand-back told it
+	 * already, in fs_hb_begin) */
+	if (s->stream && s->pid == fs_self_pid() && __atomic_load_n(&s->stream->cork_kept, __ATOMIC_RELAXED) &&
+	    (e = fs_engine_peek())) {
+		pthread_mutex_lock(&e->lock);
+		fs_stream_cork_to_kernel(s->stream, s->fd);
+		fs_engine_unlock(e);
+	}
 	if (s->listener && s->have_peer_key && fs_sock_state(s) != FS_SOCK_LISTENING) {
 		fs_listener_forget(s->listener, s->peer_key, s->peer_port);
 		s->have_peer_key = false;

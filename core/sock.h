@@ -146,6 +146,9 @@ struct fs_sock {
 	 * thread on a private duplicate (struct fs_sock_bg in sock.c) */
 	bool bg_close;
 	bool linger0;
+	/* TCP_CORK as the last setsockopt that reached the kernel socket set it
+	 * (one the stream kept did not: fs_stream_set_cork) */
+	bool cork_kernel;
 	/* A server connection left to TCP whose client may still send a HELLO
 	 * (told yes by a probe this side cannot see, or told yes and late):
 	 * the first receive strips it (fs_negotiate_strip_hello; the nonce is
@@ -295,6 +298,12 @@ ssize_t fs_core_splice(struct fs_sock *s, int pipe_fd, bool out, size_t len, uns
 int fs_core_to_kernel(struct fs_sock *s);
 int fs_core_getsockopt(struct fs_sock *s, int level, int name, void *val, socklen_t *len);
 void fs_core_setsockopt(struct fs_sock *s, int level, int name, const void *val, socklen_t len);
+/* Before the kernel sees a setsockopt: true if fabsock took it instead (a
+ * TCP_CORK on an offloaded socket of this process: the stream keeps it and
+ * the kernel socket is told when the stream goes back to it; nginx sets it
+ * and clears it around every answer, two system calls), and the caller
+ * returns 0. */
+bool fs_core_setsockopt_kept(struct fs_sock *s, int level, int name, const void *val, socklen_t len);
 void fs_core_set_nonblock(struct fs_sock *s, bool nonblock);
 void fs_core_epoll_add(struct fs_sock *s);
 int fs_core_fionread(struct fs_sock *s, int *avail);

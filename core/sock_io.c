@@ -741,6 +741,14 @@ int fs_core_shutdown(struct fs_sock *s, int how)
 
 int fs_core_getsockopt(struct fs_sock *s, int level, int name, void *val, socklen_t *len)
 {
+	if (level == IPPROTO_TCP && name == TCP_CORK && val && len && *len >= sizeof(int) &&
+	    fs_sock_state(s) == FS_SOCK_OFFLOADED && s->pid == fs_self_pid() && s->stream &&
+	    __atomic_load_n(&s->stream->cork_kept, __ATOMIC_RELAXED)) {
+		/* kept by the stream, not told to the kernel (fs_stream_set_cork) */
+		*(int *)val = __atomic_load_n(&s->stream->corked, __ATOMIC_RELAXED);
+		*len = sizeof(int);
+		return 0;
+	}
 	if (fs_sock_state(s) == FS_SOCK_OFFLOADED && level == SOL_SOCKET && name == SO_ERROR && val && len &&
 	    *len >= sizeof(int) && s->pid == fs_self_pid()) {
 		int err = 0;
@@ -757,8 +765,21 @@ int fs_core_getsockopt(struct fs_sock *s, int level, int name, void *val, sockle
 	return FS_PASS;
 }
 
+bool fs_core_setsockopt_kept(struct fs_sock *s, int level, int name, const void *val, socklen_t len)
+{
+	struct fs_stream *st;
+
+	if (level != IPPROTO_TCP || name != TCP_CORK || !val || len < sizeof(int))
+		return false;
+	if (fs_sock_state(s) != FS_SOCK_OFFLOADED || s->pid != fs_self_pid() || !(st = s->stream))
+		return false;
+	return fs_stream_set_cork(st, *(const int *)val != 0, s->cork_kernel);
+}
+
 void fs_core_setsockopt(struct fs_sock *s, int level, int name, const void *val, socklen_t len)
 {
+	if (level == IPPROTO_TCP && name == TCP_CORK && val && len >= sizeof(int))
+		s->cork_kernel = *(const int *)val != 0;
 	if (level != SOL_SOCKET || !val)
 		return;
 	if ((name == SO_RCVTIMEO || name == SO_SNDTIMEO) && len >= sizeof(struct timeval)) {

@@ -23,6 +23,8 @@
  * through rxq.c (fs_recv_copy).
  */
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
@@ -465,7 +467,8 @@ static ssize_t fs_stream_send_any(struct fs_stream *s, const struct iovec *iov, 
 	}
 	if (result > 0 && s->peer_fin && !s->tf_rx_tcp)
 		s->wrote_after_gone = true; /* sent after the FIN: that was the one */
-	queued = s->txq_head != NULL;
+	/* (a corked tail waits for the uncork, not for the service thread) */
+	queued = s->txq_head != NULL && !fs_stream_cork_holds(s);
 	s->users--;
 	fs_engine_unlock(e);
 	/* Someone must post what waits for credit: wake the service thread when
@@ -473,6 +476,46 @@ static ssize_t fs_stream_send_any(struct fs_stream *s, const struct iovec *iov, 
 	if (result > 0 && queued && !had_queue)
 		fs_service_kick();
 	return result;
+}
+
+bool fs_stream_set_cork(struct fs_stream *s, bool on, bool kernel)
+{
+	struct fs_engine *e = fs_engine_peek();
+	bool kept = false;
+
+	if (!e)
+		return false;
+	pthread_mutex_lock(&e->lock);
+	/* a stream that writes the kernel socket (TCP first, on its way back)
+	 * leaves TCP_CORK to the kernel, which needs it there */
+	if (s->state != FS_STREAM_CLOSED && s->hb == FS_HB_NONE && !s->tf_tx_tcp) {
+		if (!s->cork_kept) {
+			s->cork_kernel = kernel;
+			s->cork_kept = true;
+		}
+		s->corked = on;
+		FS_STAT_INC(cork_kept);
+		if (!on) {
+			/* what the cork held goes now, as the kernel's uncork sends it */
+			s->cork_held_ns = 0;
+			fs_stream_flush(e, s);
+		}
+		kept = true;
+	}
+	fs_engine_unlock(e);
+	return kept;
+}
+
+void fs_stream_cork_to_kernel(struct fs_stream *s, int fd)
+{
+	if (s->cork_kept && s->corked != s->cork_kernel && fd >= 0) {
+		int on = s->corked;
+
+		(void)fs_real.setsockopt(fd, IPPROTO_TCP, TCP_CORK, &on, sizeof(on));
+	}
+	s->cork_kernel = s->cork_kept ? s->corked : s->cork_kernel;
+	s->cork_kept = s->corked = false;
+	s->cork_held_ns = 0;
 }
 
 ssize_t fs_stream_send(struct fs_stream *s, const struct iovec *iov, int iovcnt, bool nonblock,

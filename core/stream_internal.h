@@ -36,6 +36,8 @@ extern unsigned fs_fault_post_eagain;
 /* The head of S's send queue could be posted now (credit, or the payload of
  * an announcement that went out). */
 bool fs_stream_can_post(const struct fs_stream *s);
+/* S's send queue is only a corked tail, held for now (txq.c). */
+bool fs_stream_cork_holds(const struct fs_stream *s);
 void fs_stream_flush(struct fs_engine *e, struct fs_stream *s);
 void fs_stream_enqueue(struct fs_engine *e, struct fs_stream *s, struct fs_buf *buf);
 /* A fresh data message for S from its rail's send pool, not queued yet;

@@ -44,11 +44,41 @@ static unsigned fs_stream_credits(const struct fs_stream *s)
 	return fs_credit_tx_avail(s->peer_limit, s->tx_seq);
 }
 
+/* A corked stream's last DATA message, not full and not announced, waits
+ * for more (engine.h, cork_kept): FS_CORK_HOLD_NS from the first flush
+ * that held it, the kernel's own ceiling for a corked partial frame. */
+#define FS_CORK_HOLD_NS (200ull * 1000000ull)
+
+static bool fs_cork_tail(const struct fs_stream *s, const struct fs_buf *buf)
+{
+	return s->corked && buf == s->txq_tail && buf->kind == FS_MSG_DATA && !buf->announced &&
+	       buf->len < s->peer_chunk;
+}
+
+bool fs_stream_cork_holds(const struct fs_stream *s)
+{
+	return s->txq_head && fs_cork_tail(s, s->txq_head) &&
+	       (!s->cork_held_ns || fs_now_ns() - s->cork_held_ns < FS_CORK_HOLD_NS);
+}
+
+/* Whether the flush holds BUF, S's tail, for now (and dates the hold). */
+static bool fs_cork_hold(struct fs_stream *s, const struct fs_buf *buf)
+{
+	uint64_t now;
+
+	if (!fs_cork_tail(s, buf))
+		return false;
+	now = fs_now_ns();
+	if (!s->cork_held_ns)
+		s->cork_held_ns = now;
+	return now - s->cork_held_ns < FS_CORK_HOLD_NS;
+}
+
 /* The head of S's send queue could go now: credit is there, or it is the
- * payload of a sent announcement, which needs none. */
+ * payload of a sent announcement, which needs none; not a corked tail. */
 bool fs_stream_can_post(const struct fs_stream *s)
 {
-	return s->txq_head && (s->txq_head->announced || fs_stream_credits(s));
+	return s->txq_head && (s->txq_head->announced || fs_stream_credits(s)) && !fs_stream_cork_holds(s);
 }
 
 /* Sends BYTES at DATA (inside BUF) to S's peer: tagged with TAG if TAGGED,
@@ -199,8 +229,9 @@ void fs_stream_flush(struct fs_engine *e, struct fs_stream *s)
 
 			uint32_t old_limit;
 
-			if (!fs_stream_credits(s))
+			if (!fs_stream_credits(s) || fs_cork_hold(s, buf))
 				break;
+			s->cork_held_ns = 0;
 			old_limit = fs_fill_header(s, buf, s->tx_seq + 1, buf->len);
 			ret = fs_post_msg(s, buf, FS_CLASS_DATA, pull);
 			if (ret == -EAGAIN) {

@@ -46,6 +46,11 @@ static bool fs_engine_settled_as(struct fs_engine *e, bool others_sends)
 	for (struct fs_engine_rail *er = fs_engine_ep_first(e); er; er = fs_engine_ep_next(e, er))
 		if ((others_sends && er->tx_posted) || er->pulls_posted)
 			return false; /* its completion comes without a ring */
+	/* a corked tail (txq.c) goes when its hold is over, which only a
+	 * progress round sees: no deep sleep before */
+	for (struct fs_dlist *n = e->pending.next; n != &e->pending; n = n->next)
+		if (fs_stream_cork_holds(fs_stream_of(n, pending_link)))
+			return false;
 	return !fs_engine_busy(e);
 }
 

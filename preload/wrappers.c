@@ -648,11 +648,17 @@ FS_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 
 FS_EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t len)
 {
-	int ret = FS_REAL(setsockopt)(fd, level, name, val, len);
-	struct fs_sock *s;
+	struct fs_sock *s = fs_sock_get(fd);
+	int ret;
 
-	if (ret == 0 && (s = fs_sock_get(fd))) {
-		fs_core_setsockopt(s, level, name, val, len);
+	if (s && fs_core_setsockopt_kept(s, level, name, val, len)) {
+		fs_sock_put(s);
+		return 0;
+	}
+	ret = FS_REAL(setsockopt)(fd, level, name, val, len);
+	if (s) {
+		if (ret == 0)
+			fs_core_setsockopt(s, level, name, val, len);
 		fs_sock_put(s);
 	}
 	return ret;

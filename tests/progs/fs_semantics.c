@@ -20,6 +20,7 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -788,6 +789,55 @@ static int read_write_client(int fd)
 }
 
 /*
+ * cork: TCP_CORK as nginx's tcp_nopush uses it, and left on. After the
+ * client's 'g', the server corks (getsockopt must say 1), writes 100 and
+ * 100 bytes, uncorks (getsockopt 0): the client gets the 200 bytes. Then
+ * it corks, writes 50 bytes and does not uncork: the kernel sends a corked
+ * partial frame after 200 ms at most, so the client gets them (within the
+ * watchdog's bound) and answers 'a', which the server waits for. The
+ * client reports how long the second part took. (fabsock keeps the cork of
+ * an offloaded stream itself: e2e_semantics checks its cork_kept counter.)
+ */
+static int sem_cork_set(int fd, int on)
+{
+	int value = -1;
+	socklen_t length = sizeof(value);
+
+	if (setsockopt(fd, IPPROTO_TCP, TCP_CORK, &on, sizeof(on)) < 0)
+		return harness_fail("setsockopt(TCP_CORK, %d): %s", on, strerror(errno));
+	if (getsockopt(fd, IPPROTO_TCP, TCP_CORK, &value, &length) < 0)
+		return harness_fail("getsockopt(TCP_CORK): %s", strerror(errno));
+	if (length != sizeof(value) || (value != 0) != (on != 0))
+		return harness_fail("getsockopt(TCP_CORK) after setting %d says %d (length %u)", on, value,
+				    (unsigned)length);
+	return 0;
+}
+
+static int cork_server(int fd)
+{
+	if (harness_expect_byte(fd, 'g') < 0 || sem_cork_set(fd, 1) < 0 || harness_send_pattern(fd, 40, 0, 100) < 0 ||
+	    harness_send_pattern(fd, 40, 100, 100) < 0 || sem_cork_set(fd, 0) < 0)
+		return -1;
+	/* left corked: the bytes go within the kernel's 200 ms all the same */
+	if (sem_cork_set(fd, 1) < 0 || harness_send_pattern(fd, 40, 200, 50) < 0)
+		return -1;
+	return harness_expect_byte(fd, 'a');
+}
+
+static int cork_client(int fd)
+{
+	double start;
+
+	if (harness_send_byte(fd, 'g') < 0 || harness_recv_pattern(fd, 40, 0, 200, "uncorked data") < 0)
+		return -1;
+	start = harness_now_ms();
+	if (harness_recv_pattern(fd, 40, 200, 50, "data left corked") < 0)
+		return -1;
+	harness_info("the 50 bytes left corked came after %.0f ms", harness_now_ms() - start);
+	return harness_finish_client(fd);
+}
+
+/*
  * getpeername: the client's getpeername equals the address it connected to;
  * the server's getpeername equals accept's address and the client's
  * getsockname (sent over as text), and the server's getsockname equals the
@@ -879,6 +929,7 @@ static const struct harness_scenario scenarios[] = {
 	{ "read_write", read_write_server, read_write_client, 0 },
 	{ "getpeername", getpeername_server, getpeername_client, 0 },
 	{ "poll_queued", poll_queued_server, poll_queued_client, 0 },
+	{ "cork", cork_server, cork_client, 0 },
 };
 
 int main(int argc, char **argv)

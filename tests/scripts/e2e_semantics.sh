@@ -6,7 +6,9 @@
 # with the same expectations. fs_semantics holds one semantic each
 # (partial_read, peek, waitall, dontwait, eof_after_data, shutdown_wr,
 # epipe_nosignal, sigpipe, rcvtimeo, sndtimeo, so_error, iov, fionread,
-# peer_kill, peer_kill_rev, read_write, getpeername, poll_queued). A scenario passes when
+# peer_kill, peer_kill_rev, read_write, getpeername, poll_queued, cork: in
+# fabsock mode its server's TCP_CORK settings must be kept by the stream,
+# cork_kept=3). A scenario passes when
 # both processes exit 0, each prints `PASS <scenario>` and no FAIL line; in
 # fabsock mode each process's exit stats line (`fabsock[PID]: warn: stats:
 # offloaded=N ...`) must also show N equal to the `connections=N` it reports,
@@ -255,6 +257,13 @@ run_scenario() { # MODE SCENARIO
 		fi
 		;;
 	esac
+	if [ "$scenario" = cork ] && [ "$mode" = fabsock ]; then
+		# the server's three TCP_CORK settings stayed off the kernel
+		# socket: the stream kept them (and getsockopt said so)
+		local kept
+		kept=$(fs_stat_sum "$dir/server.err" cork_kept)
+		[ "${kept:-0}" = 3 ] || fs_fail "$label: server stats cork_kept=${kept:-none}, expected 3"
+	fi
 	if [ "$scenario" = duplex_reader_first ] && [ "$mode" = fabsock ]; then
 		# the sender met the "yes" with the reader in the kernel and left
 		# the HELLO to it (not refused: offloaded=1 above says the rest)
