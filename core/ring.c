@@ -558,6 +558,16 @@ bool fs_ring_peer_paged(const struct fs_stream *s)
 	return p && p->state == FS_RING_READY && p->page;
 }
 
+bool fs_ring_peer_sleeps(const struct fs_stream *s)
+{
+	const struct fs_ring_peer *p = fs_ring_of(s);
+
+	/* the fence orders our post before the read, as a sleeper's count
+	 * comes before its look (struct fs_ring_page) */
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	return !p || p->state != FS_RING_READY || !p->page || __atomic_load_n(&p->page->sleepers, __ATOMIC_RELAXED);
+}
+
 bool fs_ring_peer(struct fs_stream *s)
 {
 	static const uint64_t one = 1;

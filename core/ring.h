@@ -85,6 +85,11 @@ bool fs_ring_peer(struct fs_stream *s);
  * write). The peer fetched ours when it joined, as we fetched its: taken
  * as the sign that an ARM of ours costs it no more. Engine lock held. */
 bool fs_ring_peer_paged(const struct fs_stream *s);
+/* Whether a thread of S's peer (paged: fs_ring_peer_paged) sleeps where a
+ * ring would wake it, read after a full fence: called after a post, a
+ * false answer means its next sleeper's look finds the message. True when
+ * it cannot tell. Engine lock held. */
+bool fs_ring_peer_sleeps(const struct fs_stream *s);
 /* Writes the rings this thread owes (fs_ring_owed_n of them). No lock
  * needed; called right after the engine lock is dropped. */
 extern __thread unsigned fs_ring_owed_n __attribute__((tls_model("initial-exec")));

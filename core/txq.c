@@ -91,13 +91,23 @@ static int fs_post(struct fs_stream *s, struct fs_buf *buf, const void *data, si
 {
 	struct fs_rail *rail = &s->erail->rail;
 	bool inject = bytes <= rail->inject_size;
-	struct fs_engine *e;
+	struct fs_engine *e = NULL;
+	bool arms_after = false;
 	int ret;
 
 	/* Nobody watches the doorbell (fs_engine_bell_watched): an ARM for
-	 * this stream may be waiting there, and this message must ring. */
-	if (!s->peer_armed && (e = fs_engine_peek()) && !fs_engine_bell_watched(e))
-		fs_bell_take_arms(e);
+	 * this stream may be waiting there, and this message must ring. A
+	 * local peer with a page of sleepers is asked after the post instead:
+	 * an ARM datagram goes before its sender counts itself asleep, so
+	 * with nobody asleep there (a peer that spins: nginx's answers to a
+	 * wrk that has not slept yet) nothing waits for a ring, and the
+	 * doorbell's read, a system call per answer, is saved. */
+	if (!s->peer_armed && (e = fs_engine_peek()) && !fs_engine_bell_watched(e)) {
+		if (fs_ring_peer_paged(s))
+			arms_after = true;
+		else
+			fs_bell_take_arms(e);
+	}
 
 	if (!s->erail->open)
 		return -ECANCELED; /* the rail closed at exit under a still running thread */
@@ -120,6 +130,11 @@ static int fs_post(struct fs_stream *s, struct fs_buf *buf, const void *data, si
 	ret = fs_rail_send(rail, data, bytes, buf->desc, s->peer_addr, tagged, tag, inject, buf);
 	FS_PROV_LEAVE(s->erail);
 	FS_GUARD_LEAVE();
+	if (ret == -EAGAIN && arms_after) {
+		/* (its ARM may be waiting: read it before the ring below) */
+		fs_bell_take_arms(e);
+		arms_after = false;
+	}
 	if (ret == -EAGAIN && s->peer_armed) {
 		/* The provider may need the peer to make progress first (shm
 		 * maps a new peer only when the receiver polls): a peer asleep
@@ -131,6 +146,10 @@ static int fs_post(struct fs_stream *s, struct fs_buf *buf, const void *data, si
 	buf->posted = inject ? 2 : 1;
 	if (!inject)
 		s->erail->tx_posted++;
+	/* (an ARM read now that counts fewer messages than we posted rings at
+	 * once: fs_bell_on_arm) */
+	if (arms_after && !s->peer_armed && fs_ring_peer_sleeps(s))
+		fs_bell_take_arms(e);
 	if (s->peer_armed) {
 		/* the peer sleeps until told; only a message with a header
 		 * disarms the stream there, so a pulled payload's ring names it */
