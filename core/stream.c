@@ -489,11 +489,13 @@ bool fs_stream_set_cork(struct fs_stream *s, bool on, bool kernel)
 	/* a stream that writes the kernel socket (TCP first, on its way back)
 	 * leaves TCP_CORK to the kernel, which needs it there */
 	if (s->state != FS_STREAM_CLOSED && s->hb == FS_HB_NONE && !s->tf_tx_tcp) {
+		/* (cork_kept and corked are read without the lock: getsockopt,
+		 * fs_sock_release) */
 		if (!s->cork_kept) {
 			s->cork_kernel = kernel;
-			s->cork_kept = true;
+			__atomic_store_n(&s->cork_kept, true, __ATOMIC_RELAXED);
 		}
-		s->corked = on;
+		__atomic_store_n(&s->corked, on, __ATOMIC_RELAXED);
 		FS_STAT_INC(cork_kept);
 		if (!on) {
 			/* what the cork held goes now, as the kernel's uncork sends it */
@@ -514,7 +516,8 @@ void fs_stream_cork_to_kernel(struct fs_stream *s, int fd)
 		(void)fs_real.setsockopt(fd, IPPROTO_TCP, TCP_CORK, &on, sizeof(on));
 	}
 	s->cork_kernel = s->cork_kept ? s->corked : s->cork_kernel;
-	s->cork_kept = s->corked = false;
+	__atomic_store_n(&s->cork_kept, false, __ATOMIC_RELAXED);
+	__atomic_store_n(&s->corked, false, __ATOMIC_RELAXED);
 	s->cork_held_ns = 0;
 }
 
