@@ -241,6 +241,9 @@ struct fs_stream {
 	 * answer (header by writev, body by sendfile, between TCP_CORK 1 and 0)
 	 * is one message, not two. cork_kernel: the kernel socket's value. */
 	bool cork_kept, corked, cork_kernel;
+	/* The last send said MSG_MORE: its tail waits as a corked one does,
+	 * until a send without it (or 200 ms, a FIN). Engine lock. */
+	bool more;
 	uint64_t cork_held_ns;
 
 	int app_fd;            /* the application's fd while it is open (exit flush, hand-back) */
@@ -581,7 +584,7 @@ typedef ssize_t (*fs_stream_io_fn)(void *arg, void *buf, size_t len);
 /* Data path, called without the engine lock. DEADLINE_NS 0 = none.
  * NONBLOCK: return -EAGAIN rather than wait. */
 ssize_t fs_stream_send(struct fs_stream *s, const struct iovec *iov, int iovcnt, bool nonblock,
-		       uint64_t deadline_ns, int ctl_fd);
+		       uint64_t deadline_ns, int ctl_fd, bool more);
 /* The application set TCP_CORK to ON on S's socket, whose kernel socket
  * has KERNEL (what the last setsockopt that reached it set): true if S
  * keeps it (the kernel is not told; an uncork sends what it held), false

@@ -221,7 +221,7 @@ static ssize_t fs_sock_send_early(struct fs_sock *s, const struct msghdr *msg, b
 			return FS_PASS;
 		}
 		if (ret == 0 && fs_sock_state(s) == FS_SOCK_CLIENT_HELLO_SENT)
-			ret = fs_stream_send(s->stream, msg->msg_iov, (int)msg->msg_iovlen, true, 0, s->fd);
+			ret = fs_stream_send(s->stream, msg->msg_iov, (int)msg->msg_iovlen, true, 0, s->fd, false);
 		if (ret == FS_TCP_FIRST) /* the ACK came and said TCP first (tcpfirst.h) */
 			ret = fs_tcpfirst_kernel_send(s->stream, s->fd, msg, 0, true);
 		if (ret > 0 || ret == -EAGAIN)
@@ -320,7 +320,7 @@ ssize_t fs_core_sendmsg(struct fs_sock *s, const struct msghdr *msg, int flags)
 		ret = -EPIPE;
 	else
 		ret = fs_stream_send(s->stream, msg->msg_iov, (int)msg->msg_iovlen, nonblock, fs_deadline(s->sndtimeo_ns),
-				     s->fd);
+				     s->fd, (flags & MSG_MORE) != 0);
 	if (ret == FS_TCP_FIRST) /* the writer is on TCP still (tcpfirst.h) */
 		ret = fs_tcpfirst_kernel_send(s->stream, s->fd, msg, flags, nonblock);
 	ret = fs_tcp_pass(ret);

@@ -352,7 +352,8 @@ static bool fs_send_ready_tcp(struct fs_stream *s, void *arg)
 /* fs_stream_send (SOURCE NULL: the iovec's TOTAL bytes) and
  * fs_stream_send_from (at most TOTAL bytes from SOURCE), one loop. */
 static ssize_t fs_stream_send_any(struct fs_stream *s, const struct iovec *iov, int iovcnt, size_t total,
-				  fs_stream_io_fn source, void *arg, bool nonblock, uint64_t deadline_ns, int ctl_fd)
+				  fs_stream_io_fn source, void *arg, bool nonblock, uint64_t deadline_ns, int ctl_fd,
+				  bool more)
 {
 	struct fs_engine *e = fs_engine_peek();
 	size_t done = 0;
@@ -369,6 +370,13 @@ static ssize_t fs_stream_send_any(struct fs_stream *s, const struct iovec *iov, 
 	}
 	s->users++;
 	had_queue = s->txq_head != NULL;
+	/* MSG_MORE: this send's tail waits for the next send, as under
+	 * TCP_CORK (txq.c); a send without it lets what waited go */
+	if (more && !s->more)
+		FS_STAT_INC(more_held);
+	s->more = more;
+	if (!more)
+		s->cork_held_ns = s->corked ? s->cork_held_ns : 0;
 	/* After the peer's FIN, writing is only legal if it merely shut down
 	 * its sending side: a closed control connection says it closed. */
 	if (s->peer_fin && !s->peer_gone)
@@ -518,14 +526,15 @@ void fs_stream_cork_to_kernel(struct fs_stream *s, int fd)
 	s->cork_kernel = s->cork_kept ? s->corked : s->cork_kernel;
 	__atomic_store_n(&s->cork_kept, false, __ATOMIC_RELAXED);
 	__atomic_store_n(&s->corked, false, __ATOMIC_RELAXED);
+	s->more = false;
 	s->cork_held_ns = 0;
 }
 
 ssize_t fs_stream_send(struct fs_stream *s, const struct iovec *iov, int iovcnt, bool nonblock,
-		       uint64_t deadline_ns, int ctl_fd)
+		       uint64_t deadline_ns, int ctl_fd, bool more)
 {
 	return fs_stream_send_any(s, iov, iovcnt, fs_iov_total(iov, iovcnt), NULL, NULL, nonblock, deadline_ns,
-				  ctl_fd);
+				  ctl_fd, more);
 }
 
 ssize_t fs_stream_send_from(struct fs_stream *s, fs_stream_io_fn source, void *arg, size_t total, bool nonblock,
@@ -533,7 +542,7 @@ ssize_t fs_stream_send_from(struct fs_stream *s, fs_stream_io_fn source, void *a
 {
 	if (!total)
 		return 0;
-	return fs_stream_send_any(s, NULL, 0, total, source, arg, nonblock, deadline_ns, ctl_fd);
+	return fs_stream_send_any(s, NULL, 0, total, source, arg, nonblock, deadline_ns, ctl_fd, false);
 }
 
 /* ---- receive ----------------------------------------------------------- */

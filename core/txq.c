@@ -51,7 +51,7 @@ static unsigned fs_stream_credits(const struct fs_stream *s)
 
 static bool fs_cork_tail(const struct fs_stream *s, const struct fs_buf *buf)
 {
-	return s->corked && buf == s->txq_tail && buf->kind == FS_MSG_DATA && !buf->announced &&
+	return (s->corked || s->more) && buf == s->txq_tail && buf->kind == FS_MSG_DATA && !buf->announced &&
 	       buf->len < s->peer_chunk;
 }
 

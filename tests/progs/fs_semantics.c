@@ -838,6 +838,48 @@ static int cork_client(int fd)
 }
 
 /*
+ * msg_more: MSG_MORE as TCP_CORK for one call. After the client's 'g', the
+ * server sends 100 bytes with MSG_MORE and 100 without: the client gets the
+ * 200. Then 50 bytes with MSG_MORE and nothing after: they arrive all the
+ * same (the kernel sends them within about 200 ms) and the client answers
+ * 'a'. (fabsock holds the tail of an offloaded stream's MSG_MORE send:
+ * e2e_semantics checks its more_held counter.)
+ */
+static int sem_send_more(int fd, uint64_t from, size_t length, int flags)
+{
+	unsigned char data[128];
+	ssize_t result;
+
+	harness_pattern_fill(41, from, data, length);
+	result = send(fd, data, length, flags | MSG_NOSIGNAL);
+	if (result != (ssize_t)length)
+		return harness_fail("send(%zu bytes, flags 0x%x) returned %zd: %s", length, flags, result,
+				    result < 0 ? strerror(errno) : "short");
+	return 0;
+}
+
+static int msg_more_server(int fd)
+{
+	if (harness_expect_byte(fd, 'g') < 0 || sem_send_more(fd, 0, 100, MSG_MORE) < 0 || sem_send_more(fd, 100, 100, 0) < 0 ||
+	    sem_send_more(fd, 200, 50, MSG_MORE) < 0)
+		return -1;
+	return harness_expect_byte(fd, 'a');
+}
+
+static int msg_more_client(int fd)
+{
+	double start;
+
+	if (harness_send_byte(fd, 'g') < 0 || harness_recv_pattern(fd, 41, 0, 200, "data after MSG_MORE") < 0)
+		return -1;
+	start = harness_now_ms();
+	if (harness_recv_pattern(fd, 41, 200, 50, "data sent with MSG_MORE last") < 0)
+		return -1;
+	harness_info("the 50 bytes sent with MSG_MORE last came after %.0f ms", harness_now_ms() - start);
+	return harness_finish_client(fd);
+}
+
+/*
  * getpeername: the client's getpeername equals the address it connected to;
  * the server's getpeername equals accept's address and the client's
  * getsockname (sent over as text), and the server's getsockname equals the
@@ -930,6 +972,7 @@ static const struct harness_scenario scenarios[] = {
 	{ "getpeername", getpeername_server, getpeername_client, 0 },
 	{ "poll_queued", poll_queued_server, poll_queued_client, 0 },
 	{ "cork", cork_server, cork_client, 0 },
+	{ "msg_more", msg_more_server, msg_more_client, 0 },
 };
 
 int main(int argc, char **argv)

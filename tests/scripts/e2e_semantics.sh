@@ -6,9 +6,10 @@
 # with the same expectations. fs_semantics holds one semantic each
 # (partial_read, peek, waitall, dontwait, eof_after_data, shutdown_wr,
 # epipe_nosignal, sigpipe, rcvtimeo, sndtimeo, so_error, iov, fionread,
-# peer_kill, peer_kill_rev, read_write, getpeername, poll_queued, cork: in
-# fabsock mode its server's TCP_CORK settings must be kept by the stream,
-# cork_kept=3). A scenario passes when
+# peer_kill, peer_kill_rev, read_write, getpeername, poll_queued, cork,
+# msg_more; in fabsock mode cork's server must have kept its three TCP_CORK
+# settings, cork_kept=3, and msg_more's held its two MSG_MORE sends,
+# more_held=2). A scenario passes when
 # both processes exit 0, each prints `PASS <scenario>` and no FAIL line; in
 # fabsock mode each process's exit stats line (`fabsock[PID]: warn: stats:
 # offloaded=N ...`) must also show N equal to the `connections=N` it reports,
@@ -263,6 +264,12 @@ run_scenario() { # MODE SCENARIO
 		local kept
 		kept=$(fs_stat_sum "$dir/server.err" cork_kept)
 		[ "${kept:-0}" = 3 ] || fs_fail "$label: server stats cork_kept=${kept:-none}, expected 3"
+	fi
+	if [ "$scenario" = msg_more ] && [ "$mode" = fabsock ]; then
+		# both MSG_MORE sends held their tail for the next send
+		local held
+		held=$(fs_stat_sum "$dir/server.err" more_held)
+		[ "${held:-0}" = 2 ] || fs_fail "$label: server stats more_held=${held:-none}, expected 2"
 	fi
 	if [ "$scenario" = duplex_reader_first ] && [ "$mode" = fabsock ]; then
 		# the sender met the "yes" with the reader in the kernel and left

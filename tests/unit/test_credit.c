@@ -178,7 +178,7 @@ static ssize_t flow_send(struct test_flow *f, size_t len)
 	pattern_fill(io_buf, len, f->key, f->sent);
 	iov.iov_base = io_buf;
 	iov.iov_len = len;
-	n = fs_stream_send(f->tx, &iov, 1, true, 0, -1);
+	n = fs_stream_send(f->tx, &iov, 1, true, 0, -1, false);
 	if (n > 0) {
 		f->sum_sent = fnv1a(f->sum_sent, io_buf, (size_t)n);
 		f->sent += (uint64_t)n;
@@ -492,7 +492,7 @@ static void *writer_main(void *arg)
 		ssize_t n;
 
 		pattern_fill(buf, len, w->flow->key, w->flow->sent);
-		n = fs_stream_send(w->flow->tx, &iov, 1, false, w->deadline_ns, -1);
+		n = fs_stream_send(w->flow->tx, &iov, 1, false, w->deadline_ns, -1, false);
 		if (n <= 0)
 			break;
 		pthread_mutex_lock(w->lock);
@@ -619,8 +619,8 @@ static void test_shutdown(struct fs_stream *a, struct fs_stream *b, uint64_t key
 	CHECK(flow_send(&ab, 5) == 5);
 	CHECK(fs_stream_shutdown_wr(a) == 0);
 	CHECK(fs_stream_shutdown_wr(a) == 0); /* twice is harmless */
-	CHECK(fs_stream_send(a, &iov, 1, true, 0, -1) == -EPIPE);
-	CHECK(fs_stream_send(a, &iov, 1, false, 0, -1) == -EPIPE);
+	CHECK(fs_stream_send(a, &iov, 1, true, 0, -1, false) == -EPIPE);
+	CHECK(fs_stream_send(a, &iov, 1, false, 0, -1, false) == -EPIPE);
 
 	flow_drain(&ab, 70005);
 	CHECK(ab.mismatches == 0);
@@ -672,7 +672,7 @@ static void test_wrong_token(struct fs_stream *b)
 	CHECK(stranger && ret == 0);
 	if (!stranger || ret)
 		return;
-	CHECK(fs_stream_send(stranger, &iov, 1, true, 0, -1) == (ssize_t)sizeof(bytes));
+	CHECK(fs_stream_send(stranger, &iov, 1, true, 0, -1, false) == (ssize_t)sizeof(bytes));
 	settle();
 	CHECK(stat_now(&fs_stats.msgs_dropped) == dropped + 1);
 	CHECK(stat_now(&fs_stats.fabric_rx_bytes) == rx);
@@ -1255,7 +1255,7 @@ static void test_close_unread(struct fs_stream *a, struct fs_stream *b)
 	bool gone = false;
 
 	for (int i = 0; i < 3; i++)
-		CHECK(fs_stream_send(a, &iov, 1, true, 0, -1) == (ssize_t)sizeof(big));
+		CHECK(fs_stream_send(a, &iov, 1, true, 0, -1, false) == (ssize_t)sizeof(big));
 	payload_abandoned += 3 * sizeof(big);
 	/* The announcements arrive under one hold of the engine lock, and the
 	 * stale marks are set apart from the stream's counts: the service
