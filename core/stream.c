@@ -369,7 +369,8 @@ static ssize_t fs_stream_send_any(struct fs_stream *s, const struct iovec *iov, 
 		return -EBADF;
 	}
 	s->users++;
-	had_queue = s->txq_head != NULL;
+	/* (a held corked tail is no queue the service thread was told of) */
+	had_queue = s->txq_head != NULL && !fs_stream_cork_holds(s);
 	/* MSG_MORE: this send's tail waits for the next send, as under
 	 * TCP_CORK (txq.c); a send without it lets what waited go */
 	if (more && !s->more)
@@ -489,7 +490,7 @@ static ssize_t fs_stream_send_any(struct fs_stream *s, const struct iovec *iov, 
 bool fs_stream_set_cork(struct fs_stream *s, bool on, bool kernel)
 {
 	struct fs_engine *e = fs_engine_peek();
-	bool kept = false;
+	bool kept = false, kick = false;
 
 	if (!e)
 		return false;
@@ -497,6 +498,8 @@ bool fs_stream_set_cork(struct fs_stream *s, bool on, bool kernel)
 	/* a stream that writes the kernel socket (TCP first, on its way back)
 	 * leaves TCP_CORK to the kernel, which needs it there */
 	if (s->state != FS_STREAM_CLOSED && s->hb == FS_HB_NONE && !s->tf_tx_tcp) {
+		bool held = fs_stream_cork_holds(s);
+
 		/* (cork_kept and corked are read without the lock: getsockopt,
 		 * fs_sock_release) */
 		if (!s->cork_kept) {
@@ -506,13 +509,18 @@ bool fs_stream_set_cork(struct fs_stream *s, bool on, bool kernel)
 		__atomic_store_n(&s->corked, on, __ATOMIC_RELAXED);
 		FS_STAT_INC(cork_kept);
 		if (!on) {
-			/* what the cork held goes now, as the kernel's uncork sends it */
+			/* what the cork held goes now, as the kernel's uncork sends
+			 * it; what waits for credit then is a queue that starts,
+			 * for the service thread as after a send */
 			s->cork_held_ns = 0;
 			fs_stream_flush(e, s);
+			kick = held && s->txq_head;
 		}
 		kept = true;
 	}
 	fs_engine_unlock(e);
+	if (kick)
+		fs_service_kick();
 	return kept;
 }
 
