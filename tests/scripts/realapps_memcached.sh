@@ -136,7 +136,12 @@ mc_slap() {
 	# after the set run's load (memcached -m 256 evicts none of them)
 	if [ "$rc" -ne 0 ] || [ -z "$keys" ] || [ "$keys" -ne $((8 * SLAP_N)) ]; then
 		fs_fail "$RA_CASE $mode: memcslap -t $t -c 8 -e $SLAP_N: exit status $rc after ${SECONDS}s, ${keys:-no} keys in ${secs:-?} s"
-		grep -v ': stats:' "$out.err" "$out" | tail -n 4 | sed 's/^/    /' >&2 || true
+		# memcslap's own errors (which key, which call), then fabsock's
+		# log of the clients (warnings, and its stats at exit: a stalled
+		# connection shows in what was waited for and rung)
+		grep -v ': stats:' "$out.err" | head -n 8 | sed 's/^/    /' >&2 || true
+		tail -n 2 "$out" | sed 's/^/    /' >&2 || true
+		[ "$mode" = kernel ] || tail -n 12 "$RA_DIR/memcslap.$mode.log" 2>/dev/null | cut -c1-2000 | sed 's/^/    /' >&2 || true
 		return 1
 	fi
 	fs_pass "$RA_CASE $mode: memcslap -t $t -c 8: $keys keys in $secs s, $ops ops/s"
