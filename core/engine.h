@@ -445,13 +445,25 @@ void fs_stream_sleep_begin(struct fs_engine *e, struct fs_stream *s);
 void fs_stream_sleep_end(struct fs_engine *e, struct fs_stream *s);
 
 /* True in a child that shares its parent's memory until it execs or exits
- * (vfork, posix_spawn, clone with CLONE_VM): everything fabsock keeps is the
- * parent's there, while the descriptor table is the child's own copy, so a
- * close() or dup2() in it must not touch fabsock's state (Python's
- * subprocess closes every fd above 2 in such a child). One getpid() system
- * call: for the calls that create, close or duplicate descriptors only. */
+ * (vfork, clone with CLONE_VM): everything fabsock keeps is the parent's
+ * there, while the descriptor table is the child's own copy, so a close()
+ * or dup2() in it must not touch fabsock's state (Python's subprocess
+ * closes every fd above 2 in such a child). True as well in a forked child
+ * whose fork handlers have not run (or never run: _Fork), whose pid cache
+ * is still its parent's (sock.c, fs_core_atfork_child). Asked by the calls
+ * that create, close or duplicate descriptors only. One getpid() system
+ * call, made only where the answer may be yes: in a process that called
+ * vfork() or clone() (fs_vfork_seen, set by their wrappers before the child
+ * exists, so the child sees it), or where the pid cache is not known to be
+ * this process's (fs_pid_mark). A server's every close() paid it before.
+ * glibc's posix_spawn, system and popen run no interposed call in their
+ * child. */
 static inline bool fs_vfork_child(void)
 {
+	const unsigned char *mark = __atomic_load_n(&fs_pid_mark, __ATOMIC_ACQUIRE);
+
+	if (!__atomic_load_n(&fs_vfork_seen, __ATOMIC_RELAXED) && mark && __atomic_load_n(mark, __ATOMIC_ACQUIRE))
+		return false;
 	return getpid() != fs_self_pid();
 }
 

@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -18,13 +19,32 @@ __thread int fs_guard_depth __attribute__((tls_model("initial-exec")));
 __thread int fs_fresh_region __attribute__((tls_model("initial-exec")));
 
 pid_t fs_pid_cache;
+bool fs_vfork_seen; /* set by the vfork and clone wrappers (preload/vfork.c) */
+const unsigned char *fs_pid_mark;
 
 /* Called by fs_core_init and first thing in a forked child: the cache is
  * never 0 after start-up, so a vfork child (which runs no fork handlers and
- * shares this memory with its parent) never writes its own pid into it. */
+ * shares this memory with its parent) never writes its own pid into it.
+ * The mark (util.h) says the cache is this process's; its page is wiped
+ * in every child the kernel forks, before that child runs. */
 void fs_self_pid_refresh(void)
 {
+	static unsigned char *mark;
+
 	__atomic_store_n(&fs_pid_cache, getpid(), __ATOMIC_RELAXED);
+	if (!mark) {
+		void *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+		if (page == MAP_FAILED)
+			return;
+		if (madvise(page, 4096, MADV_WIPEONFORK)) {
+			munmap(page, 4096); /* a kernel before 4.14: getpid() every time */
+			return;
+		}
+		mark = page;
+	}
+	__atomic_store_n(mark, 1, __ATOMIC_RELEASE);
+	__atomic_store_n(&fs_pid_mark, mark, __ATOMIC_RELEASE);
 }
 
 pid_t fs_self_pid_slow(void)

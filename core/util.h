@@ -55,6 +55,15 @@ int fs_thread_start(void *(*fn)(void *), size_t stack);
  * cached at start-up and renewed in the child at fork (fs_self_pid_refresh).
  * A vfork child (no fork handlers run) sees its parent's pid here. */
 extern pid_t fs_pid_cache;
+/* The process called vfork() or clone() (their wrappers, preload/vfork.c):
+ * a child sharing its memory may exist (engine.h, fs_vfork_child). */
+extern bool fs_vfork_seen;
+/* Nonzero where fs_pid_cache is this process's: a byte on a page the kernel
+ * wipes in every forked child (MADV_WIPEONFORK) before it runs, set again
+ * by fs_self_pid_refresh (the child's fork handler). A child of fork()
+ * before its handlers ran, or of _Fork() (none run), reads 0 there. NULL
+ * before start-up or without MADV_WIPEONFORK: unknown. */
+extern const unsigned char *fs_pid_mark;
 pid_t fs_self_pid_slow(void);
 void fs_self_pid_refresh(void);
 static inline pid_t fs_self_pid(void)

@@ -57,8 +57,8 @@ duplocale __duplocale	locales
 sigsetmask __sigsetjmp	signal masks and setjmp: no handler is installed
 # Processes
 posix_spawnattr_* posix_spawn_file_actions_*	only describe a posix_spawn (interposed: what survives into the child is settled there); they touch no descriptor
-vfork __vfork	the child shares the parent's memory and may only exec or _exit (both interposed; fs_core_hands_off knows a vfork child)
-clone __clone	raw clone with a caller's stack and function: no fabsock code may run in such a child; glibc's own uses (posix_spawn, system) are covered where they matter
+__vfork	glibc's own name of vfork, left alone: programs call vfork, which is interposed (in assembly: preload/vfork.c)
+__clone	glibc's own name of clone, left alone: programs call clone, which is interposed (in assembly: preload/vfork.c); glibc's posix_spawn, system and popen reach neither, and their child runs no interposed call
 system popen	run /bin/sh through posix_spawn inside libc; descriptors the caller left without O_CLOEXEC stay the caller's: the shell never reads the application's sockets
 daemon	forks inside libc at start-up, before a program has connections; the parent _exits at once
 execveat	known gap: exec by directory fd (no user on this system; fexecve is interposed)
