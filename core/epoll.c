@@ -7,15 +7,24 @@
  * socket: the application's events and epoll_data, and the ONESHOT and
  * edge-triggered state. The socket's kernel fd stays in the kernel set,
  * tagged with the member (not the application's data):
- *  - while the socket is still negotiating (or not yet connected), with
- *    the application's events: the kernel's answers are right for it then,
- *    and the bytes that arrive (a HELLO, an ACK, plain data) are what
- *    settles it;
+ *  - while the socket is not yet connected (added before connect(), as
+ *    nginx adds its upstream connections), with the application's own
+ *    events and data (FS_EP_REG_APP_OWN), as if fabsock had never seen
+ *    it: its events go to the application as the kernel gives them, and
+ *    one that stays on TCP costs no system call of ours (the tagged entry
+ *    cost a MOD once plain, or a DEL at close). A connect() that may
+ *    negotiate takes the tag first (fs_epoll_sock_negotiates);
+ *  - while the socket is still negotiating, with the application's events
+ *    under our tag: the kernel's answers are right for it then, and the
+ *    bytes that arrive (a HELLO, an ACK, plain data) are what settles it;
  *  - once offloaded, with EPOLLIN | EPOLLRDHUP edge-triggered only, so the
  *    control connection's EOF (the peer closed or died) still wakes us;
  *  - once left to the kernel, with the application's events and data, as
  *    if fabsock had never seen it; the member goes away.
- * Those moves happen lazily, at the next epoll_wait.
+ * Those moves happen lazily, at the next epoll_wait. A server's connection
+ * closed after it settled as TCP and before that (nginx's connection per
+ * request) leaves its tagged entry to the kernel, which drops it with the
+ * file, when no other descriptor can hold the file (fs_member_close_alone).
  *
  * An offloaded member the application takes out (EPOLL_CTL_DEL) is parked,
  * not freed: off every list, its kernel entry (the control connection's)
@@ -370,6 +379,39 @@ void fs_epoll_closed(int epfd)
 
 static void fs_member_drop(struct fs_epoll *fe, struct fs_ep_member *m);
 
+/* Whether the close of M's fd may leave M's kernel entry to the kernel
+ * (no EPOLL_CTL_DEL): the kernel drops an entry with its file's last
+ * descriptor. M's socket is one fabsock let go of (settled as TCP), which
+ * holds no descriptor of the file besides the application's (no close in
+ * the background, no private duplicate), and
+ * - its entry is the application's own (FS_EP_REG_APP_OWN): kept while
+ *   another descriptor holds the file, with the application's data,
+ *   exactly as without fabsock; or
+ * - it carries our tag for the application's events (a server's
+ *   connection that settled as TCP at its first receive: nginx closes it
+ *   before its next epoll_wait would make the entry its own), and the
+ *   closing descriptor is the file's only one: the socket's only fd in
+ *   this process, made after the last moment another process could have
+ *   come to hold one (fs_fds_spread: a fork, a spawn, SCM_RIGHTS, a
+ *   duplicate fabsock did not count). A tag left in the kernel would name
+ *   nobody (its events dropped, a level-triggered one returned at every
+ *   wait).
+ * fe->lock held. */
+static bool fs_member_close_alone(const struct fs_ep_member *m)
+{
+	enum fs_sock_state st;
+
+	if (!m->s || m->parked || !fs_params.epoll_own)
+		return false;
+	st = fs_sock_state(m->s);
+	if ((st != FS_SOCK_KERNEL && st != FS_SOCK_SERVER_PLAIN) || m->s->fd_private)
+		return false;
+	if (m->reg == FS_EP_REG_APP_OWN)
+		return true;
+	return m->reg == FS_EP_REG_APP_EVENTS && m->s->n_app_fds <= 1 &&
+	       m->s->fds_spread == __atomic_load_n(&fs_fds_spread, __ATOMIC_SEQ_CST);
+}
+
 /* The application is about to close FD, one of S's fds (S NULL: FD is a
  * nested epoll instance). Takes it out of
  * every epoll instance now, while the fd still names the socket: the
@@ -388,8 +430,49 @@ void fs_epoll_fd_closing(struct fs_sock *s, int fd)
 			    !__atomic_load_n(&fe->parked, __ATOMIC_ACQUIRE)))
 			continue;
 		fs_lock(&fe->lock);
-		while ((m = fs_member_find(fe, fd, s)))
-			fs_member_drop(fe, m);
+		while ((m = fs_member_find(fe, fd, s))) {
+			if (fs_member_close_alone(m))
+				fs_member_free(fe, m);
+			else
+				fs_member_drop(fe, m);
+		}
+		pthread_mutex_unlock(&fe->lock);
+	}
+}
+
+static int fs_kernel_ctl(struct fs_epoll *fe, int op, struct fs_ep_member *m, uint32_t events, bool app_data);
+static uint32_t fs_member_kernel_events(struct fs_ep_member *m, enum fs_ep_reg reg);
+
+/* (epoll.h) Each member of S that kept the application's own entry takes
+ * our tag with the application's events: the kernel's MOD reports again
+ * what is there. */
+void fs_epoll_sock_negotiates(struct fs_sock *s)
+{
+	int hi = __atomic_load_n(&fs_ept_hi, __ATOMIC_ACQUIRE);
+	int fds[4];
+	unsigned n = 0;
+
+	if (!__atomic_load_n(&s->ep_members, __ATOMIC_ACQUIRE))
+		return;
+	fs_lock(&s->lock);
+	for (unsigned i = 0; i < s->n_app_fds && n < 4; i++)
+		if (s->app_fds[i] >= 0)
+			fds[n++] = s->app_fds[i];
+	pthread_mutex_unlock(&s->lock);
+	for (int epfd = 0; epfd <= hi; epfd++) {
+		struct fs_epoll *fe = fs_epoll_peek(epfd);
+
+		if (!fe || !__atomic_load_n(&fe->members, __ATOMIC_ACQUIRE))
+			continue;
+		fs_lock(&fe->lock);
+		for (unsigned i = 0; i < n; i++) {
+			struct fs_ep_member *m = fs_member_find(fe, fds[i], s);
+
+			if (m && m->reg == FS_EP_REG_APP_OWN && !m->parked) {
+				m->reg = FS_EP_REG_APP_EVENTS;
+				fs_kernel_ctl(fe, EPOLL_CTL_MOD, m, fs_member_kernel_events(m, m->reg), false);
+			}
+		}
 		pthread_mutex_unlock(&fe->lock);
 	}
 }
@@ -406,6 +489,15 @@ bool fs_epoll_has_members(int epfd)
 	return fe && __atomic_load_n(&fe->members, __ATOMIC_ACQUIRE) != NULL;
 }
 
+/* Whether S's member may keep the application's own kernel entry with
+ * EVENTS (FS_EP_REG_APP_OWN): S is a kernel socket not yet connected, for
+ * which the kernel's answers are right. An EXCLUSIVE entry cannot be
+ * modified, which a negotiation would need. */
+static bool fs_member_own_ok(struct fs_sock *s, uint32_t events)
+{
+	return fs_sock_state(s) == FS_SOCK_FRESH && !(events & EPOLLEXCLUSIVE);
+}
+
 static int fs_kernel_ctl(struct fs_epoll *fe, int op, struct fs_ep_member *m, uint32_t events, bool app_data)
 {
 	struct epoll_event ev = { .events = events };
@@ -420,13 +512,24 @@ static int fs_kernel_ctl(struct fs_epoll *fe, int op, struct fs_ep_member *m, ui
 /* What the kernel set should watch for a member in its current state. */
 static enum fs_ep_reg fs_member_wanted_reg(struct fs_ep_member *m)
 {
+	enum fs_sock_state st;
+
 	if (!m->s)
 		return FS_EP_REG_APP_EVENTS; /* nested instance: the kernel's answer counts too */
-	return fs_sock_state(m->s) == FS_SOCK_OFFLOADED ? FS_EP_REG_CONTROL : FS_EP_REG_APP_EVENTS;
+	st = fs_sock_state(m->s);
+	if (st == FS_SOCK_OFFLOADED)
+		return FS_EP_REG_CONTROL;
+	/* the application's own entry stays while the socket is what it was
+	 * made for (never taken anew: fs_member_add decides) */
+	if (m->reg == FS_EP_REG_APP_OWN && fs_member_own_ok(m->s, m->events))
+		return FS_EP_REG_APP_OWN;
+	return FS_EP_REG_APP_EVENTS;
 }
 
 static uint32_t fs_member_kernel_events(struct fs_ep_member *m, enum fs_ep_reg reg)
 {
+	if (reg == FS_EP_REG_APP_OWN)
+		return m->events; /* exactly the application's (never EXCLUSIVE: fs_member_own_ok) */
 	if (reg == FS_EP_REG_CONTROL)
 		/* (TCP first: a writer on the kernel socket waits for its room,
 		 * whose edges the kernel reports; after the switch none come) */
@@ -479,6 +582,11 @@ bool fs_member_fixup(struct fs_epoll *fe, struct fs_ep_member *m)
 		}
 	}
 	if (st == FS_SOCK_KERNEL || st == FS_SOCK_SERVER_PLAIN || st == FS_SOCK_LISTENING) {
+		if (m->reg == FS_EP_REG_APP_OWN) {
+			/* the entry is the application's already */
+			fs_member_free(fe, m);
+			return false;
+		}
 		/* plain kernel socket from now on: the application's own entry,
 		 * its events and data exactly (a readiness the kernel already
 		 * has is reported again: EPOLL_CTL_MOD looks at the file). An
@@ -495,6 +603,7 @@ bool fs_member_fixup(struct fs_epoll *fe, struct fs_ep_member *m)
 	}
 	want = fs_member_wanted_reg(m);
 	if (want != m->reg) {
+		/* (never to APP_OWN: only fs_member_add makes one) */
 		fs_kernel_ctl(fe, EPOLL_CTL_MOD, m, fs_member_kernel_events(m, want), false);
 		m->reg = want;
 	}
@@ -620,9 +729,25 @@ void fs_epoll_left_closing(int fd)
 	fs_epoll_fd_closing(s, fd);
 }
 
+/* Whether a new member of S may have the application's own kernel entry
+ * (FS_EP_REG_APP_OWN; fs_member_own_ok checks its events): S is not yet
+ * connected. (Not a server's connection waiting for its client's first
+ * bytes, though the kernel's answers are right for it too: a probe answered
+ * after the ADD makes those bytes a HELLO, which would reach the
+ * application untranslated, and its receive, taking the HELLO, would
+ * return EAGAIN on a socket just reported readable: a Python selectors
+ * server raised BlockingIOError, e2e_pending_wait. Its tagged entry goes
+ * at the close with no system call where nothing else holds the file:
+ * fs_member_close_alone.) */
+static bool fs_member_add_own(struct fs_sock *s)
+{
+	return fs_params.epoll_own && fs_sock_state(s) == FS_SOCK_FRESH;
+}
+
 /* Adds a member for FD (a fabsock socket S, or a nested epoll instance when
- * S is NULL) to FE and to its kernel set, or takes back a parked one. */
-static int fs_member_add(struct fs_epoll *fe, int fd, struct fs_sock *s, const struct epoll_event *event)
+ * S is NULL) to FE and to its kernel set, or takes back a parked one. OWN:
+ * its kernel entry may be the application's own (fs_member_add_own). */
+static int fs_member_add(struct fs_epoll *fe, int fd, struct fs_sock *s, const struct epoll_event *event, bool own)
 {
 	struct fs_ep_member *m;
 	int ret;
@@ -640,8 +765,8 @@ static int fs_member_add(struct fs_epoll *fe, int fd, struct fs_sock *s, const s
 	m->inner_epfd = s ? -1 : fd;
 	m->events = event->events;
 	m->data = event->data;
-	m->reg = fs_member_wanted_reg(m);
-	if (fs_kernel_ctl(fe, EPOLL_CTL_ADD, m, fs_member_kernel_events(m, m->reg), false)) {
+	m->reg = own && fs_member_own_ok(s, m->events) ? FS_EP_REG_APP_OWN : fs_member_wanted_reg(m);
+	if (fs_kernel_ctl(fe, EPOLL_CTL_ADD, m, fs_member_kernel_events(m, m->reg), m->reg == FS_EP_REG_APP_OWN)) {
 		ret = -errno;
 		pthread_mutex_unlock(&fe->lock);
 		fs_member_release(m);
@@ -813,7 +938,7 @@ int fs_epoll_ctl_nested(int epfd, int op, int fd, struct epoll_event *event)
 	fe = fs_epoll_get_or_make(epfd);
 	if (!fe || !inner)
 		return FS_PASS;
-	return fs_member_add(fe, fd, NULL, event);
+	return fs_member_add(fe, fd, NULL, event, false);
 }
 
 int fs_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event, struct fs_sock *s)
@@ -832,7 +957,7 @@ int fs_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event, struct fs_
 		fe = fs_epoll_get_or_make(epfd);
 		if (!fe)
 			return FS_PASS;
-		return fs_member_add(fe, fd, s, event);
+		return fs_member_add(fe, fd, s, event, fs_member_add_own(s));
 	}
 
 	fe = fs_epoll_peek(epfd);
@@ -873,8 +998,11 @@ int fs_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event, struct fs_
 			/* an offloaded member's kernel entry watches the control
 			 * connection only, whatever the application asks for: it
 			 * does not change, so spare the system call */
+			if (m->reg == FS_EP_REG_APP_OWN && !fs_member_own_ok(s, m->events))
+				m->reg = FS_EP_REG_APP_EVENTS; /* under our tag from now on */
 			if (m->reg != FS_EP_REG_CONTROL &&
-			    fs_kernel_ctl(fe, EPOLL_CTL_MOD, m, fs_member_kernel_events(m, m->reg), false))
+			    fs_kernel_ctl(fe, EPOLL_CTL_MOD, m, fs_member_kernel_events(m, m->reg),
+					  m->reg == FS_EP_REG_APP_OWN))
 				ret = -errno;
 		}
 	} else {

@@ -39,6 +39,11 @@ bool fs_epoll_is_instance(int fd);
 int fs_epoll_ctl_nested(int epfd, int op, int fd, struct epoll_event *event);
 /* FD, one of S's fds, is about to be closed (or replaced by dup2). */
 void fs_epoll_fd_closing(struct fs_sock *s, int fd);
+/* S's connect() may negotiate (called before the kernel's connect, S's
+ * lock not held): its members that kept the application's own kernel
+ * entry take our tag now, before the connection's events could reach the
+ * application untranslated. */
+void fs_epoll_sock_negotiates(struct fs_sock *s);
 /* The application closed EPFD. */
 void fs_epoll_closed(int epfd);
 /* fabsock lets go of S (fs_sock_release; S's lock held): if epoll member

@@ -23,7 +23,14 @@
 
 #define FS_EP_BATCH 64
 
-enum fs_ep_reg { FS_EP_REG_APP_EVENTS = 1, FS_EP_REG_CONTROL = 2 };
+/* What a member's kernel entry holds (epoll.c, at the top):
+ * APP_OWN: the application's events and data exactly, as without fabsock
+ *   (a socket not yet connected, a plain kernel socket until connect()
+ *   decides); its events go to the application untranslated, and it needs
+ *   no system call when the socket stays on TCP;
+ * APP_EVENTS: the application's events under our tag (negotiating);
+ * CONTROL: our tag, the control connection's EOF only (offloaded). */
+enum fs_ep_reg { FS_EP_REG_APP_EVENTS = 1, FS_EP_REG_CONTROL = 2, FS_EP_REG_APP_OWN = 3 };
 
 struct fs_ep_member {
 	/* index, gen and fe come first: fs_member_alloc clears what follows */

@@ -122,6 +122,7 @@ static struct fs_sock *fs_sock_alloc(int fd, int family)
 	s->n_app_fds = 1;
 	s->family = family;
 	s->pid = fs_self_pid();
+	s->fds_spread = __atomic_load_n(&fs_fds_spread, __ATOMIC_SEQ_CST);
 	fs_sock_set_state(s, FS_SOCK_FRESH);
 	__atomic_store_n(&s->refs, 1, __ATOMIC_RELEASE); /* the fd table's reference */
 	return s;
@@ -337,6 +338,7 @@ void fs_core_adopt(int fd, bool listening, struct fs_listener *from)
 
 static void fs_core_atfork_prepare(void)
 {
+	fs_fds_spread_note(); /* the child will hold copies of every descriptor */
 	fs_service_fork_prepare();
 }
 
@@ -821,6 +823,25 @@ static void fs_sock_note_intent(struct fs_sock *s, const struct sockaddr *addr)
 	fs_history_note_intent(&s->hist, s->fd);
 }
 
+/* Whether a connect() of S to ADDR will stay on TCP, known before the
+ * kernel's connect (what fs_sock_after_connect decides first from what
+ * fs_core_connect knows already: a rule, the history, this user's
+ * listener records; the rest, false). */
+static bool fs_sock_tcp_surely(struct fs_sock *s, const struct sockaddr *addr)
+{
+	enum fs_rule_action rule;
+	uint8_t key[16];
+	uint16_t port;
+	unsigned char hint = s->neg->record_hint;
+
+	fs_sockaddr_key(addr, key, &port);
+	rule = fs_rules_match(&fs_rules_global, FS_SIDE_CLIENT, addr, port);
+	if (rule == FS_RULE_KERNEL || (s->hist.chose_tcp && rule != FS_RULE_OFFLOAD))
+		return true;
+	return rule != FS_RULE_OFFLOAD && hint &&
+	       ((enum fs_record_hint)(hint - 1) == FS_RECORD_NONE || (enum fs_record_hint)(hint - 1) == FS_RECORD_REFUSES);
+}
+
 /* A nonblocking connect() finished (or the caller wants to know if it did).
  * Socket lock held. Returns true once the socket left CONNECTING. */
 bool fs_sock_connect_done(struct fs_sock *s)
@@ -912,6 +933,13 @@ int fs_core_connect(struct fs_sock *s, const struct sockaddr *addr, socklen_t le
 	 * leaves a note a server that speaks first looks for (history.h) */
 	fs_history_decide(&s->hist, addr);
 	fs_sock_note_intent(s, addr);
+	/* An epoll entry made while the socket was FRESH is the application's
+	 * own (epoll.c): unless the connection surely stays on TCP, the
+	 * negotiation's events must be ours before the kernel's connect()
+	 * (an answer, a HELLO-ACK, reported untranslated to another thread's
+	 * wait, would be a readiness the application's receive then lacks) */
+	if (__atomic_load_n(&s->ep_members, __ATOMIC_ACQUIRE) && !fs_sock_tcp_surely(s, addr))
+		fs_epoll_sock_negotiates(s);
 	ret = fs_real.connect(s->fd, addr, len);
 	if (ret && errno != EINPROGRESS) {
 		int err = errno;

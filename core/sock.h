@@ -141,6 +141,9 @@ struct fs_sock {
 	/* epoll member records that name it (atomic; epoll.c): while one is
 	 * left after fs_sock_release, its fds stay noted (fs_epoll_sock_left) */
 	unsigned ep_members;
+	/* fs_fds_spread when the socket was made (util.h): still its value,
+	 * no other process can hold the socket's file */
+	unsigned fds_spread;
 	bool closed;     /* the application closed it (epoll members drop it) */
 	/* closed before its HELLO-ACK: the handshake finishes in the service
 	 * thread on a private duplicate (struct fs_sock_bg in sock.c) */

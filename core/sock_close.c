@@ -534,6 +534,8 @@ void fs_core_before_exec(bool spawn)
 {
 	struct fs_exec_tables tables = { 0 };
 
+	if (spawn)
+		fs_fds_spread_note(); /* the child holds what has no FD_CLOEXEC */
 	if (fs_core_hands_off())
 		return;
 	for (size_t fd = 0; fd < fs_fdt_size; fd++) {
@@ -567,7 +569,10 @@ void fs_core_before_exec(bool spawn)
 
 void fs_core_before_pass(const struct msghdr *msg)
 {
-	if (fs_core_hands_off() || !msg || !msg->msg_controllen)
+	if (!msg || !msg->msg_controllen)
+		return;
+	fs_fds_spread_note(); /* (any control message: a look at each costs more) */
+	if (fs_core_hands_off())
 		return;
 	for (struct cmsghdr *c = CMSG_FIRSTHDR((struct msghdr *)msg); c; c = CMSG_NXTHDR((struct msghdr *)msg, c)) {
 		const int *fds = (const int *)CMSG_DATA(c);

@@ -20,6 +20,7 @@ __thread int fs_fresh_region __attribute__((tls_model("initial-exec")));
 
 pid_t fs_pid_cache;
 bool fs_vfork_seen; /* set by the vfork and clone wrappers (preload/vfork.c) */
+unsigned fs_fds_spread = 1; /* (util.h) never 0, which a socket's stamp means "unknown" */
 const unsigned char *fs_pid_mark;
 
 /* Called by fs_core_init and first thing in a forked child: the cache is

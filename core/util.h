@@ -58,6 +58,17 @@ extern pid_t fs_pid_cache;
 /* The process called vfork() or clone() (their wrappers, preload/vfork.c):
  * a child sharing its memory may exist (engine.h, fs_vfork_child). */
 extern bool fs_vfork_seen;
+/* Counts the moments another process may have come to hold descriptors of
+ * this one (atomic): a fork (its prepare handler, both sides see it), a
+ * vfork or clone, posix_spawn, system, popen, a descriptor sent with
+ * SCM_RIGHTS, a duplicate of a socket fabsock let go of. A socket made
+ * when it had its present value (fs_sock.fds_spread) is held by the
+ * application's descriptors alone (epoll.c, fs_member_close_alone). */
+extern unsigned fs_fds_spread;
+static inline void fs_fds_spread_note(void)
+{
+	__atomic_add_fetch(&fs_fds_spread, 1, __ATOMIC_SEQ_CST);
+}
 /* Nonzero where fs_pid_cache is this process's: a byte on a page the kernel
  * wipes in every forked child (MADV_WIPEONFORK) before it runs, set again
  * by fs_self_pid_refresh (the child's fork handler). A child of fork()

@@ -30,12 +30,14 @@ __attribute__((visibility("hidden"), used)) void *fs_clone_target(void);
 
 void *fs_vfork_target(void)
 {
+	fs_fds_spread_note();
 	__atomic_store_n(&fs_vfork_seen, true, __ATOMIC_SEQ_CST);
 	return (void *)FS_REAL(vfork);
 }
 
 void *fs_clone_target(void)
 {
+	fs_fds_spread_note();
 	__atomic_store_n(&fs_vfork_seen, true, __ATOMIC_SEQ_CST);
 	return (void *)FS_REAL(clone);
 }

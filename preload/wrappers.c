@@ -511,6 +511,8 @@ static int fs_dup_done(int fd, int newfd)
 
 FS_EXPORT int dup(int fd)
 {
+	if (fs_epoll_left(fd))
+		fs_fds_spread_note(); /* a second descriptor fabsock does not count */
 	if (!fs_fdt_peek_any(fd) || fs_core_hands_off())
 		return FS_REAL(dup)(fd);
 	return fs_dup_done(fd, FS_REAL(dup)(fd));
@@ -523,6 +525,8 @@ static int fs_dup_replace(int fd, int newfd, int flags, bool three)
 {
 	struct fs_sock *target = fs_fdt_peek(newfd);
 
+	if (fd != newfd && fs_epoll_left(fd))
+		fs_fds_spread_note(); /* a second descriptor fabsock does not count */
 	/* a TCP connection its history chose, replaced: reported as closed */
 	if (__atomic_load_n(&fs_history_tracked, __ATOMIC_RELAXED) && fd != newfd && !FS_BEFORE_INIT() &&
 	    !fs_core_hands_off() && FS_REAL(fcntl)(fd, F_GETFD) >= 0)
@@ -672,6 +676,8 @@ static int fs_fcntl_common(int fd, int cmd, long arg, int (*real)(int, int, ...)
 	int ret = real(fd, cmd, arg);
 	struct fs_sock *s;
 
+	if (ret >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) && fs_epoll_left(fd))
+		fs_fds_spread_note(); /* a second descriptor fabsock does not count */
 	if (ret >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) && fs_fdt_peek_any(fd) && !fs_core_hands_off())
 		return fs_dup_done(fd, ret);
 	if (ret >= 0 && cmd == F_SETFL && fs_fdt_peek_any(fd) && (s = fs_sock_get(fd))) {
@@ -1021,6 +1027,20 @@ FS_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_
 {
 	fs_core_before_exec(true);
 	return FS_REAL(posix_spawnp)(pid, file, actions, attr, argv, envp);
+}
+
+/* system() and popen(): their shell inherits every descriptor without
+ * FD_CLOEXEC, and holds it while it runs (epoll.c, fs_member_close_alone) */
+FS_EXPORT int system(const char *command)
+{
+	fs_fds_spread_note();
+	return FS_REAL(system)(command);
+}
+
+FS_EXPORT FILE *popen(const char *command, const char *type)
+{
+	fs_fds_spread_note();
+	return FS_REAL(popen)(command, type);
 }
 
 /* _exit() and _Exit() end the process without atexit handlers (a forked

@@ -17,6 +17,12 @@
  *   waitdone (client) before it exits, wait (up to 60 s) for the server's
  *          OUTDIR/server.done, which the server makes when it is done: the
  *          client's process outlives its closed connections
+ *   ep     (both sides) nonblocking sockets in an epoll set (EPOLLIN |
+ *          EPOLLOUT | EPOLLRDHUP, edge-triggered), as nginx keeps them: the
+ *          server adds each accepted socket, the client adds its socket
+ *          before connect() (nginx's upstream connections); a call that
+ *          returns EAGAIN waits in epoll_wait. Nothing is taken out: the
+ *          close takes the socket out of the set
  * Prints "result ok" and exits 0, or "result FAIL ..." and exits 1; a
  * watchdog (120 s) ends a hang with exit 2.
  */
@@ -31,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -38,6 +45,7 @@
 
 static const char *side;
 static bool nonblock;
+static int epfd = -1; /* ep: the epoll set */
 static FILE *sent_file, *recv_file;
 
 static void fail(const char *what, unsigned i)
@@ -70,11 +78,33 @@ static void fill(uint8_t *buf, size_t len, uint64_t seed)
 	}
 }
 
+/* ep: after EAGAIN, waits (30 s at most) for the set's next event (its
+ * only member is the connection). */
+static void ep_wait(unsigned i)
+{
+	struct epoll_event ev[4];
+	int n;
+
+	do
+		n = epoll_wait(epfd, ev, 4, 30000);
+	while (n < 0 && errno == EINTR);
+	if (n <= 0)
+		fail("epoll_wait timed out", i);
+}
+
+static void ep_add(int fd, unsigned i)
+{
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, .data.fd = fd };
+
+	if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev))
+		fail("epoll_ctl", i);
+}
+
 static void wait_for(int fd, short events, unsigned i)
 {
 	struct pollfd p = { .fd = fd, .events = events };
 
-	if (!nonblock)
+	if (!nonblock || epfd >= 0)
 		return;
 	if (poll(&p, 1, 30000) != 1)
 		fail("poll timed out", i);
@@ -87,8 +117,11 @@ static void write_all(int fd, const uint8_t *buf, size_t len, unsigned i)
 
 		wait_for(fd, POLLOUT, i);
 		n = send(fd, buf + done, len - done, MSG_NOSIGNAL);
-		if (n < 0 && (errno == EINTR || (nonblock && errno == EAGAIN)))
+		if (n < 0 && (errno == EINTR || (nonblock && errno == EAGAIN))) {
+			if (errno == EAGAIN && epfd >= 0)
+				ep_wait(i);
 			continue;
+		}
 		if (n <= 0)
 			fail("send", i);
 		done += (size_t)n;
@@ -112,8 +145,11 @@ static void read_exact(int fd, uint8_t *buf, size_t len, bool want_eof, unsigned
 			want = len - done;
 		wait_for(fd, POLLIN, i);
 		n = recv(fd, buf + done, want, 0);
-		if (n < 0 && (errno == EINTR || (nonblock && errno == EAGAIN)))
+		if (n < 0 && (errno == EINTR || (nonblock && errno == EAGAIN))) {
+			if (errno == EAGAIN && epfd >= 0)
+				ep_wait(i);
 			continue;
+		}
 		if (n == 0)
 			fail("early end of stream", i);
 		if (n < 0)
@@ -130,8 +166,11 @@ static void read_exact(int fd, uint8_t *buf, size_t len, bool want_eof, unsigned
 		for (;;) {
 			wait_for(fd, POLLIN, i);
 			n = recv(fd, &extra, 1, 0);
-			if (n < 0 && (errno == EINTR || (nonblock && errno == EAGAIN)))
+			if (n < 0 && (errno == EINTR || (nonblock && errno == EAGAIN))) {
+				if (errno == EAGAIN && epfd >= 0)
+					ep_wait(i);
 				continue;
+			}
 			break;
 		}
 		if (n != 0)
@@ -163,7 +202,7 @@ int main(int argc, char **argv)
 	int one = 1;
 
 	if (argc < 7) {
-		fprintf(stderr, "usage: fs_shortconn server|client PORT COUNT REQ REPLY OUTDIR [first|nb]\n");
+		fprintf(stderr, "usage: fs_shortconn server|client PORT COUNT REQ REPLY OUTDIR [first|nb|oneway|waitdone|ep]\n");
 		return 1;
 	}
 	side = argv[1];
@@ -178,6 +217,12 @@ int main(int argc, char **argv)
 		nonblock |= !strcmp(argv[k], "nb");
 		oneway |= !strcmp(argv[k], "oneway");
 		waitdone |= !strcmp(argv[k], "waitdone");
+		if (!strcmp(argv[k], "ep")) {
+			nonblock = true;
+			epfd = epoll_create1(EPOLL_CLOEXEC);
+			if (epfd < 0)
+				fail("epoll_create1", 0);
+		}
 	}
 	signal(SIGALRM, on_alarm);
 	alarm(120);
@@ -196,10 +241,12 @@ int main(int argc, char **argv)
 		printf("server: listening\n");
 		fflush(stdout);
 		for (unsigned i = 0; i < count; i++) {
-			int fd = accept(ls, NULL, NULL);
+			int fd = accept4(ls, NULL, NULL, epfd >= 0 ? SOCK_NONBLOCK : 0);
 
 			if (fd < 0)
 				fail("accept", i);
+			if (epfd >= 0)
+				ep_add(fd, i);
 			fill(req, req_len, 2 * (uint64_t)i + 1);
 			/* server first: the answer cannot depend on the request */
 			fill(reply, reply_len, 2 * (uint64_t)i + 2 + (server_first ? 0 : req[req_len - 1]));
@@ -220,6 +267,8 @@ int main(int argc, char **argv)
 
 			if (fd < 0)
 				fail("socket", i);
+			if (epfd >= 0)
+				ep_add(fd, i); /* before connect(), as nginx's upstream */
 			if (connect(fd, (struct sockaddr *)&a, sizeof(a)) && !(nonblock && errno == EINPROGRESS))
 				fail("connect", i);
 			fill(req, req_len, 2 * (uint64_t)i + 1);

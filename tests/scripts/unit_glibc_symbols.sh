@@ -58,8 +58,7 @@ sigsetmask __sigsetjmp	signal masks and setjmp: no handler is installed
 # Processes
 posix_spawnattr_* posix_spawn_file_actions_*	only describe a posix_spawn (interposed: what survives into the child is settled there); they touch no descriptor
 __vfork	glibc's own name of vfork, left alone: programs call vfork, which is interposed (in assembly: preload/vfork.c)
-__clone	glibc's own name of clone, left alone: programs call clone, which is interposed (in assembly: preload/vfork.c); glibc's posix_spawn, system and popen reach neither, and their child runs no interposed call
-system popen	run /bin/sh through posix_spawn inside libc; descriptors the caller left without O_CLOEXEC stay the caller's: the shell never reads the application's sockets
+__clone	glibc's own name of clone, left alone: programs call clone, which is interposed (in assembly: preload/vfork.c); glibc's posix_spawn, system and popen reach neither (system and popen are interposed to note their child), and their child runs no interposed call
 daemon	forks inside libc at start-up, before a program has connections; the parent _exits at once
 execveat	known gap: exec by directory fd (no user on this system; fexecve is interposed)
 sigset	known gap: System V API; a handler installed this way for a signal fabsock's exit handler watches replaces it unseen (no user on this system)
