@@ -448,6 +448,7 @@ bool fs_history_decide(struct fs_history_conn *h, const struct sockaddr *addr)
 
 		if (n % every == 0) {
 			FS_STAT_INC(history_relearn);
+			h->relearn = true;
 			/* the next one later, unless this one comes back long
 			 * (fs_hist_report) */
 			if (level < FS_HIST_RELEARN_LEVEL_MAX)
@@ -571,11 +572,25 @@ void fs_history_offloaded_closed(struct fs_history_conn *h, uint64_t turns, uint
 	fs_hist_report(h->tag, turns, bytes);
 	if (h->family_tag)
 		fs_hist_report(h->family_tag, turns, bytes);
-	/* a whole step-back window on the fabric without stepping back (a
-	 * relearn's connection, or one with the step-back off): the fabric
-	 * pays here again */
-	if (fs_stepback_whole_window(turns) && (m = fs_hist_get()) && (e = fs_hist_find(m, h->tag, false)))
-		__atomic_store_n(&e->stepped_back, 0, __ATOMIC_RELAXED);
+	/* A whole step-back window on the fabric without stepping back. A
+	 * relearn's connection: the fabric pays here again, the step-backs
+	 * are forgotten. Any other (one with the step-back off, or one of a
+	 * run whose other connections stepped back) outweighs one step-back:
+	 * the entry keeps the verdict of the most. A reset by any of them
+	 * sent every run of a program with several connections back to the
+	 * fabric, to step back again a window later (pgbench -c 4 -j 2,
+	 * memcslap's eight threads: most of a run's connections stepped
+	 * back, and the rest, making their window, wiped that out). */
+	if (fs_stepback_whole_window(turns) && (m = fs_hist_get()) && (e = fs_hist_find(m, h->tag, false))) {
+		uint32_t v = __atomic_load_n(&e->stepped_back, __ATOMIC_RELAXED);
+
+		if (h->relearn)
+			__atomic_store_n(&e->stepped_back, 0, __ATOMIC_RELAXED);
+		else
+			while (v && !__atomic_compare_exchange_n(&e->stepped_back, &v, v - 1, false, __ATOMIC_RELAXED,
+								 __ATOMIC_RELAXED))
+				;
+	}
 	h->tag = 0;
 }
 

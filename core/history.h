@@ -30,6 +30,7 @@ struct fs_history_conn {
 	bool chose_tcp;    /* the history said TCP (fs_history_decide) */
 	bool by_family;    /* ... from the family's entry: none of the program's own */
 	bool stepped;      /* ... because a connection stepped back from the fabric */
+	bool relearn;      /* offloaded to learn again what a step-back decided */
 	uint64_t intent;   /* the intent note written for this socket, 0: none */
 	uint32_t intent_slot; /* ... and where */
 };

@@ -47,6 +47,23 @@ FS_HISTORY=${FS_HISTORY:-1}
 FS_STEPBACK=${FS_STEPBACK:-1}
 [ "$FS_STEPBACK" = 1 ] || export FABSOCK_STEPBACK=0
 
+# rb_port NAME: sets RB_P to the port of server NAME for every round and
+# both modes (not in a subshell: it remembers), as
+# a user's server keeps its port: the connection history (and the listener
+# records) a program learns is per destination, port included, and a new
+# port every round made every round a first contact (the history of round
+# 1 never reached round 2). Picked free once; later taken again unless
+# something else listens there now (the servers set SO_REUSEADDR, so the
+# last round's TIME_WAIT connections are no obstacle).
+declare -A RB_PORTS
+rb_port() {
+	RB_P=${RB_PORTS[$1]:-}
+	if [ -z "$RB_P" ] || [ -n "$(ss -Hltun "sport = :$RB_P")" ]; then
+		RB_P=$(fs_free_port) || return 1
+		RB_PORTS[$1]=$RB_P
+	fi
+}
+
 # A missing program is an n/a cell here, never a failed prerequisite.
 unset CI
 export FS_MODES="kernel fabsock"
@@ -189,7 +206,7 @@ rb_nginx() {
 	for mode in kernel fabsock; do
 		dir=$FS_TMP/nginx-$mode
 		mkdir -p "$dir"
-		port=$(fs_free_port) || { fs_fail "$mode: no free port"; continue; }
+		rb_port nginx && port=$RB_P || { fs_fail "$mode: no free port"; continue; }
 		nginx_conf "$dir" "$port" "root $DOCROOT;"
 		nginx_start "$mode" nginx "$dir" "$port" || continue
 		rb_wrk nginx_ka "$mode" nobody "http://127.0.0.1:$port/small.txt"
@@ -212,8 +229,11 @@ rb_proxy() {
 	for mode in kernel fabsock; do
 		bdir=$FS_TMP/back-$mode fdir=$FS_TMP/front-$mode
 		mkdir -p "$bdir" "$fdir"
-		back=$(fs_free_port) && front=$(fs_free_port) || { fs_fail "$mode: no free port"; continue; }
-		[ "$front" != "$back" ] || front=$(fs_free_port)
+		rb_port proxy-back && back=$RB_P && rb_port proxy-front && front=$RB_P ||
+			{ fs_fail "$mode: no free port"; continue; }
+		if [ "$front" = "$back" ]; then
+			front=$(fs_free_port) && RB_PORTS[proxy-front]=$front
+		fi
 		nginx_conf "$bdir" "$back" "root $DOCROOT;"
 		nginx_conf "$fdir" "$front" "location / { proxy_pass http://127.0.0.1:$back; }"
 		nginx_start "$mode" nginx-back "$bdir" "$back" || continue
@@ -300,7 +320,7 @@ rb_postgres() {
 	for mode in kernel fabsock; do
 		ra_env "$mode" postgres
 		pg_as
-		PG_PORT=$(fs_free_port) || { fs_fail "$mode: no free port"; continue; }
+		rb_port postgres && PG_PORT=$RB_P || { fs_fail "$mode: no free port"; continue; }
 		fs_bg srv timeout -s INT -k 10 $((8 * RB_SECS + 120)) "${PG_AS[@]}" "$PGBIN/postgres" -D "$PG_DATA" \
 			-p "$PG_PORT" -k "$PG_SOCK" -c max_connections=30 -c listen_addresses=127.0.0.1 -c fsync=off \
 			-c synchronous_commit=off -c logging_collector=off >"$FS_TMP/pg-$mode.log" 2>&1
@@ -354,7 +374,7 @@ rb_memcached() {
 		return
 	fi
 	for mode in kernel fabsock; do
-		MC_PORT=$(fs_free_port) || { fs_fail "$mode: no free port"; continue; }
+		rb_port memcached && MC_PORT=$RB_P || { fs_fail "$mode: no free port"; continue; }
 		ra_env "$mode" memcached
 		fs_bg srv setsid "${RA_ENV[@]}" memcached -u nobody -l 127.0.0.1 -p "$MC_PORT" -U 0 -m 256 -c 1024 \
 			>"$RA_DIR/memcached.$mode.out" 2>"$RA_DIR/memcached.$mode.err"
