@@ -253,6 +253,7 @@ struct fs_stream {
 	uint8_t hb;            /* enum fs_hb_state; written under the engine lock with
 	                        * fs_stream_hb_set, read without it by fs_stream_hb */
 	bool hb_frozen;        /* our reader reads TCP: what comes from the peer goes back */
+	bool hb_by_peer;       /* the peer started the hand-back (its SWITCH came first) */
 	bool hb_rx_done;       /* the peer's SWITCH was read (or, frozen, reached): rx is on TCP */
 	bool hb_end_queued;    /* our RETURN_END is queued */
 	bool hb_peer_end;      /* the peer's RETURN_END arrived: no RETURN is left to come */

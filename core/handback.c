@@ -454,6 +454,7 @@ void fs_handback_peer_switch(struct fs_engine *e, struct fs_stream *s)
 		fs_stream_reset(e, s, "cannot answer the peer's hand-back to TCP");
 		return;
 	}
+	s->hb_by_peer = true; /* (a client's history learns of it: fs_sock_unshare) */
 	FS_INFO("stream %u: the peer hands the stream back to TCP", s->id);
 }
 

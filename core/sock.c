@@ -1470,6 +1470,16 @@ bool fs_sock_unshare(struct fs_sock *s, int *err)
 		return false;
 	if (foreign)
 		*err = fs_handback_request(s);
+	else if (s->stream && __atomic_load_n(&s->stream->hb_by_peer, __ATOMIC_RELAXED))
+		/* Our server handed the stream back: its step-back (the
+		 * answers it waited for came after sleeps), or a process of
+		 * its that took the socket (sshd's children). Either way the
+		 * program's next connection would pay the offload for a
+		 * window or less: it starts on TCP, as after a step-back of
+		 * ours (relearnt now and then). A server's step-back used to
+		 * teach nothing: pgbench -c 4 -j 2's backends stepped back
+		 * every round. */
+		fs_history_stepped_back(&s->hist);
 	fs_lock(&s->lock);
 	if (fs_sock_state(s) == FS_SOCK_OFFLOADED)
 		fs_sock_release(s);

@@ -217,5 +217,29 @@ for mode in $FS_MODES; do
 		stop hi
 		[ "$FS_FAILS" = "$f0" ] && fs_pass "history: after a run that stepped back, the program's next connections started on TCP, one in RELEARN offloads to learn again"
 	fi
+
+	# ---- the history learns the server's step-back too ----------------------
+	# The server's waits sleep (the sv shape), the client never steps back
+	# itself (FABSOCK_STEPBACK=0) and follows its history: after a run whose
+	# connections the server handed back, its next run starts on TCP.
+	f0=$FS_FAILS
+	mkdir -p "$dir/rec2"
+	H=(FABSOCK_HISTORY_SHORT=2 "FABSOCK_RECORDS_DIR=$dir/rec2")
+	if start hs fabsock "${H[@]}" -- "$PP" server; then
+		client hs1 fabsock "${H[@]}" FABSOCK_STEPBACK=0 -- 2 "$ROUNDS" "$SIZE" --poll --gap-us 500 &&
+			tcp_each hs1 $((TOTAL - BEFORE * SIZE)) $((TOTAL + HS_MAX))
+		eq "history of the server's step-back: the first run's client stepped back" \
+			"$(st hs1.c handback_fabric_slower)" 0
+		eq "history of the server's step-back: the first run offloaded" "$(st hs1.c offloaded)" 2
+		client hs2 fabsock "${H[@]}" FABSOCK_STEPBACK=0 -- 2 "$ROUNDS" "$SIZE" --poll --gap-us 500 &&
+			tcp_each hs2 "$TOTAL" $((TOTAL + HS_MAX))
+		eq "history of the server's step-back: second run fallback_fabric_slower_history" \
+			"$(st hs2.c fallback_fabric_slower_history)" 2
+		eq "history of the server's step-back: second run offloaded" "$(st hs2.c offloaded)" 0
+		stop hs
+		# (its counters come at its exit: the first run's two, none after)
+		eq "history of the server's step-back: the server stepped back" "$(st hs.s handback_fabric_slower)" 2
+		[ "$FS_FAILS" = "$f0" ] && fs_pass "history: after a run whose connections the server stepped back, the client's next ones started on TCP"
+	fi
 done
 fs_done
