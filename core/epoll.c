@@ -402,7 +402,7 @@ static bool fs_member_close_alone(const struct fs_ep_member *m)
 	enum fs_sock_state st;
 
 	if (!m->s || m->parked || !fs_params.epoll_own)
-		return false;
+		return false; /* (EPOLL_OWN=0: the DEL of before, for comparison) */
 	st = fs_sock_state(m->s);
 	if ((st != FS_SOCK_KERNEL && st != FS_SOCK_SERVER_PLAIN) || m->s->fd_private)
 		return false;
@@ -489,13 +489,20 @@ bool fs_epoll_has_members(int epfd)
 	return fe && __atomic_load_n(&fe->members, __ATOMIC_ACQUIRE) != NULL;
 }
 
-/* Whether S's member may keep the application's own kernel entry with
- * EVENTS (FS_EP_REG_APP_OWN): S is a kernel socket not yet connected, for
- * which the kernel's answers are right. An EXCLUSIVE entry cannot be
- * modified, which a negotiation would need. */
+/* Whether S's member may have (or keep) the application's own kernel
+ * entry with EVENTS (FS_EP_REG_APP_OWN): S is a kernel socket not yet
+ * connected, for which the kernel's answers are right. An EXCLUSIVE entry
+ * cannot be modified, which a negotiation would need. (Not a server's
+ * connection waiting for its client's first bytes, though the kernel's
+ * answers are right for it too: a probe answered after the ADD makes those
+ * bytes a HELLO, which would reach the application untranslated, and its
+ * receive, taking the HELLO, would return EAGAIN on a socket just reported
+ * readable: a Python selectors server raised BlockingIOError,
+ * e2e_pending_wait. Its tagged entry goes at the close with no system call
+ * where nothing else holds the file: fs_member_close_alone.) */
 static bool fs_member_own_ok(struct fs_sock *s, uint32_t events)
 {
-	return fs_sock_state(s) == FS_SOCK_FRESH && !(events & EPOLLEXCLUSIVE);
+	return fs_params.epoll_own && fs_sock_state(s) == FS_SOCK_FRESH && !(events & EPOLLEXCLUSIVE);
 }
 
 static int fs_kernel_ctl(struct fs_epoll *fe, int op, struct fs_ep_member *m, uint32_t events, bool app_data)
@@ -729,25 +736,9 @@ void fs_epoll_left_closing(int fd)
 	fs_epoll_fd_closing(s, fd);
 }
 
-/* Whether a new member of S may have the application's own kernel entry
- * (FS_EP_REG_APP_OWN; fs_member_own_ok checks its events): S is not yet
- * connected. (Not a server's connection waiting for its client's first
- * bytes, though the kernel's answers are right for it too: a probe answered
- * after the ADD makes those bytes a HELLO, which would reach the
- * application untranslated, and its receive, taking the HELLO, would
- * return EAGAIN on a socket just reported readable: a Python selectors
- * server raised BlockingIOError, e2e_pending_wait. Its tagged entry goes
- * at the close with no system call where nothing else holds the file:
- * fs_member_close_alone.) */
-static bool fs_member_add_own(struct fs_sock *s)
-{
-	return fs_params.epoll_own && fs_sock_state(s) == FS_SOCK_FRESH;
-}
-
 /* Adds a member for FD (a fabsock socket S, or a nested epoll instance when
- * S is NULL) to FE and to its kernel set, or takes back a parked one. OWN:
- * its kernel entry may be the application's own (fs_member_add_own). */
-static int fs_member_add(struct fs_epoll *fe, int fd, struct fs_sock *s, const struct epoll_event *event, bool own)
+ * S is NULL) to FE and to its kernel set, or takes back a parked one. */
+static int fs_member_add(struct fs_epoll *fe, int fd, struct fs_sock *s, const struct epoll_event *event)
 {
 	struct fs_ep_member *m;
 	int ret;
@@ -765,7 +756,7 @@ static int fs_member_add(struct fs_epoll *fe, int fd, struct fs_sock *s, const s
 	m->inner_epfd = s ? -1 : fd;
 	m->events = event->events;
 	m->data = event->data;
-	m->reg = own && fs_member_own_ok(s, m->events) ? FS_EP_REG_APP_OWN : fs_member_wanted_reg(m);
+	m->reg = s && fs_member_own_ok(s, m->events) ? FS_EP_REG_APP_OWN : fs_member_wanted_reg(m);
 	if (fs_kernel_ctl(fe, EPOLL_CTL_ADD, m, fs_member_kernel_events(m, m->reg), m->reg == FS_EP_REG_APP_OWN)) {
 		ret = -errno;
 		pthread_mutex_unlock(&fe->lock);
@@ -938,7 +929,7 @@ int fs_epoll_ctl_nested(int epfd, int op, int fd, struct epoll_event *event)
 	fe = fs_epoll_get_or_make(epfd);
 	if (!fe || !inner)
 		return FS_PASS;
-	return fs_member_add(fe, fd, NULL, event, false);
+	return fs_member_add(fe, fd, NULL, event);
 }
 
 int fs_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event, struct fs_sock *s)
@@ -957,7 +948,7 @@ int fs_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event, struct fs_
 		fe = fs_epoll_get_or_make(epfd);
 		if (!fe)
 			return FS_PASS;
-		return fs_member_add(fe, fd, s, event, fs_member_add_own(s));
+		return fs_member_add(fe, fd, s, event);
 	}
 
 	fe = fs_epoll_peek(epfd);

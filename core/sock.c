@@ -1461,6 +1461,19 @@ bool fs_sock_must_unshare(const struct fs_sock *s)
 	return s->pid != fs_self_pid() || (s->stream && __atomic_load_n(&s->stream->hb, __ATOMIC_ACQUIRE) == FS_HB_DONE);
 }
 
+void fs_sock_peer_handback_learnt(struct fs_sock *s)
+{
+	/* Our server handed the stream back: its step-back (the answers it
+	 * waited for came after sleeps), or a process of its that took the
+	 * socket (sshd's children). Either way the program's next connection
+	 * would pay the offload for a window or less: it starts on TCP, as
+	 * after a step-back of ours (relearnt now and then). A server's
+	 * step-back used to teach nothing: pgbench -c 4 -j 2's backends
+	 * stepped back every round. (Once: it clears the history tag.) */
+	if (s->pid == fs_self_pid() && s->stream && __atomic_load_n(&s->stream->hb_by_peer, __ATOMIC_RELAXED))
+		fs_history_stepped_back(&s->hist);
+}
+
 bool fs_sock_unshare(struct fs_sock *s, int *err)
 {
 	bool foreign = s->pid != fs_self_pid();
@@ -1470,16 +1483,8 @@ bool fs_sock_unshare(struct fs_sock *s, int *err)
 		return false;
 	if (foreign)
 		*err = fs_handback_request(s);
-	else if (s->stream && __atomic_load_n(&s->stream->hb_by_peer, __ATOMIC_RELAXED))
-		/* Our server handed the stream back: its step-back (the
-		 * answers it waited for came after sleeps), or a process of
-		 * its that took the socket (sshd's children). Either way the
-		 * program's next connection would pay the offload for a
-		 * window or less: it starts on TCP, as after a step-back of
-		 * ours (relearnt now and then). A server's step-back used to
-		 * teach nothing: pgbench -c 4 -j 2's backends stepped back
-		 * every round. */
-		fs_history_stepped_back(&s->hist);
+	else
+		fs_sock_peer_handback_learnt(s);
 	fs_lock(&s->lock);
 	if (fs_sock_state(s) == FS_SOCK_OFFLOADED)
 		fs_sock_release(s);

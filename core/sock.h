@@ -340,6 +340,9 @@ void fs_sock_note_inherit(struct fs_sock *s);
  * did (the caller treats the socket as a kernel one), with *ERR set to a
  * negative errno when the hand-back failed. */
 bool fs_sock_unshare(struct fs_sock *s, int *err);
+/* S (a client whose history follows it) has a stream its peer started to
+ * hand back: its history counts a step-back (history.h). Any lock. */
+void fs_sock_peer_handback_learnt(struct fs_sock *s);
 /* True when S (offloaded) is such a socket. */
 bool fs_sock_must_unshare(const struct fs_sock *s);
 /* Before exec() (or a spawn, SPAWN: only what the child inherits): every

@@ -384,9 +384,7 @@ static int fs_sock_close_fd(struct fs_sock *s, int fd, bool real_close)
 	if (fs_sock_state(s) == FS_SOCK_OFFLOADED) {
 		uint64_t turns, bytes;
 
-		/* handed back by the peer: as at fs_sock_unshare */
-		if (s->pid == fs_self_pid() && s->stream && __atomic_load_n(&s->stream->hb_by_peer, __ATOMIC_RELAXED))
-			fs_history_stepped_back(&s->hist);
+		fs_sock_peer_handback_learnt(s); /* (as at fs_sock_unshare) */
 		fs_stepback_totals(&s->sb, &turns, &bytes);
 		fs_history_offloaded_closed(&s->hist, turns, bytes);
 	}

@@ -14,10 +14,12 @@
  * got them; the call to the marker comes before, with the arguments saved
  * around it, and its frame is gone before the real call runs.
  *
- * Not wrapped: glibc's __vfork and __clone (its own names; programs call
- * vfork and clone), its posix_spawn, system and popen (their child runs
- * glibc's internal calls only, never an interposed one), and a raw
- * clone system call (syscall(SYS_clone, ...)).
+ * Not wrapped here: glibc's __vfork and __clone (its own names; programs
+ * call vfork and clone), the internal calls of its posix_spawn, system and
+ * popen (their child runs glibc's internal calls only, never an interposed
+ * one; the three are interposed in C, to count their child among the
+ * holders of our descriptors: fs_fds_spread), and a raw clone system call
+ * (syscall(SYS_clone, ...)).
  */
 #include <stdbool.h>
 
