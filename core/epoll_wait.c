@@ -557,7 +557,7 @@ static void fs_epoll_own_streams(struct fs_epoll *fe)
 }
 
 static int fs_epoll_deep_sleep(struct fs_epoll *fe, int epfd, const struct fs_wait *w, const sigset_t *sigmask,
-			       uint64_t *wait_us, bool *kernel_quiet)
+			       uint64_t *wait_us, bool *kernel_quiet, bool *armed, bool *slept_out)
 {
 	struct pollfd dp[1 + FS_WAIT_DEEP_SLOTS] = { { .fd = epfd, .events = POLLIN } };
 	bool slept;
@@ -567,6 +567,7 @@ static int fs_epoll_deep_sleep(struct fs_epoll *fe, int epfd, const struct fs_wa
 	r = fs_wait_deep_sleep(w, dp, 1, sigmask, &slept);
 	fs_wait_own_reset(); /* the references it took */
 
+	*slept_out = slept;
 	if (slept) {
 		if (r < 0)
 			return r;
@@ -579,6 +580,7 @@ static int fs_epoll_deep_sleep(struct fs_epoll *fe, int epfd, const struct fs_wa
 		*kernel_quiet = r == 0;
 	} else if (r == -EAGAIN) {
 		*wait_us = 0; /* just armed: look again, then sleep */
+		*armed = true;
 	}
 	return 0;
 }
@@ -711,11 +713,12 @@ static int fs_epoll_wait_rounds(struct fs_epoll *fe, int epfd, struct epoll_even
 {
 	struct epoll_event kbuf[FS_EP_BATCH];
 	struct fs_ep_kwait kw = { .on = false };
+	uint64_t kernel_at = 0; /* when this wait last asked the kernel (0: not yet) */
 
 	for (bool first = true;; first = false) {
 		int n, k;
-		uint64_t wait_us, gen;
-		bool longwait = false, kernel_quiet = false;
+		uint64_t wait_us, gen, now;
+		bool longwait = false, kernel_quiet = false, armed = false, slept = false;
 
 		n = fs_epoll_look(fe, events, maxevents, &gen,
 				  !first && fs_wait_next(w, fs_now_ns()) == FS_WAIT_SPIN, !first && kw.probes_quiet);
@@ -728,11 +731,19 @@ static int fs_epoll_wait_rounds(struct fs_epoll *fe, int epfd, struct epoll_even
 		if (!k)
 			return fs_epoll_waited(w, n); /* full from our members alone (a kernel call with no room fails EINVAL) */
 		if (wait_us) {
-			int r = fs_epoll_deep_sleep(fe, epfd, w, sigmask, &wait_us, &kernel_quiet);
+			int r = fs_epoll_deep_sleep(fe, epfd, w, sigmask, &wait_us, &kernel_quiet, &armed, &slept);
 
 			if (r < 0)
 				return r;
 		}
+		now = fs_now_ns();
+		/* (a round that slept asks, unless its sleep saw the instance
+		 * quiet: the instance may be what woke it) */
+		if (!n && !longwait && !wait_us && !slept && fs_wait_next(w, now) != FS_WAIT_OVER &&
+		    fs_wait_kernel_later(w, now, kernel_at, armed))
+			kernel_quiet = true; /* looked at with the streams' next look, or by the sleep */
+		else if (!kernel_quiet)
+			kernel_at = now;
 		k = kernel_quiet ? 0 : fs_epoll_collect(fe, epfd, kbuf, k, n ? 0 : wait_us, longwait, &kw, w, sigmask);
 		if (k < 0)
 			return n ? n : k;

@@ -162,12 +162,13 @@ static void fs_poll_kernel_set(struct pollfd *kset, const struct pollfd *fds, nf
  * a waiter preempted past its short spin (FS_SLEEPY_SPIN_US) before its
  * first round. */
 static int fs_poll_kernel_wait(struct pollfd *kset, nfds_t nfds, struct fs_wait *w, const sigset_t *sigmask,
-			       bool first)
+			       bool first, uint64_t *kernel_at)
 {
 	uint64_t now = fs_now_ns();
-	uint64_t ns = !first && fs_wait_next(w, now) == FS_WAIT_SLEEP ? fs_wait_slice_ns(w, now) : 0;
+	enum fs_wait_step step = fs_wait_next(w, now);
+	uint64_t ns = !first && step == FS_WAIT_SLEEP ? fs_wait_slice_ns(w, now) : 0;
 	struct timespec ts = fs_wait_timespec(ns);
-	bool slept = false;
+	bool slept = false, armed;
 	int kready;
 
 	kready = ns ? fs_wait_deep_sleep(w, kset, nfds, sigmask, &slept) : 0;
@@ -175,8 +176,17 @@ static int fs_poll_kernel_wait(struct pollfd *kset, nfds_t nfds, struct fs_wait 
 		errno = -kready;
 		kready = -1;
 	}
-	if (!slept && kready == -EAGAIN)
+	armed = !slept && kready == -EAGAIN;
+	if (armed)
 		ts.tv_sec = ts.tv_nsec = 0; /* just armed: look again, then sleep */
+	if (!slept && (armed || !ns) && step != FS_WAIT_OVER && fs_wait_kernel_later(w, now, *kernel_at, armed)) {
+		/* the kernel is asked in a later round (its sleep) */
+		for (nfds_t i = 0; i < nfds; i++)
+			kset[i].revents = 0;
+		return 0;
+	}
+	if (!slept)
+		*kernel_at = now;
 	if (!slept) {
 		/* the provider's completion queue (tcp, net) in the free slot
 		 * after the caller's fds (the deep sleep's, not used now):
@@ -248,6 +258,7 @@ int fs_core_poll(struct pollfd *fds, nfds_t nfds, int64_t timeout_ns, const sigs
 	uint64_t start = fs_now_ns();
 	struct fs_wait w;
 	bool has_ours = false, any_ours;
+	uint64_t kernel_at = 0; /* when this wait last asked the kernel (0: not yet) */
 	int ret;
 
 	fs_poll_unshare(fds, nfds);
@@ -283,7 +294,7 @@ int fs_core_poll(struct pollfd *fds, nfds_t nfds, int64_t timeout_ns, const sigs
 			progressed = true;
 		}
 		fs_poll_kernel_set(kset, fds, nfds);
-		kready = fs_poll_kernel_wait(kset, nfds, &w, sigmask, first);
+		kready = fs_poll_kernel_wait(kset, nfds, &w, sigmask, first, &kernel_at);
 		if (kready < 0) {
 			ret = -errno;
 			break;

@@ -159,6 +159,33 @@ bool fs_wait_own_wanted(void);
 int fs_wait_deep_sleep(const struct fs_wait *w, struct pollfd *fds, nfds_t n, const sigset_t *sigmask,
 		       bool *slept);
 
+/* How often a spinning wait asks the kernel about the application's own
+ * descriptors (and the control connections of its offloaded sockets)
+ * between its looks at the streams. Asking on every look cost a system
+ * call each: a sleepy postgres backend made three epoll_wait calls per
+ * query where the kernel's wait makes one. */
+#define FS_WAIT_KERNEL_EVERY_NS 5000ull
+
+/* Whether W's round at NOW, which does not sleep and does not end the wait
+ * (its deadline has not passed, it found nothing yet), leaves the kernel
+ * for a later round. KERNEL_AT: when W last asked (0: not yet); ARMED:
+ * this round armed the streams and looks at them once more before it
+ * sleeps. A kernel event is not lost by waiting: it stays pending, and
+ * every sleep of a wait has the kernel's descriptors in its set (the deep
+ * sleep's ppoll, a slice).
+ * - just armed: the sleep of the next round asks, or that round does;
+ * - the first round of a short spin (a sleepy engine, whose answers come
+ *   after it anyway): the sleep after it asks;
+ * - a later spinning round: every FS_WAIT_KERNEL_EVERY_NS. */
+static inline bool fs_wait_kernel_later(const struct fs_wait *w, uint64_t now, uint64_t kernel_at, bool armed)
+{
+	if (armed)
+		return true;
+	if (!kernel_at)
+		return w->spin_end - w->start <= FS_SLEEPY_SPIN_US * 1000ull;
+	return now - kernel_at < FS_WAIT_KERNEL_EVERY_NS;
+}
+
 /* One step of a spinning wait: a pause, and every fourth step a yield of
  * the CPU. On a host with more runnable threads than cores the peer we wait
  * for is often queued on our own core; without the yield it runs only when
