@@ -324,8 +324,8 @@ rb_postgres() {
 		fs_bg srv timeout -s INT -k 10 $((8 * RB_SECS + 120)) "${PG_AS[@]}" "$PGBIN/postgres" -D "$PG_DATA" \
 			-p "$PG_PORT" -k "$PG_SOCK" -c max_connections=30 -c listen_addresses=127.0.0.1 -c fsync=off \
 			-c synchronous_commit=off -c logging_collector=off >"$FS_TMP/pg-$mode.log" 2>&1
-		if ! ra_wait_listen "$PG_PORT" "$srv" 15; then
-			fs_fail "$mode: the postmaster did not listen ($RA_LISTEN_WHY)"
+		if ! ra_wait_listen "$PG_PORT" "$srv" 15 || ! ra_pg_ready "$PG_DATA" "$srv" 15; then
+			fs_fail "$mode: the postmaster did not listen or get ready ($RA_LISTEN_WHY)"
 			kill -INT "$srv" 2>/dev/null || true
 			fs_wait_pid "$srv" 20 >/dev/null || true
 			continue

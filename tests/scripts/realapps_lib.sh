@@ -167,6 +167,21 @@ ra_wait_listen() {
 	return 1
 }
 
+# ra_pg_ready DATADIR PID [SECS]: waits until the postmaster PID of DATADIR
+# accepts connections: the status line of its postmaster.pid says "ready"
+# (it listens before its startup process has finished, and a client that
+# connects in between is refused with "the database system is starting
+# up"). No connection is made. Returns 1 if it does not within SECS (10).
+ra_pg_ready() {
+	local data=$1 pid=$2 secs=${3:-10} i
+	for i in $(seq 1 $((secs * 20))); do
+		[ "$(sed -n '8{s/ *$//;p;q}' "$data/postmaster.pid" 2>/dev/null)" = ready ] && return 0
+		kill -0 "$pid" 2>/dev/null || return 1
+		fs_sleep 0.05
+	done
+	return 1
+}
+
 # ra_alive MODE PID WHAT [WHEN]: passes when PID still lives after WHEN
 # ("the load"), fails otherwise. Returns 0 if it lives.
 ra_alive() {

@@ -125,8 +125,8 @@ pg_run() {
 	fs_bg srv timeout -s INT -k 10 "$SRV_LIMIT" "${PG_AS[@]}" "$PGBIN/postgres" -D "$PG_DATA" -p "$PORT" -k "$PG_SOCK" \
 		-c max_connections=$((CLIENTS + 20)) -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c logging_collector=off \
 		>"$LOG-server.log" 2>&1
-	if ! ra_wait_listen "$PORT" "$srv" 15; then
-		fs_fail "$RA_CASE $mode: the postmaster did not listen on 127.0.0.1:$PORT ($RA_LISTEN_WHY)"
+	if ! ra_wait_listen "$PORT" "$srv" 15 || ! ra_pg_ready "$PG_DATA" "$srv" 15; then
+		fs_fail "$RA_CASE $mode: the postmaster did not listen on 127.0.0.1:$PORT or get ready ($RA_LISTEN_WHY)"
 		tail -n 5 "$LOG-server.log" | sed 's/^/    /' >&2 || true
 		kill -INT "$srv" 2>/dev/null || true
 		fs_wait_pid "$srv" 20 >/dev/null || true
