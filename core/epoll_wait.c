@@ -752,7 +752,10 @@ static int fs_epoll_wait_rounds(struct fs_epoll *fe, int epfd, struct epoll_even
 			return fs_epoll_waited(w, n);
 		if (fs_wait_next(w, fs_now_ns()) == FS_WAIT_OVER)
 			return 0;
-		if (!wait_us && !longwait)
+		/* a pause (or a yield) between spinning looks only: after a
+		 * sleep or an arming the next look comes at once (a backend
+		 * woken by its query's ring yielded its core every fourth time) */
+		if (!wait_us && !longwait && !slept && !armed)
 			fs_wait_spin(w);
 	}
 }
