@@ -1422,28 +1422,38 @@ out:
 
 /*
  * mixed_set: one epoll set holds the socket and a pipe's read end, each with
- * its own data. A thread writes the pipe after 50 ms: only the pipe is
+ * its own data. First, after a quiet spell (the script runs it under fabsock
+ * with a short spin and IDLE_AFTER_MS=100, so the wait sleeps deeply with
+ * every stream armed), a thread writes the pipe after 400 ms: only the pipe
+ * is reported, within MIXED_QUIET_LATE_MS of the write (an epoll_wait woken
+ * by the instance itself must ask the kernel: a version that left the
+ * kernel's events for later spun on the readable instance until the wait's
+ * timeout). Then a thread writes the pipe after 50 ms: only the pipe is
  * reported. The client asks for 10 bytes: only the socket is reported. Then
  * both at once (thread and request): both are reported, each with its data;
  * after reading both, nothing is.
  */
+#define MIXED_QUIET_WRITE_MS 400
+#define MIXED_QUIET_LATE_MS 1000
 struct pipe_writer {
 	pthread_t thread;
 	int fd;
+	int delay_ms;
 };
 
 static void *pipe_writer_run(void *argument)
 {
 	struct pipe_writer *writer = argument;
-	harness_sleep_ms(50);
+	harness_sleep_ms(writer->delay_ms);
 	if (write(writer->fd, "p", 1) != 1)
 		ev_write_and_exit("FAIL mixed_set: the thread's write to the pipe failed\n");
 	return NULL;
 }
 
-static int pipe_writer_start(struct pipe_writer *writer, int fd)
+static int pipe_writer_start(struct pipe_writer *writer, int fd, int delay_ms)
 {
 	writer->fd = fd;
+	writer->delay_ms = delay_ms;
 	int error = pthread_create(&writer->thread, NULL, pipe_writer_run, writer);
 	if (error)
 		return harness_fail("pthread_create: %s", strerror(error));
@@ -1458,13 +1468,29 @@ static int drain_pipe(int fd)
 	return 0;
 }
 
+/* ev_expect_event for mixed_set: the event must also come within
+ * MIXED_QUIET_LATE_MS of its cause, DELAY_MS after START. */
+static bool mixed_expect(int epfd, uint64_t tag, const char *what, double start, int delay_ms)
+{
+	double late;
+
+	if (!ev_expect_event(epfd, EV_EVENT_WAIT_MS, EPOLLIN, tag, what))
+		return false;
+	late = harness_now_ms() - start - delay_ms;
+	if (late > MIXED_QUIET_LATE_MS) {
+		harness_fail("%s: reported %.0f ms after its cause, more than %d", what, late, MIXED_QUIET_LATE_MS);
+		return false;
+	}
+	return true;
+}
+
 static int mixed_set_client(int fd)
 {
 	enum { SOCKET_TAG = 0x50c1, PIPE_TAG = 0x919e };
 	struct pipe_writer writer;
 	uint64_t offset = 0;
 	int pipe_fds[2], epfd = ev_epoll_create(), status = -1;
-	double deadline;
+	double deadline, start;
 	bool socket_seen = false, pipe_seen = false;
 
 	if (pipe2(pipe_fds, O_NONBLOCK | O_CLOEXEC) < 0) {
@@ -1473,20 +1499,27 @@ static int mixed_set_client(int fd)
 	}
 	if (ev_epoll_ctl(epfd, EPOLL_CTL_ADD, fd, EPOLLIN, SOCKET_TAG) < 0 ||
 	    ev_epoll_ctl(epfd, EPOLL_CTL_ADD, pipe_fds[0], EPOLLIN, PIPE_TAG) < 0 ||
-	    ev_expect_no_event(epfd, 0, "nothing written yet") < 0 || pipe_writer_start(&writer, pipe_fds[1]) < 0)
+	    ev_expect_no_event(epfd, 0, "nothing written yet") < 0 ||
+	    pipe_writer_start(&writer, pipe_fds[1], MIXED_QUIET_WRITE_MS) < 0)
 		goto out;
-	if (!ev_expect_event(epfd, EV_EVENT_WAIT_MS, EPOLLIN, PIPE_TAG, "pipe only"))
+	if (!mixed_expect(epfd, PIPE_TAG, "pipe only, after a quiet spell", harness_now_ms(), MIXED_QUIET_WRITE_MS))
+		goto out_join;
+	pthread_join(writer.thread, NULL);
+	if (drain_pipe(pipe_fds[0]) < 0 || pipe_writer_start(&writer, pipe_fds[1], 50) < 0)
+		goto out;
+	if (!mixed_expect(epfd, PIPE_TAG, "pipe only", harness_now_ms(), 50))
 		goto out_join;
 	pthread_join(writer.thread, NULL);
 	if (drain_pipe(pipe_fds[0]) < 0 || ev_request(fd, 10) < 0 ||
-	    !ev_expect_event(epfd, EV_EVENT_WAIT_MS, EPOLLIN, SOCKET_TAG, "socket only") ||
+	    !mixed_expect(epfd, SOCKET_TAG, "socket only", harness_now_ms(), 0) ||
 	    ev_recv_stream(fd, &offset, 10, "data") < 0)
 		goto out;
-	if (pipe_writer_start(&writer, pipe_fds[1]) < 0)
+	if (pipe_writer_start(&writer, pipe_fds[1], 50) < 0)
 		goto out;
 	if (ev_request(fd, 10) < 0)
 		goto out_join;
-	deadline = harness_now_ms() + EV_EVENT_WAIT_MS;
+	start = harness_now_ms();
+	deadline = start + EV_EVENT_WAIT_MS;
 	while (!(socket_seen && pipe_seen)) {
 		struct epoll_event events[4];
 		int count = ev_epoll_wait(epfd, events, 4, harness_remaining_ms(deadline));
@@ -1512,6 +1545,11 @@ static int mixed_set_client(int fd)
 		}
 		if (!(socket_seen && pipe_seen))
 			harness_sleep_ms(1);
+	}
+	if (harness_now_ms() - start - 50 > MIXED_QUIET_LATE_MS) {
+		harness_fail("both ready: reported %.0f ms after the pipe's write, more than %d",
+			harness_now_ms() - start - 50, MIXED_QUIET_LATE_MS);
+		goto out_join;
 	}
 	pthread_join(writer.thread, NULL);
 	if (drain_pipe(pipe_fds[0]) < 0 || ev_recv_stream(fd, &offset, 10, "data") < 0 ||

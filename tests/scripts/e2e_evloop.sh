@@ -120,6 +120,10 @@ run_scenario() { # MODE SCENARIO
 	# the writer's process ends before its reader reads: its linger (1 s)
 	# runs out before the server's 2.5 s wait
 	[ "$mode" = fabsock ] && [ "$scenario" = late_reader_exit_big ] && prefix+=(FABSOCK_LINGER_SEC=1)
+	# its first wait sleeps deeply (every stream armed after 100 ms of
+	# quiet) with a spin as short as a sleepy engine's, and must ask the
+	# kernel when the epoll instance itself wakes it
+	[ "$mode" = fabsock ] && [ "$scenario" = mixed_set ] && prefix+=(FABSOCK_IDLE_AFTER_MS=100 FABSOCK_SPIN_US=5)
 	mkdir -p "$dir"
 	start_ns=${EPOCHREALTIME/./}
 
