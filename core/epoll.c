@@ -378,6 +378,7 @@ void fs_epoll_closed(int epfd)
 }
 
 static void fs_member_drop(struct fs_epoll *fe, struct fs_ep_member *m);
+static void fs_member_make_own(struct fs_epoll *fe, struct fs_ep_member *m);
 
 /* Whether the close of M's fd may leave M's kernel entry to the kernel
  * (no EPOLL_CTL_DEL): the kernel drops an entry with its file's last
@@ -402,7 +403,7 @@ static bool fs_member_close_alone(const struct fs_ep_member *m)
 	enum fs_sock_state st;
 
 	if (!m->s || m->parked || !fs_params.epoll_own)
-		return false; /* (EPOLL_OWN=0: the DEL of before, for comparison) */
+		return false; /* (EPOLL_OWN=0: a system call at every close, as before, for comparison) */
 	st = fs_sock_state(m->s);
 	if ((st != FS_SOCK_KERNEL && st != FS_SOCK_SERVER_PLAIN) || m->s->fd_private)
 		return false;
@@ -412,12 +413,35 @@ static bool fs_member_close_alone(const struct fs_ep_member *m)
 	       m->s->fds_spread == __atomic_load_n(&fs_fds_spread, __ATOMIC_SEQ_CST);
 }
 
+/* Whether the close of M's fd, not alone (fs_member_close_alone), is one
+ * the kernel itself would outlive: M's socket is a plain kernel one and
+ * fabsock holds no descriptor of it, so the file stays open exactly as
+ * long as the application's own descriptors (another fd of this process,
+ * a forked child's, one passed away) keep it; the kernel then keeps the
+ * entry and goes on reporting it with the application's data (the
+ * classic epoll gotcha, which programs may rely on: a prefork server's
+ * parent that closes an accepted fd its child serves). So its entry is
+ * made the application's own (one EPOLL_CTL_MOD, as the DEL it replaces)
+ * and the kernel decides. fe->lock held. */
+static bool fs_member_close_plain(const struct fs_ep_member *m)
+{
+	enum fs_sock_state st;
+
+	if (!m->s || m->parked)
+		return false;
+	st = fs_sock_state(m->s);
+	return (st == FS_SOCK_KERNEL || st == FS_SOCK_SERVER_PLAIN) && !m->s->fd_private;
+}
+
 /* The application is about to close FD, one of S's fds (S NULL: FD is a
  * nested epoll instance). Takes it out of
  * every epoll instance now, while the fd still names the socket: the
  * kernel would keep its entry (tagged with a member of ours) as long as
  * the socket stays open, and fabsock keeps it open after close() (a
- * duplicate fd, or the stream's control channel until the FIN is out). */
+ * duplicate fd, or the stream's control channel until the FIN is out).
+ * A plain socket's entry is left to the kernel instead: as it is when the
+ * closing fd is the file's only one (fs_member_close_alone), made the
+ * application's own otherwise (fs_member_close_plain). */
 void fs_epoll_fd_closing(struct fs_sock *s, int fd)
 {
 	int hi = __atomic_load_n(&fs_ept_hi, __ATOMIC_ACQUIRE);
@@ -433,6 +457,8 @@ void fs_epoll_fd_closing(struct fs_sock *s, int fd)
 		while ((m = fs_member_find(fe, fd, s))) {
 			if (fs_member_close_alone(m))
 				fs_member_free(fe, m);
+			else if (fs_member_close_plain(m))
+				fs_member_make_own(fe, m);
 			else
 				fs_member_drop(fe, m);
 		}
@@ -546,6 +572,24 @@ static uint32_t fs_member_kernel_events(struct fs_ep_member *m, enum fs_ep_reg r
 	return m->events & ~(uint32_t)(EPOLLONESHOT | EPOLLEXCLUSIVE);
 }
 
+/* M's socket is a plain kernel one from now on: its kernel entry becomes
+ * the application's own, its events and data exactly (a readiness the
+ * kernel already has is reported again: EPOLL_CTL_MOD looks at the file),
+ * and M goes. An exclusive entry cannot be modified: it is made anew (with
+ * EPOLLEXCLUSIVE, which ours left out; never one-shot). fe->lock held. */
+static void fs_member_make_own(struct fs_epoll *fe, struct fs_ep_member *m)
+{
+	if (m->reg != FS_EP_REG_APP_OWN) {
+		if (m->events & EPOLLEXCLUSIVE) {
+			fs_kernel_ctl(fe, EPOLL_CTL_DEL, m, 0, true);
+			fs_kernel_ctl(fe, EPOLL_CTL_ADD, m, m->events, true);
+		} else {
+			fs_kernel_ctl(fe, EPOLL_CTL_MOD, m, m->disarmed ? 0 : m->events, true);
+		}
+	}
+	fs_member_free(fe, m);
+}
+
 /* Brings the kernel registration in line with the socket's state; drops
  * members that were closed or left to the kernel. fe->lock held. Returns
  * false if M was freed. */
@@ -589,23 +633,7 @@ bool fs_member_fixup(struct fs_epoll *fe, struct fs_ep_member *m)
 		}
 	}
 	if (st == FS_SOCK_KERNEL || st == FS_SOCK_SERVER_PLAIN || st == FS_SOCK_LISTENING) {
-		if (m->reg == FS_EP_REG_APP_OWN) {
-			/* the entry is the application's already */
-			fs_member_free(fe, m);
-			return false;
-		}
-		/* plain kernel socket from now on: the application's own entry,
-		 * its events and data exactly (a readiness the kernel already
-		 * has is reported again: EPOLL_CTL_MOD looks at the file). An
-		 * exclusive entry cannot be modified: it is made anew (with
-		 * EPOLLEXCLUSIVE, which ours left out; never one-shot). */
-		if (m->events & EPOLLEXCLUSIVE) {
-			fs_kernel_ctl(fe, EPOLL_CTL_DEL, m, 0, true);
-			fs_kernel_ctl(fe, EPOLL_CTL_ADD, m, m->events, true);
-		} else {
-			fs_kernel_ctl(fe, EPOLL_CTL_MOD, m, m->disarmed ? 0 : m->events, true);
-		}
-		fs_member_free(fe, m);
+		fs_member_make_own(fe, m);
 		return false;
 	}
 	want = fs_member_wanted_reg(m);

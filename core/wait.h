@@ -162,8 +162,8 @@ int fs_wait_deep_sleep(const struct fs_wait *w, struct pollfd *fds, nfds_t n, co
 /* How often a spinning wait asks the kernel about the application's own
  * descriptors (and the control connections of its offloaded sockets)
  * between its looks at the streams. Asking on every look cost a system
- * call each: a sleepy postgres backend made three epoll_wait calls per
- * query where the kernel's wait makes one. */
+ * call each: a sleepy postgres backend made about five epoll_wait calls
+ * per query where the kernel's wait makes one. */
 #define FS_WAIT_KERNEL_EVERY_NS 5000ull
 
 /* Whether W's round at NOW, which does not sleep and does not end the wait

@@ -2611,6 +2611,114 @@ static int vanished_peer_client(int fd)
 	return status;
 }
 
+/*
+ * close_forked: a server's accepted socket in its epoll set settles as
+ * plain TCP (the script runs this scenario's clients on TCP by a rule, so
+ * no probe comes: the client's first bytes settle it); the server then
+ * forks a child that keeps the socket open and closes its own descriptor.
+ * The kernel keeps an epoll entry as long as its file is open, whoever
+ * holds it, and goes on reporting it with the data it was registered
+ * with: while the client keeps writing to the connection the child holds,
+ * the parent's epoll_wait reports the closed fd's data, level-triggered,
+ * as under the kernel (fabsock used to take its entry out: nothing was
+ * reported), and does not spin meanwhile (a stale entry with fabsock's
+ * tag would make every wait return at once with nothing to report). Then
+ * the child goes, and the entry with the file.
+ */
+#define CLOSE_FORKED_WATCH_MS 300
+static int close_forked_server(int fd)
+{
+	enum { TAG = 0xf0 };
+	int epfd = ev_epoll_create(), hold[2] = { -1, -1 }, status = -1;
+	double start, cpu_start, elapsed, cpu;
+	pid_t pid;
+	char byte;
+
+	if (ev_epoll_ctl(epfd, EPOLL_CTL_ADD, fd, EPOLLIN, TAG) < 0 ||
+	    !ev_expect_event(epfd, EV_EVENT_WAIT_MS, EPOLLIN, TAG, "the client's 'g'") ||
+	    harness_expect_byte(fd, 'g') < 0 || pipe2(hold, O_CLOEXEC) < 0) {
+		close(fd);
+		goto out;
+	}
+	pid = fork();
+	if (pid == 0) {
+		/* holds the connection until the parent closes the pipe */
+		close(hold[1]);
+		while (read(hold[0], &byte, 1) < 0 && errno == EINTR)
+			;
+		_exit(0);
+	}
+	close(hold[0]);
+	hold[0] = -1;
+	close(fd);
+	if (pid < 0) {
+		harness_fail("fork: %s", strerror(errno));
+		goto out;
+	}
+	/* the client's next bytes: reported with the closed fd's data */
+	if (!ev_expect_event(epfd, EV_EVENT_WAIT_MS, EPOLLIN, TAG, "the closed fd whose file the child holds"))
+		goto out_child;
+	/* level-triggered, unread: reported at every wait, without spinning
+	 * in between (each wait returns at once, as the kernel's) */
+	cpu_start = ev_cpu_ms();
+	start = harness_now_ms();
+	while ((elapsed = harness_now_ms() - start) < CLOSE_FORKED_WATCH_MS) {
+		if (!ev_expect_event(epfd, EV_EVENT_WAIT_MS, EPOLLIN, TAG, "the closed fd, still unread"))
+			goto out_child;
+		harness_sleep_ms(20);
+	}
+	cpu = ev_cpu_ms() - cpu_start;
+	harness_info("the closed fd reported for %.0f ms, %.0f ms of CPU", elapsed, cpu);
+	if (cpu > EV_CPU_LIMIT * elapsed) {
+		harness_fail("used %.0f ms of CPU in %.0f ms of waits on the closed fd (limit %.0f %%)", cpu, elapsed,
+			EV_CPU_LIMIT * 100);
+		goto out_child;
+	}
+	status = 0;
+out_child:
+	close(hold[1]);
+	hold[1] = -1;
+	if (harness_wait_child(pid, "the child holding the connection", 0) < 0)
+		status = -1;
+out:
+	if (hold[0] >= 0)
+		close(hold[0]);
+	if (hold[1] >= 0)
+		close(hold[1]);
+	close(epfd);
+	return status;
+}
+
+/* Sends 'g', then a byte every 20 ms until the connection ends (the
+ * server's child leaves) or HARNESS_PEER_WAIT_MS. */
+static int close_forked_client(int fd)
+{
+	double deadline = harness_now_ms() + HARNESS_PEER_WAIT_MS;
+	unsigned sent = 0;
+
+	if (harness_send_byte(fd, 'g') < 0)
+		return -1;
+	while (harness_now_ms() < deadline) {
+		char byte;
+		ssize_t result;
+
+		harness_sleep_ms(20);
+		result = recv(fd, &byte, 1, MSG_DONTWAIT);
+		if (result == 0 || (result < 0 && errno == ECONNRESET))
+			break; /* the child is gone */
+		if (result > 0)
+			return harness_fail("the server sent 0x%02x", (unsigned char)byte);
+		if (send(fd, "x", 1, MSG_NOSIGNAL) == 1)
+			sent++;
+		else if (errno == EPIPE || errno == ECONNRESET)
+			break;
+	}
+	if (harness_now_ms() >= deadline)
+		return harness_fail("the connection did not end within %d ms", HARNESS_PEER_WAIT_MS);
+	harness_info("sent %u bytes while the server's child held the connection", sent);
+	return sent >= 5 ? 0 : harness_fail("only %u bytes sent while the child held the connection", sent);
+}
+
 /* ---- the scenario table -------------------------------------------------- */
 
 static const struct harness_scenario scenarios[] = {
@@ -2653,6 +2761,7 @@ static const struct harness_scenario scenarios[] = {
 	{ "probes_by_epoll", probes_by_epoll_server, one_request_client, 0 },
 	{ "short_read_edge", ev_serve, short_read_edge_client, 0 },
 	{ "vanished_peer", vanished_peer_server, vanished_peer_client, HARNESS_CLIENT_CONNECTS_ITSELF },
+	{ "close_forked", close_forked_server, close_forked_client, HARNESS_SERVER_CLOSES_FD },
 };
 
 /* ---- main -------------------------------------------------------------- */

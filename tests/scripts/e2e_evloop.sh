@@ -29,6 +29,9 @@ FS_MODES=${FS_MODES:-kernel fabsock}
 EVLOOP_PROG=$FS_PROGS/fs_evloop
 # Scenarios that open no connection: the offloaded count is not checked.
 NO_CONNECTION_SCENARIOS=" nb_connect_refused "
+# scenarios whose connections stay on kernel TCP under fabsock too (their
+# clients by a rule): offloaded=0 expected, and TCP carries their bytes
+TCP_SCENARIOS=" close_forked "
 CLIENT_LIMIT_S=50
 SERVER_LIMIT_S=15
 MODE_BUDGET_S=240
@@ -82,7 +85,7 @@ check_side() { # LABEL SIDE SCENARIO MODE RC DIR
 		fs_log "$label: $side connections=${connections:-?} offloaded=${offloaded:-none} (not checked)"
 	elif [ -z "$offloaded" ]; then
 		fs_fail "$label: $side printed no 'fabsock[PID]: warn: stats: offloaded=N' line"
-	elif [ "${FS_EVLOOP_REQUIRE_OFFLOAD:-1}" = 0 ]; then
+	elif [ "${FS_EVLOOP_REQUIRE_OFFLOAD:-1}" = 0 ] || [[ "$TCP_SCENARIOS" == *" $scenario "* ]]; then
 		# FS_EVLOOP_REQUIRE_OFFLOAD=0: a build whose event-loop sockets
 		# must stay on TCP (e.g. bisecting): check that none was offloaded.
 		if [ "$offloaded" != 0 ]; then
@@ -124,6 +127,8 @@ run_scenario() { # MODE SCENARIO
 	# quiet) with a spin as short as a sleepy engine's, and must ask the
 	# kernel when the epoll instance itself wakes it
 	[ "$mode" = fabsock ] && [ "$scenario" = mixed_set ] && prefix+=(FABSOCK_IDLE_AFTER_MS=100 FABSOCK_SPIN_US=5)
+	# the client stays on TCP (no probe): the server's socket settles plain
+	[ "$mode" = fabsock ] && [ "$scenario" = close_forked ] && prefix+=("FABSOCK_RULES=kernel client 127.0.0.1")
 	mkdir -p "$dir"
 	start_ns=${EPOCHREALTIME/./}
 
@@ -156,7 +161,11 @@ run_scenario() { # MODE SCENARIO
 	info+=("${SIDE_INFO[@]}")
 	# a killed child's leftovers (its shm region) go with the test's own
 	FS_PIDS+=("${SIDE_CHILDREN[@]}")
-	fs_tcp_proof "$label" "$mode" "$server_connections"
+	if [[ "$TCP_SCENARIOS" == *" $scenario "* ]]; then
+		fs_tcp_proof "$label" kernel "$server_connections" # (on TCP by design)
+	else
+		fs_tcp_proof "$label" "$mode" "$server_connections"
+	fi
 	# every re-add after the first round took the parked member back, no
 	# kernel epoll_ctl (core/epoll.c)
 	# the writer's queue got its credit from a CLOSING, not from the reader
