@@ -380,6 +380,26 @@ void fs_epoll_closed(int epfd)
 static void fs_member_drop(struct fs_epoll *fe, struct fs_ep_member *m);
 static void fs_member_make_own(struct fs_epoll *fe, struct fs_ep_member *m);
 
+/* Whether the close of M's fd is one the kernel itself would outlive when
+ * the fd is not the file's only one (fs_member_close_alone): M's socket is a plain kernel one and
+ * fabsock holds no descriptor of it, so the file stays open exactly as
+ * long as the application's own descriptors (another fd of this process,
+ * a forked child's, one passed away) keep it; the kernel then keeps the
+ * entry and goes on reporting it with the application's data (the
+ * classic epoll gotcha, which programs may rely on: a prefork server's
+ * parent that closes an accepted fd its child serves). So its entry is
+ * made the application's own (one EPOLL_CTL_MOD, as the DEL it replaces)
+ * and the kernel decides. fe->lock held. */
+static bool fs_member_close_plain(const struct fs_ep_member *m)
+{
+	enum fs_sock_state st;
+
+	if (!m->s || m->parked)
+		return false;
+	st = fs_sock_state(m->s);
+	return (st == FS_SOCK_KERNEL || st == FS_SOCK_SERVER_PLAIN) && !m->s->fd_private;
+}
+
 /* Whether the close of M's fd may leave M's kernel entry to the kernel
  * (no EPOLL_CTL_DEL): the kernel drops an entry with its file's last
  * descriptor. M's socket is one fabsock let go of (settled as TCP), which
@@ -400,37 +420,12 @@ static void fs_member_make_own(struct fs_epoll *fe, struct fs_ep_member *m);
  * fe->lock held. */
 static bool fs_member_close_alone(const struct fs_ep_member *m)
 {
-	enum fs_sock_state st;
-
-	if (!m->s || m->parked || !fs_params.epoll_own)
+	if (!fs_params.epoll_own || !fs_member_close_plain(m))
 		return false; /* (EPOLL_OWN=0: a system call at every close, as before, for comparison) */
-	st = fs_sock_state(m->s);
-	if ((st != FS_SOCK_KERNEL && st != FS_SOCK_SERVER_PLAIN) || m->s->fd_private)
-		return false;
 	if (m->reg == FS_EP_REG_APP_OWN)
 		return true;
 	return m->reg == FS_EP_REG_APP_EVENTS && m->s->n_app_fds <= 1 &&
 	       m->s->fds_spread == __atomic_load_n(&fs_fds_spread, __ATOMIC_SEQ_CST);
-}
-
-/* Whether the close of M's fd, not alone (fs_member_close_alone), is one
- * the kernel itself would outlive: M's socket is a plain kernel one and
- * fabsock holds no descriptor of it, so the file stays open exactly as
- * long as the application's own descriptors (another fd of this process,
- * a forked child's, one passed away) keep it; the kernel then keeps the
- * entry and goes on reporting it with the application's data (the
- * classic epoll gotcha, which programs may rely on: a prefork server's
- * parent that closes an accepted fd its child serves). So its entry is
- * made the application's own (one EPOLL_CTL_MOD, as the DEL it replaces)
- * and the kernel decides. fe->lock held. */
-static bool fs_member_close_plain(const struct fs_ep_member *m)
-{
-	enum fs_sock_state st;
-
-	if (!m->s || m->parked)
-		return false;
-	st = fs_sock_state(m->s);
-	return (st == FS_SOCK_KERNEL || st == FS_SOCK_SERVER_PLAIN) && !m->s->fd_private;
 }
 
 /* The application is about to close FD, one of S's fds (S NULL: FD is a
