@@ -12,6 +12,7 @@
 
 #include "config/params.h"
 #include "core/fdtable.h"
+#include "core/stats.h"
 #include "core/util.h"
 #include "preload/real.h"
 
@@ -25,6 +26,9 @@ static int fs_runq_self_fd = -1;
 static pid_t fs_runq_self_pid;
 static uint64_t fs_runq_last_ns, fs_runq_last_delay;
 static pid_t fs_runq_sampler; /* the process whose thread samples now, 0: none */
+static uint64_t fs_runq_taken_until; /* fs_runq_slice_lost: crowded until then */
+static uint64_t fs_runq_taken_ms;    /* the length of that spell */
+static uint64_t fs_runq_lost_from, fs_runq_lost_ns; /* the losses' window, and their time in it */
 
 long fs_runq_parse(const char *buf, size_t len)
 {
@@ -111,11 +115,53 @@ static void fs_runq_sample(uint64_t now)
 	__atomic_store_n(&fs_runq_busy_host, r > fs_runq_cpus && waited, __ATOMIC_RELAXED);
 }
 
+void fs_runq_slice_lost(uint64_t now, uint64_t lost_ns)
+{
+	uint64_t from = __atomic_load_n(&fs_runq_lost_from, __ATOMIC_RELAXED);
+	uint64_t lost = __atomic_load_n(&fs_runq_lost_ns, __ATOMIC_RELAXED);
+	uint64_t until, ms;
+
+	FS_STAT_INC(spin_slices_lost);
+	if (!fs_params.spin_lost_ms)
+		return;
+	/* the losses of the last FS_RUNQ_LOST_WINDOW_MS: one now and then is
+	 * a program's own threads sharing the cores (nginx's workers and
+	 * wrk's threads: 10-20 % of the time), not work beside */
+	if (!from || now - from > FS_RUNQ_LOST_WINDOW_MS * 1000000ull) {
+		from = now - lost_ns;
+		lost = 0;
+	}
+	lost += lost_ns;
+	if (lost < FS_RUNQ_LOST_MIN_MS * 1000000ull || lost * 2 < now - from) {
+		__atomic_store_n(&fs_runq_lost_from, from, __ATOMIC_RELAXED);
+		__atomic_store_n(&fs_runq_lost_ns, lost, __ATOMIC_RELAXED);
+		return;
+	}
+	/* half the time lost: a spell of sleeping waits, twice the last one
+	 * when it comes within one spell's length after the last ended (the
+	 * work beside is still there); a new window after it. Threads racing
+	 * here store one of their answers: a heuristic. */
+	__atomic_store_n(&fs_runq_lost_from, 0, __ATOMIC_RELAXED);
+	FS_STAT_INC(spin_lost_spells);
+	until = __atomic_load_n(&fs_runq_taken_until, __ATOMIC_RELAXED);
+	ms = __atomic_load_n(&fs_runq_taken_ms, __ATOMIC_RELAXED);
+	if (ms && until && now - until < ms * 1000000ull)
+		ms = ms * 2 < FS_RUNQ_TAKEN_MAX_MS ? ms * 2 : FS_RUNQ_TAKEN_MAX_MS;
+	else
+		ms = fs_params.spin_lost_ms;
+	__atomic_store_n(&fs_runq_taken_ms, ms, __ATOMIC_RELAXED);
+	__atomic_store_n(&fs_runq_taken_until, now + ms * 1000000ull, __ATOMIC_RELAXED);
+}
+
 bool fs_runq_crowded(uint64_t now)
 {
 	uint64_t next = __atomic_load_n(&fs_runq_next_ns, __ATOMIC_RELAXED);
 
-	if (!fs_params.spin_free_core || !fs_params.spin_us)
+	if (!fs_params.spin_us)
+		return false;
+	if (now < __atomic_load_n(&fs_runq_taken_until, __ATOMIC_RELAXED))
+		return true;
+	if (!fs_params.spin_free_core)
 		return false;
 	/* one thread samples; the others read what it found */
 	if (now >= next && __atomic_compare_exchange_n(&fs_runq_next_ns, &next, now + FS_RUNQ_SAMPLE_MS * 1000000ull,

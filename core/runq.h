@@ -25,10 +25,32 @@
 
 #define FS_RUNQ_SAMPLE_MS 20
 
-/* True when the last sample saw more runnable threads than CPUs; samples
- * again if the last one is older than FS_RUNQ_SAMPLE_MS at NOW (ns). False
- * with FABSOCK_SPIN_FREE_CORE=0 or where /proc/loadavg cannot be read. */
+/* True while a spin lost a slice lately (fs_runq_slice_lost), or when the
+ * last sample saw more runnable threads than CPUs; samples again if the
+ * last one is older than FS_RUNQ_SAMPLE_MS at NOW (ns). The sample is
+ * taken only with FABSOCK_SPIN_FREE_CORE=1 (false where /proc/loadavg
+ * cannot be read). False with FABSOCK_SPIN_US=0. */
 bool fs_runq_crowded(uint64_t now);
+
+/* A yield of a spinning waiter gave the core away for LOST_NS, a whole
+ * time slice of other work (FS_YIELD_SLICE_NS, wait.h), ending at NOW.
+ * When such losses add up to half the time of a window of
+ * FS_RUNQ_LOST_WINDOW_MS (and FS_RUNQ_LOST_MIN_MS at least), the process
+ * is crowded for a spell, whatever FABSOCK_SPIN_FREE_CORE says: its waits
+ * sleep at once. A sleeping waiter is woken when its answer comes and
+ * preempts such work; a yielding one waits for the slice to end (64 B
+ * ping-pong beside two busy loops at nice 19: 70 % of the run). The spell
+ * is FABSOCK_SPIN_LOST_MS, and twice the last one (up to
+ * FS_RUNQ_TAKEN_MAX_MS) when it starts within one spell's length after
+ * the last ended: busy work beside (a build) makes the spells long. A
+ * program's own threads that share the cores lose slices too (nginx's
+ * workers and wrk's threads, wrk -c 4 on 2 cores: 1-4 ms, a hundred a
+ * second per process, 10-20 % of the time), and their waits must keep
+ * spinning: sleeping ones made nginx 0.55-0.65x as fast. */
+#define FS_RUNQ_LOST_WINDOW_MS 100
+#define FS_RUNQ_LOST_MIN_MS 10
+#define FS_RUNQ_TAKEN_MAX_MS 1000
+void fs_runq_slice_lost(uint64_t now, uint64_t lost_ns);
 
 /* Parses the runnable count out of a /proc/loadavg line ("0.50 0.40 0.30
  * 3/512 1234"): the count, or -1. For the unit test. */

@@ -11,7 +11,8 @@
  * engine's last activity when that is later; a slice never runs past the
  * deadline, and a deadline that has passed (before the spin ended, at the
  * start, or long ago) stops the wait; 0 is no deadline even at time 0;
- * milliseconds until a deadline round up and saturate.
+ * milliseconds until a deadline round up and saturate; what the step-back
+ * counts as a sleep (late, or quick after its spin ceded the core).
  */
 #include <limits.h>
 #include <stdio.h>
@@ -168,8 +169,32 @@ static void test_deadline_rounds(void)
 	CHECK(fs_wait_ms_until(T0 + 120 * US, w.deadline) == 1);
 }
 
+/* The step-back's "slept" (fs_wait_slept): late, or quick after the spin's
+ * yields ceded the core for FS_CEDED_SLEPT_NS in all; never with many
+ * events. */
+static void test_slept(void)
+{
+	struct fs_wait w;
+
+	set_params();
+	fs_wait_init(&w, T0, 0, true);
+	CHECK(w.ceded_ns == 0);
+	CHECK(!fs_wait_slept(&w, T0 + 20 * US, 1));  /* quick, on its own core */
+	CHECK(fs_wait_slept(&w, T0 + 100 * US, 1));  /* late: after SPIN_US */
+	CHECK(fs_wait_slept(&w, T0 + 100 * US, FS_SLEEPY_EVENTS));
+	CHECK(!fs_wait_slept(&w, T0 + 100 * US, FS_SLEEPY_EVENTS + 1));
+	w.ceded_ns = FS_CEDED_SLEPT_NS - 1;
+	CHECK(!fs_wait_slept(&w, T0 + 50 * US, 1));  /* a short turn of another thread */
+	w.ceded_ns = FS_CEDED_SLEPT_NS;
+	CHECK(fs_wait_slept(&w, T0 + 50 * US, 1));   /* quick, but the core went elsewhere */
+	CHECK(!fs_wait_slept(&w, T0 + 50 * US, FS_SLEEPY_EVENTS + 1));
+	fs_wait_init(&w, T0, 0, true);
+	CHECK(w.ceded_ns == 0);                       /* a new wait starts at none */
+}
+
 int main(void)
 {
+	test_slept();
 	test_deadlines();
 	test_runq_parse();
 	test_spin();
