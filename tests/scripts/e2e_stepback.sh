@@ -171,7 +171,7 @@ for mode in $FS_MODES; do
 	# a time beside background builds) a spin's yields give the core to
 	# other work for long, and those waits count as slept (waits_ceded,
 	# core/wait.h FS_CEDED_SLEPT_NS): an end may step back then, but only
-	# one whose ceded and late waits make two windows' 75 % (2 x 96).
+	# one whose ceded and late waits make two windows' 60 % (2 x 77).
 	f0=$FS_FAILS
 	if start fc fabsock FABSOCK_SPIN_US=20000 -- "$PP" server; then
 		client fc fabsock FABSOCK_SPIN_US=20000 -- 1 2000 "$SIZE"
@@ -182,8 +182,8 @@ for mode in $FS_MODES; do
 			[ "${n:-0}" = 0 ] && continue
 			fc_back=1
 			busy=$(($(st0 "fc.$e" waits_ceded) + $(st0 "fc.$e" waits_late)))
-			[ "$busy" -ge 192 ] ||
-				fs_fail "free core: the $e end stepped back ($n) with $busy waits ceded or late, fewer than two windows' 75 %"
+			[ "$busy" -ge 154 ] ||
+				fs_fail "free core: the $e end stepped back ($n) with $busy waits ceded or late, fewer than two windows' 60 %"
 		done
 		if [ "$fc_back" = 0 ]; then
 			tcp_each fc 0 $HS_MAX
