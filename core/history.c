@@ -42,6 +42,7 @@
 
 #include "config/log.h"
 #include "config/params.h"
+#include "core/runq.h"
 #include "core/stats.h"
 #include "core/stepback.h"
 #include "core/udp.h"
@@ -601,6 +602,15 @@ void fs_history_stepped_back(struct fs_history_conn *h)
 
 	if (!h->tag)
 		return;
+	/* during or right after a spell of lost slices (runq.h): work beside
+	 * made the fabric lose, not the program's pattern; kept, the verdict
+	 * would start its next connections on TCP once the host is quiet
+	 * again, where the fabric wins (pgbench -S -c 1: 1.7-2.2x) */
+	if (fs_runq_spell_lately(fs_now_ns())) {
+		FS_STAT_INC(history_busy_unlearnt);
+		h->tag = 0;
+		return;
+	}
 	if ((m = fs_hist_get()) && (e = fs_hist_find(m, h->tag, true))) {
 		if (__atomic_load_n(&e->stepped_back, __ATOMIC_RELAXED) < FS_HIST_STREAK_MAX)
 			__atomic_add_fetch(&e->stepped_back, 1, __ATOMIC_RELAXED);

@@ -48,7 +48,8 @@ void fs_history_track(const struct fs_history_conn *h, int fd);
 /* An offloaded connection stepped back from the fabric (stepback.h): the
  * program's next connections to the destination start on TCP (until a
  * relearn's connection makes a whole window without stepping back). It
- * reports nothing more. */
+ * reports nothing more. Not noted during or right after a spell of slices
+ * lost to work beside (fs_runq_spell_lately). */
 void fs_history_stepped_back(struct fs_history_conn *h);
 /* An offloaded connection closes: its counts, TURNS and BYTES (the
  * stream's, counted once for the step-back too: fs_stepback_totals), go

@@ -153,6 +153,13 @@ void fs_runq_slice_lost(uint64_t now, uint64_t lost_ns)
 	__atomic_store_n(&fs_runq_taken_until, now + ms * 1000000ull, __ATOMIC_RELAXED);
 }
 
+bool fs_runq_spell_lately(uint64_t now)
+{
+	uint64_t until = __atomic_load_n(&fs_runq_taken_until, __ATOMIC_RELAXED);
+
+	return until && now < until + FS_RUNQ_SPELL_LATELY_MS * 1000000ull;
+}
+
 bool fs_runq_crowded(uint64_t now)
 {
 	uint64_t next = __atomic_load_n(&fs_runq_next_ns, __ATOMIC_RELAXED);

@@ -51,6 +51,11 @@ bool fs_runq_crowded(uint64_t now);
 #define FS_RUNQ_LOST_MIN_MS 10
 #define FS_RUNQ_TAKEN_MAX_MS 1000
 void fs_runq_slice_lost(uint64_t now, uint64_t lost_ns);
+/* Whether a spell is on at NOW or ended less than FS_RUNQ_SPELL_LATELY_MS
+ * ago: a step-back then is the host's doing, and the connection history
+ * does not keep it (history.c). */
+#define FS_RUNQ_SPELL_LATELY_MS 1000
+bool fs_runq_spell_lately(uint64_t now);
 
 /* Parses the runnable count out of a /proc/loadavg line ("0.50 0.40 0.30
  * 3/512 1234"): the count, or -1. For the unit test. */

@@ -12,7 +12,8 @@
  * deadline, and a deadline that has passed (before the spin ended, at the
  * start, or long ago) stops the wait; 0 is no deadline even at time 0;
  * milliseconds until a deadline round up and saturate; what the step-back
- * counts as a sleep (late, or quick after its spin ceded the core).
+ * counts as a sleep (late, or quick after its spin ceded the core); the
+ * spells of slices lost to work beside (runq.c).
  */
 #include <limits.h>
 #include <stdio.h>
@@ -192,6 +193,54 @@ static void test_slept(void)
 	CHECK(w.ceded_ns == 0);                       /* a new wait starts at none */
 }
 
+/* Spells of slices lost to work beside (runq.c): a lost slice alone is no
+ * spell, half of a window's time lost is (10 ms at least); the spell lasts
+ * SPIN_LOST_MS, doubles when the next comes within its length after it
+ * ended, starts over later; "lately" holds for FS_RUNQ_SPELL_LATELY_MS
+ * after its end; SPIN_LOST_MS=0 never starts one. Runs last: the state is
+ * the process's, and its spells would make the other tests' waits crowded. */
+static void test_spells(void)
+{
+	uint64_t t = T0, end;
+
+	set_params();
+	fs_params.spin_lost_ms = 20;
+	CHECK(!fs_runq_crowded(t) && !fs_runq_spell_lately(t));
+	fs_runq_slice_lost(t, 2 * MS);            /* 2 of 2 ms: under 10 ms */
+	CHECK(!fs_runq_crowded(t));
+	t += 50 * MS;
+	fs_runq_slice_lost(t, 3 * MS);            /* 5 ms in 52: under half */
+	CHECK(!fs_runq_crowded(t));
+	t += 200 * MS;                            /* a new window */
+	for (int i = 0; i < 3; i++) {
+		t += 4 * MS;
+		fs_runq_slice_lost(t, 3 * MS);    /* 9 of 12 ms: under 10 ms */
+	}
+	CHECK(!fs_runq_crowded(t));
+	t += 4 * MS;
+	fs_runq_slice_lost(t, 3 * MS);            /* 12 of 16 ms */
+	CHECK(fs_runq_crowded(t) && fs_runq_spell_lately(t));
+	CHECK(fs_runq_crowded(t + 20 * MS - 1));
+	CHECK(!fs_runq_crowded(t + 20 * MS));     /* a spell of SPIN_LOST_MS */
+	CHECK(fs_runq_spell_lately(t + 20 * MS + FS_RUNQ_SPELL_LATELY_MS * MS - 1));
+	CHECK(!fs_runq_spell_lately(t + 20 * MS + FS_RUNQ_SPELL_LATELY_MS * MS));
+	/* the next one 5 ms after it ended: twice as long */
+	end = t + 20 * MS;
+	t = end + 5 * MS;
+	fs_runq_slice_lost(t - 3 * MS, 4 * MS);
+	fs_runq_slice_lost(t, 8 * MS);            /* 12 of 12 ms */
+	CHECK(fs_runq_crowded(t + 40 * MS - 1) && !fs_runq_crowded(t + 40 * MS));
+	/* one long after: SPIN_LOST_MS again */
+	t += 10000 * MS;
+	fs_runq_slice_lost(t, 12 * MS);
+	CHECK(fs_runq_crowded(t + 20 * MS - 1) && !fs_runq_crowded(t + 20 * MS));
+	/* off */
+	fs_params.spin_lost_ms = 0;
+	t += 10000 * MS;
+	fs_runq_slice_lost(t, 50 * MS);
+	CHECK(!fs_runq_crowded(t) && !fs_runq_spell_lately(t));
+}
+
 int main(void)
 {
 	test_slept();
@@ -200,5 +249,6 @@ int main(void)
 	test_spin();
 	test_slices();
 	test_deadline_rounds();
+	test_spells();
 	return fs_check_done();
 }
