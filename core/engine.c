@@ -917,6 +917,17 @@ void fs_engine_progress_locked(void)
 	fs_engine_unlock(e);
 }
 
+void fs_engine_progress_live_locked(void)
+{
+	struct fs_engine *e = fs_engine_lock_cur();
+
+	if (!e)
+		return;
+	if (e->live_streams)
+		fs_engine_progress(e);
+	fs_engine_unlock(e);
+}
+
 bool fs_engine_progress_try(void)
 {
 	struct fs_engine *e = fs_engine_peek();

@@ -581,6 +581,11 @@ void fs_engine_cq_sleep(struct fs_engine *e, bool begin);
 /* fs_engine_progress, taking the engine lock; for readiness scans, which progress
  * once per scan and then look at each member without progressing. */
 void fs_engine_progress_locked(void);
+/* The same only while the engine has a stream (open or an orphan), as the
+ * service thread progresses: an epoll look of a server whose members are
+ * connections of plain clients read an empty completion queue (the rail
+ * its first connections opened) once a connection. */
+void fs_engine_progress_live_locked(void);
 /* The same if the engine lock is free at once; false (nothing done) when
  * another thread holds it. For the rounds of a spinning wait after its
  * first: the holder's progress serves every stream, and a spinner that

@@ -19,6 +19,7 @@
 #include "core/epoll_internal.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -431,7 +432,7 @@ static int fs_epoll_look(struct fs_epoll *fe, struct epoll_event *events, int ma
 		n = fs_epoll_scan(fe, events, maxevents, *gen, !spinning, drained);
 	} else {
 		if (fe->members && !spinning)
-			fs_engine_progress_locked();
+			fs_engine_progress_live_locked();
 		n = fs_epoll_scan_pending(fe, events, 0, maxevents, *gen, drained);
 		n = fs_epoll_scan_ready(fe, events, n, maxevents, *gen);
 	}
@@ -760,10 +761,66 @@ static int fs_epoll_wait_rounds(struct fs_epoll *fe, int epfd, struct epoll_even
 	}
 }
 
+/* fs_epoll_wait_bare's answers when FE has members (or parked ones): the
+ * usual rounds must wait; and when its wait saw only fabsock's events
+ * (a member came): the rounds wait the rest of the time. */
+#define FS_EP_NOT_BARE INT_MIN
+#define FS_EP_BARE_WOKEN (INT_MIN + 1)
+
+/* An instance that has a record but no member now (a client whose first
+ * connections were offloaded and whose later ones went to TCP; a server
+ * between its plain clients): the whole wait in the kernel, one call, as
+ * fabsock's rounds did for it (a kernel sleeper for the whole time) but
+ * without their looks, clock reads, locks and wait accounting (about 1 us
+ * a call: a wrk client's every epoll_wait). Counted a kernel sleeper, so
+ * that a member another thread adds meanwhile rings the wake fd; events
+ * that carry fabsock's tags (the wake fd, that member) go through the
+ * usual merge. Returns the count (0: the time is up), -errno,
+ * FS_EP_NOT_BARE (nothing waited) or FS_EP_BARE_WOKEN. */
+static int fs_epoll_wait_bare(struct fs_epoll *fe, int epfd, struct epoll_event *events, int maxevents,
+			      int timeout_ms, const sigset_t *sigmask)
+{
+	struct epoll_event ours[FS_EP_BATCH];
+	uint64_t gen;
+	int k, kept = 0, nours = 0, err;
+
+	if (__atomic_load_n(&fe->members, __ATOMIC_ACQUIRE) || __atomic_load_n(&fe->parked, __ATOMIC_ACQUIRE))
+		return FS_EP_NOT_BARE;
+	fs_lock(&fe->lock);
+	if (fe->members || __atomic_load_n(&fe->parked, __ATOMIC_ACQUIRE)) {
+		pthread_mutex_unlock(&fe->lock);
+		return FS_EP_NOT_BARE;
+	}
+	fe->kernel_sleepers++;
+	pthread_mutex_unlock(&fe->lock);
+	k = sigmask ? fs_real.epoll_pwait(epfd, events, maxevents, timeout_ms, sigmask)
+		    : fs_real.epoll_wait(epfd, events, maxevents, timeout_ms);
+	err = errno;
+	fs_lock(&fe->lock);
+	fe->kernel_sleepers--;
+	gen = ++fe->out_gen;
+	pthread_mutex_unlock(&fe->lock);
+	if (k < 0)
+		return -err;
+	for (int i = 0; i < k; i++) {
+		if ((events[i].data.u64 & FS_EP_TAG_MARK_MASK) != FS_EP_TAG_MARK)
+			events[kept++] = events[i];
+		else if (nours < FS_EP_BATCH)
+			ours[nours++] = events[i];
+		/* (more than a batch of ours: the kernel reports the level
+		 * ones again; an edge is the wake fd's or a member's that
+		 * the rounds' look finds by its socket's state) */
+	}
+	if (!nours)
+		return kept;
+	k = fs_epoll_merge_kernel(fe, ours, nours, events, kept, maxevents, gen);
+	return k ? k : FS_EP_BARE_WOKEN;
+}
+
 int fs_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout_ms, const sigset_t *sigmask)
 {
 	struct fs_epoll *fe = fs_epoll_peek(epfd);
-	uint64_t start = fs_now_ns();
+	uint64_t start;
 	struct fs_wait w;
 	bool counted;
 	int ret;
@@ -777,6 +834,26 @@ int fs_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeo
 
 		return k < 0 ? -errno : k;
 	}
+	if (fs_params.epoll_bare) {
+		/* (the coarse clock: read again only if the wait must go on) */
+		uint64_t bare_start = timeout_ms > 0 ? fs_now_coarse_ns() : 0;
+
+		ret = fs_epoll_wait_bare(fe, epfd, events, maxevents, timeout_ms, sigmask);
+		if (ret != FS_EP_NOT_BARE && ret != FS_EP_BARE_WOKEN)
+			return ret;
+		if (ret == FS_EP_BARE_WOKEN) {
+			/* a member came: the rounds wait the rest of the time */
+			FS_STAT_INC(epoll_bare_woken);
+			if (timeout_ms == 0)
+				return 0;
+			if (timeout_ms > 0) {
+				uint64_t spent_ms = (fs_now_coarse_ns() - bare_start) / 1000000ull;
+
+				timeout_ms = spent_ms >= (uint64_t)timeout_ms ? 0 : timeout_ms - (int)spent_ms;
+			}
+		}
+	}
+	start = fs_now_ns();
 	counted = fs_epoll_has_members(epfd);
 	if (counted)
 		fs_ready_wait_enter();
@@ -801,7 +878,10 @@ int fs_epoll_drop_ours(struct epoll_event *events, int k)
 
 int fs_epoll_wait_plain(int epfd, struct epoll_event *events, int maxevents, int timeout_ms, const sigset_t *sigmask)
 {
-	uint64_t start = fs_now_ns();
+	/* the coarse clock (10 ns against 40 here, per call of an instance
+	 * fabsock never had a member in): only the rare wait that must go on
+	 * after a member came reads it again, and may wait a tick longer */
+	uint64_t start = timeout_ms > 0 ? fs_now_coarse_ns() : 0;
 	uint32_t *plain = __atomic_load_n(&fs_ep_plain, __ATOMIC_ACQUIRE);
 	int k, kept;
 
@@ -837,7 +917,7 @@ int fs_epoll_wait_plain(int epfd, struct epoll_event *events, int maxevents, int
 	if (kept || timeout_ms == 0)
 		return kept;
 	if (timeout_ms > 0) {
-		uint64_t spent_ms = (fs_now_ns() - start) / 1000000ull;
+		uint64_t spent_ms = (fs_now_coarse_ns() - start) / 1000000ull;
 
 		timeout_ms = spent_ms >= (uint64_t)timeout_ms ? 0 : timeout_ms - (int)spent_ms;
 	}

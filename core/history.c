@@ -264,7 +264,7 @@ bad:
 static struct fs_hist_file *fs_hist_get(void)
 {
 	uint32_t uid = (uint32_t)fs_self_euid();
-	uint64_t now = fs_now_ns();
+	uint64_t now = fs_now_coarse_ns(); /* (fs_hist_check_ns is of this clock alone) */
 	struct fs_hist_file *m = __atomic_load_n(&fs_hist_map, __ATOMIC_ACQUIRE);
 	char path[PATH_MAX];
 	struct stat st;

@@ -64,9 +64,21 @@ static int fs_table_lock(struct fs_listener *l)
 {
 	struct fs_probe_table *t = l->table;
 	struct timespec until;
+	uint64_t stuck = __atomic_load_n(&l->table_stuck_until_ns, __ATOMIC_RELAXED);
 	int ret;
 
-	if (__atomic_load_n(&l->table_stuck_until_ns, __ATOMIC_RELAXED) > fs_now_ns()) {
+	/* free (nearly always: a holder keeps it for a lookup): no clock read,
+	 * three a connection took on a plain client's server end */
+	if (!stuck) {
+		ret = pthread_mutex_trylock(&t->lock);
+		if (ret == 0)
+			return 0;
+		if (ret == EOWNERDEAD) {
+			pthread_mutex_consistent(&t->lock);
+			return 0;
+		}
+	}
+	if (stuck && stuck > fs_now_ns()) {
 		/* held too long a moment ago: no more waiting (the service
 		 * thread answers every listener's probes) until it has been
 		 * seen free again */
@@ -802,7 +814,7 @@ bool fs_listener_answered(struct fs_listener *l)
 	answerer = __atomic_load_n(&l->table->answerer, __ATOMIC_ACQUIRE);
 	if (answerer <= 0)
 		return false;
-	now = fs_now_ns();
+	now = fs_now_coarse_ns(); /* (answerer_seen_until_ns is of this clock alone) */
 	if (now < __atomic_load_n(&l->answerer_seen_until_ns, __ATOMIC_RELAXED))
 		return true;
 	/* EPERM: alive, as another user (a child that dropped privileges) */
@@ -815,7 +827,7 @@ bool fs_listener_answered(struct fs_listener *l)
 bool fs_listener_adopt(struct fs_listener *l)
 {
 	pid_t self = fs_self_pid(), seen, maker = __atomic_load_n(&l->pid, __ATOMIC_RELAXED);
-	uint64_t now = fs_now_ns();
+	uint64_t now = fs_now_coarse_ns(); /* answerer_seen_until_ns's clock */
 
 	if (maker == self || l->shared_table || !l->table ||
 	    l->table == MAP_FAILED || __atomic_load_n(&l->closed, __ATOMIC_ACQUIRE) ||

@@ -72,7 +72,7 @@ struct fs_listener {
 	int refs;
 	pid_t pid; /* the process whose service thread watches udp_fd */
 	/* in a forked child: table->answerer was seen alive until then (atomic) */
-	uint64_t answerer_seen_until_ns;
+	uint64_t answerer_seen_until_ns; /* fs_now_coarse_ns */
 	/* the application's listening socket (its latest, for a reopened
 	 * listener): a forked child that still holds it there listens too
 	 * (fs_listeners_inherit) */

@@ -1315,6 +1315,9 @@ static size_t fs_iov_drop_head(const struct msghdr *msg, size_t n, size_t skip)
 {
 	size_t from_i = 0, from_off = skip, to_i = 0, to_off = 0, left = n - skip;
 
+	if (!skip)
+		return n; /* a plain client's first bytes: nothing to move (it
+			   * copied every byte onto itself, one at a time) */
 	while (from_i < msg->msg_iovlen && from_off >= msg->msg_iov[from_i].iov_len)
 		from_off -= msg->msg_iov[from_i++].iov_len;
 	while (left) {

@@ -72,6 +72,14 @@ uint64_t fs_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+uint64_t fs_now_coarse_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 /* Whether the calling thread holds M. glibc keeps the holder's thread id in
  * the mutex (a plain mutex too); only this thread can have written its own
  * id there, so a racy read answers this question exactly. Elsewhere it says

@@ -2200,9 +2200,16 @@ static void *ev_waiter_main(void *arg)
 	return NULL;
 }
 
-static int member_added_while_waiting_client(int fd)
+/*
+ * member_added_while_bare: the same, but the set had a socket of
+ * fabsock's before (one made, added and closed: under the preload the
+ * instance keeps its record with no member), so the waiter sleeps in the
+ * one kernel call of a set without members (EPOLL_BARE) and must be woken
+ * by the member's arrival; e2e_evloop checks epoll_bare_woken.
+ */
+static int member_added_client(int fd, bool had_member)
 {
-	enum { TAG_PIPE = 0x1, TAG_SOCKET = 0x2 };
+	enum { TAG_PIPE = 0x1, TAG_SOCKET = 0x2, TAG_GONE = 0x3 };
 	struct ev_waiter w = { .epfd = ev_epoll_create() };
 	uint64_t offset = 0;
 	pthread_t thread;
@@ -2210,6 +2217,17 @@ static int member_added_while_waiting_client(int fd)
 
 	if (w.epfd < 0 || pipe(pipes) != 0 || ev_epoll_ctl(w.epfd, EPOLL_CTL_ADD, pipes[0], EPOLLIN, TAG_PIPE) < 0)
 		goto out;
+	if (had_member) {
+		int gone = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+
+		if (gone < 0 || ev_epoll_ctl(w.epfd, EPOLL_CTL_ADD, gone, EPOLLIN, TAG_GONE) < 0) {
+			harness_fail("a socket to add and close: %s", strerror(errno));
+			if (gone >= 0)
+				close(gone);
+			goto out;
+		}
+		close(gone);
+	}
 	if (pthread_create(&thread, NULL, ev_waiter_main, &w) != 0) {
 		harness_fail("pthread_create failed");
 		goto out;
@@ -2238,6 +2256,16 @@ out:
 	if (w.epfd >= 0)
 		close(w.epfd);
 	return status;
+}
+
+static int member_added_while_waiting_client(int fd)
+{
+	return member_added_client(fd, false);
+}
+
+static int member_added_while_bare_client(int fd)
+{
+	return member_added_client(fd, true);
 }
 
 /*
@@ -2754,6 +2782,7 @@ static const struct harness_scenario scenarios[] = {
 	{ "sigmask", sigmask_server, sigmask_client, 0 },
 	{ "epoll_pwait2", epoll_pwait2_server, epoll_pwait2_client, 0 },
 	{ "member_added_while_waiting", ev_serve, member_added_while_waiting_client, 0 },
+	{ "member_added_while_bare", ev_serve, member_added_while_bare_client, 0 },
 	{ "ctl_storm", ev_serve, ctl_storm_client, 0 },
 	{ "listener_closed_first", listener_closed_first_server, listener_closed_first_client, 0 },
 	{ "readd", ev_serve, readd_client, 0 },
