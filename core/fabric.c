@@ -410,6 +410,8 @@ const char *fs_fabric_prov_name(unsigned kind)
 
 unsigned fs_fabric_prov_parse(const char *name)
 {
+	if (!name || !name[0])
+		return FS_PROV_NONE; /* none named (every connect() asked) */
 	for (unsigned kind = FS_PROV_SHM; kind < FS_PROV_MAX_; kind++)
 		if (name && strcmp(name, fs_fabric_prov_name(kind)) == 0)
 			return kind;
