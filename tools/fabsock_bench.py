@@ -1181,7 +1181,7 @@ class Bench:
         # at load 2.4 and 126 s at load 12-14; a full round 3.5 min at load 20
         limit = self.repeat * (300 if self.quick else 700)
         print("running the real programs (nginx, PostgreSQL, memcached, nginx proxy_pass), %d round(s) of "
-              "kernel TCP then fabsock, about %s a round..." % (self.repeat, "1-2 min" if self.quick else "3-5 min"))
+              "kernel TCP and fabsock in turn, about %s a round..." % (self.repeat, "1-2 min" if self.quick else "3-5 min"))
         t0 = time.monotonic()
         child = self.children.start(limit, log, env, argv)
         rc = wait(child)
@@ -1332,8 +1332,8 @@ class Bench:
             return
         print()
         print("Real programs (tests/scripts/bench_realapps.sh: the realapps suite's servers as Debian\n"
-              "ships them, clients as their users, kernel TCP then fabsock for each program in each\n"
-              "round; median of %d round(s)).\n%s\n"
+              "ships them, clients as their users, kernel TCP and fabsock for each program in each\n"
+              "round, the kernel first in odd rounds; median of %d round(s)).\n%s\n"
               "ratio: fabsock vs kernel, > 1 is faster (rates: fabsock/kernel; times: kernel/fabsock,\n"
               "a curl process's wall time from exec to exit). Targets: issue 27's."
               % (self.repeat, "--quick: the same figures from shorter runs: 2 s per wrk or pgbench run (5 s in\n"
@@ -1589,7 +1589,7 @@ def draw_charts(results_path, out_dir):
         wanted += 1
         rows = [real.row_from_json(r) for r in data["realapps"]]
         svg = real.chart(rows, real.summary_from_json(data.get("realapps_summary") or {}),
-                         "%s, kernel TCP then fabsock per round" % where)
+                         "%s, kernel TCP and fabsock in turn per round" % where)
         if svg is not None:
             with open(os.path.join(out_dir, "realapps.svg"), "w") as f:
                 f.write(svg)
@@ -1609,7 +1609,7 @@ libfabric (fi_pingpong) on the same provider, with the performance issue's
 target per row and whether it is met. Each cell is the median of N runs
 (default 3; 1 with --quick). Then, as root from a source tree, the real
 programs (nginx, PostgreSQL, memcached, an nginx proxy: issue 27's targets,
-tests/scripts/bench_realapps.sh), kernel TCP then fabsock per round.
+tests/scripts/bench_realapps.sh), kernel TCP and fabsock per round, in turn.
 Writes results.csv, results.json, results.md, logs/ and the charts
 latency.svg, bandwidth.svg and realapps.svg into DIR (default
 ./fabsock-bench-results). --quick: 2 s per run, 4 message sizes instead of
