@@ -907,25 +907,25 @@ struct fs_engine *fs_engine_lock_cur(void)
 	return e;
 }
 
-void fs_engine_progress_locked(void)
+static void fs_engine_progress_cur(bool live_only)
 {
 	struct fs_engine *e = fs_engine_lock_cur();
 
 	if (!e)
 		return;
-	fs_engine_progress(e);
+	if (!live_only || e->live_streams)
+		fs_engine_progress(e);
 	fs_engine_unlock(e);
+}
+
+void fs_engine_progress_locked(void)
+{
+	fs_engine_progress_cur(false);
 }
 
 void fs_engine_progress_live_locked(void)
 {
-	struct fs_engine *e = fs_engine_lock_cur();
-
-	if (!e)
-		return;
-	if (e->live_streams)
-		fs_engine_progress(e);
-	fs_engine_unlock(e);
+	fs_engine_progress_cur(true);
 }
 
 bool fs_engine_progress_try(void)

@@ -761,6 +761,26 @@ static int fs_epoll_wait_rounds(struct fs_epoll *fe, int epfd, struct epoll_even
 	}
 }
 
+/* The application's own call on EPFD (the sigmask variant when it gave one):
+ * the count, or -errno. */
+static int fs_epoll_real_wait(int epfd, struct epoll_event *events, int maxevents, int timeout_ms,
+			      const sigset_t *sigmask)
+{
+	int k = sigmask ? fs_real.epoll_pwait(epfd, events, maxevents, timeout_ms, sigmask)
+			: fs_real.epoll_wait(epfd, events, maxevents, timeout_ms);
+
+	return k < 0 ? -errno : k;
+}
+
+/* What is left of TIMEOUT_MS (> 0) begun at START (fs_now_coarse_ns), for
+ * a wait that must go on after a member came: may wait a tick longer. */
+static int fs_epoll_ms_left(int timeout_ms, uint64_t start)
+{
+	uint64_t spent_ms = (fs_now_coarse_ns() - start) / 1000000ull;
+
+	return spent_ms >= (uint64_t)timeout_ms ? 0 : timeout_ms - (int)spent_ms;
+}
+
 /* fs_epoll_wait_bare's answers when FE has members (or parked ones): the
  * usual rounds must wait; and when its wait saw only fabsock's events
  * (a member came): the rounds wait the rest of the time. */
@@ -782,7 +802,7 @@ static int fs_epoll_wait_bare(struct fs_epoll *fe, int epfd, struct epoll_event 
 {
 	struct epoll_event ours[FS_EP_BATCH];
 	uint64_t gen;
-	int k, kept = 0, nours = 0, err;
+	int k, kept = 0, nours = 0;
 
 	if (__atomic_load_n(&fe->members, __ATOMIC_ACQUIRE) || __atomic_load_n(&fe->parked, __ATOMIC_ACQUIRE))
 		return FS_EP_NOT_BARE;
@@ -793,28 +813,33 @@ static int fs_epoll_wait_bare(struct fs_epoll *fe, int epfd, struct epoll_event 
 	}
 	fe->kernel_sleepers++;
 	pthread_mutex_unlock(&fe->lock);
-	k = sigmask ? fs_real.epoll_pwait(epfd, events, maxevents, timeout_ms, sigmask)
-		    : fs_real.epoll_wait(epfd, events, maxevents, timeout_ms);
-	err = errno;
+	k = fs_epoll_real_wait(epfd, events, maxevents, timeout_ms, sigmask);
 	fs_lock(&fe->lock);
 	fe->kernel_sleepers--;
 	gen = ++fe->out_gen;
 	pthread_mutex_unlock(&fe->lock);
 	if (k < 0)
-		return -err;
+		return k;
 	for (int i = 0; i < k; i++) {
-		if ((events[i].data.u64 & FS_EP_TAG_MARK_MASK) != FS_EP_TAG_MARK)
+		if ((events[i].data.u64 & FS_EP_TAG_MARK_MASK) != FS_EP_TAG_MARK) {
 			events[kept++] = events[i];
-		else if (nours < FS_EP_BATCH)
-			ours[nours++] = events[i];
-		/* (more than a batch of ours: the kernel reports the level
-		 * ones again; an edge is the wake fd's or a member's that
-		 * the rounds' look finds by its socket's state) */
+			continue;
+		}
+		ours[nours++] = events[i];
+		/* a batch of ours merged at once, none dropped (an edge of a
+		 * member's would be lost): its output lands at or before
+		 * index I, which is read already (each event read adds at
+		 * most one to KEPT + NOURS) */
+		if (nours == FS_EP_BATCH) {
+			kept = fs_epoll_merge_kernel(fe, ours, nours, events, kept, maxevents, gen);
+			nours = 0;
+		}
 	}
-	if (!nours)
-		return kept;
-	k = fs_epoll_merge_kernel(fe, ours, nours, events, kept, maxevents, gen);
-	return k ? k : FS_EP_BARE_WOKEN;
+	if (nours)
+		kept = fs_epoll_merge_kernel(fe, ours, nours, events, kept, maxevents, gen);
+	/* nothing for the application although the kernel answered: only
+	 * fabsock's events (a member came) */
+	return kept || !k ? kept : FS_EP_BARE_WOKEN;
 }
 
 int fs_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout_ms, const sigset_t *sigmask)
@@ -827,13 +852,8 @@ int fs_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeo
 
 	if (maxevents <= 0)
 		return -EINVAL;
-	if (!fe) {
-		/* no record (closed meanwhile): the plain call will do */
-		int k = sigmask ? fs_real.epoll_pwait(epfd, events, maxevents, timeout_ms, sigmask)
-				: fs_real.epoll_wait(epfd, events, maxevents, timeout_ms);
-
-		return k < 0 ? -errno : k;
-	}
+	if (!fe)
+		return fs_epoll_real_wait(epfd, events, maxevents, timeout_ms, sigmask); /* no record (closed meanwhile) */
 	if (fs_params.epoll_bare) {
 		/* (the coarse clock: read again only if the wait must go on) */
 		uint64_t bare_start = timeout_ms > 0 ? fs_now_coarse_ns() : 0;
@@ -846,11 +866,8 @@ int fs_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeo
 			FS_STAT_INC(epoll_bare_woken);
 			if (timeout_ms == 0)
 				return 0;
-			if (timeout_ms > 0) {
-				uint64_t spent_ms = (fs_now_coarse_ns() - bare_start) / 1000000ull;
-
-				timeout_ms = spent_ms >= (uint64_t)timeout_ms ? 0 : timeout_ms - (int)spent_ms;
-			}
+			if (timeout_ms > 0)
+				timeout_ms = fs_epoll_ms_left(timeout_ms, bare_start);
 		}
 	}
 	start = fs_now_ns();
@@ -899,13 +916,7 @@ int fs_epoll_wait_plain(int epfd, struct epoll_event *events, int maxevents, int
 		plain = NULL;
 	/* a record made after the count went up wakes us; one made before it
 	 * is seen here */
-	if (fs_epoll_known(epfd))
-		k = 0;
-	else
-		k = sigmask ? fs_real.epoll_pwait(epfd, events, maxevents, timeout_ms, sigmask)
-			    : fs_real.epoll_wait(epfd, events, maxevents, timeout_ms);
-	if (k < 0)
-		k = -errno;
+	k = fs_epoll_known(epfd) ? 0 : fs_epoll_real_wait(epfd, events, maxevents, timeout_ms, sigmask);
 	if (plain)
 		__atomic_fetch_sub(&plain[epfd], 1, __ATOMIC_ACQ_REL);
 	if (k < 0 || !fs_epoll_known(epfd))
@@ -916,10 +927,7 @@ int fs_epoll_wait_plain(int epfd, struct epoll_event *events, int maxevents, int
 	kept = fs_epoll_drop_ours(events, k);
 	if (kept || timeout_ms == 0)
 		return kept;
-	if (timeout_ms > 0) {
-		uint64_t spent_ms = (fs_now_coarse_ns() - start) / 1000000ull;
-
-		timeout_ms = spent_ms >= (uint64_t)timeout_ms ? 0 : timeout_ms - (int)spent_ms;
-	}
+	if (timeout_ms > 0)
+		timeout_ms = fs_epoll_ms_left(timeout_ms, start);
 	return fs_epoll_wait(epfd, events, maxevents, timeout_ms, sigmask);
 }

@@ -413,7 +413,7 @@ unsigned fs_fabric_prov_parse(const char *name)
 	if (!name || !name[0])
 		return FS_PROV_NONE; /* none named (every connect() asked) */
 	for (unsigned kind = FS_PROV_SHM; kind < FS_PROV_MAX_; kind++)
-		if (name && strcmp(name, fs_fabric_prov_name(kind)) == 0)
+		if (strcmp(name, fs_fabric_prov_name(kind)) == 0)
 			return kind;
 	return FS_PROV_NONE;
 }
