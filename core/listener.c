@@ -149,20 +149,49 @@ static struct fs_probe_rec *fs_table_first_none(struct fs_probe_table *t, uint32
 	return NULL;
 }
 
+/* The key's hash: where its walk starts. */
+static uint32_t fs_table_hash(const uint8_t addr[16], uint16_t port, struct fs_rec_hint *hint)
+{
+	uint32_t h;
+
+	if (hint && hint->hashed)
+		return hint->hash;
+	h = fs_wire_crc32(addr, 16) ^ (port * 2654435761u);
+	if (hint) {
+		hint->hash = h;
+		hint->hashed = true;
+	}
+	return h;
+}
+
 static struct fs_probe_rec *fs_table_find(struct fs_probe_table *t, const uint8_t addr[16], uint16_t port,
-					  bool create)
+					  bool create, struct fs_rec_hint *hint)
 {
 	uint64_t now = fs_now_ns();
-	uint32_t h = fs_wire_crc32(addr, 16) ^ (port * 2654435761u);
-	struct fs_probe_rec *free_slot = NULL;
+	uint32_t h = fs_table_hash(addr, port, hint);
+	struct fs_probe_rec *free_slot = NULL, *r;
 
+	/* where the key was last: the record the walk would find first (a
+	 * key is in one live record at most, what made it stops at it) */
+	if (hint && hint->placed && hint->slot < FS_PROBE_TABLE_SLOTS) {
+		r = &t->rec[hint->slot];
+		if (!fs_rec_stale(r, now) && r->port == port && memcmp(r->addr, addr, 16) == 0)
+			return r;
+		hint->placed = false;
+	}
 	for (unsigned i = 0; i < FS_PROBE_TABLE_SLOTS; i++) {
 		unsigned slot = (h + i) % FS_PROBE_TABLE_SLOTS;
-		struct fs_probe_rec *r = &t->rec[slot];
-		bool stale = fs_rec_stale(r, now);
+		bool stale;
 
-		if (!stale && r->port == port && memcmp(r->addr, addr, 16) == 0)
+		r = &t->rec[slot];
+		stale = fs_rec_stale(r, now);
+		if (!stale && r->port == port && memcmp(r->addr, addr, 16) == 0) {
+			if (hint) {
+				hint->slot = slot;
+				hint->placed = true;
+			}
 			return r;
+		}
 		if (r->state == FS_REC_NONE) {
 			/* end of this probe chain: what ends in stale records
 			 * before it ends here now, so chains stay short */
@@ -182,6 +211,10 @@ static struct fs_probe_rec *fs_table_find(struct fs_probe_table *t, const uint8_
 	memcpy(free_slot->addr, addr, 16);
 	free_slot->port = port;
 	free_slot->stamp_ns = now;
+	if (hint) {
+		hint->slot = (uint32_t)(free_slot - t->rec);
+		hint->placed = true;
+	}
 	return free_slot;
 }
 
@@ -195,14 +228,15 @@ bool fs_probe_rec_stale(const struct fs_probe_rec *r, uint64_t accepted_ns)
  * to OUT (if any). Its state; NONE_STATE when the table cannot be used or
  * holds no such record. */
 static enum fs_rec_state fs_listener_rec(struct fs_listener *l, const uint8_t addr[16], uint16_t port, bool claim,
-					 uint64_t accepted_ns, struct fs_probe_rec *out, enum fs_rec_state none_state)
+					 uint64_t accepted_ns, struct fs_probe_rec *out, enum fs_rec_state none_state,
+					 struct fs_rec_hint *hint)
 {
 	struct fs_probe_rec *r;
 	enum fs_rec_state state = none_state;
 
 	if (fs_table_lock(l))
 		return none_state;
-	r = fs_table_find(l->table, addr, port, claim);
+	r = fs_table_find(l->table, addr, port, claim, hint);
 	if (r) {
 		if (claim && (r->state == FS_REC_NONE || fs_probe_rec_stale(r, accepted_ns))) {
 			r->state = FS_REC_TCP;
@@ -220,24 +254,24 @@ static enum fs_rec_state fs_listener_rec(struct fs_listener *l, const uint8_t ad
 }
 
 enum fs_rec_state fs_listener_claim_tcp(struct fs_listener *l, const uint8_t addr[16], uint16_t port,
-					uint64_t accepted_ns, struct fs_probe_rec *out)
+					uint64_t accepted_ns, struct fs_probe_rec *out, struct fs_rec_hint *hint)
 {
-	return fs_listener_rec(l, addr, port, true, accepted_ns, out, FS_REC_TCP);
+	return fs_listener_rec(l, addr, port, true, accepted_ns, out, FS_REC_TCP, hint);
 }
 
 enum fs_rec_state fs_listener_lookup(struct fs_listener *l, const uint8_t addr[16], uint16_t port,
-				     struct fs_probe_rec *out)
+				     struct fs_probe_rec *out, struct fs_rec_hint *hint)
 {
-	return fs_listener_rec(l, addr, port, false, 0, out, FS_REC_NONE);
+	return fs_listener_rec(l, addr, port, false, 0, out, FS_REC_NONE, hint);
 }
 
-void fs_listener_forget(struct fs_listener *l, const uint8_t addr[16], uint16_t port)
+void fs_listener_forget(struct fs_listener *l, const uint8_t addr[16], uint16_t port, struct fs_rec_hint *hint)
 {
 	struct fs_probe_rec *r;
 
 	if (fs_table_lock(l))
 		return;
-	r = fs_table_find(l->table, addr, port, false);
+	r = fs_table_find(l->table, addr, port, false, hint);
 	if (r) {
 		/* Keep the slot occupied (it may be inside another key's probe
 		 * chain) but make it match nothing and be reusable; the next
@@ -250,14 +284,14 @@ void fs_listener_forget(struct fs_listener *l, const uint8_t addr[16], uint16_t 
 }
 
 bool fs_listener_move(struct fs_listener *l, const uint8_t addr[16], uint16_t port, enum fs_rec_state from,
-		      enum fs_rec_state to)
+		      enum fs_rec_state to, struct fs_rec_hint *hint)
 {
 	struct fs_probe_rec *r;
 	bool moved = false;
 
 	if (fs_table_lock(l))
 		return false;
-	r = fs_table_find(l->table, addr, port, from == FS_REC_NONE);
+	r = fs_table_find(l->table, addr, port, from == FS_REC_NONE, hint);
 	if (r && r->state == from) {
 		r->state = to;
 		r->stamp_ns = fs_now_ns();
@@ -957,7 +991,7 @@ static bool fs_listener_answered_yes(struct fs_listener *l, const struct fs_prob
 
 	if (!ask->nonce || __atomic_load_n(&l->closed, __ATOMIC_ACQUIRE) || fs_table_lock(l))
 		return false;
-	r = fs_table_find(l->table, ask->client_addr, ask->client_port, false);
+	r = fs_table_find(l->table, ask->client_addr, ask->client_port, false, NULL);
 	if (r && r->state == FS_REC_YES && r->nonce == ask->nonce)
 		again = true;
 	pthread_mutex_unlock(&l->table->lock);
@@ -1039,7 +1073,7 @@ static void fs_listener_answer(struct fs_listener *l, const uint8_t *pkt, ssize_
 		}
 	}
 	if (fs_table_lock(l) == 0) {
-		r = fs_table_find(l->table, ask.client_addr, ask.client_port, true);
+		r = fs_table_find(l->table, ask.client_addr, ask.client_port, true, NULL);
 		/* A record of an earlier connection from the same client port (a
 		 * client with hundreds of connections reuses ports within the
 		 * record's lifetime): the kernel names another socket for the

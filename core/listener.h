@@ -50,6 +50,19 @@ struct fs_probe_rec {
 
 struct fs_listener;
 
+/* Where one connection's record sits in its listener's table, so that its
+ * later lookups skip the work the first did: the key's hash (computed once)
+ * and the slot it was found or made in (looked at first; a slot that no
+ * longer holds the key costs the usual walk). Kept by the socket beside the
+ * key it was made for (fs_sock.peer_key); all zero: nothing known. Plain
+ * data under the socket's lock. */
+struct fs_rec_hint {
+	uint32_t hash;
+	uint32_t slot;
+	bool hashed;
+	bool placed;
+};
+
 /* Binds the UDP twin of listening socket FD. NULL (with the reason logged
  * at info level) when it cannot: the listener then stays plain TCP. */
 struct fs_listener *fs_listener_open(int fd);
@@ -125,7 +138,7 @@ void fs_listener_note_answerer(struct fs_listener *l);
  * for them. */
 int fs_listener_probe_fd(struct fs_listener *l);
 /* The connection of ADDR/PORT is closed: forget its record. */
-void fs_listener_forget(struct fs_listener *l, const uint8_t addr[16], uint16_t port);
+void fs_listener_forget(struct fs_listener *l, const uint8_t addr[16], uint16_t port, struct fs_rec_hint *hint);
 
 /* Server side, first use of an accepted connection from ADDR/PORT (16-byte
  * v6 or v4-mapped, host-order port), accepted at ACCEPTED_NS (0: unknown).
@@ -133,20 +146,21 @@ void fs_listener_forget(struct fs_listener *l, const uint8_t addr[16], uint16_t 
  * connection's from the same client port), writes TCP. Returns the state
  * now recorded and copies the record into OUT. */
 enum fs_rec_state fs_listener_claim_tcp(struct fs_listener *l, const uint8_t addr[16], uint16_t port,
-					uint64_t accepted_ns, struct fs_probe_rec *out);
+					uint64_t accepted_ns, struct fs_probe_rec *out, struct fs_rec_hint *hint);
 /* A settled record (TCP, DONE) older than the connection accepted at
  * ACCEPTED_NS belongs to an earlier connection from the same client port. */
 bool fs_probe_rec_stale(const struct fs_probe_rec *r, uint64_t accepted_ns);
-/* Reads the record without changing it. */
+/* Reads the record without changing it. HINT (NULL: none) is the key's,
+ * for this and later lookups (struct fs_rec_hint); so in the other calls. */
 enum fs_rec_state fs_listener_lookup(struct fs_listener *l, const uint8_t addr[16], uint16_t port,
-				     struct fs_probe_rec *out);
+				     struct fs_probe_rec *out, struct fs_rec_hint *hint);
 /* The process is ending: the kernel closes its listening sockets without
  * fabsock seeing it, so sign out of the shared probe tables (the last
  * process out removes the file). */
 void fs_listeners_exit(void);
 /* Moves a record from FROM to TO; returns true if it was in FROM. */
 bool fs_listener_move(struct fs_listener *l, const uint8_t addr[16], uint16_t port, enum fs_rec_state from,
-		      enum fs_rec_state to);
+		      enum fs_rec_state to, struct fs_rec_hint *hint);
 /* A forked child: the parent's listeners stay the parent's to answer. */
 void fs_listeners_after_fork(void);
 

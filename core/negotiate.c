@@ -927,11 +927,11 @@ static int fs_server_expect_hello(struct fs_sock *s, const struct fs_probe_rec *
 		/* the record did its work: from now on it only answers a late
 		 * probe NO, and is kept as briefly as a settled one */
 		if (s->listener)
-			fs_listener_move(s->listener, addr, port, FS_REC_YES, FS_REC_DONE);
+			fs_listener_move(s->listener, addr, port, FS_REC_YES, FS_REC_DONE, NULL);
 		return fs_server_accept_hello(s, &hello, (size_t)ret, rec);
 	}
 	if (s->listener)
-		fs_listener_move(s->listener, addr, port, FS_REC_YES, FS_REC_TCP);
+		fs_listener_move(s->listener, addr, port, FS_REC_YES, FS_REC_TCP, NULL);
 	if (ret == -ECONNRESET) {
 		FS_STAT_INC(fallback_peer_closed);
 		return fs_kernel(s, "the client closed before negotiating");
@@ -1046,6 +1046,19 @@ static enum fs_client_kind fs_client_kind(struct fs_sock *s, const struct sockad
 	}
 }
 
+/* S's probe-record key is ADDR/PORT (its client's): a hint kept for another
+ * key is dropped, HINT (found for this key, NULL: none) taken if given. */
+static void fs_peer_key_note(struct fs_sock *s, const uint8_t addr[16], uint16_t port, const struct fs_rec_hint *hint)
+{
+	if (!s->have_peer_key || s->peer_port != port || memcmp(s->peer_key, addr, sizeof(s->peer_key)) != 0)
+		s->rec_hint = (struct fs_rec_hint){ 0 };
+	if (hint)
+		s->rec_hint = *hint;
+	memcpy(s->peer_key, addr, sizeof(s->peer_key));
+	s->peer_port = port;
+	s->have_peer_key = true;
+}
+
 int fs_negotiate_server_waitless(struct fs_sock *s, const uint8_t *first, size_t n, size_t *taken)
 {
 	size_t none;
@@ -1060,7 +1073,7 @@ int fs_negotiate_server_waitless(struct fs_sock *s, const uint8_t *first, size_t
 	/* (a late probe for it, which a waitless client never sends, is
 	 * answered no) */
 	if (s->listener && s->have_peer_key)
-		fs_listener_claim_tcp(s->listener, s->peer_key, s->peer_port, s->neg->accepted_ns, NULL);
+		fs_listener_claim_tcp(s->listener, s->peer_key, s->peer_port, s->neg->accepted_ns, NULL, &s->rec_hint);
 	s->strip_hello = false;
 	return fs_kernel(s, "TCP first, waitless: the client's HELLO taken, the ACK sent (no switch: OPEN not built)");
 }
@@ -1085,9 +1098,7 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 		return fs_kernel(s, "not connected");
 	}
 	fs_sockaddr_key((struct sockaddr *)&peer, addr, &port);
-	memcpy(s->peer_key, addr, sizeof(s->peer_key));
-	s->peer_port = port;
-	s->have_peer_key = true;
+	fs_peer_key_note(s, addr, port, NULL);
 	/* a waitless HELLO goes whatever else decides (its client waits for
 	 * nothing, so it is at the head by now as a rule; later ones: below) */
 	if (fs_negotiate_server_waitless(s, NULL, 0, NULL) == FS_PASS)
@@ -1095,7 +1106,7 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 	rule = fs_rules_match(&fs_rules_global, FS_SIDE_SERVER, (struct sockaddr *)&peer, s->local_port);
 	if (rule == FS_RULE_KERNEL) {
 		if (s->listener)
-			fs_listener_claim_tcp(s->listener, addr, port, s->neg->accepted_ns, NULL);
+			fs_listener_claim_tcp(s->listener, addr, port, s->neg->accepted_ns, NULL, &s->rec_hint);
 		FS_STAT_INC(fallback_rule);
 		return fs_kernel(s, "a FABSOCK_RULES rule says kernel");
 	}
@@ -1103,7 +1114,7 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 		/* a client of this process kept on TCP (fs_listeners_own): no
 		 * probe, no HELLO, whatever a rule says; nothing to wait for */
 		if (s->listener)
-			fs_listener_claim_tcp(s->listener, addr, port, s->neg->accepted_ns, NULL);
+			fs_listener_claim_tcp(s->listener, addr, port, s->neg->accepted_ns, NULL, &s->rec_hint);
 		fs_strip_hello_later(s, 0, for_send);
 		FS_STAT_INC(fallback_peer_plain);
 		return fs_kernel(s, "a client of this process's own (kept on TCP)");
@@ -1137,7 +1148,7 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 		else if (fs_params.tcp_first && fs_negotiate_server_waitless(s, NULL, 0, NULL) == FS_PASS)
 			return FS_PASS;
 		rec = (struct fs_probe_rec){ 0 };
-		state = fs_listener_lookup(s->listener, addr, port, &rec);
+		state = fs_listener_lookup(s->listener, addr, port, &rec, &s->rec_hint);
 		if (fs_probe_rec_stale(&rec, s->neg->accepted_ns))
 			state = FS_REC_NONE; /* an earlier connection's, from the same client port */
 		if (state == FS_REC_YES)
@@ -1205,7 +1216,7 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 			}
 		}
 		if (for_send || readable) {
-			state = fs_listener_claim_tcp(s->listener, addr, port, s->neg->accepted_ns, &rec);
+			state = fs_listener_claim_tcp(s->listener, addr, port, s->neg->accepted_ns, &rec, &s->rec_hint);
 			if (state == FS_REC_YES)
 				return fs_server_expect_hello(s, &rec, false, addr, port, for_send, deadline_ns);
 			break;
@@ -1283,12 +1294,18 @@ int fs_negotiate_server(struct fs_sock *s, bool for_send, uint64_t deadline_ns)
 int fs_negotiate_server_before_read(struct fs_sock *s, bool bytes_in)
 {
 	struct fs_probe_rec rec = { 0 };
+	struct fs_rec_hint hint = { 0 };
 	enum fs_rec_state state;
 	uint8_t addr[16];
 	uint16_t port;
 
 	if (!s->listener || !s->neg->accepted_len || s->strip_hello)
 		return 0;
+	/* asked already (epoll_wait's look at the bytes, then the receive):
+	 * what else it checked does not change (the rules, whose client this
+	 * is), and the record is looked at again by the claim after the read */
+	if (bytes_in && s->direct_ok && s->have_peer_key)
+		return 1;
 	/* A blocking receive that would wait for the first byte: when nobody
 	 * answers the listener's probes (a forked child's inherited listener
 	 * whose parent is gone, as a daemonizing server's workers have it, or
@@ -1304,12 +1321,11 @@ int fs_negotiate_server_before_read(struct fs_sock *s, bool bytes_in)
 		return 0;
 	if (fs_listeners_is_own_client(addr, port))
 		return 0;
-	state = fs_listener_lookup(s->listener, addr, port, &rec);
+	state = fs_listener_lookup(s->listener, addr, port, &rec, &hint);
 	if (state != FS_REC_NONE && !fs_probe_rec_stale(&rec, s->neg->accepted_ns))
 		return 0;
-	memcpy(s->peer_key, addr, sizeof(s->peer_key));
-	s->peer_port = port;
-	s->have_peer_key = true;
+	fs_peer_key_note(s, addr, port, &hint);
+	s->direct_ok = bytes_in;
 	return 1;
 }
 
@@ -1349,14 +1365,15 @@ uint64_t fs_negotiate_server_hello_by(struct fs_sock *s)
 	struct fs_probe_rec rec = { 0 };
 
 	if (!s->listener || !s->have_peer_key ||
-	    fs_listener_lookup(s->listener, s->peer_key, s->peer_port, &rec) != FS_REC_YES)
+	    fs_listener_lookup(s->listener, s->peer_key, s->peer_port, &rec, &s->rec_hint) != FS_REC_YES)
 		return 0;
 	return rec.stamp_ns + (rec.wait_ms + FS_HELLO_MARGIN_MS) * FS_MS;
 }
 
 int fs_negotiate_server_claim(struct fs_sock *s, bool closed)
 {
-	if (fs_listener_claim_tcp(s->listener, s->peer_key, s->peer_port, s->neg->accepted_ns, NULL) == FS_REC_YES)
+	if (fs_listener_claim_tcp(s->listener, s->peer_key, s->peer_port, s->neg->accepted_ns, NULL, &s->rec_hint) ==
+	    FS_REC_YES)
 		return 0; /* a "yes" came meanwhile: the usual settling looks for the HELLO */
 	if (closed) {
 		FS_STAT_INC(fallback_peer_closed);
@@ -1380,7 +1397,7 @@ int fs_negotiate_server_after_read(struct fs_sock *s, const uint8_t *first, size
 	 * the receive itself */
 	if (fs_negotiate_server_waitless(s, first, n, taken) == FS_PASS)
 		return FS_PASS;
-	state = fs_listener_claim_tcp(s->listener, s->peer_key, s->peer_port, s->neg->accepted_ns, &rec);
+	state = fs_listener_claim_tcp(s->listener, s->peer_key, s->peer_port, s->neg->accepted_ns, &rec, &s->rec_hint);
 	if (state != FS_REC_YES) {
 		FS_STAT_INC(fallback_peer_plain);
 		return fs_kernel(s, "the client did not probe");
@@ -1391,11 +1408,11 @@ int fs_negotiate_server_after_read(struct fs_sock *s, const uint8_t *first, size
 	if (ret == 0 && have == n)
 		ret = fs_hello_rest(s->fd, buf, have, &hello);
 	if (ret > 0 && hello.nonce == rec.nonce) {
-		fs_listener_move(s->listener, s->peer_key, s->peer_port, FS_REC_YES, FS_REC_DONE);
+		fs_listener_move(s->listener, s->peer_key, s->peer_port, FS_REC_YES, FS_REC_DONE, &s->rec_hint);
 		*taken = (size_t)ret < n ? (size_t)ret : n;
 		return fs_server_accept_hello(s, &hello, (size_t)ret > n ? (size_t)ret - n : 0, &rec);
 	}
-	fs_listener_move(s->listener, s->peer_key, s->peer_port, FS_REC_YES, FS_REC_TCP);
+	fs_listener_move(s->listener, s->peer_key, s->peer_port, FS_REC_YES, FS_REC_TCP, &s->rec_hint);
 	FS_STAT_INC(fallback_bad_hello);
 	FS_INFO("fd %d: %zu first bytes, decode %d, nonce %#llx, probe nonce %#llx", s->fd, n, ret,
 		ret > 0 ? (unsigned long long)hello.nonce : 0ull, (unsigned long long)rec.nonce);

@@ -202,7 +202,7 @@ void fs_sock_release(struct fs_sock *s)
 		fs_engine_unlock(e);
 	}
 	if (s->listener && s->have_peer_key && fs_sock_state(s) != FS_SOCK_LISTENING) {
-		fs_listener_forget(s->listener, s->peer_key, s->peer_port);
+		fs_listener_forget(s->listener, s->peer_key, s->peer_port, &s->rec_hint);
 		s->have_peer_key = false;
 	}
 	fs_sock_neg_free(s);

@@ -47,6 +47,7 @@
 #include <sys/types.h>
 
 #include "core/history.h"
+#include "core/listener.h"
 #include "core/probe.h"
 #include "core/service.h"
 #include "core/stepback.h"
@@ -195,6 +196,12 @@ struct fs_sock {
 	uint8_t peer_key[16]; /* server side: the client's address and port, */
 	uint16_t peer_port;   /* the key of the probe record */
 	bool have_peer_key;
+	struct fs_rec_hint rec_hint; /* the key's, in the listener's table */
+	/* fs_negotiate_server_before_read said the first receive may go to
+	 * the kernel, and a receive after it with bytes in need not ask the
+	 * table again: a "yes" given since is found by the claim after the
+	 * read, as one given during the read is */
+	bool direct_ok;
 	/* accepted while the listener's twin was bound, and still waiting
 	 * for its probe: counted in fs_listener_unsettled (atomic) */
 	bool unsettled;
