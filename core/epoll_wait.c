@@ -781,35 +781,65 @@ static int fs_epoll_ms_left(int timeout_ms, uint64_t start)
 	return spent_ms >= (uint64_t)timeout_ms ? 0 : timeout_ms - (int)spent_ms;
 }
 
-/* fs_epoll_wait_bare's answers when FE has members (or parked ones): the
- * usual rounds must wait; and when its wait saw only fabsock's events
- * (a member came): the rounds wait the rest of the time. */
+/* fs_epoll_wait_bare's answers when FE has members it cannot wait for in
+ * one kernel call (or parked ones): the usual rounds must wait; when its
+ * wait saw only fabsock's events (a member came): the rounds wait the rest
+ * of the time; and when it woke before the application's timeout to look
+ * at its pending members again (their probes: fs_epoll_kernel_settles). */
 #define FS_EP_NOT_BARE INT_MIN
 #define FS_EP_BARE_WOKEN (INT_MIN + 1)
+#define FS_EP_BARE_CUT (INT_MIN + 2)
 
 /* An instance that has a record but no member now (a client whose first
  * connections were offloaded and whose later ones went to TCP; a server
- * between its plain clients): the whole wait in the kernel, one call, as
- * fabsock's rounds did for it (a kernel sleeper for the whole time) but
- * without their looks, clock reads, locks and wait accounting (about 1 us
- * a call: a wrk client's every epoll_wait). Counted a kernel sleeper, so
- * that a member another thread adds meanwhile rings the wake fd; events
- * that carry fabsock's tags (the wake fd, that member) go through the
- * usual merge. Returns the count (0: the time is up), -errno,
- * FS_EP_NOT_BARE (nothing waited) or FS_EP_BARE_WOKEN. */
+ * between its plain clients), or whose members are all accepted
+ * connections waiting for their clients' first bytes (a server's plain
+ * clients: each connection is one between its accept and its first read;
+ * fs_epoll_kernel_settles, with no probe socket to poll): the whole wait in
+ * the kernel, one call, as fabsock's rounds did for it (a kernel sleeper
+ * for the whole time) but without their looks, clock reads, locks and wait
+ * accounting (about 1 us a call: a wrk client's every epoll_wait, and 5 %
+ * of an nginx worker's time serving a connection per request). Pending
+ * members wake it by the time their listener's probes would need this
+ * thread's help (FS_DRAIN_AFTER_NS) or FS_BELL_SLICE_MS (what a member
+ * settled by another thread meanwhile waits at most, as in the rounds'
+ * kernel wait). Counted a kernel sleeper, so that a member another thread
+ * adds meanwhile rings the wake fd; events that carry fabsock's tags (the
+ * wake fd, a member: a pending one's bytes settle it as in the rounds) go
+ * through the usual merge. Returns the count (0: the time is up), -errno,
+ * FS_EP_NOT_BARE (nothing waited), FS_EP_BARE_WOKEN or FS_EP_BARE_CUT. */
 static int fs_epoll_wait_bare(struct fs_epoll *fe, int epfd, struct epoll_event *events, int maxevents,
 			      int timeout_ms, const sigset_t *sigmask)
 {
 	struct epoll_event ours[FS_EP_BATCH];
 	uint64_t gen;
 	int k, kept = 0, nours = 0;
+	bool cut = false;
 
-	if (__atomic_load_n(&fe->members, __ATOMIC_ACQUIRE) || __atomic_load_n(&fe->parked, __ATOMIC_ACQUIRE))
+	if (__atomic_load_n(&fe->parked, __ATOMIC_ACQUIRE))
 		return FS_EP_NOT_BARE;
 	fs_lock(&fe->lock);
-	if (fe->members || __atomic_load_n(&fe->parked, __ATOMIC_ACQUIRE)) {
+	if (__atomic_load_n(&fe->parked, __ATOMIC_ACQUIRE)) {
 		pthread_mutex_unlock(&fe->lock);
 		return FS_EP_NOT_BARE;
+	}
+	if (fe->members) {
+		struct fs_ep_kwait kw;
+		uint64_t now = fs_now_ns(), end = now + FS_BELL_SLICE_MS * 1000000ull;
+		int ms;
+
+		if (!fs_epoll_kernel_settles(fe, now, &kw) || kw.nfds) {
+			pthread_mutex_unlock(&fe->lock);
+			return FS_EP_NOT_BARE;
+		}
+		if (kw.until && kw.until < end)
+			end = kw.until;
+		ms = end > now ? (int)((end - now + 999999) / 1000000) : 0;
+		if (timeout_ms < 0 || timeout_ms > ms) {
+			timeout_ms = ms;
+			cut = true;
+		}
+		FS_STAT_INC(epoll_bare_pending);
 	}
 	fe->kernel_sleepers++;
 	pthread_mutex_unlock(&fe->lock);
@@ -837,9 +867,14 @@ static int fs_epoll_wait_bare(struct fs_epoll *fe, int epfd, struct epoll_event 
 	}
 	if (nours)
 		kept = fs_epoll_merge_kernel(fe, ours, nours, events, kept, maxevents, gen);
+	if (kept)
+		return kept;
 	/* nothing for the application although the kernel answered: only
-	 * fabsock's events (a member came) */
-	return kept || !k ? kept : FS_EP_BARE_WOKEN;
+	 * fabsock's events (a member came, or a pending one's bytes settled
+	 * nothing the application asked for) */
+	if (k)
+		return FS_EP_BARE_WOKEN;
+	return cut ? FS_EP_BARE_CUT : 0;
 }
 
 int fs_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout_ms, const sigset_t *sigmask)
@@ -859,11 +894,15 @@ int fs_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeo
 		uint64_t bare_start = timeout_ms > 0 ? fs_now_coarse_ns() : 0;
 
 		ret = fs_epoll_wait_bare(fe, epfd, events, maxevents, timeout_ms, sigmask);
-		if (ret != FS_EP_NOT_BARE && ret != FS_EP_BARE_WOKEN)
+		if (ret != FS_EP_NOT_BARE && ret != FS_EP_BARE_WOKEN && ret != FS_EP_BARE_CUT)
 			return ret;
-		if (ret == FS_EP_BARE_WOKEN) {
-			/* a member came: the rounds wait the rest of the time */
-			FS_STAT_INC(epoll_bare_woken);
+		if (ret != FS_EP_NOT_BARE) {
+			/* a member came, or the pending ones' time to be looked
+			 * at: the rounds wait the rest of the time */
+			if (ret == FS_EP_BARE_WOKEN)
+				FS_STAT_INC(epoll_bare_woken);
+			else
+				FS_STAT_INC(epoll_bare_cut);
 			if (timeout_ms == 0)
 				return 0;
 			if (timeout_ms > 0)

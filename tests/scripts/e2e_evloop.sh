@@ -108,6 +108,28 @@ check_side() { # LABEL SIDE SCENARIO MODE RC DIR
 		woken=$(side_stat epoll_bare_woken)
 		[ "${woken:-0}" -ge 1 ] || fs_fail "$label: client stats epoll_bare_woken=${woken:-none}, expected >= 1"
 	fi
+	# the server's epoll_wait with its plain client's accepted socket in
+	# it, before the first read, waited in one kernel call (EPOLL_BARE:
+	# every member waits for its client's first bytes)
+	if [ "$mode" = fabsock ] && [ "$scenario" = close_forked ] && [ "$side" = server ] &&
+		[ "${FABSOCK_EPOLL_BARE:-1}" != 0 ]; then
+		local pending
+		pending=$(side_stat epoll_bare_pending)
+		[ "${pending:-0}" -ge 1 ] || fs_fail "$label: server stats epoll_bare_pending=${pending:-none}, expected >= 1"
+	fi
+	# the server's epoll_wait with a pending member whose probe comes late
+	# (no service thread answers here): when it waited in one kernel call
+	# (it does unless the wait began past the time the probes are due its
+	# help, FS_DRAIN_AFTER_NS after the accept), it woke from it then and
+	# answered the probe in its rounds (the scenario checks the offload)
+	if [ "$mode" = fabsock ] && [ "$scenario" = probes_by_epoll ] && [ "$side" = server ]; then
+		local bp bc
+		bp=$(side_stat epoll_bare_pending)
+		bc=$(side_stat epoll_bare_cut)
+		fs_log "$label: server epoll_bare_pending=${bp:-none} epoll_bare_cut=${bc:-none}"
+		[ "${bp:-0}" = 0 ] || [ "${bc:-0}" -ge 1 ] ||
+			fs_fail "$label: server stats epoll_bare_pending=$bp epoll_bare_cut=${bc:-none}, expected a cut wait"
+	fi
 	return 0
 }
 
