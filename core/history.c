@@ -563,7 +563,7 @@ static void fs_hist_report(uint64_t tag, uint64_t turns, uint64_t bytes)
 	       __atomic_load_n(&e->short_streak, __ATOMIC_RELAXED));
 }
 
-void fs_history_offloaded_closed(struct fs_history_conn *h, uint64_t turns, uint64_t bytes)
+void fs_history_offloaded_closed(struct fs_history_conn *h, uint64_t turns, uint64_t bytes, bool losing)
 {
 	struct fs_hist_file *m;
 	struct fs_hist_entry *e;
@@ -573,6 +573,15 @@ void fs_history_offloaded_closed(struct fs_history_conn *h, uint64_t turns, uint
 	fs_hist_report(h->tag, turns, bytes);
 	if (h->family_tag)
 		fs_hist_report(h->family_tag, turns, bytes);
+	if (losing) {
+		/* ended in a streak of windows that said the fabric loses,
+		 * before the streak was long enough to step back: as a
+		 * step-back for the next connections (a relearn's too: the
+		 * fabric is still slower) */
+		FS_STAT_INC(history_losing_closed);
+		fs_history_stepped_back(h);
+		return;
+	}
 	/* A whole step-back window on the fabric without stepping back. A
 	 * relearn's connection: the fabric pays here again, the step-backs
 	 * are forgotten. Any other (one with the step-back off, or one of a

@@ -53,8 +53,10 @@ void fs_history_track(const struct fs_history_conn *h, int fd);
 void fs_history_stepped_back(struct fs_history_conn *h);
 /* An offloaded connection closes: its counts, TURNS and BYTES (the
  * stream's, counted once for the step-back too: fs_stepback_totals), go
- * into its entry. */
-void fs_history_offloaded_closed(struct fs_history_conn *h, uint64_t turns, uint64_t bytes);
+ * into its entry. LOSING: its step-back measure said the fabric lost when
+ * it closed (fs_stepback_losing): noted as a step-back (as
+ * fs_history_stepped_back), not as a connection the fabric paid for. */
+void fs_history_offloaded_closed(struct fs_history_conn *h, uint64_t turns, uint64_t bytes, bool losing);
 /* The application closes FD (not a fabsock socket any more): if it is one
  * fs_history_track follows, report it. Cheap when none is followed. */
 extern unsigned fs_history_tracked;

@@ -73,7 +73,7 @@ struct fs_stepback {
 	uint32_t measured; /* turns judged (all, since one thread counts) */
 	uint32_t slept;    /* of those, answers that came after a sleep */
 	bool warm;         /* the first window is over (it is not judged) */
-	bool strike;       /* the last window said "step back" */
+	bool strike;       /* the last window said "step back" (atomic: the close reads it) */
 	uint64_t window_ns; /* fs_now_ns() when this window began (0: the warm-up's) */
 	uint64_t strike_ns; /* ... when the first of the windows in a row that said so began */
 	bool done;         /* decided (handed back), or never to decide (atomic) */
@@ -189,12 +189,12 @@ static inline bool fs_stepback_received(struct fs_stepback *sb, uint64_t n)
 	 * with two windows alone, and with a 100 ms floor. A slow stream's
 	 * two windows span the time anyway. */
 	uint64_t now = fs_now_ns();
-	if (over && !sb->strike) {
-		sb->strike = true;
+	if (over && !__atomic_load_n(&sb->strike, __ATOMIC_RELAXED)) {
+		__atomic_store_n(&sb->strike, true, __ATOMIC_RELAXED);
 		sb->strike_ns = sb->window_ns;
 		over = false;
 	} else if (!over) {
-		sb->strike = false;
+		__atomic_store_n(&sb->strike, false, __ATOMIC_RELAXED);
 	} else if (fs_params.stepback_ms && now - sb->strike_ns < fs_params.stepback_ms * 1000000ull) {
 		over = false; /* a streak, not yet long enough */
 	}
@@ -202,6 +202,19 @@ static inline bool fs_stepback_received(struct fs_stepback *sb, uint64_t n)
 	sb->turns = sb->measured = sb->slept = 0;
 	sb->window_from = __atomic_load_n(&sb->bytes, __ATOMIC_RELAXED);
 	return over;
+}
+
+/* Whether SB's stream was losing on the fabric when it closed: its last
+ * window said "step back" (fs_stepback_judge, past the warm-up), and the
+ * streak had not lasted FABSOCK_STEPBACK_MS yet. A connection shorter
+ * than the streak's time (wrk's through a proxy: 1,000 requests, 300-400
+ * ms, nginx's keepalive_requests) never stepped back, and its close told
+ * the history that the fabric paid: the next ones were offloaded, each to
+ * lose for its whole life. */
+static inline bool fs_stepback_losing(const struct fs_stepback *sb)
+{
+	return fs_params.stepback && __atomic_load_n(&sb->strike, __ATOMIC_RELAXED) &&
+	       !__atomic_load_n(&sb->done, __ATOMIC_RELAXED);
 }
 
 /* The stream's totals, for the history's report at close: its turns (the

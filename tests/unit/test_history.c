@@ -162,7 +162,7 @@ int main(void)
 		for (int i = 0; i < 2; i++) {
 			memset(&h, 0, sizeof(h));
 			CHECK(!fs_history_decide(&h, (struct sockaddr *)&dst));
-			fs_history_offloaded_closed(&h, 1, 100); /* short */
+			fs_history_offloaded_closed(&h, 1, 100, false); /* short */
 		}
 		for (unsigned i = 1; i <= 1024; i++) {
 			memset(&h, 0, sizeof(h));
@@ -199,7 +199,7 @@ int main(void)
 				break;
 		}
 		CHECK(h.relearn && h.tag != 0);
-		fs_history_offloaded_closed(&h, 1000, 100000000);
+		fs_history_offloaded_closed(&h, 1000, 100000000, false);
 		memset(&h, 0, sizeof(h));
 		CHECK(!fs_history_decide(&h, (struct sockaddr *)&dst)); /* no longer stepped: negotiates */
 		fs_history_stepped_back(&h);
@@ -226,16 +226,39 @@ int main(void)
 		}
 		for (int i = 0; i < 3; i++)
 			fs_history_stepped_back(&run[i]);
-		fs_history_offloaded_closed(&run[3], 1000, 100000000); /* a whole window, long */
+		fs_history_offloaded_closed(&run[3], 1000, 100000000, false); /* a whole window, long */
 		memset(&h, 0, sizeof(h));
 		CHECK(fs_history_decide(&h, (struct sockaddr *)&dst) && h.stepped); /* 3 - 1: TCP */
 		for (int i = 0; i < 2; i++) {
 			memset(&run[i], 0, sizeof(run[i]));
 			run[i].tag = h.tag; /* (as a connection the step-back is off for, still offloaded) */
-			fs_history_offloaded_closed(&run[i], 1000, 100000000);
+			fs_history_offloaded_closed(&run[i], 1000, 100000000, false);
 		}
 		memset(&h, 0, sizeof(h));
 		CHECK(!fs_history_decide(&h, (struct sockaddr *)&dst)); /* 3 - 3: negotiates */
+	}
+	/* a connection that closes while its windows say the fabric loses
+	 * (shorter than FABSOCK_STEPBACK_MS of them: wrk's through a proxy,
+	 * 1,000 requests) counts as a step-back, not as one the fabric paid
+	 * for: the next one starts on TCP; a whole window that did not lose
+	 * takes it back */
+	{
+		struct sockaddr_in dst = { .sin_family = AF_INET, .sin_port = htons(4714) };
+
+		dst.sin_addr.s_addr = htonl(0x7f000001);
+		memset(&h, 0, sizeof(h));
+		CHECK(!fs_history_decide(&h, (struct sockaddr *)&dst)); /* no entry: negotiates */
+		fs_history_offloaded_closed(&h, 1000, 100000, true);
+		CHECK(h.tag == 0);
+		memset(&h, 0, sizeof(h));
+		CHECK(fs_history_decide(&h, (struct sockaddr *)&dst) && h.stepped); /* TCP */
+		h.tag = 0;
+		memset(&h, 0, sizeof(h));
+		dst.sin_port = htons(4715);
+		CHECK(!fs_history_decide(&h, (struct sockaddr *)&dst));
+		fs_history_offloaded_closed(&h, 1000, 100000, false); /* paid: no step-back noted */
+		memset(&h, 0, sizeof(h));
+		CHECK(!fs_history_decide(&h, (struct sockaddr *)&dst));
 	}
 
 	munmap(m, FILE_SIZE);
