@@ -112,6 +112,26 @@ static int fs_table_lock(struct fs_listener *l)
 	return ret;
 }
 
+/* R's state becomes STATE, T's count of YES records with it. Table lock
+ * held. */
+static void fs_rec_state_set(struct fs_probe_table *t, struct fs_probe_rec *r, uint32_t state)
+{
+	uint32_t n = __atomic_load_n(&t->yes_live, __ATOMIC_RELAXED);
+
+	if (r->state == FS_REC_YES && state != FS_REC_YES && n)
+		__atomic_store_n(&t->yes_live, n - 1, __ATOMIC_RELAXED);
+	else if (r->state != FS_REC_YES && state == FS_REC_YES)
+		__atomic_store_n(&t->yes_live, n + 1, __ATOMIC_RELEASE);
+	r->state = state;
+}
+
+/* R emptied (its slot free), T's count with it. Table lock held. */
+static void fs_rec_clear(struct fs_probe_table *t, struct fs_probe_rec *r)
+{
+	fs_rec_state_set(t, r, FS_REC_NONE);
+	memset(r, 0, sizeof(*r));
+}
+
 static bool fs_rec_stale(const struct fs_probe_rec *r, uint64_t now)
 {
 	if (r->state == FS_REC_NONE)
@@ -132,7 +152,7 @@ static void fs_table_trim(struct fs_probe_table *t, unsigned empty, uint64_t now
 
 		if (r->state == FS_REC_NONE || !fs_rec_stale(r, now))
 			return;
-		memset(r, 0, sizeof(*r));
+		fs_rec_clear(t, r);
 		empty = prev;
 	}
 }
@@ -207,7 +227,7 @@ static struct fs_probe_rec *fs_table_find(struct fs_probe_table *t, const uint8_
 	}
 	if (!create || !free_slot)
 		return NULL;
-	memset(free_slot, 0, sizeof(*free_slot));
+	fs_rec_clear(t, free_slot);
 	memcpy(free_slot->addr, addr, 16);
 	free_slot->port = port;
 	free_slot->stamp_ns = now;
@@ -239,7 +259,7 @@ static enum fs_rec_state fs_listener_rec(struct fs_listener *l, const uint8_t ad
 	r = fs_table_find(l->table, addr, port, claim, hint);
 	if (r) {
 		if (claim && (r->state == FS_REC_NONE || fs_probe_rec_stale(r, accepted_ns))) {
-			r->state = FS_REC_TCP;
+			fs_rec_state_set(l->table, r, FS_REC_TCP);
 			r->stamp_ns = fs_now_ns();
 			/* this connection's now: a later probe must not take it
 			 * for an earlier connection's (fs_listener_answer) */
@@ -263,6 +283,11 @@ enum fs_rec_state fs_listener_lookup(struct fs_listener *l, const uint8_t addr[1
 				     struct fs_probe_rec *out, struct fs_rec_hint *hint)
 {
 	return fs_listener_rec(l, addr, port, false, 0, out, FS_REC_NONE, hint);
+}
+
+bool fs_listener_yes_none(const struct fs_listener *l)
+{
+	return __atomic_load_n(&l->table->yes_live, __ATOMIC_ACQUIRE) == 0;
 }
 
 void fs_listener_forget(struct fs_listener *l, const uint8_t addr[16], uint16_t port, struct fs_rec_hint *hint)
@@ -293,7 +318,7 @@ bool fs_listener_move(struct fs_listener *l, const uint8_t addr[16], uint16_t po
 		return false;
 	r = fs_table_find(l->table, addr, port, from == FS_REC_NONE, hint);
 	if (r && r->state == from) {
-		r->state = to;
+		fs_rec_state_set(l->table, r, to);
 		r->stamp_ns = fs_now_ns();
 		moved = true;
 	}
@@ -1083,10 +1108,10 @@ static void fs_listener_answer(struct fs_listener *l, const uint8_t *pkt, ssize_
 		if (r && r->state != FS_REC_NONE && client_inode && r->client_inode && r->client_inode != client_inode) {
 			FS_DBG("probe for port %u: the record was an earlier connection's (inode %u, now %u)",
 			       ask.client_port, r->client_inode, client_inode);
-			r->state = FS_REC_NONE;
+			fs_rec_state_set(l->table, r, FS_REC_NONE);
 		}
 		if (r && (r->state == FS_REC_NONE || (r->state == FS_REC_YES && r->nonce == ask.nonce))) {
-			r->state = FS_REC_YES;
+			fs_rec_state_set(l->table, r, FS_REC_YES);
 			r->nonce = ask.nonce;
 			r->wait_ms = ask.wait_ms;
 			r->client_inode = client_inode;

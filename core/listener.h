@@ -150,6 +150,11 @@ enum fs_rec_state fs_listener_claim_tcp(struct fs_listener *l, const uint8_t add
 /* A settled record (TCP, DONE) older than the connection accepted at
  * ACCEPTED_NS belongs to an earlier connection from the same client port. */
 bool fs_probe_rec_stale(const struct fs_probe_rec *r, uint64_t accepted_ns);
+/* Whether L's table holds no record in state YES now (no lookup, no
+ * lock): then no probe of a connection's client was answered yes. A "yes"
+ * may come right after; the caller must find it later (the claim after
+ * the first read does). */
+bool fs_listener_yes_none(const struct fs_listener *l);
 /* Reads the record without changing it. HINT (NULL: none) is the key's,
  * for this and later lookups (struct fs_rec_hint); so in the other calls. */
 enum fs_rec_state fs_listener_lookup(struct fs_listener *l, const uint8_t addr[16], uint16_t port,

@@ -44,6 +44,12 @@ struct fs_probe_table {
 	 * accepts from the listener leaves the answering to it while it lives
 	 * (fs_listener_answered). */
 	int32_t answerer;
+	/* Records in state YES (under the lock; read without it): while 0, a
+	 * plain client's first read need not look for its record (a "yes"
+	 * given after the look is found by the claim after the read, as
+	 * before). A count an older build sharing the table does not keep
+	 * only costs that look (fs_listener_yes_none). */
+	uint32_t yes_live;
 };
 
 struct fs_listener {

@@ -1321,8 +1321,13 @@ int fs_negotiate_server_before_read(struct fs_sock *s, bool bytes_in)
 		return 0;
 	if (fs_listeners_is_own_client(addr, port))
 		return 0;
-	state = fs_listener_lookup(s->listener, addr, port, &rec, &hint);
-	if (state != FS_REC_NONE && !fs_probe_rec_stale(&rec, s->neg->accepted_ns))
+	/* no "yes" in the table: no record of this client can ask for the
+	 * usual settling (any other says TCP, or is an earlier connection's),
+	 * and one given from now on is the claim's to find */
+	if (fs_listener_yes_none(s->listener))
+		FS_STAT_INC(probe_lookups_skipped);
+	else if ((state = fs_listener_lookup(s->listener, addr, port, &rec, &hint)) != FS_REC_NONE &&
+		 !fs_probe_rec_stale(&rec, s->neg->accepted_ns))
 		return 0;
 	fs_peer_key_note(s, addr, port, &hint);
 	s->direct_ok = bytes_in;

@@ -117,6 +117,13 @@ check_side() { # LABEL SIDE SCENARIO MODE RC DIR
 		pending=$(side_stat epoll_bare_pending)
 		[ "${pending:-0}" -ge 1 ] || fs_fail "$label: server stats epoll_bare_pending=${pending:-none}, expected >= 1"
 	fi
+	# its first read did not look for the connection's probe record: no
+	# record of the listener's said yes (fs_listener_yes_none)
+	if [ "$mode" = fabsock ] && [ "$scenario" = close_forked ] && [ "$side" = server ]; then
+		local skipped
+		skipped=$(side_stat probe_lookups_skipped)
+		[ "${skipped:-0}" -ge 1 ] || fs_fail "$label: server stats probe_lookups_skipped=${skipped:-none}, expected >= 1"
+	fi
 	# the server's epoll_wait with a pending member whose probe comes late
 	# (no service thread answers here): when it waited in one kernel call
 	# (it does unless the wait began past the time the probes are due its
