@@ -299,11 +299,21 @@ void fs_listener_forget(struct fs_listener *l, const uint8_t addr[16], uint16_t 
 	r = fs_table_find(l->table, addr, port, false, hint);
 	if (r) {
 		/* Keep the slot occupied (it may be inside another key's probe
-		 * chain) but make it match nothing and be reusable; the next
-		 * walk that ends after it empties it (fs_table_trim). */
+		 * chain) but make it match nothing and be reusable; a walk that
+		 * ends after it empties it (fs_table_trim), and so does this
+		 * close when the slot after it is empty: a server of plain
+		 * clients (a connection per request) left the table full of
+		 * such slots, and every new key's walk crossed them to the next
+		 * empty one (a third of a claim's time). (The fine clock: the
+		 * stamps are its, and a coarse reading behind a fresh stamp
+		 * would make that record look stale.) */
+		unsigned slot = (unsigned)(r - l->table->rec), next = (slot + 1) % FS_PROBE_TABLE_SLOTS;
+
 		memset(r->addr, 0, sizeof(r->addr));
 		r->port = 0;
 		r->stamp_ns = 0;
+		if (l->table->rec[next].state == FS_REC_NONE)
+			fs_table_trim(l->table, next, fs_now_ns());
 	}
 	pthread_mutex_unlock(&l->table->lock);
 }

@@ -1375,10 +1375,30 @@ uint64_t fs_negotiate_server_hello_by(struct fs_sock *s)
 	return rec.stamp_ns + (rec.wait_ms + FS_HELLO_MARGIN_MS) * FS_MS;
 }
 
+/* Whether a plain client's connection, its first bytes (or its end) in,
+ * needs its record claimed as TCP: only while a record of the table says
+ * yes, which may be its own (then the bytes may be a HELLO). With none,
+ * nothing is written: the claim makes a later probe of the connection's
+ * answered no, and none can matter to it now (its client wrote without
+ * waiting for an answer, or gave up waiting: a probing client holds its
+ * bytes until then, and one that gave up reads no later answer). A
+ * connection that claimed nothing forgets nothing at its close
+ * (fs_sock_release). So a server of plain clients takes no lock of the
+ * table its workers share. */
+static bool fs_server_claim_needed(struct fs_sock *s)
+{
+	if (fs_listener_yes_none(s->listener)) {
+		FS_STAT_INC(probe_claims_skipped);
+		return false;
+	}
+	return true;
+}
+
 int fs_negotiate_server_claim(struct fs_sock *s, bool closed)
 {
-	if (fs_listener_claim_tcp(s->listener, s->peer_key, s->peer_port, s->neg->accepted_ns, NULL, &s->rec_hint) ==
-	    FS_REC_YES)
+	if (fs_server_claim_needed(s) &&
+	    fs_listener_claim_tcp(s->listener, s->peer_key, s->peer_port, s->neg->accepted_ns, NULL, &s->rec_hint) ==
+		    FS_REC_YES)
 		return 0; /* a "yes" came meanwhile: the usual settling looks for the HELLO */
 	if (closed) {
 		FS_STAT_INC(fallback_peer_closed);
@@ -1402,7 +1422,9 @@ int fs_negotiate_server_after_read(struct fs_sock *s, const uint8_t *first, size
 	 * the receive itself */
 	if (fs_negotiate_server_waitless(s, first, n, taken) == FS_PASS)
 		return FS_PASS;
-	state = fs_listener_claim_tcp(s->listener, s->peer_key, s->peer_port, s->neg->accepted_ns, &rec, &s->rec_hint);
+	state = fs_server_claim_needed(s) ? fs_listener_claim_tcp(s->listener, s->peer_key, s->peer_port,
+								     s->neg->accepted_ns, &rec, &s->rec_hint)
+					  : FS_REC_NONE;
 	if (state != FS_REC_YES) {
 		FS_STAT_INC(fallback_peer_plain);
 		return fs_kernel(s, "the client did not probe");

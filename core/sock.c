@@ -201,7 +201,10 @@ void fs_sock_release(struct fs_sock *s)
 		fs_stream_cork_to_kernel(s->stream, s->fd);
 		fs_engine_unlock(e);
 	}
-	if (s->listener && s->have_peer_key && fs_sock_state(s) != FS_SOCK_LISTENING) {
+	/* (a record this socket made or found is where its hint points; with
+	 * none, only a YES of a late probe can hold its key) */
+	if (s->listener && s->have_peer_key && fs_sock_state(s) != FS_SOCK_LISTENING &&
+	    (s->rec_hint.placed || !fs_listener_yes_none(s->listener))) {
 		fs_listener_forget(s->listener, s->peer_key, s->peer_port, &s->rec_hint);
 		s->have_peer_key = false;
 	}

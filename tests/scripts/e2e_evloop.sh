@@ -123,6 +123,9 @@ check_side() { # LABEL SIDE SCENARIO MODE RC DIR
 		local skipped
 		skipped=$(side_stat probe_lookups_skipped)
 		[ "${skipped:-0}" -ge 1 ] || fs_fail "$label: server stats probe_lookups_skipped=${skipped:-none}, expected >= 1"
+		# nor wrote one as TCP (none to forget at its close)
+		skipped=$(side_stat probe_claims_skipped)
+		[ "${skipped:-0}" -ge 1 ] || fs_fail "$label: server stats probe_claims_skipped=${skipped:-none}, expected >= 1"
 	fi
 	# the server's epoll_wait with a pending member whose probe comes late
 	# (no service thread answers here): when it waited in one kernel call

@@ -147,9 +147,12 @@ rm -f "$FOREIGN_REGION"
 
 # held: a live process of the server's own user takes the lock of the
 # server's real table (the mutex at the head of the file: python's ctypes)
-# and keeps it. The server must not hang: each connection waits at most
-# FS_PROBE_TABLE_LOCK_MS (1 s) for it, then stays on TCP, byte-exact, and
-# the server says why.
+# and keeps it. The server must not hang: the answer to the client's probe
+# waits at most FS_PROBE_TABLE_LOCK_MS (1 s) for it (the client gives up
+# first and stays on TCP), and the connection's first read waits for none
+# (no record says yes: nothing to look up or claim); byte-exact, and the
+# server says why (the answering thread, when its wait ends: the server
+# serves a second, plain client after that).
 cat >"$FS_TMP/holder.py" <<'EOF'
 import ctypes, mmap, os, sys, time
 fd = os.open(sys.argv[1], os.O_RDWR)
@@ -164,7 +167,7 @@ held_case() {
 	mkdir -p "$dir"
 	port=$(fs_free_port) || { fs_fail "held: no free port"; return 0; }
 	path=/dev/shm/fabsock-probe-$NETNS-00000000000000000000ffff7f000001-$port
-	fs_bg spid timeout -k 2 40 env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 python3 "$FS_TMP/server.py" "$port" 1 reuseport \
+	fs_bg spid timeout -k 2 40 env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 python3 "$FS_TMP/server.py" "$port" 2 reuseport \
 		>"$dir/server.out" 2>"$dir/server.err"
 	fs_wait_line "$dir/server.out" listening "$spid" || { fs_fail "held: the server did not listen"; return 0; }
 	[ -f "$path" ] || { fs_fail "held: the server made no table at $path"; return 0; }
@@ -176,6 +179,13 @@ held_case() {
 		>"$dir/client.out" 2>"$dir/client.err"
 	fs_wait_pid "$cpid" 40 || rc=$?
 	t1=$(date +%s%N)
+	for _ in $(seq 1 100); do
+		grep -q "probe table's lock was held" "$dir/server.err" && break
+		sleep 0.05
+	done
+	# the second connection, a plain client's, ends the server
+	timeout -k 2 20 python3 "$FS_TMP/client.py" "$port" 1 >"$dir/client2.out" 2>"$dir/client2.err" ||
+		fs_fail "held: the plain client failed: $(tail -n 2 "$dir/client2.err" | tr '\n' ' ')"
 	kill "$hpid" 2>/dev/null || true
 	fs_wait_pid "$spid" 20 || src=$?
 	[ "$rc" = 0 ] && [ "$src" = 0 ] ||
