@@ -586,6 +586,17 @@ static int fs_epoll_deep_sleep(struct fs_epoll *fe, int epfd, const struct fs_wa
 	return 0;
 }
 
+/* When a kernel wait for pending members (KW, fs_epoll_kernel_settles)
+ * begun at NOW must end: at KW's wake time or after FS_BELL_SLICE_MS at
+ * most (a member settled by another thread meanwhile, which rings nothing,
+ * is found that late, never lost: the bound of every deep sleep). */
+static uint64_t fs_epoll_kwait_end(uint64_t now, const struct fs_ep_kwait *kw)
+{
+	uint64_t end = now + FS_BELL_SLICE_MS * 1000000ull;
+
+	return kw->until && kw->until < end ? kw->until : end;
+}
+
 /* The kernel wait KW planned (fs_epoll_kernel_settles): the instance EPFD
  * and KW's probe sockets, until W's deadline, KW's wake time, or
  * FS_BELL_SLICE_MS at most (a member settled by another thread meanwhile,
@@ -596,7 +607,7 @@ static int fs_epoll_kwait(int epfd, struct epoll_event *kbuf, int k, struct fs_e
 			  const struct fs_wait *w, const sigset_t *sigmask)
 {
 	struct pollfd pf[1 + FS_EP_KWAIT_PROBE_FDS] = { { .fd = epfd, .events = POLLIN } };
-	uint64_t now = fs_now_ns(), end = now + FS_BELL_SLICE_MS * 1000000ull;
+	uint64_t now = fs_now_ns(), end = fs_epoll_kwait_end(now, kw);
 	struct timespec ts;
 	bool quiet = true;
 	int ret;
@@ -604,8 +615,6 @@ static int fs_epoll_kwait(int epfd, struct epoll_event *kbuf, int k, struct fs_e
 	kw->probes_quiet = false;
 	if (w->deadline && w->deadline < end)
 		end = w->deadline;
-	if (kw->until && kw->until < end)
-		end = kw->until;
 	if (!kw->nfds) {
 		/* nothing beside the instance: one call, as the kernel's own */
 		uint64_t wait_us = end > now ? (end - now + 999) / 1000 : 0;
@@ -825,15 +834,14 @@ static int fs_epoll_wait_bare(struct fs_epoll *fe, int epfd, struct epoll_event 
 	}
 	if (fe->members) {
 		struct fs_ep_kwait kw;
-		uint64_t now = fs_now_ns(), end = now + FS_BELL_SLICE_MS * 1000000ull;
+		uint64_t now = fs_now_ns(), end;
 		int ms;
 
 		if (!fs_epoll_kernel_settles(fe, now, &kw) || kw.nfds) {
 			pthread_mutex_unlock(&fe->lock);
 			return FS_EP_NOT_BARE;
 		}
-		if (kw.until && kw.until < end)
-			end = kw.until;
+		end = fs_epoll_kwait_end(now, &kw);
 		ms = end > now ? (int)((end - now + 999999) / 1000000) : 0;
 		if (timeout_ms < 0 || timeout_ms > ms) {
 			timeout_ms = ms;

@@ -96,12 +96,26 @@ int main(void)
 	memset(&sb, 0, sizeof(sb));
 	CHECK(windows(&sb, 10, 2, 64) == 0);
 
-	/* a quick window between two sleepy ones clears the strike */
+	/* a quick window between two sleepy ones clears the strike; a close
+	 * in a strike is a losing one (the history's step-back), not after
+	 * the quick window, nor once the stream went back (done) */
 	memset(&sb, 0, sizeof(sb));
-	CHECK(windows(&sb, 2, 4, 64) == 0); /* warm-up, strike */
+	CHECK(!fs_stepback_losing(&sb));
+	CHECK(windows(&sb, 1, 4, 64) == 0); /* warm-up: not judged */
+	CHECK(!fs_stepback_losing(&sb));
+	CHECK(windows(&sb, 1, 4, 64) == 0); /* strike */
+	CHECK(fs_stepback_losing(&sb));
 	CHECK(windows(&sb, 1, 0, 64) == 0); /* quick: strike gone */
+	CHECK(!fs_stepback_losing(&sb));
 	CHECK(windows(&sb, 1, 4, 64) == 0); /* strike again */
+	CHECK(fs_stepback_losing(&sb));
 	CHECK(windows(&sb, 1, 4, 64) == 128);
+	sb.done = true; /* (fs_stepback_fire) */
+	CHECK(!fs_stepback_losing(&sb));
+	fs_params.stepback = false;
+	sb.done = false;
+	CHECK(!fs_stepback_losing(&sb)); /* the step-back off: never */
+	fs_params.stepback = true;
 
 	/* bulk turns never fire, however they sleep */
 	memset(&sb, 0, sizeof(sb));
