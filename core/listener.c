@@ -1121,6 +1121,11 @@ static void fs_listener_answer(struct fs_listener *l, const uint8_t *pkt, ssize_
 			fs_rec_state_set(l->table, r, FS_REC_NONE);
 		}
 		if (r && (r->state == FS_REC_NONE || (r->state == FS_REC_YES && r->nonce == ask.nonce))) {
+			/* a resend whose first probe another thread was answering
+			 * meanwhile (the service thread and an application thread
+			 * drain the same twin): a repeat all the same */
+			if (r->state == FS_REC_YES)
+				FS_STAT_INC(probes_repeated);
 			fs_rec_state_set(l->table, r, FS_REC_YES);
 			r->nonce = ask.nonce;
 			r->wait_ms = ask.wait_ms;
