@@ -40,7 +40,8 @@
  *       The same with THREADS threads after the warm-up, each with N
  *       connections of its own, each waiting for every echo in poll()
  *       before it reads (pgbench -j's shape: several threads of one process
- *       in poll at once, each on its own connections). The counts and the
+ *       in poll at once, each on its own connections; each round starts
+ *       in every thread at once, at a barrier). The counts and the
  *       line are summed over the threads; "paced" lines as above.
  * Plain blocking calls in the client, epoll in the server: the same program
  * runs under kernel TCP and under the preload.
@@ -287,6 +288,7 @@ struct sc_paced_thread {
 	pthread_t tid;
 	unsigned index, n, rounds, gap_us;
 	bool poll_first;
+	pthread_barrier_t *round_start; /* threaded: every round starts together */
 	int *fds;
 	double max_rtt, first_ms;
 	unsigned slow, lost, fails;
@@ -300,7 +302,15 @@ static void *sc_paced_run(void *arg)
 	struct sc_paced_thread *t = arg;
 	char what[80];
 
-	for (unsigned r = 0; r <= t->rounds && !t->fails; r++) {
+	for (unsigned r = 0; r <= t->rounds; r++) {
+		/* threaded: the threads send each round's first request at once,
+		 * so their waits overlap by construction, not by the scheduler's
+		 * chance (which a loaded machine took away: deep_beside=0); a
+		 * thread that failed goes on meeting the others here */
+		if (t->round_start)
+			pthread_barrier_wait(t->round_start);
+		else if (t->fails)
+			break;
 		for (unsigned i = 0; i < t->n && !t->fails; i++) {
 			double rtt;
 
@@ -364,6 +374,12 @@ static int sc_paced(const int *ports, unsigned nports, unsigned n, unsigned roun
 	}
 	{
 		static struct sc_paced_thread th[SC_MAX_THREADS];
+		static pthread_barrier_t round_start;
+
+		if (threads > 1 && pthread_barrier_init(&round_start, NULL, threads)) {
+			printf("FAIL pthread_barrier_init\n");
+			return 1;
+		}
 
 		for (unsigned i = 0; i < n * threads; i++) {
 			fds[i] = harness_connect(targets[i % nports], 0);
@@ -374,7 +390,8 @@ static int sc_paced(const int *ports, unsigned nports, unsigned n, unsigned roun
 		}
 		for (unsigned k = 0; k < threads; k++) {
 			th[k] = (struct sc_paced_thread){ .index = k, .n = n, .rounds = rounds, .gap_us = gap_us,
-							  .poll_first = threads > 1, .fds = fds + (size_t)k * n };
+							  .poll_first = threads > 1, .fds = fds + (size_t)k * n,
+							  .round_start = threads > 1 ? &round_start : NULL };
 			if (threads > 1 && pthread_create(&th[k].tid, NULL, sc_paced_run, &th[k])) {
 				printf("FAIL pthread_create\n");
 				return 1;
