@@ -264,8 +264,10 @@ void fs_stream_flush(struct fs_engine *e, struct fs_stream *s)
 			if (ret)
 				goto failed;
 			s->tx_seq++;
-			if (buf->kind == FS_MSG_DATA)
+			if (buf->kind == FS_MSG_DATA) {
 				FS_STAT_ADD(fabric_tx_bytes, buf->len);
+				FS_STAT_INC(fabric_tx_msgs);
+			}
 			buf->seq = s->tx_seq;
 			buf->announced = pull;
 		}

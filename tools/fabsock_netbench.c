@@ -11,6 +11,7 @@
  *   fabsock-netbench hold      HOST PORT [--conns K]
  *   fabsock-netbench slowwrite HOST PORT [--seconds T]
  *   fabsock-netbench threads   HOST PORT [--conns K] [--delay-us D] [--seconds T]
+ *   fabsock-netbench download  HOST PORT [--size W] [--read-size R] [--bytes N] [--count K]
  *
  * Every client connection starts with an 8-byte request (operation, size;
  * network byte order) that tells the server's per-connection thread what to do:
@@ -20,7 +21,15 @@
  *   SINK size: answer the server's pid (4 bytes), then read at most `size`
  *              bytes every millisecond until EOF (a slow reader);
  *   SLOW delay: read 64 bytes, sleep `delay` microseconds (a server that
- *              computes its answer), write them back, until EOF.
+ *              computes its answer), write them back, until EOF;
+ *   DOWNLOAD size: per 8-byte count N received (network byte order), write N
+ *              bytes of a fixed pattern in writes of `size` bytes, until EOF
+ *              (a file served by a program that writes in small pieces: a
+ *              proxy's buffers, a database's rows).
+ * `download` asks for K downloads of N bytes, one after another on one
+ * connection, reads them R bytes at a time (curl reads 100 KiB, many clients
+ * 16 KiB), checks every byte, and prints the rate over all and the median
+ * download's time.
  * `threads` runs K client threads in one process, each with its own
  * connection (SLOW), each waiting for its answer in poll() before it reads
  * it: a multi-threaded client (pgbench -j, a worker pool) whose waits
@@ -49,7 +58,7 @@
 
 #include "fullio.h"
 
-enum netbench_op { OP_ECHO = 1, OP_RSS = 2, OP_SINK = 3, OP_SLOW = 4 };
+enum netbench_op { OP_ECHO = 1, OP_RSS = 2, OP_SINK = 3, OP_SLOW = 4, OP_DOWNLOAD = 5 };
 
 #define REQUEST_SIZE 8
 #define MAX_MESSAGE (64u << 20)
@@ -60,6 +69,7 @@ enum netbench_op { OP_ECHO = 1, OP_RSS = 2, OP_SINK = 3, OP_SLOW = 4 };
 #define SLOW_SIZE 64u          /* a SLOW connection's message */
 #define MAX_DELAY_US 1000000u
 #define MAX_THREADS 64
+#define MAX_DOWNLOAD (1ull << 40)
 
 static volatile sig_atomic_t stop_requested;
 
@@ -169,6 +179,41 @@ static void serve_slow(int fd, uint32_t delay_us)
 	}
 }
 
+/* The byte at offset O of every download written in pieces of W bytes:
+ * PATTERN[O % W], the pattern never lining up with the pieces' starts. */
+static void fill_pattern(unsigned char *buf, uint32_t w)
+{
+	for (uint32_t j = 0; j < w; j++)
+		buf[j] = (unsigned char)(j * 7u + 1u + j / 251u);
+}
+
+static void serve_download(int fd, uint32_t w)
+{
+	unsigned char *buf = malloc(w), count[8];
+
+	if (!buf)
+		return;
+	fill_pattern(buf, w);
+	while (fullio_read(fd, count, sizeof(count)) == 0) {
+		uint32_t words[2];
+		uint64_t n;
+
+		memcpy(words, count, sizeof(words));
+		n = (uint64_t)ntohl(words[0]) << 32 | ntohl(words[1]);
+		if (n > MAX_DOWNLOAD)
+			break;
+		for (uint64_t done = 0; done < n;) {
+			uint32_t k = n - done < w ? (uint32_t)(n - done) : w;
+
+			if (fullio_write(fd, buf, k) < 0)
+				goto out;
+			done += k;
+		}
+	}
+out:
+	free(buf);
+}
+
 static void *serve_connection(void *arg)
 {
 	int fd = (int)(intptr_t)arg;
@@ -187,6 +232,8 @@ static void *serve_connection(void *arg)
 			serve_sink(fd, size);
 		else if (op == OP_SLOW && size < MAX_DELAY_US)
 			serve_slow(fd, size);
+		else if (op == OP_DOWNLOAD && size >= 1 && size <= MAX_MESSAGE)
+			serve_download(fd, size);
 	}
 	close(fd);
 	return NULL;
@@ -550,6 +597,64 @@ static int run_slowwrite(double seconds)
 	return 0;
 }
 
+/* K downloads of N bytes written in pieces of W, read R bytes at a time,
+ * every byte checked against the pattern. */
+static int run_download(uint32_t w, uint32_t r, uint64_t n, unsigned k)
+{
+	unsigned char request[REQUEST_SIZE], *pattern = malloc(w), *buf = malloc(r);
+	double *ms = malloc(k * sizeof(*ms)), start, total;
+	int fd = connect_to();
+
+	if (!pattern || !buf || !ms)
+		die("malloc");
+	fill_pattern(pattern, w);
+	encode_request(request, OP_DOWNLOAD, w);
+	if (fullio_write(fd, request, sizeof(request)) < 0)
+		die("send request");
+	start = now_sec();
+	for (unsigned i = 0; i < k; i++) {
+		uint32_t words[2] = { htonl((uint32_t)(n >> 32)), htonl((uint32_t)n) };
+		double t0 = now_sec();
+		uint64_t got = 0;
+
+		if (fullio_write(fd, words, sizeof(words)) < 0)
+			die("send count");
+		while (got < n) {
+			size_t want = n - got < r ? (size_t)(n - got) : r;
+			ssize_t m = read(fd, buf, want);
+
+			if (m < 0 && errno == EINTR)
+				continue;
+			if (m <= 0) {
+				fprintf(stderr, "fabsock-netbench: download %u: %s after %llu of %llu bytes\n", i,
+					m ? strerror(errno) : "EOF", (unsigned long long)got, (unsigned long long)n);
+				exit(1);
+			}
+			for (size_t off = 0; off < (size_t)m;) {
+				size_t at = (size_t)((got + off) % w), piece = w - at < (size_t)m - off ? w - at : (size_t)m - off;
+
+				if (memcmp(buf + off, pattern + at, piece) != 0) {
+					fprintf(stderr, "fabsock-netbench: download %u: bytes differ near offset %llu\n", i,
+						(unsigned long long)(got + off));
+					exit(1);
+				}
+				off += piece;
+			}
+			got += (uint64_t)m;
+		}
+		ms[i] = (now_sec() - t0) * 1e3;
+	}
+	total = now_sec() - start;
+	close(fd);
+	qsort(ms, k, sizeof(*ms), compare_double);
+	printf("write_size=%u read_size=%u bytes=%llu downloads=%u mb_per_sec=%.1f p50_ms=%.3f min_ms=%.3f\n", w, r,
+	       (unsigned long long)n, k, (double)n * k / total / 1e6, percentile(ms, k, 0.50), ms[0]);
+	free(ms);
+	free(buf);
+	free(pattern);
+	return 0;
+}
+
 /* ------------------------------------------------------------------------ */
 
 static void usage(void)
@@ -559,7 +664,8 @@ static void usage(void)
 			"       fabsock-netbench connect   HOST PORT [--count N]\n"
 			"       fabsock-netbench hold      HOST PORT [--conns K]\n"
 			"       fabsock-netbench slowwrite HOST PORT [--seconds T]\n"
-			"       fabsock-netbench threads   HOST PORT [--conns K] [--delay-us D] [--seconds T]\n");
+			"       fabsock-netbench threads   HOST PORT [--conns K] [--delay-us D] [--seconds T]\n"
+			"       fabsock-netbench download  HOST PORT [--size W] [--read-size R] [--bytes N] [--count K]\n");
 	exit(2);
 }
 
@@ -580,7 +686,8 @@ static unsigned long parse_number(const char *name, const char *text, unsigned l
 int main(int argc, char **argv)
 {
 	const char *cmd, *bind_addr = "127.0.0.1", *ready_file = NULL;
-	unsigned long size = 64, count = 1000, conns = 64, port = 0, delay_us = 150;
+	unsigned long size = 64, count = 1000, conns = 64, port = 0, delay_us = 150, read_size = 102400;
+	unsigned long long bytes = 4ull << 20;
 	double seconds = 2;
 	int i = 2;
 
@@ -607,6 +714,10 @@ int main(int argc, char **argv)
 			ready_file = v;
 		else if (strcmp(name, "--size") == 0)
 			size = parse_number(name, v, MAX_MESSAGE);
+		else if (strcmp(name, "--read-size") == 0)
+			read_size = parse_number(name, v, MAX_MESSAGE);
+		else if (strcmp(name, "--bytes") == 0)
+			bytes = parse_number(name, v, (unsigned long)MAX_DOWNLOAD);
 		else if (strcmp(name, "--count") == 0)
 			count = parse_number(name, v, 10000000);
 		else if (strcmp(name, "--conns") == 0)
@@ -634,6 +745,16 @@ int main(int argc, char **argv)
 		return run_hold((unsigned)conns);
 	if (strcmp(cmd, "slowwrite") == 0)
 		return run_slowwrite(seconds);
+	if (strcmp(cmd, "download") == 0) {
+		/* --size is the server's write size here (64 unless given) and
+		 * --count the number of downloads (1000 unless given) */
+		if (size < 1 || read_size < 1 || bytes < 1 || count < 1 || count > 100000) {
+			fprintf(stderr, "fabsock-netbench: download takes --size, --read-size, --bytes >= 1 and "
+					"--count 1..100000\n");
+			return 2;
+		}
+		return run_download((uint32_t)size, (uint32_t)read_size, bytes, (unsigned)count);
+	}
 	if (strcmp(cmd, "threads") == 0) {
 		if (conns < 1 || conns > MAX_THREADS) {
 			fprintf(stderr, "fabsock-netbench: threads takes --conns 1..%d\n", MAX_THREADS);
