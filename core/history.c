@@ -115,6 +115,7 @@ static uint32_t fs_hist_bad_uid = UINT32_MAX; /* a user whose directory or file 
 static int fs_hist_maps;
 static uint64_t fs_hist_prog;            /* hash of /proc/self/cmdline, 0: not yet */
 static uint64_t fs_hist_fam;             /* ... without its last argument (fs_hist_family) */
+static uint64_t fs_hist_cmd;             /* ... its first argument alone (fs_hist_command) */
 
 static uint64_t fs_hist_boot_ns(void)
 {
@@ -163,6 +164,11 @@ static uint64_t fs_hist_program(void)
 			if (last > 0 && (size_t)n < sizeof(buf))
 				__atomic_store_n(&fs_hist_fam, fs_hist_fnv(0x84222325cbf29ce4ull, buf, last) | 1,
 						 __ATOMIC_RELAXED);
+			/* the command: the first argument, with its NUL (a third
+			 * seed: its tag is no destination's entry) */
+			__atomic_store_n(&fs_hist_cmd,
+					 fs_hist_fnv(0x2325cbf29ce48422ull, buf, strnlen(buf, (size_t)n)) | 1,
+					 __ATOMIC_RELAXED);
 		}
 		fs_real.close(fd);
 	}
@@ -181,6 +187,22 @@ static uint64_t fs_hist_program(void)
 static uint64_t fs_hist_family(void)
 {
 	return __atomic_load_n(&fs_hist_fam, __ATOMIC_RELAXED);
+}
+
+/* The command's entry (one per command, every destination): how its
+ * processes that made one connection in all turned out. A script runs
+ * `curl` against one URL after another, a new host or port among them: its
+ * command line and its family are new to that destination, and each
+ * process is one connection that the kernel serves as fast as anything,
+ * yet its first one there opened a rail (4-6 ms of CPU, the fresh shm
+ * region) and paid the HELLO. Its streak counts such processes whose one
+ * connection was short, in a row; any long connection of the command, to
+ * any destination, ends it. A process's first connection to a destination
+ * neither it nor its family has an entry for follows it (fs_history_decide).
+ * After fs_hist_program; 0: no command line. */
+static uint64_t fs_hist_command(void)
+{
+	return __atomic_load_n(&fs_hist_cmd, __ATOMIC_RELAXED);
 }
 
 /* Forked children and exec'd programs: a child keeps its parent's command
@@ -362,11 +384,13 @@ static struct fs_hist_proc {
 	uint32_t conns, shorts;
 } fs_hist_proc[FS_HIST_PROC];
 static pid_t fs_hist_proc_pid;
+static uint32_t fs_hist_proc_conns; /* this process's connections, every destination */
 
 static struct fs_hist_proc *fs_hist_proc_find(uint64_t tag, bool create)
 {
 	if (fs_hist_proc_pid != fs_self_pid()) { /* a forked child: its own */
 		memset(fs_hist_proc, 0, sizeof(fs_hist_proc));
+		fs_hist_proc_conns = 0;
 		fs_hist_proc_pid = fs_self_pid();
 	}
 	for (unsigned i = 0; i < FS_HIST_PROC; i++)
@@ -388,6 +412,20 @@ static void fs_hist_extend(struct fs_hist_file *m, uint64_t tag)
 		__atomic_add_fetch(&e->short_streak, 1, __ATOMIC_RELAXED);
 }
 
+/* A process of the command made one connection in all, short, and exits:
+ * its command's streak grows by one. */
+static void fs_hist_command_short(struct fs_hist_file *m)
+{
+	struct fs_hist_entry *e = fs_hist_find(m, fs_hist_command(), true);
+
+	if (!e)
+		return;
+	if (__atomic_load_n(&e->short_streak, __ATOMIC_RELAXED) < FS_HIST_STREAK_MAX)
+		__atomic_add_fetch(&e->short_streak, 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&e->last_s, (uint32_t)(fs_hist_boot_ns() / 1000000000ull), __ATOMIC_RELAXED);
+	__atomic_add_fetch(&e->closes, 1, __ATOMIC_RELAXED);
+}
+
 bool fs_history_decide(struct fs_history_conn *h, const struct sockaddr *addr)
 {
 	struct fs_hist_file *m;
@@ -395,6 +433,7 @@ bool fs_history_decide(struct fs_history_conn *h, const struct sockaddr *addr)
 	uint8_t key[16];
 	uint16_t port;
 	uint32_t n;
+	bool first = false;
 
 	memset(h, 0, sizeof(*h));
 	if (!fs_params.history_short || (addr->sa_family != AF_INET && addr->sa_family != AF_INET6))
@@ -414,6 +453,7 @@ bool fs_history_decide(struct fs_history_conn *h, const struct sockaddr *addr)
 			p->family_tag = h->family_tag;
 			p->conns++;
 		}
+		first = fs_hist_proc_conns++ == 0;
 		pthread_mutex_unlock(&fs_hist_lock);
 	}
 	e = fs_hist_find(m, h->tag, false);
@@ -426,12 +466,20 @@ bool fs_history_decide(struct fs_history_conn *h, const struct sockaddr *addr)
 			e = NULL;
 		h->by_family = e != NULL;
 	}
+	if (!e && first && fs_hist_command()) {
+		/* nor its family's: the process's first connection follows its
+		 * command's processes of one connection (fs_hist_command) */
+		e = fs_hist_find(m, fs_hist_command(), false);
+		if (e && __atomic_load_n(&e->short_streak, __ATOMIC_RELAXED) < fs_params.history_short)
+			e = NULL;
+		h->by_command = e != NULL;
+	}
 	if (!e)
 		return false; /* unknown: negotiate as before */
 	/* a connection that stepped back from the fabric (stepback.h) sends
 	 * the next ones to TCP at once, whatever their length: they would
 	 * pay the rail and HELLO only to step back a window later */
-	h->stepped = !h->by_family && __atomic_load_n(&e->stepped_back, __ATOMIC_RELAXED) != 0;
+	h->stepped = !h->by_family && !h->by_command && __atomic_load_n(&e->stepped_back, __ATOMIC_RELAXED) != 0;
 	if (!h->stepped && __atomic_load_n(&e->short_streak, __ATOMIC_RELAXED) < fs_params.history_short)
 		return false; /* not short enough: negotiate as before */
 	n = __atomic_add_fetch(&e->tcp_decided, 1, __ATOMIC_RELAXED);
@@ -554,6 +602,12 @@ static void fs_hist_report(uint64_t tag, uint64_t turns, uint64_t bytes)
 	if (!is_short) {
 		__atomic_store_n(&e->short_streak, 0, __ATOMIC_RELAXED);
 		__atomic_store_n(&e->relearn_level, 0, __ATOMIC_RELAXED);
+		/* a long connection of the command, anywhere, ends its
+		 * streak of short single-connection processes too */
+		struct fs_hist_entry *c = fs_hist_command() ? fs_hist_find(m, fs_hist_command(), false) : NULL;
+
+		if (c)
+			__atomic_store_n(&c->short_streak, 0, __ATOMIC_RELAXED);
 	} else if (__atomic_load_n(&e->short_streak, __ATOMIC_RELAXED) < FS_HIST_STREAK_MAX)
 		__atomic_add_fetch(&e->short_streak, 1, __ATOMIC_RELAXED);
 	__atomic_store_n(&e->last_s, (uint32_t)(fs_hist_boot_ns() / 1000000000ull), __ATOMIC_RELAXED);
@@ -744,6 +798,11 @@ void fs_history_exit(void)
 				fs_hist_extend(m, p->family_tag);
 				FS_DBG("connection history: this process's sole connection to a destination was short: "
 				       "counted twice");
+				/* ... and the only one it made: one more process of
+				 * its command that a connection served whole
+				 * (fs_hist_command) */
+				if (fs_hist_proc_conns == 1 && fs_hist_command())
+					fs_hist_command_short(m);
 			}
 		}
 	}

@@ -29,6 +29,8 @@ struct fs_history_conn {
 	uint64_t family_tag; /* the (program's family, destination) entry's key, 0: none */
 	bool chose_tcp;    /* the history said TCP (fs_history_decide) */
 	bool by_family;    /* ... from the family's entry: none of the program's own */
+	bool by_command;   /* ... from the command's (its processes of one
+			    * connection): neither the program's nor the family's */
 	bool stepped;      /* ... because a connection stepped back from the fabric */
 	bool relearn;      /* offloaded to learn again what a step-back decided */
 	uint64_t intent;   /* the intent note written for this socket, 0: none */

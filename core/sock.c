@@ -694,6 +694,10 @@ static bool fs_sock_after_connect(struct fs_sock *s, bool wait_here, bool up)
 		if (s->hist.stepped) {
 			FS_STAT_INC(fallback_fabric_slower_history);
 			why = "a recent connection of this program to the destination stepped back from the fabric";
+		} else if (s->hist.by_command) {
+			FS_STAT_INC(fallback_short_history_command);
+			why = "this command line and its family are new to the destination, and the command's recent "
+			      "processes each made one connection, short";
 		} else if (s->hist.by_family) {
 			FS_STAT_INC(fallback_short_history_family);
 			why = "this command line is new to the destination, and the recent connections of the same "

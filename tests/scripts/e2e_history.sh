@@ -38,6 +38,15 @@
 #             process, the third process already goes TCP at connect() (two
 #             connections in one process, as in the rounds above, count once
 #             each).
+#   command:  a process's first connection to a destination that neither
+#             its command line nor its family knows follows its command's
+#             processes of one connection each (the sole ones above, all
+#             short): once FABSOCK_HISTORY_SHORT of them were short in a
+#             row, a new command line of the same program (another
+#             --bytes) goes TCP at connect() (fallback_short_history_command:
+#             no probe, no rail); one such connection that turns out long
+#             (16 MiB over TCP, learnt from TCP_INFO) ends the streak, and
+#             the next new command line offloads.
 #   planted:  a history file that is not private (mode 0644) is never used
 #             (history_refused=1) and the connections negotiate as before.
 # Every stream's bytes are checked end to end by fs_stream.
@@ -160,6 +169,35 @@ for i in 1 2 3; do
 			fallback_short_history=1 offloaded=0 probes_sent=0 fabric_loads=0
 	fi
 done
+
+# ---- command: a new command line of a program whose processes were short ----
+# (sole 1-3 counted three short one-connection processes: this one is the
+# fourth, offloaded while its command learns; the next new one is decided)
+d=$FS_TMP/command1
+round "$d" 65536 &&
+	fs_expect_stats "$d/client.err" "command 1: a new command line, the command's streak short of 4: offloaded" \
+		offloaded=1 fallback_short_history_command=0 fallback_short_history_family=0 fallback_short_history=0
+d=$FS_TMP/command2
+round "$d" 65535 &&
+	fs_expect_stats "$d/client.err" "command 2: a new command line after 4 short one-connection processes: TCP at connect()" \
+		fallback_short_history_command=1 offloaded=0 probes_sent=0 fabric_loads=0
+d=$FS_TMP/command_long1
+fs_tcp_count_start "$PORT"
+if round "$d" 16M; then
+	read -r _ _ pl hs _ < <(fs_tcp_count_read)
+	fs_expect_stats "$d/client.err" "command long 1: a long new command line starts on TCP all the same (the command's streak)" \
+		fallback_short_history_command=1 offloaded=0 probes_sent=0
+	if [ "${hs:-x}" = 0 ] && [ "${pl:-0}" -ge 16777216 ]; then
+		fs_pass "command long 1: the kernel's counter shows its 16 MiB on TCP"
+	else
+		fs_fail "command long 1: TCP carried ${pl:-?} payload bytes and ${hs:-?} handshake segments (expected >= 16777216, 0)"
+	fi
+fi
+fs_tcp_count_stop
+d=$FS_TMP/command_long2
+round "$d" 16777216 &&
+	fs_expect_stats "$d/client.err" "command long 2: that long connection ended the command's streak: a new command line offloads" \
+		offloaded=1 fallback_short_history_command=0
 STREAMS=2
 
 # ---- planted: a history file open to others is not used ------------------------
