@@ -89,20 +89,48 @@ static void fs_sock_set_state(struct fs_sock *s, enum fs_sock_state state)
 
 static pthread_mutex_t fs_sock_free_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct fs_sock *fs_sock_free_list;
+/* Negotiation states kept for the next socket (at most FS_NEG_SPARE_MAX):
+ * every TCP socket gets one at socket() or accept(), and one that stays on
+ * the kernel (wrk's connections by their history, nginx's plain clients)
+ * gives it back at once; a calloc and a free per connection were a fifth of
+ * fabsock's user time in such a client. Only the first word is used while
+ * one waits (struct fs_sock_neg_spare). fs_sock_free_lock. */
+#define FS_NEG_SPARE_MAX 64u
+struct fs_sock_neg_spare {
+	struct fs_sock_neg_spare *next;
+};
+_Static_assert(sizeof(struct fs_sock_neg) >= sizeof(struct fs_sock_neg_spare), "a spare fits a negotiation state");
+static struct fs_sock_neg_spare *fs_neg_spares;
+static unsigned fs_neg_spare_n;
 
 static struct fs_sock *fs_sock_alloc(int fd, int family)
 {
 	struct fs_sock *s;
+	struct fs_sock_neg *neg;
 
-	struct fs_sock_neg *neg = calloc(1, sizeof(*neg));
-
-	if (!neg)
-		return NULL;
 	pthread_mutex_lock(&fs_sock_free_lock);
 	s = fs_sock_free_list;
 	if (s)
 		fs_sock_free_list = s->free_next;
+	neg = (struct fs_sock_neg *)fs_neg_spares;
+	if (neg) {
+		fs_neg_spares = fs_neg_spares->next;
+		fs_neg_spare_n--;
+	}
 	pthread_mutex_unlock(&fs_sock_free_lock);
+	if (neg)
+		memset(neg, 0, sizeof(*neg));
+	else
+		neg = calloc(1, sizeof(*neg));
+	if (!neg) {
+		if (s) {
+			pthread_mutex_lock(&fs_sock_free_lock);
+			s->free_next = fs_sock_free_list;
+			fs_sock_free_list = s;
+			pthread_mutex_unlock(&fs_sock_free_lock);
+		}
+		return NULL;
+	}
 	if (!s) {
 		s = calloc(1, sizeof(*s));
 		if (!s) {
@@ -161,10 +189,24 @@ static void fs_sock_neg_free(struct fs_sock *s)
 {
 	if (!s->neg)
 		return;
-	if (s->neg->probe.udp_fd >= 0)
-		fs_probe_cancel(&s->neg->probe);
-	free(s->neg);
+	struct fs_sock_neg *neg = s->neg;
+
+	if (!neg)
+		return;
+	if (neg->probe.udp_fd >= 0)
+		fs_probe_cancel(&neg->probe);
 	s->neg = NULL;
+	pthread_mutex_lock(&fs_sock_free_lock);
+	if (fs_neg_spare_n < FS_NEG_SPARE_MAX) {
+		struct fs_sock_neg_spare *spare = (struct fs_sock_neg_spare *)neg;
+
+		spare->next = fs_neg_spares;
+		fs_neg_spares = spare;
+		fs_neg_spare_n++;
+		neg = NULL;
+	}
+	pthread_mutex_unlock(&fs_sock_free_lock);
+	free(neg);
 }
 
 void fs_sock_put(struct fs_sock *s)
