@@ -68,6 +68,12 @@
  * thread may still be inside them). */
 #define FS_HIST_MAPS_MAX 8
 #define FS_HIST_STREAK_MAX 1000000u
+/* A short report to an entry whose streak holds this many already writes
+ * nothing but a new second into last_s: a program that makes a connection
+ * per request (wrk with Connection: close, nginx's upstream connections)
+ * reported each into the same shared entry from every thread and process,
+ * whose cache line then went from core to core at every close. */
+#define FS_HIST_STREAK_SAT 256u
 /* A relearn (of a step-back's decision only: fs_history_decide) whose
  * connection stepped back again doubles the interval to the next one, up to
  * FABSOCK_HISTORY_RELEARN << this (64 x 64: 4096). A relearn is a whole
@@ -87,7 +93,8 @@ struct fs_hist_entry {
 	uint32_t short_streak; /* consecutive short connections reported */
 	uint32_t tcp_decided;  /* connections sent to TCP (the relearn count) */
 	uint32_t last_s;       /* last report, CLOCK_BOOTTIME seconds */
-	uint32_t closes;       /* reports, ever (debugging) */
+	uint32_t closes;       /* reports (debugging; not counted while the
+				* streak is past FS_HIST_STREAK_SAT) */
 	uint32_t stepped_back; /* connections that stepped back from the fabric
 				* since one made a whole step-back window
 				* without (0 in files of before: same layout) */
@@ -123,6 +130,22 @@ static uint64_t fs_hist_boot_ns(void)
 
 	clock_gettime(CLOCK_BOOTTIME, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* CLOCK_BOOTTIME in seconds, for an entry's last_s (which only orders
+ * entries for eviction): read again at most every 100 ms of the coarse
+ * clock. */
+static uint32_t fs_hist_boot_s(void)
+{
+	static uint64_t until_ns;
+	static uint32_t cached_s;
+	uint64_t now = fs_now_coarse_ns();
+
+	if (now < __atomic_load_n(&until_ns, __ATOMIC_ACQUIRE))
+		return __atomic_load_n(&cached_s, __ATOMIC_RELAXED);
+	__atomic_store_n(&cached_s, (uint32_t)(fs_hist_boot_ns() / 1000000000ull), __ATOMIC_RELAXED);
+	__atomic_store_n(&until_ns, now + 100000000ull, __ATOMIC_RELEASE);
+	return __atomic_load_n(&cached_s, __ATOMIC_RELAXED);
 }
 
 static uint64_t fs_hist_fnv(uint64_t h, const void *p, size_t n)
@@ -377,20 +400,33 @@ static struct fs_hist_entry *fs_hist_find(struct fs_hist_file *m, uint64_t tag, 
  * (curl URL, a script's client), so its exit counts that connection twice.
  * A process that also made others there (pgbench's short scale check
  * before its long sessions) gets nothing more. Bounded: a destination past
- * FS_HIST_PROC is not counted (no bonus). fs_hist_lock. */
+ * FS_HIST_PROC is not counted (no bonus), nor is any once the process made
+ * more than FS_HIST_PROC connections in all (not the shape of a process
+ * whose next run repeats its one connection; and a connection per request
+ * then takes no process-wide lock at its connect and its close).
+ * fs_hist_lock. */
 #define FS_HIST_PROC 16u
 static struct fs_hist_proc {
 	uint64_t tag, family_tag;
 	uint32_t conns, shorts;
 } fs_hist_proc[FS_HIST_PROC];
 static pid_t fs_hist_proc_pid;
-static uint32_t fs_hist_proc_conns; /* this process's connections, every destination */
+static uint32_t fs_hist_proc_conns; /* this process's connections, every destination (atomic) */
+
+/* Whether this process still keeps count per destination (a forked child
+ * keeps its parent's count until its first connection resets it, which
+ * only leaves its bookkeeping off: it has no slots of its own yet). */
+static bool fs_hist_proc_counts(void)
+{
+	return __atomic_load_n(&fs_hist_proc_conns, __ATOMIC_RELAXED) <= FS_HIST_PROC ||
+	       fs_hist_proc_pid != fs_self_pid();
+}
 
 static struct fs_hist_proc *fs_hist_proc_find(uint64_t tag, bool create)
 {
 	if (fs_hist_proc_pid != fs_self_pid()) { /* a forked child: its own */
 		memset(fs_hist_proc, 0, sizeof(fs_hist_proc));
-		fs_hist_proc_conns = 0;
+		__atomic_store_n(&fs_hist_proc_conns, 0, __ATOMIC_RELAXED);
 		fs_hist_proc_pid = fs_self_pid();
 	}
 	for (unsigned i = 0; i < FS_HIST_PROC; i++)
@@ -422,7 +458,7 @@ static void fs_hist_command_short(struct fs_hist_file *m)
 		return;
 	if (__atomic_load_n(&e->short_streak, __ATOMIC_RELAXED) < FS_HIST_STREAK_MAX)
 		__atomic_add_fetch(&e->short_streak, 1, __ATOMIC_RELAXED);
-	__atomic_store_n(&e->last_s, (uint32_t)(fs_hist_boot_ns() / 1000000000ull), __ATOMIC_RELAXED);
+	__atomic_store_n(&e->last_s, fs_hist_boot_s(), __ATOMIC_RELAXED);
 	__atomic_add_fetch(&e->closes, 1, __ATOMIC_RELAXED);
 }
 
@@ -445,7 +481,7 @@ bool fs_history_decide(struct fs_history_conn *h, const struct sockaddr *addr)
 	h->tag = fs_hist_fnv(fs_hist_fnv(fs_hist_program(), key, sizeof(key)), &port, sizeof(port)) | 1;
 	if (fs_hist_family())
 		h->family_tag = fs_hist_fnv(fs_hist_fnv(fs_hist_family(), key, sizeof(key)), &port, sizeof(port)) | 1;
-	{
+	if (fs_hist_proc_counts()) {
 		struct fs_hist_proc *p;
 
 		pthread_mutex_lock(&fs_hist_lock);
@@ -453,8 +489,10 @@ bool fs_history_decide(struct fs_history_conn *h, const struct sockaddr *addr)
 			p->family_tag = h->family_tag;
 			p->conns++;
 		}
-		first = fs_hist_proc_conns++ == 0;
+		first = __atomic_fetch_add(&fs_hist_proc_conns, 1, __ATOMIC_RELAXED) == 0;
 		pthread_mutex_unlock(&fs_hist_lock);
+	} else {
+		__atomic_add_fetch(&fs_hist_proc_conns, 1, __ATOMIC_RELAXED);
 	}
 	e = fs_hist_find(m, h->tag, false);
 	if (!e && h->family_tag) {
@@ -591,7 +629,18 @@ static void fs_hist_report(uint64_t tag, uint64_t turns, uint64_t bytes)
 
 	if (!m || !tag || !(e = fs_hist_find(m, tag, true)))
 		return;
-	if (is_short) {
+	if (is_short && __atomic_load_n(&e->short_streak, __ATOMIC_RELAXED) >= FS_HIST_STREAK_SAT) {
+		/* nothing a short report could change: the streak is far past
+		 * any FABSOCK_HISTORY_SHORT, and this process makes too many
+		 * connections for the sole-connection rule, or has none here */
+		uint32_t now_s = fs_hist_boot_s();
+
+		if (__atomic_load_n(&e->last_s, __ATOMIC_RELAXED) != now_s)
+			__atomic_store_n(&e->last_s, now_s, __ATOMIC_RELAXED);
+		if (!fs_hist_proc_counts())
+			return;
+	}
+	if (is_short && fs_hist_proc_counts()) {
 		struct fs_hist_proc *p;
 
 		pthread_mutex_lock(&fs_hist_lock);
@@ -610,7 +659,7 @@ static void fs_hist_report(uint64_t tag, uint64_t turns, uint64_t bytes)
 			__atomic_store_n(&c->short_streak, 0, __ATOMIC_RELAXED);
 	} else if (__atomic_load_n(&e->short_streak, __ATOMIC_RELAXED) < FS_HIST_STREAK_MAX)
 		__atomic_add_fetch(&e->short_streak, 1, __ATOMIC_RELAXED);
-	__atomic_store_n(&e->last_s, (uint32_t)(fs_hist_boot_ns() / 1000000000ull), __ATOMIC_RELAXED);
+	__atomic_store_n(&e->last_s, fs_hist_boot_s(), __ATOMIC_RELAXED);
 	__atomic_add_fetch(&e->closes, 1, __ATOMIC_RELAXED);
 	FS_DBG("connection history: %s connection (%llu turns, %llu bytes), streak now %u", is_short ? "short" : "long",
 	       (unsigned long long)turns, (unsigned long long)bytes,
@@ -677,7 +726,7 @@ void fs_history_stepped_back(struct fs_history_conn *h)
 	if ((m = fs_hist_get()) && (e = fs_hist_find(m, h->tag, true))) {
 		if (__atomic_load_n(&e->stepped_back, __ATOMIC_RELAXED) < FS_HIST_STREAK_MAX)
 			__atomic_add_fetch(&e->stepped_back, 1, __ATOMIC_RELAXED);
-		__atomic_store_n(&e->last_s, (uint32_t)(fs_hist_boot_ns() / 1000000000ull), __ATOMIC_RELAXED);
+		__atomic_store_n(&e->last_s, fs_hist_boot_s(), __ATOMIC_RELAXED);
 	}
 	h->tag = 0; /* its close is a kernel socket's: nothing more to say */
 }
@@ -789,7 +838,8 @@ void fs_history_exit(void)
 				fs_history_fd_closing(fs_hist_fds[i].fd);
 	/* the sole-connection rule (struct fs_hist_proc) */
 	pthread_mutex_lock(&fs_hist_lock);
-	if (fs_hist_proc_pid == fs_self_pid() && (m = fs_hist_map)) {
+	if (fs_hist_proc_pid == fs_self_pid() && (m = fs_hist_map) &&
+	    __atomic_load_n(&fs_hist_proc_conns, __ATOMIC_RELAXED) <= FS_HIST_PROC) {
 		for (unsigned i = 0; i < FS_HIST_PROC; i++) {
 			const struct fs_hist_proc *p = &fs_hist_proc[i];
 
@@ -801,7 +851,7 @@ void fs_history_exit(void)
 				/* ... and the only one it made: one more process of
 				 * its command that a connection served whole
 				 * (fs_hist_command) */
-				if (fs_hist_proc_conns == 1 && fs_hist_command())
+				if (__atomic_load_n(&fs_hist_proc_conns, __ATOMIC_RELAXED) == 1 && fs_hist_command())
 					fs_hist_command_short(m);
 			}
 		}

@@ -16,7 +16,8 @@
  * besides the mark never matches. The relearn: never for a short decision;
  * for a step-back's, while relearned connections step back again each next
  * relearn comes twice as late, and a long one over a whole window starts
- * over.
+ * over. A streak saturates at 256 short reports, and a long one still ends
+ * it.
  */
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -257,6 +258,38 @@ int main(void)
 		dst.sin_port = htons(4715);
 		CHECK(!fs_history_decide(&h, (struct sockaddr *)&dst));
 		fs_history_offloaded_closed(&h, 1000, 100000, false); /* paid: no step-back noted */
+		memset(&h, 0, sizeof(h));
+		CHECK(!fs_history_decide(&h, (struct sockaddr *)&dst));
+	}
+
+	/* a saturated streak: short reports past 256 in a row write only the
+	 * entry's second (the streak stays at 256: no cache line written per
+	 * close of a connection per request), and one long report still ends
+	 * it: the next connection negotiates */
+	{
+		struct sockaddr_in dst = { .sin_family = AF_INET, .sin_port = htons(4716) };
+		uint64_t tag = 0;
+		uint32_t streak = 0;
+
+		dst.sin_addr.s_addr = htonl(0x7f000001);
+		for (int i = 0; i < 300; i++) {
+			memset(&h, 0, sizeof(h));
+			CHECK(fs_history_decide(&h, (struct sockaddr *)&dst) == (i >= 2));
+			tag = h.tag;
+			fs_history_offloaded_closed(&h, 1, 100, false); /* short */
+		}
+		for (unsigned i = 0; i < 512 && tag; i++) {
+			const uint8_t *e = m + 16 + 16 * NOTES + 32 * i;
+			uint64_t t;
+
+			memcpy(&t, e, sizeof(t));
+			if (t == tag)
+				memcpy(&streak, e + 8, sizeof(streak));
+		}
+		CHECK(tag != 0 && streak == 256);
+		memset(&h, 0, sizeof(h));
+		CHECK(fs_history_decide(&h, (struct sockaddr *)&dst));
+		fs_history_offloaded_closed(&h, 1000, 100000000, false); /* long */
 		memset(&h, 0, sizeof(h));
 		CHECK(!fs_history_decide(&h, (struct sockaddr *)&dst));
 	}
