@@ -233,7 +233,7 @@ wanted_modes() {
 receiver_time() { sed -n 's/^server time_s=\([0-9.]*\).*/\1/p' "$FS_TMP/$1/server.out" | head -n 1; }
 
 # split_check LABEL ON: the receiver (server) of LABEL split its pulls
-# (ON=1: some, and most payload bytes then went straight to the reader's
+# (ON=1: some, and a quarter of the payload bytes at least then went straight to the reader's
 # buffer, since a 100000-byte read takes 100000 of each 131072) or not
 # (ON=0: none, every pulled byte through the bounce buffer).
 split_check() {
@@ -251,8 +251,13 @@ split_check() {
 		[ "${splits:-0}" -gt 0 ] && [ "${direct:-0}" -gt 0 ] ||
 			fs_fail "$label: expected split pulls: pulls_split=${splits:-none} direct=${direct:-none} bounce=${bounce:-none}"
 	elif [ "$on" = 1 ]; then
-		[ "${splits:-0}" -gt 0 ] && [ "${direct:-0}" -gt "${bounce:-0}" ] ||
-			fs_fail "$label: expected split pulls with most pulled bytes direct: pulls_split=${splits:-none} direct=${direct:-none} bounce=${bounce:-none}"
+		# A quarter of the pulled bytes direct at least: a quiet run
+		# takes 58 % so (100000-byte reads of 128 KiB payloads, the
+		# rest of each bounced), the same under CI's -j2 load 44-47 %
+		# in one run of four (stale pulls as under TSan, on the library
+		# of before too), and with FABSOCK_PULL_SPLIT=0 (below) 0-2 %.
+		[ "${splits:-0}" -gt 0 ] && [ $((4 * ${direct:-0})) -ge $((${direct:-0} + ${bounce:-0})) ] ||
+			fs_fail "$label: expected split pulls with a quarter of the pulled bytes direct at least: pulls_split=${splits:-none} direct=${direct:-none} bounce=${bounce:-none}"
 	else
 		[ "${splits:-x}" = 0 ] && [ "${bounce:-0}" -gt 0 ] ||
 			fs_fail "$label: FABSOCK_PULL_SPLIT=0 but pulls_split=${splits:-none} (bounce=${bounce:-none})"
