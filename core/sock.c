@@ -95,10 +95,11 @@ static struct fs_sock *fs_sock_free_list;
  * gives it back at once; a calloc and a free per connection were a fifth of
  * fabsock's user time in such a client. Only the first word is used while
  * one waits (struct fs_sock_neg_spare). fs_sock_free_lock. */
-#if defined(__SANITIZE_ADDRESS__)
-#define FS_NEG_SPARE_MAX 0u /* every state freed: ASan sees a use after its socket settled */
-#else
 #define FS_NEG_SPARE_MAX 64u
+#if defined(FS_SANITIZE_ADDRESS)
+static const bool fs_neg_spares_on = false; /* every state freed: ASan sees a use after its socket settled */
+#else
+static const bool fs_neg_spares_on = true;
 #endif
 struct fs_sock_neg_spare {
 	struct fs_sock_neg_spare *next;
@@ -201,7 +202,7 @@ static void fs_sock_neg_free(struct fs_sock *s)
 		fs_probe_cancel(&neg->probe);
 	s->neg = NULL;
 	pthread_mutex_lock(&fs_sock_free_lock);
-	if (fs_neg_spare_n < FS_NEG_SPARE_MAX) {
+	if (fs_neg_spares_on && fs_neg_spare_n < FS_NEG_SPARE_MAX) {
 		struct fs_sock_neg_spare *spare = (struct fs_sock_neg_spare *)neg;
 
 		spare->next = fs_neg_spares;

@@ -77,6 +77,8 @@ FIXED_ROWS = {
     "scale_mem_server": ("RSS per idle connection at %d, server", "KiB", "lower", ("fd", "<=", "2")),
     "slow_peak": ("slow reader: peak RSS, writer+reader", "MiB", "lower", ("report",)),
     "slow_growth": ("slow reader: RSS growth, 2nd half", "MiB", "lower", ("f", "<=", "4")),
+    "dl_8k": ("4 MiB downloads, 8 KiB writes, 100 KiB reads", "MB/s", "higher", ("fk", ">=", "1")),
+    "dl_16k": ("4 MiB downloads, 4 KiB writes, 16 KiB reads", "MB/s", "higher", ("fk", ">=", "1")),
     "idle_recv": ("idle CPU, 8 conns, recv threads", "% CPU", "lower", ("f", "<", "1")),
     "idle_epoll": ("idle CPU, 8 conns, epoll_wait", "% CPU", "lower", ("f", "<", "1")),
 }
@@ -84,11 +86,13 @@ FIXED_ROWS = {
 APP_ROWS = ("iperf3_1", "iperf3_p4", "epoll_p50", "epoll_tput", "redis_get", "redis_set", "redis_get_p16",
             "redis_set_p16", "redis_get_c1k", "redis_set_c1k", "nginx_c1k", "conn_usec", "conn_rate",
             "mt_rps", "mt_p90", "mem_proc_client", "mem_proc_server", "mem_conn_client", "mem_conn_server", "scale_setup",
-            "scale_mem_client", "scale_mem_server", "slow_peak", "slow_growth", "idle_recv", "idle_epoll")
+            "scale_mem_client", "scale_mem_server", "slow_peak", "slow_growth", "dl_8k", "dl_16k", "idle_recv",
+            "idle_epoll")
 # Keys of the offload notes (one per fabsock run whose offload was checked), in print order.
 NOTE_KEYS = ("sockperf", "netbench-pingpong", "sockperf-epoll-pingpong", "sockperf-epoll-throughput", "iperf2",
              "iperf2-sizes", "iperf3", "iperf3-P4", "redis", "redis-P16", "redis-c1000", "nginx-c1000",
-             "netbench-connect", "netbench-threads", "netbench-hold", "scale", "netbench-slowwrite", "idle-recv",
+             "netbench-connect", "netbench-threads", "netbench-hold", "scale", "netbench-slowwrite", "netbench-download",
+             "idle-recv",
              "idle-epoll")
 
 
@@ -1015,6 +1019,23 @@ class Bench:
               % (self.cell("slow_peak", mode), self.cell("slow_growth", mode), v["client_peak1_kib"],
                  v["client_peak2_kib"], v["server_peak1_kib"], v["server_peak2_kib"]))
 
+    def download(self, mode):
+        """What a program that writes in small pieces (a proxy's buffers, a
+        database's rows) gives a reader of the sizes clients read: K downloads
+        of 4 MiB on one connection, the server writing 8 KiB at a time to a
+        reader of 100 KiB (curl's), then 4 KiB to one of 16 KiB; every byte
+        checked by the client."""
+        count = 10 if self.quick else 40
+        for row, write, read_size in (("dl_8k", 8192, 102400), ("dl_16k", 4096, 16384)):
+            print("running fabsock-netbench download (%d x 4 MiB, %d B writes, %d B reads) under %s..."
+                  % (count, write, read_size, self.mode_label(mode)))
+            v = self.netbench(mode, "netbench-download", self.logs("netbench-download-%s-%s" % (row, mode)), 120,
+                              [row], "download", "--size", write, "--read-size", read_size, "--bytes", 4 << 20,
+                              "--count", count)
+            if v:
+                self.cells[(row, mode)] = v["mb_per_sec"]
+                print("  %s MB/s, a download's median %s ms" % (v["mb_per_sec"], v["p50_ms"]))
+
     def scale(self, mode):
         """Scale (issue 14): fs_scale (tests/progs) holds N connections from
         one client process into one epoll server process, each having echoed
@@ -1227,7 +1248,8 @@ class Bench:
                     steps += [(r, self.redis_c1k, (m,)), (r, self.nginx_c1k, (m,))]
             for m in ("kernel", "fabsock"):
                 if self.usable(m):
-                    steps += [(r, f, (m,)) for f in (self.conn, self.threads, self.mem, self.scale, self.slow)]
+                    steps += [(r, f, (m,)) for f in (self.conn, self.threads, self.mem, self.scale, self.slow,
+                                                     self.download)]
             each(self.idle, "recv")
             if not self.quick:
                 each(self.idle, "epoll")

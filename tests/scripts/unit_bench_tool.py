@@ -98,7 +98,7 @@ class Arithmetic(unittest.TestCase):
         self.assertEqual([r for r in quick if r.startswith("lat_sz_")],
                          ["lat_sz_64", "lat_sz_4096", "lat_sz_65536", "lat_sz_1048576"])
         self.assertNotIn("idle_epoll", quick)
-        self.assertEqual(len(self.rows), 3 + 8 + 1 + 8 + 26)
+        self.assertEqual(len(self.rows), 3 + 8 + 1 + 8 + 28)
         self.assertEqual(fp.raw_iterations(64, False), 100000)
         self.assertEqual(fp.raw_iterations(1048576, True), 409)
 
