@@ -11,7 +11,9 @@
  * the request is quick; a stream a second thread reads on is never judged
  * (the first thread owns the counts); the first
  * window (the warm-up) is never judged, and two windows in a row must say
- * "step back" (a quick window between clears the first); FABSOCK_STEPBACK=0
+ * "step back" (a quick window between clears the first); a close is
+ * losing after a window that said so, or when most judged windows did;
+ * FABSOCK_STEPBACK=0
  * never fires; after it fired, nothing more is counted (done); the
  * stream's totals (the history's turns and bytes) count every thread's
  * calls; bytes held before the HELLO-ACK start a request but claim no
@@ -111,6 +113,27 @@ int main(void)
 	CHECK(fs_stepback_losing(&sb));
 	CHECK(windows(&sb, 1, 4, 64) == 128);
 	sb.done = true; /* (fs_stepback_fire) */
+	CHECK(!fs_stepback_losing(&sb));
+	/* a close after a quick window still loses when most of the judged
+	 * windows said so: with a streak that must last long (STEPBACK_MS),
+	 * strike, strike (no step-back yet), quick: two of three; strike,
+	 * quick, strike, quick: half, not most */
+	fs_params.stepback_ms = 1000000;
+	memset(&sb, 0, sizeof(sb));
+	CHECK(windows(&sb, 1, 4, 64) == 0); /* warm-up */
+	CHECK(windows(&sb, 2, 4, 64) == 0); /* a streak, not long enough */
+	CHECK(windows(&sb, 1, 0, 64) == 0); /* quick */
+	CHECK(sb.judged == 3 && sb.judged_over == 2);
+	CHECK(!sb.strike && fs_stepback_losing(&sb));
+	memset(&sb, 0, sizeof(sb));
+	CHECK(windows(&sb, 1, 4, 64) == 0); /* warm-up */
+	for (int i = 0; i < 2; i++) {
+		CHECK(windows(&sb, 1, 4, 64) == 0); /* strike */
+		CHECK(windows(&sb, 1, 0, 64) == 0); /* quick */
+	}
+	CHECK(sb.judged == 4 && sb.judged_over == 2);
+	CHECK(!fs_stepback_losing(&sb));
+	fs_params.stepback_ms = 0;
 	CHECK(!fs_stepback_losing(&sb));
 	fs_params.stepback = false;
 	sb.done = false;
