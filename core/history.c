@@ -686,8 +686,8 @@ void fs_history_offloaded_closed(struct fs_history_conn *h, uint64_t turns, uint
 		return;
 	}
 	/* A whole step-back window on the fabric without stepping back. A
-	 * relearn's connection: the fabric pays here again, the step-backs
-	 * are forgotten. Any other (one with the step-back off, or one of a
+	 * relearn's connection: the fabric pays here again, half the
+	 * step-backs are forgotten. Any other (one with the step-back off, or one of a
 	 * run whose other connections stepped back) outweighs one step-back:
 	 * the entry keeps the verdict of the most. A reset by any of them
 	 * sent every run of a program with several connections back to the
@@ -697,12 +697,14 @@ void fs_history_offloaded_closed(struct fs_history_conn *h, uint64_t turns, uint
 	if (fs_stepback_whole_window(turns) && (m = fs_hist_get()) && (e = fs_hist_find(m, h->tag, false))) {
 		uint32_t v = __atomic_load_n(&e->stepped_back, __ATOMIC_RELAXED);
 
-		if (h->relearn)
-			__atomic_store_n(&e->stepped_back, 0, __ATOMIC_RELAXED);
-		else
-			while (v && !__atomic_compare_exchange_n(&e->stepped_back, &v, v - 1, false, __ATOMIC_RELAXED,
-								 __ATOMIC_RELAXED))
-				;
+		/* a relearn's halves the count (one that misjudged, its answers
+		 * quick only because another connection's events ended the
+		 * waits of an epoll set, sent a whole wrk run's four
+		 * connections back to the fabric, each to lose for its life,
+		 * every 64 connections); any other takes one off */
+		while (v && !__atomic_compare_exchange_n(&e->stepped_back, &v, h->relearn ? v / 2 : v - 1, false,
+							 __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+			;
 	}
 	h->tag = 0;
 }

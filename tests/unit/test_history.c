@@ -192,15 +192,24 @@ int main(void)
 			}
 		}
 		CHECK(offloads == 5);
-		/* a relearn that stays on the fabric for a whole window, long:
-		 * the step-backs are forgotten, the back-off too */
-		for (unsigned i = 1; i <= 2048; i++) {
-			memset(&h, 0, sizeof(h));
-			if (!fs_history_decide(&h, (struct sockaddr *)&dst))
-				break;
+		/* relearns that stay on the fabric for a whole window, long:
+		 * each halves the step-backs (six: the first stepped back, then
+		 * five relearns), the back-off goes at once; the third clears
+		 * them (6 -> 3 -> 1 -> 0) */
+		for (unsigned relearns = 1; relearns <= 3; relearns++) {
+			unsigned gap = 0;
+
+			for (unsigned i = 1; i <= 2048; i++) {
+				memset(&h, 0, sizeof(h));
+				if (!fs_history_decide(&h, (struct sockaddr *)&dst))
+					break;
+				gap = i;
+			}
+			CHECK(h.relearn && h.tag != 0);
+			if (relearns > 1)
+				CHECK(gap < 64); /* the back-off went with the first long one */
+			fs_history_offloaded_closed(&h, 1000, 100000000, false);
 		}
-		CHECK(h.relearn && h.tag != 0);
-		fs_history_offloaded_closed(&h, 1000, 100000000, false);
 		memset(&h, 0, sizeof(h));
 		CHECK(!fs_history_decide(&h, (struct sockaddr *)&dst)); /* no longer stepped: negotiates */
 		fs_history_stepped_back(&h);
