@@ -629,17 +629,6 @@ static void fs_hist_report(uint64_t tag, uint64_t turns, uint64_t bytes)
 
 	if (!m || !tag || !(e = fs_hist_find(m, tag, true)))
 		return;
-	if (is_short && __atomic_load_n(&e->short_streak, __ATOMIC_RELAXED) >= FS_HIST_STREAK_SAT) {
-		/* nothing a short report could change: the streak is far past
-		 * any FABSOCK_HISTORY_SHORT, and this process makes too many
-		 * connections for the sole-connection rule, or has none here */
-		uint32_t now_s = fs_hist_boot_s();
-
-		if (__atomic_load_n(&e->last_s, __ATOMIC_RELAXED) != now_s)
-			__atomic_store_n(&e->last_s, now_s, __ATOMIC_RELAXED);
-		if (!fs_hist_proc_counts())
-			return;
-	}
 	if (is_short && fs_hist_proc_counts()) {
 		struct fs_hist_proc *p;
 
@@ -647,6 +636,15 @@ static void fs_hist_report(uint64_t tag, uint64_t turns, uint64_t bytes)
 		if ((p = fs_hist_proc_find(tag, false)))
 			p->shorts++;
 		pthread_mutex_unlock(&fs_hist_lock);
+	}
+	if (is_short && __atomic_load_n(&e->short_streak, __ATOMIC_RELAXED) >= FS_HIST_STREAK_SAT) {
+		/* nothing a short report could change but the second: the
+		 * streak is far past any FABSOCK_HISTORY_SHORT */
+		uint32_t now_s = fs_hist_boot_s();
+
+		if (__atomic_load_n(&e->last_s, __ATOMIC_RELAXED) != now_s)
+			__atomic_store_n(&e->last_s, now_s, __ATOMIC_RELAXED);
+		return;
 	}
 	if (!is_short) {
 		__atomic_store_n(&e->short_streak, 0, __ATOMIC_RELAXED);

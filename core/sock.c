@@ -192,8 +192,6 @@ void fs_sock_ref(struct fs_sock *s)
  * held, or the last reference. */
 static void fs_sock_neg_free(struct fs_sock *s)
 {
-	if (!s->neg)
-		return;
 	struct fs_sock_neg *neg = s->neg;
 
 	if (!neg)
