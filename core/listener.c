@@ -1016,7 +1016,10 @@ static bool fs_probe_owner_ok(const uint8_t local[16], uint16_t lport, const uin
  * resends came in hundreds, each checked in full while first probes waited
  * behind them, and a client that had closed its probe socket meanwhile
  * made its resend look foreign (probes_foreign). The record is left as it
- * is: the server's HELLO wait still counts from the first answer. Not for a
+ * is: the server's HELLO wait still counts from the first answer. A resend
+ * read once the HELLO came (the record DONE, its nonce kept: in CI the
+ * application thread took the first probe, the HELLO followed, and the
+ * service thread read the resend only then) is the same repeat. Not for a
  * closed listener's twin, whose answers look at this process's
  * descriptors (fs_listener_close). */
 static bool fs_listener_answered_yes(struct fs_listener *l, const struct fs_probe *ask)
@@ -1027,7 +1030,7 @@ static bool fs_listener_answered_yes(struct fs_listener *l, const struct fs_prob
 	if (!ask->nonce || __atomic_load_n(&l->closed, __ATOMIC_ACQUIRE) || fs_table_lock(l))
 		return false;
 	r = fs_table_find(l->table, ask->client_addr, ask->client_port, false, NULL);
-	if (r && r->state == FS_REC_YES && r->nonce == ask->nonce)
+	if (r && (r->state == FS_REC_YES || r->state == FS_REC_DONE) && r->nonce == ask->nonce)
 		again = true;
 	pthread_mutex_unlock(&l->table->lock);
 	if (again)
@@ -1120,7 +1123,13 @@ static void fs_listener_answer(struct fs_listener *l, const uint8_t *pkt, ssize_
 			       ask.client_port, r->client_inode, client_inode);
 			fs_rec_state_set(l->table, r, FS_REC_NONE);
 		}
-		if (r && (r->state == FS_REC_NONE || (r->state == FS_REC_YES && r->nonce == ask.nonce))) {
+		if (r && r->state == FS_REC_DONE && ask.nonce && r->nonce == ask.nonce) {
+			/* a resend read after its connection's HELLO came (the
+			 * record moved on while this thread checked the kernel):
+			 * a repeat, answered as the first was, the record as it is */
+			FS_STAT_INC(probes_repeated);
+			answer = FS_PROBE_YES;
+		} else if (r && (r->state == FS_REC_NONE || (r->state == FS_REC_YES && r->nonce == ask.nonce))) {
 			/* a resend whose first probe another thread was answering
 			 * meanwhile (the service thread and an application thread
 			 * drain the same twin): a repeat all the same */
