@@ -473,10 +473,25 @@ static bool fs_epoll_kernel_settles(struct fs_epoll *fe, uint64_t now, struct fs
 	kw->until = 0;
 	if (!fe->members)
 		return false;
-	for (struct fs_ep_member *m = fe->members; m; m = m->next) {
+	for (struct fs_ep_member *m = fe->members, *next; m; m = next) {
 		int fd;
 		unsigned i;
+		enum fs_sock_state st;
 
+		next = m->next;
+		/* A socket fabsock let go of since the last look (a client's
+		 * connect() sent it to TCP: nginx adds an upstream socket to
+		 * its set before connect(), so every proxied request left one
+		 * here, and each wait of a proxy's worker went through the
+		 * rounds): made the application's own entry and freed, as
+		 * the next look would (fs_member_fixup), not a reason to
+		 * spin. */
+		if (m->s && ((st = fs_sock_state(m->s)) == FS_SOCK_KERNEL || st == FS_SOCK_SERVER_PLAIN ||
+			     st == FS_SOCK_LISTENING || m->s->closed)) {
+			if (!fs_member_fixup(fe, m))
+				continue;
+			return false;
+		}
 		/* (pid: atomic, the service thread settles a client's socket) */
 		if (!m->s || !fs_member_pending(m) || __atomic_load_n(&m->s->pid, __ATOMIC_RELAXED) != fs_self_pid() ||
 		    fs_sock_state(m->s) != FS_SOCK_SERVER_PENDING)

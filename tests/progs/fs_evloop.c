@@ -603,6 +603,100 @@ out:
 }
 
 /*
+ * added_before_connect: nginx's upstream shape (ngx_event_connect_peer): a
+ * nonblocking socket goes into the epoll set (EPOLLIN|EPOLLOUT|EPOLLET)
+ * before its connect(), which sends it to kernel TCP (the script's rule
+ * here; the connection history for a proxy). The client then waits for
+ * the connection, sends 10 requests of 1000 bytes and checks every answer
+ * byte, each wait an epoll_wait of that set; the script checks that those
+ * waits were one kernel call each (stats epoll_bare_pending): the member
+ * made for the fresh socket is let go of at the wait, not spun for (a
+ * proxy's worker went through fabsock's rounds on every request).
+ */
+static int added_before_connect_client(int fd)
+{
+	enum { TAG = 0x34, ROUNDS = 10, SIZE = 1000 };
+	uint64_t offset = 0;
+	uint32_t events;
+	int epfd, error, result, status = -1;
+
+	(void)fd;
+	fd = socket(harness_server_address->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return harness_fail("socket: %s", strerror(errno));
+	epfd = ev_epoll_create();
+	if (ev_epoll_ctl(epfd, EPOLL_CTL_ADD, fd, EPOLLIN | EPOLLOUT | EPOLLET, TAG) < 0)
+		goto out;
+	result = connect(fd, harness_server_address->ai_addr, harness_server_address->ai_addrlen);
+	if (result < 0 && errno != EINPROGRESS) {
+		harness_fail("nonblocking connect returned -1 %s, expected EINPROGRESS or 0", strerror(errno));
+		goto out;
+	}
+	events = ev_expect_event(epfd, EV_EVENT_WAIT_MS, EPOLLOUT, TAG, "connect completion");
+	if (!events)
+		goto out;
+	if (events & (EPOLLERR | EPOLLHUP)) {
+		harness_fail("connect completion reported %s", ev_events_text(events));
+		goto out;
+	}
+	if (ev_so_error(fd, &error) < 0)
+		goto out;
+	if (error != 0) {
+		harness_fail("SO_ERROR after connect is %d (%s), expected 0", error, strerror(error));
+		goto out;
+	}
+	harness_connections++;
+	for (int i = 0; i < ROUNDS; i++) {
+		uint64_t got = offset;
+
+		if (ev_request(fd, SIZE) < 0)
+			goto out;
+		while (got < offset + SIZE) {
+			uint64_t before = got;
+
+			if (!ev_expect_event(epfd, EV_EVENT_WAIT_MS, EPOLLIN, TAG, "an answer"))
+				goto out;
+			/* edge-triggered: read until EAGAIN */
+			for (;;) {
+				unsigned char buf[SIZE];
+				ssize_t n = recv(fd, buf, (size_t)(offset + SIZE - got), 0);
+
+				if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+					break;
+				if (n <= 0) {
+					harness_fail("recv of an answer returned %zd (%s)", n, n < 0 ? strerror(errno) : "EOF");
+					goto out;
+				}
+				for (ssize_t k = 0; k < n; k++)
+					if (buf[k] != pattern_table[(got + (uint64_t)k) % EV_PATTERN_PERIOD]) {
+						harness_fail("answer byte %llu is 0x%02x, expected 0x%02x",
+							     (unsigned long long)(got + (uint64_t)k), buf[k],
+							     pattern_table[(got + (uint64_t)k) % EV_PATTERN_PERIOD]);
+						goto out;
+					}
+				got += (uint64_t)n;
+				if (got == offset + SIZE)
+					break;
+			}
+			if (got == before) {
+				harness_fail("EPOLLIN reported but nothing to read");
+				goto out;
+			}
+		}
+		offset = got;
+	}
+	if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) < 0) {
+		harness_fail("fcntl: %s", strerror(errno));
+		goto out;
+	}
+	status = harness_finish_client(fd);
+out:
+	close(epfd);
+	close(fd);
+	return status;
+}
+
+/*
  * late_reader_et, late_reader_poll: a client writes on a fresh nonblocking
  * connection whose server does not read for EV_LATE_READ_MS (a busy server,
  * one that accepts many connections before serving them). Every send must
@@ -2754,6 +2848,7 @@ static const struct harness_scenario scenarios[] = {
 	{ "ppoll_pselect_data", ev_serve, ppoll_pselect_data_client, 0 },
 	{ "nb_send_full", send_full_reader, nb_send_full_client, 0 },
 	{ "nb_connect", nb_connect_server, nb_connect_client, HARNESS_CLIENT_CONNECTS_ITSELF },
+	{ "added_before_connect", ev_serve, added_before_connect_client, HARNESS_CLIENT_CONNECTS_ITSELF },
 	{ "late_reader_et", late_reader_server, late_reader_et_client, HARNESS_CLIENT_CONNECTS_ITSELF },
 	{ "late_reader_poll", late_reader_server, late_reader_poll_client, HARNESS_CLIENT_CONNECTS_ITSELF },
 	{ "late_reader_shut", late_reader_shut_server, late_reader_shut_client, 0 },

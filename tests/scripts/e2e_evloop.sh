@@ -31,7 +31,7 @@ EVLOOP_PROG=$FS_PROGS/fs_evloop
 NO_CONNECTION_SCENARIOS=" nb_connect_refused "
 # scenarios whose connections stay on kernel TCP under fabsock too (their
 # clients by a rule): offloaded=0 expected, and TCP carries their bytes
-TCP_SCENARIOS=" close_forked "
+TCP_SCENARIOS=" close_forked added_before_connect "
 CLIENT_LIMIT_S=50
 SERVER_LIMIT_S=15
 MODE_BUDGET_S=240
@@ -117,6 +117,16 @@ check_side() { # LABEL SIDE SCENARIO MODE RC DIR
 		pending=$(side_stat epoll_bare_pending)
 		[ "${pending:-0}" -ge 1 ] || fs_fail "$label: server stats epoll_bare_pending=${pending:-none}, expected >= 1"
 	fi
+	# the client's socket, in its epoll set before connect() sent it to
+	# TCP, was let go of at the first wait, which was one kernel call
+	# (EPOLL_BARE, counted as pending: the set had that member), not
+	# fabsock's rounds; the later ones, with no member left, are too
+	if [ "$mode" = fabsock ] && [ "$scenario" = added_before_connect ] && [ "$side" = client ] &&
+		[ "${FABSOCK_EPOLL_BARE:-1}" != 0 ]; then
+		local bare
+		bare=$(side_stat epoll_bare_pending)
+		[ "${bare:-0}" -ge 1 ] || fs_fail "$label: client stats epoll_bare_pending=${bare:-none}, expected >= 1 (its first wait)"
+	fi
 	# its first read did not look for the connection's probe record: no
 	# record of the listener's said yes (fs_listener_yes_none)
 	if [ "$mode" = fabsock ] && [ "$scenario" = close_forked ] && [ "$side" = server ]; then
@@ -168,6 +178,8 @@ run_scenario() { # MODE SCENARIO
 	[ "$mode" = fabsock ] && [ "$scenario" = mixed_set ] && prefix+=(FABSOCK_IDLE_AFTER_MS=100 FABSOCK_SPIN_US=5)
 	# the client stays on TCP (no probe): the server's socket settles plain
 	[ "$mode" = fabsock ] && [ "$scenario" = close_forked ] && prefix+=("FABSOCK_RULES=kernel client 127.0.0.1")
+	# so does this one, decided at its connect(), after its epoll_ctl
+	[ "$mode" = fabsock ] && [ "$scenario" = added_before_connect ] && prefix+=("FABSOCK_RULES=kernel client 127.0.0.1")
 	mkdir -p "$dir"
 	start_ns=${EPOCHREALTIME/./}
 
