@@ -93,7 +93,9 @@ struct fs_hist_entry {
 	uint32_t short_streak; /* consecutive short connections reported */
 	uint32_t tcp_decided;  /* connections sent to TCP (the relearn count) */
 	uint32_t last_s;       /* last report, CLOCK_BOOTTIME seconds */
-	uint32_t closes;       /* reports (debugging; not counted while the
+	uint32_t closes;       /* reports, a sole connection's second one
+				* included (equal to the streak while every
+				* report was short; not counted while the
 				* streak is past FS_HIST_STREAK_SAT) */
 	uint32_t stepped_back; /* connections that stepped back from the fabric
 				* since one made a whole step-back window
@@ -444,8 +446,12 @@ static void fs_hist_extend(struct fs_hist_file *m, uint64_t tag)
 	struct fs_hist_entry *e = tag ? fs_hist_find(m, tag, false) : NULL;
 	uint32_t streak = e ? __atomic_load_n(&e->short_streak, __ATOMIC_RELAXED) : 0;
 
-	if (streak && streak < FS_HIST_STREAK_MAX)
+	if (streak && streak < FS_HIST_STREAK_MAX) {
 		__atomic_add_fetch(&e->short_streak, 1, __ATOMIC_RELAXED);
+		/* a second report, for fs_history_decide's "every report short"
+		 * (the streak equal to the reports) */
+		__atomic_add_fetch(&e->closes, 1, __ATOMIC_RELAXED);
+	}
 }
 
 /* A process of the command made one connection in all, short, and exits:
@@ -495,6 +501,20 @@ bool fs_history_decide(struct fs_history_conn *h, const struct sockaddr *addr)
 		__atomic_add_fetch(&fs_hist_proc_conns, 1, __ATOMIC_RELAXED);
 	}
 	e = fs_hist_find(m, h->tag, false);
+	if (e && h->family_tag && !__atomic_load_n(&e->stepped_back, __ATOMIC_RELAXED)) {
+		/* an entry of this command line that knows nothing its family
+		 * does not: every report to it short (its streak all its
+		 * reports), too few yet to decide. Its first connections
+		 * followed the family to TCP and made it; the next one of the
+		 * same command line went to the fabric, whether it came before
+		 * or after the first one's close (e2e_history's family case,
+		 * its two streams in turn). The family decides until this
+		 * entry can (or a long report of its own ends the match). */
+		uint32_t streak = __atomic_load_n(&e->short_streak, __ATOMIC_RELAXED);
+
+		if (streak < fs_params.history_short && __atomic_load_n(&e->closes, __ATOMIC_RELAXED) == streak)
+			e = NULL;
+	}
 	if (!e && h->family_tag) {
 		/* this command line's first connection to the destination: its
 		 * family's entry decides for it (never a step-back's: that one

@@ -47,6 +47,11 @@
 #             no probe, no rail); one such connection that turns out long
 #             (16 MiB over TCP, learnt from TCP_INFO) ends the streak, and
 #             the next new command line offloads.
+#   family in turn: two processes of one stream each, of a command line
+#             new but for its last argument: both follow the short family
+#             to TCP (the first one's report made the command line's own
+#             entry, too young to decide, all short: it leaves it to the
+#             family).
 #   planted:  a history file that is not private (mode 0644) is never used
 #             (history_refused=1) and the connections negotiate as before.
 # Every stream's bytes are checked end to end by fs_stream.
@@ -198,6 +203,20 @@ d=$FS_TMP/command_long2
 round "$d" 16777216 &&
 	fs_expect_stats "$d/client.err" "command long 2: that long connection ended the command's streak: a new command line offloads" \
 		offloaded=1 fallback_short_history_command=0
+
+# ---- family, in turn: a young entry of its own, all short, leaves it to the family ----
+# (one stream per process: the first process followed the family to TCP and
+# made the command line's own entry; the second must follow the family too,
+# not negotiate because that entry is too young to decide: the family case
+# above raced its two streams on this)
+TAIL=603
+for i in 1 2; do
+	d=$FS_TMP/family_turn$i
+	round "$d" 64K &&
+		fs_expect_stats "$d/client.err" "family in turn $i: a short family's new command line, process $i: TCP at connect()" \
+			fallback_short_history_family=1 fallback_short_history=0 offloaded=0 probes_sent=0 fabric_loads=0
+done
+TAIL=600
 STREAMS=2
 
 # ---- planted: a history file open to others is not used ------------------------
