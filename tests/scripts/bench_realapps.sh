@@ -27,6 +27,9 @@
 #     bench_realapps.sh [--quick] [--rounds N] [--only "nginx postgres memcached proxy"]
 # --quick: shorter runs (2 s of wrk or pgbench instead of 5, fewer curl
 # processes and memcslap keys, pgbench -i -s 1); the same figures.
+# --base-lib LIB: an A/B of two builds in these shapes: the column and
+# ratios labelled "kernel" are LIB's (both sides preloaded, each round in
+# turn as above); for a developer comparing a change, never a bench figure.
 # Needs root (the servers start as root and drop to their packaged users).
 
 RB_QUICK=0 RB_ROUNDS=3 RB_ONLY="nginx postgres memcached proxy"
@@ -35,6 +38,7 @@ while [ $# -gt 0 ]; do
 	--quick) RB_QUICK=1 ;;
 	--rounds) RB_ROUNDS=$2; shift ;;
 	--only) RB_ONLY=$2; shift ;;
+	--base-lib) export RA_BASE_LIB=$2; shift ;;
 	*) echo "bench_realapps.sh: unknown argument $1" >&2; exit 2 ;;
 	esac
 	shift

@@ -61,6 +61,14 @@ RA_OLD_SUID_DUMPABLE=
 # own directory).
 RA_LIB=$(fs_lib_copy "$RA_DIR/lib")
 chmod 755 "$RA_DIR/lib"
+# RA_BASE_LIB (bench_realapps.sh --base-lib): the "kernel" side runs under
+# this other build of the library instead, copied the same way (an A/B of
+# two builds in the bench's own shapes; a developer's tool, not a figure of
+# the bench).
+if [ -n "${RA_BASE_LIB:-}" ]; then
+	RA_BASE_LIB=$(FABSOCK_LIB=$RA_BASE_LIB fs_lib_copy "$RA_DIR/libbase")
+	chmod 755 "$RA_DIR/libbase"
+fi
 cd "$FS_TMP"
 
 # Requires each COMMAND on the PATH, or skips the test.
@@ -111,7 +119,15 @@ ra_cores_on
 ra_env() {
 	local log=$RA_DIR/$2.$1.log
 	case $1 in
-	kernel) RA_ENV=(env -u LD_PRELOAD) ;;
+	kernel)
+		if [ -n "${RA_BASE_LIB:-}" ]; then
+			: >>"$log"
+			chmod 666 "$log"
+			RA_ENV=(env "LD_PRELOAD=$RA_BASE_LIB" FABSOCK_STATS=1 "FABSOCK_LOG_FILE=$log")
+		else
+			RA_ENV=(env -u LD_PRELOAD)
+		fi
+		;;
 	fabsock)
 		: >>"$log"
 		chmod 666 "$log"
