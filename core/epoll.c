@@ -345,6 +345,8 @@ static void fs_member_free(struct fs_epoll *fe, struct fs_ep_member *m)
 			__atomic_compare_exchange_n(&left[m->fd], &expect, NULL, false, __ATOMIC_ACQ_REL,
 						    __ATOMIC_ACQUIRE);
 		fs_sock_put(m->s);
+	} else {
+		__atomic_sub_fetch(&fe->nested, 1, __ATOMIC_RELEASE);
 	}
 	fs_member_release(m);
 }
@@ -791,11 +793,17 @@ static int fs_member_add(struct fs_epoll *fe, int fd, struct fs_sock *s, const s
 		__atomic_add_fetch(&s->ep_members, 1, __ATOMIC_ACQ_REL);
 		fs_core_epoll_add(s); /* close() must take it out of epoll sets */
 	}
+	else
+		__atomic_add_fetch(&fe->nested, 1, __ATOMIC_RELEASE);
 	fs_member_key(m->key, fd, s);
 	HASH_ADD(hh, fe->by_key, key, sizeof(m->key), m);
 	fs_member_link(fe, m);
 added:
-	if (fe->kernel_sleepers && fe->wake_fd >= 0) {
+	/* the member is linked: a waiter that counted itself a kernel
+	 * sleeper before this read sees it or is woken (fs_epoll_wait_bare
+	 * counts itself, then reads the members without the lock) */
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&fe->kernel_sleepers, __ATOMIC_SEQ_CST) && fe->wake_fd >= 0) {
 		/* a thread sleeps in the kernel on this instance for its whole
 		 * timeout: it must look at the new member */
 		uint64_t one = 1;
@@ -922,7 +930,13 @@ int fs_epoll_ctl_nested(int epfd, int op, int fd, struct epoll_event *event)
 		 * has a record already, so make none (a record and its eventfd
 		 * for every pipe or kernel socket the application modifies) */
 		fe = fs_epoll_peek(epfd);
-		if (!fe)
+		/* no nested instance in it: nothing to find, no lock (wrk's
+		 * every connection: five MOD or DEL calls on plain sockets in
+		 * an instance whose first connections were offloaded). A
+		 * nested member added meanwhile by another thread is one the
+		 * application has not told of yet: its own ADD's, ordered
+		 * after this call by the application as without fabsock. */
+		if (!fe || !__atomic_load_n(&fe->nested, __ATOMIC_ACQUIRE))
 			return FS_PASS;
 		fs_lock(&fe->lock);
 		m = fs_member_find(fe, fd, NULL);

@@ -73,6 +73,10 @@ struct fs_epoll {
 	struct fs_ep_member *members;
 	struct fs_ep_member *by_key; /* the same members and the parked ones, by (fd, socket) */
 	unsigned parked;             /* how many are parked (atomic: read without the lock) */
+	unsigned nested;             /* members that are nested instances (S NULL; atomic,
+				      * read without the lock: while 0, an EPOLL_CTL_MOD or DEL
+				      * of a descriptor that is not a fabsock socket has no
+				      * member to look for, fs_epoll_ctl_nested) */
 	uint64_t out_gen; /* bumped for every output being built */
 	int wake_fd;      /* eventfd in the kernel set (FS_EP_TAG_WAKE), or -1 */
 	unsigned kernel_sleepers; /* threads waiting on it in the kernel for long */

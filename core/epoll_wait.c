@@ -667,7 +667,7 @@ static int fs_epoll_collect(struct fs_epoll *fe, int epfd, struct epoll_event *k
 	if (!longwait)
 		return fs_epoll_kernel_wait(epfd, kbuf, k, wait_us, false, w, sigmask);
 	fs_lock(&fe->lock);
-	fe->kernel_sleepers++;
+	__atomic_add_fetch(&fe->kernel_sleepers, 1, __ATOMIC_SEQ_CST);
 	/* a member added before the count went up was seen by no one */
 	if (kw->on) {
 		struct fs_ep_kwait now_kw;
@@ -683,9 +683,7 @@ static int fs_epoll_collect(struct fs_epoll *fe, int epfd, struct epoll_event *k
 		k = fs_epoll_kwait(epfd, kbuf, k, kw, w, sigmask);
 	else
 		k = fs_epoll_kernel_wait(epfd, kbuf, k, 0, true, w, sigmask);
-	fs_lock(&fe->lock);
-	fe->kernel_sleepers--;
-	pthread_mutex_unlock(&fe->lock);
+	__atomic_sub_fetch(&fe->kernel_sleepers, 1, __ATOMIC_SEQ_CST);
 	return k;
 }
 
@@ -836,12 +834,29 @@ static int fs_epoll_wait_bare(struct fs_epoll *fe, int epfd, struct epoll_event 
 			      int timeout_ms, const sigset_t *sigmask)
 {
 	struct epoll_event ours[FS_EP_BATCH];
-	uint64_t gen;
+	uint64_t gen = 0;
 	int k, kept = 0, nours = 0;
-	bool cut = false;
+	bool cut = false, have_gen = false;
 
 	if (__atomic_load_n(&fe->parked, __ATOMIC_ACQUIRE))
 		return FS_EP_NOT_BARE;
+	if (!__atomic_load_n(&fe->members, __ATOMIC_ACQUIRE)) {
+		/* No member: no lock (wrk, its first connections offloaded and
+		 * the rest on TCP: two lock pairs a wait). Counted a kernel
+		 * sleeper first, then the members looked at again; an adder
+		 * links its member, then reads the count (fs_member_add, a full
+		 * fence between): one of the two sees the other, and a member
+		 * added meanwhile rings the wake fd. */
+		__atomic_add_fetch(&fe->kernel_sleepers, 1, __ATOMIC_SEQ_CST);
+		if (!__atomic_load_n(&fe->members, __ATOMIC_SEQ_CST) && !__atomic_load_n(&fe->parked, __ATOMIC_SEQ_CST)) {
+			k = fs_epoll_real_wait(epfd, events, maxevents, timeout_ms, sigmask);
+			__atomic_sub_fetch(&fe->kernel_sleepers, 1, __ATOMIC_SEQ_CST);
+			goto waited;
+		}
+		__atomic_sub_fetch(&fe->kernel_sleepers, 1, __ATOMIC_SEQ_CST);
+		if (__atomic_load_n(&fe->parked, __ATOMIC_ACQUIRE))
+			return FS_EP_NOT_BARE;
+	}
 	fs_lock(&fe->lock);
 	if (__atomic_load_n(&fe->parked, __ATOMIC_ACQUIRE)) {
 		pthread_mutex_unlock(&fe->lock);
@@ -864,19 +879,24 @@ static int fs_epoll_wait_bare(struct fs_epoll *fe, int epfd, struct epoll_event 
 		}
 		FS_STAT_INC(epoll_bare_pending);
 	}
-	fe->kernel_sleepers++;
+	__atomic_add_fetch(&fe->kernel_sleepers, 1, __ATOMIC_SEQ_CST);
 	pthread_mutex_unlock(&fe->lock);
 	k = fs_epoll_real_wait(epfd, events, maxevents, timeout_ms, sigmask);
-	fs_lock(&fe->lock);
-	fe->kernel_sleepers--;
-	gen = ++fe->out_gen;
-	pthread_mutex_unlock(&fe->lock);
+	__atomic_sub_fetch(&fe->kernel_sleepers, 1, __ATOMIC_SEQ_CST);
+waited:
 	if (k < 0)
 		return k;
 	for (int i = 0; i < k; i++) {
 		if ((events[i].data.u64 & FS_EP_TAG_MARK_MASK) != FS_EP_TAG_MARK) {
 			events[kept++] = events[i];
 			continue;
+		}
+		if (!have_gen) {
+			/* the output's generation, for the merge of ours only */
+			fs_lock(&fe->lock);
+			gen = ++fe->out_gen;
+			pthread_mutex_unlock(&fe->lock);
+			have_gen = true;
 		}
 		ours[nours++] = events[i];
 		/* a batch of ours merged at once, none dropped (an edge of a

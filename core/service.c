@@ -123,7 +123,15 @@ void fs_service_kick_soon(void)
 static void fs_service_queue(struct fs_watch *w, int fd, short events, uint64_t deadline_ns, fs_watch_fn fn, void *arg)
 {
 	pthread_mutex_lock(&fs_service_lock);
-	*w = (struct fs_watch){ .fd = fd, .events = events, .deadline_ns = deadline_ns, .fn = fn, .arg = arg, .queued = true };
+	/* field by field: QUEUED is read without the lock (fs_service_watch_drop) */
+	w->fd = fd;
+	w->events = events;
+	w->ready = false;
+	w->deadline_ns = deadline_ns;
+	w->fn = fn;
+	w->arg = arg;
+	w->prev = NULL;
+	__atomic_store_n(&w->queued, true, __ATOMIC_RELEASE);
 	w->next = fs_watch_list;
 	if (fs_watch_list)
 		fs_watch_list->prev = w;
@@ -142,6 +150,12 @@ bool fs_service_watch_drop(struct fs_watch *w)
 {
 	bool queued;
 
+	/* never queued, or fired already (a plain client's accepted socket
+	 * at its close: the service lock, process-wide, twice a connection
+	 * for nothing). One queued by another thread after this look is one
+	 * queued after the drop, as it could be after the locked look. */
+	if (!__atomic_load_n(&w->queued, __ATOMIC_ACQUIRE))
+		return false;
 	pthread_mutex_lock(&fs_service_lock);
 	queued = w->queued;
 	if (queued) {
@@ -294,7 +308,7 @@ static void fs_service_run_watches(const struct fs_service_set *set, nfds_t firs
 		if (w->next)
 			w->next->prev = w->prev;
 		fs_watch_count--;
-		w->queued = false;
+		__atomic_store_n(&w->queued, false, __ATOMIC_RELEASE);
 		w->next = fire;
 		fire = w;
 	}
