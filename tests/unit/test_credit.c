@@ -1110,15 +1110,17 @@ static void test_peek_small(struct fs_stream *a, struct fs_stream *b, uint64_t k
  * the service thread had not pulled their payload whole as stale first,
  * and under TSan (every step 5-15x slower) that was every one (CI: 0
  * splits in 8.8 MB). A try whose payload went stale anyway is tried again
- * (bounded). */
+ * (bounded in count and time). */
 static void test_split(struct fs_stream *a, struct fs_stream *b, uint64_t key)
 {
-	uint64_t before = stat_now(&fs_stats.pulls_split);
+	uint64_t before = stat_now(&fs_stats.pulls_split), until = fs_now_ns() + 15000000000ull;
 	struct test_flow f;
 	unsigned tries;
 
 	flow_init(&f, a, b, key);
-	for (tries = 0; tries < 8 && stat_now(&fs_stats.pulls_split) == before; tries++) {
+	/* up to 64 tries in 15 s: CI's TSan stage beside its -j2 load once
+	 * saw all of 8 go stale */
+	for (tries = 0; tries < 64 && fs_now_ns() < until && stat_now(&fs_stats.pulls_split) == before; tries++) {
 		uint64_t deadline = fs_now_ns() + 2000000000ull, target = f.sent + 65536;
 		ssize_t n;
 
