@@ -550,13 +550,31 @@ static int nb_connect_server(int fd)
 	return ev_serve(fd);
 }
 
+/* Waits (on EPFD, where FD is registered with TAG) for a nonblocking
+ * connect() to complete: EPOLLOUT without EPOLLERR or EPOLLHUP, SO_ERROR 0.
+ * Returns 0, or -1 after harness_fail. */
+static int ev_connect_done(int epfd, int fd, uint64_t tag)
+{
+	uint32_t events = ev_expect_event(epfd, EV_EVENT_WAIT_MS, EPOLLOUT, tag, "connect completion");
+	int error;
+
+	if (!events)
+		return -1;
+	if (events & (EPOLLERR | EPOLLHUP))
+		return harness_fail("connect completion reported %s", ev_events_text(events));
+	if (ev_so_error(fd, &error) < 0)
+		return -1;
+	if (error != 0)
+		return harness_fail("SO_ERROR after connect is %d (%s), expected 0", error, strerror(error));
+	return 0;
+}
+
 static int nb_connect_client(int fd)
 {
 	enum { TAG = 0x33 };
 	unsigned char reply[1000];
 	uint64_t offset = 0;
-	uint32_t events;
-	int epfd, error, result, status = -1;
+	int epfd, result, status = -1;
 	double start = harness_now_ms();
 
 	(void)fd;
@@ -570,22 +588,9 @@ static int nb_connect_client(int fd)
 		goto out;
 	}
 	harness_info("connect returned %s", result == 0 ? "0 at once" : "-1 EINPROGRESS");
-	if (ev_epoll_ctl(epfd, EPOLL_CTL_ADD, fd, EPOLLOUT, TAG) < 0)
+	if (ev_epoll_ctl(epfd, EPOLL_CTL_ADD, fd, EPOLLOUT, TAG) < 0 || ev_connect_done(epfd, fd, TAG) < 0)
 		goto out;
-	events = ev_expect_event(epfd, EV_EVENT_WAIT_MS, EPOLLOUT, TAG, "connect completion");
-	if (!events)
-		goto out;
-	if (events & (EPOLLERR | EPOLLHUP)) {
-		harness_fail("connect completion reported %s", ev_events_text(events));
-		goto out;
-	}
 	harness_info("EPOLLOUT after %.1f ms", harness_now_ms() - start);
-	if (ev_so_error(fd, &error) < 0)
-		goto out;
-	if (error != 0) {
-		harness_fail("SO_ERROR after connect is %d (%s), expected 0", error, strerror(error));
-		goto out;
-	}
 	harness_connections++;
 	if (harness_expect_nonblocking(fd, true, "the connected socket") < 0 || ev_send_stream(fd, &offset, sizeof(reply)) < 0 ||
 	    harness_recv_exact(fd, reply, sizeof(reply)) < 0)
@@ -617,8 +622,7 @@ static int added_before_connect_client(int fd)
 {
 	enum { TAG = 0x34, ROUNDS = 10, SIZE = 1000 };
 	uint64_t offset = 0;
-	uint32_t events;
-	int epfd, error, result, status = -1;
+	int epfd, result, status = -1;
 
 	(void)fd;
 	fd = socket(harness_server_address->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -632,19 +636,8 @@ static int added_before_connect_client(int fd)
 		harness_fail("nonblocking connect returned -1 %s, expected EINPROGRESS or 0", strerror(errno));
 		goto out;
 	}
-	events = ev_expect_event(epfd, EV_EVENT_WAIT_MS, EPOLLOUT, TAG, "connect completion");
-	if (!events)
+	if (ev_connect_done(epfd, fd, TAG) < 0)
 		goto out;
-	if (events & (EPOLLERR | EPOLLHUP)) {
-		harness_fail("connect completion reported %s", ev_events_text(events));
-		goto out;
-	}
-	if (ev_so_error(fd, &error) < 0)
-		goto out;
-	if (error != 0) {
-		harness_fail("SO_ERROR after connect is %d (%s), expected 0", error, strerror(error));
-		goto out;
-	}
 	harness_connections++;
 	for (int i = 0; i < ROUNDS; i++) {
 		uint64_t got = offset;
@@ -667,14 +660,8 @@ static int added_before_connect_client(int fd)
 					harness_fail("recv of an answer returned %zd (%s)", n, n < 0 ? strerror(errno) : "EOF");
 					goto out;
 				}
-				for (ssize_t k = 0; k < n; k++)
-					if (buf[k] != pattern_table[(got + (uint64_t)k) % EV_PATTERN_PERIOD]) {
-						harness_fail("answer byte %llu is 0x%02x, expected 0x%02x",
-							     (unsigned long long)(got + (uint64_t)k), buf[k],
-							     pattern_table[(got + (uint64_t)k) % EV_PATTERN_PERIOD]);
-						goto out;
-					}
-				got += (uint64_t)n;
+				if (ev_stream_check(buf, (size_t)n, &got, "an answer") < 0)
+					goto out;
 				if (got == offset + SIZE)
 					break;
 			}
