@@ -2,7 +2,7 @@
 /*
  * Connection history: the shared table that says, per program and
  * destination, whether recent connections were short (history.h). One file
- * per user, history-v1 in that user's record directory (the directory of
+ * per user, history-v2 in that user's record directory (the directory of
  * listener records, made and checked the same way: 0700, owned, no
  * symlink), mapped MAP_SHARED by every process of the user that connects or
  * serves a first write. It is a hint only: whatever it says, the worst
@@ -10,7 +10,7 @@
  * and history); it holds no pointer and every index into it is reduced
  * modulo its fixed sizes, so a garbled file cannot make us read outside it.
  *
- * Layout (history-v1, 18,448 bytes, fixed):
+ * Layout (history-v2, 26,640 bytes, fixed; v1 had no rates, 32-byte entries):
  *   header   magic, version, next note index
  *   notes    FS_HIST_NOTES x { client socket inode, CLOCK_BOOTTIME ns }:
  *            for servers that speak first (fs_history_client_note): client
@@ -19,7 +19,9 @@
  *            bit 63, set: a socket inode is 32 bits, so a library that
  *            knows only TCP notes never matches one)
  *   entries  FS_HIST_ENTRIES x { tag, short streak, TCP decisions, last
- *            close (boot s), closes, step-backs }, open addressing over FS_HIST_PROBE
+ *            close (boot s), closes, step-backs, relearn level, the TCP and
+ *            fabric connections' time per turn and when each was measured },
+ *            open addressing over FS_HIST_PROBE
  *            slots from tag % FS_HIST_ENTRIES, the oldest replaced when full
  * Every field is read and written with relaxed atomics and no lock: two
  * processes closing at once may lose one count, which only delays a
@@ -50,7 +52,8 @@
 #include "preload/real.h"
 
 #define FS_HIST_MAGIC 0x49485346u /* "FSHI" */
-#define FS_HIST_VERSION 1u
+#define FS_HIST_VERSION 2u
+#define FS_HIST_NAME "history-v2"
 #define FS_HIST_NOTES 128u
 #define FS_HIST_ENTRIES 512u
 #define FS_HIST_PROBE 8u
@@ -100,8 +103,18 @@ struct fs_hist_entry {
 	uint32_t stepped_back; /* connections that stepped back from the fabric
 				* since one made a whole step-back window
 				* without (0 in files of before: same layout) */
-	uint32_t relearn_level; /* relearns since the last long connection
-				 * (0 in files of before: same layout) */
+	uint32_t relearn_level; /* relearns since the last long connection */
+	/* Time per turn, ns (lifetime over turns; 0: not measured), of the
+	 * program's recent connections to the destination that made a whole
+	 * step-back window: on kernel TCP (fs_hist_report_tcp) and on the
+	 * fabric (its judged windows: fs_history_offloaded_closed), each an
+	 * average that weighs the newest a quarter, and the second
+	 * (CLOCK_BOOTTIME) of the newest: what the step-back compares a
+	 * window with (fs_history_tcp_ns_turn). */
+	uint32_t tcp_ns_turn;
+	uint32_t fab_ns_turn;
+	uint32_t tcp_s;
+	uint32_t fab_s;
 };
 
 struct fs_hist_file {
@@ -112,8 +125,8 @@ struct fs_hist_file {
 	struct fs_hist_note notes[FS_HIST_NOTES];
 	struct fs_hist_entry entries[FS_HIST_ENTRIES];
 };
-_Static_assert(sizeof(struct fs_hist_entry) == 32, "history entry layout");
-_Static_assert(sizeof(struct fs_hist_file) == 16 + 16 * FS_HIST_NOTES + 32 * FS_HIST_ENTRIES, "history file layout");
+_Static_assert(sizeof(struct fs_hist_entry) == 48, "history entry layout");
+_Static_assert(sizeof(struct fs_hist_file) == 16 + 16 * FS_HIST_NOTES + 48 * FS_HIST_ENTRIES, "history file layout");
 
 static pthread_mutex_t fs_hist_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct fs_hist_file *fs_hist_map; /* the current mapping, or NULL */
@@ -267,10 +280,10 @@ static struct fs_hist_file *fs_hist_open(uint32_t uid, struct stat *fst)
 		fs_hist_refuse(path, uid, "is not a private directory of this user");
 		return NULL;
 	}
-	fd = openat(dfd, "history-v1", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	fd = openat(dfd, FS_HIST_NAME, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
 	fs_real.close(dfd);
 	if (fd < 0) {
-		fs_hist_refuse(path, uid, "history-v1 cannot be opened");
+		fs_hist_refuse(path, uid, FS_HIST_NAME " cannot be opened");
 		return NULL;
 	}
 	if (fstat(fd, fst) || !S_ISREG(fst->st_mode) || fst->st_uid != uid || (fst->st_mode & 077) ||
@@ -278,7 +291,7 @@ static struct fs_hist_file *fs_hist_open(uint32_t uid, struct stat *fst)
 	    (!fst->st_size && ftruncate(fd, sizeof(struct fs_hist_file)))) {
 		fs_real.close(fd);
 		errno = EPERM;
-		fs_hist_refuse(path, uid, "history-v1 is not a private file of this user of the expected size");
+		fs_hist_refuse(path, uid, FS_HIST_NAME " is not a private file of this user of the expected size");
 		return NULL;
 	}
 	m = mmap(NULL, sizeof(*m), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -303,7 +316,7 @@ static struct fs_hist_file *fs_hist_open(uint32_t uid, struct stat *fst)
 bad:
 	munmap(m, sizeof(*m));
 	errno = EPROTO;
-	fs_hist_refuse(path, uid, "history-v1 has another format");
+	fs_hist_refuse(path, uid, FS_HIST_NAME " has another format");
 	return NULL;
 }
 
@@ -328,7 +341,7 @@ static struct fs_hist_file *fs_hist_get(void)
 	m = fs_hist_map;
 	if (m && fs_hist_uid == uid) {
 		/* still the file in the directory? */
-		if (snprintf(path, sizeof(path), "%s/fabsock-u%u/history-v1", fs_params.records_dir, uid) <
+		if (snprintf(path, sizeof(path), "%s/fabsock-u%u/" FS_HIST_NAME, fs_params.records_dir, uid) <
 			    (int)sizeof(path) &&
 		    lstat(path, &st) == 0 && (uint64_t)st.st_ino == fs_hist_ino) {
 			__atomic_store_n(&fs_hist_check_ns, now + FS_HIST_RECHECK_NS, __ATOMIC_RELAXED);
@@ -392,8 +405,46 @@ static struct fs_hist_entry *fs_hist_find(struct fs_hist_file *m, uint64_t tag, 
 	__atomic_store_n(&oldest->closes, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&oldest->stepped_back, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&oldest->relearn_level, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&oldest->tcp_ns_turn, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&oldest->fab_ns_turn, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&oldest->tag, tag, __ATOMIC_RELEASE);
 	return oldest;
+}
+
+/* A measured time per turn older than this is not compared with (the
+ * host's load, the program or its peer may have changed since). */
+#define FS_HIST_RATE_S 600u
+
+/* One more measured time per turn, NS, into the average *AVG (the newest
+ * weighs a quarter; alone when the average is older than FS_HIST_RATE_S),
+ * measured at second *AT. */
+static void fs_hist_rate(uint32_t *avg, uint32_t *at, uint64_t ns)
+{
+	uint32_t old = __atomic_load_n(avg, __ATOMIC_RELAXED), now_s = fs_hist_boot_s();
+	uint64_t v;
+
+	if (ns > UINT32_MAX)
+		ns = UINT32_MAX;
+	if (old && now_s - __atomic_load_n(at, __ATOMIC_RELAXED) > FS_HIST_RATE_S)
+		old = 0;
+	v = old ? ((uint64_t)old * 3 + ns) / 4 : ns;
+	__atomic_store_n(avg, v ? (uint32_t)v : 1u, __ATOMIC_RELAXED);
+	__atomic_store_n(at, now_s, __ATOMIC_RELAXED);
+}
+
+uint32_t fs_history_tcp_ns_turn(const struct fs_history_conn *h)
+{
+	uint64_t tag = __atomic_load_n(&h->tag, __ATOMIC_RELAXED);
+	struct fs_hist_file *m;
+	struct fs_hist_entry *e;
+	uint32_t v;
+
+	if (!tag || !(m = fs_hist_get()) || !(e = fs_hist_find(m, tag, false)))
+		return 0;
+	v = __atomic_load_n(&e->tcp_ns_turn, __ATOMIC_RELAXED);
+	if (v && fs_hist_boot_s() - __atomic_load_n(&e->tcp_s, __ATOMIC_RELAXED) > FS_HIST_RATE_S)
+		return 0;
+	return v;
 }
 
 /* This process's connections per entry, for the sole-connection rule
@@ -684,7 +735,8 @@ static void fs_hist_report(uint64_t tag, uint64_t turns, uint64_t bytes)
 	       __atomic_load_n(&e->short_streak, __ATOMIC_RELAXED));
 }
 
-void fs_history_offloaded_closed(struct fs_history_conn *h, uint64_t turns, uint64_t bytes, bool losing)
+void fs_history_offloaded_closed(struct fs_history_conn *h, uint64_t turns, uint64_t bytes, bool losing,
+				 uint64_t ns_turn, bool faster)
 {
 	struct fs_hist_file *m;
 	struct fs_hist_entry *e;
@@ -694,6 +746,22 @@ void fs_history_offloaded_closed(struct fs_history_conn *h, uint64_t turns, uint
 	fs_hist_report(h->tag, turns, bytes);
 	if (h->family_tag)
 		fs_hist_report(h->family_tag, turns, bytes);
+	if (ns_turn && (m = fs_hist_get()) && (e = fs_hist_find(m, h->tag, true)))
+		fs_hist_rate(&e->fab_ns_turn, &e->fab_s, ns_turn);
+	if (faster && !losing && (m = fs_hist_get()) && (e = fs_hist_find(m, h->tag, false))) {
+		/* a window that said "step back" by its sleeps was measured
+		 * faster than the program's recent TCP connections here, and
+		 * none said so after: the fabric pays, whatever step-backs
+		 * came before (those judged by the sleeps alone, with no TCP
+		 * time to compare: nginx's keep-alive connections, closed by
+		 * the server after 1,000 requests, each ended "losing" while
+		 * running 1.4-1.6x the kernel's rate, and sent the next ones
+		 * to TCP) */
+		__atomic_store_n(&e->stepped_back, 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&e->relearn_level, 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&h->tag, 0, __ATOMIC_RELAXED);
+		return;
+	}
 	if (losing) {
 		/* ended in a streak of windows that said the fabric loses,
 		 * before the streak was long enough to step back: as a
@@ -811,6 +879,15 @@ static void fs_hist_report_tcp(const struct fs_hist_fd *t)
 	 * large answer is many: the smaller count is the turns) */
 	uint64_t turns = ti.tcpi_data_segs_in < ti.tcpi_data_segs_out ? ti.tcpi_data_segs_in : ti.tcpi_data_segs_out;
 
+	if (turns >= fs_params.stepback_turns) {
+		/* time per turn over its life, for the step-back's comparison
+		 * (fs_history_tcp_ns_turn): as many turns as a whole window */
+		struct fs_hist_file *m = fs_hist_get();
+		struct fs_hist_entry *e = m ? fs_hist_find(m, t->tag, true) : NULL;
+
+		if (e)
+			fs_hist_rate(&e->tcp_ns_turn, &e->tcp_s, (fs_now_ns() - t->start_ns) / turns);
+	}
 	fs_hist_report(t->tag, turns, ti.tcpi_bytes_acked + ti.tcpi_bytes_received);
 	if (t->family_tag)
 		fs_hist_report(t->family_tag, turns, ti.tcpi_bytes_acked + ti.tcpi_bytes_received);

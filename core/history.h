@@ -3,7 +3,7 @@
  * Connection history (issue 27, "offload only when it will pay"): what the
  * connections of one program to one destination (host:port) turned out to
  * be, kept in a small shared table in the user's record directory
- * (FABSOCK_RECORDS_DIR/fabsock-u<euid>/history-v1), so that it outlives the
+ * (FABSOCK_RECORDS_DIR/fabsock-u<euid>/history-v2), so that it outlives the
  * processes that learnt it. A client's connect() asks it first: a
  * destination whose last FABSOCK_HISTORY_SHORT connections of this program
  * were all short (few request/response turns, few bytes) stays on kernel
@@ -58,7 +58,18 @@ void fs_history_stepped_back(struct fs_history_conn *h);
  * into its entry. LOSING: its step-back measure said the fabric lost when
  * it closed (fs_stepback_losing): noted as a step-back (as
  * fs_history_stepped_back), not as a connection the fabric paid for. */
-void fs_history_offloaded_closed(struct fs_history_conn *h, uint64_t turns, uint64_t bytes, bool losing);
+void fs_history_offloaded_closed(struct fs_history_conn *h, uint64_t turns, uint64_t bytes, bool losing,
+				 uint64_t ns_turn, bool faster);
+/* ... NS_TURN: its judged windows' time per turn (0: less than a whole
+ * window judged), kept as the fabric's for the entry. FASTER: a window of
+ * it that said "step back" by its sleeps was measured faster than the
+ * program's TCP connections (fs_history_tcp_ns_turn): unless LOSING after
+ * all, the entry's step-backs are cleared.
+ * The time per turn (ns) of the program's recent TCP connections to H's
+ * destination that made a whole step-back window, measured by the kernel's
+ * counts at their close; 0: none known, or none of the last
+ * FS_HIST_RATE_S seconds. Lock-free after the first call. */
+uint32_t fs_history_tcp_ns_turn(const struct fs_history_conn *h);
 /* The application closes FD (not a fabsock socket any more): if it is one
  * fs_history_track follows, report it. Cheap when none is followed. */
 extern unsigned fs_history_tracked;

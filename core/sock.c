@@ -984,6 +984,7 @@ int fs_core_connect(struct fs_sock *s, const struct sockaddr *addr, socklen_t le
 	/* before the kernel's connect: a client that goes TCP by its history
 	 * leaves a note a server that speaks first looks for (history.h) */
 	fs_history_decide(&s->hist, addr);
+	s->sb.hist = &s->hist;
 	fs_sock_note_intent(s, addr);
 	/* An epoll entry made while the socket was FRESH is the application's
 	 * own (epoll.c): unless the connection surely stays on TCP, the

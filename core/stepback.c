@@ -25,6 +25,17 @@ bool fs_stepback_judge(uint32_t turns, uint32_t measured, uint32_t slept, uint64
 	return slept * 100ull >= (uint64_t)fs_params.stepback_slept_pct * measured;
 }
 
+bool fs_stepback_overrule(struct fs_stepback *sb, uint64_t ns_turn)
+{
+	uint32_t tcp = sb->hist ? fs_history_tcp_ns_turn(sb->hist) : 0;
+
+	if (!tcp || ns_turn * 100 > (uint64_t)tcp * (100 - FS_STEPBACK_FASTER_PCT))
+		return false;
+	__atomic_store_n(&sb->overruled, true, __ATOMIC_RELAXED);
+	FS_STAT_INC(stepback_overruled);
+	return true;
+}
+
 void fs_stepback_fire(struct fs_sock *s)
 {
 	struct fs_engine *e = fs_engine_peek();

@@ -51,6 +51,7 @@
 #include "core/wait.h"
 
 struct fs_sock;
+struct fs_history_conn;
 
 /* A stream's turns and bytes, counted once per data call for both of
  * their readers: the step-back's windows (below) and the connection
@@ -78,6 +79,15 @@ struct fs_stepback {
 	uint16_t judged_over; /* ... of them, windows that said "step back" */
 	uint64_t window_ns; /* fs_now_ns() when this window began (0: the warm-up's) */
 	uint64_t strike_ns; /* ... when the first of the windows in a row that said so began */
+	/* the judged windows' time and turns (the owner's; atomic: the close
+	 * reads them), and whether one that said "step back" by its sleeps
+	 * was measured faster than TCP (fs_stepback_overrule; atomic) */
+	uint64_t judged_ns;
+	uint32_t judged_turns;
+	bool overruled;
+	/* the client socket's history (set before its connect: fs_core_connect);
+	 * NULL: a server's stream, judged by its sleeps alone */
+	const struct fs_history_conn *hist;
 	bool done;         /* decided (handed back), or never to decide (atomic) */
 	uintptr_t owner;   /* the one thread that counts (atomic; 0: none yet) */
 };
@@ -105,6 +115,16 @@ static inline bool fs_stepback_mine(struct fs_stepback *sb)
 /* Whether a window of TURNS turns (MEASURED judged, SLEPT of those after a
  * sleep) moving BYTES steps back. Pure: tests/unit/test_stepback.c. */
 bool fs_stepback_judge(uint32_t turns, uint32_t measured, uint32_t slept, uint64_t bytes);
+
+/* Whether a window that said "step back" by its sleeps, NS_TURN ns a turn,
+ * ran faster than the program's recent TCP connections to the destination
+ * (fs_history_tcp_ns_turn) by FS_STEPBACK_FASTER_PCT at least: then it does
+ * not step back (counted: stepback_overruled). A sleep is a proxy for the
+ * fabric's cost; the time per turn is the cost. A server's stream (no
+ * history) and a program with no TCP time of the last minutes are judged
+ * by the sleeps alone. */
+#define FS_STEPBACK_FASTER_PCT 5u
+bool fs_stepback_overrule(struct fs_stepback *sb, uint64_t ns_turn);
 
 /* The stream's totals: what moved, counted in one place (plain adds on
  * the data path; relaxed so that a second thread's count is no race). */
@@ -180,6 +200,16 @@ static inline bool fs_stepback_received(struct fs_stepback *sb, uint64_t n)
 	over = sb->warm && fs_params.stepback &&
 	       fs_stepback_judge(sb->turns, sb->measured, sb->slept,
 				 __atomic_load_n(&sb->bytes, __ATOMIC_RELAXED) - sb->window_from);
+	uint64_t now = fs_now_ns();
+	if (sb->warm && sb->window_ns && now > sb->window_ns) {
+		/* a judged window: its time per turn, kept for the history and
+		 * compared with the program's TCP connections before its
+		 * sleeps may say "step back" */
+		__atomic_store_n(&sb->judged_ns, sb->judged_ns + (now - sb->window_ns), __ATOMIC_RELAXED);
+		__atomic_store_n(&sb->judged_turns, sb->judged_turns + sb->turns, __ATOMIC_RELAXED);
+		if (over && fs_stepback_overrule(sb, (now - sb->window_ns) / sb->turns))
+			over = false;
+	}
 	if (sb->warm && sb->judged < UINT16_MAX) {
 		__atomic_store_n(&sb->judged, sb->judged + 1, __ATOMIC_RELAXED);
 		if (over)
@@ -195,7 +225,6 @@ static inline bool fs_stepback_received(struct fs_stepback *sb, uint64_t n)
 	 * first answers (cold caches) stepped it back in 3 bench runs of 3
 	 * with two windows alone, and with a 100 ms floor. A slow stream's
 	 * two windows span the time anyway. */
-	uint64_t now = fs_now_ns();
 	if (over && !__atomic_load_n(&sb->strike, __ATOMIC_RELAXED)) {
 		__atomic_store_n(&sb->strike, true, __ATOMIC_RELAXED);
 		sb->strike_ns = sb->window_ns;
@@ -229,6 +258,15 @@ static inline bool fs_stepback_losing(const struct fs_stepback *sb)
 	return fs_params.stepback && !__atomic_load_n(&sb->done, __ATOMIC_RELAXED) &&
 	       (__atomic_load_n(&sb->strike, __ATOMIC_RELAXED) ||
 		(judged && 2u * __atomic_load_n(&sb->judged_over, __ATOMIC_RELAXED) > judged));
+}
+
+/* The stream's judged windows' time per turn (ns), once they make a whole
+ * window; 0 before. */
+static inline uint64_t fs_stepback_ns_turn(const struct fs_stepback *sb)
+{
+	uint32_t turns = __atomic_load_n(&sb->judged_turns, __ATOMIC_RELAXED);
+
+	return turns >= fs_params.stepback_turns ? __atomic_load_n(&sb->judged_ns, __ATOMIC_RELAXED) / turns : 0;
 }
 
 /* The stream's totals, for the history's report at close: its turns (the

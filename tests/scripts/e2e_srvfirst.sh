@@ -230,17 +230,17 @@ nonblock et tcp
 
 # ---- forged: intent notes written by a program without fabsock -----------------
 # forge.py HISTORY PORT: notes its socket's inode as an intent in HISTORY
-# (made as a new history-v1 if missing), connects to 127.0.0.1:PORT, reads
+# (made as a new history-v2 if missing), connects to 127.0.0.1:PORT, reads
 # the banner line, closes; prints the seconds the banner took.
 cat >"$FS_TMP/forge.py" <<'EOF'
 import mmap, os, socket, struct, sys, time
 path, port = sys.argv[1], int(sys.argv[2])
-size = 16 + 16 * 128 + 32 * 512
+size = 16 + 16 * 128 + 48 * 512
 os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
 fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
 if os.fstat(fd).st_size == 0:
     os.ftruncate(fd, size)
-    os.pwrite(fd, struct.pack('<II', 0x49485346, 1), 0)
+    os.pwrite(fd, struct.pack('<II', 0x49485346, 2), 0)
 m = mmap.mmap(fd, size)
 s = socket.socket()
 ino = os.fstat(s.fileno()).st_ino
@@ -281,7 +281,7 @@ forged() { # LABEL USER(-: root) HISTORY_UID
 		>"$dir/server.out" 2>"$dir/server.err"
 	fs_wait_listen "$PORT" || { fs_fail "$label: the banner server did not listen"; return; }
 	out=$(timeout 20 "${as[@]}" env -u LD_PRELOAD python3 "$FS_TMP/forge.py" \
-		"$FABSOCK_RECORDS_DIR/fabsock-u$huid/history-v1" "$PORT" 2>"$dir/client.err") || rc=$?
+		"$FABSOCK_RECORDS_DIR/fabsock-u$huid/history-v2" "$PORT" 2>"$dir/client.err") || rc=$?
 	fs_wait_pid "$spid" 20 || rc=$?
 	if [ "$rc" != 0 ] || [ "${out#* }" != "BANNER fabsock-forged" ]; then
 		fs_fail "$label: exit $rc, client read '${out#* }' ($(head -n 2 "$dir/client.err" | tr '\n' ' '))"

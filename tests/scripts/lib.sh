@@ -125,6 +125,9 @@ fs_cleanup() {
 	done
 	[ "${#regions[@]}" = 0 ] || rm -f "${regions[@]}" 2>/dev/null || true
 	fs_tcp_count_stop
+	# FS_KEEP_TMP=DIR: a developer's copy of what the test left (logs,
+	# every process's stats lines) before it is removed
+	[ -z "${FS_KEEP_TMP:-}" ] || cp -a "$FS_TMP" "$FS_KEEP_TMP" 2>/dev/null || true
 	rm -rf "$FS_TMP"
 }
 trap fs_cleanup EXIT

@@ -4,7 +4,7 @@
  * first reads them: no fabric, no network (two unconnected sockets give
  * inodes). The file lives in a private FABSOCK_RECORDS_DIR; the test writes
  * notes through the API and, for hostile or stale content, straight into
- * the mapped file (the layout of history-v1).
+ * the mapped file (the layout of history-v2).
  *
  * Checked: an intent noted before connect() reads INTENT, a socket with no
  * note NONE, inode 0 UNKNOWN; a withdrawn intent reads NONE and a withdrawal
@@ -17,7 +17,10 @@
  * for a step-back's, while relearned connections step back again each next
  * relearn comes twice as late, and a long one over a whole window starts
  * over. A streak saturates at 256 short reports, and a long one still ends
- * it.
+ * it. The time per turn: a TCP connection's, from the kernel's counts at
+ * its close, overrules a step-back window only when the fabric's window was
+ * faster by 5 %, and a connection so overruled clears the step-back unless
+ * it lost after all.
  */
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -32,12 +35,14 @@
 
 #include "config/params.h"
 #include "core/history.h"
+#include "core/stepback.h"
 #include "core/util.h"
 #include "preload/real.h"
 #include "check.h"
 
 #define NOTES 128u
-#define FILE_SIZE (16u + 16u * NOTES + 32u * 512u)
+#define ENTRY 48u
+#define FILE_SIZE (16u + 16u * NOTES + ENTRY * 512u)
 #define INTENT (1ull << 63)
 
 static uint64_t boot_ns(void)
@@ -98,7 +103,7 @@ int main(void)
 	CHECK(fs_history_client_note(ia) == FS_HISTORY_NOTE_NONE);
 	fs_history_withdraw_intent(&h); /* twice: nothing */
 
-	snprintf(path, sizeof(path), "%s/fabsock-u%u/history-v1", dir, (unsigned)geteuid());
+	snprintf(path, sizeof(path), "%s/fabsock-u%u/history-v2", dir, (unsigned)geteuid());
 	fd = open(path, O_RDWR);
 	CHECK(fd >= 0);
 	if (fd < 0)
@@ -163,7 +168,7 @@ int main(void)
 		for (int i = 0; i < 2; i++) {
 			memset(&h, 0, sizeof(h));
 			CHECK(!fs_history_decide(&h, (struct sockaddr *)&dst));
-			fs_history_offloaded_closed(&h, 1, 100, false); /* short */
+			fs_history_offloaded_closed(&h, 1, 100, false, 0, false); /* short */
 		}
 		for (unsigned i = 1; i <= 1024; i++) {
 			memset(&h, 0, sizeof(h));
@@ -208,7 +213,7 @@ int main(void)
 			CHECK(h.relearn && h.tag != 0);
 			if (relearns > 1)
 				CHECK(gap < 64); /* the back-off went with the first long one */
-			fs_history_offloaded_closed(&h, 1000, 100000000, false);
+			fs_history_offloaded_closed(&h, 1000, 100000000, false, 0, false);
 		}
 		memset(&h, 0, sizeof(h));
 		CHECK(!fs_history_decide(&h, (struct sockaddr *)&dst)); /* no longer stepped: negotiates */
@@ -236,13 +241,13 @@ int main(void)
 		}
 		for (int i = 0; i < 3; i++)
 			fs_history_stepped_back(&run[i]);
-		fs_history_offloaded_closed(&run[3], 1000, 100000000, false); /* a whole window, long */
+		fs_history_offloaded_closed(&run[3], 1000, 100000000, false, 0, false); /* a whole window, long */
 		memset(&h, 0, sizeof(h));
 		CHECK(fs_history_decide(&h, (struct sockaddr *)&dst) && h.stepped); /* 3 - 1: TCP */
 		for (int i = 0; i < 2; i++) {
 			memset(&run[i], 0, sizeof(run[i]));
 			run[i].tag = h.tag; /* (as a connection the step-back is off for, still offloaded) */
-			fs_history_offloaded_closed(&run[i], 1000, 100000000, false);
+			fs_history_offloaded_closed(&run[i], 1000, 100000000, false, 0, false);
 		}
 		memset(&h, 0, sizeof(h));
 		CHECK(!fs_history_decide(&h, (struct sockaddr *)&dst)); /* 3 - 3: negotiates */
@@ -258,7 +263,7 @@ int main(void)
 		dst.sin_addr.s_addr = htonl(0x7f000001);
 		memset(&h, 0, sizeof(h));
 		CHECK(!fs_history_decide(&h, (struct sockaddr *)&dst)); /* no entry: negotiates */
-		fs_history_offloaded_closed(&h, 1000, 100000, true);
+		fs_history_offloaded_closed(&h, 1000, 100000, true, 0, false);
 		CHECK(h.tag == 0);
 		memset(&h, 0, sizeof(h));
 		CHECK(fs_history_decide(&h, (struct sockaddr *)&dst) && h.stepped); /* TCP */
@@ -266,7 +271,7 @@ int main(void)
 		memset(&h, 0, sizeof(h));
 		dst.sin_port = htons(4715);
 		CHECK(!fs_history_decide(&h, (struct sockaddr *)&dst));
-		fs_history_offloaded_closed(&h, 1000, 100000, false); /* paid: no step-back noted */
+		fs_history_offloaded_closed(&h, 1000, 100000, false, 0, false); /* paid: no step-back noted */
 		memset(&h, 0, sizeof(h));
 		CHECK(!fs_history_decide(&h, (struct sockaddr *)&dst));
 	}
@@ -285,10 +290,10 @@ int main(void)
 			memset(&h, 0, sizeof(h));
 			CHECK(fs_history_decide(&h, (struct sockaddr *)&dst) == (i >= 2));
 			tag = h.tag;
-			fs_history_offloaded_closed(&h, 1, 100, false); /* short */
+			fs_history_offloaded_closed(&h, 1, 100, false, 0, false); /* short */
 		}
 		for (unsigned i = 0; i < 512 && tag; i++) {
-			const uint8_t *e = m + 16 + 16 * NOTES + 32 * i;
+			const uint8_t *e = m + 16 + 16 * NOTES + ENTRY * i;
 			uint64_t t;
 
 			memcpy(&t, e, sizeof(t));
@@ -298,7 +303,66 @@ int main(void)
 		CHECK(tag != 0 && streak == 256);
 		memset(&h, 0, sizeof(h));
 		CHECK(fs_history_decide(&h, (struct sockaddr *)&dst));
-		fs_history_offloaded_closed(&h, 1000, 100000000, false); /* long */
+		fs_history_offloaded_closed(&h, 1000, 100000000, false, 0, false); /* long */
+		memset(&h, 0, sizeof(h));
+		CHECK(!fs_history_decide(&h, (struct sockaddr *)&dst));
+	}
+
+	/* the time per turn. A TCP connection the history chose, of 200
+	 * request/answer turns on loopback, reports its time per turn at its
+	 * close (the kernel's counts); a step-back window on the fabric
+	 * slower than it is not overruled, one faster by 5 % is (counted),
+	 * and a connection whose window was overruled and that did not lose
+	 * after all clears the step-back: the next connection negotiates. One
+	 * that still lost keeps it. */
+	{
+		struct sockaddr_in dst = { .sin_family = AF_INET };
+		socklen_t len = sizeof(dst);
+		struct fs_stepback sb;
+		int l = socket(AF_INET, SOCK_STREAM, 0), cl, sv;
+		uint32_t tcp;
+		char byte = 'x';
+
+		dst.sin_addr.s_addr = htonl(0x7f000001);
+		CHECK(l >= 0 && bind(l, (struct sockaddr *)&dst, sizeof(dst)) == 0 && listen(l, 4) == 0 &&
+		      getsockname(l, (struct sockaddr *)&dst, &len) == 0);
+		memset(&h, 0, sizeof(h));
+		CHECK(!fs_history_decide(&h, (struct sockaddr *)&dst)); /* no entry: negotiates */
+		CHECK(fs_history_tcp_ns_turn(&h) == 0);
+		fs_history_offloaded_closed(&h, 1000, 100000, true, 0, false); /* lost: a step-back */
+		memset(&h, 0, sizeof(h));
+		CHECK(fs_history_decide(&h, (struct sockaddr *)&dst) && h.stepped);
+		cl = socket(AF_INET, SOCK_STREAM, 0);
+		CHECK(cl >= 0 && connect(cl, (struct sockaddr *)&dst, sizeof(dst)) == 0);
+		sv = accept(l, NULL, NULL);
+		CHECK(sv >= 0);
+		fs_history_track(&h, cl);
+		for (int i = 0; i < 200; i++)
+			CHECK(write(cl, &byte, 1) == 1 && read(sv, &byte, 1) == 1 && write(sv, &byte, 1) == 1 &&
+			      read(cl, &byte, 1) == 1);
+		usleep(2000); /* (past FABSOCK_HISTORY_QUICK_US: the kernel's counts are asked) */
+		fs_history_fd_closing(cl);
+		close(cl);
+		close(sv);
+		close(l);
+		memset(&h, 0, sizeof(h));
+		CHECK(fs_history_decide(&h, (struct sockaddr *)&dst) && h.stepped); /* still TCP */
+		tcp = fs_history_tcp_ns_turn(&h);
+		CHECK(tcp > 0 && tcp < 1000000000u);
+		memset(&sb, 0, sizeof(sb));
+		CHECK(!fs_stepback_overrule(&sb, 1)); /* a server's stream: no history */
+		sb.hist = &h;
+		CHECK(!fs_stepback_overrule(&sb, tcp) && !sb.overruled);              /* as fast: no */
+		CHECK(!fs_stepback_overrule(&sb, (uint64_t)tcp * 96 / 100) && !sb.overruled);
+		CHECK(fs_stepback_overrule(&sb, (uint64_t)tcp * 94 / 100) && sb.overruled); /* faster */
+		/* a relearn's connection (as one) whose window was overruled but
+		 * that lost after all: the step-back stays */
+		fs_history_offloaded_closed(&h, 1000, 100000, true, tcp / 2, true);
+		memset(&h, 0, sizeof(h));
+		CHECK(fs_history_decide(&h, (struct sockaddr *)&dst) && h.stepped);
+		/* ... and one that did not: cleared, the next one negotiates */
+		fs_history_offloaded_closed(&h, 1000, 100000, false, tcp / 2, true);
+		CHECK(h.tag == 0);
 		memset(&h, 0, sizeof(h));
 		CHECK(!fs_history_decide(&h, (struct sockaddr *)&dst));
 	}
