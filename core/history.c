@@ -10,7 +10,7 @@
  * and history); it holds no pointer and every index into it is reduced
  * modulo its fixed sizes, so a garbled file cannot make us read outside it.
  *
- * Layout (history-v2, 26,640 bytes, fixed; v1 had no rates, 32-byte entries):
+ * Layout (history-v2, 34,832 bytes, fixed; v1 had no times, 32-byte entries):
  *   header   magic, version, next note index
  *   notes    FS_HIST_NOTES x { client socket inode, CLOCK_BOOTTIME ns }:
  *            for servers that speak first (fs_history_client_note): client
@@ -20,7 +20,8 @@
  *            knows only TCP notes never matches one)
  *   entries  FS_HIST_ENTRIES x { tag, short streak, TCP decisions, last
  *            close (boot s), closes, step-backs, relearn level, the TCP and
- *            fabric connections' time per turn and when each was measured },
+ *            fabric connections' time per turn and when each was measured,
+ *            16 bytes reserved },
  *            open addressing over FS_HIST_PROBE
  *            slots from tag % FS_HIST_ENTRIES, the oldest replaced when full
  * Every field is read and written with relaxed atomics and no lock: two
@@ -115,6 +116,7 @@ struct fs_hist_entry {
 	uint32_t fab_ns_turn;
 	uint32_t tcp_s;
 	uint32_t fab_s;
+	uint32_t reserved[4];
 };
 
 struct fs_hist_file {
@@ -125,8 +127,8 @@ struct fs_hist_file {
 	struct fs_hist_note notes[FS_HIST_NOTES];
 	struct fs_hist_entry entries[FS_HIST_ENTRIES];
 };
-_Static_assert(sizeof(struct fs_hist_entry) == 48, "history entry layout");
-_Static_assert(sizeof(struct fs_hist_file) == 16 + 16 * FS_HIST_NOTES + 48 * FS_HIST_ENTRIES, "history file layout");
+_Static_assert(sizeof(struct fs_hist_entry) == 64, "history entry layout");
+_Static_assert(sizeof(struct fs_hist_file) == 16 + 16 * FS_HIST_NOTES + 64 * FS_HIST_ENTRIES, "history file layout");
 
 static pthread_mutex_t fs_hist_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct fs_hist_file *fs_hist_map; /* the current mapping, or NULL */
@@ -432,19 +434,23 @@ static void fs_hist_rate(uint32_t *avg, uint32_t *at, uint64_t ns)
 	__atomic_store_n(at, now_s, __ATOMIC_RELAXED);
 }
 
+/* AVG, measured at second AT, if it is recent enough to compare (0: not). */
+static uint32_t fs_hist_fresh(const uint32_t *avg, const uint32_t *at)
+{
+	uint32_t v = __atomic_load_n(avg, __ATOMIC_RELAXED);
+
+	return v && fs_hist_boot_s() - __atomic_load_n(at, __ATOMIC_RELAXED) <= FS_HIST_RATE_S ? v : 0;
+}
+
 uint32_t fs_history_tcp_ns_turn(const struct fs_history_conn *h)
 {
 	uint64_t tag = __atomic_load_n(&h->tag, __ATOMIC_RELAXED);
 	struct fs_hist_file *m;
 	struct fs_hist_entry *e;
-	uint32_t v;
 
 	if (!tag || !(m = fs_hist_get()) || !(e = fs_hist_find(m, tag, false)))
 		return 0;
-	v = __atomic_load_n(&e->tcp_ns_turn, __ATOMIC_RELAXED);
-	if (v && fs_hist_boot_s() - __atomic_load_n(&e->tcp_s, __ATOMIC_RELAXED) > FS_HIST_RATE_S)
-		return 0;
-	return v;
+	return fs_hist_fresh(&e->tcp_ns_turn, &e->tcp_s);
 }
 
 /* This process's connections per entry, for the sole-connection rule
@@ -589,6 +595,24 @@ bool fs_history_decide(struct fs_history_conn *h, const struct sockaddr *addr)
 	 * the next ones to TCP at once, whatever their length: they would
 	 * pay the rail and HELLO only to step back a window later */
 	h->stepped = !h->by_family && !h->by_command && __atomic_load_n(&e->stepped_back, __ATOMIC_RELAXED) != 0;
+	if (!h->by_family && !h->by_command && fs_params.stepback) {
+		/* what was measured outweighs the step-backs' sleeps (stepback.h,
+		 * "time per turn"): the fabric slower per turn than TCP sends
+		 * the connection to TCP as a step-back would (relearns
+		 * included), faster lets it negotiate. TCP's time comes from
+		 * the connections a step-back sent there: nothing is sent to
+		 * TCP only to measure it (a program the fabric serves well
+		 * would pay a run at the kernel's speed for it: pgbench -S -c 1,
+		 * 1.7-2x on the fabric, ran a round at 0.8-0.9x) */
+		uint32_t tcp = fs_hist_fresh(&e->tcp_ns_turn, &e->tcp_s);
+		uint32_t fab = fs_hist_fresh(&e->fab_ns_turn, &e->fab_s);
+
+		if (tcp && fab && (uint64_t)fab * 100 >= (uint64_t)tcp * (100 + FS_STEPBACK_SLOWER_PCT)) {
+			h->stepped = h->measured = true;
+		} else if (tcp && fab && (uint64_t)fab * 100 <= (uint64_t)tcp * (100 - FS_STEPBACK_FASTER_PCT)) {
+			h->stepped = false;
+		}
+	}
 	if (!h->stepped && __atomic_load_n(&e->short_streak, __ATOMIC_RELAXED) < fs_params.history_short)
 		return false; /* not short enough: negotiate as before */
 	n = __atomic_add_fetch(&e->tcp_decided, 1, __ATOMIC_RELAXED);
@@ -736,7 +760,7 @@ static void fs_hist_report(uint64_t tag, uint64_t turns, uint64_t bytes)
 }
 
 void fs_history_offloaded_closed(struct fs_history_conn *h, uint64_t turns, uint64_t bytes, bool losing,
-				 uint64_t ns_turn, bool faster)
+				 uint64_t ns_turn)
 {
 	struct fs_hist_file *m;
 	struct fs_hist_entry *e;
@@ -748,20 +772,6 @@ void fs_history_offloaded_closed(struct fs_history_conn *h, uint64_t turns, uint
 		fs_hist_report(h->family_tag, turns, bytes);
 	if (ns_turn && (m = fs_hist_get()) && (e = fs_hist_find(m, h->tag, true)))
 		fs_hist_rate(&e->fab_ns_turn, &e->fab_s, ns_turn);
-	if (faster && !losing && (m = fs_hist_get()) && (e = fs_hist_find(m, h->tag, false))) {
-		/* a window that said "step back" by its sleeps was measured
-		 * faster than the program's recent TCP connections here, and
-		 * none said so after: the fabric pays, whatever step-backs
-		 * came before (those judged by the sleeps alone, with no TCP
-		 * time to compare: nginx's keep-alive connections, closed by
-		 * the server after 1,000 requests, each ended "losing" while
-		 * running 1.4-1.6x the kernel's rate, and sent the next ones
-		 * to TCP) */
-		__atomic_store_n(&e->stepped_back, 0, __ATOMIC_RELAXED);
-		__atomic_store_n(&e->relearn_level, 0, __ATOMIC_RELAXED);
-		__atomic_store_n(&h->tag, 0, __ATOMIC_RELAXED);
-		return;
-	}
 	if (losing) {
 		/* ended in a streak of windows that said the fabric loses,
 		 * before the streak was long enough to step back: as a
@@ -885,8 +895,17 @@ static void fs_hist_report_tcp(const struct fs_hist_fd *t)
 		struct fs_hist_file *m = fs_hist_get();
 		struct fs_hist_entry *e = m ? fs_hist_find(m, t->tag, true) : NULL;
 
+		uint64_t life = fs_now_ns() - t->start_ns;
+		/* without the idle tail (a pooled connection waiting to be
+		 * closed): since the last data, either way, by the kernel */
+		uint64_t idle = (uint64_t)(ti.tcpi_last_data_sent < ti.tcpi_last_data_recv ? ti.tcpi_last_data_sent
+											   : ti.tcpi_last_data_recv) *
+				1000000ull;
+
+		if (idle < life)
+			life -= idle;
 		if (e)
-			fs_hist_rate(&e->tcp_ns_turn, &e->tcp_s, (fs_now_ns() - t->start_ns) / turns);
+			fs_hist_rate(&e->tcp_ns_turn, &e->tcp_s, life / turns);
 	}
 	fs_hist_report(t->tag, turns, ti.tcpi_bytes_acked + ti.tcpi_bytes_received);
 	if (t->family_tag)

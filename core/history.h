@@ -33,6 +33,7 @@ struct fs_history_conn {
 			    * connection): neither the program's nor the family's */
 	bool stepped;      /* ... because a connection stepped back from the fabric */
 	bool relearn;      /* offloaded to learn again what a step-back decided */
+	bool measured;     /* stepped: the fabric's time per turn was the longer */
 	uint64_t intent;   /* the intent note written for this socket, 0: none */
 	uint32_t intent_slot; /* ... and where */
 };
@@ -59,12 +60,10 @@ void fs_history_stepped_back(struct fs_history_conn *h);
  * it closed (fs_stepback_losing): noted as a step-back (as
  * fs_history_stepped_back), not as a connection the fabric paid for. */
 void fs_history_offloaded_closed(struct fs_history_conn *h, uint64_t turns, uint64_t bytes, bool losing,
-				 uint64_t ns_turn, bool faster);
+				 uint64_t ns_turn);
 /* ... NS_TURN: its judged windows' time per turn (0: less than a whole
- * window judged), kept as the fabric's for the entry. FASTER: a window of
- * it that said "step back" by its sleeps was measured faster than the
- * program's TCP connections (fs_history_tcp_ns_turn): unless LOSING after
- * all, the entry's step-backs are cleared.
+ * window judged), into the entry's average for the fabric: with TCP's, it
+ * decides the program's next connections (fs_history_decide).
  * The time per turn (ns) of the program's recent TCP connections to H's
  * destination that made a whole step-back window, measured by the kernel's
  * counts at their close; 0: none known, or none of the last

@@ -387,8 +387,7 @@ static int fs_sock_close_fd(struct fs_sock *s, int fd, bool real_close)
 		fs_sock_peer_handback_learnt(s); /* (as at fs_sock_unshare) */
 		fs_stepback_totals(&s->sb, &turns, &bytes);
 		fs_history_offloaded_closed(&s->hist, turns, bytes, fs_stepback_losing(&s->sb),
-					    fs_stepback_ns_turn(&s->sb),
-					    __atomic_load_n(&s->sb.overruled, __ATOMIC_RELAXED));
+					    fs_stepback_ns_turn(&s->sb));
 	}
 	/* release looks at the state (a listener stops answering probes, a
 	 * server connection forgets its probe record) before it is reset */

@@ -16,13 +16,17 @@
 #include "core/stats.h"
 #include "core/stream_internal.h"
 
-bool fs_stepback_judge(uint32_t turns, uint32_t measured, uint32_t slept, uint64_t bytes)
+bool fs_stepback_small(uint32_t turns, uint32_t measured, uint64_t bytes)
 {
 	if (!turns || bytes / turns > fs_params.stepback_bytes)
 		return false; /* bulk: the fabric's copies pay even when its waits sleep */
-	if (measured * 2ull < turns)
-		return false; /* too few turns judged (answers read by other threads) */
-	return slept * 100ull >= (uint64_t)fs_params.stepback_slept_pct * measured;
+	return measured * 2ull >= turns; /* else too few turns judged (answers read by other threads) */
+}
+
+bool fs_stepback_judge(uint32_t turns, uint32_t measured, uint32_t slept, uint64_t bytes)
+{
+	return fs_stepback_small(turns, measured, bytes) &&
+	       slept * 100ull >= (uint64_t)fs_params.stepback_slept_pct * measured;
 }
 
 bool fs_stepback_overrule(struct fs_stepback *sb, uint64_t ns_turn)
@@ -31,8 +35,20 @@ bool fs_stepback_overrule(struct fs_stepback *sb, uint64_t ns_turn)
 
 	if (!tcp || ns_turn * 100 > (uint64_t)tcp * (100 - FS_STEPBACK_FASTER_PCT))
 		return false;
-	__atomic_store_n(&sb->overruled, true, __ATOMIC_RELAXED);
 	FS_STAT_INC(stepback_overruled);
+	return true;
+}
+
+bool fs_stepback_measure(struct fs_stepback *sb, bool over, uint64_t ns_turn, bool small)
+{
+	uint32_t tcp;
+
+	if (over)
+		return !fs_stepback_overrule(sb, ns_turn);
+	if (!small || !sb->hist || !(tcp = fs_history_tcp_ns_turn(sb->hist)) ||
+	    ns_turn * 100 < (uint64_t)tcp * (100 + FS_STEPBACK_SLOWER_PCT))
+		return false;
+	FS_STAT_INC(stepback_measured_slower);
 	return true;
 }
 

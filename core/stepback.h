@@ -80,11 +80,9 @@ struct fs_stepback {
 	uint64_t window_ns; /* fs_now_ns() when this window began (0: the warm-up's) */
 	uint64_t strike_ns; /* ... when the first of the windows in a row that said so began */
 	/* the judged windows' time and turns (the owner's; atomic: the close
-	 * reads them), and whether one that said "step back" by its sleeps
-	 * was measured faster than TCP (fs_stepback_overrule; atomic) */
+	 * reads them) */
 	uint64_t judged_ns;
 	uint32_t judged_turns;
-	bool overruled;
 	/* the client socket's history (set before its connect: fs_core_connect);
 	 * NULL: a server's stream, judged by its sleeps alone */
 	const struct fs_history_conn *hist;
@@ -115,6 +113,9 @@ static inline bool fs_stepback_mine(struct fs_stepback *sb)
 /* Whether a window of TURNS turns (MEASURED judged, SLEPT of those after a
  * sleep) moving BYTES steps back. Pure: tests/unit/test_stepback.c. */
 bool fs_stepback_judge(uint32_t turns, uint32_t measured, uint32_t slept, uint64_t bytes);
+/* Whether such a window is of the kind the step-back judges at all: small
+ * turns (at most FABSOCK_STEPBACK_BYTES a turn), half of them judged. */
+bool fs_stepback_small(uint32_t turns, uint32_t measured, uint64_t bytes);
 
 /* Whether a window that said "step back" by its sleeps, NS_TURN ns a turn,
  * ran faster than the program's recent TCP connections to the destination
@@ -125,6 +126,14 @@ bool fs_stepback_judge(uint32_t turns, uint32_t measured, uint32_t slept, uint64
  * by the sleeps alone. */
 #define FS_STEPBACK_FASTER_PCT 5u
 bool fs_stepback_overrule(struct fs_stepback *sb, uint64_t ns_turn);
+/* ... and the other way: a window whose sleeps say "stay" but that ran
+ * slower per turn than that TCP time by FS_STEPBACK_SLOWER_PCT says "step
+ * back" (counted: stepback_measured_slower), with the same streak rule
+ * (two windows in a row, FABSOCK_STEPBACK_MS). SMALL: the window's turns
+ * are the step-back's kind (small, judged: fs_stepback_judge's first two
+ * tests). Returns the window's verdict. */
+#define FS_STEPBACK_SLOWER_PCT 10u
+bool fs_stepback_measure(struct fs_stepback *sb, bool over, uint64_t ns_turn, bool small);
 
 /* The stream's totals: what moved, counted in one place (plain adds on
  * the data path; relaxed so that a second thread's count is no race). */
@@ -207,8 +216,11 @@ static inline bool fs_stepback_received(struct fs_stepback *sb, uint64_t n)
 		 * sleeps may say "step back" */
 		__atomic_store_n(&sb->judged_ns, sb->judged_ns + (now - sb->window_ns), __ATOMIC_RELAXED);
 		__atomic_store_n(&sb->judged_turns, sb->judged_turns + sb->turns, __ATOMIC_RELAXED);
-		if (over && fs_stepback_overrule(sb, (now - sb->window_ns) / sb->turns))
-			over = false;
+		if (fs_params.stepback)
+			over = fs_stepback_measure(sb, over, (now - sb->window_ns) / sb->turns,
+						   fs_stepback_small(sb->turns, sb->measured,
+								     __atomic_load_n(&sb->bytes, __ATOMIC_RELAXED) -
+									     sb->window_from));
 	}
 	if (sb->warm && sb->judged < UINT16_MAX) {
 		__atomic_store_n(&sb->judged, sb->judged + 1, __ATOMIC_RELAXED);

@@ -222,7 +222,7 @@ STREAMS=2
 # ---- planted: a history file open to others is not used ------------------------
 P=$FS_TMP/planted
 mkdir -m 700 "$P" "$P/fabsock-u$(id -u)"
-head -c 26640 /dev/zero >"$P/fabsock-u$(id -u)/history-v2"
+head -c 34832 /dev/zero >"$P/fabsock-u$(id -u)/history-v2"
 chmod 644 "$P/fabsock-u$(id -u)/history-v2"
 export FABSOCK_RECORDS_DIR=$P
 for i in 1 2 3; do
@@ -232,7 +232,7 @@ for i in 1 2 3; do
 		history_refused=1 offloaded=$STREAMS fallback_short_history=0
 done
 export FABSOCK_RECORDS_DIR=$REC
-if [ "$(stat -c %a "$P/fabsock-u$(id -u)/history-v2")" = 644 ] && cmp -s "$P/fabsock-u$(id -u)/history-v2" <(head -c 26640 /dev/zero); then
+if [ "$(stat -c %a "$P/fabsock-u$(id -u)/history-v2")" = 644 ] && cmp -s "$P/fabsock-u$(id -u)/history-v2" <(head -c 34832 /dev/zero); then
 	fs_pass "planted: the refused history file was left as it was"
 else
 	fs_fail "planted: the refused history file was changed"

@@ -235,7 +235,7 @@ nonblock et tcp
 cat >"$FS_TMP/forge.py" <<'EOF'
 import mmap, os, socket, struct, sys, time
 path, port = sys.argv[1], int(sys.argv[2])
-size = 16 + 16 * 128 + 48 * 512
+size = 16 + 16 * 128 + 64 * 512
 os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
 fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
 if os.fstat(fd).st_size == 0:
