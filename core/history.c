@@ -442,6 +442,16 @@ static uint32_t fs_hist_fresh(const uint32_t *avg, const uint32_t *at)
 	return v && fs_hist_boot_s() - __atomic_load_n(at, __ATOMIC_RELAXED) <= FS_HIST_RATE_S ? v : 0;
 }
 
+void fs_history_fabric_time(const struct fs_history_conn *h, uint64_t ns_turn)
+{
+	uint64_t tag = __atomic_load_n(&h->tag, __ATOMIC_RELAXED);
+	struct fs_hist_file *m;
+	struct fs_hist_entry *e;
+
+	if (ns_turn && tag && (m = fs_hist_get()) && (e = fs_hist_find(m, tag, true)))
+		fs_hist_rate(&e->fab_ns_turn, &e->fab_s, ns_turn);
+}
+
 uint32_t fs_history_tcp_ns_turn(const struct fs_history_conn *h)
 {
 	uint64_t tag = __atomic_load_n(&h->tag, __ATOMIC_RELAXED);
@@ -770,8 +780,7 @@ void fs_history_offloaded_closed(struct fs_history_conn *h, uint64_t turns, uint
 	fs_hist_report(h->tag, turns, bytes);
 	if (h->family_tag)
 		fs_hist_report(h->family_tag, turns, bytes);
-	if (ns_turn && (m = fs_hist_get()) && (e = fs_hist_find(m, h->tag, true)))
-		fs_hist_rate(&e->fab_ns_turn, &e->fab_s, ns_turn);
+	fs_history_fabric_time(h, ns_turn);
 	if (losing) {
 		/* ended in a streak of windows that said the fabric loses,
 		 * before the streak was long enough to step back: as a

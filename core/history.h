@@ -69,6 +69,11 @@ void fs_history_offloaded_closed(struct fs_history_conn *h, uint64_t turns, uint
  * counts at their close; 0: none known, or none of the last
  * FS_HIST_RATE_S seconds. Lock-free after the first call. */
 uint32_t fs_history_tcp_ns_turn(const struct fs_history_conn *h);
+/* H's stream ran NS_TURN ns a turn on the fabric over its judged windows
+ * (0: not a whole window): into the entry's average for the fabric. At an
+ * offloaded close (fs_history_offloaded_closed) and at a step-back
+ * (fs_stepback_fire, before fs_history_stepped_back lets go of H). */
+void fs_history_fabric_time(const struct fs_history_conn *h, uint64_t ns_turn);
 /* The application closes FD (not a fabsock socket any more): if it is one
  * fs_history_track follows, report it. Cheap when none is followed. */
 extern unsigned fs_history_tracked;

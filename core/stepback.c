@@ -77,5 +77,8 @@ void fs_stepback_fire(struct fs_sock *s)
 			"slower than the kernel here, handing the stream back to TCP (FABSOCK_STEPBACK=0 keeps it; "
 			"logged once)",
 			s->fd);
+	/* the fabric's time where it lost: with TCP's, the next connections
+	 * go where the program ran faster (fs_history_decide) */
+	fs_history_fabric_time(&s->hist, fs_stepback_ns_turn(&s->sb));
 	fs_history_stepped_back(&s->hist);
 }

@@ -30,7 +30,9 @@
 #  - off: the client shape with FABSOCK_STEPBACK=0: nothing handed back;
 #  - history: the client shape twice with the connection history on (a
 #    private record directory): the second run's connections start on TCP
-#    (fallback_fabric_slower_history), none offloaded; a third run with
+#    (fallback_fabric_slower_history), none offloaded, and the history
+#    holds both times per turn (the fabric's from the first run, TCP's from
+#    the second, each past the server's 500 us of thought); a third run with
 #    FABSOCK_HISTORY_RELEARN=2 offloads one of its two to learn again
 #    (history_relearn=1).
 FS_STEPBACK=1
@@ -265,13 +267,38 @@ for mode in $FS_MODES; do
 		# one entry (program, destination): one step-back sends both
 		eq "history: second run fallback_fabric_slower_history" "$(st hi2.c fallback_fabric_slower_history)" 2
 		eq "history: second run offloaded" "$(st hi2.c offloaded)" 0
+		# the time per turn the step-back compares (history.h): the
+		# first run's fabric windows (kept at its step-back) and the
+		# second run's TCP connections (the kernel's counts at close),
+		# each at least the server's 500 us of thought a turn and under
+		# 100 ms, in the entry of this program and destination
+		times=$(python3 - "$dir/rec/fabsock-u$(id -u)/history-v2" <<'PYEOF'
+import struct, sys
+d = open(sys.argv[1], 'rb').read()
+for i in range(512):
+    e = d[16 + 16 * 128 + 64 * i:][:64]
+    tag, streak, tcpd, last, closes, back, lvl, tcp, fab = struct.unpack_from('<QIIIIIIII', e)
+    if tag and tcp and fab:
+        print(tcp, fab)
+PYEOF
+		)
+		read -r tcp_ns fab_ns <<<"$times" || true
+		if [ "${tcp_ns:-0}" -ge 500000 ] && [ "${tcp_ns:-0}" -lt 100000000 ] && [ "${fab_ns:-0}" -ge 500000 ] &&
+			[ "${fab_ns:-0}" -lt 100000000 ]; then
+			fs_log "history: time per turn on TCP ${tcp_ns} ns, on the fabric ${fab_ns} ns"
+		else
+			fs_fail "history: the entry's times per turn are not both measured (TCP and fabric ns: '${times}')"
+		fi
 		# a step-back's decision is tried on the fabric again now and
 		# then: with FABSOCK_HISTORY_RELEARN=2 the entry's 4th TCP
 		# decision (this run's second connection) offloads
 		client hi3 fabsock "${H[@]}" FABSOCK_HISTORY_RELEARN=2 -- 2 "$ROUNDS" "$SIZE"
 		eq "history: relearn run history_relearn" "$(st hi3.c history_relearn)" 1
 		eq "history: relearn run offloaded" "$(st hi3.c offloaded)" 1
-		eq "history: relearn run fallback_fabric_slower_history" "$(st hi3.c fallback_fabric_slower_history)" 1
+		# (sent to TCP by the step-back count, or by the two times when
+		# the fabric's was 10 % past TCP's: 1.09 ms against 0.64 here)
+		eq "history: relearn run sent to TCP by the step-back or the times" \
+			$(($(st0 hi3.c fallback_fabric_slower_history) + $(st0 hi3.c fallback_fabric_slower_measured))) 1
 		stop hi
 		[ "$FS_FAILS" = "$f0" ] && fs_pass "history: after a run that stepped back, the program's next connections started on TCP, one in RELEARN offloads to learn again"
 	fi
