@@ -94,7 +94,7 @@ struct fs_epoll {
 				      * read without the lock: while 0, an EPOLL_CTL_MOD or DEL
 				      * of a descriptor that is not a fabsock socket has no
 				      * member to look for, fs_epoll_ctl_nested) */
-	uint64_t out_gen; /* bumped for every output being built */
+	uint64_t out_gen; /* bumped for every output being built (atomic) */
 	int wake_fd;      /* eventfd in the kernel set (FS_EP_TAG_WAKE), or -1 */
 	unsigned kernel_sleepers; /* threads waiting on it in the kernel for long */
 	/* The ready list: offloaded members to look at (their stream changed,

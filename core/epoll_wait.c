@@ -427,7 +427,7 @@ static int fs_epoll_look(struct fs_epoll *fe, struct epoll_event *events, int ma
 	if (spinning && __atomic_load_n(&fe->members, __ATOMIC_ACQUIRE) && !fs_engine_progress_try())
 		return -1;
 	fs_lock(&fe->lock);
-	*gen = ++fe->out_gen;
+	*gen = __atomic_add_fetch(&fe->out_gen, 1, __ATOMIC_RELAXED);
 	if (!fs_epoll_ready_list_will_do(fe, fs_now_ns())) {
 		n = fs_epoll_scan(fe, events, maxevents, *gen, !spinning, drained);
 	} else {
@@ -892,10 +892,10 @@ waited:
 			continue;
 		}
 		if (!have_gen) {
-			/* the output's generation, for the merge of ours only */
-			fs_lock(&fe->lock);
-			gen = ++fe->out_gen;
-			pthread_mutex_unlock(&fe->lock);
+			/* the output's generation, for the merge of ours only
+			 * (an atomic count: each output's is its own, with no
+			 * lock pair of its own per wait) */
+			gen = __atomic_add_fetch(&fe->out_gen, 1, __ATOMIC_RELAXED);
 			have_gen = true;
 		}
 		ours[nours++] = events[i];
