@@ -417,29 +417,27 @@ static struct fs_hist_entry *fs_hist_find(struct fs_hist_file *m, uint64_t tag, 
  * host's load, the program or its peer may have changed since). */
 #define FS_HIST_RATE_S 600u
 
-/* One more measured time per turn, NS, into the average *AVG (the newest
- * weighs a quarter; alone when the average is older than FS_HIST_RATE_S),
- * measured at second *AT. */
-static void fs_hist_rate(uint32_t *avg, uint32_t *at, uint64_t ns)
-{
-	uint32_t old = __atomic_load_n(avg, __ATOMIC_RELAXED), now_s = fs_hist_boot_s();
-	uint64_t v;
-
-	if (ns > UINT32_MAX)
-		ns = UINT32_MAX;
-	if (old && now_s - __atomic_load_n(at, __ATOMIC_RELAXED) > FS_HIST_RATE_S)
-		old = 0;
-	v = old ? ((uint64_t)old * 3 + ns) / 4 : ns;
-	__atomic_store_n(avg, v ? (uint32_t)v : 1u, __ATOMIC_RELAXED);
-	__atomic_store_n(at, now_s, __ATOMIC_RELAXED);
-}
-
 /* AVG, measured at second AT, if it is recent enough to compare (0: not). */
 static uint32_t fs_hist_fresh(const uint32_t *avg, const uint32_t *at)
 {
 	uint32_t v = __atomic_load_n(avg, __ATOMIC_RELAXED);
 
 	return v && fs_hist_boot_s() - __atomic_load_n(at, __ATOMIC_RELAXED) <= FS_HIST_RATE_S ? v : 0;
+}
+
+/* One more measured time per turn, NS, into the average *AVG (the newest
+ * weighs a quarter; alone when the average is older than FS_HIST_RATE_S),
+ * measured at second *AT. */
+static void fs_hist_rate(uint32_t *avg, uint32_t *at, uint64_t ns)
+{
+	uint32_t old = fs_hist_fresh(avg, at);
+	uint64_t v;
+
+	if (ns > UINT32_MAX)
+		ns = UINT32_MAX;
+	v = old ? ((uint64_t)old * 3 + ns) / 4 : ns;
+	__atomic_store_n(avg, v ? (uint32_t)v : 1u, __ATOMIC_RELAXED);
+	__atomic_store_n(at, fs_hist_boot_s(), __ATOMIC_RELAXED);
 }
 
 void fs_history_fabric_time(const struct fs_history_conn *h, uint64_t ns_turn)
@@ -617,11 +615,12 @@ bool fs_history_decide(struct fs_history_conn *h, const struct sockaddr *addr)
 		uint32_t tcp = fs_hist_fresh(&e->tcp_ns_turn, &e->tcp_s);
 		uint32_t fab = fs_hist_fresh(&e->fab_ns_turn, &e->fab_s);
 
-		if (tcp && fab && (uint64_t)fab * 100 >= (uint64_t)tcp * (100 + FS_STEPBACK_SLOWER_PCT)) {
+		int cmp = tcp && fab ? fs_stepback_compare(fab, tcp) : 0;
+
+		if (cmp > 0)
 			h->stepped = h->measured = true;
-		} else if (tcp && fab && (uint64_t)fab * 100 <= (uint64_t)tcp * (100 - FS_STEPBACK_FASTER_PCT)) {
+		else if (cmp < 0)
 			h->stepped = false;
-		}
 	}
 	if (!h->stepped && __atomic_load_n(&e->short_streak, __ATOMIC_RELAXED) < fs_params.history_short)
 		return false; /* not short enough: negotiate as before */
@@ -903,7 +902,6 @@ static void fs_hist_report_tcp(const struct fs_hist_fd *t)
 		 * (fs_history_tcp_ns_turn): as many turns as a whole window */
 		struct fs_hist_file *m = fs_hist_get();
 		struct fs_hist_entry *e = m ? fs_hist_find(m, t->tag, true) : NULL;
-
 		uint64_t life = fs_now_ns() - t->start_ns;
 		/* without the idle tail (a pooled connection waiting to be
 		 * closed): since the last data, either way, by the kernel */

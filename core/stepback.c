@@ -23,33 +23,25 @@ bool fs_stepback_small(uint32_t turns, uint32_t measured, uint64_t bytes)
 	return measured * 2ull >= turns; /* else too few turns judged (answers read by other threads) */
 }
 
-bool fs_stepback_judge(uint32_t turns, uint32_t measured, uint32_t slept, uint64_t bytes)
+bool fs_stepback_judge(bool small, uint32_t measured, uint32_t slept)
 {
-	return fs_stepback_small(turns, measured, bytes) &&
-	       slept * 100ull >= (uint64_t)fs_params.stepback_slept_pct * measured;
-}
-
-bool fs_stepback_overrule(struct fs_stepback *sb, uint64_t ns_turn)
-{
-	uint32_t tcp = sb->hist ? fs_history_tcp_ns_turn(sb->hist) : 0;
-
-	if (!tcp || ns_turn * 100 > (uint64_t)tcp * (100 - FS_STEPBACK_FASTER_PCT))
-		return false;
-	FS_STAT_INC(stepback_overruled);
-	return true;
+	return small && slept * 100ull >= (uint64_t)fs_params.stepback_slept_pct * measured;
 }
 
 bool fs_stepback_measure(struct fs_stepback *sb, bool over, uint64_t ns_turn, bool small)
 {
-	uint32_t tcp;
+	uint32_t tcp = (over || small) && sb->hist ? fs_history_tcp_ns_turn(sb->hist) : 0;
+	int cmp = tcp ? fs_stepback_compare(ns_turn, tcp) : 0;
 
-	if (over)
-		return !fs_stepback_overrule(sb, ns_turn);
-	if (!small || !sb->hist || !(tcp = fs_history_tcp_ns_turn(sb->hist)) ||
-	    ns_turn * 100 < (uint64_t)tcp * (100 + FS_STEPBACK_SLOWER_PCT))
+	if (over && cmp < 0) {
+		FS_STAT_INC(stepback_overruled);
 		return false;
-	FS_STAT_INC(stepback_measured_slower);
-	return true;
+	}
+	if (!over && small && cmp > 0) {
+		FS_STAT_INC(stepback_measured_slower);
+		return true;
+	}
+	return over;
 }
 
 void fs_stepback_fire(struct fs_sock *s)

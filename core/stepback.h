@@ -110,29 +110,40 @@ static inline bool fs_stepback_mine(struct fs_stepback *sb)
 	return false;
 }
 
-/* Whether a window of TURNS turns (MEASURED judged, SLEPT of those after a
- * sleep) moving BYTES steps back. Pure: tests/unit/test_stepback.c. */
-bool fs_stepback_judge(uint32_t turns, uint32_t measured, uint32_t slept, uint64_t bytes);
-/* Whether such a window is of the kind the step-back judges at all: small
- * turns (at most FABSOCK_STEPBACK_BYTES a turn), half of them judged. */
+/* Whether a window of TURNS turns (MEASURED judged) moving BYTES is of the
+ * kind the step-back judges at all: small turns (at most
+ * FABSOCK_STEPBACK_BYTES a turn), half of them judged. Pure. */
 bool fs_stepback_small(uint32_t turns, uint32_t measured, uint64_t bytes);
+/* Whether such a window (SMALL: fs_stepback_small), SLEPT of its MEASURED
+ * turns after a sleep, steps back by its sleeps. Pure:
+ * tests/unit/test_stepback.c. */
+bool fs_stepback_judge(bool small, uint32_t measured, uint32_t slept);
 
-/* Whether a window that said "step back" by its sleeps, NS_TURN ns a turn,
- * ran faster than the program's recent TCP connections to the destination
- * (fs_history_tcp_ns_turn) by FS_STEPBACK_FASTER_PCT at least: then it does
- * not step back (counted: stepback_overruled). A sleep is a proxy for the
- * fabric's cost; the time per turn is the cost. A server's stream (no
- * history) and a program with no TCP time of the last minutes are judged
- * by the sleeps alone. */
+/* The fabric's time per turn FAB against TCP's, TCP (ns; both known): -1
+ * when the fabric was faster by FS_STEPBACK_FASTER_PCT at least, 1 when it
+ * was slower by FS_STEPBACK_SLOWER_PCT at least, 0 between (the margins
+ * keep a stream from flapping on noise). Pure; the one rule of both the
+ * windows (fs_stepback_measure) and the history's decision
+ * (fs_history_decide). */
 #define FS_STEPBACK_FASTER_PCT 5u
-bool fs_stepback_overrule(struct fs_stepback *sb, uint64_t ns_turn);
-/* ... and the other way: a window whose sleeps say "stay" but that ran
- * slower per turn than that TCP time by FS_STEPBACK_SLOWER_PCT says "step
- * back" (counted: stepback_measured_slower), with the same streak rule
- * (two windows in a row, FABSOCK_STEPBACK_MS). SMALL: the window's turns
- * are the step-back's kind (small, judged: fs_stepback_judge's first two
- * tests). Returns the window's verdict. */
 #define FS_STEPBACK_SLOWER_PCT 10u
+static inline int fs_stepback_compare(uint64_t fab, uint64_t tcp)
+{
+	if (fab * 100 <= tcp * (100 - FS_STEPBACK_FASTER_PCT))
+		return -1;
+	return fab * 100 >= tcp * (100 + FS_STEPBACK_SLOWER_PCT) ? 1 : 0;
+}
+
+/* A judged window's verdict by time: OVER, what its sleeps said, against
+ * NS_TURN, its time per turn, and the program's recent TCP connections to
+ * the destination (fs_history_tcp_ns_turn). A window the sleeps condemn
+ * but that ran faster does not step back (stepback_overruled: a sleep is a
+ * proxy for the fabric's cost, the time per turn is the cost); one they
+ * keep, of the step-back's kind (SMALL: fs_stepback_small), but that ran
+ * slower says "step back" (stepback_measured_slower), with the same streak
+ * rule (two windows in a row, FABSOCK_STEPBACK_MS). A server's stream (no
+ * history) and a program with no TCP time of the last minutes keep the
+ * sleeps' verdict. */
 bool fs_stepback_measure(struct fs_stepback *sb, bool over, uint64_t ns_turn, bool small);
 
 /* The stream's totals: what moved, counted in one place (plain adds on
@@ -206,9 +217,9 @@ static inline bool fs_stepback_received(struct fs_stepback *sb, uint64_t n)
 	 * ring's hand-over, the grant growing): its waits are late for
 	 * reasons that pass; judging it stepped back 6 pairs that ran 2.5x
 	 * the kernel's rate once warm */
-	over = sb->warm && fs_params.stepback &&
-	       fs_stepback_judge(sb->turns, sb->measured, sb->slept,
-				 __atomic_load_n(&sb->bytes, __ATOMIC_RELAXED) - sb->window_from);
+	bool small = fs_stepback_small(sb->turns, sb->measured,
+				       __atomic_load_n(&sb->bytes, __ATOMIC_RELAXED) - sb->window_from);
+	over = sb->warm && fs_params.stepback && fs_stepback_judge(small, sb->measured, sb->slept);
 	uint64_t now = fs_now_ns();
 	if (sb->warm && sb->window_ns && now > sb->window_ns) {
 		/* a judged window: its time per turn, kept for the history and
@@ -217,10 +228,7 @@ static inline bool fs_stepback_received(struct fs_stepback *sb, uint64_t n)
 		__atomic_store_n(&sb->judged_ns, sb->judged_ns + (now - sb->window_ns), __ATOMIC_RELAXED);
 		__atomic_store_n(&sb->judged_turns, sb->judged_turns + sb->turns, __ATOMIC_RELAXED);
 		if (fs_params.stepback)
-			over = fs_stepback_measure(sb, over, (now - sb->window_ns) / sb->turns,
-						   fs_stepback_small(sb->turns, sb->measured,
-								     __atomic_load_n(&sb->bytes, __ATOMIC_RELAXED) -
-									     sb->window_from));
+			over = fs_stepback_measure(sb, over, (now - sb->window_ns) / sb->turns, small);
 	}
 	if (sb->warm && sb->judged < UINT16_MAX) {
 		__atomic_store_n(&sb->judged, sb->judged + 1, __ATOMIC_RELAXED);

@@ -351,14 +351,13 @@ int main(void)
 		tcp = fs_history_tcp_ns_turn(&h);
 		CHECK(tcp > 0 && tcp < 1000000000u);
 		memset(&sb, 0, sizeof(sb));
-		CHECK(!fs_stepback_overrule(&sb, 1)); /* a server's stream: no history */
+		/* a server's stream (no history): the sleeps' verdict, either way */
+		CHECK(fs_stepback_measure(&sb, true, 1, true));
 		CHECK(!fs_stepback_measure(&sb, false, (uint64_t)tcp * 2, true));
 		sb.hist = &h;
-		CHECK(!fs_stepback_overrule(&sb, tcp)); /* as fast: no */
-		CHECK(!fs_stepback_overrule(&sb, (uint64_t)tcp * 96 / 100));
-		CHECK(fs_stepback_overrule(&sb, (uint64_t)tcp * 94 / 100)); /* faster */
-		CHECK(!fs_stepback_measure(&sb, true, (uint64_t)tcp * 94 / 100, true));
-		CHECK(fs_stepback_measure(&sb, true, tcp, true)); /* the sleeps' verdict stands */
+		CHECK(fs_stepback_measure(&sb, true, tcp, true)); /* as fast: the sleeps' verdict stands */
+		CHECK(fs_stepback_measure(&sb, true, (uint64_t)tcp * 96 / 100, true));
+		CHECK(!fs_stepback_measure(&sb, true, (uint64_t)tcp * 94 / 100, true)); /* faster: overruled */
 		CHECK(fs_stepback_measure(&sb, false, (uint64_t)tcp * 111 / 100, true));
 		CHECK(!fs_stepback_measure(&sb, false, (uint64_t)tcp * 105 / 100, true));
 		CHECK(!fs_stepback_measure(&sb, false, (uint64_t)tcp * 2, false)); /* bulk */

@@ -54,6 +54,13 @@ static unsigned windows(struct fs_stepback *sb, unsigned count, unsigned slept_o
 	return 0;
 }
 
+/* The judgement of a window as the measure makes it: its kind, then its
+ * sleeps. */
+static bool judge(uint32_t turns, uint32_t measured, uint32_t slept, uint64_t bytes)
+{
+	return fs_stepback_judge(fs_stepback_small(turns, measured, bytes), measured, slept);
+}
+
 static void *other_thread_receives(void *arg)
 {
 	struct fs_stepback *sb = arg;
@@ -76,13 +83,16 @@ int main(void)
 	fs_params.stepback_ms = 0; /* two windows are enough: the time floor is tested last */
 
 	/* the judgement */
-	CHECK(fs_stepback_judge(128, 128, 96, 128 * 100));
-	CHECK(!fs_stepback_judge(128, 128, 95, 128 * 100));
-	CHECK(fs_stepback_judge(128, 128, 128, 128ull * 16384));
-	CHECK(!fs_stepback_judge(128, 128, 128, 128ull * 16384 + 128));
-	CHECK(!fs_stepback_judge(128, 63, 63, 128 * 100));
-	CHECK(fs_stepback_judge(128, 64, 48, 128 * 100));
-	CHECK(!fs_stepback_judge(0, 0, 0, 0));
+	CHECK(judge(128, 128, 96, 128 * 100));
+	CHECK(!judge(128, 128, 95, 128 * 100));
+	CHECK(judge(128, 128, 128, 128ull * 16384));
+	CHECK(!judge(128, 128, 128, 128ull * 16384 + 128));
+	CHECK(!judge(128, 63, 63, 128 * 100));
+	CHECK(judge(128, 64, 48, 128 * 100));
+	CHECK(!judge(0, 0, 0, 0));
+	/* the time rule's margins: 5 % faster, 10 % slower */
+	CHECK(fs_stepback_compare(94, 100) == -1 && fs_stepback_compare(96, 100) == 0);
+	CHECK(fs_stepback_compare(109, 100) == 0 && fs_stepback_compare(111, 100) == 1);
 
 	/* all slept: warm-up, a strike, then the third window fires at its end */
 	memset(&sb, 0, sizeof(sb));
