@@ -240,6 +240,75 @@ static void fs_stream_send_direction(struct fs_stream_conn *conn, enum fs_direct
 	free(buffer);
 }
 
+/* Undoes harness_splitmix64 (each of its steps is invertible). */
+static uint64_t fs_unsplitmix64(uint64_t value)
+{
+	/* multiplicative inverses mod 2^64 of splitmix64's two multipliers */
+	const uint64_t inv1 = 0x96DE1B173F119089ull, inv2 = 0x319642B2D24D8EC3ull;
+
+	value ^= value >> 31 ^ value >> 62;
+	value *= inv2;
+	value ^= value >> 27 ^ value >> 54;
+	value *= inv1;
+	value ^= value >> 30 ^ value >> 60;
+	return value - 0x9E3779B97F4A7C15ull;
+}
+
+/* Where the 8 bytes at WORD (a received word at a multiple of 8 in its
+ * stream) were written: which connection's stream, which direction, which
+ * offset; "zeros" or "no stream's" when none. For a mismatch report: a
+ * wrong byte from another offset or another stream tells a misplaced or
+ * reused buffer from a lost or never-written one. */
+static void fs_stream_locate(const unsigned char *word, char *out, size_t out_len)
+{
+	uint64_t value = 0, zero = 0;
+
+	for (unsigned i = 0; i < 8; i++) {
+		value |= (uint64_t)word[i] << (8 * i);
+		zero |= word[i];
+	}
+	if (!zero) {
+		snprintf(out, out_len, "zeros");
+		return;
+	}
+	uint64_t base = fs_unsplitmix64(value);
+	for (unsigned c = 0; c < options.streams; c++)
+		for (unsigned d = 0; d < 2; d++) {
+			uint64_t index = base - harness_splitmix64(fs_stream_key(c, (enum fs_direction)d));
+			if (index < (options.bytes + 7) / 8) {
+				snprintf(out, out_len, "conn %u %s offset %" PRIu64, c,
+					 fs_direction_name((enum fs_direction)d), index * 8);
+				return;
+			}
+		}
+	snprintf(out, out_len, "no stream's");
+}
+
+/* Reports the mismatch at AT of BUFFER (LENGTH bytes read at stream offset
+ * OFFSET): how far the wrong bytes run, and where the whole words among
+ * them (up to 4) came from. */
+static void fs_stream_report_mismatch(struct fs_stream_conn *conn, enum fs_direction direction, uint64_t key,
+				      const unsigned char *buffer, size_t length, size_t at)
+{
+	uint64_t offset = conn->received;
+	size_t end = at;
+	char where[4][64];
+	unsigned found = 0;
+
+	while (end < length && buffer[end] != harness_pattern_byte(key, offset + end))
+		end++;
+	for (size_t i = at + (8 - (offset + at) % 8) % 8; i + 8 <= length && i < end && found < 4; i += 8) {
+		fs_stream_locate(buffer + i, where[found], sizeof(where[found]));
+		found++;
+	}
+	harness_fail("conn %u %s: data mismatch at offset %" PRIu64 " (got 0x%02x, want 0x%02x; %zu wrong bytes "
+		     "from there, in a read of %zu at offset %" PRIu64 "; its words are %s%s%s%s%s%s%s)",
+		     conn->index, fs_direction_name(direction), offset + at, buffer[at],
+		     harness_pattern_byte(key, offset + at), end - at, length, offset, found ? where[0] : "(none whole)",
+		     found > 1 ? ", " : "", found > 1 ? where[1] : "", found > 2 ? ", " : "", found > 2 ? where[2] : "",
+		     found > 3 ? ", " : "", found > 3 ? where[3] : "");
+}
+
 /* Slow reader pacing: sleeps until `received` bytes are due at the rate. */
 static void fs_stream_pace(double start, uint64_t received)
 {
@@ -285,9 +354,7 @@ static void fs_stream_receive_direction(struct fs_stream_conn *conn, enum fs_dir
 		}
 		size_t at = harness_pattern_mismatch(key, conn->received, buffer, (size_t)result);
 		if (at != (size_t)result) {
-			harness_fail("conn %u %s: data mismatch at offset %" PRIu64 " (got 0x%02x, want 0x%02x)",
-				     conn->index, fs_direction_name(direction), conn->received + at, buffer[at],
-				     harness_pattern_byte(key, conn->received + at));
+			fs_stream_report_mismatch(conn, direction, key, buffer, (size_t)result, at);
 			fs_stream_abort_conn(conn);
 			goto out;
 		}
