@@ -157,6 +157,13 @@ fs_pair_ok() {
 		! grep -qx 'result ok' "$dir/server.out"; then
 		fs_fail "$label: exit $src/$crc: $(grep -h '^result' "$dir/server.out" "$dir/client.out" | tr '\n' ' ')"
 		grep -hv 'stats:' "$dir/server.err" "$dir/client.err" | head -n 5 >&2
+		# each side's counters that moved (a rare failure in CI leaves
+		# nothing else: its directory goes with the run)
+		local side moved
+		for side in server client; do
+			moved=$(grep -h 'stats:' "$dir/$side.err" 2>/dev/null | tr ' ' '\n' | grep -vE '=0$|^$' | tr '\n' ' ' || true)
+			[ -z "$moved" ] || echo "$label: $side $moved" >&2
+		done
 		return 1
 	fi
 }
