@@ -13,6 +13,7 @@
 
 #include "config/log.h"
 #include "config/params.h"
+#include "core/stats.h"
 
 struct fs_slab {
 	struct fs_slab *next;
@@ -97,6 +98,7 @@ static int fs_pool_grow(struct fs_pool *pool)
 		buf->cap = pool->buf_cap;
 		buf->role = pool->role;
 		buf->desc = fi_mr_desc(slab->mr);
+		buf->in_pool = 1;
 		buf->next = pool->free;
 		pool->free = buf;
 	}
@@ -118,6 +120,7 @@ struct fs_buf *fs_pool_get(struct fs_pool *pool)
 	pool->free = buf->next;
 	pool->nfree--;
 	buf->next = NULL;
+	buf->in_pool = 0;
 	buf->len = buf->off = buf->seq = 0;
 	buf->kind = 0;
 	buf->posted = 0;
@@ -131,6 +134,19 @@ void fs_pool_put(struct fs_buf *buf)
 {
 	struct fs_pool *pool = buf->pool;
 
+	/* A buffer the provider still owns (a posted send or receive) or one
+	 * on the free list already would be handed out to two owners: a
+	 * payload overwritten before its reader pulled it. Never: counted,
+	 * said once, and kept out of the list (a buffer lost is a smaller
+	 * harm than bytes changed). */
+	if (__builtin_expect(buf->in_pool || buf->posted == 1, 0)) {
+		FS_STAT_INC(pool_misput);
+		FS_WARN_ONCE("internal error: a %s buffer was given back %s; kept out of its pool",
+			     buf->role == FS_BUF_TX ? "send" : "receive",
+			     buf->in_pool ? "twice" : "while the provider still held it");
+		return;
+	}
+	buf->in_pool = 1;
 	buf->stream = NULL;
 	buf->next = pool->free;
 	pool->free = buf;

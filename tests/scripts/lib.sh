@@ -185,6 +185,10 @@ fs_done() {
 	[ -n "${TSAN_OPTIONS:-}" ] ||
 		t=$(grep -rlE 'warn: cannot start the (shm watchdog|fabsock service) thread' "$FS_TMP" 2>/dev/null | head -n 1 || true)
 	[ -z "$t" ] || fs_fail "a process could not start a fabsock thread (${t#"$FS_TMP"/}: $(grep -m 1 -E 'cannot start the' "$t"))"
+	# fabsock's own consistency checks (a buffer given back twice): any
+	# process that tripped one fails the test, whatever else it checked
+	t=$(grep -rl 'warn: internal error' "$FS_TMP" 2>/dev/null | head -n 1 || true)
+	[ -z "$t" ] || fs_fail "fabsock reported an internal error (${t#"$FS_TMP"/}: $(grep -m 1 'internal error' "$t"))"
 	echo "$FS_PASSES passed, $FS_FAILS failed${FS_KERNEL_SKIPPED:+, $FS_KERNEL_SKIPPED}"
 	if [ "$FS_FAILS" -ne 0 ]; then
 		local f

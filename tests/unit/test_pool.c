@@ -4,7 +4,8 @@
  * fabric, so labelled engine, not unit):
  * pools grow a slab at a time up to their limit and no further; buffers are
  * distinct, do not overlap, have the rounded-up capacity, are 64-byte
- * aligned and carry their slab's descriptor; get after put reuses; the
+ * aligned and carry their slab's descriptor; get after put reuses; a buffer
+ * given back twice or while posted is refused (pool_misput); the
  * total/nfree counts and the process-wide fs_pool_bytes follow every step
  * and return to where they were after fs_pool_fini; FABSOCK_POOL_MAX_MB stops
  * growth at the byte limit; closing the rail leaves no shm region of this
@@ -21,6 +22,7 @@
 #include "config/params.h"
 #include "core/fabric.h"
 #include "core/pool.h"
+#include "core/stats.h"
 #include "preload/real.h"
 #include "tests/unit/check.h"
 
@@ -135,9 +137,22 @@ static void fs_test_small_pool(struct fs_rail *rail)
 	bufs[5]->off = 3;
 	bufs[5]->seq = 9;
 	bufs[5]->kind = 1;
-	bufs[5]->posted = 1;
+	bufs[5]->posted = 2; /* an inject: done at its post */
 	fs_pool_put(bufs[5]);
 	CHECK(pool.nfree == 1 && pool.total == FS_TEST_MAX);
+	/* given back a second time, or while the provider holds it (posted
+	 * 1): refused and counted, never on the free list twice */
+	{
+		uint64_t misput = fs_stats.pool_misput;
+
+		fs_pool_put(bufs[5]);
+		CHECK(pool.nfree == 1 && pool.free == bufs[5] && bufs[5]->next == NULL);
+		bufs[6]->posted = 1;
+		fs_pool_put(bufs[6]);
+		CHECK(pool.nfree == 1 && pool.free == bufs[5]);
+		CHECK(fs_stats.pool_misput == misput + 2);
+		bufs[6]->posted = 0;
+	}
 	buf = fs_pool_get(&pool);
 	CHECK(buf == bufs[5]);
 	CHECK(buf && !buf->len && !buf->off && !buf->seq && !buf->kind && !buf->posted && !buf->next);
