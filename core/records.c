@@ -209,9 +209,23 @@ static bool fs_rec_file_ok(int fd, uint32_t uid, struct stat *st)
 	       (st->st_size == 0 || (size_t)st->st_size == sizeof(struct fs_rec_file));
 }
 
+/* "port-N": by hand, not snprintf, which cost 740 instructions in a lookup
+ * a client makes at every connection to a port on this host (callgrind,
+ * wrk through fabsock: a third of its connect()). LEN is at least 11. */
 static void fs_rec_name(char *name, size_t len, uint16_t port)
 {
-	snprintf(name, len, "port-%u", port);
+	char digits[5];
+	unsigned n = 0, v = port;
+
+	(void)len;
+	do {
+		digits[n++] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v);
+	memcpy(name, "port-", 5);
+	for (unsigned i = 0; i < n; i++)
+		name[5 + i] = digits[n - 1 - i];
+	name[5 + n] = '\0';
 }
 
 /* Opens and locks (exclusive) PORT's record file in DFD (UID's), making it
