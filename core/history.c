@@ -21,7 +21,8 @@
  *   entries  FS_HIST_ENTRIES x { tag, short streak, TCP decisions, last
  *            close (boot s), closes, step-backs, relearn level, the TCP and
  *            fabric connections' time per turn and when each was measured,
- *            16 bytes reserved },
+ *            the last step-back on a crowded host (boot s), 12 bytes
+ *            reserved },
  *            open addressing over FS_HIST_PROBE
  *            slots from tag % FS_HIST_ENTRIES, the oldest replaced when full
  * Every field is read and written with relaxed atomics and no lock: two
@@ -116,7 +117,18 @@ struct fs_hist_entry {
 	uint32_t fab_ns_turn;
 	uint32_t tcp_s;
 	uint32_t fab_s;
-	uint32_t reserved[4];
+	/* The second (CLOCK_BOOTTIME) of the last step-back made during or
+	 * right after a spell of lost slices (runq.h: work beside took the
+	 * spins' time slices), 0: none. Not a step-back's verdict (the host
+	 * may be quiet again, where the fabric wins): for
+	 * FABSOCK_HISTORY_BUSY_SEC after it, a connection goes to TCP only
+	 * while the host is still crowded (fs_history_decide). Not cleared by
+	 * a connection that made its windows without stepping back: of
+	 * memcslap's eight beside busy loops, the two that ended before their
+	 * step-back wiped out six that stepped back. A reserved word of files
+	 * of before: 0 there. */
+	uint32_t busy_s;
+	uint32_t reserved[3];
 };
 
 struct fs_hist_file {
@@ -425,6 +437,15 @@ static uint32_t fs_hist_fresh(const uint32_t *avg, const uint32_t *at)
 	return v && fs_hist_boot_s() - __atomic_load_n(at, __ATOMIC_RELAXED) <= FS_HIST_RATE_S ? v : 0;
 }
 
+/* Whether E's last step-back on a crowded host (busy_s) is less than
+ * FABSOCK_HISTORY_BUSY_SEC old. */
+static bool fs_hist_busy_fresh(struct fs_hist_entry *e)
+{
+	uint32_t at = __atomic_load_n(&e->busy_s, __ATOMIC_RELAXED);
+
+	return at && fs_params.history_busy_sec && fs_hist_boot_s() - at < fs_params.history_busy_sec;
+}
+
 /* One more measured time per turn, NS, into the average *AVG (the newest
  * weighs a quarter; alone when the average is older than FS_HIST_RATE_S),
  * measured at second *AT. */
@@ -566,7 +587,7 @@ bool fs_history_decide(struct fs_history_conn *h, const struct sockaddr *addr)
 		__atomic_add_fetch(&fs_hist_proc_conns, 1, __ATOMIC_RELAXED);
 	}
 	e = fs_hist_find(m, h->tag, false);
-	if (e && h->family_tag && !__atomic_load_n(&e->stepped_back, __ATOMIC_RELAXED)) {
+	if (e && h->family_tag && !__atomic_load_n(&e->stepped_back, __ATOMIC_RELAXED) && !fs_hist_busy_fresh(e)) {
 		/* an entry of this command line that knows nothing its family
 		 * does not: every report to it short (its streak all its
 		 * reports), too few yet to decide. Its first connections
@@ -621,6 +642,15 @@ bool fs_history_decide(struct fs_history_conn *h, const struct sockaddr *addr)
 			h->stepped = h->measured = true;
 		else if (cmp < 0)
 			h->stepped = false;
+		/* A recent step-back on a crowded host (busy_s) and the host
+		 * still crowded now: this connection would lose as that one
+		 * did (memcslap -c 8 beside four busy loops: every run offloaded
+		 * again, stepped back after its windows' 300 ms, 0.45-0.65x the
+		 * kernel), so TCP; on a host quiet again, the fabric, where it
+		 * wins (pgbench -S -c 1: 1.7-2.2x). Where the times say the
+		 * fabric is faster, they decide. */
+		if (!h->stepped && cmp >= 0 && fs_hist_busy_fresh(e) && fs_runq_host_busy_now())
+			h->stepped = h->busy = true;
 	}
 	if (!h->stepped && __atomic_load_n(&e->short_streak, __ATOMIC_RELAXED) < fs_params.history_short)
 		return false; /* not short enough: negotiate as before */
@@ -826,6 +856,10 @@ void fs_history_stepped_back(struct fs_history_conn *h)
 	 * again, where the fabric wins (pgbench -S -c 1: 1.7-2.2x) */
 	if (fs_runq_spell_lately(fs_now_ns())) {
 		FS_STAT_INC(history_busy_unlearnt);
+		/* (but dated: while the host stays crowded, the next
+		 * connections go to TCP: fs_history_decide) */
+		if (fs_params.history_busy_sec && (m = fs_hist_get()) && (e = fs_hist_find(m, h->tag, true)))
+			__atomic_store_n(&e->busy_s, fs_hist_boot_s() ? fs_hist_boot_s() : 1, __ATOMIC_RELAXED);
 		h->tag = 0;
 		return;
 	}

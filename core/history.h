@@ -34,6 +34,8 @@ struct fs_history_conn {
 	bool stepped;      /* ... because a connection stepped back from the fabric */
 	bool relearn;      /* offloaded to learn again what a step-back decided */
 	bool measured;     /* stepped: the fabric's time per turn was the longer */
+	bool busy;         /* stepped: a recent step-back on a crowded host, and the
+			    * host crowded now (FABSOCK_HISTORY_BUSY_SEC) */
 	uint64_t intent;   /* the intent note written for this socket, 0: none */
 	uint32_t intent_slot; /* ... and where */
 };

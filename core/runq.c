@@ -5,6 +5,7 @@
 #include "core/runq.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,15 +78,17 @@ static int64_t fs_runq_self_delay(void)
 	return (int64_t)delay;
 }
 
-static void fs_runq_sample(uint64_t now)
+/* /proc/loadavg's descriptor, opened at the first use (and the CPUs we may
+ * run on counted then); -1 when it cannot be read. */
+static int fs_runq_loadavg_fd(void)
 {
-	char buf[128];
-	ssize_t n;
-	long r;
-	int64_t delay;
-	bool waited;
+	static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
 	int fd = __atomic_load_n(&fs_runq_fd, __ATOMIC_ACQUIRE);
 
+	if (fd != -2)
+		return fd;
+	pthread_mutex_lock(&open_lock);
+	fd = __atomic_load_n(&fs_runq_fd, __ATOMIC_ACQUIRE);
 	if (fd == -2) {
 		cpu_set_t set;
 
@@ -97,10 +100,39 @@ static void fs_runq_sample(uint64_t now)
 		fd = fd >= 0 ? fs_internal_fd(fd) : -1;
 		__atomic_store_n(&fs_runq_fd, fd, __ATOMIC_RELEASE);
 	}
+	pthread_mutex_unlock(&open_lock);
+	return fd;
+}
+
+/* The host's runnable tasks now (/proc/loadavg), or -1. */
+static long fs_runq_runnable(void)
+{
+	char buf[128];
+	int fd = fs_runq_loadavg_fd();
+	ssize_t n;
+
 	if (fd < 0)
-		return;
+		return -1;
 	n = pread(fd, buf, sizeof(buf) - 1, 0);
-	r = n > 0 ? fs_runq_parse(buf, (size_t)n) : -1;
+	return n > 0 ? fs_runq_parse(buf, (size_t)n) : -1;
+}
+
+bool fs_runq_host_busy_now(void)
+{
+	long r = fs_runq_runnable();
+
+	return r > 0 && r > fs_runq_cpus;
+}
+
+static void fs_runq_sample(uint64_t now)
+{
+	long r;
+	int64_t delay;
+	bool waited;
+
+	if (fs_runq_loadavg_fd() < 0)
+		return;
+	r = fs_runq_runnable();
 	/* Both signs, so that a passing third thread on a quiet host (a
 	 * kernel worker, our service thread) does not stop a ping-pong's spin:
 	 * more runnable threads than CPUs now, and we ourselves waited for a

@@ -736,7 +736,11 @@ static bool fs_sock_after_connect(struct fs_sock *s, bool wait_here, bool up)
 		/* decided before the kernel's connect() (fs_core_connect), so
 		 * that a server speaking first finds the note; after the checks
 		 * above, whose reasons (and the own listener's note) stand */
-		if (s->hist.measured) {
+		if (s->hist.busy) {
+			FS_STAT_INC(fallback_busy_history);
+			why = "a recent connection of this program to the destination stepped back while work beside "
+			      "took the host's cores, and the host is still crowded";
+		} else if (s->hist.measured) {
 			FS_STAT_INC(fallback_fabric_slower_measured);
 			why = "this program's recent connections to the destination ran slower per turn on the fabric "
 			      "than on TCP";
