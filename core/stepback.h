@@ -47,7 +47,6 @@
 #include <stdint.h>
 
 #include "config/params.h"
-#include "core/runq.h"
 #include "core/util.h"
 #include "core/wait.h"
 
@@ -252,18 +251,9 @@ static inline bool fs_stepback_received(struct fs_stepback *sb, uint64_t n)
 		over = false;
 	} else if (!over) {
 		__atomic_store_n(&sb->strike, false, __ATOMIC_RELAXED);
-	} else if (fs_params.stepback_ms && now - sb->strike_ns < fs_params.stepback_ms * 1000000ull &&
-		   !(__atomic_load_n(&sb->judged_over, __ATOMIC_RELAXED) == __atomic_load_n(&sb->judged, __ATOMIC_RELAXED) &&
-		     fs_runq_spell_lately(now))) {
+	} else if (fs_params.stepback_ms && now - sb->strike_ns < fs_params.stepback_ms * 1000000ull) {
 		over = false; /* a streak, not yet long enough */
 	}
-	/* (but not for a stream that never won a window, in a spell of work
-	 * beside, runq.h: nothing says the fabric pays it, and each of its
-	 * windows there is lost time. memcslap -c 8 beside four busy loops:
-	 * windows of ~20 ms, so the floor kept its eight connections losing
-	 * for about 15 windows, most of a 0.5 s run, at 1.4-2.2x the
-	 * kernel's time. A new backend's cold first answers, which the floor
-	 * is for, come without a spell.) */
 	sb->window_ns = now;
 	sb->turns = sb->measured = sb->slept = 0;
 	sb->window_from = __atomic_load_n(&sb->bytes, __ATOMIC_RELAXED);

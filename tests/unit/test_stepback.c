@@ -17,18 +17,14 @@
  * never fires; after it fired, nothing more is counted (done); the
  * stream's totals (the history's turns and bytes) count every thread's
  * calls; bytes held before the HELLO-ACK start a request but claim no
- * owner, and their answer is no turn of the window. The time floor
- * (STEPBACK_MS) holds a streak back, except in a spell of work beside for
- * a stream that never won a window.
+ * owner, and their answer is no turn of the window.
  */
 #include <pthread.h>
 #include <string.h>
 #include <time.h>
 
 #include "config/params.h"
-#include "core/runq.h"
 #include "core/stepback.h"
-#include "core/util.h"
 #include "check.h"
 
 /* One turn on SB: a send of N bytes, a wait ending SLEPT or not (none if
@@ -241,22 +237,6 @@ int main(void)
 	}
 	CHECK(windows(&sb, 1, 0, 64) == 0); /* quick */
 	CHECK(windows(&sb, 4, 4, 64) == 0); /* a new streak, only ms old */
-
-	/* In a spell of work beside (runq.h), a stream that never won a
-	 * window steps back at its second sleepy window, floor or not; one
-	 * that won a window waits for the floor as before. */
-	fs_params.stepback_ms = 1000000;
-	memset(&sb, 0, sizeof(sb));
-	CHECK(windows(&sb, 4, 4, 64) == 0); /* no spell: the floor holds */
-	fs_params.spin_lost_ms = 20;
-	fs_runq_slice_lost(fs_now_ns(), 20000000ull); /* half a window and more: a spell */
-	CHECK(fs_runq_spell_lately(fs_now_ns()));
-	memset(&sb, 0, sizeof(sb));
-	CHECK(windows(&sb, 5, 4, 64) == 3 * 128); /* warm-up, strike, fires */
-	memset(&sb, 0, sizeof(sb));
-	CHECK(windows(&sb, 1, 4, 64) == 0); /* warm-up */
-	CHECK(windows(&sb, 1, 0, 64) == 0); /* a window won */
-	CHECK(windows(&sb, 6, 4, 64) == 0); /* the floor holds */
 	fs_params.stepback_ms = 0;
 	return fs_check_done();
 }
