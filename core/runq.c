@@ -5,7 +5,6 @@
 #include "core/runq.h"
 
 #include <fcntl.h>
-#include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +16,7 @@
 #include "core/util.h"
 #include "preload/real.h"
 
-static int fs_runq_fd = -2; /* -2: not opened yet; -1: cannot */
+static int fs_runq_fd = -2; /* -2: not opened yet; -3: being opened; -1: cannot */
 static long fs_runq_cpus;
 static uint64_t fs_runq_next_ns;
 static bool fs_runq_busy_host;
@@ -79,28 +78,24 @@ static int64_t fs_runq_self_delay(void)
 }
 
 /* /proc/loadavg's descriptor, opened at the first use (and the CPUs we may
- * run on counted then); -1 when it cannot be read. */
+ * run on counted then); -1 when it cannot be read, or while another thread
+ * opens it (-3: no lock, so nothing a fork could leave held). */
 static int fs_runq_loadavg_fd(void)
 {
-	static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
-	int fd = __atomic_load_n(&fs_runq_fd, __ATOMIC_ACQUIRE);
+	int fd = __atomic_load_n(&fs_runq_fd, __ATOMIC_ACQUIRE), unopened = -2;
+	cpu_set_t set;
 
 	if (fd != -2)
-		return fd;
-	pthread_mutex_lock(&open_lock);
-	fd = __atomic_load_n(&fs_runq_fd, __ATOMIC_ACQUIRE);
-	if (fd == -2) {
-		cpu_set_t set;
-
-		/* the CPUs this process may run on: a container's share */
-		fs_runq_cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : sysconf(_SC_NPROCESSORS_ONLN);
-		if (fs_runq_cpus < 1)
-			fs_runq_cpus = 1;
-		fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
-		fd = fd >= 0 ? fs_internal_fd(fd) : -1;
-		__atomic_store_n(&fs_runq_fd, fd, __ATOMIC_RELEASE);
-	}
-	pthread_mutex_unlock(&open_lock);
+		return fd == -3 ? -1 : fd;
+	if (!__atomic_compare_exchange_n(&fs_runq_fd, &unopened, -3, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+		return unopened == -3 ? -1 : unopened;
+	/* the CPUs this process may run on: a container's share */
+	fs_runq_cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : sysconf(_SC_NPROCESSORS_ONLN);
+	if (fs_runq_cpus < 1)
+		fs_runq_cpus = 1;
+	fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+	fd = fd >= 0 ? fs_internal_fd(fd) : -1;
+	__atomic_store_n(&fs_runq_fd, fd, __ATOMIC_RELEASE);
 	return fd;
 }
 
