@@ -649,7 +649,7 @@ bool fs_history_decide(struct fs_history_conn *h, const struct sockaddr *addr)
 		 * kernel), so TCP; on a host quiet again, the fabric, where it
 		 * wins (pgbench -S -c 1: 1.7-2.2x). Where the times say the
 		 * fabric is faster, they decide. */
-		if (!h->stepped && cmp >= 0 && fs_hist_busy_fresh(e) && fs_runq_host_busy_now())
+		if (!h->stepped && cmp >= 0 && fs_hist_busy_fresh(e) && fs_runq_host_busy_now(fs_now_ns()))
 			h->stepped = h->busy = true;
 	}
 	if (!h->stepped && __atomic_load_n(&e->short_streak, __ATOMIC_RELAXED) < fs_params.history_short)
@@ -858,8 +858,11 @@ void fs_history_stepped_back(struct fs_history_conn *h)
 		FS_STAT_INC(history_busy_unlearnt);
 		/* (but dated: while the host stays crowded, the next
 		 * connections go to TCP: fs_history_decide) */
-		if (fs_params.history_busy_sec && (m = fs_hist_get()) && (e = fs_hist_find(m, h->tag, true)))
-			__atomic_store_n(&e->busy_s, fs_hist_boot_s() ? fs_hist_boot_s() : 1, __ATOMIC_RELAXED);
+		if (fs_params.history_busy_sec && (m = fs_hist_get()) && (e = fs_hist_find(m, h->tag, true))) {
+			uint32_t now_s = fs_hist_boot_s();
+
+			__atomic_store_n(&e->busy_s, now_s ? now_s : 1, __ATOMIC_RELAXED); /* (0: none) */
+		}
 		h->tag = 0;
 		return;
 	}

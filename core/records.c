@@ -209,15 +209,16 @@ static bool fs_rec_file_ok(int fd, uint32_t uid, struct stat *st)
 	       (st->st_size == 0 || (size_t)st->st_size == sizeof(struct fs_rec_file));
 }
 
+#define FS_REC_NAME_MAX 11 /* "port-65535" */
+
 /* "port-N": by hand, not snprintf, which cost 740 instructions in a lookup
  * a client makes at every connection to a port on this host (callgrind,
- * wrk through fabsock: a third of its connect()). LEN is at least 11. */
-static void fs_rec_name(char *name, size_t len, uint16_t port)
+ * wrk through fabsock: a third of its connect()). */
+static void fs_rec_name(char name[static FS_REC_NAME_MAX], uint16_t port)
 {
 	char digits[5];
 	unsigned n = 0, v = port;
 
-	(void)len;
 	do {
 		digits[n++] = (char)('0' + v % 10);
 		v /= 10;
@@ -236,7 +237,7 @@ static int fs_rec_file_lock(int dfd, uint32_t uid, uint16_t port, bool create, s
 	char name[32];
 	struct stat st;
 
-	fs_rec_name(name, sizeof(name), port);
+	fs_rec_name(name, port);
 	for (int tries = 0; tries < 3; tries++) {
 		int fd = openat(dfd, name, O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | (create ? O_CREAT : 0), 0600);
 
@@ -427,7 +428,7 @@ static int fs_rec_put(struct fs_record_pub *p, uint32_t uid, uint32_t serve_uid,
 
 	if (dfd < 0)
 		return -1;
-	fs_rec_name(name, sizeof(name), p->port);
+	fs_rec_name(name, p->port);
 	if (now - fs_rec_last_sweep_ns > FS_REC_SWEEP_EVERY_NS || uid != fs_rec_last_sweep_uid) {
 		fs_rec_last_sweep_ns = now;
 		fs_rec_last_sweep_uid = uid;
@@ -532,7 +533,7 @@ static void fs_rec_clear(struct fs_record_pub *p, int fd, int slot, uint32_t uid
 			int dfd = fs_rec_dir(uid, false);
 			char name[32];
 
-			fs_rec_name(name, sizeof(name), p->port);
+			fs_rec_name(name, p->port);
 			if (dfd >= 0)
 				unlinkat(dfd, name, 0);
 		}
@@ -791,7 +792,7 @@ enum fs_record_hint fs_records_lookup(uint16_t port)
 	if (!fs_params.records)
 		return FS_RECORD_UNKNOWN;
 	uid = (uint32_t)fs_self_euid();
-	fs_rec_name(name, sizeof(name), port);
+	fs_rec_name(name, port);
 	fs_lock(&fs_records_lock);
 	dfd = fs_rec_dir(uid, false);
 	if (dfd >= 0 && (answer = fs_rec_cache_get(dfd, port, uid, name)) != FS_RECORD_UNKNOWN) {
@@ -882,7 +883,7 @@ bool fs_records_tcp_first(uint16_t port, uint64_t listener_inode)
 	if (!fs_params.records || !listener_inode)
 		return false;
 	uid = (uint32_t)fs_self_euid();
-	fs_rec_name(name, sizeof(name), port);
+	fs_rec_name(name, port);
 	fs_lock(&fs_records_lock);
 	dfd = fs_rec_dir(uid, false);
 	if (dfd >= 0 && c->gen && c->gen == fs_rec_dir_gen && c->port == port && c->uid == uid &&

@@ -112,10 +112,17 @@ static long fs_runq_runnable(void)
 	return n > 0 ? fs_runq_parse(buf, (size_t)n) : -1;
 }
 
-bool fs_runq_host_busy_now(void)
+bool fs_runq_host_busy_now(uint64_t now)
 {
-	long r = fs_runq_runnable();
+	static uint64_t until_ns; /* the answer below holds until then */
+	static bool busy;
+	long r;
 
+	if (now < __atomic_load_n(&until_ns, __ATOMIC_ACQUIRE))
+		return __atomic_load_n(&busy, __ATOMIC_RELAXED);
+	r = fs_runq_runnable();
+	__atomic_store_n(&busy, r > 0 && r > fs_runq_cpus, __ATOMIC_RELAXED);
+	__atomic_store_n(&until_ns, now + FS_RUNQ_SAMPLE_MS * 1000000ull, __ATOMIC_RELEASE);
 	return r > 0 && r > fs_runq_cpus;
 }
 
@@ -125,9 +132,8 @@ static void fs_runq_sample(uint64_t now)
 	int64_t delay;
 	bool waited;
 
-	if (fs_runq_loadavg_fd() < 0)
-		return;
-	r = fs_runq_runnable();
+	if ((r = fs_runq_runnable()) < 0 && fs_runq_loadavg_fd() < 0)
+		return; /* (cannot be read: nothing to say) */
 	/* Both signs, so that a passing third thread on a quiet host (a
 	 * kernel worker, our service thread) does not stop a ping-pong's spin:
 	 * more runnable threads than CPUs now, and we ourselves waited for a

@@ -57,12 +57,14 @@ void fs_runq_slice_lost(uint64_t now, uint64_t lost_ns);
 #define FS_RUNQ_SPELL_LATELY_MS 1000
 bool fs_runq_spell_lately(uint64_t now);
 
-/* Whether the host has more runnable tasks right now than the CPUs we may
- * run on (/proc/loadavg's "R/T", the caller counted among them): one pread,
- * no sampling state. For a decision made once per connection where a
- * verdict of a crowded host is at stake (history.c, FABSOCK_HISTORY_BUSY_SEC);
- * false where /proc/loadavg cannot be read. */
-bool fs_runq_host_busy_now(void);
+/* Whether the host has more runnable tasks than the CPUs we may run on
+ * (/proc/loadavg's "R/T", the caller counted among them) at NOW (ns): one
+ * pread, its answer kept for FS_RUNQ_SAMPLE_MS (a program making
+ * thousands of connections a second reads it 50 times). For a decision
+ * made per connection where a verdict of a crowded host is at stake
+ * (history.c, FABSOCK_HISTORY_BUSY_SEC); false where /proc/loadavg cannot
+ * be read. */
+bool fs_runq_host_busy_now(uint64_t now);
 
 /* Parses the runnable count out of a /proc/loadavg line ("0.50 0.40 0.30
  * 3/512 1234"): the count, or -1. For the unit test. */

@@ -402,8 +402,7 @@ static void fs_stream_echo(struct fs_stream_conn *conn)
 		}
 		size_t at = harness_pattern_mismatch(key, conn->received, buffer, (size_t)length);
 		if (at != (size_t)length) {
-			harness_fail("conn %u echo: data mismatch at offset %" PRIu64, conn->index,
-				       conn->received + at);
+			fs_stream_report_mismatch(conn, FS_DIR_CLIENT_TO_SERVER, key, buffer, (size_t)length, at);
 			goto out;
 		}
 		hash = harness_fnv1a(hash, buffer, (size_t)length);
