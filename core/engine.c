@@ -592,8 +592,15 @@ static void fs_stream_destroy(struct fs_engine *e, struct fs_stream *s)
 	if (s->hb_fd >= 0)
 		fs_internal_fd_close(s->hb_fd);
 	s->hb_fd = -1;
-	/* Buffers still posted for this stream's sends complete later and are
-	 * returned by the completion handler, which tolerates a NULL stream. */
+	/* Buffers still posted for this stream's sends (closed and its linger
+	 * over, reset) complete later and are returned by the completion
+	 * handler, which takes a NULL stream as nobody's: their owner is
+	 * cleared here, S may be freed below. */
+	if (s->tx_inflight) {
+		fs_pool_disown(&er->tx_data, s);
+		fs_pool_disown(&er->tx_ctrl, s);
+		s->tx_inflight = 0;
+	}
 	er->streams--;
 	if (s->id < e->streams_cap && e->streams[s->id] == s) {
 		e->streams[s->id] = NULL;

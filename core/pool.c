@@ -20,6 +20,7 @@ struct fs_slab {
 	struct fid_mr *mr;
 	void *mem;
 	size_t bytes;
+	unsigned count; /* bufs[] */
 	struct fs_buf bufs[];
 };
 
@@ -83,6 +84,7 @@ static int fs_pool_grow(struct fs_pool *pool)
 		return -ENOMEM;
 	}
 	slab->bytes = bytes;
+	slab->count = n;
 	if (fs_rail_mr_reg(pool->rail, slab->mem, bytes, &slab->mr)) {
 		FS_WARN_ONCE("registering %zu bytes with the %s rail failed", bytes,
 			     fs_fabric_prov_name(pool->rail->kind));
@@ -151,6 +153,20 @@ void fs_pool_put(struct fs_buf *buf)
 	buf->next = pool->free;
 	pool->free = buf;
 	pool->nfree++;
+}
+
+unsigned fs_pool_disown(struct fs_pool *pool, const void *owner)
+{
+	unsigned n = 0;
+
+	for (struct fs_slab *slab = pool->slabs; slab; slab = slab->next) {
+		for (unsigned i = 0; i < slab->count; i++)
+			if (!slab->bufs[i].in_pool && slab->bufs[i].stream == owner) {
+				slab->bufs[i].stream = NULL;
+				n++;
+			}
+	}
+	return n;
 }
 
 void fs_pool_fini(struct fs_pool *pool)

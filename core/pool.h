@@ -75,6 +75,11 @@ void fs_pool_init(struct fs_pool *pool, struct fs_rail *rail, uint8_t role, uint
  * the process-wide limit is reached, or registration failed. */
 struct fs_buf *fs_pool_get(struct fs_pool *pool);
 void fs_pool_put(struct fs_buf *buf);
+/* Clears the owner of every buffer of POOL still lent out to OWNER (its
+ * completion comes after the owner is freed: the handlers take a NULL
+ * stream as "nobody's"); returns how many. Walks every slab: for the rare
+ * stream freed with sends still posted. */
+unsigned fs_pool_disown(struct fs_pool *pool, const void *owner);
 void fs_pool_fini(struct fs_pool *pool);
 
 /* Appends BUF to the singly linked queue HEAD..TAIL (next links). */

@@ -225,6 +225,78 @@ static int close_exit_late_client(int fd)
 }
 
 /*
+ * linger_reaped: the writer's linger runs out while its sends are still
+ * posted. After a one-byte exchange the server sends its pid; the client
+ * stops it (SIGSTOP), writes 256 KiB (payloads that wait at the sender for
+ * the reader to pull them), closes, and stays alive for 1.6 s while the
+ * script gives it FABSOCK_LINGER_SEC=1: fabsock drops the closed stream
+ * with its sends still posted. Then it continues the server, which pulls
+ * them: their completions reach the writer after its stream is gone (a
+ * use-after-free before, which the ASan run of this scenario reports), and
+ * the client stays 1 s more to take them. The server reads what arrives:
+ * a prefix of the pattern (all of it on the kernel), then EOF or a reset.
+ */
+#define SEM_REAPED (256u << 10)
+
+static int linger_reaped_server(int fd)
+{
+	uint32_t pid = (uint32_t)getpid();
+	unsigned char *got = malloc(SEM_REAPED + 1);
+	size_t have = 0;
+	ssize_t n;
+	int ret = 0;
+
+	if (!got)
+		return harness_fail("out of memory");
+	if (harness_expect_byte(fd, 's') < 0 || harness_send_all(fd, &pid, sizeof(pid)) < 0) {
+		free(got);
+		return -1;
+	}
+	while (have <= SEM_REAPED && (n = recv(fd, got + have, SEM_REAPED + 1 - have, 0)) != 0) {
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == ECONNRESET)
+			break;
+		if (n < 0) {
+			free(got);
+			return harness_fail("recv after %zu bytes: %s", have, strerror(errno));
+		}
+		have += (size_t)n;
+	}
+	if (have > SEM_REAPED)
+		ret = harness_fail("more than the %u bytes written", SEM_REAPED);
+	else if (have && harness_pattern_check(43, 0, got, have, "data written before the linger ran out") < 0)
+		ret = -1;
+	harness_info("bytes that arrived: %zu of %u", have, SEM_REAPED);
+	free(got);
+	return ret;
+}
+
+static int linger_reaped_client(int fd)
+{
+	uint32_t pid = 0;
+
+	if (harness_send_byte(fd, 's') < 0 || harness_recv_exact(fd, &pid, sizeof(pid)) < 0)
+		return -1;
+	if (pid <= 1 || kill((pid_t)pid, SIGSTOP) != 0)
+		return harness_fail("stopping the server (pid %u): %s", pid, strerror(errno));
+	if (harness_send_pattern(fd, 43, 0, SEM_REAPED) < 0) {
+		kill((pid_t)pid, SIGCONT);
+		return -1;
+	}
+	if (close(fd) != 0) {
+		kill((pid_t)pid, SIGCONT);
+		return harness_fail("close: %s", strerror(errno));
+	}
+	harness_sleep_ms(1600);
+	if (kill((pid_t)pid, SIGCONT) != 0)
+		return harness_fail("continuing the server: %s", strerror(errno));
+	harness_sleep_ms(1000);
+	harness_print_pass();
+	exit(0);
+}
+
+/*
  * close_settles: after a one-byte exchange and 600 ms of quiet (an idle
  * engine has backed off to its long sleeps by then), the client closes and
  * makes no socket call at all. Its kernel connection must leave ESTABLISHED
@@ -1232,6 +1304,7 @@ static const struct harness_scenario scenarios[] = {
 	{ "dup2_replace", dup2_replace_server, dup2_replace_client, 0 },
 	{ "close_exit", close_exit_server, close_exit_client, 0 },
 	{ "close_exit_late", close_exit_late_server, close_exit_late_client, 0 },
+	{ "linger_reaped", linger_reaped_server, linger_reaped_client, 0 },
 	{ "closed_number_reused", closed_number_reused_server, closed_number_reused_client, HARNESS_CLIENT_CLOSES_FD },
 	{ "close_settles", close_settles_server, close_settles_client, 0 },
 	{ "linger0", linger0_server, linger0_client, 0 },

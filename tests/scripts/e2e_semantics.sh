@@ -19,7 +19,7 @@
 # peer_kill: once the client prints `waiting` (blocked in recv) the server is
 # kill -9'ed, and the client must exit with PASS within 5 s; peer_kill_rev is
 # the same with the client killed. The lifecycle scenarios (dup_share,
-# dup2_replace, close_exit, close_exit_late, close_settles, linger0, close_blocked, close_blocked_epoll,
+# dup2_replace, close_exit, close_exit_late, linger_reaped, close_settles, linger0, close_blocked, close_blocked_epoll,
 # threads_duplex, duplex_reader_first, eintr, fork_children, sendfile, vfork_closeall, underscore_exit,
 # close_underscore_exit, exit_late_close, killed_by_term, killed_by_pipe,
 # handler_replaces, ...) are described in
@@ -153,6 +153,8 @@ run_scenario() { # MODE SCENARIO
 	[ "$mode" = fabsock ] && [ "$scenario" = poll_queued ] && prefix+=(FABSOCK_SPIN_US=0)
 	# the writer may not wait out the late reader (fs_semantics_lifecycle.c)
 	[ "$scenario" = close_exit_late ] && prefix+=(FABSOCK_LINGER_SEC=1)
+	# the writer's linger runs out with its sends posted (fs_semantics_lifecycle.c)
+	[ "$scenario" = linger_reaped ] && prefix+=(FABSOCK_LINGER_SEC=1)
 	# the connecting thread holds its socket through the handshake while
 	# the main thread forks (fs_semantics_share.c)
 	[ "$mode" = fabsock ] && [ "$scenario" = fork_mid_connect ] && prefix+=(FABSOCK_TEST_HELLO_DELAY_MS=1000)
