@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
@@ -227,8 +228,9 @@ static int close_exit_late_client(int fd)
 /*
  * linger_reaped: the writer's linger runs out while its sends are still
  * posted. After a one-byte exchange the server sends its pid; the client
- * stops it (SIGSTOP), writes 256 KiB (payloads that wait at the sender for
- * the reader to pull them), closes, and stays alive for 1.6 s while the
+ * stops it (SIGSTOP), writes up to 256 KiB without blocking, for at most
+ * 500 ms (under fabsock the window takes it all: payloads that wait at the
+ * sender for the reader to pull them), closes, and stays alive for 1.6 s while the
  * script gives it FABSOCK_LINGER_SEC=1: fabsock drops the closed stream
  * with its sends still posted. Then it continues the server, which pulls
  * them: their completions reach the writer after its stream is gone (a
@@ -275,14 +277,30 @@ static int linger_reaped_server(int fd)
 static int linger_reaped_client(int fd)
 {
 	uint32_t pid = 0;
+	double deadline;
 
 	if (harness_send_byte(fd, 's') < 0 || harness_recv_exact(fd, &pid, sizeof(pid)) < 0)
 		return -1;
 	if (pid <= 1 || kill((pid_t)pid, SIGSTOP) != 0)
 		return harness_fail("stopping the server (pid %u): %s", pid, strerror(errno));
-	if (harness_send_pattern(fd, 43, 0, SEM_REAPED) < 0) {
-		kill((pid_t)pid, SIGCONT);
-		return -1;
+	deadline = harness_now_ms() + 500;
+	/* never blocked by the stopped reader: what the buffers (kernel) or
+	 * the window (fabsock) take, for at most 500 ms */
+	for (size_t sent = 0; sent < SEM_REAPED && harness_remaining_ms(deadline) > 0;) {
+		static unsigned char chunk[128u << 10]; /* fabsock: a pulled payload each */
+		size_t len = SEM_REAPED - sent < sizeof(chunk) ? SEM_REAPED - sent : sizeof(chunk);
+		ssize_t n;
+
+		harness_pattern_fill(43, sent, chunk, len);
+		n = send(fd, chunk, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (n > 0) {
+			sent += (size_t)n;
+		} else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			harness_wait_fd(fd, POLLOUT, 50);
+		} else if (!(n < 0 && errno == EINTR)) {
+			kill((pid_t)pid, SIGCONT);
+			return harness_fail("send after %zu bytes: %s", sent, n < 0 ? strerror(errno) : "returned 0");
+		}
 	}
 	if (close(fd) != 0) {
 		kill((pid_t)pid, SIGCONT);
