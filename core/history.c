@@ -801,12 +801,15 @@ static void fs_hist_report(uint64_t tag, uint64_t turns, uint64_t bytes)
 void fs_history_offloaded_closed(struct fs_history_conn *h, uint64_t turns, uint64_t bytes, bool losing,
 				 uint64_t ns_turn)
 {
+	/* (read once: a window's end may read it from another thread, and
+	 * the stores that clear it are atomic too) */
+	uint64_t tag = __atomic_load_n(&h->tag, __ATOMIC_RELAXED);
 	struct fs_hist_file *m;
 	struct fs_hist_entry *e;
 
-	if (!h->tag)
+	if (!tag)
 		return;
-	fs_hist_report(h->tag, turns, bytes);
+	fs_hist_report(tag, turns, bytes);
 	if (h->family_tag)
 		fs_hist_report(h->family_tag, turns, bytes);
 	fs_history_fabric_time(h, ns_turn);
@@ -828,7 +831,7 @@ void fs_history_offloaded_closed(struct fs_history_conn *h, uint64_t turns, uint
 	 * fabric, to step back again a window later (pgbench -c 4 -j 2,
 	 * memcslap's eight threads: most of a run's connections stepped
 	 * back, and the rest, making their window, wiped that out). */
-	if (fs_stepback_whole_window(turns) && (m = fs_hist_get()) && (e = fs_hist_find(m, h->tag, false))) {
+	if (fs_stepback_whole_window(turns) && (m = fs_hist_get()) && (e = fs_hist_find(m, tag, false))) {
 		uint32_t v = __atomic_load_n(&e->stepped_back, __ATOMIC_RELAXED);
 
 		/* a relearn's halves the count (one that misjudged, its answers
@@ -840,15 +843,16 @@ void fs_history_offloaded_closed(struct fs_history_conn *h, uint64_t turns, uint
 							 __ATOMIC_RELAXED, __ATOMIC_RELAXED))
 			;
 	}
-	h->tag = 0;
+	__atomic_store_n(&h->tag, 0, __ATOMIC_RELAXED);
 }
 
 void fs_history_stepped_back(struct fs_history_conn *h)
 {
+	uint64_t tag = __atomic_load_n(&h->tag, __ATOMIC_RELAXED);
 	struct fs_hist_file *m;
 	struct fs_hist_entry *e;
 
-	if (!h->tag)
+	if (!tag)
 		return;
 	/* during or right after a spell of lost slices (runq.h): work beside
 	 * made the fabric lose, not the program's pattern; kept, the verdict
@@ -858,20 +862,20 @@ void fs_history_stepped_back(struct fs_history_conn *h)
 		FS_STAT_INC(history_busy_unlearnt);
 		/* (but dated: while the host stays crowded, the next
 		 * connections go to TCP: fs_history_decide) */
-		if (fs_params.history_busy_sec && (m = fs_hist_get()) && (e = fs_hist_find(m, h->tag, true))) {
+		if (fs_params.history_busy_sec && (m = fs_hist_get()) && (e = fs_hist_find(m, tag, true))) {
 			uint32_t now_s = fs_hist_boot_s();
 
 			__atomic_store_n(&e->busy_s, now_s ? now_s : 1, __ATOMIC_RELAXED); /* (0: none) */
 		}
-		h->tag = 0;
+		__atomic_store_n(&h->tag, 0, __ATOMIC_RELAXED);
 		return;
 	}
-	if ((m = fs_hist_get()) && (e = fs_hist_find(m, h->tag, true))) {
+	if ((m = fs_hist_get()) && (e = fs_hist_find(m, tag, true))) {
 		if (__atomic_load_n(&e->stepped_back, __ATOMIC_RELAXED) < FS_HIST_STREAK_MAX)
 			__atomic_add_fetch(&e->stepped_back, 1, __ATOMIC_RELAXED);
 		__atomic_store_n(&e->last_s, fs_hist_boot_s(), __ATOMIC_RELAXED);
 	}
-	h->tag = 0; /* its close is a kernel socket's: nothing more to say */
+	__atomic_store_n(&h->tag, 0, __ATOMIC_RELAXED); /* its close is a kernel socket's: nothing more to say */
 }
 
 /* ---- kernel TCP connections the history chose -------------------------- */
