@@ -703,6 +703,14 @@ void fs_records_after_fork(void)
  */
 #define FS_REC_CACHE 64
 #define FS_REC_CACHE_STAMP_NS 50000000ll
+/* An entry checked this recently is trusted without its system call: a
+ * program that connects to one port thousands of times a second (an event
+ * loop to a plain server, or to another user's) made an fstat per
+ * connection. A record made or changed meanwhile is seen at most this much
+ * later; until then the connection goes as the old answer says, which is
+ * never a HELLO to a listener that did not ask for one (a "present" answer
+ * still probes, and a listener no longer there answers no probe). */
+#define FS_REC_CACHE_TRUST_NS 20000000ull
 
 struct fs_rec_cached {
 	uint32_t gen; /* fs_rec_dir_gen when read; 0: empty */
@@ -710,6 +718,7 @@ struct fs_rec_cached {
 	uint16_t port;
 	bool absent; /* no file: stamps are the directory's */
 	uint8_t hint;
+	uint64_t checked_ns; /* fs_now_coarse_ns of its last check (FS_REC_CACHE_TRUST_NS) */
 	uint64_t ino;
 	int64_t size;
 	struct timespec mtim, ctim;
@@ -755,6 +764,7 @@ static void fs_rec_cache_put(uint16_t port, uint32_t uid, bool absent, enum fs_r
 	c->size = (int64_t)st->st_size;
 	c->mtim = st->st_mtim;
 	c->ctim = st->st_ctim;
+	c->checked_ns = fs_now_coarse_ns();
 	c->gen = fs_rec_dir_gen;
 }
 
@@ -764,14 +774,21 @@ static enum fs_record_hint fs_rec_cache_get(int dfd, uint16_t port, uint32_t uid
 {
 	struct fs_rec_cached *c = &fs_rec_cache[port % FS_REC_CACHE];
 	struct stat st;
+	uint64_t now;
 
 	if (!c->gen || c->gen != fs_rec_dir_gen || c->port != port || c->uid != uid)
 		return FS_RECORD_UNKNOWN;
+	now = fs_now_coarse_ns();
+	if (now - c->checked_ns < FS_REC_CACHE_TRUST_NS)
+		return (enum fs_record_hint)c->hint;
 	if (c->absent) {
-		if (fstat(dfd, &st) == 0 && st.st_nlink > 0 && fs_rec_same_stamps(c, &st))
+		if (fstat(dfd, &st) == 0 && st.st_nlink > 0 && fs_rec_same_stamps(c, &st)) {
+			c->checked_ns = now;
 			return (enum fs_record_hint)c->hint;
+		}
 	} else if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) && st.st_uid == uid &&
 		   !(st.st_mode & 077) && fs_rec_same_stamps(c, &st)) {
+		c->checked_ns = now;
 		return (enum fs_record_hint)c->hint;
 	}
 	c->gen = 0;
