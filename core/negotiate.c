@@ -71,11 +71,16 @@ unsigned fs_negotiate_pick_provider(const struct sockaddr *local, const struct s
 {
 	uint8_t la[16], pa[16];
 	uint16_t lp, pp;
-	unsigned named = fs_fabric_prov_parse(fs_params.provider);
+	unsigned named;
 
-	fs_sockaddr_key(local, la, &lp);
-	fs_sockaddr_key(peer, pa, &pp);
 	*why = NULL;
+	/* (a loopback peer with shm on, every local connection's case, needs
+	 * neither the local address's key nor the provider's name parsed) */
+	fs_sockaddr_key(peer, pa, &pp);
+	if (fs_params.shm && fs_negotiate_loopback(pa))
+		return FS_PROV_SHM;
+	fs_sockaddr_key(local, la, &lp);
+	named = fs_fabric_prov_parse(fs_params.provider);
 	if (fs_negotiate_loopback(pa) || memcmp(la, pa, 16) == 0) {
 		if (fs_params.shm)
 			return FS_PROV_SHM;
