@@ -562,23 +562,25 @@ static void fs_hist_command_short(struct fs_hist_file *m)
 #define FS_HIST_TAG_MEMO 4u
 
 static __thread struct fs_hist_tag_memo {
+	uint64_t tag, family_tag; /* tag 0: empty */
 	uint8_t key[16];
 	uint16_t port;
-	uint64_t prog, fam, tag, family_tag;
 } fs_hist_tag_memo[FS_HIST_TAG_MEMO] __attribute__((tls_model("initial-exec")));
 
+/* (the program's and the family's hashes are the process's, made once
+ * from its command line: a thread's memo holds for its life, a fork's
+ * child has the same, and an exec starts with none) */
 static void fs_hist_tags(struct fs_history_conn *h, const uint8_t key[16], uint16_t port)
 {
-	uint64_t prog = fs_hist_program(), fam = fs_hist_family();
 	struct fs_hist_tag_memo *t = &fs_hist_tag_memo[(key[15] ^ port) % FS_HIST_TAG_MEMO];
 
-	if (!t->tag || t->port != port || t->prog != prog || t->fam != fam || memcmp(t->key, key, 16) != 0) {
+	if (!t->tag || t->port != port || memcmp(t->key, key, 16) != 0) {
+		uint64_t prog = fs_hist_program(), fam = fs_hist_family(); /* (in this order) */
+
 		t->tag = fs_hist_fnv(fs_hist_fnv(prog, key, 16), &port, sizeof(port)) | 1;
 		t->family_tag = fam ? fs_hist_fnv(fs_hist_fnv(fam, key, 16), &port, sizeof(port)) | 1 : 0;
 		memcpy(t->key, key, 16);
 		t->port = port;
-		t->prog = prog;
-		t->fam = fam;
 	}
 	h->tag = t->tag;
 	h->family_tag = t->family_tag;
