@@ -597,8 +597,7 @@ static void fs_stream_destroy(struct fs_engine *e, struct fs_stream *s)
 	 * handler, which takes a NULL stream as nobody's: their owner is
 	 * cleared here, S may be freed below. */
 	if (s->tx_inflight) {
-		fs_pool_disown(&er->tx_data, s);
-		fs_pool_disown(&er->tx_ctrl, s);
+		FS_STAT_ADD(tx_disowned, fs_pool_disown(&er->tx_data, s) + fs_pool_disown(&er->tx_ctrl, s));
 		s->tx_inflight = 0;
 	}
 	er->streams--;

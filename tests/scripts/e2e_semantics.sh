@@ -9,7 +9,8 @@
 # peer_kill, peer_kill_rev, read_write, getpeername, poll_queued, cork,
 # msg_more; in fabsock mode cork's server must have kept its three TCP_CORK
 # settings, cork_kept=3, and msg_more's held its two MSG_MORE sends,
-# more_held=2). A scenario passes when
+# more_held=2; in fabsock mode linger_reaped's client must have freed its
+# stream with sends still posted, tx_disowned>=1). A scenario passes when
 # both processes exit 0, each prints `PASS <scenario>` and no FAIL line; in
 # fabsock mode each process's exit stats line (`fabsock[PID]: warn: stats:
 # offloaded=N ...`) must also show N equal to the `connections=N` it reports,
@@ -266,6 +267,15 @@ run_scenario() { # MODE SCENARIO
 		local kept
 		kept=$(fs_stat_sum "$dir/server.err" cork_kept)
 		[ "${kept:-0}" = 3 ] || fs_fail "$label: server stats cork_kept=${kept:-none}, expected 3"
+	fi
+	if [ "$scenario" = linger_reaped ] && [ "$mode" = fabsock ]; then
+		# the writer's stream was freed with sends still posted: the
+		# path the scenario exists for was taken (a plain build cannot
+		# see the use-after-free; the ASan build reports it)
+		local disowned
+		disowned=$(fs_stat_sum "$dir/client.err" tx_disowned)
+		[ "${disowned:-0}" -ge 1 ] 2>/dev/null ||
+			fs_fail "$label: client stats tx_disowned=${disowned:-none}, expected at least 1"
 	fi
 	if [ "$scenario" = msg_more ] && [ "$mode" = fabsock ]; then
 		# both MSG_MORE sends held their tail for the next send
