@@ -81,6 +81,7 @@
 #include "config/params.h"
 #include "core/engine.h"
 #include "core/fdtable.h"
+#include "core/plain.h"
 #include "core/sock.h"
 #include "core/stats.h"
 #include "preload/real.h"
@@ -907,6 +908,9 @@ bool fs_epoll_is_instance(int fd)
 	/* a TCP connection its history chose, added by an event loop right
 	 * after its connect(): a socket, known without a system call */
 	if (fs_history_follows(fd))
+		return false;
+	/* a plain listener's untracked connection (core/plain.h): the same */
+	if (fs_plain_marked(fd))
 		return false;
 	if (fstat(fd, &st) == 0 && (st.st_mode & S_IFMT) != 0)
 		return false;

@@ -33,6 +33,7 @@
 #include "core/diag.h"
 #include "core/engine.h"
 #include "core/fdtable.h"
+#include "core/plain.h"
 #include "core/service.h"
 #include "core/sock.h"
 #include "core/stats.h"
@@ -810,7 +811,10 @@ void fs_listener_put(struct fs_listener *l)
 		fs_internal_fd_close(l->table_fd);
 	if (l->shared_table && l->pid == getpid())
 		fs_probe_table_leave(l);
-	munmap(l->table, sizeof(*l->table));
+	/* (a plain listener's table stays: marks of connections it accepted
+	 * untracked may be let go of later, core/plain.h) */
+	if (!__atomic_load_n(&l->plain_handle, __ATOMIC_ACQUIRE))
+		munmap(l->table, sizeof(*l->table));
 	free(l);
 }
 
@@ -1133,7 +1137,9 @@ static void fs_listener_answer(struct fs_listener *l, const uint8_t *pkt, ssize_
 			/* a resend whose first probe another thread was answering
 			 * meanwhile (the service thread and an application thread
 			 * drain the same twin): a repeat all the same */
-			if (r->state == FS_REC_YES)
+			bool repeat = r->state == FS_REC_YES;
+
+			if (repeat)
 				FS_STAT_INC(probes_repeated);
 			fs_rec_state_set(l->table, r, FS_REC_YES);
 			r->nonce = ask.nonce;
@@ -1141,6 +1147,15 @@ static void fs_listener_answer(struct fs_listener *l, const uint8_t *pkt, ssize_
 			r->client_inode = client_inode;
 			r->stamp_ns = fs_now_ns();
 			answer = FS_PROBE_YES;
+			/* a plain listener's untracked connection from this port
+			 * (core/plain.h: the YES is recorded first, then the
+			 * count read): no, and the listener tracks again */
+			if (!repeat && fs_plain_refuses(l->table, ask.client_port, ask.wait_ms)) {
+				FS_DBG("probe for port %u answered no: a connection from it is not tracked",
+				       ask.client_port);
+				fs_rec_state_set(l->table, r, FS_REC_TCP);
+				answer = FS_PROBE_NO;
+			}
 		} else if (r) {
 			FS_DBG("probe for port %u answered no: record state %u, nonce %#llx vs %#llx, age %llu ms",
 			       ask.client_port, r->state, (unsigned long long)r->nonce,

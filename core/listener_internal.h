@@ -50,6 +50,17 @@ struct fs_probe_table {
 	 * before). A count an older build sharing the table does not keep
 	 * only costs that look (fs_listener_yes_none). */
 	uint32_t yes_live;
+	/* Plain listeners (core/plain.h): bumped by an answerer that said no
+	 * for an untracked connection (every process of the listener tracks
+	 * its connections again); per client port, the untracked connections
+	 * held (atomic) and when that count was last lowered (coarse
+	 * monotonic ms, | 1; 0: never). Untouched pages cost nothing. */
+	uint32_t plain_gen;
+	/* a process of the listener let go of an untracked connection another
+	 * process may hold (a fork-per-connection server): never plain again */
+	uint32_t plain_off;
+	uint32_t plain_live[65536];
+	uint32_t plain_closed_ms[65536];
 };
 
 struct fs_listener {
@@ -93,6 +104,15 @@ struct fs_listener {
 	/* the table's lock was held past FS_PROBE_TABLE_LOCK_MS: until then
 	 * (atomic), tries do not wait (fs_table_lock) */
 	uint64_t table_stuck_until_ns;
+	/* plain listeners (core/plain.h), this process's view: connections
+	 * from this host that settled without the fabric in a row (atomic),
+	 * whether its connections from this host go untracked (atomic), the
+	 * table's plain_gen then, and its slot among the plain tables (0:
+	 * none; the table is then never unmapped, marks may name it) */
+	unsigned plain_streak;
+	bool plain;
+	uint32_t plain_gen_seen;
+	unsigned plain_handle;
 	/* its listener record (core/records.h): inode 0 when none */
 	struct fs_record_pub rec;
 	struct fs_listener *next;

@@ -37,6 +37,7 @@
 #include "core/fabric.h"
 #include "core/listener.h"
 #include "core/negcache.h"
+#include "core/plain.h"
 #include "core/records.h"
 #include "core/probe.h"
 #include "core/sock.h"
@@ -882,6 +883,11 @@ static int fs_server_expect_hello(struct fs_sock *s, const struct fs_probe_rec *
 	 * precedes ours: wait its timeout plus a margin for scheduling. */
 	uint64_t first_byte_deadline = start + (wait_ms + FS_HELLO_MARGIN_MS) * FS_MS;
 	int ret;
+
+	/* its client wants the fabric (a "yes" to its probe): not a plain
+	 * client, whether or not it offloads (core/plain.h) */
+	if (s->listener && s->plain_note)
+		fs_plain_settled(s->listener, true);
 
 	/* A sender (a server that speaks first) got a "yes" while another
 	 * thread of the application waits in the kernel for this connection's

@@ -39,6 +39,7 @@
 #include "core/negcache.h"
 #include "core/records.h"
 #include "core/negotiate.h"
+#include "core/plain.h"
 #include "core/service.h"
 #include "core/sigs.h"
 #include "core/stats.h"
@@ -69,8 +70,11 @@ unsigned fs_sock_hello_sent;
 /* S no longer waits for its probe: its listener may let its twin go. */
 static void fs_sock_settled(struct fs_sock *s)
 {
-	if (__atomic_exchange_n(&s->unsettled, false, __ATOMIC_ACQ_REL) && s->listener)
+	if (__atomic_exchange_n(&s->unsettled, false, __ATOMIC_ACQ_REL) && s->listener) {
+		if (s->plain_note)
+			fs_plain_settled(s->listener, fs_sock_state(s) == FS_SOCK_OFFLOADED);
 		fs_listener_unsettled(s->listener, false);
+	}
 }
 
 static void fs_sock_set_state(struct fs_sock *s, enum fs_sock_state state)
@@ -1104,12 +1108,23 @@ plain:
 }
 
 void fs_core_accepted(struct fs_sock *ls, int newfd, int flags, const struct sockaddr *addr, const socklen_t *len,
-		      socklen_t room)
+		      socklen_t room, unsigned spread)
 {
 	struct fs_sock *s, *old;
+	uint64_t mark;
 
 	if (fs_sock_state(ls) != FS_SOCK_LISTENING)
 		return;
+	/* A plain listener's connection from this host: nothing of fabsock's
+	 * from here on (core/plain.h) */
+	if (ls->listener) {
+		fs_listener_accepting(ls->listener);
+		if (fs_plain_accept(ls->listener, newfd, addr, len, room, spread))
+			return;
+	}
+	/* a mark left at this number by a close fabsock did not see */
+	if ((mark = fs_plain_take(newfd)) != 0)
+		fs_plain_release(mark);
 	s = fs_sock_alloc(newfd, ls->family);
 	if (!s)
 		return;
@@ -1127,12 +1142,12 @@ void fs_core_accepted(struct fs_sock *ls, int newfd, int flags, const struct soc
 	/* A listener without its twin (the application holds the UDP port)
 	 * answers no probe: its connections go as those of no listener (stay
 	 * on TCP, strip a HELLO another twin may have asked for). */
-	if (ls->listener)
-		fs_listener_accepting(ls->listener);
 	if (ls->listener && fs_listener_has_twin(ls->listener)) {
 		fs_listener_get(ls->listener);
 		s->listener = ls->listener;
 		s->unsettled = true;
+		s->plain_note = fs_params.plain_after && s->neg->accepted_len &&
+				fs_plain_loopback((const struct sockaddr *)&s->neg->accepted_peer);
 		fs_listener_unsettled(s->listener, true);
 	}
 	old = fs_fdt_set(newfd, s);

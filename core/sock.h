@@ -205,6 +205,9 @@ struct fs_sock {
 	/* accepted while the listener's twin was bound, and still waiting
 	 * for its probe: counted in fs_listener_unsettled (atomic) */
 	bool unsettled;
+	/* accepted from a loopback client by a listener that may turn plain:
+	 * how it settles counts in the listener's streak (core/plain.h) */
+	bool plain_note;
 	/* server side: threads waiting in the kernel for the first byte
 	 * (fs_sock_first_read, not under the lock); while there are, no other
 	 * thread offloads the connection (its reads would then wait on an
@@ -273,9 +276,10 @@ void fs_sock_put(struct fs_sock *s);
 void fs_core_socket(int fd, int domain, int type);
 int fs_core_connect(struct fs_sock *s, const struct sockaddr *addr, socklen_t len);
 int fs_core_listen(struct fs_sock *s, int backlog);
-/* After a real accept on listening S returned NEWFD. */
+/* After a real accept on listening S returned NEWFD. SPREAD: fs_fds_spread
+ * read before that accept (core/plain.h). */
 void fs_core_accepted(struct fs_sock *s, int newfd, int flags, const struct sockaddr *addr, const socklen_t *len,
-		      socklen_t room);
+		      socklen_t room, unsigned spread);
 ssize_t fs_core_recvmsg(struct fs_sock *s, struct msghdr *msg, int flags);
 ssize_t fs_core_sendmsg(struct fs_sock *s, const struct msghdr *msg, int flags);
 /* recvmmsg: ERR (not -EAGAIN) ended a batch that had messages already;

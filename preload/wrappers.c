@@ -24,6 +24,7 @@
 #include "core/epoll.h"
 #include "core/fabric.h"
 #include "core/fdtable.h"
+#include "core/plain.h"
 #include "core/guard.h"
 #include "core/handback.h"
 #include "core/listener.h"
@@ -121,6 +122,7 @@ static int fs_accept_common(int fd, struct sockaddr *addr, socklen_t *len, int f
 	struct fs_sock *s = fs_wrap_sock(fd);
 	struct sockaddr_storage own;
 	socklen_t own_len = sizeof(own), room;
+	unsigned spread;
 	int newfd;
 
 	if (!s)
@@ -130,9 +132,11 @@ static int fs_accept_common(int fd, struct sockaddr *addr, socklen_t *len, int f
 		len = &own_len;
 	}
 	room = len ? *len : 0;
+	/* before the descriptor exists: a fork after it gives it to the child */
+	spread = __atomic_load_n(&fs_fds_spread, __ATOMIC_SEQ_CST);
 	newfd = four ? FS_REAL(accept4)(fd, addr, len, flags) : FS_REAL(accept)(fd, addr, len);
 	if (newfd >= 0)
-		fs_core_accepted(s, newfd, flags, addr, len, room);
+		fs_core_accepted(s, newfd, flags, addr, len, room, spread);
 	fs_sock_put(s);
 	return newfd;
 }
@@ -410,6 +414,7 @@ FS_EXPORT int close(int fd)
 
 	if (FS_BEFORE_INIT() || (!fs_fdt_peek_any(fd) && !fs_epoll_known(fd) && !fs_epoll_left(fd))) {
 		int closed, err;
+		uint64_t mark = FS_BEFORE_INIT() ? 0 : fs_plain_take(fd);
 
 		/* a TCP connection its history chose: the kernel's counts first
 		 * (no vfork check: in such a child the report would only come
@@ -418,6 +423,11 @@ FS_EXPORT int close(int fd)
 			fs_history_fd_closing(fd);
 		closed = FS_REAL(close)(fd);
 		err = errno;
+		/* a plain listener's untracked connection: its port's count */
+		if (mark) {
+			fs_plain_release(mark);
+			errno = err;
+		}
 
 		/* an application's UDP socket that took a probe twin's port */
 		if (__atomic_load_n(&fs_twin_displacers_n, __ATOMIC_RELAXED) && !FS_BEFORE_INIT() &&
@@ -467,8 +477,12 @@ FS_EXPORT int close_range(unsigned int first, unsigned int last, int flags)
 			fs_epoll_closed((int)fd);
 		fs_epoll_left_closing((int)fd);
 		if (!peek) {
+			uint64_t mark = fs_plain_take((int)fd);
+
 			if (__atomic_load_n(&fs_history_tracked, __ATOMIC_RELAXED))
 				fs_history_fd_closing((int)fd);
+			if (mark)
+				fs_plain_drop(mark); /* (its port stays counted) */
 			continue;
 		}
 		if (peek == FS_SOCK_INTERNAL) {
@@ -511,11 +525,32 @@ static int fs_dup_done(int fd, int newfd)
 
 FS_EXPORT int dup(int fd)
 {
+	fs_plain_dup(fd);
 	if (fs_epoll_left(fd))
 		fs_fds_spread_note(); /* a second descriptor fabsock does not count */
 	if (!fs_fdt_peek_any(fd) || fs_core_hands_off())
 		return FS_REAL(dup)(fd);
 	return fs_dup_done(fd, FS_REAL(dup)(fd));
+}
+
+static int fs_dup_replace(int fd, int newfd, int flags, bool three);
+
+/* dup2/dup3 over a plain listener's untracked connection (core/plain.h):
+ * its port's count is lowered once the kernel replaced it. */
+static int fs_dup_over_plain(int fd, int newfd, int flags, bool three)
+{
+	uint64_t mark = fs_plain_take(newfd);
+	int ret, err;
+
+	fs_plain_dup(fd);
+	ret = fs_dup_replace(fd, newfd, flags, three);
+	err = errno;
+	if (ret >= 0)
+		fs_plain_release(mark);
+	else
+		fs_plain_restore(newfd, mark);
+	errno = err;
+	return ret;
 }
 
 /* dup2/dup3 replace NEWFD: what fabsock had there goes first, as at
@@ -525,6 +560,10 @@ static int fs_dup_replace(int fd, int newfd, int flags, bool three)
 {
 	struct fs_sock *target = fs_fdt_peek(newfd);
 
+	if (fd != newfd && fs_plain_marked(newfd) && !FS_BEFORE_INIT())
+		return fs_dup_over_plain(fd, newfd, flags, three);
+	if (fd != newfd)
+		fs_plain_dup(fd);
 	if (fd != newfd && fs_epoll_left(fd))
 		fs_fds_spread_note(); /* a second descriptor fabsock does not count */
 	/* a TCP connection its history chose, replaced: reported as closed */
@@ -673,8 +712,12 @@ FS_EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t
  * O_NONBLOCK of a socket of ours is noted. */
 static int fs_fcntl_common(int fd, int cmd, long arg, int (*real)(int, int, ...))
 {
-	int ret = real(fd, cmd, arg);
+	int ret;
 	struct fs_sock *s;
+
+	if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)
+		fs_plain_dup(fd);
+	ret = real(fd, cmd, arg);
 
 	if (ret >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) && fs_epoll_left(fd))
 		fs_fds_spread_note(); /* a second descriptor fabsock does not count */
