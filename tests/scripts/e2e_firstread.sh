@@ -36,6 +36,9 @@ command -v strace >/dev/null || fs_skip "strace is missing"
 COUNT=200
 WARMUP=10 # fabsock-netbench connect makes 10 untimed connections first
 TOTAL=$((COUNT + WARMUP))
+# the tracked first read is what this studies (a remote client's, the first
+# connections of a listener): no plain listeners (e2e_plain has those)
+export FABSOCK_PLAIN_AFTER=0
 
 start_server() { # DIR ENV...: starts the server into $srv, its port into $port
 	local dir=$1
