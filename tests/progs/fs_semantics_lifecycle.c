@@ -230,9 +230,11 @@ static int close_exit_late_client(int fd)
  * posted. After a one-byte exchange the server sends its pid; the client
  * stops it (SIGSTOP), writes up to 256 KiB without blocking, for at most
  * 500 ms (under fabsock the window takes it all: payloads that wait at the
- * sender for the reader to pull them), closes, and stays alive for 1.6 s while the
+ * sender for the reader to pull them), closes, and stays alive for 3 s while the
  * script gives it FABSOCK_LINGER_SEC=1: fabsock drops the closed stream
- * with its sends still posted. Then it continues the server, which pulls
+ * with its sends still posted (its service thread's timer does, which a
+ * loaded host delays: 1.6 s was not always enough beside CI's other
+ * tests, and the server, continued, then pulled every payload first). Then it continues the server, which pulls
  * them: their completions reach the writer after its stream is gone (a
  * use-after-free before, which the ASan run of this scenario reports), and
  * the client stays 1 s more to take them. The server reads what arrives:
@@ -306,7 +308,7 @@ static int linger_reaped_client(int fd)
 		kill((pid_t)pid, SIGCONT);
 		return harness_fail("close: %s", strerror(errno));
 	}
-	harness_sleep_ms(1600);
+	harness_sleep_ms(3000);
 	if (kill((pid_t)pid, SIGCONT) != 0)
 		return harness_fail("continuing the server: %s", strerror(errno));
 	harness_sleep_ms(1000);
