@@ -283,6 +283,12 @@ static int linger_reaped_client(int fd)
 
 	if (harness_send_byte(fd, 's') < 0 || harness_recv_exact(fd, &pid, sizeof(pid)) < 0)
 		return -1;
+	/* stopped only once its threads are idle: a server stopped inside a
+	 * provider call keeps its shm region's lock, and every send to it
+	 * then waits in the provider, MSG_DONTWAIT or not (a known gap,
+	 * docs/design.md "Known gaps"; seen here 1 run in 55 on a loaded
+	 * host, the client blocked in fs_prov_spin_lock) */
+	harness_sleep_ms(200);
 	if (pid <= 1 || kill((pid_t)pid, SIGSTOP) != 0)
 		return harness_fail("stopping the server (pid %u): %s", pid, strerror(errno));
 	deadline = harness_now_ms() + 500;
