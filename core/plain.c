@@ -66,6 +66,35 @@ static void fs_plain_lower(struct fs_probe_table *t, uint16_t port, bool stamp)
 		;
 }
 
+/* The marks' table, mapped at its first use. fs_plain_lock held. */
+static uint64_t *fs_plain_marks_map(void)
+{
+	uint64_t *marks = __atomic_load_n(&fs_plain_marks, __ATOMIC_ACQUIRE);
+
+	if (!marks && fs_fdt_size) {
+		marks = fs_fd_table_map(fs_fdt_size, sizeof(*marks));
+		if (!marks)
+			return NULL;
+		fs_plain_marks_size = fs_fdt_size;
+		__atomic_store_n(&fs_plain_marks, marks, __ATOMIC_RELEASE);
+	}
+	return marks;
+}
+
+void fs_plain_note_socket(int fd)
+{
+	uint64_t *marks = __atomic_load_n(&fs_plain_marks, __ATOMIC_ACQUIRE), none = 0;
+
+	if (!marks) {
+		pthread_mutex_lock(&fs_plain_lock);
+		marks = fs_plain_marks_map();
+		pthread_mutex_unlock(&fs_plain_lock);
+	}
+	if (marks && fd >= 0 && (unsigned long)fd < fs_plain_marks_size)
+		__atomic_compare_exchange_n(&marks[fd], &none, FS_PLAIN_SOCKET, false, __ATOMIC_ACQ_REL,
+					    __ATOMIC_RELAXED);
+}
+
 /* L turns plain in this process: a slot for its table, the marks' table. */
 static void fs_plain_begin(struct fs_listener *l)
 {
@@ -80,14 +109,7 @@ static void fs_plain_begin(struct fs_listener *l)
 		__atomic_store_n(&fs_plain_tables[fs_plain_tables_n++], l->table, __ATOMIC_RELEASE);
 		__atomic_store_n(&l->plain_handle, fs_plain_tables_n, __ATOMIC_RELEASE);
 	}
-	marks = __atomic_load_n(&fs_plain_marks, __ATOMIC_ACQUIRE);
-	if (!marks && fs_fdt_size) {
-		marks = fs_fd_table_map(fs_fdt_size, sizeof(*marks));
-		if (!marks)
-			goto out;
-		fs_plain_marks_size = fs_fdt_size;
-		__atomic_store_n(&fs_plain_marks, marks, __ATOMIC_RELEASE);
-	}
+	marks = fs_plain_marks_map();
 	if (!marks)
 		goto out;
 	__atomic_store_n(&l->plain_gen_seen, __atomic_load_n(&l->table->plain_gen, __ATOMIC_ACQUIRE), __ATOMIC_RELAXED);
@@ -239,12 +261,16 @@ void fs_plain_restore(int fd, uint64_t mark)
 
 void fs_plain_drop(uint64_t mark)
 {
-	(void)mark; /* (a close_range: most often a child's after a fork, whose marks are kept anyway) */
-	FS_STAT_INC(plain_kept);
+	/* (a close_range: most often a child's after a fork, whose marks are kept anyway) */
+	if (mark > FS_PLAIN_SOCKET)
+		FS_STAT_INC(plain_kept);
 }
 
 void fs_plain_dup(int fd)
 {
-	if (fs_plain_marked(fd))
+	uint64_t *marks = __atomic_load_n(&fs_plain_marks, __ATOMIC_ACQUIRE);
+
+	if (marks && fd >= 0 && (unsigned long)fd < fs_plain_marks_size &&
+	    __atomic_load_n(&marks[fd], __ATOMIC_RELAXED) > FS_PLAIN_SOCKET)
 		fs_fds_spread_note(); /* two descriptors: one close must not lower the count */
 }

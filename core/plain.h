@@ -71,6 +71,22 @@ static inline uint64_t fs_plain_take(int fd)
 	return __atomic_exchange_n(&marks[fd], 0, __ATOMIC_ACQ_REL);
 }
 void fs_plain_release(uint64_t mark);
+/* The mark of a socket fabsock let go of (a kernel socket from now on):
+ * nothing is counted behind it; it tells fs_epoll_is_instance that the
+ * descriptor is no epoll instance without an fstat (an event loop's every
+ * connection to a server without a record of its user). Made by
+ * fs_plain_note_socket, taken like any mark at a close; a new descriptor
+ * at a number whose close fabsock did not see drops what was left there
+ * (fs_plain_forget: epoll_create, the dup calls, SCM_RIGHTS). */
+#define FS_PLAIN_SOCKET 1ull
+void fs_plain_note_socket(int fd);
+static inline void fs_plain_forget(int fd)
+{
+	uint64_t mark = fs_plain_take(fd);
+
+	if (mark)
+		fs_plain_release(mark);
+}
 void fs_plain_restore(int fd, uint64_t mark);
 /* The mark is left (a close_range: the count stays raised). */
 void fs_plain_drop(uint64_t mark);

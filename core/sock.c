@@ -279,6 +279,8 @@ void fs_sock_release(struct fs_sock *s)
 	fs_epoll_sock_left(s);
 	for (unsigned i = 0; i < s->n_app_fds; i++) {
 		fs_inherit_note(s->app_fds[i], FS_INH_NONE);
+		/* (a socket: an event loop's epoll_ctl of it needs no fstat) */
+		fs_plain_note_socket(s->app_fds[i]);
 		if (fs_fdt_clear(s->app_fds[i], s))
 			fs_sock_put(s); /* the table's reference */
 	}

@@ -246,12 +246,35 @@ FS_EXPORT ssize_t readv(int fd, const struct iovec *iov, int iovcnt)
 	return ret == FS_PASS ? FS_REAL(readv)(fd, iov, iovcnt) : fs_ret(ret);
 }
 
+/* Descriptors that came with MSG (SCM_RIGHTS): a mark a close fabsock did
+ * not see left at their numbers goes (core/plain.h). */
+static void fs_rights_received(const struct msghdr *msg)
+{
+	for (struct cmsghdr *c = CMSG_FIRSTHDR((struct msghdr *)msg); c; c = CMSG_NXTHDR((struct msghdr *)msg, c)) {
+		size_t n;
+
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS || c->cmsg_len < CMSG_LEN(0))
+			continue;
+		n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < n; i++) {
+			int got;
+
+			memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof(got));
+			fs_plain_forget(got);
+		}
+	}
+}
+
 FS_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 {
 	ssize_t ret = fs_fdt_peek_any(fd) ? fs_recv_entry(fd, msg, flags) : FS_PASS;
 
-	if (ret == FS_PASS)
-		return FS_REAL(recvmsg)(fd, msg, flags);
+	if (ret == FS_PASS) {
+		ret = FS_REAL(recvmsg)(fd, msg, flags);
+		if (ret >= 0 && msg && msg->msg_controllen && fs_plain_marks && !FS_BEFORE_INIT())
+			fs_rights_received(msg);
+		return ret;
+	}
 	return fs_ret(ret);
 }
 
@@ -525,11 +548,17 @@ static int fs_dup_done(int fd, int newfd)
 
 FS_EXPORT int dup(int fd)
 {
+	int newfd;
+
 	fs_plain_dup(fd);
 	if (fs_epoll_left(fd))
 		fs_fds_spread_note(); /* a second descriptor fabsock does not count */
-	if (!fs_fdt_peek_any(fd) || fs_core_hands_off())
-		return FS_REAL(dup)(fd);
+	if (!fs_fdt_peek_any(fd) || fs_core_hands_off()) {
+		newfd = FS_REAL(dup)(fd);
+		if (newfd >= 0 && !FS_BEFORE_INIT())
+			fs_plain_forget(newfd); /* (a mark left there: core/plain.h) */
+		return newfd;
+	}
 	return fs_dup_done(fd, FS_REAL(dup)(fd));
 }
 
@@ -718,6 +747,8 @@ static int fs_fcntl_common(int fd, int cmd, long arg, int (*real)(int, int, ...)
 	if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)
 		fs_plain_dup(fd);
 	ret = real(fd, cmd, arg);
+	if (ret >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) && !FS_BEFORE_INIT())
+		fs_plain_forget(ret); /* (a mark left there: core/plain.h) */
 
 	if (ret >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) && fs_epoll_left(fd))
 		fs_fds_spread_note(); /* a second descriptor fabsock does not count */
@@ -860,6 +891,28 @@ FS_EXPORT int pselect(int nfds, fd_set *r, fd_set *w, fd_set *x, const struct ti
 	if (timeout && (timeout->tv_sec < 0 || timeout->tv_nsec < 0 || timeout->tv_nsec >= 1000000000L))
 		return (int)fs_ret(-EINVAL);
 	return (int)fs_ret(fs_core_select(nfds, r, w, x, fs_ts_to_ns(timeout), sigmask));
+}
+
+/* epoll_create and epoll_create1: a new instance has no members (fabsock
+ * learns an instance at its first epoll_ctl with one of its sockets); only
+ * a mark a close fabsock did not see left at its number goes (it would
+ * take the instance for a socket: core/plain.h). */
+FS_EXPORT int epoll_create(int size)
+{
+	int fd = FS_REAL(epoll_create)(size);
+
+	if (fd >= 0 && !FS_BEFORE_INIT())
+		fs_plain_forget(fd);
+	return fd;
+}
+
+FS_EXPORT int epoll_create1(int flags)
+{
+	int fd = FS_REAL(epoll_create1)(flags);
+
+	if (fd >= 0 && !FS_BEFORE_INIT())
+		fs_plain_forget(fd);
+	return fd;
 }
 
 FS_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)

@@ -1729,6 +1729,36 @@ out:
 }
 
 /*
+ * nested_stale: as nested, but set A gets the number of a socket that
+ * fabsock let go of and that was then closed where fabsock does not see it
+ * (fclose of an fdopen()ed descriptor: glibc's own close): a connection of
+ * this process to a listener of its own stays on kernel TCP (fabsock marks
+ * the descriptor a plain socket, core/plain.h, so that an epoll_ctl of it
+ * needs no fstat); epoll_create1 must drop that mark, or A would be taken
+ * for a socket in B and B would never see A's offloaded member.
+ */
+static int nested_stale_client(int fd)
+{
+	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t slen = sizeof(sin);
+	int lfd = socket(AF_INET, SOCK_STREAM, 0), c = socket(AF_INET, SOCK_STREAM, 0), stale, status;
+	FILE *f;
+
+	if (lfd < 0 || c < 0 || bind(lfd, (struct sockaddr *)&sin, sizeof(sin)) < 0 || listen(lfd, 4) < 0 ||
+	    getsockname(lfd, (struct sockaddr *)&sin, &slen) < 0 || connect(c, (struct sockaddr *)&sin, slen) < 0)
+		return harness_fail("a connection to a listener of this process: %s", strerror(errno));
+	stale = c;
+	f = fdopen(c, "r+");
+	if (!f)
+		return harness_fail("fdopen: %s", strerror(errno));
+	fclose(f);
+	status = nested_client(fd);
+	harness_info("the stale socket was fd %d", stale);
+	close(lfd);
+	return status;
+}
+
+/*
  * nested_reused: set A (holding the socket) is in set B; the client closes
  * A, its last fd, which takes it out of B, and a new set C - usually given
  * A's fd number - gets the socket. After the server's 10 bytes C reports
@@ -2857,6 +2887,7 @@ static const struct harness_scenario scenarios[] = {
 	{ "mixed_set", ev_serve, mixed_set_client, 0 },
 	{ "two_sets", ev_serve, two_sets_client, 0 },
 	{ "nested", ev_serve, nested_client, 0 },
+	{ "nested_stale", ev_serve, nested_stale_client, 0 },
 	{ "nested_reused", ev_serve, nested_reused_client, 0 },
 	{ "close_registered", close_registered_server, close_registered_client, HARNESS_CLIENT_CLOSES_FD },
 	{ "timeouts", timeouts_server, timeouts_client, 0 },

@@ -46,7 +46,6 @@ aio_cancel aio_cancel64 aio_error aio_error64 aio_return aio_return64 aio_suspen
 aio_fsync aio_fsync64	fsync on a socket moves no byte (EINVAL)
 # Descriptors that cannot be a TCP socket of fabsock's
 socketpair	AF_UNIX only (a TCP socketpair is EOPNOTSUPP): never offloaded
-epoll_create epoll_create1	a new instance has no members; fabsock learns an instance at its first epoll_ctl with one of its sockets
 bindresvport	binds (bind is the kernel's anyway, fabsock only watches listen/connect)
 signalfd	signals, not sockets
 readdir readdir64 readdir64_r readdir_r fdopendir closedir	directory streams
