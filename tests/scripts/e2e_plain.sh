@@ -33,22 +33,6 @@ COUNT=300 REQ=100 ANSWER=4096 AFTER=16
 LIMIT_S=120
 SRV_ENV="FABSOCK_PLAIN_AFTER=$AFTER"
 
-check_files() { # LABEL DIR
-	local label=$1 dir=$2 a b
-	for pair in client.sent:server.recv server.sent:client.recv; do
-		set -- ${pair/:/ }
-		a=$(sha256sum <"$dir/$1" | cut -d' ' -f1) b=$(sha256sum <"$dir/$2" | cut -d' ' -f1)
-		[ -s "$dir/$1" ] || fs_fail "$label: $1 is empty"
-		[ "$a" = "$b" ] || fs_fail "$label: sha256 of $1 ($a) differs from $2 ($b)"
-	done
-}
-
-check_exit() { # LABEL SIDE RC OUTFILE ERRFILE
-	if [ "$3" -ne 0 ] || ! grep -q 'result ok' "$4"; then
-		fs_fail "$1: $2 exit $3$([ "$3" -gt 128 ] && echo " (signal $(($3 - 128)))"): $(grep -h 'result' "$4" | head -n 2)"
-		grep -v ': stats:' "$5" | tail -n 5 >&2 || true
-	fi
-}
 
 # FILE: a python3 client, `python3 FILE PORT N`: N connections one after
 # the other, each sends 1.6-3.2 KB (a digest of its number repeated), shuts
@@ -91,9 +75,9 @@ case_plain() { # LABEL FLAGS
 	fs_bg cpid "$SC" client "$port" "$COUNT" "$REQ" "$ANSWER" "$DIR" $flags >"$DIR/client.out" 2>"$DIR/client.err"
 	fs_wait_pid "$cpid" "$LIMIT_S" || crc=$?
 	fs_wait_pid "$spid" "$LIMIT_S" || src=$?
-	check_exit "$label" server "$src" "$DIR/server.out" "$DIR/server.err"
-	check_exit "$label" client "$crc" "$DIR/client.out" "$DIR/client.err"
-	check_files "$label" "$DIR"
+	fs_check_exit "$label" server "$src" "$DIR/server.out" "$DIR/server.err"
+	fs_check_exit "$label" client "$crc" "$DIR/client.out" "$DIR/client.err"
+	fs_check_files "$label" "$DIR"
 	fs_expect_stats "$DIR/server.err" "$label: server" plain_listeners=1 plain_accepted=$((COUNT - AFTER)) \
 		kernel=$AFTER plain_tracked_yes=0 plain_probes_refused=0 offloaded=0
 	[ "$FS_FAILS" -eq "$fails_before" ] && fs_pass "$label: $((COUNT - AFTER)) of $COUNT connections untracked, bytes exact"
@@ -114,11 +98,11 @@ case_probing() {
 	[ -n "$port" ] || { fs_fail "$label: the server did not listen"; return 0; }
 	fs_bg cpid python3 "$DIR/client.py" "$port" "$plain_n" >"$DIR/plain.out" 2>"$DIR/plain.err"
 	fs_wait_pid "$cpid" "$LIMIT_S" || crc=$?
-	check_exit "$label" "plain client" "$crc" "$DIR/plain.out" "$DIR/plain.err"
+	fs_check_exit "$label" "plain client" "$crc" "$DIR/plain.out" "$DIR/plain.err"
 	crc=0
 	fs_bg cpid fs_pre python3 "$DIR/client.py" "$port" "$fab_n" >"$DIR/fab.out" 2>"$DIR/fab.err"
 	fs_wait_pid "$cpid" "$LIMIT_S" || crc=$?
-	check_exit "$label" "fabsock client" "$crc" "$DIR/fab.out" "$DIR/fab.err"
+	fs_check_exit "$label" "fabsock client" "$crc" "$DIR/fab.out" "$DIR/fab.err"
 	fs_wait_pid "$spid" "$LIMIT_S" || src=$?
 	[ "$src" -eq 0 ] || fs_fail "$label: server exit $src"
 	fs_expect_stats "$DIR/server.err" "$label: server" plain_listeners=1
@@ -166,11 +150,11 @@ EOF
 	[ -n "$port" ] || { fs_fail "$label: the server did not listen"; return 0; }
 	fs_bg cpid python3 "$DIR/client.py" "$port" 60 >"$DIR/plain.out" 2>"$DIR/plain.err"
 	fs_wait_pid "$cpid" "$LIMIT_S" || rc=$?
-	check_exit "$label" "plain client" "$rc" "$DIR/plain.out" "$DIR/plain.err"
+	fs_check_exit "$label" "plain client" "$rc" "$DIR/plain.out" "$DIR/plain.err"
 	rc=0
 	fs_bg cpid fs_pre python3 "$DIR/client.py" "$port" 20 >"$DIR/fab.out" 2>"$DIR/fab.err"
 	fs_wait_pid "$cpid" "$LIMIT_S" || rc=$?
-	check_exit "$label" "fabsock client" "$rc" "$DIR/fab.out" "$DIR/fab.err"
+	fs_check_exit "$label" "fabsock client" "$rc" "$DIR/fab.out" "$DIR/fab.err"
 	kill -TERM "$spid" 2>/dev/null
 	rc=0
 	fs_wait_pid "$spid" 10 || rc=$?

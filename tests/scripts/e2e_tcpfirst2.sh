@@ -52,26 +52,9 @@ TF_BYTES=6000000
 LIMIT_S=120
 TF_ENV="FABSOCK_TCP_FIRST=1"
 
-check_files() { # LABEL DIR [PAIRS]
-	local label=$1 dir=$2 a b
-	for pair in ${3:-"client.sent:server.recv server.sent:client.recv"}; do
-		pair=${pair/:/ }
-		set -- $pair
-		a=$(sha256sum <"$dir/$1" | cut -d' ' -f1) b=$(sha256sum <"$dir/$2" | cut -d' ' -f1)
-		[ -s "$dir/$1" ] || fs_fail "$label: $1 is empty"
-		[ "$a" = "$b" ] || fs_fail "$label: sha256 of $1 ($a) differs from $2 ($b)"
-	done
-}
-
-check_exit() { # LABEL SIDE RC OUTFILE ERRFILE
-	if [ "$3" -ne 0 ] || ! grep -q 'result ok' "$4"; then
-		fs_fail "$1: $2 exit $3$([ "$3" -gt 128 ] && echo " (signal $(($3 - 128)))"): $(grep -h 'result' "$4" | head -n 2)"
-		grep -v ': stats:' "$5" | tail -n 5 >&2 || true
-	fi
-}
 
 # run_pair LABEL PROG SERVER_PRE CLIENT_PRE SERVER_ENV CLIENT_ENV SERVER_ARGS CLIENT_ARGS [PAIRS]
-# (PRE: fs_pre or empty; ARGS after PORT; PAIRS: check_files'); sets DIR
+# (PRE: fs_pre or empty; ARGS after PORT; PAIRS: fs_check_files'); sets DIR
 run_pair() {
 	local label=$1 prog=$2 spre=$3 cpre=$4 senv=$5 cenv=$6 sargs=$7 cargs=$8 pairs=${9:-} port spid cpid src=0 crc=0
 	DIR=$FS_TMP/$label
@@ -90,9 +73,9 @@ run_pair() {
 	fs_bg cpid $cpre env $cenv "$prog" client "$port" $cargs >"$DIR/client.out" 2>"$DIR/client.err"
 	fs_wait_pid "$cpid" "$LIMIT_S" || crc=$?
 	fs_wait_pid "$spid" "$LIMIT_S" || src=$?
-	check_exit "$label" server "$src" "$DIR/server.out" "$DIR/server.err"
-	check_exit "$label" client "$crc" "$DIR/client.out" "$DIR/client.err"
-	check_files "$label" "$DIR" "$pairs"
+	fs_check_exit "$label" server "$src" "$DIR/server.out" "$DIR/server.err"
+	fs_check_exit "$label" client "$crc" "$DIR/client.out" "$DIR/client.err"
+	fs_check_files "$label" "$DIR" "$pairs"
 	return 0
 }
 
@@ -249,8 +232,8 @@ PY
 		>"$dir/client.out" 2>"$dir/client.err"
 	fs_wait_pid "$cpid" 60 || crc=$?
 	fs_wait_pid "$spid" 60 || src=$?
-	check_exit "$label" server "$src" "$dir/server.out" "$dir/server.err"
-	check_exit "$label" client "$crc" "$dir/client.out" "$dir/client.err"
+	fs_check_exit "$label" server "$src" "$dir/server.out" "$dir/server.err"
+	fs_check_exit "$label" client "$crc" "$dir/client.out" "$dir/client.err"
 	fs_expect_stats "$dir/server.err" "$label: server" tcp_first_hello_unproved=1 tcp_first_waitless_served=0
 	[ "$FS_FAILS" -eq "$fails_before" ] && fs_pass "$label: another user's HELLO-shaped message read as data"
 	return 0
@@ -310,9 +293,9 @@ PY
 		>"$dir/client.out" 2>"$dir/client.err"
 	fs_wait_pid "$cpid" 60 || crc=$?
 	fs_wait_pid "$spid" 60 || src=$?
-	check_exit "$label" server "$src" "$dir/server.out" "$dir/server.err"
-	check_exit "$label" client "$crc" "$dir/client.out" "$dir/client.err"
-	check_files "$label" "$dir" "server.sent:client.recv"
+	fs_check_exit "$label" server "$src" "$dir/server.out" "$dir/server.err"
+	fs_check_exit "$label" client "$crc" "$dir/client.out" "$dir/client.err"
+	fs_check_files "$label" "$dir" "server.sent:client.recv"
 	fs_expect_stats "$dir/client.err" "$label: the exec'd client" tcp_first_waitless_acked=1
 	fs_expect_stats "$dir/server.err" "$label: server" tcp_first_waitless_served=1
 	[ "$FS_FAILS" -eq "$fails_before" ] && fs_pass "$label: the new program took the ACK, then the answer"

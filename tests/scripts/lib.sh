@@ -324,6 +324,29 @@ fs_wait_pid() {
 	return 124
 }
 
+# fs_check_files LABEL DIR [PAIRS]: for each pair A:B (default
+# "client.sent:server.recv server.sent:client.recv"), DIR/A is not empty and
+# its sha256 equals DIR/B's (what one side sent, what the other read).
+fs_check_files() { # LABEL DIR [PAIRS]
+	local label=$1 dir=$2 a b
+	for pair in ${3:-"client.sent:server.recv server.sent:client.recv"}; do
+		pair=${pair/:/ }
+		set -- $pair
+		a=$(sha256sum <"$dir/$1" | cut -d' ' -f1) b=$(sha256sum <"$dir/$2" | cut -d' ' -f1)
+		[ -s "$dir/$1" ] || fs_fail "$label: $1 is empty"
+		[ "$a" = "$b" ] || fs_fail "$label: sha256 of $1 ($a) differs from $2 ($b)"
+	done
+}
+
+# fs_check_exit LABEL SIDE RC OUTFILE ERRFILE: a test program's exit: 0 with
+# "result ok" in OUTFILE, else a failure naming the signal and its last lines.
+fs_check_exit() { # LABEL SIDE RC OUTFILE ERRFILE
+	if [ "$3" -ne 0 ] || ! grep -q 'result ok' "$4"; then
+		fs_fail "$1: $2 exit $3$([ "$3" -gt 128 ] && echo " (signal $(($3 - 128)))"): $(grep -h 'result' "$4" | head -n 2)"
+		grep -v ': stats:' "$5" | tail -n 5 >&2 || true
+	fi
+}
+
 # Runs CMD under the preload: fs_pre cmd...
 fs_pre() { LD_PRELOAD="$FABSOCK_LIB" FABSOCK_STATS=1 "$@"; }
 
