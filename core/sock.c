@@ -71,8 +71,15 @@ unsigned fs_sock_hello_sent;
 static void fs_sock_settled(struct fs_sock *s)
 {
 	if (__atomic_exchange_n(&s->unsettled, false, __ATOMIC_ACQ_REL) && s->listener) {
+		/* (a connection another process may have taken since its
+		 * accept says nothing of its client here: postgres's postmaster
+		 * forks a child for each, which settles it there, while the
+		 * postmaster's close came first; such a server never turns
+		 * plain, the streak starts again with each) */
 		if (s->plain_note)
-			fs_plain_settled(s->listener, fs_sock_state(s) == FS_SOCK_OFFLOADED);
+			fs_plain_settled(s->listener,
+					 fs_sock_state(s) == FS_SOCK_OFFLOADED ||
+						 s->fds_spread != __atomic_load_n(&fs_fds_spread, __ATOMIC_SEQ_CST));
 		fs_listener_unsettled(s->listener, false);
 	}
 }

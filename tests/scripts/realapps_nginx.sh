@@ -127,7 +127,9 @@ nginx_case() {
 			curl-*) want=$CURL_RUNS ;;
 			esac
 			ro=$(ra_sum "$i" "$mode" offloaded)
-			rk=$(ra_sum "$i" "$mode" kernel)
+			# (the workers' connections: tracked and settled on TCP,
+			# or, once a worker's listener turned plain, untracked)
+			rk=$(($(ra_sum "$i" "$mode" kernel) + $(ra_sum "$i" "$mode" plain_accepted)))
 			rother=$(ra_sum "$i" "$mode" fallback_other_user)
 			if [ "$ro" -eq 0 ] && [ "$rk" -ge "$want" ]; then
 				fs_pass "$RA_CASE $mode: root clients: $i offloaded 0, left $rk streams on TCP ($(ra_why "$i" "$mode"))"
