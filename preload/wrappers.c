@@ -271,7 +271,8 @@ FS_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 
 	if (ret == FS_PASS) {
 		ret = FS_REAL(recvmsg)(fd, msg, flags);
-		if (ret >= 0 && msg && msg->msg_controllen && fs_plain_marks && !FS_BEFORE_INIT())
+		if (ret >= 0 && msg && msg->msg_controllen && !FS_BEFORE_INIT() &&
+		    __atomic_load_n(&fs_plain_marks, __ATOMIC_RELAXED))
 			fs_rights_received(msg);
 		return ret;
 	}
