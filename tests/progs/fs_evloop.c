@@ -2835,10 +2835,6 @@ static int close_forked_client(int fd)
 	double deadline = harness_now_ms() + HARNESS_PEER_WAIT_MS;
 	unsigned sent = 0;
 
-	/* the server's first epoll_wait comes before the first byte, with
-	 * its socket pending (what the script counts: epoll_bare_pending),
-	 * however slow its build (TSan: the byte came first once in CI) */
-	harness_sleep_ms(200);
 	if (harness_send_byte(fd, 'g') < 0)
 		return -1;
 	while (harness_now_ms() < deadline) {
