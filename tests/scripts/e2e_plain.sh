@@ -66,6 +66,21 @@ print("result ok")
 EOF
 }
 
+# run_clients LABEL PORT PLAIN_N FAB_N: the echo client without the preload
+# makes PLAIN_N connections, then the one under it FAB_N, one after the
+# other (DIR/plain.*, DIR/fab.*), each process's exit and echoes checked.
+run_clients() {
+	local label=$1 port=$2 cpid rc
+	rc=0
+	fs_bg cpid python3 "$DIR/client.py" "$port" "$3" >"$DIR/plain.out" 2>"$DIR/plain.err"
+	fs_wait_pid "$cpid" "$LIMIT_S" || rc=$?
+	fs_check_exit "$label" "plain client" "$rc" "$DIR/plain.out" "$DIR/plain.err"
+	rc=0
+	fs_bg cpid fs_pre python3 "$DIR/client.py" "$port" "$4" >"$DIR/fab.out" 2>"$DIR/fab.err"
+	fs_wait_pid "$cpid" "$LIMIT_S" || rc=$?
+	fs_check_exit "$label" "fabsock client" "$rc" "$DIR/fab.out" "$DIR/fab.err"
+}
+
 # (a)
 case_plain() { # LABEL FLAGS
 	local label=$1 flags=$2 port spid cpid src=0 crc=0 fails_before=$FS_FAILS
@@ -91,7 +106,7 @@ case_plain() { # LABEL FLAGS
 
 # (b)
 case_probing() {
-	local label=probing port spid cpid src=0 crc=0 fails_before=$FS_FAILS plain_n=100 fab_n=40 got refused yes acc
+	local label=probing port spid src=0 fails_before=$FS_FAILS plain_n=100 fab_n=40 got refused yes acc
 	DIR=$FS_TMP/$label
 	mkdir -p "$DIR"
 	fs_py_echo_server "$DIR/server.py"
@@ -101,13 +116,7 @@ case_probing() {
 	fs_bg spid fs_pre env $SRV_ENV python3 "$DIR/server.py" 0 $((plain_n + fab_n)) >"$DIR/server.out" 2>"$DIR/server.err"
 	port=$(fs_listen_port "$DIR/server.out" "$spid")
 	[ -n "$port" ] || { fs_fail "$label: the server did not listen"; return 0; }
-	fs_bg cpid python3 "$DIR/client.py" "$port" "$plain_n" >"$DIR/plain.out" 2>"$DIR/plain.err"
-	fs_wait_pid "$cpid" "$LIMIT_S" || crc=$?
-	fs_check_exit "$label" "plain client" "$crc" "$DIR/plain.out" "$DIR/plain.err"
-	crc=0
-	fs_bg cpid fs_pre python3 "$DIR/client.py" "$port" "$fab_n" >"$DIR/fab.out" 2>"$DIR/fab.err"
-	fs_wait_pid "$cpid" "$LIMIT_S" || crc=$?
-	fs_check_exit "$label" "fabsock client" "$crc" "$DIR/fab.out" "$DIR/fab.err"
+	run_clients "$label" "$port" "$plain_n" "$fab_n"
 	fs_wait_pid "$spid" "$LIMIT_S" || src=$?
 	[ "$src" -eq 0 ] || fs_fail "$label: server exit $src"
 	fs_expect_stats "$DIR/server.err" "$label: server" plain_listeners=1
@@ -130,7 +139,7 @@ case_probing() {
 
 # (c)
 case_fork() {
-	local label=fork port spid cpid rc=0 fails_before=$FS_FAILS kept off got plain_n=60 fab_n=20 fork_at=50
+	local label=fork port spid rc=0 fails_before=$FS_FAILS kept off got plain_n=60 fab_n=20 fork_at=50
 	DIR=$FS_TMP/$label
 	mkdir -p "$DIR"
 	cat >"$DIR/server.py" <<'EOF'
@@ -166,14 +175,7 @@ EOF
 		>"$DIR/server.out" 2>"$DIR/server.err"
 	port=$(fs_listen_port "$DIR/server.out" "$spid")
 	[ -n "$port" ] || { fs_fail "$label: the server did not listen"; return 0; }
-	fs_bg cpid python3 "$DIR/client.py" "$port" "$plain_n" >"$DIR/plain.out" 2>"$DIR/plain.err"
-	fs_wait_pid "$cpid" "$LIMIT_S" || rc=$?
-	fs_check_exit "$label" "plain client" "$rc" "$DIR/plain.out" "$DIR/plain.err"
-	rc=0
-	fs_bg cpid fs_pre python3 "$DIR/client.py" "$port" "$fab_n" >"$DIR/fab.out" 2>"$DIR/fab.err"
-	fs_wait_pid "$cpid" "$LIMIT_S" || rc=$?
-	fs_check_exit "$label" "fabsock client" "$rc" "$DIR/fab.out" "$DIR/fab.err"
-	rc=0
+	run_clients "$label" "$port" "$plain_n" "$fab_n"
 	fs_wait_pid "$spid" "$LIMIT_S" || rc=$?
 	[ "$rc" -eq 0 ] || fs_fail "$label: server exit $rc"
 	# (the child's stats line is in the same file: sums)
@@ -190,7 +192,7 @@ EOF
 
 # (d)
 case_forking() {
-	local label=forking spid cpid port rc=0 fails_before=$FS_FAILS got
+	local label=forking spid port rc=0 fails_before=$FS_FAILS got
 	DIR=$FS_TMP/$label
 	mkdir -p "$DIR"
 	cat >"$DIR/server.py" <<'EOF'
@@ -213,15 +215,8 @@ EOF
 	fs_bg spid fs_pre env $SRV_ENV python3 "$DIR/server.py" >"$DIR/server.out" 2>"$DIR/server.err"
 	port=$(fs_listen_port "$DIR/server.out" "$spid")
 	[ -n "$port" ] || { fs_fail "$label: the server did not listen"; return 0; }
-	fs_bg cpid python3 "$DIR/client.py" "$port" 60 >"$DIR/plain.out" 2>"$DIR/plain.err"
-	fs_wait_pid "$cpid" "$LIMIT_S" || rc=$?
-	fs_check_exit "$label" "plain client" "$rc" "$DIR/plain.out" "$DIR/plain.err"
-	rc=0
-	fs_bg cpid fs_pre python3 "$DIR/client.py" "$port" 20 >"$DIR/fab.out" 2>"$DIR/fab.err"
-	fs_wait_pid "$cpid" "$LIMIT_S" || rc=$?
-	fs_check_exit "$label" "fabsock client" "$rc" "$DIR/fab.out" "$DIR/fab.err"
+	run_clients "$label" "$port" 60 20
 	kill -TERM "$spid" 2>/dev/null
-	rc=0
 	fs_wait_pid "$spid" 10 || rc=$?
 	[ "$rc" -eq 0 ] || fs_fail "$label: server exit $rc"
 	fs_expect_stats "$DIR/server.err" "$label: server" plain_listeners=0 plain_accepted=0 plain_probes_refused=0
