@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <sys/socket.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,7 @@
 #include "core/fdtable.h"
 #include "core/guard.h"
 #include "core/handback.h"
+#include "core/nics.h"
 #include "core/ring.h"
 #include "core/sigs.h"
 #include "core/sock.h"
@@ -157,15 +159,15 @@ static size_t fs_engine_depth(unsigned kind, bool serving, bool extra)
 
 /* Opens endpoint ER of KIND (its rail, pools and first receives), with the
  * queue depth of fs_engine_depth. */
-static int fs_engine_ep_open(struct fs_engine_rail *er, unsigned kind, const struct sockaddr *local, size_t depth,
-			     char *why, size_t whylen)
+static int fs_engine_ep_open(struct fs_engine_rail *er, unsigned kind, const struct sockaddr *local, unsigned nth,
+			     size_t depth, char *why, size_t whylen)
 {
 	uint32_t chunk = (uint32_t)fs_params.chunk_size;
 	uint64_t t[3] = { 0, 0, 0 };
 	int ret;
 
 	fs_rail_stamp("start", t);
-	ret = fs_rail_open(&er->rail, kind, local, depth, why, whylen);
+	ret = fs_rail_open_nic(&er->rail, kind, local, nth, depth, why, whylen);
 	if (ret)
 		return ret;
 	fs_rail_stamp("endpoint open in all", t);
@@ -209,6 +211,128 @@ static int fs_engine_ep_open(struct fs_engine_rail *er, unsigned kind, const str
 	return 0;
 }
 
+static bool fs_ip_loopback(const uint8_t ip[16])
+{
+	static const uint8_t one[16] = { [15] = 1 };
+
+	return !memcmp(ip, one, 16) || (ip[10] == 0xff && ip[11] == 0xff && ip[12] == 127 &&
+					 !memcmp(ip, (const uint8_t[10]){ 0 }, 10));
+}
+
+/* The address of NIC a rail of KIND (tcp, net) opens on: the one of its
+ * addresses FABSOCK_RAIL_ADDRS names, else its first. */
+static bool fs_engine_nic_ip(const struct fs_nic *nic, const struct fs_nics_spec *spec, uint8_t out[16])
+{
+	for (unsigned i = 0; i < spec->count; i++)
+		for (unsigned k = 0; spec->entry[i].kind == FS_NICS_BY_IP && k < nic->ips; k++)
+			if (!memcmp(spec->entry[i].ip, nic->ip[k], 16)) {
+				memcpy(out, nic->ip[k], 16);
+				return true;
+			}
+	if (!nic->ips)
+		return false;
+	memcpy(out, nic->ip[0], 16);
+	return true;
+}
+
+/* Opens one more NIC's first endpoint after TAIL (on the used NIC of rank
+ * NTH, or at LOCAL); false (logged) if it does not open. */
+static bool fs_engine_nic_open(struct fs_engine_rail **tail, unsigned kind, const struct sockaddr *local,
+			       unsigned nth, size_t depth)
+{
+	struct fs_engine_rail *er = calloc(1, sizeof(*er));
+	char why[200];
+
+	if (!er)
+		return false;
+	if (fs_engine_ep_open(er, kind, local, nth, depth, why, sizeof(why))) {
+		FS_INFO("FABSOCK_RAILS=%u: no rail on a further %s NIC: %s", (unsigned)fs_params.rails,
+			fs_fabric_prov_name(kind), why);
+		free(er);
+		return false;
+	}
+	er->head = er;
+	er->nic_index = (*tail)->nic_index + 1;
+	er->nic_nth = nth;
+	(*tail)->next_nic = er;
+	*tail = er;
+	FS_STAT_INC(nic_rails);
+	return true;
+}
+
+/* FABSOCK_RAILS above 1: a rail on each further NIC this process may use,
+ * opened right after the first (issue 28, "Every NIC"; docs/design.md).
+ * efa and providers that list their NICs: the used NICs of rank 1.. (the
+ * first rail took rank 0). tcp and net, whose first rail is opened on the
+ * TCP connection's own local address: the other NICs of this host that
+ * FABSOCK_RAIL_ADDRS names (named, since the provider cannot tell which of
+ * a host's interfaces a peer reaches; never a loopback one unless the
+ * first is), each on its named address. A rail that does not open is
+ * logged and left out: the streams spread over the others. */
+static void fs_engine_open_nics(struct fs_engine_rail *first, unsigned kind, size_t depth)
+{
+	struct fs_engine_rail *tail = first;
+	unsigned want = (unsigned)fs_params.rails, opened = 1;
+	const struct fs_nics_spec *spec;
+	struct fs_nics *nics;
+	uint8_t first_ip[16];
+	bool first_lo;
+	char why[200];
+
+	first->nics_tried = true;
+	if (kind == FS_PROV_SHM || want <= 1)
+		return;
+	if (kind != FS_PROV_TCP && kind != FS_PROV_NET) {
+		for (unsigned nth = 1; nth < first->rail.nics_used && opened < want; nth++)
+			opened += fs_engine_nic_open(&tail, kind, NULL, nth, depth);
+		return;
+	}
+	spec = fs_nics_spec_global();
+	if (!spec->count) {
+		FS_INFO("FABSOCK_RAILS=%u: a further %s rail opens only on an interface FABSOCK_RAIL_ADDRS names",
+			(unsigned)fs_params.rails, fs_fabric_prov_name(kind));
+		return;
+	}
+	if (!fs_fabric_addr_ip(kind, first->rail.addr, first->rail.addr_len, first_ip))
+		return;
+	first_lo = fs_ip_loopback(first_ip);
+	nics = calloc(1, sizeof(*nics));
+	if (!nics)
+		return;
+	if (fs_fabric_nics(kind, nics, why, sizeof(why)) == 0) {
+		for (unsigned nth = 0; opened < want; nth++) {
+			const struct fs_nic *nic = fs_nics_nth_used(nics, nth);
+			struct sockaddr_storage ss;
+			uint8_t ip[16];
+			bool ours = false;
+
+			if (!nic)
+				break;
+			for (unsigned k = 0; k < nic->ips; k++)
+				ours |= !memcmp(nic->ip[k], first_ip, 16);
+			if (ours || !fs_engine_nic_ip(nic, spec, ip) || (fs_ip_loopback(ip) && !first_lo))
+				continue;
+			memset(&ss, 0, sizeof(ss));
+			if (ip[10] == 0xff && ip[11] == 0xff && !memcmp(ip, (const uint8_t[10]){ 0 }, 10)) {
+				struct sockaddr_in *four = (struct sockaddr_in *)&ss;
+
+				four->sin_family = AF_INET;
+				memcpy(&four->sin_addr, ip + 12, 4);
+			} else {
+				struct sockaddr_in6 *six = (struct sockaddr_in6 *)&ss;
+
+				six->sin6_family = AF_INET6;
+				memcpy(&six->sin6_addr, ip, 16);
+			}
+			opened += fs_engine_nic_open(&tail, kind, (struct sockaddr *)&ss, 0, depth);
+		}
+	} else {
+		FS_INFO("FABSOCK_RAILS=%u: cannot list the %s NICs: %s", (unsigned)fs_params.rails,
+			fs_fabric_prov_name(kind), why);
+	}
+	free(nics);
+}
+
 int fs_engine_rail(struct fs_engine *e, unsigned kind, const struct sockaddr *local, bool serving,
 		   struct fs_engine_rail **out, char *why, size_t whylen)
 {
@@ -219,12 +343,65 @@ int fs_engine_rail(struct fs_engine *e, unsigned kind, const struct sockaddr *lo
 		return -EINVAL;
 	er = &e->rails[kind];
 	if (!er->open) {
-		ret = fs_engine_ep_open(er, kind, local, fs_engine_depth(kind, serving, false), why, whylen);
+		ret = fs_engine_ep_open(er, kind, local, 0, fs_engine_depth(kind, serving, false), why, whylen);
 		if (ret)
 			return ret;
+		er->head = er;
 	}
+	if (!er->nics_tried)
+		fs_engine_open_nics(er, kind, fs_engine_depth(kind, serving, false));
 	*out = er;
 	return 0;
+}
+
+/* How many leading bits A and B share. */
+static unsigned fs_ip_common_bits(const uint8_t a[16], const uint8_t b[16])
+{
+	unsigned bits = 0;
+
+	for (unsigned i = 0; i < 16; i++) {
+		uint8_t x = a[i] ^ b[i];
+
+		if (x)
+			return bits + (unsigned)__builtin_clz((unsigned)x) - 24;
+		bits += 8;
+	}
+	return bits;
+}
+
+/* The NIC a new stream of KIND makes its home (its first endpoint), among
+ * FIRST and the further NICs' (next_nic): with the peer's address known (a
+ * server, from the HELLO) on tcp and net, the one whose address shares the
+ * most leading bits with it (a link's own subnet: rail 1 to the peer's
+ * rail 1); then, and everywhere else, the one with the fewest streams, the
+ * nearest first. */
+static struct fs_engine_rail *fs_engine_pick_nic(struct fs_engine_rail *first, unsigned kind, const void *peer,
+						 size_t peer_len)
+{
+	struct fs_engine_rail *best = first;
+	unsigned best_load = UINT_MAX;
+	int best_bits = -1;
+	uint8_t pip[16], rip[16];
+	bool by_ip;
+
+	if (!first->next_nic)
+		return first;
+	by_ip = peer && fs_fabric_addr_ip(kind, peer, peer_len, pip);
+	for (struct fs_engine_rail *h = first; h; h = h->next_nic) {
+		unsigned load = 0;
+		int bits = -1;
+
+		for (struct fs_engine_rail *er = h; er; er = er->next_ep)
+			load += er->streams;
+		if (by_ip && fs_fabric_addr_ip(kind, h->rail.addr, h->rail.addr_len, rip))
+			bits = (int)fs_ip_common_bits(pip, rip);
+		if (bits > best_bits || (bits == best_bits && load < best_load)) {
+			best = h;
+			best_bits = bits;
+			best_load = load;
+		}
+	}
+	return best;
 }
 
 /* An endpoint of KIND for a stream to the peer at PEER (NULL: not known
@@ -241,6 +418,7 @@ static int fs_engine_rail_for(struct fs_engine *e, unsigned kind, const struct s
 
 	if (ret)
 		return ret;
+	first = fs_engine_pick_nic(first, kind, peer, peer_len);
 	*out = first;
 	/* the peer's endpoint, if one of ours knows it: no new slot, and its
 	 * streams keep to one pair of regions */
@@ -270,11 +448,19 @@ static int fs_engine_rail_for(struct fs_engine *e, unsigned kind, const struct s
 		return -ENOSPC;
 	}
 	/* Its own region, named like the first with a fresh nonce. */
-	if (fs_engine_ep_open(er, kind, local, fs_engine_depth(kind, peer != NULL, true), why, whylen)) {
+	/* on the NIC of FIRST: for NIC 0 as it was opened; a further one of
+	 * tcp or net at its own address, of another provider by its rank */
+	if (fs_engine_ep_open(er, kind,
+			      first == &e->rails[kind] || (kind != FS_PROV_TCP && kind != FS_PROV_NET)
+				      ? (first == &e->rails[kind] ? local : NULL)
+				      : (const struct sockaddr *)first->rail.addr,
+			      first->nic_nth, fs_engine_depth(kind, peer != NULL, true), why, whylen)) {
 		free(er);
 		return -ENOSPC;
 	}
 	er->ep_index = last->ep_index + 1;
+	er->head = first;
+	er->nic_index = first->nic_index;
 	last->next_ep = er;
 	FS_STAT_INC(endpoints_extra);
 	FS_INFO("opened endpoint %u of the %s rail: the address vectors of the first %u hold %u peers each",
@@ -287,15 +473,14 @@ int fs_engine_cq_wait_fd(struct fs_engine *e)
 {
 	int fd = -1;
 
-	for (unsigned kind = FS_PROV_SHM; kind < FS_PROV_MAX_; kind++)
-		for (struct fs_engine_rail *er = &e->rails[kind]; er && er->open; er = er->next_ep) {
-			int r = fs_rail_cq_wait_fd(&er->rail);
+	for (struct fs_engine_rail *er = fs_engine_ep_first(e); er; er = fs_engine_ep_next(e, er)) {
+		int r = fs_rail_cq_wait_fd(&er->rail);
 
-			if (r == -EAGAIN)
-				return -EAGAIN;
-			if (r >= 0)
-				fd = fd < 0 ? r : -2; /* two fds: keep to the slices */
-		}
+		if (r == -EAGAIN)
+			return -EAGAIN;
+		if (r >= 0)
+			fd = fd < 0 ? r : -2; /* two fds: keep to the slices */
+	}
 	return fd < 0 ? -1 : fd;
 }
 
@@ -333,6 +518,8 @@ struct fs_engine_rail *fs_engine_ep_next(struct fs_engine *e, struct fs_engine_r
 {
 	if (er->next_ep)
 		return er->next_ep;
+	if (er->head && er->head->next_nic)
+		return er->head->next_nic;
 	for (unsigned kind = er->rail.kind + 1; kind < FS_PROV_MAX_; kind++)
 		if (e->rails[kind].open)
 			return &e->rails[kind];
@@ -1120,17 +1307,20 @@ void fs_engine_shutdown(void)
 	}
 	fs_rail_stamp("exit: streams ended", t);
 	for (unsigned kind = FS_PROV_SHM; kind < FS_PROV_MAX_; kind++) {
-		struct fs_engine_rail *er = &e->rails[kind];
+		for (struct fs_engine_rail *head = &e->rails[kind]; head && head->open; head = head->next_nic) {
+			struct fs_engine_rail *er = head;
 
-		while (er && er->open) {
-			struct fs_engine_rail *next = er->next_ep;
+			while (er && er->open) {
+				struct fs_engine_rail *next = er->next_ep;
 
-			/* Closing an endpoint removes its shm region from /dev/shm.
-			 * (The extra ones stay allocated: a stream left behind
-			 * still points at its endpoint, which says closed.) */
-			fs_rail_close(&er->rail);
-			er->open = false;
-			er = next;
+				/* Closing an endpoint removes its shm region from
+				 * /dev/shm. (The extra ones stay allocated: a
+				 * stream left behind still points at its
+				 * endpoint, which says closed.) */
+				fs_rail_close(&er->rail);
+				er->open = false;
+				er = next;
+			}
 		}
 	}
 	fs_rail_stamp("exit: rails closed", t);

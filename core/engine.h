@@ -100,7 +100,17 @@ struct fs_engine_rail {
 	 * own address, queues and completions. A stream stays on the one it
 	 * was made on. */
 	struct fs_engine_rail *next_ep;
-	unsigned ep_index;      /* 0: e->rails[kind] itself */
+	unsigned ep_index;      /* 0: the NIC's first endpoint (e->rails[kind] for NIC 0) */
+	/* FABSOCK_RAILS above 1 (issue 28, "Every NIC"): one endpoint chain
+	 * per NIC the process uses, the nearest first. head is the first
+	 * endpoint of this one's NIC (itself for a first one); a first
+	 * endpoint's next_nic is the next NIC's first one (NULL: the last).
+	 * A stream stays on the NIC it was made on (its home). */
+	struct fs_engine_rail *head;
+	struct fs_engine_rail *next_nic;
+	unsigned nic_index;     /* 0: the nearest NIC */
+	unsigned nic_nth;       /* the rank among the used NICs it was opened on (fs_rail_open_nic) */
+	bool nics_tried;        /* e->rails[kind]: the further NICs' rails were tried */
 	unsigned hello_pending; /* streams made here whose peer is not inserted yet */
 };
 

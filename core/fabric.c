@@ -568,8 +568,8 @@ static void fs_rail_list_nics(struct fi_info *list, unsigned kind, struct fs_nic
 		(void)fs_nics_select(nics, fs_nics_spec_global(), (unsigned)fs_params.rails);
 }
 
-static int fs_rail_open_inner(struct fs_rail *rail, unsigned kind, const struct sockaddr *local, size_t depth,
-			      char *why, size_t whylen);
+static int fs_rail_open_inner(struct fs_rail *rail, unsigned kind, const struct sockaddr *local, unsigned nth,
+			      size_t depth, char *why, size_t whylen);
 
 /* Whether a child forked by this process may inherit a libfabric loaded and
  * initialised here. Not when the process could change user (root, or set-id):
@@ -624,11 +624,17 @@ void fs_fabric_warm(void)
 int fs_rail_open(struct fs_rail *rail, unsigned kind, const struct sockaddr *local, size_t depth, char *why,
 		 size_t whylen)
 {
+	return fs_rail_open_nic(rail, kind, local, 0, depth, why, whylen);
+}
+
+int fs_rail_open_nic(struct fs_rail *rail, unsigned kind, const struct sockaddr *local, unsigned nth, size_t depth,
+		     char *why, size_t whylen)
+{
 	static struct fs_sigs_snapshot snap; /* rails open under the engine lock */
 	int ret;
 
 	fs_sigs_before(&snap);
-	ret = fs_rail_open_inner(rail, kind, local, depth, why, whylen);
+	ret = fs_rail_open_inner(rail, kind, local, nth, depth, why, whylen);
 	fs_sigs_after(&snap);
 	return ret;
 }
@@ -639,8 +645,9 @@ int fs_rail_open(struct fs_rail *rail, unsigned kind, const struct sockaddr *loc
  * (fs_rail_list_nics). Returns 0 with the nearest used NIC in *USE, or
  * -ENODEV with WHY (the provider is not usable, or FABSOCK_RAIL_ADDRS names
  * none of its NICs), or -ENOMEM. The caller frees *LIST. Under the guard. */
-static int fs_rail_find_nics(unsigned kind, const struct sockaddr *local, size_t depth, struct fs_nics *nics,
-			     struct fi_info **list, const struct fs_nic **use, char *why, size_t whylen)
+static int fs_rail_find_nics(unsigned kind, const struct sockaddr *local, unsigned nth, size_t depth,
+			     struct fs_nics *nics, struct fi_info **list, const struct fs_nic **use, char *why,
+			     size_t whylen)
 {
 	struct fi_info *hints;
 	int ret = 0;
@@ -660,7 +667,7 @@ static int fs_rail_find_nics(unsigned kind, const struct sockaddr *local, size_t
 		fs_fi.freeinfo(hints);
 		if (ret == 0) {
 			fs_rail_list_nics(*list, kind, nics);
-			*use = fs_nics_first_used(nics);
+			*use = fs_nics_nth_used(nics, nth);
 		}
 		if (*use)
 			break;
@@ -670,7 +677,10 @@ static int fs_rail_find_nics(unsigned kind, const struct sockaddr *local, size_t
 	}
 	if (*use)
 		return 0;
-	if (nics->count)
+	if (nth && nics->count)
+		snprintf(why, whylen, "no used %s NIC of rank %u (%u NIC(s) here)", fs_fabric_prov_name(kind), nth,
+			 nics->count);
+	else if (nics->count)
 		snprintf(why, whylen, "FABSOCK_RAIL_ADDRS=%s names none of the %u %s NIC(s) here (the first: %s)",
 			 fs_params.rail_addrs, nics->count, fs_fabric_prov_name(kind), nics->nic[0].name);
 	else
@@ -689,7 +699,7 @@ int fs_fabric_nics(unsigned kind, struct fs_nics *nics, char *why, size_t whylen
 	if (ret)
 		return ret;
 	FS_GUARD_ENTER();
-	ret = fs_rail_find_nics(kind, NULL, 0, nics, &list, &use, why, whylen);
+	ret = fs_rail_find_nics(kind, NULL, 0, 0, nics, &list, &use, why, whylen);
 	if (list)
 		fs_fi.freeinfo(list);
 	FS_GUARD_LEAVE();
@@ -699,13 +709,12 @@ int fs_fabric_nics(unsigned kind, struct fs_nics *nics, char *why, size_t whylen
 }
 
 /* Keeps in rail->info the provider's record of the NIC this rail uses:
- * the nearest one FABSOCK_RAIL_ADDRS allows (fs_rail_find_nics). Returns 0
- * or -errno (WHY says why when the provider is not usable). Under the
- * guard. */
-static int fs_rail_getinfo(struct fs_rail *rail, unsigned kind, const struct sockaddr *local, size_t depth,
-			   char *why, size_t whylen)
+ * the NTH nearest one FABSOCK_RAIL_ADDRS allows (fs_rail_find_nics), and
+ * in rail->nics_used how many it allows. Returns 0 or -errno (WHY says why
+ * when the provider is not usable). Under the guard. */
+static int fs_rail_getinfo(struct fs_rail *rail, unsigned kind, const struct sockaddr *local, unsigned nth,
+			   size_t depth, char *why, size_t whylen)
 {
-	static bool told_rails;
 	struct fs_nics *nics = calloc(1, sizeof(*nics));
 	const struct fs_nic *use;
 	struct fi_info *list;
@@ -713,15 +722,14 @@ static int fs_rail_getinfo(struct fs_rail *rail, unsigned kind, const struct soc
 
 	if (!nics)
 		return -ENOMEM;
-	ret = fs_rail_find_nics(kind, local, depth, nics, &list, &use, why, whylen);
+	ret = fs_rail_find_nics(kind, local, nth, depth, nics, &list, &use, why, whylen);
 	if (ret) {
 		free(nics);
 		return ret;
 	}
-	if (fs_params.rails > 1 && !__atomic_exchange_n(&told_rails, true, __ATOMIC_RELAXED))
-		FS_INFO("FABSOCK_RAILS=%u: a process opens one rail per provider until striping is built "
-			"(docs/design.md, \"Every NIC\"); it uses the nearest NIC",
-			(unsigned)fs_params.rails);
+	rail->nics_used = 0;
+	while (fs_nics_nth_used(nics, rail->nics_used))
+		rail->nics_used++;
 	if (nics->count > 1)
 		FS_INFO("%s rail on NIC %s (PCI %s, node %d, distance %d, rank %u of %u%s%s%s)",
 			fs_fabric_prov_name(kind), use->name, use->pci[0] ? use->pci : "none", use->node,
@@ -893,8 +901,8 @@ void fs_rail_stamp(const char *what, uint64_t t[3])
 	t[2] = faults;
 }
 
-static int fs_rail_open_inner(struct fs_rail *rail, unsigned kind, const struct sockaddr *local, size_t depth,
-			      char *why, size_t whylen)
+static int fs_rail_open_inner(struct fs_rail *rail, unsigned kind, const struct sockaddr *local, unsigned nth,
+			      size_t depth, char *why, size_t whylen)
 {
 	const char *step;
 	struct fi_info *fi;
@@ -913,7 +921,7 @@ static int fs_rail_open_inner(struct fs_rail *rail, unsigned kind, const struct 
 	fs_rail_stamp("stale regions cleaned", t);
 
 	FS_GUARD_ENTER();
-	ret = fs_rail_getinfo(rail, kind, local, depth, why, whylen);
+	ret = fs_rail_getinfo(rail, kind, local, nth, depth, why, whylen);
 	if (ret)
 		goto err_none;
 	fs_rail_stamp("fi_getinfo", t);
@@ -941,6 +949,28 @@ err_info:
 err_none:
 	FS_GUARD_LEAVE();
 	return ret;
+}
+
+bool fs_fabric_addr_ip(unsigned kind, const void *addr, size_t len, uint8_t out[16])
+{
+	struct sockaddr_storage ss;
+
+	if ((kind != FS_PROV_TCP && kind != FS_PROV_NET) || len < sizeof(sa_family_t) || len > sizeof(ss))
+		return false;
+	memset(&ss, 0, sizeof(ss));
+	memcpy(&ss, addr, len);
+	if (ss.ss_family == AF_INET && len >= sizeof(struct sockaddr_in)) {
+		static const uint8_t mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+
+		memcpy(out, mapped, 12);
+		memcpy(out + 12, &((struct sockaddr_in *)&ss)->sin_addr, 4);
+		return true;
+	}
+	if (ss.ss_family == AF_INET6 && len >= sizeof(struct sockaddr_in6)) {
+		memcpy(out, &((struct sockaddr_in6 *)&ss)->sin6_addr, 16);
+		return true;
+	}
+	return false;
 }
 
 void fs_rail_close(struct fs_rail *rail)

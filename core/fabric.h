@@ -86,6 +86,10 @@ struct fs_rail {
 	struct fid_ep *ep;
 	uint8_t addr[FS_WIRE_ADDR_MAX];
 	size_t addr_len;
+	/* How many of the provider's NICs FABSOCK_RAILS and FABSOCK_RAIL_ADDRS
+	 * let this process use, as the listing this rail was opened from saw
+	 * them (tcp and net opened on a local address: that interface only). */
+	unsigned nics_used;
 
 	/* limits from fi_info */
 	size_t inject_size;
@@ -156,7 +160,15 @@ long fs_shm_addr_pid(const void *addr, size_t len);
  * in WHY. */
 int fs_rail_open(struct fs_rail *rail, unsigned kind, const struct sockaddr *local, size_t depth, char *why,
 		 size_t whylen);
+/* The same on the used NIC of rank NTH (0: the nearest; core/nics.h):
+ * -ENODEV with WHY when there is none of that rank. */
+int fs_rail_open_nic(struct fs_rail *rail, unsigned kind, const struct sockaddr *local, unsigned nth, size_t depth,
+		     char *why, size_t whylen);
 void fs_rail_close(struct fs_rail *rail);
+/* The IP address in ADDR, a fabric address of KIND (tcp and net: a
+ * struct sockaddr_in or sockaddr_in6), as 16 bytes (IPv4 as ::ffff:a.b.c.d)
+ * in OUT; false for another provider's or a malformed address. */
+bool fs_fabric_addr_ip(unsigned kind, const void *addr, size_t len, uint8_t out[16]);
 /* FABSOCK_LOG=debug: logs the time (wall, this thread's CPU) and the page faults
  * since the stamp T, then stamps T again. */
 void fs_rail_stamp(const char *what, uint64_t t[3]);

@@ -527,8 +527,13 @@ unsigned fs_nics_select(struct fs_nics *nics, const struct fs_nics_spec *spec, u
 
 const struct fs_nic *fs_nics_first_used(const struct fs_nics *nics)
 {
+	return fs_nics_nth_used(nics, 0);
+}
+
+const struct fs_nic *fs_nics_nth_used(const struct fs_nics *nics, unsigned nth)
+{
 	for (unsigned r = 0; r < nics->count; r++)
-		if (nics->nic[nics->by_rank[r]].used)
+		if (nics->nic[nics->by_rank[r]].used && nth-- == 0)
 			return &nics->nic[nics->by_rank[r]];
 	return NULL;
 }

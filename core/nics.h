@@ -105,6 +105,8 @@ unsigned fs_nics_select(struct fs_nics *nics, const struct fs_nics_spec *spec, u
 
 /* The nearest used NIC, or NULL when none is used. */
 const struct fs_nic *fs_nics_first_used(const struct fs_nics *nics);
+/* The used NIC of rank NTH among the used ones (0: the nearest), or NULL. */
+const struct fs_nic *fs_nics_nth_used(const struct fs_nics *nics, unsigned nth);
 
 /* FABSOCK_RAIL_ADDRS as parsed once for the process (a bad value warns once,
  * naming the variable, and allows every NIC). */
