@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 # Stream end-to-end tests with fs_stream, and the driver the other stream
 # scripts (e2e_bidir, e2e_many, e2e_slowreader, e2e_mixed, e2e_netns,
-# slow_stream_big) source with FS_STREAM_CASE set to their case. Every run
+# e2e_tworails, slow_stream_big) source with FS_STREAM_CASE set to their case. Every run
 # starts an fs_stream server (port 0, reported through a ready file) and a
 # client, each either plain or under the preload, and passes when both print
 # `result ok` (every byte verified, EOF exactly after N bytes), the per
@@ -24,6 +24,7 @@ STREAM_SERVER_NS=
 STREAM_CLIENT_NS=
 STREAM_EXTRA_ENV=()
 STREAM_CLIENT_ENV=() # the client's alone, after STREAM_EXTRA_ENV
+STREAM_SERVER_ENV=() # the server's alone, after STREAM_EXTRA_ENV
 MIB=$((1 << 20))
 FABRIC_PROOF_LIMIT=4096
 
@@ -44,13 +45,14 @@ to_bytes() {
 # inside a network namespace when one is given. The preload goes through
 # `env` after `ip netns exec`, so neither `ip` nor the shell is preloaded,
 # and the pid of the background job is the program's own pid.
-side_command() { # plain|pre [NAMESPACE [client]]
+side_command() { # plain|pre [NAMESPACE [client|server]]
 	local wrap=$1 namespace=${2:-} role=${3:-}
 	SIDE_COMMAND=(env)
 	[ -n "$namespace" ] && SIDE_COMMAND=(ip netns exec "$namespace" env)
 	if [ "$wrap" = pre ]; then
 		SIDE_COMMAND+=("LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 "${STREAM_EXTRA_ENV[@]}")
 		[ "$role" = client ] && SIDE_COMMAND+=("${STREAM_CLIENT_ENV[@]}")
+		[ "$role" = server ] && SIDE_COMMAND+=("${STREAM_SERVER_ENV[@]}")
 	fi
 	return 0
 }
@@ -81,7 +83,7 @@ run_pair() { # LABEL SERVER_WRAP CLIENT_WRAP LIMIT_S fs_stream-options...
 	mkdir -p "$dir"
 	RUN_SERVER_RC=0 # read by check_pair
 	RUN_CLIENT_RC=0
-	side_command "$server_wrap" "$STREAM_SERVER_NS"
+	side_command "$server_wrap" "$STREAM_SERVER_NS" server
 	fs_bg RUN_SERVER_PID "${SIDE_COMMAND[@]}" "$STREAM_PROG" server --port 0 --ready-file "$dir/ready" \
 		--pidfile "$dir/pid" --timeout "$limit" "$@" >"$dir/server.out" 2>"$dir/server.err"
 	for i in $(seq 1 200); do
@@ -541,16 +543,19 @@ netns_start() {
 # iperf3's receiver stops counting at the end of the test, so what was in
 # flight then is missing; the byte-exact checks are the runs above), the
 # server's fabric carried at least that many, and no stream was reset.
-netns_iperf3() { # NS_SERVER NS_CLIENT SERVER_ADDRESS
-	local dir=$FS_TMP/netns-iperf3 server_pid client_pid rc=0 port sent received fabric
-	command -v iperf3 >/dev/null || { fs_log "netns-iperf3: no iperf3 here; skipped"; return 0; }
+# STREAM_SERVER_ENV and STREAM_CLIENT_ENV go to the server and the client
+# (case_tworails: two rails); LABEL names the check (default netns-iperf3).
+netns_iperf3() { # NS_SERVER NS_CLIENT SERVER_ADDRESS [LABEL]
+	local label=${4:-netns-iperf3} dir server_pid client_pid rc=0 port sent received fabric
+	dir=$FS_TMP/$label
+	command -v iperf3 >/dev/null || { fs_log "$label: no iperf3 here; skipped"; return 0; }
 	mkdir -p "$dir"
 	port=$((20000 + $$ % 20000))
 	fs_bg server_pid ip netns exec "$1" env LD_PRELOAD="$FABSOCK_LIB" FABSOCK_STATS=1 FABSOCK_PROVIDER=tcp \
-		iperf3 -s -1 -p "$port" >"$dir/server.out" 2>"$dir/server.err"
-	fs_wait_listen "$port" "$1" || { fs_fail "netns-iperf3: the server did not listen"; return 0; }
+		"${STREAM_SERVER_ENV[@]}" iperf3 -s -1 -p "$port" >"$dir/server.out" 2>"$dir/server.err"
+	fs_wait_listen "$port" "$1" || { fs_fail "$label: the server did not listen"; return 0; }
 	fs_bg client_pid ip netns exec "$2" env LD_PRELOAD="$FABSOCK_LIB" FABSOCK_STATS=1 FABSOCK_PROVIDER=tcp \
-		iperf3 -c "$3" -p "$port" -P 4 -t 2 -J >"$dir/client.json" 2>"$dir/client.err"
+		"${STREAM_CLIENT_ENV[@]}" iperf3 -c "$3" -p "$port" -P 4 -t 2 -J >"$dir/client.json" 2>"$dir/client.err"
 	fs_wait_pid "$client_pid" 60 || rc=$?
 	fs_wait_pid "$server_pid" 15 || true
 	read -r sent received < <(python3 -c 'import json,sys
@@ -558,16 +563,179 @@ d = json.load(open(sys.argv[1]))["end"]
 print(d["sum_sent"]["bytes"], d["sum_received"]["bytes"])' "$dir/client.json" 2>/dev/null || echo "0 -1")
 	fabric=$(fs_stat "$dir/server.err" fabric_rx_bytes)
 	if [ "$rc" -ne 0 ] || [ "$received" -le 0 ] || [ "$received" -gt "$sent" ]; then
-		fs_fail "netns-iperf3: client exit $rc, sent $sent, received $received"
+		fs_fail "$label: client exit $rc, sent $sent, received $received"
 		tail -n 5 "$dir/client.err" "$dir/server.err" >&2 || true
 	elif [ "${fabric:-0}" -lt "$received" ]; then
-		fs_fail "netns-iperf3: the server's fabric carried ${fabric:-no} bytes of the $received received"
+		fs_fail "$label: the server's fabric carried ${fabric:-no} bytes of the $received received"
 	elif grep -q 'warn: .*\(cannot reach\|resetting\)' "$dir/server.err" "$dir/client.err"; then
-		fs_fail "netns-iperf3: a stream was reset: $(grep -h 'warn: ' "$dir/server.err" "$dir/client.err" | grep -v stats: | head -n 2)"
+		fs_fail "$label: a stream was reset: $(grep -h 'warn: ' "$dir/server.err" "$dir/client.err" | grep -v stats: | head -n 2)"
 	else
-		fs_pass "netns-iperf3: -P 4, $received bytes over the fabric ($(python3 -c 'import json,sys
+		fs_pass "$label: -P 4, $received bytes over the fabric ($(python3 -c 'import json,sys
 print("%.2f" % (json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"] / 1e9))' "$dir/client.json") Gbit/s)"
 	fi
+}
+
+# ---- two rails (issue 28, item 3: streams spread over NICs) -------------
+
+# Two namespaces, A (server) and B (client), joined by two veth pairs: link 1
+# with 10.248.X.1/.2, link 2 with 10.249.X.1/.2 (X from the pid, as
+# case_netns). With FABSOCK_RAILS=2 and FABSOCK_RAIL_ADDRS naming a side's two
+# addresses, a process opens a tcp rail on each (nic_rails=1 in its stats: one
+# rail on a NIC beyond the first), and each new stream takes the least-loaded
+# rail as its home: eight streams of one process pair put payload on both
+# links. Where the bytes went is measured by the kernel (the server's veths'
+# rx_bytes and tx_bytes), not by fabsock.
+#   tworails-kernel-8x8M (kernel mode): the measurement itself: the plain
+#     connections to 10.248.X.1 put all the payload on link 1, none on link 2.
+#   tworails-8x8M, tworails-8x8M-bidir: byte-exact (stream_check: checksums,
+#     offloaded=8 on both ends, TCP carried no payload), each link carried at
+#     least 20 % of the payload, nic_rails=1 and two tcp rails opened on both
+#     ends.
+#   tworails-one-named: each side's list names only its link 1 address
+#     (FABSOCK_RAILS=2 still): byte-exact, nic_rails=0 and one tcp rail on both
+#     ends, link 2 carried under 1 % of the payload.
+#   tworails-iperf3: iperf3 -P 4 over two rails finishes, no stream reset
+#     (netns_iperf3); the links' bytes are logged.
+TWORAILS_NS=     # the server's namespace, where the links are counted
+TWORAILS_DEVS=() # the server's ends of link 1 and link 2
+
+# Prints "RX1 TX1 RX2 TX2": the byte counters of the server's two veths.
+tworails_link_bytes() {
+	local d=/sys/class/net
+	ip netns exec "$TWORAILS_NS" cat "$d/${TWORAILS_DEVS[0]}/statistics/rx_bytes" \
+		"$d/${TWORAILS_DEVS[0]}/statistics/tx_bytes" "$d/${TWORAILS_DEVS[1]}/statistics/rx_bytes" \
+		"$d/${TWORAILS_DEVS[1]}/statistics/tx_bytes" 2>/dev/null | tr '\n' ' ' || true
+	echo # (read's line end: without it read fails and set -e ends the script)
+}
+
+# tworails_run LABEL MODE C2S S2C STREAMS LIMIT_S fs_stream-options...:
+# stream_check between the link counts before and after; sets TWORAILS_LINK1
+# and TWORAILS_LINK2 (bytes each link carried, both directions) and
+# TWORAILS_PAYLOAD (the payload bytes of the run, both directions), and logs them.
+tworails_run() {
+	local label=$1 c2s=$3 s2c=$4 streams=$5 r1 t1 r2 t2 R1 T1 R2 T2
+	read -r r1 t1 r2 t2 < <(tworails_link_bytes)
+	stream_check "$@"
+	read -r R1 T1 R2 T2 < <(tworails_link_bytes)
+	TWORAILS_PAYLOAD=$(((c2s + s2c) * streams))
+	if [ -z "$t2" ] || [ -z "$T2" ]; then
+		fs_fail "$label: cannot read the byte counters of ${TWORAILS_DEVS[*]} in $TWORAILS_NS"
+		TWORAILS_LINK1=-1 TWORAILS_LINK2=-1
+		return 0
+	fi
+	TWORAILS_LINK1=$((R1 - r1 + T1 - t1)) TWORAILS_LINK2=$((R2 - r2 + T2 - t2))
+	fs_log "$label: the kernel counted $TWORAILS_LINK1 bytes on link 1 (${TWORAILS_DEVS[0]}: rx $((R1 - r1))" \
+		"tx $((T1 - t1))) and $TWORAILS_LINK2 on link 2 (${TWORAILS_DEVS[1]}: rx $((R2 - r2)) tx $((T2 - t2)))" \
+		"for $TWORAILS_PAYLOAD payload bytes"
+}
+
+# tworails_links LABEL both|one: judges the counts of the last tworails_run.
+# both: each link carried at least 20 % of the payload; one: link 1 at least
+# all of it, link 2 under 1 %.
+tworails_links() {
+	local label=$1 l1=$TWORAILS_LINK1 l2=$TWORAILS_LINK2 p=$TWORAILS_PAYLOAD
+	[ "$l1" -ge 0 ] || return 0 # not read: failed in tworails_run
+	if [ "$2" = both ]; then
+		if [ $((5 * l1)) -ge "$p" ] && [ $((5 * l2)) -ge "$p" ]; then
+			fs_pass "$label: both links carried payload: link 1 $l1, link 2 $l2 bytes of $p (>= 20 % each)"
+		else
+			fs_fail "$label: a link carried less than 20 % of the $p payload bytes: link 1 $l1, link 2 $l2 (streams not spread over the two rails)"
+		fi
+	elif [ "$l1" -ge "$p" ] && [ $((100 * l2)) -lt "$p" ]; then
+		fs_pass "$label: link 1 carried the payload ($l1 bytes of $p), link 2 $l2 (< 1 %)"
+	else
+		fs_fail "$label: expected the $p payload bytes on link 1 and < 1 % on link 2: link 1 $l1, link 2 $l2"
+	fi
+}
+
+# tworails_rails LABEL NIC_RAILS: each side's stats say nic_rails=NIC_RAILS and
+# its log (FABSOCK_LOG=info) tells of NIC_RAILS + 1 tcp rails opened.
+tworails_rails() {
+	local label=$1 want=$2 side err opened
+	for side in server client; do
+		err=$FS_TMP/$label/$side.err
+		fs_expect_stats "$err" "$label: $side" "nic_rails=$want"
+		opened=$(grep -c 'opened tcp rail: domain' "$err" || true)
+		if [ "$opened" = $((want + 1)) ]; then
+			fs_pass "$label: $side opened $opened tcp rails ($(sed -n 's/.*opened tcp rail: domain \([^,]*\),.*/\1/p' "$err" | tr '\n' ' '))"
+		else
+			fs_fail "$label: $side opened $opened tcp rails, expected $((want + 1)) (log lines 'opened tcp rail: domain')"
+		fi
+	done
+}
+
+case_tworails() {
+	local x s1 s2 ns_a="fs2r-$$-a" ns_b="fs2r-$$-b" a1="fs2r$$a1" b1="fs2r$$b1" a2="fs2r$$a2" b2="fs2r$$b2"
+	local ns v common
+	x=$(($$ % 250 + 1))
+	s1=10.248.$x s2=10.249.$x
+	fs_netns_add "$ns_a" 2>/dev/null || fs_skip "cannot create network namespaces (ip netns add not permitted)"
+	fs_netns_add "$ns_b" || fs_skip "cannot create a second network namespace"
+	# Deleting the namespaces removes the veth pairs; this covers a half-made setup.
+	trap 'ip link del "'"$a1"'" 2>/dev/null || true; ip link del "'"$a2"'" 2>/dev/null || true; fs_cleanup' EXIT
+	ip link add "$a1" type veth peer name "$b1" || fs_skip "cannot create a veth pair"
+	ip link add "$a2" type veth peer name "$b2" || fs_skip "cannot create a second veth pair"
+	ip link set "$a1" netns "$ns_a"
+	ip link set "$a2" netns "$ns_a"
+	ip link set "$b1" netns "$ns_b"
+	ip link set "$b2" netns "$ns_b"
+	ip -n "$ns_a" addr add "$s1.1/24" dev "$a1"
+	ip -n "$ns_a" addr add "$s2.1/24" dev "$a2"
+	ip -n "$ns_b" addr add "$s1.2/24" dev "$b1"
+	ip -n "$ns_b" addr add "$s2.2/24" dev "$b2"
+	# Reverse-path filtering off on both sides: a stream's home rails need
+	# not be on one link (each side picks its own by load; the server the
+	# address nearest the client's, ties by load), and a socket bound to
+	# 10.248.X.2 may send to 10.249.X.1 over link 2, so packets from a link
+	# 1 address arrive on link 2 (and back): strict rp_filter (1, or 2 with
+	# asymmetric routes) would drop them as spoofed. (A fresh namespace's
+	# default may be inherited from the host's, e.g. a distribution's 2.)
+	for ns in "$ns_a" "$ns_b"; do
+		if [ "$ns" = "$ns_a" ]; then v=("$a1" "$a2"); else v=("$b1" "$b2"); fi
+		ip netns exec "$ns" sysctl -q -w net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0 \
+			"net.ipv4.conf.${v[0]}.rp_filter=0" "net.ipv4.conf.${v[1]}.rp_filter=0" >/dev/null ||
+			fs_fail "tworails: cannot turn rp_filter off in $ns"
+		ip -n "$ns" link set "${v[0]}" up
+		ip -n "$ns" link set "${v[1]}" up
+	done
+	TWORAILS_NS=$ns_a
+	TWORAILS_DEVS=("$a1" "$a2")
+	STREAM_HOST=$s1.1
+	STREAM_SERVER_NS=$ns_a
+	STREAM_CLIENT_NS=$ns_b
+	fs_log "namespaces $ns_a ($s1.1, $s2.1) and $ns_b ($s1.2, $s2.2), link 1 $a1/$b1, link 2 $a2/$b2"
+	if mode_wanted kernel; then
+		tworails_run tworails-kernel-8x8M kernel $((8 * MIB)) 0 8 30 --streams 8 --bytes 8M --seed 101
+		tworails_links tworails-kernel-8x8M one
+	fi
+	mode_wanted fabsock || return 0
+	common=(FABSOCK_RAILS=2 FABSOCK_LOG=info)
+	STREAM_EXTRA_ENV=(FABSOCK_PROVIDER=tcp)
+	STREAM_SERVER_ENV=("${common[@]}" "FABSOCK_RAIL_ADDRS=$s1.1,$s2.1")
+	STREAM_CLIENT_ENV=("${common[@]}" "FABSOCK_RAIL_ADDRS=$s1.2,$s2.2")
+	tworails_run tworails-8x8M fabsock $((8 * MIB)) 0 8 30 --streams 8 --bytes 8M --seed 102
+	tworails_links tworails-8x8M both
+	tworails_rails tworails-8x8M 1
+	tworails_run tworails-8x8M-bidir fabsock $((8 * MIB)) $((8 * MIB)) 8 30 --streams 8 --bytes 8M --bidir --seed 103
+	tworails_links tworails-8x8M-bidir both
+	tworails_rails tworails-8x8M-bidir 1
+	# iperf3 -P 4 (its server on [::], the client's address mapped) over two rails
+	local r1 t1 r2 t2 R1 T1 R2 T2
+	read -r r1 t1 r2 t2 < <(tworails_link_bytes)
+	netns_iperf3 "$ns_a" "$ns_b" "$s1.1" tworails-iperf3
+	read -r R1 T1 R2 T2 < <(tworails_link_bytes)
+	[ -z "$T2" ] || [ -z "$t2" ] || fs_log "tworails-iperf3: link 1 $((R1 - r1 + T1 - t1)) bytes, link 2 $((R2 - r2 + T2 - t2));" \
+		"nic_rails server $(fs_stat "$FS_TMP/tworails-iperf3/server.err" nic_rails | grep . || echo none)," \
+		"client $(fs_stat "$FS_TMP/tworails-iperf3/client.err" nic_rails | grep . || echo none)"
+	# only link 1 named: one rail, as before
+	STREAM_SERVER_ENV=("${common[@]}" "FABSOCK_RAIL_ADDRS=$s1.1")
+	STREAM_CLIENT_ENV=("${common[@]}" "FABSOCK_RAIL_ADDRS=$s1.2")
+	tworails_run tworails-one-named fabsock $((8 * MIB)) 0 8 30 --streams 8 --bytes 8M --seed 104
+	tworails_links tworails-one-named one
+	tworails_rails tworails-one-named 0
+	STREAM_EXTRA_ENV=()
+	STREAM_SERVER_ENV=()
+	STREAM_CLIENT_ENV=()
 }
 
 case_big() {
@@ -580,7 +748,7 @@ case_big() {
 
 [ -x "$STREAM_PROG" ] || { fs_fail "$STREAM_PROG is not built"; fs_done; exit 1; }
 case $STREAM_CASE in
-stream | bidir | many | slowreader | mixed | netns | big) "case_$STREAM_CASE" ;;
+stream | bidir | many | slowreader | mixed | netns | tworails | big) "case_$STREAM_CASE" ;;
 *) fs_fail "unknown FS_STREAM_CASE '$STREAM_CASE'" ;;
 esac
 fs_done
