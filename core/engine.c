@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,6 +96,7 @@ struct fs_engine *fs_engine_get(void)
 			 * and its descriptors stay what they were after the first
 			 * connection (e2e_perrequest) */
 			e->deep_fd = -1;
+			e->cq_set_fd = -1;
 			fs_engine_deep_fd_open(e);
 			e->active_ns = fs_now_ns();
 			fs_dlist_init(&e->pending);
@@ -469,19 +471,53 @@ static int fs_engine_rail_for(struct fs_engine *e, unsigned kind, const struct s
 	return 0;
 }
 
+/* The epoll set of every rail's completion-queue fd (level-triggered: it
+ * reads ready while one of them does), made when a second such rail is
+ * first waited on; rails only close at the process's end. -1 if it cannot
+ * be made: the waiters keep to their slices, as they did with two fds. */
+static int fs_engine_cq_set(struct fs_engine *e)
+{
+	if (e->cq_set_fd < 0) {
+		FS_GUARD_ENTER();
+		e->cq_set_fd = fs_real.epoll_create1(EPOLL_CLOEXEC);
+		FS_GUARD_LEAVE();
+		if (e->cq_set_fd < 0)
+			return -1;
+	}
+	for (struct fs_engine_rail *er = fs_engine_ep_first(e); er; er = fs_engine_ep_next(e, er)) {
+		struct epoll_event ev = { .events = EPOLLIN };
+
+		if (er->in_cq_set || er->rail.cq_fd < 0)
+			continue;
+		ev.data.fd = er->rail.cq_fd;
+		FS_GUARD_ENTER();
+		if (fs_real.epoll_ctl(e->cq_set_fd, EPOLL_CTL_ADD, er->rail.cq_fd, &ev) && errno != EEXIST) {
+			FS_GUARD_LEAVE();
+			return -1;
+		}
+		FS_GUARD_LEAVE();
+		er->in_cq_set = true;
+	}
+	return e->cq_set_fd;
+}
+
 int fs_engine_cq_wait_fd(struct fs_engine *e)
 {
 	int fd = -1;
+	unsigned fds = 0;
 
 	for (struct fs_engine_rail *er = fs_engine_ep_first(e); er; er = fs_engine_ep_next(e, er)) {
 		int r = fs_rail_cq_wait_fd(&er->rail);
 
 		if (r == -EAGAIN)
 			return -EAGAIN;
-		if (r >= 0)
-			fd = fd < 0 ? r : -2; /* two fds: keep to the slices */
+		if (r >= 0) {
+			fd = r;
+			fds++;
+		}
 	}
-	return fd < 0 ? -1 : fd;
+	/* every rail said "sleep" (fi_trywait): one fd, or the set of them */
+	return fds > 1 ? fs_engine_cq_set(e) : fd;
 }
 
 int fs_engine_cq_wait_fd_try(void)

@@ -111,6 +111,7 @@ struct fs_engine_rail {
 	unsigned nic_index;     /* 0: the nearest NIC */
 	unsigned nic_nth;       /* the rank among the used NICs it was opened on (fs_rail_open_nic) */
 	bool nics_tried;        /* e->rails[kind]: the further NICs' rails were tried */
+	bool in_cq_set;         /* its completion-queue fd is in the engine's cq_set_fd */
 	unsigned hello_pending; /* streams made here whose peer is not inserted yet */
 };
 
@@ -374,6 +375,10 @@ struct fs_engine {
 	 * thread leaves the fd to it instead of waking at every completion
 	 * too. */
 	unsigned cq_sleepers;
+	/* Two or more rails with a completion-queue fd (FABSOCK_RAILS=2 on
+	 * tcp, or tcp and net at once): an epoll set of them (-1: none yet),
+	 * the one fd a waiter sleeps on (fs_engine_cq_wait_fd). Engine lock. */
+	int cq_set_fd;
 	int deep_fd;
 	bool deep_rung, deep_wanted;
 };

@@ -23,7 +23,8 @@
 # fabsock with FABSOCK_RAILS=2 and each side's two addresses in
 # FABSOCK_RAIL_ADDRS (streams spread over both links), with the bytes each
 # link carried in the first round (the kernel's interface counters). Where
-# the links, not the CPU, are the limit, two rails carry up to twice one.
+# the links, not the CPU, are the limit, two rails carry up to twice one
+# (--two-rails none: no limit, the CPU's case).
 # fabsock runs there with FABSOCK_HISTORY_SHORT=0 (each stream offloads).
 set -euo pipefail
 
@@ -47,7 +48,7 @@ while [ $# -gt 0 ]; do
 done
 [[ $rounds =~ ^[1-9][0-9]?$ && $seconds =~ ^[1-9][0-9]?$ ]] || { echo "rounds 1-99, seconds 1-99" >&2; exit 2; }
 [[ $provider =~ ^[a-z0-9_]+$ ]] || { echo "bad provider name" >&2; exit 2; }
-[[ -z $two_rails || $two_rails =~ ^[1-9][0-9]{0,3}[kmg]bit$ ]] || { echo "--two-rails: a rate such as 1gbit or 500mbit" >&2; exit 2; }
+[[ -z $two_rails || $two_rails == none || $two_rails =~ ^[1-9][0-9]{0,3}[kmg]bit$ ]] || { echo "--two-rails: a rate such as 1gbit or 500mbit, or none" >&2; exit 2; }
 [ -f "$lib" ] || { echo "no library at $lib (build first, or --lib)" >&2; exit 2; }
 for tool in ip iperf3 fi_pingpong python3; do
 	command -v "$tool" >/dev/null || { echo "$tool is missing" >&2; exit 2; }
@@ -93,7 +94,7 @@ if [ -n "$two_rails" ]; then
 	for dev in "$ns_a $veth_a" "$ns_b $veth_b" "$ns_a $veth2_a" "$ns_b $veth2_b"; do
 		set -- $dev
 		ip netns exec "$1" sysctl -qw "net.ipv4.conf.$2.rp_filter=0"
-		tc -n "$1" qdisc add dev "$2" root tbf rate "$two_rails" burst 512kb latency 100ms
+		[ "$two_rails" = none ] || tc -n "$1" qdisc add dev "$2" root tbf rate "$two_rails" burst 512kb latency 100ms
 	done
 fi
 port=$((20000 + $$ % 20000))
