@@ -35,6 +35,8 @@ REAL_ROWS = (
     ("pg_s4", "postgres", "pgbench -S -c 4 -j 2", "tps", "higher", 1.0),
     ("pg_b1", "postgres", "pgbench TPC-B -c 1", "tps", "higher", 1.0),
     ("pg_b4", "postgres", "pgbench TPC-B -c 4 -j 2", "tps", "higher", 1.0),
+    ("pg_s16", "postgres", "pgbench -S -c 16 -j 2", "tps", "higher", 1.0),
+    ("pg_b16", "postgres", "pgbench TPC-B -c 16 -j 2", "tps", "higher", 1.0),
     ("pg_s1_busy", "postgres", "pgbench -S -c 1 beside 2 busy loops at nice 19", "tps", "higher", MIN_RATIO),
     ("mc_set", "memcached", "memcslap set -c 8", "ops/s", "higher", MIN_RATIO),
     ("mc_get", "memcached", "memcslap get -c 8", "ops/s", "higher", MIN_RATIO),
