@@ -112,6 +112,9 @@ struct fs_engine_rail {
 	unsigned nic_nth;       /* the rank among the used NICs it was opened on (fs_rail_open_nic) */
 	bool nics_tried;        /* e->rails[kind]: the further NICs' rails were tried */
 	bool in_cq_set;         /* its completion-queue fd is in the engine's cq_set_fd */
+	/* A NIC's first endpoint: its interface went down (fs_engine_nics_watch);
+	 * its streams were reset and no new stream makes its home here. */
+	bool nic_failed;
 	unsigned hello_pending; /* streams made here whose peer is not inserted yet */
 };
 
@@ -379,6 +382,9 @@ struct fs_engine {
 	 * tcp, or tcp and net at once): an epoll set of them (-1: none yet),
 	 * the one fd a waiter sleeps on (fs_engine_cq_wait_fd). Engine lock. */
 	int cq_set_fd;
+	/* FABSOCK_RAILS above 1 on tcp or net: when to look at the rails'
+	 * interfaces next (fs_engine_nics_watch). */
+	uint64_t nics_watch_ns;
 	int deep_fd;
 	bool deep_rung, deep_wanted;
 };
@@ -561,6 +567,13 @@ void fs_engine_pull_stale(struct fs_engine *e);
 /* The service thread's look at grown grants: a stream with nothing new
  * since the last look goes back to its floor (core/credit.h). Lock held. */
 void fs_engine_grants_idle(struct fs_engine *e);
+/* FABSOCK_RAILS above 1 on tcp and net (issue 28, "a rail that fails resets
+ * its streams"): at most once a second, looks at the interface of every
+ * NIC's rail; one that is down, not running (no carrier: a veth whose peer
+ * went down) or gone fails its rail: every stream homed there is reset
+ * (ECONNRESET on both ends, as a peer's reset), and new streams go to the
+ * other NICs. The service thread calls it with live streams. Engine lock. */
+void fs_engine_nics_watch(struct fs_engine *e, uint64_t now);
 
 /* At FABSOCK_LOG=debug, once a second: one line per stream with its
  * counters (the service thread's; for diagnosing a stalled stream). Lock

@@ -520,6 +520,9 @@ static int fs_service_engine_look(struct fs_service_set *set, nfds_t *n, uint64_
 		fs_engine_pull_stale(e);
 		/* grants of streams gone quiet go back to the floor */
 		fs_engine_grants_idle(e);
+		/* a NIC's interface gone down resets its streams */
+		if (live)
+			fs_engine_nics_watch(e, now);
 		/* TCP writes of hand-backs waiting for room */
 		{
 			int fds[FS_SERVICE_BLOCKED];

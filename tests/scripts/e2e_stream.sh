@@ -733,9 +733,92 @@ case_tworails() {
 	tworails_run tworails-one-named fabsock $((8 * MIB)) 0 8 30 --streams 8 --bytes 8M --seed 104
 	tworails_links tworails-one-named one
 	tworails_rails tworails-one-named 0
+	tworails_link_down "$ns_a" "$ns_b" "$a1" "$b1" "$a2" "$b2" "$s1" "$s2" "${common[@]}"
 	STREAM_EXTRA_ENV=()
 	STREAM_SERVER_ENV=()
 	STREAM_CLIENT_ENV=()
+}
+
+# A rail that fails resets its streams (issue 28): both links held to
+# 200 Mbit/s (tc tbf), four streams of 64 MiB spread over the two rails, and
+# the server's end of link 2 taken down 1.5 s in. The streams homed on link
+# 2 must be reset within seconds on both ends (the service thread looks at
+# the rails' interfaces once a second; the client's veth lost its carrier),
+# not wait for the provider's TCP to give up (minutes): both processes end
+# within 20 s of the link going down, by themselves (no timeout, no signal),
+# each says nic_rails_failed=1, a reset connection reads "Connection reset
+# by peer", and no connection read a wrong byte (fs_stream checks every byte
+# it got). (fs_stream's client ends at its first failed connection, so the
+# streams on link 1 end early too; their bytes so far were right.) Then,
+# with link 2 still down, fresh processes: no rail opens on it (nic_rails=0
+# on both ends), eight streams byte-exact over link 1.
+tworails_link_down() { # NS_A NS_B A1 B1 A2 B2 SUBNET1 SUBNET2 ENV...
+	local ns_a=$1 ns_b=$2 a1=$3 b1=$4 a2=$5 b2=$6 s1=$7 s2=$8 label=tworails-link-down
+	shift 8
+	local common=("$@") dir=$FS_TMP/tworails-link-down pair server_pid client_pid port i t0 t1 waited
+	local rc_s=0 rc_c=0 rc side err out
+	mkdir -p "$dir"
+	for pair in "$ns_a $a1" "$ns_b $b1" "$ns_a $a2" "$ns_b $b2"; do
+		if ! tc -n "${pair% *}" qdisc add dev "${pair#* }" root tbf rate 200mbit burst 256kb latency 100ms; then
+			fs_fail "$label: cannot hold ${pair#* } to 200 Mbit/s (tc tbf)"
+			return 0
+		fi
+	done
+	fs_bg server_pid ip netns exec "$ns_a" env LD_PRELOAD="$FABSOCK_LIB" FABSOCK_STATS=1 FABSOCK_PROVIDER=tcp \
+		"${common[@]}" "FABSOCK_RAIL_ADDRS=$s1.1,$s2.1" "$STREAM_PROG" server --port 0 --ready-file "$dir/ready" \
+		--timeout 40 --streams 4 --bytes 64M --seed 105 >"$dir/server.out" 2>"$dir/server.err"
+	for i in $(seq 1 200); do
+		[ -s "$dir/ready" ] && break
+		kill -0 "$server_pid" 2>/dev/null || break
+		fs_sleep 0.05
+	done
+	port=$(cat "$dir/ready" 2>/dev/null || true)
+	if [ -z "$port" ]; then
+		fs_fail "$label: the server did not report a port"
+		fs_wait_pid "$server_pid" 5 || true
+		return 0
+	fi
+	fs_bg client_pid ip netns exec "$ns_b" env LD_PRELOAD="$FABSOCK_LIB" FABSOCK_STATS=1 FABSOCK_PROVIDER=tcp \
+		"${common[@]}" "FABSOCK_RAIL_ADDRS=$s1.2,$s2.2" "$STREAM_PROG" client "$s1.1" "$port" \
+		--timeout 40 --streams 4 --bytes 64M --seed 105 >"$dir/client.out" 2>"$dir/client.err"
+	fs_sleep 1.5
+	t0=$(date +%s%N)
+	ip -n "$ns_a" link set "$a2" down
+	fs_wait_pid "$client_pid" 30 || rc_c=$?
+	fs_wait_pid "$server_pid" 15 || rc_s=$?
+	t1=$(date +%s%N)
+	waited=$(((t1 - t0) / 1000000))
+	fs_log "$label: the processes ended $waited ms after link 2 went down (client exit $rc_c, server exit $rc_s)"
+	for side in server client; do
+		err=$dir/$side.err out=$dir/$side.out
+		if [ "$side" = server ]; then rc=$rc_s; else rc=$rc_c; fi
+		if [ "$rc" -ge 124 ]; then
+			fs_fail "$label: the $side did not end by itself (exit $rc: a time limit or a signal)"
+		elif grep -q 'data mismatch\|beyond the expected' "$err" "$out"; then
+			fs_fail "$label: the $side read a wrong byte: $(grep -h -m 1 'mismatch\|beyond' "$err" "$out")"
+		else
+			fs_pass "$label: the $side ended by itself (exit $rc), every byte it read right"
+		fi
+		fs_expect_stats "$err" "$label: $side" "nic_rails_failed=1"
+	done
+	if grep -q 'Connection reset by peer' "$dir/server.err" "$dir/client.err"; then
+		fs_pass "$label: the streams of link 2 were reset (ECONNRESET)"
+	else
+		fs_fail "$label: no connection reset: $(grep -h 'error' "$dir/server.err" "$dir/client.err" | head -n 2)"
+	fi
+	if [ "$waited" -le 20000 ]; then
+		fs_pass "$label: ended $waited ms after the link went down (<= 20 s)"
+	else
+		fs_fail "$label: ended $waited ms after the link went down (> 20 s: the rail's failure was not seen)"
+	fi
+	# fresh processes, link 2 still down: one rail each, all on link 1
+	STREAM_SERVER_ENV=("${common[@]}" "FABSOCK_RAIL_ADDRS=$s1.1,$s2.1")
+	STREAM_CLIENT_ENV=("${common[@]}" "FABSOCK_RAIL_ADDRS=$s1.2,$s2.2")
+	tworails_run tworails-after-down fabsock $((8 * MIB)) 0 8 60 --streams 8 --bytes 8M --seed 106
+	tworails_links tworails-after-down one
+	for side in server client; do
+		fs_expect_stats "$FS_TMP/tworails-after-down/$side.err" "tworails-after-down: $side" "nic_rails=0"
+	done
 }
 
 case_big() {
