@@ -431,6 +431,9 @@ class Bench:
         # the real-programs section: rows and summary of
         # fabsock_bench_real.judge, the offload lines of the driver
         self.real_rows, self.real_summary, self.real_notes = None, None, []
+        # the between-hosts section (tools/netns_bench.sh): per part, its
+        # medians {column: Gbit/s} and its ratio lines; or why it is n/a
+        self.hosts, self.hosts_why = None, ""
         self.children = Children()
         self.self_dir = os.path.dirname(os.path.realpath(__file__))
 
@@ -1228,6 +1231,85 @@ class Bench:
             self.failures += 1
             self.show_failure("bench_realapps.sh", rc, log)
 
+    def find_netns_bench(self):
+        """tools/netns_bench.sh: beside this file (a source tree) or in
+        the source tree of the build that holds the library."""
+        dirs = [self.self_dir]
+        for build in (os.path.dirname(self.lib) if self.lib else "", os.path.join(self.self_dir, "..")):
+            home = last_match(r"^CMAKE_HOME_DIRECTORY:INTERNAL=(.*)$", read(os.path.join(build, "CMakeCache.txt"))
+                              if build else "")
+            if home:
+                dirs.append(os.path.join(home, "tools"))
+        for d in dirs:
+            path = os.path.join(d, "netns_bench.sh")
+            if os.path.isfile(path):
+                return path
+        return ""
+
+    def hosts_section(self):
+        """Between hosts (issue 28): tools/netns_bench.sh twice, with its
+        own rounds: one veth pair (kernel, raw fi_pingpong, fabsock; one
+        and four streams) and two veth pairs held to 1 Gbit/s each (one
+        rail against two, one and eight streams)."""
+        self.hosts = {}
+        if os.geteuid() != 0:
+            self.hosts_why = "n/a (network namespaces need root)"
+        elif not self.lib:
+            self.hosts_why = "n/a (no libfabsock.so)"
+        else:
+            missing = [p for p in ("ip", "tc", "iperf3", "fi_pingpong") if not shutil.which(p)]
+            script = self.find_netns_bench()
+            if missing:
+                self.hosts_why = "n/a (not installed: %s)" % " ".join(missing)
+            elif not script:
+                self.hosts_why = "n/a (no tools/netns_bench.sh)"
+        if self.hosts_why:
+            print("between hosts: %s" % self.hosts_why)
+            return
+        for part, extra in (("one_link", []), ("two_links_1gbit", ["--two-rails", "1gbit"])):
+            log = self.logs("netns-" + part)
+            argv = ["bash", script, "--lib", self.lib, "--rounds", str(self.repeat), "--seconds", "4"] + extra
+            print("between hosts (%s): tools/netns_bench.sh %s, %d round(s)..." % (
+                part.replace("_", " "), " ".join(extra) or "(one veth pair)", self.repeat))
+            t0 = time.monotonic()
+            rc = wait(self.children.start(60 + self.repeat * 150, log, self.env_for("kernel"), argv))
+            text = read(log + ".out")
+            medians, ratios, in_table = {}, [], False
+            for line in text.splitlines():
+                if line.startswith("column") and "median" in line:
+                    in_table = True
+                    continue
+                m = re.match(r"^([a-z0-9-]+[0-9KM])\s+([0-9.]+)$", line.strip())
+                if in_table and m:
+                    medians[m.group(1)] = m.group(2)
+                elif " / " in line and ":" in line:
+                    in_table = False
+                    ratios.append(line.strip())
+            self.hosts[part] = {"medians": medians, "ratios": ratios, "exit": rc}
+            print("  done in %s%s" % (clock(int(time.monotonic() - t0)), "" if rc == 0 and medians else
+                                      ", failed (exit status %d)" % rc))
+            if rc != 0 or not medians:
+                self.failures += 1
+                self.show_failure("netns_bench.sh", rc, log)
+
+    def print_hosts(self):
+        if self.hosts is None:
+            return
+        print()
+        print("Between hosts (tools/netns_bench.sh, issue 28: two network namespaces joined by veth pairs, the\n"
+              "tcp provider; iperf3 Gbit/s, median of %d round(s); fi_pingpong busy-polls both processes, so on a\n"
+              "loaded 2-core machine the raw figure understates the provider)" % self.repeat)
+        if self.hosts_why:
+            print("  %s" % self.hosts_why)
+            return
+        for part, title in (("one_link", "one veth pair"), ("two_links_1gbit",
+                                                          "two veth pairs of 1 Gbit/s each (tc tbf); rails2: "
+                                                          "FABSOCK_RAILS=2")):
+            got = self.hosts.get(part) or {}
+            print("  %s: %s" % (title, ", ".join("%s %s" % kv for kv in got.get("medians", {}).items()) or "failed"))
+            for line in got.get("ratios", []):
+                print("    %s" % line)
+
     # -- the plan
 
     def usable(self, mode):
@@ -1270,6 +1352,8 @@ class Bench:
             # one step: bench_realapps.sh runs its rounds itself, kernel then
             # fabsock per program in each
             steps.append((self.repeat, self.realapps, ()))
+        if "hosts" in self.sections:
+            steps.append((self.repeat, self.hosts_section, ()))
         return steps
 
     def run(self, out):
@@ -1330,6 +1414,7 @@ class Bench:
     def print_table(self):
         if "main" not in self.sections:
             self.print_real()
+            self.print_hosts()
             return
         head = ["benchmark", "kernel TCP", "fabsock", "raw libfabric", "fabsock/kernel", "fabsock/raw", "target",
                 "met?"]
@@ -1359,6 +1444,7 @@ class Bench:
             if self.notes.get(key):
                 print("fabsock %s: %s" % (key, self.notes[key]))
         self.print_real()
+        self.print_hosts()
 
     def print_real(self):
         if self.real_rows is None:
@@ -1430,6 +1516,16 @@ class Bench:
             md.append("| geometric mean of %d ratios | | | %s | %s | %s |" % (
                 g["geomean_of"], g["geomean"] + "x" if g["geomean"] else "-",
                 g["geomean_target"].replace(">", "&gt;"), g["geomean_met"]))
+        if self.hosts is not None:
+            head.append(("hosts", self.hosts_why or [(part, [("medians", list(v["medians"].items())),
+                                                             ("ratios", v["ratios"]), ("exit", v["exit"])])
+                                                     for part, v in self.hosts.items()]))
+            md += ["", "Between hosts (tools/netns_bench.sh, tcp provider, Gbit/s)", ""]
+            if self.hosts_why:
+                md.append(self.hosts_why)
+            for part, v in self.hosts.items():
+                md.append("- %s: %s" % (part.replace("_", " "), ", ".join("%s %s" % kv for kv in v["medians"].items())))
+                md += ["  - %s" % line for line in v["ratios"]]
         with open(csv_path, "w") as f:
             f.write("\n".join(csv) + "\n")
         with open(json_path, "w") as f:
@@ -1642,8 +1738,10 @@ libfabric (fi_pingpong) on the same provider, with the performance issue's
 target per row and whether it is met. Each cell is the median of N runs
 (default 3; 1 with --quick). Then, as root from a source tree, the real
 programs (nginx, PostgreSQL, memcached, an nginx proxy: issue 27's targets,
-tests/scripts/bench_realapps.sh), kernel TCP and fabsock per round, in turn.
-Writes results.csv, results.json, results.md, logs/ and the charts
+tests/scripts/bench_realapps.sh), kernel TCP and fabsock per round, in turn,
+and between hosts (issue 28, tools/netns_bench.sh: two network namespaces,
+the tcp provider, one rail against raw libfabric and two rails against one;
+full runs only). Writes results.csv, results.json, results.md, logs/ and the charts
 latency.svg, bandwidth.svg and realapps.svg into DIR (default
 ./fabsock-bench-results). --quick: 2 s per run, 4 message sizes instead of
 8, one repetition, shorter real-program runs (CI, about 3-4 min); the full
@@ -1661,11 +1759,12 @@ def parse_args(argv):
     opts = {"quick": False, "repeat": None, "provider": "shm", "out": None, "verbose": False, "lib": "",
             "lib_how": "", "preload": "", "charts": None,
             "modes": os.environ.get("FABSOCK_BENCH_MODES") or "kernel,fabsock,raw",
-            "sections": os.environ.get("FABSOCK_BENCH_SECTIONS") or "main,real"}
+            "sections": os.environ.get("FABSOCK_BENCH_SECTIONS") or ""}
     # --lib, --lib-how, --preload: from the launcher; --modes (also
     # FABSOCK_BENCH_MODES), not in the help: choose columns; --sections
     # (also FABSOCK_BENCH_SECTIONS), not in the help: "main" (the table of
-    # rows), "real" (the real programs), or both.
+    # rows), "real" (the real programs), "hosts" (between hosts, netns), or
+    # a list of them; default all three, --quick main and real.
     valued = {"--repeat": "repeat", "--provider": "provider", "--out": "out", "--modes": "modes", "--lib": "lib",
               "--lib-how": "lib_how", "--preload": "preload", "--charts": "charts", "--sections": "sections"}
     i = 0
@@ -1697,9 +1796,12 @@ def parse_args(argv):
             die("unknown bench mode '%s' (kernel, fabsock, raw)" % m)
     if not opts["modes"]:
         die("no bench modes selected")
-    opts["sections"] = [x for x in re.split(r"[, ]+", opts["sections"]) if x]
-    if not opts["sections"] or any(x not in ("main", "real") for x in opts["sections"]):
-        die("--sections: main, real or both")
+    # the between-hosts section (root, a few minutes) in full runs only:
+    # CI's --quick run keeps to its budget
+    opts["sections"] = [x for x in re.split(r"[, ]+", opts["sections"] or
+                                            ("main,real" if opts["quick"] else "main,real,hosts")) if x]
+    if not opts["sections"] or any(x not in ("main", "real", "hosts") for x in opts["sections"]):
+        die("--sections: main, real, hosts, or a list of them")
     repeat = opts["repeat"] or ("1" if opts["quick"] else "3")
     if not re.match(r"^[1-9][0-9]?$", repeat):
         die("--repeat: '%s' is not a count from 1 to 99" % repeat)
