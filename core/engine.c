@@ -216,12 +216,19 @@ static int fs_engine_ep_open(struct fs_engine_rail *er, unsigned kind, const str
 	return 0;
 }
 
+/* Whether IP (16 bytes) is an IPv4 address, mapped (::ffff:a.b.c.d). */
+static bool fs_ip_v4mapped(const uint8_t ip[16])
+{
+	static const uint8_t prefix[12] = { [10] = 0xff, [11] = 0xff };
+
+	return !memcmp(ip, prefix, sizeof(prefix));
+}
+
 static bool fs_ip_loopback(const uint8_t ip[16])
 {
 	static const uint8_t one[16] = { [15] = 1 };
 
-	return !memcmp(ip, one, 16) || (ip[10] == 0xff && ip[11] == 0xff && ip[12] == 127 &&
-					 !memcmp(ip, (const uint8_t[10]){ 0 }, 10));
+	return !memcmp(ip, one, 16) || (fs_ip_v4mapped(ip) && ip[12] == 127);
 }
 
 /* The address of NIC a rail of KIND (tcp, net) opens on: the one of its
@@ -251,8 +258,7 @@ static bool fs_engine_ip_running(const struct ifaddrs *ifs, const uint8_t ip[16]
 		if (!sa)
 			continue;
 		if (sa->sa_family == AF_INET)
-			same = ip[10] == 0xff && ip[11] == 0xff && !memcmp(ip, (const uint8_t[10]){ 0 }, 10) &&
-			       !memcmp(ip + 12, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+			same = fs_ip_v4mapped(ip) && !memcmp(ip + 12, &((const struct sockaddr_in *)sa)->sin_addr, 4);
 		else if (sa->sa_family == AF_INET6)
 			same = !memcmp(ip, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
 		if (same)
@@ -350,7 +356,7 @@ static void fs_engine_open_nics(struct fs_engine_rail *first, unsigned kind, siz
 				continue;
 			}
 			memset(&ss, 0, sizeof(ss));
-			if (ip[10] == 0xff && ip[11] == 0xff && !memcmp(ip, (const uint8_t[10]){ 0 }, 10)) {
+			if (fs_ip_v4mapped(ip)) {
 				struct sockaddr_in *four = (struct sockaddr_in *)&ss;
 
 				four->sin_family = AF_INET;
@@ -506,6 +512,7 @@ static int fs_engine_rail_for(struct fs_engine *e, unsigned kind, const struct s
 			      size_t peer_len, struct fs_engine_rail **out, char *why, size_t whylen)
 {
 	struct fs_engine_rail *first, *er, *last = NULL;
+	const struct sockaddr *at = local;
 	/* a peer known: the HELLO's, on the server's side */
 	int ret = fs_engine_rail(e, kind, local, peer != NULL, &first, why, whylen);
 
@@ -540,14 +547,13 @@ static int fs_engine_rail_for(struct fs_engine *e, unsigned kind, const struct s
 		snprintf(why, whylen, "out of memory for another endpoint");
 		return -ENOSPC;
 	}
-	/* Its own region, named like the first with a fresh nonce. */
-	/* on the NIC of FIRST: for NIC 0 as it was opened; a further one of
-	 * tcp or net at its own address, of another provider by its rank */
-	if (fs_engine_ep_open(er, kind,
-			      first == &e->rails[kind] || (kind != FS_PROV_TCP && kind != FS_PROV_NET)
-				      ? (first == &e->rails[kind] ? local : NULL)
-				      : (const struct sockaddr *)first->rail.addr,
-			      first->nic_nth, fs_engine_depth(kind, peer != NULL, true), why, whylen)) {
+	/* Its own region, named like the first with a fresh nonce; on the NIC
+	 * of FIRST: NIC 0 as it was opened, a further one of tcp or net at its
+	 * own address, of another provider by its rank (nic_nth). */
+	if (first != &e->rails[kind])
+		at = kind == FS_PROV_TCP || kind == FS_PROV_NET ? (const struct sockaddr *)first->rail.addr : NULL;
+	if (fs_engine_ep_open(er, kind, at, first->nic_nth, fs_engine_depth(kind, peer != NULL, true), why,
+			      whylen)) {
 		free(er);
 		return -ENOSPC;
 	}
