@@ -485,6 +485,34 @@ case_netns() {
 	mode_wanted fabsock && netns_link_down "$ns_a" "$ns_b" "$veth_a" "$veth_b" "$subnet"
 }
 
+# Starts an fs_stream server in NS_A and, once it reports its port, a
+# client in NS_B to HOST, both preloaded with the tcp provider, each with
+# PAIR_SERVER_ENV / PAIR_CLIENT_ENV, both with the fs_stream OPTIONS; their
+# output in DIR/{server,client}.{out,err}, their pids in PAIR_SERVER_PID
+# and PAIR_CLIENT_PID. Returns 1 (having failed LABEL) when the server
+# reports no port.
+PAIR_SERVER_ENV=() PAIR_CLIENT_ENV=()
+netns_pair_start() { # LABEL DIR NS_A NS_B HOST OPTIONS...
+	local label=$1 dir=$2 ns_a=$3 ns_b=$4 host=$5 i port
+	shift 5
+	fs_bg PAIR_SERVER_PID ip netns exec "$ns_a" env LD_PRELOAD="$FABSOCK_LIB" FABSOCK_STATS=1 FABSOCK_PROVIDER=tcp \
+		"${PAIR_SERVER_ENV[@]}" "$STREAM_PROG" server --port 0 --ready-file "$dir/ready" "$@" \
+		>"$dir/server.out" 2>"$dir/server.err"
+	for i in $(seq 1 200); do
+		[ -s "$dir/ready" ] && break
+		kill -0 "$PAIR_SERVER_PID" 2>/dev/null || break
+		fs_sleep 0.05
+	done
+	port=$(cat "$dir/ready" 2>/dev/null || true)
+	if [ -z "$port" ]; then
+		fs_fail "$label: the server did not report a port"
+		fs_wait_pid "$PAIR_SERVER_PID" 5 || true
+		return 1
+	fi
+	fs_bg PAIR_CLIENT_PID ip netns exec "$ns_b" env LD_PRELOAD="$FABSOCK_LIB" FABSOCK_STATS=1 FABSOCK_PROVIDER=tcp \
+		"${PAIR_CLIENT_ENV[@]}" "$STREAM_PROG" client "$host" "$port" "$@" >"$dir/client.out" 2>"$dir/client.err"
+}
+
 # The one link goes down under a transfer on one tcp rail: the provider's
 # connections and the control connection all stall, as kernel TCP's would,
 # and each fs_stream ends at its own 3 s limit (exit 3; a linger of 1 s). Neither process may
@@ -494,7 +522,7 @@ case_netns() {
 # left to the process's end. No wrong byte was read (fs_stream checks every
 # byte it got). The link comes back up afterwards.
 netns_link_down() { # NS_A NS_B VETH_A VETH_B SUBNET
-	local ns_a=$1 ns_b=$2 veth=$3 veth_b=$4 subnet=$5 label=netns-link-down dir server_pid client_pid port i
+	local ns_a=$1 ns_b=$2 veth=$3 veth_b=$4 subnet=$5 label=netns-link-down dir server_pid client_pid
 	local rc_s=0 rc_c=0 rc side
 	dir=$FS_TMP/$label
 	mkdir -p "$dir"
@@ -503,25 +531,13 @@ netns_link_down() { # NS_A NS_B VETH_A VETH_B SUBNET
 		fs_fail "$label: cannot hold the link to 200 Mbit/s (tc tbf)"
 		return 0
 	fi
-	fs_bg server_pid ip netns exec "$ns_a" env LD_PRELOAD="$FABSOCK_LIB" FABSOCK_STATS=1 FABSOCK_PROVIDER=tcp FABSOCK_LINGER_SEC=1 \
-		"$STREAM_PROG" server --port 0 --ready-file "$dir/ready" --timeout 3 --streams 4 --bytes 64M \
-		--seed 63 >"$dir/server.out" 2>"$dir/server.err"
-	for i in $(seq 1 200); do
-		[ -s "$dir/ready" ] && break
-		kill -0 "$server_pid" 2>/dev/null || break
-		fs_sleep 0.05
-	done
-	port=$(cat "$dir/ready" 2>/dev/null || true)
-	if [ -z "$port" ]; then
-		fs_fail "$label: the server did not report a port"
-		fs_wait_pid "$server_pid" 5 || true
+	PAIR_SERVER_ENV=(FABSOCK_LINGER_SEC=1) PAIR_CLIENT_ENV=(FABSOCK_LINGER_SEC=1)
+	if ! netns_pair_start "$label" "$dir" "$ns_a" "$ns_b" "$subnet.1" --timeout 3 --streams 4 --bytes 64M --seed 63; then
 		tc -n "$ns_a" qdisc del dev "$veth" root 2>/dev/null || true
 		tc -n "$ns_b" qdisc del dev "$veth_b" root 2>/dev/null || true
 		return 0
 	fi
-	fs_bg client_pid ip netns exec "$ns_b" env LD_PRELOAD="$FABSOCK_LIB" FABSOCK_STATS=1 FABSOCK_PROVIDER=tcp FABSOCK_LINGER_SEC=1 \
-		"$STREAM_PROG" client "$subnet.1" "$port" --timeout 3 --streams 4 --bytes 64M --seed 63 \
-		>"$dir/client.out" 2>"$dir/client.err"
+	server_pid=$PAIR_SERVER_PID client_pid=$PAIR_CLIENT_PID
 	fs_sleep 1
 	ip -n "$ns_a" link set "$veth" down
 	fs_wait_pid "$client_pid" 40 || rc_c=$?
@@ -814,7 +830,7 @@ case_tworails() {
 tworails_link_down() { # NS_A NS_B A1 B1 A2 B2 SUBNET1 SUBNET2 ENV...
 	local ns_a=$1 ns_b=$2 a1=$3 b1=$4 a2=$5 b2=$6 s1=$7 s2=$8 label=tworails-link-down
 	shift 8
-	local common=("$@") dir=$FS_TMP/tworails-link-down pair server_pid client_pid port i t0 t1 waited
+	local common=("$@") dir=$FS_TMP/tworails-link-down pair server_pid client_pid t0 t1 waited
 	local rc_s=0 rc_c=0 rc side err out
 	mkdir -p "$dir"
 	for pair in "$ns_a $a1" "$ns_b $b1" "$ns_a $a2" "$ns_b $b2"; do
@@ -823,23 +839,11 @@ tworails_link_down() { # NS_A NS_B A1 B1 A2 B2 SUBNET1 SUBNET2 ENV...
 			return 0
 		fi
 	done
-	fs_bg server_pid ip netns exec "$ns_a" env LD_PRELOAD="$FABSOCK_LIB" FABSOCK_STATS=1 FABSOCK_PROVIDER=tcp \
-		"${common[@]}" "FABSOCK_RAIL_ADDRS=$s1.1,$s2.1" "$STREAM_PROG" server --port 0 --ready-file "$dir/ready" \
-		--timeout 40 --streams 4 --bytes 64M --seed 105 >"$dir/server.out" 2>"$dir/server.err"
-	for i in $(seq 1 200); do
-		[ -s "$dir/ready" ] && break
-		kill -0 "$server_pid" 2>/dev/null || break
-		fs_sleep 0.05
-	done
-	port=$(cat "$dir/ready" 2>/dev/null || true)
-	if [ -z "$port" ]; then
-		fs_fail "$label: the server did not report a port"
-		fs_wait_pid "$server_pid" 5 || true
+	PAIR_SERVER_ENV=("${common[@]}" "FABSOCK_RAIL_ADDRS=$s1.1,$s2.1")
+	PAIR_CLIENT_ENV=("${common[@]}" "FABSOCK_RAIL_ADDRS=$s1.2,$s2.2")
+	netns_pair_start "$label" "$dir" "$ns_a" "$ns_b" "$s1.1" --timeout 40 --streams 4 --bytes 64M --seed 105 ||
 		return 0
-	fi
-	fs_bg client_pid ip netns exec "$ns_b" env LD_PRELOAD="$FABSOCK_LIB" FABSOCK_STATS=1 FABSOCK_PROVIDER=tcp \
-		"${common[@]}" "FABSOCK_RAIL_ADDRS=$s1.2,$s2.2" "$STREAM_PROG" client "$s1.1" "$port" \
-		--timeout 40 --streams 4 --bytes 64M --seed 105 >"$dir/client.out" 2>"$dir/client.err"
+	server_pid=$PAIR_SERVER_PID client_pid=$PAIR_CLIENT_PID
 	fs_sleep 1.5
 	t0=$(date +%s%N)
 	ip -n "$ns_a" link set "$a2" down
