@@ -5,8 +5,10 @@
  *
  * One engine per process, created on the first offloaded stream and
  * re-created in a forked child (the parent's libfabric objects are never
- * touched there). It owns one rail per provider in use; every stream between
- * this process and a peer process shares that peer's rail endpoint.
+ * touched there). It owns one rail per provider in use (one per NIC with
+ * FABSOCK_RAILS above 1: struct fs_engine_rail's next_nic); every stream
+ * between this process and a peer process on one NIC shares that peer's
+ * rail endpoint.
  *
  * Flow control and shared receives (issue 14):
  *  - every rail keeps catch-all receives posted, shared by all of its
