@@ -821,7 +821,7 @@ case_tworails() {
 # the rails' interfaces once a second; the client's veth lost its carrier),
 # not wait for the provider's TCP to give up (minutes): both processes end
 # within 20 s of the link going down, by themselves (no timeout, no signal),
-# each says nic_rails_failed=1, a reset connection reads "Connection reset
+# one says nic_rails_failed=1 at least, a reset connection reads "Connection reset
 # by peer", and no connection read a wrong byte (fs_stream checks every byte
 # it got). (fs_stream's client ends at its first failed connection, so the
 # streams on link 1 end early too; their bytes so far were right.) Then,
@@ -831,7 +831,7 @@ tworails_link_down() { # NS_A NS_B A1 B1 A2 B2 SUBNET1 SUBNET2 ENV...
 	local ns_a=$1 ns_b=$2 a1=$3 b1=$4 a2=$5 b2=$6 s1=$7 s2=$8 label=tworails-link-down
 	shift 8
 	local common=("$@") dir=$FS_TMP/tworails-link-down pair server_pid client_pid t0 t1 waited
-	local rc_s=0 rc_c=0 rc side err out
+	local rc_s=0 rc_c=0 rc side err out nf_s nf_c
 	mkdir -p "$dir"
 	for pair in "$ns_a $a1" "$ns_b $b1" "$ns_a $a2" "$ns_b $b2"; do
 		if ! tc -n "${pair% *}" qdisc add dev "${pair#* }" root tbf rate 200mbit burst 256kb latency 100ms; then
@@ -862,8 +862,17 @@ tworails_link_down() { # NS_A NS_B A1 B1 A2 B2 SUBNET1 SUBNET2 ENV...
 		else
 			fs_pass "$label: the $side ended by itself (exit $rc), every byte it read right"
 		fi
-		fs_expect_stats "$err" "$label: $side" "nic_rails_failed=1"
 	done
+	# The side whose watch looks first fails its rail and resets; the other
+	# may then end by that reset (ECONNRESET on its control connections)
+	# before its own watch looks (CI, ASan: the server 231 ms after the link
+	# went down, the client gone before its second's look).
+	nf_s=$(fs_stat "$dir/server.err" nic_rails_failed) nf_c=$(fs_stat "$dir/client.err" nic_rails_failed)
+	if [ "${nf_s:-0}" = 1 ] || [ "${nf_c:-0}" = 1 ]; then
+		fs_pass "$label: a rail failed (nic_rails_failed: server ${nf_s:-none}, client ${nf_c:-none})"
+	else
+		fs_fail "$label: no side failed its rail (nic_rails_failed: server ${nf_s:-none}, client ${nf_c:-none})"
+	fi
 	if grep -q 'Connection reset by peer' "$dir/server.err" "$dir/client.err"; then
 		fs_pass "$label: the streams of link 2 were reset (ECONNRESET)"
 	else
