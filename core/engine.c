@@ -30,12 +30,14 @@
 #include "core/fdtable.h"
 #include "core/guard.h"
 #include "core/handback.h"
+#include "core/negotiate.h"
 #include "core/nics.h"
 #include "core/ring.h"
 #include "core/sigs.h"
 #include "core/sock.h"
 #include "core/stats.h"
 #include "core/stream_internal.h"
+#include "core/udp.h"
 #include "core/wire.h"
 #include "preload/real.h"
 
@@ -216,19 +218,12 @@ static int fs_engine_ep_open(struct fs_engine_rail *er, unsigned kind, const str
 	return 0;
 }
 
-/* Whether IP (16 bytes) is an IPv4 address, mapped (::ffff:a.b.c.d). */
+/* Whether IP (16 bytes, as fs_sockaddr_key gives it) is an IPv4 address. */
 static bool fs_ip_v4mapped(const uint8_t ip[16])
 {
 	static const uint8_t prefix[12] = { [10] = 0xff, [11] = 0xff };
 
 	return !memcmp(ip, prefix, sizeof(prefix));
-}
-
-static bool fs_ip_loopback(const uint8_t ip[16])
-{
-	static const uint8_t one[16] = { [15] = 1 };
-
-	return !memcmp(ip, one, 16) || (fs_ip_v4mapped(ip) && ip[12] == 127);
 }
 
 /* The address of NIC a rail of KIND (tcp, net) opens on: the one of its
@@ -252,16 +247,13 @@ static bool fs_engine_nic_ip(const struct fs_nic *nic, const struct fs_nics_spec
 static bool fs_engine_ip_running(const struct ifaddrs *ifs, const uint8_t ip[16])
 {
 	for (const struct ifaddrs *ifa = ifs; ifa; ifa = ifa->ifa_next) {
-		const struct sockaddr *sa = ifa->ifa_addr;
-		bool same = false;
+		uint8_t key[16];
+		uint16_t port;
 
-		if (!sa)
+		if (!ifa->ifa_addr || (ifa->ifa_addr->sa_family != AF_INET && ifa->ifa_addr->sa_family != AF_INET6))
 			continue;
-		if (sa->sa_family == AF_INET)
-			same = fs_ip_v4mapped(ip) && !memcmp(ip + 12, &((const struct sockaddr_in *)sa)->sin_addr, 4);
-		else if (sa->sa_family == AF_INET6)
-			same = !memcmp(ip, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
-		if (same)
+		fs_sockaddr_key(ifa->ifa_addr, key, &port);
+		if (!memcmp(key, ip, 16))
 			return (ifa->ifa_flags & IFF_UP) && (ifa->ifa_flags & IFF_RUNNING);
 	}
 	return false;
@@ -329,7 +321,7 @@ static void fs_engine_open_nics(struct fs_engine_rail *first, unsigned kind, siz
 	}
 	if (!fs_fabric_addr_ip(kind, first->rail.addr, first->rail.addr_len, first_ip))
 		return;
-	first_lo = fs_ip_loopback(first_ip);
+	first_lo = fs_negotiate_loopback(first_ip);
 	nics = calloc(1, sizeof(*nics));
 	if (!nics)
 		return;
@@ -348,7 +340,7 @@ static void fs_engine_open_nics(struct fs_engine_rail *first, unsigned kind, siz
 				break;
 			for (unsigned k = 0; k < nic->ips; k++)
 				ours |= !memcmp(nic->ip[k], first_ip, 16);
-			if (ours || !fs_engine_nic_ip(nic, spec, ip) || (fs_ip_loopback(ip) && !first_lo))
+			if (ours || !fs_engine_nic_ip(nic, spec, ip) || (fs_negotiate_loopback(ip) && !first_lo))
 				continue;
 			if (ifs && !fs_engine_ip_running(ifs, ip)) {
 				FS_INFO("FABSOCK_RAILS=%u: no rail on %s NIC %s: its interface is down", (unsigned)fs_params.rails,

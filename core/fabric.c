@@ -42,6 +42,7 @@
 #include "core/guard.h"
 #include "core/nics.h"
 #include "core/stats.h"
+#include "core/udp.h"
 
 #define FS_FI_VERSION FI_VERSION(1, 17)
 /* Peers one endpoint's address vector is asked for (not shm): 16
@@ -954,23 +955,17 @@ err_none:
 bool fs_fabric_addr_ip(unsigned kind, const void *addr, size_t len, uint8_t out[16])
 {
 	struct sockaddr_storage ss;
+	uint16_t port;
 
 	if ((kind != FS_PROV_TCP && kind != FS_PROV_NET) || len < sizeof(sa_family_t) || len > sizeof(ss))
 		return false;
 	memset(&ss, 0, sizeof(ss));
 	memcpy(&ss, addr, len);
-	if (ss.ss_family == AF_INET && len >= sizeof(struct sockaddr_in)) {
-		static const uint8_t mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
-
-		memcpy(out, mapped, 12);
-		memcpy(out + 12, &((struct sockaddr_in *)&ss)->sin_addr, 4);
-		return true;
-	}
-	if (ss.ss_family == AF_INET6 && len >= sizeof(struct sockaddr_in6)) {
-		memcpy(out, &((struct sockaddr_in6 *)&ss)->sin6_addr, 16);
-		return true;
-	}
-	return false;
+	if (!(ss.ss_family == AF_INET && len >= sizeof(struct sockaddr_in)) &&
+	    !(ss.ss_family == AF_INET6 && len >= sizeof(struct sockaddr_in6)))
+		return false;
+	fs_sockaddr_key((const struct sockaddr *)&ss, out, &port);
+	return true;
 }
 
 void fs_rail_close(struct fs_rail *rail)
