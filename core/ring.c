@@ -15,7 +15,9 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <poll.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -82,12 +84,20 @@ struct fs_ring_peer {
 	int fd;		    /* PENDING: our connection to its socket */
 	struct fs_ring_box *box; /* READY: its eventfd */
 	const struct fs_ring_page *page; /* READY: its sleepers' page, or NULL (ring always) */
-	unsigned streams;   /* our streams with it: the entry (and its eventfd) goes with the last */
+	unsigned streams;   /* our streams with it */
 	uint64_t since_ns;  /* PENDING: when we connected */
+	int pidfd;	    /* the peer process (pidfd_open), or -1: tells an idle entry's peer alive */
+	bool idle;	    /* no stream left: kept for the next one (counted in fs_ring_idle) */
 };
 
 static struct fs_ring_peer fs_ring_peers[FS_RING_PEERS];
 static unsigned fs_ring_used; /* entries not FREE */
+/* Entries whose last stream ended, kept (at most FS_RING_IDLE_MAX): a
+ * process that connects to the same peer again and again (a connection
+ * per request) would otherwise hand its eventfd over for every one, a
+ * unix connection and a wake-up of the peer's service thread on each
+ * side, about half of what such a connection costs over the kernel's. */
+static unsigned fs_ring_idle;
 
 static socklen_t fs_ring_name(struct sockaddr_un *sun, pid_t pid, uint16_t port)
 {
@@ -315,6 +325,12 @@ static void fs_ring_peer_free(struct fs_ring_peer *p)
 	if (p->fd >= 0)
 		fs_internal_fd_close(p->fd);
 	p->fd = -1;
+	if (p->pidfd >= 0)
+		fs_internal_fd_close(p->pidfd);
+	p->pidfd = -1;
+	if (p->idle)
+		fs_ring_idle--;
+	p->idle = false;
 	if (p->box)
 		fs_ring_box_put(p->box); /* closed by the last ring owed to it */
 	p->box = NULL;
@@ -337,13 +353,25 @@ static void fs_ring_peer_fail(struct fs_ring_peer *p)
 	FS_STAT_INC(ring_handover_failed);
 }
 
-/* Frees the entries of processes that have exited. */
-static void fs_ring_reap(void)
+/* Whether P's process has exited: its pidfd says so exactly (a pid that
+ * was reused is another process); without one, kill(2)'s word. */
+static bool fs_ring_peer_gone(const struct fs_ring_peer *p)
+{
+	struct pollfd pf = { .fd = p->pidfd, .events = POLLIN };
+
+	if (p->pidfd >= 0)
+		return fs_real.poll(&pf, 1, 0) != 0; /* readable (ended), or an error */
+	return kill(p->pid, 0) < 0 && errno == ESRCH;
+}
+
+/* Frees the entries of processes that have exited (IDLE_ONLY: among the
+ * entries without streams). */
+static void fs_ring_reap(bool idle_only)
 {
 	for (unsigned i = 0; i < FS_RING_PEERS; i++) {
 		struct fs_ring_peer *p = &fs_ring_peers[i];
 
-		if (p->state != FS_RING_FREE && kill(p->pid, 0) < 0 && errno == ESRCH)
+		if (p->state != FS_RING_FREE && (!idle_only || p->idle) && fs_ring_peer_gone(p))
 			fs_ring_peer_free(p);
 	}
 }
@@ -373,13 +401,21 @@ static struct fs_ring_peer *fs_ring_find(pid_t pid, uint16_t port, bool add)
 			if (!free_slot)
 				free_slot = p;
 		} else if (p->pid == pid && p->bell_port == port) {
-			return p;
+			if (!p->idle)
+				return p;
+			/* kept from an earlier stream: the same process still,
+			 * or (pid and port both reused) a stranger's entry */
+			if (p->pidfd >= 0 && !fs_ring_peer_gone(p))
+				return p;
+			fs_ring_peer_free(p);
+			if (!free_slot)
+				free_slot = p;
 		}
 	}
 	if (!add)
 		return NULL;
 	if (!free_slot) {
-		fs_ring_reap();
+		fs_ring_reap(false);
 		for (unsigned i = 0; i < FS_RING_PEERS && !free_slot; i++)
 			if (fs_ring_peers[i].state == FS_RING_FREE)
 				free_slot = &fs_ring_peers[i];
@@ -391,6 +427,8 @@ static struct fs_ring_peer *fs_ring_find(pid_t pid, uint16_t port, bool add)
 		free_slot->box = NULL;
 		free_slot->page = NULL;
 		free_slot->streams = 0;
+		free_slot->pidfd = -1;
+		free_slot->idle = false;
 	}
 	return free_slot;
 }
@@ -424,6 +462,10 @@ void fs_ring_prepare(struct fs_stream *s)
 	if (!s->ring_slot) {
 		s->ring_slot = (uint16_t)(p - fs_ring_peers + 1);
 		p->streams++;
+		if (p->idle) {
+			p->idle = false;
+			fs_ring_idle--;
+		}
 	}
 	if (p->state != FS_RING_FREE)
 		return; /* known */
@@ -440,8 +482,17 @@ void fs_ring_prepare(struct fs_stream *s)
 	/* The listener must be the stream's peer, of our user: an abstract
 	 * name can be taken by anyone, and its eventfd will be written to. */
 	if (fs_real.connect(p->fd, (struct sockaddr *)&sun, len) || fs_ring_cred(p->fd, &cred) ||
-	    cred.uid != fs_self_euid() || cred.pid != pid)
+	    cred.uid != fs_self_euid() || cred.pid != pid) {
 		fs_ring_peer_fail(p);
+		return;
+	}
+	/* The process itself, for an entry kept past its last stream: a
+	 * pidfd names it and not its pid's next owner. Taken while its
+	 * listener holds our connection (it is alive); without one (an old
+	 * kernel) the entry goes with its last stream, as it used to. */
+	fd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (fd >= 0)
+		p->pidfd = fs_internal_fd(fd);
 }
 
 /* Maps MFD, the sleepers' page a peer sent beside its eventfd, if it is
@@ -622,8 +673,21 @@ void fs_ring_release(struct fs_stream *s)
 
 	p = fs_ring_of(s);
 	s->ring_slot = 0;
-	if (p && p->streams && !--p->streams)
-		fs_ring_peer_free(p); /* a server of short-lived clients must not keep their eventfds */
+	if (!p || !p->streams || --p->streams)
+		return;
+	/* The last stream with P: keep the entry for the next one (its
+	 * eventfd, its page) if it can tell that its process is the same
+	 * then, within FS_RING_IDLE_MAX; a server of short-lived clients must
+	 * not keep every one's eventfd, so the entries of processes that
+	 * ended go first. */
+	if (p->state != FS_RING_FAILED && p->pidfd >= 0 && fs_ring_idle >= FS_RING_IDLE_MAX)
+		fs_ring_reap(true);
+	if (p->state == FS_RING_FAILED || p->pidfd < 0 || fs_ring_idle >= FS_RING_IDLE_MAX) {
+		fs_ring_peer_free(p);
+		return;
+	}
+	p->idle = true;
+	fs_ring_idle++;
 }
 
 void fs_ring_after_fork(void)
@@ -653,4 +717,5 @@ void fs_ring_after_fork(void)
 			fs_ring_peer_free(p);
 	}
 	fs_ring_used = 0;
+	fs_ring_idle = 0;
 }

@@ -45,6 +45,7 @@
 struct fs_stream;
 
 #define FS_RING_PEERS 256
+#define FS_RING_IDLE_MAX 32
 #define FS_RING_HANDOVER_MS 5000
 
 /* Opens this process's ring eventfd and handover socket, named after

@@ -26,7 +26,13 @@
 #    out a second), echoes byte-exact, then execs a program without the
 #    preload that must hold no eventfd nor page; the parent keeps ringing through
 #    the one it had. The client runs without a spin (FABSOCK_SPIN_US=0), so
-#    that the server's answers must ring it on any host.
+#    that the server's answers must ring it on any host;
+#  - perconn: a connection per request (fabsock-netbench connect: connect,
+#    a round trip, close, one after the other, every one offloaded): the
+#    entry of a peer outlives its last stream, so each side hands its
+#    eventfd over once for all of them (before: once per connection, a
+#    unix connection and a wake-up of the peer's service thread each); a
+#    second client process is a new peer and gets its own handover.
 . "$(dirname "$0")/lib.sh"
 
 PROG=$FS_PROGS/fs_scale
@@ -260,4 +266,42 @@ within "fork+exec: server ring_handovers (the parent's, the child's)" "$(st fx.s
 eq "fork+exec: server offloaded" "$(st fx.s offloaded)" 3
 if grep -q 'killed by\|Segmentation\|Aborted' "$dir"/fx.*.err; then fs_fail "fork+exec: a process died by a signal"; fi
 [ "$FS_FAILS" = "$f0" ] && fs_pass "fork+exec: parent and child rang through their own handovers, the exec'd program holds no eventfd"
+# ---- perconn: one handover for many connections ---------------------------
+f0=$FS_FAILS
+NETBENCH=${FS_BUILD:-}/tools/fabsock-netbench
+if [ ! -x "$NETBENCH" ]; then
+	fs_fail "perconn: no $NETBENCH (FS_BUILD must name the build directory)"
+else
+	PC=60 # timed connections; netbench makes 10 untimed ones first
+	fs_bg SPID env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 "$NETBENCH" server --port 0 \
+		--ready-file "$dir/pc.ready" >"$dir/pc.s.out" 2>"$dir/pc.s.err"
+	for _ in $(seq 1 200); do [ -s "$dir/pc.ready" ] && break; fs_sleep 0.05; done
+	PORT=$(cat "$dir/pc.ready" 2>/dev/null || true)
+	if [ -z "$PORT" ]; then
+		fs_fail "perconn: the server did not listen"
+	else
+		fs_tcp_count_start "$PORT" || fs_fail "nft counter not set up"
+		for c in 1 2; do
+			rc=0
+			timeout -k 5 90 env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 "$NETBENCH" connect 127.0.0.1 "$PORT" \
+				--count "$PC" >"$dir/pc$c.c.out" 2>"$dir/pc$c.c.err" || rc=$?
+			[ "$rc" = 0 ] || fs_fail "perconn: client $c exit $rc: $(tail -n 2 "$dir/pc$c.c.err" | tr '\n' ' ')"
+			eq "perconn: client $c connections" "$(sed -n 's/^connections=\([0-9]*\).*/\1/p' "$dir/pc$c.c.out")" "$PC"
+			eq "perconn: client $c offloaded" "$(st pc$c.c offloaded)" $((PC + 10))
+			eq "perconn: client $c ring_handovers" "$(st pc$c.c ring_handovers)" 1
+			eq "perconn: client $c ring_handover_failed" "$(st pc$c.c ring_handover_failed)" 0
+		done
+		# the round trips' bytes (fs_tcp_proof: the HELLOs and ACKs only)
+		fs_tcp_proof "perconn" fabsock $((2 * (PC + 10)))
+		kill -INT "$SPID" 2>/dev/null || true
+		fs_wait_pid "$SPID" 30 || fs_fail "perconn: the server did not end on SIGINT"
+		fs_log "perconn: server handovers=$(st pc.s ring_handovers) given=$(st pc.s ring_given) offloaded=$(st pc.s offloaded)"
+		# one eventfd from each client process, one of ours to each
+		eq "perconn: server ring_handovers" "$(st pc.s ring_handovers)" 2
+		eq "perconn: server ring_given" "$(st pc.s ring_given)" 2
+		grep -q 'killed by\|Segmentation\|Aborted' "$dir"/pc*.err && fs_fail "perconn: a process died by a signal"
+	fi
+fi
+[ "$FS_FAILS" = "$f0" ] && fs_pass "perconn: $((2 * (PC + 10))) connections from two processes, one eventfd handover per process pair"
+
 fs_done
