@@ -88,6 +88,7 @@ struct fs_ring_peer {
 	uint64_t since_ns;  /* PENDING: when we connected */
 	int pidfd;	    /* the peer process (pidfd_open), or -1: tells an idle entry's peer alive */
 	bool idle;	    /* no stream left: kept for the next one (counted in fs_ring_idle) */
+	uint64_t idle_ns;   /* idle: since when */
 };
 
 static struct fs_ring_peer fs_ring_peers[FS_RING_PEERS];
@@ -687,7 +688,21 @@ void fs_ring_release(struct fs_stream *s)
 		return;
 	}
 	p->idle = true;
+	p->idle_ns = fs_now_ns();
 	fs_ring_idle++;
+}
+
+bool fs_ring_sweep(uint64_t now)
+{
+	if (!fs_ring_idle)
+		return false;
+	for (unsigned i = 0; i < FS_RING_PEERS && fs_ring_idle; i++) {
+		struct fs_ring_peer *p = &fs_ring_peers[i];
+
+		if (p->idle && (now - p->idle_ns >= FS_RING_IDLE_NS || fs_ring_peer_gone(p)))
+			fs_ring_peer_free(p);
+	}
+	return fs_ring_idle != 0;
 }
 
 void fs_ring_after_fork(void)

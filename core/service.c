@@ -476,6 +476,10 @@ static void fs_service_count_sleep(struct fs_engine *e, bool want)
 	fs_engine_progress(e); /* a message posted before the count rang nobody */
 }
 
+/* How often the service thread looks at idle ring entries when nothing
+ * else wakes it (fs_ring_sweep). */
+#define FS_SERVICE_RING_SWEEP_MS 250
+
 /* Consecutive 1 ms looks for streams on their way back (the service thread's own). */
 static unsigned fs_service_switch_looks;
 
@@ -491,7 +495,7 @@ static int fs_service_engine_look(struct fs_service_set *set, nfds_t *n, uint64_
 {
 	struct fs_engine *e = fs_engine_peek();
 	/* Busy engine lock: someone is making progress; look again soon. */
-	bool busy = true, live = true, deep = false, switching = false, cq = false;
+	bool busy = true, live = true, deep = false, switching = false, cq = false, ring_idle = false;
 
 	if (!e)
 		return -1;
@@ -516,6 +520,8 @@ static int fs_service_engine_look(struct fs_service_set *set, nfds_t *n, uint64_
 		 * the peer's FIN or its linger deadline, and only
 		 * a progress round sees either */
 		live = e->live_streams != 0;
+		/* eventfds of peers with no stream left: kept a while (ring.h) */
+		ring_idle = fs_ring_sweep(now);
 		/* payloads a slow reader leaves at the sender come over */
 		fs_engine_pull_stale(e);
 		/* grants of streams gone quiet go back to the floor */
@@ -572,7 +578,8 @@ static int fs_service_engine_look(struct fs_service_set *set, nfds_t *n, uint64_
 		return FS_BELL_SLICE_MS;
 	if (live)
 		return (int)(idle_us / 1000);
-	return -1;
+	/* idle ring entries to sweep (fs_ring_sweep), and nothing else */
+	return ring_idle ? FS_SERVICE_RING_SWEEP_MS : -1;
 }
 
 /* Serves the fixed entries of PFD after a poll that returned RET: gives the
