@@ -87,8 +87,7 @@ struct fs_ring_peer {
 	unsigned streams;   /* our streams with it */
 	uint64_t since_ns;  /* PENDING: when we connected */
 	int pidfd;	    /* the peer process (pidfd_open), or -1: tells an idle entry's peer alive */
-	bool idle;	    /* no stream left: kept for the next one (counted in fs_ring_idle) */
-	uint64_t idle_ns;   /* idle: since when */
+	uint64_t idle_ns;   /* idle (fs_ring_is_idle): since when */
 };
 
 static struct fs_ring_peer fs_ring_peers[FS_RING_PEERS];
@@ -99,6 +98,13 @@ static unsigned fs_ring_used; /* entries not FREE */
  * unix connection and a wake-up of the peer's service thread on each
  * side, about half of what such a connection costs over the kernel's. */
 static unsigned fs_ring_idle;
+static uint64_t fs_ring_swept_ns; /* the service thread's last sweep */
+
+/* An entry in use with no stream left: kept for the next one. */
+static bool fs_ring_is_idle(const struct fs_ring_peer *p)
+{
+	return p->state != FS_RING_FREE && !p->streams;
+}
 
 static socklen_t fs_ring_name(struct sockaddr_un *sun, pid_t pid, uint16_t port)
 {
@@ -329,9 +335,8 @@ static void fs_ring_peer_free(struct fs_ring_peer *p)
 	if (p->pidfd >= 0)
 		fs_internal_fd_close(p->pidfd);
 	p->pidfd = -1;
-	if (p->idle)
+	if (fs_ring_is_idle(p))
 		fs_ring_idle--;
-	p->idle = false;
 	if (p->box)
 		fs_ring_box_put(p->box); /* closed by the last ring owed to it */
 	p->box = NULL;
@@ -365,14 +370,25 @@ static bool fs_ring_peer_gone(const struct fs_ring_peer *p)
 	return kill(p->pid, 0) < 0 && errno == ESRCH;
 }
 
-/* Frees the entries of processes that have exited (IDLE_ONLY: among the
- * entries without streams). */
-static void fs_ring_reap(bool idle_only)
+/* Frees the entries of processes that have exited. */
+static void fs_ring_reap(void)
 {
 	for (unsigned i = 0; i < FS_RING_PEERS; i++) {
 		struct fs_ring_peer *p = &fs_ring_peers[i];
 
-		if (p->state != FS_RING_FREE && (!idle_only || p->idle) && fs_ring_peer_gone(p))
+		if (p->state != FS_RING_FREE && fs_ring_peer_gone(p))
+			fs_ring_peer_free(p);
+	}
+}
+
+/* Frees the idle entries whose process ended or that were idle for
+ * FS_RING_IDLE_NS. */
+static void fs_ring_sweep_idle(uint64_t now)
+{
+	for (unsigned i = 0; i < FS_RING_PEERS && fs_ring_idle; i++) {
+		struct fs_ring_peer *p = &fs_ring_peers[i];
+
+		if (fs_ring_is_idle(p) && (now - p->idle_ns >= FS_RING_IDLE_NS || fs_ring_peer_gone(p)))
 			fs_ring_peer_free(p);
 	}
 }
@@ -402,7 +418,7 @@ static struct fs_ring_peer *fs_ring_find(pid_t pid, uint16_t port, bool add)
 			if (!free_slot)
 				free_slot = p;
 		} else if (p->pid == pid && p->bell_port == port) {
-			if (!p->idle)
+			if (!fs_ring_is_idle(p))
 				return p;
 			/* kept from an earlier stream: the same process still,
 			 * or (pid and port both reused) a stranger's entry */
@@ -416,7 +432,7 @@ static struct fs_ring_peer *fs_ring_find(pid_t pid, uint16_t port, bool add)
 	if (!add)
 		return NULL;
 	if (!free_slot) {
-		fs_ring_reap(false);
+		fs_ring_reap();
 		for (unsigned i = 0; i < FS_RING_PEERS && !free_slot; i++)
 			if (fs_ring_peers[i].state == FS_RING_FREE)
 				free_slot = &fs_ring_peers[i];
@@ -429,7 +445,6 @@ static struct fs_ring_peer *fs_ring_find(pid_t pid, uint16_t port, bool add)
 		free_slot->page = NULL;
 		free_slot->streams = 0;
 		free_slot->pidfd = -1;
-		free_slot->idle = false;
 	}
 	return free_slot;
 }
@@ -462,11 +477,9 @@ void fs_ring_prepare(struct fs_stream *s)
 		return; /* no room: datagrams */
 	if (!s->ring_slot) {
 		s->ring_slot = (uint16_t)(p - fs_ring_peers + 1);
-		p->streams++;
-		if (p->idle) {
-			p->idle = false;
+		if (fs_ring_is_idle(p))
 			fs_ring_idle--;
-		}
+		p->streams++;
 	}
 	if (p->state != FS_RING_FREE)
 		return; /* known */
@@ -676,31 +689,25 @@ void fs_ring_release(struct fs_stream *s)
 	s->ring_slot = 0;
 	if (!p || !p->streams || --p->streams)
 		return;
-	/* The last stream with P: keep the entry for the next one (its
-	 * eventfd, its page) if it can tell that its process is the same
-	 * then, within FS_RING_IDLE_MAX; a server of short-lived clients must
-	 * not keep every one's eventfd, so the entries of processes that
-	 * ended go first. */
-	if (p->state != FS_RING_FAILED && p->pidfd >= 0 && fs_ring_idle >= FS_RING_IDLE_MAX)
-		fs_ring_reap(true);
-	if (p->state == FS_RING_FAILED || p->pidfd < 0 || fs_ring_idle >= FS_RING_IDLE_MAX) {
-		fs_ring_peer_free(p);
-		return;
-	}
-	p->idle = true;
-	p->idle_ns = fs_now_ns();
+	/* The last stream with P: the entry is idle now, kept for the next
+	 * one (its eventfd, its page) if it can tell that its process is the
+	 * same then, within FS_RING_IDLE_MAX; a server of short-lived clients
+	 * must not keep every one's eventfd, so the entries of processes that
+	 * ended (and the oldest) go first. */
 	fs_ring_idle++;
+	p->idle_ns = fs_now_ns();
+	if (p->state != FS_RING_FAILED && p->pidfd >= 0 && fs_ring_idle > FS_RING_IDLE_MAX)
+		fs_ring_sweep_idle(p->idle_ns); /* (P too, if its process ended) */
+	if (p->state != FS_RING_FREE && (p->state == FS_RING_FAILED || p->pidfd < 0 || fs_ring_idle > FS_RING_IDLE_MAX))
+		fs_ring_peer_free(p);
 }
 
 bool fs_ring_sweep(uint64_t now)
 {
-	if (!fs_ring_idle)
-		return false;
-	for (unsigned i = 0; i < FS_RING_PEERS && fs_ring_idle; i++) {
-		struct fs_ring_peer *p = &fs_ring_peers[i];
-
-		if (p->idle && (now - p->idle_ns >= FS_RING_IDLE_NS || fs_ring_peer_gone(p)))
-			fs_ring_peer_free(p);
+	/* (a pidfd poll per idle entry: not on every look of a busy engine) */
+	if (fs_ring_idle && now - fs_ring_swept_ns >= FS_RING_SWEEP_NS) {
+		fs_ring_swept_ns = now;
+		fs_ring_sweep_idle(now);
 	}
 	return fs_ring_idle != 0;
 }
@@ -732,5 +739,4 @@ void fs_ring_after_fork(void)
 			fs_ring_peer_free(p);
 	}
 	fs_ring_used = 0;
-	fs_ring_idle = 0;
 }

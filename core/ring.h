@@ -47,6 +47,7 @@ struct fs_stream;
 #define FS_RING_PEERS 256
 #define FS_RING_IDLE_MAX 32
 #define FS_RING_IDLE_NS (2000ull * 1000000ull)
+#define FS_RING_SWEEP_NS (250ull * 1000000ull)
 #define FS_RING_HANDOVER_MS 5000
 
 /* Opens this process's ring eventfd and handover socket, named after
@@ -54,8 +55,9 @@ struct fs_stream;
  * the peers on datagrams. fs_bell_lock held. */
 void fs_ring_open(uint16_t bell_port);
 /* Frees the idle entries whose process ended or that were idle for
- * FS_RING_IDLE_NS; whether idle ones are left (the service thread looks
- * again every 250 ms then). Engine lock held. */
+ * FS_RING_IDLE_NS, at most every FS_RING_SWEEP_NS; whether idle ones are
+ * left (the service thread looks again within FS_RING_SWEEP_NS then).
+ * Engine lock held. */
 bool fs_ring_sweep(uint64_t now);
 /* Our ring eventfd, or -1: deep sleepers and the service thread watch it. */
 int fs_ring_fd(void);

@@ -476,10 +476,6 @@ static void fs_service_count_sleep(struct fs_engine *e, bool want)
 	fs_engine_progress(e); /* a message posted before the count rang nobody */
 }
 
-/* How often the service thread looks at idle ring entries when nothing
- * else wakes it (fs_ring_sweep). */
-#define FS_SERVICE_RING_SWEEP_MS 250
-
 /* Consecutive 1 ms looks for streams on their way back (the service thread's own). */
 static unsigned fs_service_switch_looks;
 
@@ -579,7 +575,7 @@ static int fs_service_engine_look(struct fs_service_set *set, nfds_t *n, uint64_
 	if (live)
 		return (int)(idle_us / 1000);
 	/* idle ring entries to sweep (fs_ring_sweep), and nothing else */
-	return ring_idle ? FS_SERVICE_RING_SWEEP_MS : -1;
+	return ring_idle ? (int)(FS_RING_SWEEP_NS / 1000000ull) : -1;
 }
 
 /* Serves the fixed entries of PFD after a poll that returned RET: gives the

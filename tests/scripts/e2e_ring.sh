@@ -32,7 +32,9 @@
 #    entry of a peer outlives its last stream, so each side hands its
 #    eventfd over once for all of them (before: once per connection, a
 #    unix connection and a wake-up of the peer's service thread each); a
-#    second client process is a new peer and gets its own handover.
+#    second client process is a new peer and gets its own handover; 40
+#    short client processes after them (more than the 32 idle entries kept)
+#    leave the server no descriptor 1.5 s after the last one ended.
 . "$(dirname "$0")/lib.sh"
 
 PROG=$FS_PROGS/fs_scale
@@ -291,17 +293,33 @@ else
 			eq "perconn: client $c ring_handovers" "$(st pc$c.c ring_handovers)" 1
 			eq "perconn: client $c ring_handover_failed" "$(st pc$c.c ring_handover_failed)" 0
 		done
+		# more client processes, one after another, than the server keeps
+		# idle entries for (FS_RING_IDLE_MAX, 32): the release past the cap
+		# frees the ended ones' entries, and a second after the last one
+		# ended the sweep has freed every eventfd and pidfd they left:
+		# the server holds no more descriptors than before them
+		fd0=$(ls "/proc/$SPID/fd" 2>/dev/null | wc -l)
+		for c in $(seq 1 40); do
+			timeout -k 5 30 env "LD_PRELOAD=$FABSOCK_LIB" "$NETBENCH" connect 127.0.0.1 "$PORT" --count 1 \
+				>"$dir/pcs.out" 2>"$dir/pcs.err" || fs_fail "perconn: short client $c: $(tail -n 1 "$dir/pcs.err")"
+		done
+		fs_sleep 1.5
+		fd1=$(ls "/proc/$SPID/fd" 2>/dev/null | wc -l)
+		fs_log "perconn: server descriptors $fd0 before 40 short client processes, $fd1 1.5 s after them"
+		[ "$fd1" -le "$fd0" ] || fs_fail "perconn: the server holds $fd1 descriptors after 40 short clients, $fd0 before"
 		# the round trips' bytes (fs_tcp_proof: the HELLOs and ACKs only)
-		fs_tcp_proof "perconn" fabsock $((2 * (PC + 10)))
+		fs_tcp_proof "perconn" fabsock $((2 * (PC + 10) + 40 * 11))
 		kill -INT "$SPID" 2>/dev/null || true
 		fs_wait_pid "$SPID" 30 || fs_fail "perconn: the server did not end on SIGINT"
 		fs_log "perconn: server handovers=$(st pc.s ring_handovers) given=$(st pc.s ring_given) offloaded=$(st pc.s offloaded)"
 		# one eventfd from each client process, one of ours to each
-		eq "perconn: server ring_handovers" "$(st pc.s ring_handovers)" 2
-		eq "perconn: server ring_given" "$(st pc.s ring_given)" 2
+		# one of ours to each of the 42 client processes; theirs come at
+		# the server's first ring to each (a short one may end before it)
+		eq "perconn: server ring_given" "$(st pc.s ring_given)" 42
+		within "perconn: server ring_handovers" "$(st pc.s ring_handovers)" 2 42
 		grep -q 'killed by\|Segmentation\|Aborted' "$dir"/pc*.err && fs_fail "perconn: a process died by a signal"
 	fi
 fi
-[ "$FS_FAILS" = "$f0" ] && fs_pass "perconn: $((2 * (PC + 10))) connections from two processes, one eventfd handover per process pair"
+[ "$FS_FAILS" = "$f0" ] && fs_pass "perconn: $((2 * (PC + 10))) connections from two processes, one eventfd handover per process pair; 40 short processes after them left no descriptor at the server"
 
 fs_done
