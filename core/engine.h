@@ -356,9 +356,13 @@ struct fs_engine {
 	struct fs_hb_page *hb_page;
 	int hb_evfd;
 	/* Of the threads waiting in fs_stream_wait, one polls the completion
-	 * queue in short slices (the poller); the others sleep until rung. */
+	 * queue in short slices (the poller); the others sleep until rung
+	 * (poller_deps of them now: the poller keeps its role while any is;
+	 * a waiter beside others whose stream is armed sleeps on it instead,
+	 * wait.h). */
 	bool has_poller;
 	pthread_t poller;
+	unsigned poller_deps;
 	struct fs_stream *wake_list;
 	/* Idleness and the doorbell (core/bell.h). A waiter that finds the
 	 * engine deeply idle sleeps long on deep_fd, which is rung when a

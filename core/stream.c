@@ -116,7 +116,7 @@ static void fs_stream_check_gone(struct fs_stream *s, uint64_t now)
  * an error, or DEADLINE. Returns 0 when ready, else -EAGAIN (deadline),
  * -EINTR, or the stream's error. */
 static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_ready_fn ready, void *arg,
-			       uint64_t deadline_ns, int ctl_fd, bool *poller);
+			       uint64_t deadline_ns, int ctl_fd, bool *poller, bool *counted);
 
 /* Waits with the engine lock held (released while sleeping) until READY,
  * an error, or DEADLINE. Returns 0 when ready, else -EAGAIN (deadline),
@@ -127,18 +127,37 @@ static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_read
  * Any other waiter sleeps on its control socket and the stream's eventfd
  * until the poller (or the service thread) rings it after a progress round
  * that changed its stream, or 50 ms pass. So N threads blocked in recv cost
- * what one does. A signal still interrupts every sleeper (EINTR). */
+ * what one does. Beside other waiters of a sleepy engine, a waiter whose
+ * stream asked its peer for a ring with our last message sleeps on that
+ * stream instead, as poll's waiters do (wait.h, fs_wait_stream_beside).
+ * A signal still interrupts every sleeper (EINTR). */
 int fs_stream_wait(struct fs_engine *e, struct fs_stream *s, fs_ready_fn ready, void *arg,
 		   uint64_t deadline_ns, int ctl_fd)
 {
-	bool poller = false;
-	int ret = fs_stream_wait_once(e, s, ready, arg, deadline_ns, ctl_fd, &poller);
+	bool poller = false, counted = false;
+	int ret = fs_stream_wait_once(e, s, ready, arg, deadline_ns, ctl_fd, &poller, &counted);
 
+	if (counted)
+		fs_ready_wait_leave();
 	if (poller && e->has_poller && pthread_equal(e->poller, pthread_self())) {
 		e->has_poller = false;
 		fs_engine_wake_all(e); /* one of the sleepers takes over */
 	}
 	return ret;
+}
+
+/* Whether this waiter may leave the poller's round to the others and sleep
+ * on its own stream (fs_wait_stream_beside): yes unless it is the poller
+ * and another waiter sleeps until the poller rings it. A poller that may
+ * gives the role up (the next waiter that needs one takes it). Lock held. */
+static bool fs_stream_poller_free(struct fs_engine *e)
+{
+	if (!e->has_poller || !pthread_equal(e->poller, pthread_self()))
+		return true;
+	if (e->poller_deps)
+		return false;
+	e->has_poller = false;
+	return true;
 }
 
 /* One step of W's spin, the engine lock let go: it is taken back without
@@ -158,7 +177,7 @@ static void fs_stream_spin_step(struct fs_engine *e, struct fs_wait *w)
 }
 
 static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_ready_fn ready, void *arg,
-			       uint64_t deadline_ns, int ctl_fd, bool *poller)
+			       uint64_t deadline_ns, int ctl_fd, bool *poller, bool *counted)
 {
 	struct fs_wait w;
 	uint64_t now;
@@ -183,6 +202,29 @@ static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_read
 			return -EAGAIN;
 		if (next == FS_WAIT_SPIN) {
 			fs_stream_spin_step(e, &w);
+			continue;
+		}
+		if (!*counted && fs_ring_peer_paged(s)) {
+			/* Past its spin, a blocking waiter on a stream to a peer of
+			 * this host counts among the threads that wait (wake.c):
+			 * with two of them the engine no longer arms its every
+			 * stream by datagram for one of them, and each sleeps on
+			 * its own stream, armed by its own messages, instead. A
+			 * remote peer arms no message of ours beside others (it
+			 * has no page of sleepers to read): there the poller's
+			 * engine-wide arming stays. */
+			fs_ready_wait_enter();
+			*counted = true;
+		}
+		if (fs_wait_stream_beside(e, s) && fs_stream_poller_free(e)) {
+			short rev = 0;
+			int r = fs_wait_stream_beside_sleep(e, &w, s, ctl_fd < 0 || s->peer_gone ? -1 : ctl_fd, &rev);
+
+			pthread_mutex_lock(&e->lock);
+			if (r == -EINTR && !fs_sigs_restart())
+				return -EINTR;
+			if (r > 0 && (rev & (POLLIN | POLLRDHUP | POLLHUP | POLLERR)))
+				fs_stream_check_ctl(s, ctl_fd);
 			continue;
 		}
 		if (!e->has_poller) {
@@ -252,14 +294,17 @@ static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_read
 				fs_engine_progress(e);
 				relooked = ready(s, arg) || s->error || s->state == FS_STREAM_CLOSED;
 			}
-			fs_engine_unlock(e);
 			if (pfd[2].fd >= 0) {
 				pfd[3].fd = fs_bell_fd();
 				pfd[4].fd = fs_ring_fd();
 			}
 			if (relooked) {
 				ret = 0; /* no sleep: the loop's look returns */
+				fs_engine_unlock(e);
 			} else {
+				if (!*poller)
+					e->poller_deps++;
+				fs_engine_unlock(e);
 				if (pfd[5].fd >= 0)
 					fs_engine_cq_sleep(e, true);
 				ret = fs_real.ppoll(pfd, 6, &ts, NULL);
@@ -267,6 +312,8 @@ static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_read
 					fs_engine_cq_sleep(e, false);
 			}
 			pthread_mutex_lock(&e->lock);
+			if (!relooked && !*poller)
+				e->poller_deps--;
 			if (pfd[2].fd >= 0)
 				fs_engine_deep_end(e);
 			if (ret > 0 && (pfd[3].revents & POLLIN))

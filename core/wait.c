@@ -210,10 +210,6 @@ static struct fs_stream *fs_wait_own_stream(struct fs_engine *e, unsigned i)
 	return st;
 }
 
-/* Whether every stream this thread waits for is still there and has asked
- * its peer for a ring (its last message carried the ARM: the peer rings
- * after its next post, when a thread of ours sleeps). Any message that
- * came since disarmed it. Engine lock held. */
 /* Whether a stream of this thread's holds a message it has not read
  * (taken in by another thread's progress after this wait's look). */
 static bool fs_wait_own_unread(struct fs_engine *e)
@@ -240,6 +236,16 @@ static uint64_t fs_wait_own_gen(struct fs_engine *e)
 	}
 	return g;
 }
+
+/* Whether S's peer rings us after its next message on S (armed by our last
+ * message, FS_MSG_ARM) and nothing of ours is in flight on it (that
+ * completion comes without a ring). Engine lock held. */
+static bool fs_wait_stream_armed(const struct fs_stream *st)
+{
+	return st->armed && st->state != FS_STREAM_HELLO && st->bell_addr.sin6_port && !st->txq_count &&
+	       !st->tx_inflight;
+}
+
 /* Whether every stream this thread waits for is still there and has asked
  * its peer for a ring (its last message carried the ARM: the peer rings
  * after its next post, when a thread of ours sleeps), and has no send of
@@ -254,14 +260,13 @@ static bool fs_wait_own_armed(struct fs_engine *e)
 	for (unsigned i = 0; i < t->own_n; i++) {
 		struct fs_stream *st = fs_wait_own_stream(e, i);
 
-		if (!st || !st->armed || st->state == FS_STREAM_HELLO || !st->bell_addr.sin6_port || st->txq_count ||
-		    st->tx_inflight)
+		if (!st || !fs_wait_stream_armed(st))
 			return false;
 	}
 	return true;
 }
 
-/* Beside other waiters, with this thread's streams armed (engine lock
+/* Beside other waiters, with the streams ST[0..NST) armed (engine lock
  * held on entry, dropped here): sleeps as a sleeper of each of them, on
  * their eventfds and FDS[0..N), for FS_BELL_SLICE_MS at most. One such
  * sleeper at a time (the watcher) also watches the doorbell and the ring;
@@ -272,39 +277,36 @@ static bool fs_wait_own_armed(struct fs_engine *e)
  * memcached's four workers). Returns ppoll's count of FDS[0..N) or -errno
  * with *SLEPT, or 0 without sleeping. */
 #define FS_WAIT_BESIDE_FDS 64u
-static int fs_wait_beside_sleep(struct fs_engine *e, const struct fs_wait *w, struct pollfd *fds, nfds_t n,
-				const sigset_t *sigmask, bool *slept, uint64_t now)
+static int fs_wait_beside_sleep_on(struct fs_engine *e, const struct fs_wait *w, struct fs_stream **st, unsigned nst,
+				   struct pollfd *fds, nfds_t n, const sigset_t *sigmask, bool *slept, uint64_t now)
 {
-	const struct fs_wait_thread *t = &fs_wait_thread;
 	struct pollfd p[FS_WAIT_BESIDE_FDS + FS_WAIT_OWN_MAX + 2];
-	struct fs_stream *st[FS_WAIT_OWN_MAX];
 	struct timespec ts;
 	unsigned k = 0, np;
 	int ret, err, own_ready = 0, extra = 0;
 	bool watch, bell_ready = false, ring_ready = false, others;
 
-	if (n > FS_WAIT_BESIDE_FDS) {
+	if (n > FS_WAIT_BESIDE_FDS || nst > FS_WAIT_OWN_MAX) {
 		fs_engine_unlock(e);
 		return 0;
 	}
-	for (; k < t->own_n; k++) {
-		st[k] = fs_wait_own_stream(e, k);
-		if (st[k] && st[k]->wake_fd < 0)
+	for (; k < nst; k++) {
+		if (st[k]->wake_fd < 0)
 			st[k]->wake_fd = fs_internal_fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-		if (!st[k] || st[k]->wake_fd < 0)
+		if (st[k]->wake_fd < 0)
 			break;
 	}
-	if (k < t->own_n) {
+	if (k < nst) {
 		fs_engine_unlock(e);
 		return 0;
 	}
-	for (k = 0; k < t->own_n; k++) {
+	for (k = 0; k < nst; k++) {
 		fs_stream_sleep_begin(e, st[k]);
 		p[n + k].fd = st[k]->wake_fd;
 		p[n + k].events = POLLIN;
 		p[n + k].revents = 0;
 	}
-	np = n + t->own_n;
+	np = n + nst;
 	/* One beside sleeper at a time watches the doorbell and the ring
 	 * (the watcher): a ring for its own stream wakes it alone, as the
 	 * kernel wakes its reader; one for another's is read here and the
@@ -336,7 +338,7 @@ static int fs_wait_beside_sleep(struct fs_engine *e, const struct fs_wait *w, st
 	ret = fs_real.ppoll(p, np + extra, &ts, sigmask);
 	err = errno;
 	pthread_mutex_lock(&e->lock);
-	for (k = 0; k < t->own_n; k++) {
+	for (k = 0; k < nst; k++) {
 		fs_stream_sleep_end(e, st[k]);
 		if (ret > 0 && p[n + k].revents) {
 			uint64_t v;
@@ -365,6 +367,41 @@ static int fs_wait_beside_sleep(struct fs_engine *e, const struct fs_wait *w, st
 	if (ret < 0)
 		return -err;
 	return ret - own_ready;
+}
+
+/* The same for this thread's poll, select or epoll_wait (fs_wait_own_*). */
+static int fs_wait_beside_sleep(struct fs_engine *e, const struct fs_wait *w, struct pollfd *fds, nfds_t n,
+				const sigset_t *sigmask, bool *slept, uint64_t now)
+{
+	const struct fs_wait_thread *t = &fs_wait_thread;
+	struct fs_stream *st[FS_WAIT_OWN_MAX];
+
+	for (unsigned k = 0; k < t->own_n; k++) {
+		st[k] = fs_wait_own_stream(e, k);
+		if (!st[k]) {
+			fs_engine_unlock(e);
+			return 0;
+		}
+	}
+	return fs_wait_beside_sleep_on(e, w, st, t->own_n, fds, n, sigmask, slept, now);
+}
+
+bool fs_wait_stream_beside(struct fs_engine *e, const struct fs_stream *s)
+{
+	return fs_wait_beside_others(e) && fs_wait_stream_armed(s) && fs_engine_cq_wait_fd(e) != -EAGAIN &&
+	       fs_engine_settled_beside(e);
+}
+
+int fs_wait_stream_beside_sleep(struct fs_engine *e, const struct fs_wait *w, struct fs_stream *s, int ctl_fd,
+				short *ctl_revents)
+{
+	struct pollfd ctl = { .fd = ctl_fd, .events = POLLIN | POLLRDHUP };
+	bool slept;
+	int ret;
+
+	ret = fs_wait_beside_sleep_on(e, w, &s, 1, &ctl, 1, NULL, &slept, fs_now_ns());
+	*ctl_revents = ret > 0 ? ctl.revents : 0;
+	return ret;
 }
 
 int fs_wait_deep_sleep(const struct fs_wait *w, struct pollfd *fds, nfds_t n, const sigset_t *sigmask,

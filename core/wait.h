@@ -166,6 +166,19 @@ bool fs_wait_own_wanted(void);
 int fs_wait_deep_sleep(const struct fs_wait *w, struct pollfd *fds, nfds_t n, const sigset_t *sigmask,
 		       bool *slept);
 
+/* For a blocking receive or send (stream.c), which waits with the engine
+ * lock held: whether its wait on S may sleep as a waiter beside others
+ * does (the engine is sleepy, more than one thread waits, S asked its peer
+ * for a ring with our last message and nothing of ours is in flight on it,
+ * nothing else of the engine needs a look), and that sleep: on S's eventfd
+ * and CTL_FD (its revents in *CTL_REVENTS), the doorbell and the ring too
+ * if no other sleeper watches them, for FS_BELL_SLICE_MS at most, never
+ * past W's deadline. The sleep drops the engine lock and returns without
+ * it: ppoll's count for CTL_FD, 0 (woken for S, or not slept), or -errno. */
+bool fs_wait_stream_beside(struct fs_engine *e, const struct fs_stream *s);
+int fs_wait_stream_beside_sleep(struct fs_engine *e, const struct fs_wait *w, struct fs_stream *s, int ctl_fd,
+				short *ctl_revents);
+
 /* How often a spinning wait asks the kernel about the application's own
  * descriptors (and the control connections of its offloaded sockets)
  * between its looks at the streams. Asking on every look cost a system

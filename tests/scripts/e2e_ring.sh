@@ -21,6 +21,10 @@
 #    message): the answers of those rounds find the client busy, not
 #    asleep, and are not rung (bell_rings_skipped: its page said so), the
 #    others are; no round lost (none over 200 ms), byte-exact;
+#  - blocking: a thread-per-connection server and a client with two
+#    threads, all in blocking calls and without a spin: each waiting thread
+#    sleeps on its own stream (deep_beside), armed by its own messages,
+#    and hardly any ARM goes by datagram; byte-exact;
 #  - fork+exec: a python client that held the server's eventfd forks; the
 #    child opens its own connection, fetches its own copy (the server hands
 #    out a second), echoes byte-exact, then execs a program without the
@@ -141,6 +145,39 @@ ge "awake: client bell_rings_received" "$(st aw.c bell_rings_received)" 100
 awk -v m="${max:-1e9}" 'BEGIN { exit !(m < 200) }' || fs_fail "awake: a round took ${max:-?} ms (over 200: a lost ring)"
 grep -q 'killed by\|Segmentation\|Aborted' "$dir"/aw.*.err && fs_fail "awake: a process died by a signal"
 [ "$FS_FAILS" = "$f0" ] && fs_pass "awake: answers to a busy client not rung, to a sleeping one rung, nothing lost"
+
+# ---- blocking: threads in blocking calls sleep on their own streams -------
+# A thread per connection on both ends (fs_pingpong: the server reads and
+# writes with blocking calls, each client thread writes and reads back),
+# both without a spin, so every wait sleeps beside the other thread's:
+# each sleeps on its own stream, armed by its last message, not in the
+# poller's slices, and no engine arms the other thread's stream by
+# datagram (before: every wait of the poller sent the peer an ARM datagram
+# for the stream the other thread had just read from, and the other thread
+# slept until the poller's round found its message).
+f0=$FS_FAILS
+BR=2000
+fs_bg SPID env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 FABSOCK_SPIN_US=0 FABSOCK_STEPBACK=0 \
+	"$PP" server >"$dir/bl.s.out" 2>"$dir/bl.s.err"
+PORT=$(fs_listen_port "$dir/bl.s.out" "$SPID")
+[ -n "$PORT" ] || { fs_fail "blocking: the server did not listen"; fs_done; exit 1; }
+fs_tcp_count_start "$PORT" || fs_fail "nft counter not set up"
+rc=0
+timeout -k 5 120 env "LD_PRELOAD=$FABSOCK_LIB" FABSOCK_STATS=1 FABSOCK_SPIN_US=0 FABSOCK_STEPBACK=0 \
+	"$PP" client "$PORT" 2 "$BR" 64 >"$dir/bl.c.out" 2>"$dir/bl.c.err" || rc=$?
+fs_tcp_proof "blocking" fabsock 2
+stop_server blocking
+grep -q '^PASS pingpong$' "$dir/bl.c.out" || fs_fail "blocking: client exit $rc: $(grep -h 'FAIL' "$dir/bl.c.out" | head -n 2 | tr '\n' ' ')"
+for side in bl.s bl.c; do
+	fs_log "blocking $side: deep_beside=$(st $side deep_beside) bell_arms=$(st $side bell_arms) inline=$(st $side bell_arms_inline) rings_local=$(st $side bell_rings_local) received=$(st $side bell_rings_received)"
+	eq "blocking $side offloaded" "$(st $side offloaded)" 2
+	# 2 x BR waits on each side, nearly all asleep beside the other's
+	ge "blocking $side deep_beside" "$(st $side deep_beside)" "$BR"
+	d=$(($(st $side bell_arms) - $(st $side bell_arms_inline)))
+	[ "$d" -le $((BR / 10)) ] || fs_fail "blocking $side: $d of its ARMs were datagrams"
+done
+grep -q 'killed by\|Segmentation\|Aborted' "$dir"/bl.*.err && fs_fail "blocking: a process died by a signal"
+[ "$FS_FAILS" = "$f0" ] && fs_pass "blocking: two threads per end in blocking calls slept on their own streams, armed by their messages, byte-exact"
 
 # ---- refused: the datagram fall-back -------------------------------------
 f0=$FS_FAILS
