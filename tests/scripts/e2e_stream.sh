@@ -802,16 +802,104 @@ case_tworails() {
 	[ -z "$T2" ] || [ -z "$t2" ] || fs_log "tworails-iperf3: link 1 $((R1 - r1 + T1 - t1)) bytes, link 2 $((R2 - r2 + T2 - t2));" \
 		"nic_rails server $(fs_stat "$FS_TMP/tworails-iperf3/server.err" nic_rails | grep . || echo none)," \
 		"client $(fs_stat "$FS_TMP/tworails-iperf3/client.err" nic_rails | grep . || echo none)"
+	tworails_stripe "$ns_a" "$ns_b" "$a1" "$b1" "$a2" "$b2" "$s1" "$s2" "${common[@]}"
+	STREAM_SERVER_ENV=("${common[@]}" "FABSOCK_RAIL_ADDRS=$s1.1,$s2.1")
+	STREAM_CLIENT_ENV=("${common[@]}" "FABSOCK_RAIL_ADDRS=$s1.2,$s2.2")
 	# only link 1 named: one rail, as before
 	STREAM_SERVER_ENV=("${common[@]}" "FABSOCK_RAIL_ADDRS=$s1.1")
 	STREAM_CLIENT_ENV=("${common[@]}" "FABSOCK_RAIL_ADDRS=$s1.2")
 	tworails_run tworails-one-named fabsock $((8 * MIB)) 0 8 30 --streams 8 --bytes 8M --seed 104
 	tworails_links tworails-one-named one
 	tworails_rails tworails-one-named 0
+	for side in server client; do
+		fs_expect_stats "$FS_TMP/tworails-one-named/$side.err" "tworails-one-named: $side, one rail offered" \
+			"streams_striped=0" "stripe_msgs=0"
+	done
 	tworails_link_down "$ns_a" "$ns_b" "$a1" "$b1" "$a2" "$b2" "$s1" "$s2" "${common[@]}"
 	STREAM_EXTRA_ENV=()
 	STREAM_SERVER_ENV=()
 	STREAM_CLIENT_ENV=()
+}
+
+# Striping one stream over the two rails (issue 28 item 2, wire 12):
+#   tworails-stripe-1x128M: one stream of 128 MiB (its send queue holds more
+#     than FABSOCK_STRIPE_MIN at once): byte-exact (stream_check), each link
+#     carried at least 20 % of the payload by the kernel's counters (one
+#     stream spread by homes alone keeps to one link), streams_striped=1 on
+#     both ends, the client's stripe_msgs above 0.
+#   tworails-stripe-netem: the same with link 2 delayed 5 ms each way (tc
+#     netem on both of its ends; a kernel without sch_netem, as this
+#     project's VM: both links held to 200 Mbit/s by tc tbf, link 1's queue
+#     5 ms deep and link 2's 100 ms, which TCP fills: link 2's packets wait
+#     up to 100 ms more), 64 MiB: messages of the stream overtake each other
+#     (the server's rx_early above 0: delivered in order only by sequence),
+#     byte-exact, both links >= 20 %.
+#   tworails-stripe-oneside: the server's FABSOCK_STRIPE_MIN=0 (its ACK
+#     offers one rail): both ends keep to one (no streams_striped, no
+#     stripe_msgs), byte-exact.
+# A test before striping fails the first two: one stream put its payload
+# on its home's link only (link 2 carried 0 bytes of it).
+tworails_stripe() { # NS_A NS_B A1 B1 A2 B2 SUBNET1 SUBNET2 ENV...
+	local ns_a=$1 ns_b=$2 a1=$3 b1=$4 a2=$5 b2=$6 s1=$7 s2=$8 pair early ns dev lat delayed=()
+	shift 8
+	local common=("$@")
+	STREAM_SERVER_ENV=("${common[@]}" "FABSOCK_RAIL_ADDRS=$s1.1,$s2.1")
+	STREAM_CLIENT_ENV=("${common[@]}" "FABSOCK_RAIL_ADDRS=$s1.2,$s2.2")
+	tworails_run tworails-stripe-1x128M fabsock $((128 * MIB)) 0 1 60 --streams 1 --bytes 128M --seed 111
+	tworails_links tworails-stripe-1x128M both
+	tworails_striped tworails-stripe-1x128M
+	if tc -n "$ns_a" qdisc add dev "$a2" root netem delay 5ms limit 100000 2>/dev/null; then
+		tc -n "$ns_b" qdisc add dev "$b2" root netem delay 5ms limit 100000 ||
+			{ fs_fail "tworails-stripe-netem: cannot delay $b2 (tc netem)"; return 0; }
+		delayed=("$ns_a $a2" "$ns_b $b2")
+		fs_log "tworails-stripe-netem: link 2 delayed 5 ms each way (netem)"
+	else
+		for pair in "$ns_a $a1 5ms" "$ns_b $b1 5ms" "$ns_a $a2 100ms" "$ns_b $b2 100ms"; do
+			read -r ns dev lat <<<"$pair"
+			tc -n "$ns" qdisc add dev "$dev" root tbf rate 200mbit burst 32kb latency "$lat" ||
+				{ fs_fail "tworails-stripe-netem: cannot hold $dev to 200 Mbit/s (tc tbf)"; return 0; }
+			delayed+=("$ns $dev")
+		done
+		fs_log "tworails-stripe-netem: no sch_netem in this kernel: both links 200 Mbit/s (tbf), link 1's queue 5 ms, link 2's 100 ms"
+	fi
+	tworails_run tworails-stripe-netem fabsock $((64 * MIB)) 0 1 60 --streams 1 --bytes 64M --seed 112
+	for pair in "${delayed[@]}"; do
+		tc -n "${pair% *}" qdisc del dev "${pair#* }" root || fs_fail "tworails-stripe-netem: cannot remove the qdisc of ${pair#* }"
+	done
+	tworails_links tworails-stripe-netem both
+	tworails_striped tworails-stripe-netem
+	early=$(fs_stat "$FS_TMP/tworails-stripe-netem/server.err" rx_early)
+	if [ "${early:-0}" -gt 0 ]; then
+		fs_pass "tworails-stripe-netem: the server took $early messages before their turn (rx_early), delivered in order"
+	else
+		fs_fail "tworails-stripe-netem: rx_early=${early:-none} at the server: no reordering was forced"
+	fi
+	STREAM_SERVER_ENV=("${common[@]}" "FABSOCK_RAIL_ADDRS=$s1.1,$s2.1" FABSOCK_STRIPE_MIN=0)
+	tworails_run tworails-stripe-oneside fabsock $((32 * MIB)) 0 1 60 --streams 1 --bytes 32M --seed 113
+	for side in server client; do
+		fs_expect_stats "$FS_TMP/tworails-stripe-oneside/$side.err" "tworails-stripe-oneside: $side" \
+			"streams_striped=0" "stripe_msgs=0"
+	done
+}
+
+# tworails_striped LABEL: both ends joined the stream with two rails and the
+# client (the sender) put data messages on the further one.
+tworails_striped() {
+	local label=$1 side striped msgs
+	for side in server client; do
+		striped=$(fs_stat "$FS_TMP/$label/$side.err" streams_striped)
+		if [ "${striped:-0}" -ge 1 ]; then
+			fs_pass "$label: $side joined $striped stream(s) with two rails"
+		else
+			fs_fail "$label: $side streams_striped=${striped:-none}: no stream joined with two rails"
+		fi
+	done
+	msgs=$(fs_stat "$FS_TMP/$label/client.err" stripe_msgs)
+	if [ "${msgs:-0}" -gt 0 ]; then
+		fs_pass "$label: the client sent $msgs data messages on its further rail"
+	else
+		fs_fail "$label: the client's stripe_msgs=${msgs:-none}: nothing was striped"
+	fi
 }
 
 # A rail that fails resets its streams (issue 28): both links held to
@@ -824,7 +912,9 @@ case_tworails() {
 # one says nic_rails_failed=1 at least, a reset connection reads "Connection reset
 # by peer", and no connection read a wrong byte (fs_stream checks every byte
 # it got). (fs_stream's client ends at its first failed connection, so the
-# streams on link 1 end early too; their bytes so far were right.) Then,
+# streams on link 1 end early too; their bytes so far were right.) With
+# striping (the default with two rails) every stream has messages on link 2:
+# the client's stripe_msgs above 0 says the reset met striped streams. Then,
 # with link 2 still down, fresh processes: no rail opens on it (nic_rails=0
 # on both ends), eight streams byte-exact over link 1.
 tworails_link_down() { # NS_A NS_B A1 B1 A2 B2 SUBNET1 SUBNET2 ENV...
@@ -872,6 +962,14 @@ tworails_link_down() { # NS_A NS_B A1 B1 A2 B2 SUBNET1 SUBNET2 ENV...
 		fs_pass "$label: a rail failed (nic_rails_failed: server ${nf_s:-none}, client ${nf_c:-none})"
 	else
 		fs_fail "$label: no side failed its rail (nic_rails_failed: server ${nf_s:-none}, client ${nf_c:-none})"
+	fi
+	# striping (wire 12): the streams had messages on both rails, so the
+	# reset is of striped streams too
+	nf_s=$(fs_stat "$dir/client.err" stripe_msgs)
+	if [ "${nf_s:-0}" -gt 0 ]; then
+		fs_pass "$label: the client had striped $nf_s data messages onto its further rail before the reset"
+	else
+		fs_fail "$label: the client's stripe_msgs=${nf_s:-none}: the streams were not striped"
 	fi
 	if grep -q 'Connection reset by peer' "$dir/server.err" "$dir/client.err"; then
 		fs_pass "$label: the streams of link 2 were reset (ECONNRESET)"
