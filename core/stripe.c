@@ -68,8 +68,8 @@ void fs_stripe_init(struct fs_engine *e, struct fs_stream *s)
 	}
 	s->rail_ep[0] = home;
 	s->nrails = 1;
-	if (want < 2 || !home->head || !home->head->next_nic)
-		return;
+	if (want < 2 || !home->head || !e->rails[kind].next_nic)
+		return; /* one NIC (a home on the last one has no next_nic, but others) */
 	/* the NICs after the home's, in rank order, wrapping */
 	for (h = fs_stripe_nic_after(e, kind, home->head); h != home->head && s->nrails < want;
 	     h = fs_stripe_nic_after(e, kind, h))
@@ -93,8 +93,8 @@ static void fs_stripe_match(struct fs_engine *e, struct fs_stream *s, const stru
 		s->rail_peer[i] = FI_ADDR_UNSPEC;
 	}
 	s->nrails = 1;
-	if (want < 2 || !home->head || !home->head->next_nic)
-		return;
+	if (want < 2 || !home->head || !e->rails[kind].next_nic)
+		return; /* one NIC (a home on the last one has no next_nic, but others) */
 	for (unsigned i = 1; i < peer->rails && s->nrails < want; i++) {
 		struct fs_engine_rail *best = NULL, *h;
 		uint8_t pip[16], rip[16];

@@ -831,8 +831,9 @@ case_tworails() {
 #     netem on both of its ends; a kernel without sch_netem, as this
 #     project's VM: both links held to 200 Mbit/s by tc tbf, link 1's queue
 #     5 ms deep and link 2's 100 ms, which TCP fills: link 2's packets wait
-#     up to 100 ms more), 64 MiB: messages of the stream overtake each other
-#     (the server's rx_early above 0: delivered in order only by sequence),
+#     up to 100 ms more), two streams of 32 MiB (one homed on each NIC: both
+#     striped, streams_striped=2): messages overtake each other (the
+#     server's rx_early above 0: delivered in order only by sequence),
 #     byte-exact, both links >= 20 %.
 #   tworails-stripe-oneside: the server's FABSOCK_STRIPE_MIN=0 (its ACK
 #     offers one rail): both ends keep to one (no streams_striped, no
@@ -847,7 +848,7 @@ tworails_stripe() { # NS_A NS_B A1 B1 A2 B2 SUBNET1 SUBNET2 ENV...
 	STREAM_CLIENT_ENV=("${common[@]}" "FABSOCK_RAIL_ADDRS=$s1.2,$s2.2")
 	tworails_run tworails-stripe-1x128M fabsock $((128 * MIB)) 0 1 60 --streams 1 --bytes 128M --seed 111
 	tworails_links tworails-stripe-1x128M both
-	tworails_striped tworails-stripe-1x128M
+	tworails_striped tworails-stripe-1x128M 1
 	if tc -n "$ns_a" qdisc add dev "$a2" root netem delay 5ms limit 100000 2>/dev/null; then
 		tc -n "$ns_b" qdisc add dev "$b2" root netem delay 5ms limit 100000 ||
 			{ fs_fail "tworails-stripe-netem: cannot delay $b2 (tc netem)"; return 0; }
@@ -862,12 +863,12 @@ tworails_stripe() { # NS_A NS_B A1 B1 A2 B2 SUBNET1 SUBNET2 ENV...
 		done
 		fs_log "tworails-stripe-netem: no sch_netem in this kernel: both links 200 Mbit/s (tbf), link 1's queue 5 ms, link 2's 100 ms"
 	fi
-	tworails_run tworails-stripe-netem fabsock $((64 * MIB)) 0 1 60 --streams 1 --bytes 64M --seed 112
+	tworails_run tworails-stripe-netem fabsock $((32 * MIB)) 0 2 60 --streams 2 --bytes 32M --seed 112
 	for pair in "${delayed[@]}"; do
 		tc -n "${pair% *}" qdisc del dev "${pair#* }" root || fs_fail "tworails-stripe-netem: cannot remove the qdisc of ${pair#* }"
 	done
 	tworails_links tworails-stripe-netem both
-	tworails_striped tworails-stripe-netem
+	tworails_striped tworails-stripe-netem 2
 	early=$(fs_stat "$FS_TMP/tworails-stripe-netem/server.err" rx_early)
 	if [ "${early:-0}" -gt 0 ]; then
 		fs_pass "tworails-stripe-netem: the server took $early messages before their turn (rx_early), delivered in order"
@@ -882,16 +883,17 @@ tworails_stripe() { # NS_A NS_B A1 B1 A2 B2 SUBNET1 SUBNET2 ENV...
 	done
 }
 
-# tworails_striped LABEL: both ends joined the stream with two rails and the
-# client (the sender) put data messages on the further one.
+# tworails_striped LABEL STREAMS: both ends joined every one of the STREAMS
+# streams with two rails and the client (the sender) put data messages on a
+# further one.
 tworails_striped() {
-	local label=$1 side striped msgs
+	local label=$1 want=$2 side striped msgs
 	for side in server client; do
 		striped=$(fs_stat "$FS_TMP/$label/$side.err" streams_striped)
-		if [ "${striped:-0}" -ge 1 ]; then
-			fs_pass "$label: $side joined $striped stream(s) with two rails"
+		if [ "${striped:-0}" = "$want" ]; then
+			fs_pass "$label: $side joined its $striped stream(s) with two rails"
 		else
-			fs_fail "$label: $side streams_striped=${striped:-none}: no stream joined with two rails"
+			fs_fail "$label: $side streams_striped=${striped:-none}, expected $want (every stream with two rails)"
 		fi
 	done
 	msgs=$(fs_stat "$FS_TMP/$label/client.err" stripe_msgs)
