@@ -185,9 +185,11 @@ bool fs_stripe_uses(const struct fs_stream *s, const struct fs_engine_rail *head
 /* Which of S's rails ER is (0: the home), -1: none. */
 int fs_stripe_rail_of(const struct fs_stream *s, const struct fs_engine_rail *er);
 /* The rail S's next data buffer is taken on, QUEUED messages in its send
- * queue: 0 (the home) unless the queue holds FABSOCK_STRIPE_MIN bytes and
- * the peer grants more than one message; then the stream's rails in turn,
- * the one with the fewest sends in flight first. */
+ * queue: 0 (the home) unless the queue holds FABSOCK_STRIPE_MIN bytes, the
+ * peer grants more than one message and fewer other streams than S has
+ * further rails have a backlog (those fill the rails by spreading); then
+ * the stream's rails in turn, the one with the fewest sends in flight
+ * first. */
 unsigned fs_stripe_pick(struct fs_stream *s, unsigned queued);
 /* In engine.c: how many leading bits two IPv6 (or v4-mapped) addresses share. */
 unsigned fs_ip_common_bits(const uint8_t a[16], const uint8_t b[16]);
