@@ -430,7 +430,8 @@ void fs_engine_nics_watch(struct fs_engine *e, uint64_t now)
 			for (uint32_t id = 1; id < e->streams_cap; id++) {
 				struct fs_stream *st = e->streams[id];
 
-				if (st && !st->dead && !st->error && st->erail && st->erail->head == h) {
+				/* its home or one of its stripes (stripe.c) */
+				if (st && !st->dead && !st->error && st->erail && fs_stripe_uses(st, h)) {
 					fs_stream_reset(e, st, why);
 					reset++;
 				}
@@ -444,7 +445,7 @@ void fs_engine_nics_watch(struct fs_engine *e, uint64_t now)
 }
 
 /* How many leading bits A and B share. */
-static unsigned fs_ip_common_bits(const uint8_t a[16], const uint8_t b[16])
+unsigned fs_ip_common_bits(const uint8_t a[16], const uint8_t b[16])
 {
 	unsigned bits = 0;
 
@@ -730,6 +731,7 @@ struct fs_stream *fs_stream_create(struct fs_engine *e, struct fs_engine_rail *e
 	s->hb_fd = -1;
 	s->fork_gen = fs_handback_fork_gen();
 	s->peer_addr = FI_ADDR_UNSPEC;
+	fs_stripe_init(e, s); /* the rails its HELLO offers */
 	/* Until the peer's HELLO-ACK says otherwise, queued sends are cut to a
 	 * size every peer accepts (FABSOCK_CHUNK_SIZE is at least this). */
 	s->peer_chunk = FS_PRE_ACK_CHUNK;
@@ -833,6 +835,7 @@ int fs_stream_connect(struct fs_engine *e, struct fs_stream *s, uint32_t peer_id
 	/* the first grant: messages 1 to window (a header that came before
 	 * the join granted nothing: fs_rx_header_common) */
 	s->peer_limit = peer_window;
+	s->peer_grant = peer_window;
 	s->peer_chunk = peer_chunk;
 	if (s->peer_chunk + FS_WIRE_MSG_PREFIX > er->tx_data.buf_cap)
 		s->peer_chunk = er->tx_data.buf_cap - FS_WIRE_MSG_PREFIX;
@@ -861,13 +864,14 @@ static void fs_stream_destroy(struct fs_engine *e, struct fs_stream *s)
 		s->av_pending = false;
 		er->hello_pending--;
 	}
+	/* (each received buffer goes back to the rail that brought it) */
 	for (buf = s->rxq_head; buf; buf = next) {
 		next = buf->next;
-		fs_engine_rx_discard(er, buf);
+		fs_engine_rx_discard(fs_stream_rail(s, buf->rail), buf);
 	}
 	for (unsigned i = 0; s->ooo && i < s->ooo_slots; i++)
 		if (s->ooo[i])
-			fs_engine_rx_discard(er, s->ooo[i]);
+			fs_engine_rx_discard(fs_stream_rail(s, s->ooo[i]->rail), s->ooo[i]);
 	for (buf = s->txq_head; buf; buf = next) {
 		next = buf->next;
 		fs_pool_put(buf);
@@ -893,7 +897,7 @@ static void fs_stream_destroy(struct fs_engine *e, struct fs_stream *s)
 		fs_dlist_del(&s->hb_link);
 	for (buf = s->hb_ret_head; buf; buf = next) {
 		next = buf->next;
-		fs_engine_repost(er, buf);
+		fs_engine_repost(fs_stream_rail(s, buf->rail), buf);
 	}
 	for (buf = s->hb_held_head; buf; buf = next) {
 		next = buf->next;
@@ -909,7 +913,8 @@ static void fs_stream_destroy(struct fs_engine *e, struct fs_stream *s)
 	 * handler, which takes a NULL stream as nobody's: their owner is
 	 * cleared here, S may be freed below. */
 	if (s->tx_inflight) {
-		FS_STAT_ADD(tx_disowned, fs_pool_disown(&er->tx_data, s) + fs_pool_disown(&er->tx_ctrl, s));
+		FS_STAT_ADD(tx_disowned, fs_pool_disown(&er->tx_data, s) + fs_pool_disown(&er->tx_ctrl, s) +
+						 fs_stripe_disown(s));
 		s->tx_inflight = 0;
 	}
 	er->streams--;
@@ -921,6 +926,7 @@ static void fs_stream_destroy(struct fs_engine *e, struct fs_stream *s)
 		fs_internal_fd_close(s->ctl_fd);
 	if (s->peer_addr != FI_ADDR_UNSPEC)
 		fs_rail_av_release(&er->rail, s->peer_addr);
+	fs_stripe_release(s);
 	if (s->wake_queued) {
 		for (struct fs_stream **link = &e->wake_list; *link; link = &(*link)->wake_next)
 			if (*link == s) {
@@ -1016,10 +1022,14 @@ int fs_engine_join_stream(struct fs_engine *e, struct fs_stream *st, const struc
 	else
 		ret = fs_stream_connect(e, st, peer->stream_id, peer->window, peer->chunk, peer->pull_shift,
 					peer->addr, peer->addr_len, ended_ok);
-	if (ret < 0)
+	if (ret < 0) {
 		fs_stream_abandon(e, st);
-	else if (ret == 0) /* (a peer that ended has no doorbell to ring) */
+	} else if (ret == 0) { /* (a peer that ended has no doorbell to ring) */
 		fs_bell_set_peer(st, (struct sockaddr *)&paddr, (struct sockaddr *)&laddr, bell_port);
+		/* the further rails: a server (a HELLO came) pairs its NICs with
+		 * the client's, which its ACK then offers */
+		fs_stripe_join(e, st, peer, peer->magic == FS_WIRE_HELLO_MAGIC);
+	}
 	fs_engine_unlock(e);
 	return ret;
 }

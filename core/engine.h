@@ -175,6 +175,20 @@ struct fs_stream {
 	enum fs_stream_state state;
 	struct fs_engine_rail *erail;
 	fi_addr_t peer_addr;
+	/* Striping (wire 12; docs/design.md, "Every NIC: striping one
+	 * stream"): the rails this stream shares with its peer. Rail 0 is the
+	 * home (rail_ep[0] == erail, its peer address peer_addr); rail i >= 1
+	 * is the first endpoint of another of our NICs, paired with the
+	 * peer's rail i, its address there rail_peer[i] (FI_ADDR_UNSPEC: not
+	 * inserted, nothing is sent there; what comes there is taken). Our
+	 * HELLO offers nrails; the join cuts it to the peer's count. A
+	 * message of the stream is taken on any of them, by the id in its
+	 * tag; delivery is by sequence number whatever rail brought it. */
+	unsigned nrails;
+	struct fs_engine_rail *rail_ep[FS_WIRE_RAILS_MAX];
+	fi_addr_t rail_peer[FS_WIRE_RAILS_MAX];
+	unsigned stripe_next;   /* the rail whose turn comes next (fs_stripe_pick) */
+	unsigned peer_grant;    /* messages the peer's last header granted */
 	unsigned window;      /* the most credits we grant the peer (FABSOCK_WINDOW) */
 	unsigned ooo_slots;   /* out-of-order slots: the window and what a closing
 			       * peer may still send (fs_stream_closing_cap) */
@@ -308,6 +322,20 @@ struct fs_stream {
 	uint64_t close_deadline_ns;
 	struct fs_stream *orphan_next;
 };
+
+/* S's rail I (0: the home) and the peer's address there. A rail beyond
+ * the joined count is still the one a buffer kept from it goes back to. */
+static inline struct fs_engine_rail *fs_stream_rail(const struct fs_stream *s, unsigned i)
+{
+	return i && i < FS_WIRE_RAILS_MAX && s->rail_ep[i] ? s->rail_ep[i] : s->erail;
+}
+
+static inline fi_addr_t fs_stream_rail_peer(const struct fs_stream *s, unsigned i)
+{
+	if (!i)
+		return s->peer_addr;
+	return i < s->nrails ? s->rail_peer[i] : FI_ADDR_UNSPEC;
+}
 
 /* The hand-back state, read by the application's calls before they take the
  * engine lock (whether the socket is a plain kernel socket now). */

@@ -591,7 +591,7 @@ static bool fs_hb_write(struct fs_engine *e, struct fs_stream *s, struct fs_buf 
 		buf->next = NULL;
 		if (rx) {
 			fs_stream_consumed(e, s);
-			fs_engine_repost(s->erail, buf);
+			fs_engine_repost(fs_stream_rail(s, buf->rail), buf);
 		} else {
 			s->hb_held_count--;
 			fs_pool_put(buf);
@@ -613,7 +613,7 @@ static void fs_hb_return(struct fs_engine *e, struct fs_stream *s)
 		struct fs_buf *buf = s->rxq_head;
 
 		if (buf->kind == FS_MSG_PULL) {
-			if (buf->pull == FS_PULL_NONE && !fs_engine_pull(s->erail, buf, NULL, 0))
+			if (buf->pull == FS_PULL_NONE && !fs_engine_pull(fs_stream_rail(s, buf->rail), buf, NULL, 0))
 				fs_stream_unpulled_dec(e, s);
 			if (buf->pull != FS_PULL_DONE)
 				return; /* its completion comes through progress */
@@ -704,7 +704,7 @@ void fs_handback_progress(struct fs_engine *e)
 				struct fs_buf *buf = s->hb_ret_head;
 
 				s->hb_ret_head = buf->next;
-				fs_engine_repost(s->erail, buf);
+				fs_engine_repost(fs_stream_rail(s, buf->rail), buf);
 			}
 			s->hb_ret_tail = NULL;
 			while (s->hb_held_head) {

@@ -97,8 +97,10 @@ int fs_info_print(FILE *out)
 	fprintf(out, "  EFA device on this host: %s\n", fs_fabric_host_has_efa() ? "yes" : "no");
 	fprintf(out, "\nNICs: a process may use %u per provider (FABSOCK_RAILS), nearest first, of %s; "
 		"it opens a rail on each NIC marked used (tcp, net: on the connection's own interface and "
-		"each other one FABSOCK_RAIL_ADDRS names) and spreads its streams over them.\n",
-		(unsigned)fs_params.rails, fs_nics_spec_global()->count ? "those FABSOCK_RAIL_ADDRS names" : "every NIC");
+		"each other one FABSOCK_RAIL_ADDRS names) and spreads its streams over them; a stream whose "
+		"send queue holds %llu bytes or more (FABSOCK_STRIPE_MIN; 0: never) is striped over them.\n",
+		(unsigned)fs_params.rails, fs_nics_spec_global()->count ? "those FABSOCK_RAIL_ADDRS names" : "every NIC",
+		(unsigned long long)fs_params.stripe_min);
 	fprintf(out, "\nSame-host peers use shm%s; remote peers use %s.\n", fs_params.shm ? "" : " (disabled)",
 		fs_params.provider[0] ? fs_params.provider
 				      : "efa when this host has it, otherwise kernel TCP");

@@ -373,6 +373,14 @@ static void fs_fill_hello(struct fs_hello *h, uint32_t magic, struct fs_engine *
 	h->sock_fd = fd >= 0 ? (uint32_t)fd : 0;
 	if (er)
 		memcpy(h->addr, er->rail.addr, er->rail.addr_len);
+	/* wire 12: the stream's further rails (stripe.c), one address each */
+	h->rails = (uint8_t)(st && st->nrails ? st->nrails : 1);
+	for (unsigned i = 1; i < h->rails; i++) {
+		const struct fs_rail *rail = &st->rail_ep[i]->rail;
+
+		h->more[i - 1].len = (uint16_t)rail->addr_len;
+		memcpy(h->more[i - 1].addr, rail->addr, rail->addr_len);
+	}
 }
 
 /* The fallback counter of a refusal, on either side. */

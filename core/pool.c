@@ -128,6 +128,7 @@ struct fs_buf *fs_pool_get(struct fs_pool *pool)
 	buf->posted = 0;
 	buf->pull = FS_PULL_NONE;
 	buf->announced = 0;
+	buf->rail = 0;
 	buf->stream = NULL;
 	return buf;
 }

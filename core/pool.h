@@ -53,6 +53,8 @@ struct fs_buf {
 	uint8_t warm;      /* rx data: MEM and DESC are the rail's warm bounce memory, lent by
 			    * fs_engine_pull and taken back by fs_engine_repost (rxq.c) */
 	uint8_t in_pool;   /* on its pool's free list (fs_pool_put refuses it a second time) */
+	uint8_t rail;      /* the rail of its stream (struct fs_stream's rail_ep) it is sent on
+			    * (tx) or came by (rx): 0, the home, unless striped */
 	uint64_t pull_tag; /* rx FS_MSG_PULL entry: its payload's tag */
 	struct fs_stream *stream; /* tx: the sending stream; rx: the owner (NULL: a discard) */
 };

@@ -277,12 +277,14 @@ bool fs_engine_pull_splits(const struct fs_engine_rail *er)
  * comes. */
 static void fs_engine_pull_cancel(struct fs_stream *s, struct fs_buf *buf)
 {
-	if (!s->erail->open)
+	struct fs_engine_rail *er = fs_stream_rail(s, buf->rail); /* the pull's */
+
+	if (!er->open)
 		return;
 	FS_GUARD_ENTER();
-	FS_PROV_ENTER(s->erail, -1);
-	fs_rail_cancel(&s->erail->rail, buf);
-	FS_PROV_LEAVE(s->erail);
+	FS_PROV_ENTER(er, -1);
+	fs_rail_cancel(&er->rail, buf);
+	FS_PROV_LEAVE(er);
 	FS_GUARD_LEAVE();
 }
 
@@ -312,7 +314,8 @@ void fs_engine_pull_stale(struct fs_engine *e)
 			continue;
 		}
 		for (struct fs_buf *buf = s->rxq_head; buf; buf = buf->next)
-			if (buf->kind == FS_MSG_PULL && buf->pull == FS_PULL_NONE && !fs_engine_pull(s->erail, buf, NULL, 0))
+			if (buf->kind == FS_MSG_PULL && buf->pull == FS_PULL_NONE &&
+			    !fs_engine_pull(fs_stream_rail(s, buf->rail), buf, NULL, 0))
 				fs_stream_unpulled_dec(e, s);
 	}
 }
@@ -361,18 +364,23 @@ static inline bool fs_seq_after(uint32_t a, uint32_t b)
 	return (int32_t)(a - b) > 0;
 }
 
+/* The stream a message on ER is for, and which of its rails ER is (*RAIL):
+ * any of them (striping), not only its home. */
 static struct fs_stream *fs_rx_stream(struct fs_engine *e, struct fs_engine_rail *er, uint64_t tag,
-				      fi_addr_t src)
+				      fi_addr_t src, unsigned *rail)
 {
 	uint32_t id = fs_tag_stream(tag);
 	struct fs_stream *s = id < e->streams_cap ? e->streams[id] : NULL;
+	fi_addr_t peer;
+	int r;
 
-	if (!s || s->erail != er || (uint32_t)s->token != fs_tag_token(tag))
+	if (!s || (uint32_t)s->token != fs_tag_token(tag) || (r = fs_stripe_rail_of(s, er)) < 0)
 		return NULL;
-	/* Once the peer's address is known, only that endpoint may speak. */
-	if (er->rail.source && s->peer_addr != FI_ADDR_UNSPEC && src != FI_ADDR_NOTAVAIL &&
-	    src != s->peer_addr)
+	/* Once the peer's address there is known, only that endpoint may speak. */
+	peer = fs_stream_rail_peer(s, (unsigned)r);
+	if (er->rail.source && peer != FI_ADDR_UNSPEC && src != FI_ADDR_NOTAVAIL && src != peer)
 		return NULL;
+	*rail = (unsigned)r;
 	return s;
 }
 
@@ -402,6 +410,7 @@ static void fs_rx_header_common(struct fs_engine *e, struct fs_stream *s, const 
 		return;
 	}
 	fs_credit_tx_update(&s->peer_limit, hdr->freed, hdr->grant, s->tx_seq, FS_WIRE_WINDOW_MAX);
+	s->peer_grant = hdr->grant; /* (striping: more than one message in flight, stripe.c) */
 	if (fs_seq_after(hdr->ctrl_ack, s->ctrl_acked) && !fs_seq_after(hdr->ctrl_ack, s->ctrl_sent))
 		s->ctrl_acked = hdr->ctrl_ack;
 	if (arm)
@@ -475,10 +484,11 @@ void fs_rx_data(struct fs_engine *e, struct fs_engine_rail *er, struct fs_buf *b
 	struct fs_wire_msg_hdr hdr = { 0 };
 	unsigned kind = fs_tag_kind(tag) & ~FS_MSG_ARM;
 	bool arm = fs_tag_kind(tag) & FS_MSG_ARM, in_order;
+	unsigned rail = 0;
 	uint32_t slot;
 
 	if (bytes >= FS_WIRE_MSG_PREFIX && fs_tag_class(tag) == FS_CLASS_DATA)
-		s = fs_rx_stream(e, er, tag, src);
+		s = fs_rx_stream(e, er, tag, src, &rail);
 	if (!s || kind < FS_MSG_DATA || (kind > FS_MSG_RETURN_END && kind != FS_MSG_ONTO) || kind == FS_MSG_CREDIT)
 		goto drop;
 	fs_wire_hdr_decode(buf->mem + FS_WIRE_CTRL_TAG_LEN, &hdr);
@@ -511,6 +521,8 @@ void fs_rx_data(struct fs_engine *e, struct fs_engine_rail *er, struct fs_buf *b
 	} else if (!in_order && s->ooo[slot]) {
 		goto drop;
 	} else {
+		/* it goes back to ER when consumed: held_data is ER's */
+		buf->rail = (uint8_t)rail;
 		buf = fs_rx_keep(er, buf, bytes);
 	}
 	if (!buf) {
@@ -575,12 +587,12 @@ void fs_rx_ctrl(struct fs_engine *e, struct fs_engine_rail *er, struct fs_buf *b
 	struct fs_stream *s = NULL;
 	struct fs_wire_msg_hdr hdr;
 	uint64_t tag = 0;
-	unsigned kind;
+	unsigned kind, rail;
 
 	if (bytes >= FS_WIRE_MSG_PREFIX) {
 		tag = fs_wire_ctrl_tag_decode(buf->mem);
 		if (fs_tag_class(tag) == FS_CLASS_CTRL)
-			s = fs_rx_stream(e, er, tag, src);
+			s = fs_rx_stream(e, er, tag, src, &rail);
 	}
 	kind = fs_tag_kind(tag) & ~FS_MSG_ARM;
 	if (!s && fs_tag_class(tag) == FS_CLASS_CTRL && fs_msg_is_ctrl(kind) &&
@@ -618,7 +630,7 @@ void fs_stream_consume_head(struct fs_engine *e, struct fs_stream *s)
 	if (!s->rxq_head)
 		s->rxq_tail = NULL;
 	fs_stream_consumed(e, s);
-	fs_engine_repost(s->erail, buf);
+	fs_engine_repost(fs_stream_rail(s, buf->rail), buf);
 }
 
 static bool fs_pull_settled(struct fs_stream *s, void *arg)
@@ -672,7 +684,8 @@ static int fs_recv_pull(struct fs_engine *e, struct fs_stream *s, struct fs_buf 
 	if (dst && dst_len > buf->len)
 		dst_len = buf->len;
 	if (buf->pull == FS_PULL_NONE) {
-		ret = fs_engine_pull(s->erail, buf, dst, dst_len);
+		/* on the announcement's rail: the payload comes there */
+		ret = fs_engine_pull(fs_stream_rail(s, buf->rail), buf, dst, dst_len);
 		if (!ret)
 			fs_stream_unpulled_dec(e, s);
 	} else {
@@ -757,7 +770,8 @@ size_t fs_recv_copy(struct fs_engine *e, struct fs_stream *s, const struct iovec
 		if (buf->kind == FS_MSG_PULL) {
 			bool ours = !peek && buf == s->rxq_head && buf->pull == FS_PULL_NONE;
 			/* what fits goes to the application, the rest to BUF */
-			bool split = ours && space && space < buf->len && fs_engine_pull_splits(s->erail);
+			bool split = ours && space && space < buf->len &&
+				     fs_engine_pull_splits(fs_stream_rail(s, buf->rail));
 
 			direct = ours && space >= buf->len;
 			/* Stopping short is only safe before the peer's FIN: after

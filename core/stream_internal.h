@@ -164,4 +164,34 @@ void fs_engine_deep_fd_open(struct fs_engine *e);
 void fs_engine_deep_wake(struct fs_engine *e);
 void fs_engine_ring(struct fs_engine *e);
 
+/* In stripe.c: a stream's rails (engine.h, rail_ep), all with the engine
+ * lock held. */
+
+/* A new stream's rails: its home, then (FABSOCK_RAILS above 1,
+ * STRIPE_MIN above 0, not shm) the first endpoint of each other usable NIC
+ * after the home's, in rank order: what its HELLO offers. */
+void fs_stripe_init(struct fs_engine *e, struct fs_stream *s);
+/* At the join, with the peer's HELLO or ACK: a SERVER pairs its NICs with
+ * the client's rails (its ACK offers those), a client keeps the first
+ * min(its, the peer's) rails; then the peer's address on each further rail
+ * is inserted (FI_ADDR_UNSPEC where it cannot be: nothing is sent there). */
+void fs_stripe_join(struct fs_engine *e, struct fs_stream *s, const struct fs_hello *peer, bool server);
+/* Releases the peer's addresses on the further rails (the stream's end). */
+void fs_stripe_release(struct fs_stream *s);
+/* Disowns S's send buffers still posted on its further rails; how many. */
+unsigned fs_stripe_disown(struct fs_stream *s);
+/* Whether S uses the NIC whose first endpoint is HEAD (as home or stripe). */
+bool fs_stripe_uses(const struct fs_stream *s, const struct fs_engine_rail *head);
+/* Which of S's rails ER is (0: the home), -1: none. */
+int fs_stripe_rail_of(const struct fs_stream *s, const struct fs_engine_rail *er);
+/* The rail S's next data buffer is taken on, QUEUED messages in its send
+ * queue: 0 (the home) unless the queue holds FABSOCK_STRIPE_MIN bytes, the
+ * peer grants more than one message and fewer other streams than S has
+ * further rails have a backlog (those fill the rails by spreading); then
+ * the stream's rails in turn, the one with the fewest sends in flight
+ * first. */
+unsigned fs_stripe_pick(struct fs_stream *s, unsigned queued);
+/* In engine.c: how many leading bits two IPv6 (or v4-mapped) addresses share. */
+unsigned fs_ip_common_bits(const uint8_t a[16], const uint8_t b[16]);
+
 #endif

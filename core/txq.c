@@ -81,15 +81,18 @@ bool fs_stream_can_post(const struct fs_stream *s)
 	return s->txq_head && (s->txq_head->announced || fs_stream_credits(s)) && !fs_stream_cork_holds(s);
 }
 
-/* Sends BYTES at DATA (inside BUF) to S's peer: tagged with TAG if TAGGED,
- * else untagged; HEADER: a message with a header (not a pulled payload);
+/* Sends BYTES at DATA (inside BUF) to S's peer, on BUF's rail (its pool's:
+ * the home unless striped; a pulled payload on its announcement's): tagged
+ * with TAG if TAGGED, else untagged; HEADER: a message with a header (not a
+ * pulled payload);
  * by inject when it fits (BUF->posted 2: done, no completion will come),
  * else with BUF as the context (posted 1). Returns 0,
  * -EAGAIN (try later) or another negative errno. */
 static int fs_post(struct fs_stream *s, struct fs_buf *buf, const void *data, size_t bytes, bool tagged,
 		   uint64_t tag, bool header)
 {
-	struct fs_rail *rail = &s->erail->rail;
+	struct fs_engine_rail *er = fs_stream_rail(s, buf->rail);
+	struct fs_rail *rail = &er->rail;
 	bool inject = bytes <= rail->inject_size;
 	struct fs_engine *e = NULL;
 	bool arms_after = false;
@@ -109,7 +112,7 @@ static int fs_post(struct fs_stream *s, struct fs_buf *buf, const void *data, si
 			fs_bell_take_arms(e);
 	}
 
-	if (!s->erail->open)
+	if (!er->open)
 		return -ECANCELED; /* the rail closed at exit under a still running thread */
 	if (s->peer_ended)
 		return -EPIPE; /* no address: nothing is ever queued for it (fs_stream_peer_ended) */
@@ -119,16 +122,16 @@ static int fs_post(struct fs_stream *s, struct fs_buf *buf, const void *data, si
 	 * completion), without a call that relies on the provider checking
 	 * (FI_RM_ENABLED is a request; efa in 1.17 queues some posts past
 	 * its device queue in memory of its own). */
-	if (!inject && rail->tx_depth && s->erail->tx_posted >= rail->tx_depth)
+	if (!inject && rail->tx_depth && er->tx_posted >= rail->tx_depth)
 		return -EAGAIN;
 	if (__builtin_expect(fs_fault_post_eagain != 0, 0)) {
 		fs_fault_post_eagain--;
 		return -EAGAIN;
 	}
 	FS_GUARD_ENTER();
-	FS_PROV_ENTER(s->erail, s->peer_pid);
-	ret = fs_rail_send(rail, data, bytes, buf->desc, s->peer_addr, tagged, tag, inject, buf);
-	FS_PROV_LEAVE(s->erail);
+	FS_PROV_ENTER(er, s->peer_pid);
+	ret = fs_rail_send(rail, data, bytes, buf->desc, fs_stream_rail_peer(s, buf->rail), tagged, tag, inject, buf);
+	FS_PROV_LEAVE(er);
 	FS_GUARD_LEAVE();
 	if (ret == -EAGAIN && arms_after) {
 		/* (its ARM may be waiting: read it before the ring below) */
@@ -145,7 +148,7 @@ static int fs_post(struct fs_stream *s, struct fs_buf *buf, const void *data, si
 		return ret;
 	buf->posted = inject ? 2 : 1;
 	if (!inject)
-		s->erail->tx_posted++;
+		er->tx_posted++;
 	/* (an ARM read now that counts fewer messages than we posted rings at
 	 * once: fs_bell_on_arm) */
 	if (arms_after && !s->peer_armed && fs_ring_peer_sleeps(s))
@@ -290,8 +293,8 @@ void fs_stream_flush(struct fs_engine *e, struct fs_stream *s)
 		}
 		continue;
 failed:
-		FS_WARN("stream %u: sending on the %s rail failed: %s; resetting it", s->id,
-			fs_fabric_prov_name(s->erail->rail.kind), strerror(-ret));
+		FS_WARN("stream %u: sending on the %s rail (its rail %u) failed: %s; resetting it", s->id,
+			fs_fabric_prov_name(s->erail->rail.kind), buf->rail, strerror(-ret));
 		fs_pool_put(fs_txq_pop(s));
 		s->error = -ECONNRESET;
 		fs_stream_changed(e, s);
@@ -325,12 +328,22 @@ struct fs_buf *fs_txq_data_buf(struct fs_stream *s, unsigned queued)
 {
 	struct fs_buf *buf;
 
+	unsigned rail;
+
 	if (queued >= fs_params.send_queue)
 		return NULL;
-	buf = fs_pool_get(&s->erail->tx_data);
+	/* Its rail is chosen now (stripe.c): the buffer is registered with
+	 * that rail's domain. A further rail's pool that is empty: the home. */
+	rail = fs_stripe_pick(s, queued);
+	buf = fs_pool_get(&fs_stream_rail(s, rail)->tx_data);
+	if (!buf && rail) {
+		rail = 0;
+		buf = fs_pool_get(&s->erail->tx_data);
+	}
 	if (buf) {
 		buf->kind = FS_MSG_DATA;
 		buf->stream = s;
+		buf->rail = (uint8_t)rail;
 	}
 	return buf;
 }

@@ -44,13 +44,16 @@ enum {
 	FS_HELLO_OFF_HOST_ID = 36,
 	FS_HELLO_OFF_PROVIDER = 52,
 	FS_HELLO_OFF_PULL_SHIFT = 53,
-	FS_HELLO_OFF_ADDR_LEN = 54,
+	FS_HELLO_OFF_RAILS = 54,
+	FS_HELLO_OFF_RESERVED = 55,
 	FS_HELLO_OFF_BELL_PORT = 56,
 	FS_HELLO_OFF_FLAGS = 58,
 	FS_HELLO_OFF_SOCK_FD = 60,
-	FS_HELLO_OFF_ADDR = 64,
+	FS_HELLO_OFF_RAIL_LIST = 64,
 };
-_Static_assert(FS_HELLO_OFF_ADDR == FS_WIRE_HELLO_FIXED, "HELLO fixed part is 64 bytes");
+_Static_assert(FS_HELLO_OFF_RAIL_LIST == FS_WIRE_HELLO_FIXED, "HELLO fixed part is 64 bytes");
+_Static_assert(FS_WIRE_RAILS_MAX <= UINT8_MAX, "the rail count fits its u8 field");
+_Static_assert(FS_WIRE_ADDR_MAX <= UINT16_MAX, "an address length fits its u16 field");
 _Static_assert(FS_WIRE_HELLO_MAX <= UINT16_MAX, "HELLO length must fit its u16 field");
 _Static_assert(FS_WIRE_HELLO_MAX <= INT_MAX, "HELLO length must fit the int return");
 _Static_assert(sizeof(((struct fs_hello *)0)->addr) == FS_WIRE_ADDR_MAX, "addr holds the largest address");
@@ -230,17 +233,35 @@ static int fs_pull_shift_valid(unsigned shift)
 	return shift == 0 || (shift >= FS_WIRE_PULL_SHIFT_MIN && shift <= FS_WIRE_PULL_SHIFT_MAX);
 }
 
+/* Rail I's address in HELLO: rail 0's is addr, the others' more[]. */
+static void fs_hello_rail(const struct fs_hello *hello, unsigned i, const uint8_t **addr, uint16_t *len)
+{
+	*addr = i ? hello->more[i - 1].addr : hello->addr;
+	*len = i ? hello->more[i - 1].len : hello->addr_len;
+}
+
 int fs_wire_hello_encode(const struct fs_hello *hello, uint8_t *buf, size_t len)
 {
-	size_t total;
+	unsigned rails = hello->rails ? hello->rails : 1;
+	size_t total = FS_WIRE_HELLO_FIXED + 4, off;
 
+	if (rails > FS_WIRE_RAILS_MAX)
+		return -EINVAL;
+	for (unsigned i = 0; i < rails; i++) {
+		const uint8_t *addr;
+		uint16_t alen;
+
+		fs_hello_rail(hello, i, &addr, &alen);
+		if (alen > FS_WIRE_ADDR_MAX)
+			return -EINVAL;
+		total += FS_WIRE_RAIL_HDR + (size_t)alen;
+	}
 	if (!fs_hello_magic_valid(hello->magic) || !fs_hello_status_valid(hello->magic, hello->status) ||
-	    hello->provider >= FS_PROV_MAX_ || hello->addr_len > FS_WIRE_ADDR_MAX ||
+	    hello->provider >= FS_PROV_MAX_ ||
 	    hello->stream_id > FS_STREAM_ID_MAX || !fs_pull_shift_valid(hello->pull_shift) ||
 	    hello->window > FS_WIRE_WINDOW_MAX || hello->chunk > FS_WIRE_CHUNK_MAX || hello->sock_fd > FS_WIRE_FD_MAX ||
 	    (hello->flags & ~FS_HELLO_FLAGS_KNOWN))
 		return -EINVAL;
-	total = FS_WIRE_HELLO_MIN + (size_t)hello->addr_len;
 	if (len < total)
 		return -EMSGSIZE;
 
@@ -256,13 +277,58 @@ int fs_wire_hello_encode(const struct fs_hello *hello, uint8_t *buf, size_t len)
 	memcpy(buf + FS_HELLO_OFF_HOST_ID, hello->host_id, sizeof(hello->host_id));
 	buf[FS_HELLO_OFF_PROVIDER] = hello->provider;
 	buf[FS_HELLO_OFF_PULL_SHIFT] = hello->pull_shift;
-	fs_put_be16(buf + FS_HELLO_OFF_ADDR_LEN, hello->addr_len);
+	buf[FS_HELLO_OFF_RAILS] = (uint8_t)rails;
+	buf[FS_HELLO_OFF_RESERVED] = 0;
 	fs_put_be16(buf + FS_HELLO_OFF_BELL_PORT, hello->bell_port);
 	fs_put_be32(buf + FS_HELLO_OFF_SOCK_FD, hello->sock_fd);
 	fs_put_be16(buf + FS_HELLO_OFF_FLAGS, hello->flags);
-	memcpy(buf + FS_HELLO_OFF_ADDR, hello->addr, hello->addr_len);
+	off = FS_HELLO_OFF_RAIL_LIST;
+	for (unsigned i = 0; i < rails; i++) {
+		const uint8_t *addr;
+		uint16_t alen;
+
+		fs_hello_rail(hello, i, &addr, &alen);
+		fs_put_be16(buf + off, alen);
+		memcpy(buf + off + FS_WIRE_RAIL_HDR, addr, alen);
+		off += FS_WIRE_RAIL_HDR + (size_t)alen;
+	}
 	fs_put_be32(buf + total - 4, fs_wire_crc32(buf, total - 4));
 	return (int)total;
+}
+
+/*
+ * The rail list of a HELLO of TOTAL bytes whose first LEN are in BUF (the
+ * count, at FS_HELLO_OFF_RAILS, checked already): each length, as soon as
+ * its bytes are there, is at most FS_WIRE_ADDR_MAX, and the entries never
+ * reach into the CRC; once the last length is read they must end exactly
+ * where the CRC begins. Returns TOTAL, or -EBADMSG.
+ */
+static int fs_hello_check_rails(const uint8_t *buf, size_t len, size_t total)
+{
+	size_t off = FS_HELLO_OFF_RAIL_LIST, end = total - 4;
+	unsigned rails;
+
+	if (len <= FS_HELLO_OFF_RAILS)
+		return (int)total;
+	rails = buf[FS_HELLO_OFF_RAILS];
+	for (unsigned i = 0; i < rails; i++) {
+		size_t alen;
+
+		if (off + FS_WIRE_RAIL_HDR > end)
+			return -EBADMSG; /* the lengths overrun the message */
+		if (len <= off)
+			return (int)total;
+		/* the length's high byte alone can be out of range */
+		if (buf[off] > (FS_WIRE_ADDR_MAX >> 8))
+			return -EBADMSG;
+		if (len <= off + 1)
+			return (int)total;
+		alen = fs_get_be16(buf + off);
+		if (alen > FS_WIRE_ADDR_MAX || off + FS_WIRE_RAIL_HDR + alen > end)
+			return -EBADMSG;
+		off += FS_WIRE_RAIL_HDR + alen;
+	}
+	return off == end ? (int)total : -EBADMSG;
 }
 
 /*
@@ -304,11 +370,12 @@ static int fs_hello_check_prefix(const uint8_t *buf, size_t len, uint32_t magic)
 		return -EBADMSG;
 	if (len > FS_HELLO_OFF_PULL_SHIFT && !fs_pull_shift_valid(buf[FS_HELLO_OFF_PULL_SHIFT]))
 		return -EBADMSG;
-	/* total == FIXED + addr_len + 4 and total is in range, so
-	 * addr_len <= FS_WIRE_ADDR_MAX follows from consistency. */
-	if (len > FS_HELLO_OFF_ADDR_LEN && buf[FS_HELLO_OFF_ADDR_LEN] != ((total - FS_WIRE_HELLO_MIN) >> 8))
+	/* the rail count, and room in the total for that many lengths */
+	if (len > FS_HELLO_OFF_RAILS &&
+	    (buf[FS_HELLO_OFF_RAILS] < 1 || buf[FS_HELLO_OFF_RAILS] > FS_WIRE_RAILS_MAX ||
+	     total < FS_WIRE_HELLO_FIXED + (size_t)buf[FS_HELLO_OFF_RAILS] * FS_WIRE_RAIL_HDR + 4))
 		return -EBADMSG;
-	if (len > FS_HELLO_OFF_ADDR_LEN + 1 && fs_get_be16(buf + FS_HELLO_OFF_ADDR_LEN) != total - FS_WIRE_HELLO_MIN)
+	if (len > FS_HELLO_OFF_RESERVED && buf[FS_HELLO_OFF_RESERVED] != 0)
 		return -EBADMSG;
 	/* flags: only the ones this version knows */
 	if ((len > FS_HELLO_OFF_FLAGS && buf[FS_HELLO_OFF_FLAGS] != 0) ||
@@ -317,7 +384,7 @@ static int fs_hello_check_prefix(const uint8_t *buf, size_t len, uint32_t magic)
 	/* a descriptor number: its top bit must be clear (FS_WIRE_FD_MAX) */
 	if (len > FS_HELLO_OFF_SOCK_FD && buf[FS_HELLO_OFF_SOCK_FD] > (FS_WIRE_FD_MAX >> 24))
 		return -EBADMSG;
-	return (int)total;
+	return fs_hello_check_rails(buf, len, total);
 }
 
 int fs_wire_hello_decode(const uint8_t *buf, size_t len, uint32_t magic, struct fs_hello *hello)
@@ -356,11 +423,22 @@ int fs_wire_hello_decode(const uint8_t *buf, size_t len, uint32_t magic, struct 
 	memcpy(hello->host_id, buf + FS_HELLO_OFF_HOST_ID, sizeof(hello->host_id));
 	hello->provider = buf[FS_HELLO_OFF_PROVIDER];
 	hello->pull_shift = buf[FS_HELLO_OFF_PULL_SHIFT];
-	hello->addr_len = fs_get_be16(buf + FS_HELLO_OFF_ADDR_LEN);
+	hello->rails = buf[FS_HELLO_OFF_RAILS];
 	hello->bell_port = fs_get_be16(buf + FS_HELLO_OFF_BELL_PORT);
 	hello->sock_fd = fs_get_be32(buf + FS_HELLO_OFF_SOCK_FD);
 	hello->flags = fs_get_be16(buf + FS_HELLO_OFF_FLAGS);
-	memcpy(hello->addr, buf + FS_HELLO_OFF_ADDR, hello->addr_len);
+	/* (fs_hello_check_rails bounded every length and their sum) */
+	for (size_t r = 0, off = FS_HELLO_OFF_RAIL_LIST; r < hello->rails; r++) {
+		uint16_t alen = fs_get_be16(buf + off);
+		uint8_t *dst = r ? hello->more[r - 1].addr : hello->addr;
+
+		if (r)
+			hello->more[r - 1].len = alen;
+		else
+			hello->addr_len = alen;
+		memcpy(dst, buf + off + FS_WIRE_RAIL_HDR, alen);
+		off += FS_WIRE_RAIL_HDR + alen;
+	}
 	return (int)total;
 }
 

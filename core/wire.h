@@ -28,15 +28,26 @@
  *  53  u8 pull shift: the sender wants data payloads of at least 2^shift
  *      bytes announced and pulled (FS_MSG_PULL below); 0 = never,
  *      else FS_WIRE_PULL_SHIFT_MIN..FS_WIRE_PULL_SHIFT_MAX
- *  54  u16 addr_len (<= FS_WIRE_ADDR_MAX)
+ *  54  u8 rails: how many fabric addresses follow (1..FS_WIRE_RAILS_MAX),
+ *      rail 0 the stream's home endpoint, rail i (i >= 1) the endpoint on
+ *      the sender's i-th further NIC it offers for striping (wire 12)
+ *  55  u8 reserved (0)
  *  56  u16 doorbell port: the sender's UDP doorbell (core/bell.h) listens
  *      on it at the address of this TCP connection; 0 = none
  *  58  u16 flags: FS_HELLO_TCP_FIRST (bit 0), the others 0
  *  60  u32 the sender's descriptor of this TCP connection (<= FS_WIRE_FD_MAX):
  *      with the pid in a shm address, the kernel confirms that this process
  *      holds this connection (/proc/PID/fd/FD names its socket)
- *  64  u8[addr_len] fabric address of the sender's endpoint
- *  64+addr_len u32 CRC-32 (IEEE, as zlib) of every byte before it
+ *  64  per rail, in rail order: u16 len (<= FS_WIRE_ADDR_MAX; 0 in a
+ *      refusal or a HELLO that declines), then u8[len] the fabric address
+ *      of the sender's endpoint on that rail
+ *  64 + sum(2 + len) u32 CRC-32 (IEEE, as zlib) of every byte before it
+ * The total length (offset 6) must be exactly 64 + sum(2 + len) + 4: the
+ * decoder walks the lengths as they arrive and refuses a count out of
+ * range, a length over FS_WIRE_ADDR_MAX or a sum that overruns the total
+ * (or falls short of it) before it looks at the CRC. Both ends use the
+ * first min(rails, peer's rails) rails, rail i to the peer's rail i
+ * (docs/design.md, "Every NIC: striping one stream").
  */
 #ifndef FS_CORE_WIRE_H
 #define FS_CORE_WIRE_H
@@ -52,14 +63,19 @@
  *    HELLO's window is the first grant;
  * 10: FS_MSG_CLOSING;
  * 11: the HELLO's flags (FS_HELLO_TCP_FIRST) and FS_MSG_ONTO (TCP first,
- *     docs/design.md "TCP first: the switch to the fabric") */
-#define FS_WIRE_VERSION 11
+ *     docs/design.md "TCP first: the switch to the fabric");
+ * 12: the HELLO carries one fabric address per rail (striping) */
+#define FS_WIRE_VERSION 12
 #define FS_WIRE_PROBE_MAGIC 0x46534250u /* "FSBP" */
 #define FS_WIRE_HELLO_MAGIC 0x46534248u /* "FSBH" */
 #define FS_WIRE_ACK_MAGIC 0x46534241u   /* "FSBA" */
 
 #define FS_WIRE_PROBE_LEN 40
 #define FS_WIRE_ADDR_MAX 256
+/* The most rails a HELLO may offer (one address each). */
+#define FS_WIRE_RAILS_MAX 16
+/* A rail's entry: its u16 length, then the address. */
+#define FS_WIRE_RAIL_HDR 2
 /* The largest window (messages) and chunk (bytes) a HELLO may announce: the
  * upper bounds of FABSOCK_WINDOW and FABSOCK_CHUNK_SIZE; a HELLO with more
  * is malformed. */
@@ -68,8 +84,10 @@
 #define FS_WIRE_HELLO_FIXED 64
 /* A HELLO's descriptor number: a non-negative int. */
 #define FS_WIRE_FD_MAX 0x7fffffffu
-#define FS_WIRE_HELLO_MIN (FS_WIRE_HELLO_FIXED + 4)
-#define FS_WIRE_HELLO_MAX (FS_WIRE_HELLO_FIXED + FS_WIRE_ADDR_MAX + 4)
+/* The shortest: one rail with an empty address; the longest: every rail
+ * with the largest. A one-rail HELLO is FS_WIRE_HELLO_MIN + its address. */
+#define FS_WIRE_HELLO_MIN (FS_WIRE_HELLO_FIXED + FS_WIRE_RAIL_HDR + 4)
+#define FS_WIRE_HELLO_MAX (FS_WIRE_HELLO_FIXED + FS_WIRE_RAILS_MAX * (FS_WIRE_RAIL_HDR + FS_WIRE_ADDR_MAX) + 4)
 #define FS_WIRE_PULL_SHIFT_MIN 12 /* 4 KiB */
 #define FS_WIRE_PULL_SHIFT_MAX 24 /* 16 MiB */
 
@@ -128,11 +146,18 @@ struct fs_hello {
 	uint8_t host_id[16];
 	uint8_t provider;
 	uint8_t pull_shift; /* 0 or FS_WIRE_PULL_SHIFT_MIN..MAX */
+	/* Rails offered, 1..FS_WIRE_RAILS_MAX (the encoder takes 0 as 1): rail
+	 * 0's address is addr (the stream's home endpoint), rail i's more[i - 1]. */
+	uint8_t rails;
 	uint16_t addr_len;
 	uint16_t bell_port; /* host order; 0: the sender has no doorbell */
 	uint32_t sock_fd;   /* the sender's descriptor of the connection */
 	uint16_t flags;     /* FS_HELLO_* */
 	uint8_t addr[FS_WIRE_ADDR_MAX];
+	struct fs_hello_rail {
+		uint16_t len;
+		uint8_t addr[FS_WIRE_ADDR_MAX];
+	} more[FS_WIRE_RAILS_MAX - 1];
 };
 
 /* Encodes into BUF (LEN bytes). Returns bytes written, or -EMSGSIZE if LEN
@@ -149,7 +174,8 @@ int fs_wire_hello_encode(const struct fs_hello *hello, uint8_t *buf, size_t len)
  * 0 when the LEN bytes present are a valid prefix and more are needed;
  * -EBADMSG when the bytes cannot be such a message (magic, version, length
  * out of range, addr_len inconsistent, provider unknown, status out of
- * range, CRC mismatch). */
+ * range, rail count or an address length out of range, lengths that do not
+ * add up to the total, CRC mismatch). */
 int fs_wire_hello_decode(const uint8_t *buf, size_t len, uint32_t magic, struct fs_hello *hello);
 
 uint32_t fs_wire_crc32(const void *buf, size_t len);

@@ -21,10 +21,12 @@
 # one and eight streams: the kernel (one TCP connection per stream, every
 # one on the link its destination's route takes), fabsock on one rail, and
 # fabsock with FABSOCK_RAILS=2 and each side's two addresses in
-# FABSOCK_RAIL_ADDRS (streams spread over both links), with the bytes each
-# link carried in the first round (the kernel's interface counters). Where
-# the links, not the CPU, are the limit, two rails carry up to twice one
-# (--two-rails none: no limit, the CPU's case).
+# FABSOCK_RAIL_ADDRS (streams spread over both links, and one stream's
+# messages striped over both: wire 12, FABSOCK_STRIPE_MIN), with the bytes
+# each link carried in the first round (the kernel's interface counters).
+# Where the links, not the CPU, are the limit, two rails carry up to twice
+# one, for one stream as for eight (--two-rails none: no limit, the CPU's
+# case).
 # fabsock runs there with FABSOCK_HISTORY_SHORT=0 (each stream offloads).
 set -euo pipefail
 
@@ -193,7 +195,8 @@ if [ -n "$two_rails" ]; then
 	for column in $columns; do
 		echo "round 1, $column: ${split[$column]}"
 	done
-	echo "two rails / one, one stream:      $(ratio "${med[rails2-1]}" "${med[fabsock-1]}")"
+	echo "two rails / one, one stream:      $(ratio "${med[rails2-1]}" "${med[fabsock-1]}") (striped; links the limit: up to 2)"
+	echo "two rails, one stream / kernel:   $(ratio "${med[rails2-1]}" "${med[kernel-1]}")"
 	echo "two rails / one, eight streams:   $(ratio "${med[rails2-8]}" "${med[fabsock-8]}") (links the limit: up to 2)"
 	echo "two rails, eight streams / kernel: $(ratio "${med[rails2-8]}" "${med[kernel-8]}")"
 	exit 0

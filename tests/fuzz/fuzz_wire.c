@@ -69,6 +69,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	FZ_CHECK(hello.provider < FS_PROV_MAX_);
 	FZ_CHECK(hello.status < FS_NAK_MAX_);
 	FZ_CHECK(hello.addr_len <= FS_WIRE_ADDR_MAX);
+	FZ_CHECK(hello.rails >= 1 && hello.rails <= FS_WIRE_RAILS_MAX);
+	for (unsigned i = 1; i < hello.rails; i++)
+		FZ_CHECK(hello.more[i - 1].len <= FS_WIRE_ADDR_MAX);
 	FZ_CHECK(hello.window <= FS_WIRE_WINDOW_MAX && hello.chunk <= FS_WIRE_CHUNK_MAX);
 	FZ_CHECK(hello.stream_id <= FS_STREAM_ID_MAX);
 	FZ_CHECK(hello.pull_shift == 0 ||

@@ -24,9 +24,20 @@ static void put(const char *dir, const char *target, const char *name, const voi
 	}
 }
 
+/* Writes the CRC of the LEN-byte HELLO at BUF over what precedes it. */
+static void seal(uint8_t *buf, size_t len)
+{
+	uint32_t crc = fs_wire_crc32(buf, len - 4);
+
+	buf[len - 4] = (uint8_t)(crc >> 24);
+	buf[len - 3] = (uint8_t)(crc >> 16);
+	buf[len - 2] = (uint8_t)(crc >> 8);
+	buf[len - 1] = (uint8_t)crc;
+}
+
 int main(int argc, char **argv)
 {
-	uint8_t buf[FS_WIRE_HELLO_MAX + 1];
+	uint8_t buf[FS_WIRE_HELLO_MAX + 8];
 	const char *dir = argc > 1 ? argv[1] : "corpus";
 	int len;
 
@@ -72,6 +83,48 @@ int main(int argc, char **argv)
 		buf[0] = 0;
 		len = fs_wire_hello_encode(&h, buf + 1, sizeof(buf) - 1);
 		put(dir, "hello", "hello_tcp", buf, (size_t)len + 1);
+		/* wire 12: one address per rail; 1 and 16 rails as sent, then
+		 * what no encoder writes (0 and 17 rails, a length that runs
+		 * into the CRC), so the fuzzer starts at each bound */
+		h.rails = 1;
+		len = fs_wire_hello_encode(&h, buf + 1, sizeof(buf) - 1);
+		put(dir, "hello", "rails1", buf, (size_t)len + 1);
+		h.rails = FS_WIRE_RAILS_MAX;
+		for (unsigned i = 0; i < FS_WIRE_RAILS_MAX - 1; i++) {
+			h.more[i].len = 16;
+			memset(h.more[i].addr, (int)(0x10 + i), 16);
+		}
+		buf[0] = 1;
+		h.magic = FS_WIRE_ACK_MAGIC;
+		len = fs_wire_hello_encode(&h, buf + 1, sizeof(buf) - 1);
+		put(dir, "hello", "rails16", buf, (size_t)len + 1);
+		h.magic = FS_WIRE_HELLO_MAGIC;
+		buf[0] = 0;
+		h.rails = 2;
+		len = fs_wire_hello_encode(&h, buf + 1, sizeof(buf) - 1);
+		/* the second length one past the message's end, CRC made right */
+		buf[1 + FS_WIRE_HELLO_FIXED + 2 + 16] = 0;
+		buf[1 + FS_WIRE_HELLO_FIXED + 2 + 16 + 1] = 17;
+		seal(buf + 1, (size_t)len);
+		put(dir, "hello", "rails_overrun", buf, (size_t)len + 1);
+		/* 0 and 17 rails: the count byte changed, the CRC made right */
+		h.rails = 1;
+		len = fs_wire_hello_encode(&h, buf + 1, sizeof(buf) - 1);
+		buf[1 + 54] = 0;
+		seal(buf + 1, (size_t)len);
+		put(dir, "hello", "rails0", buf, (size_t)len + 1);
+		h.rails = FS_WIRE_RAILS_MAX;
+		len = fs_wire_hello_encode(&h, buf + 1, sizeof(buf) - 1);
+		/* a 17th entry: an empty address, the total grown by its length */
+		memmove(buf + 1 + len - 4 + 2, buf + 1 + len - 4, 4);
+		buf[1 + len - 4] = 0;
+		buf[1 + len - 3] = 0;
+		len += 2;
+		buf[1 + 54] = FS_WIRE_RAILS_MAX + 1;
+		buf[1 + 6] = (uint8_t)(len >> 8);
+		buf[1 + 7] = (uint8_t)len;
+		seal(buf + 1, (size_t)len);
+		put(dir, "hello", "rails17", buf, (size_t)len + 1);
 	}
 	{
 		struct fs_bell_entry ent[3] = { { 1, 0xdeadbeef, 10, 2 }, { 2, 0x12345678, 0, 0 }, { 77, 1, 5, 5 } };

@@ -620,8 +620,8 @@ netns_start() {
 # server's fabric carried at least that many, and no stream was reset.
 # STREAM_SERVER_ENV and STREAM_CLIENT_ENV go to the server and the client
 # (case_tworails: two rails); LABEL names the check (default netns-iperf3).
-netns_iperf3() { # NS_SERVER NS_CLIENT SERVER_ADDRESS [LABEL]
-	local label=${4:-netns-iperf3} dir server_pid client_pid rc=0 port sent received fabric
+netns_iperf3() { # NS_SERVER NS_CLIENT SERVER_ADDRESS [LABEL [STREAMS]]
+	local label=${4:-netns-iperf3} parallel=${5:-4} dir server_pid client_pid rc=0 port sent received fabric
 	dir=$FS_TMP/$label
 	command -v iperf3 >/dev/null || { fs_log "$label: no iperf3 here; skipped"; return 0; }
 	mkdir -p "$dir"
@@ -630,7 +630,7 @@ netns_iperf3() { # NS_SERVER NS_CLIENT SERVER_ADDRESS [LABEL]
 		"${STREAM_SERVER_ENV[@]}" iperf3 -s -1 -p "$port" >"$dir/server.out" 2>"$dir/server.err"
 	fs_wait_listen "$port" "$1" || { fs_fail "$label: the server did not listen"; return 0; }
 	fs_bg client_pid ip netns exec "$2" env LD_PRELOAD="$FABSOCK_LIB" FABSOCK_STATS=1 FABSOCK_PROVIDER=tcp \
-		"${STREAM_CLIENT_ENV[@]}" iperf3 -c "$3" -p "$port" -P 4 -t 2 -J >"$dir/client.json" 2>"$dir/client.err"
+		"${STREAM_CLIENT_ENV[@]}" iperf3 -c "$3" -p "$port" -P "$parallel" -t 2 -J >"$dir/client.json" 2>"$dir/client.err"
 	fs_wait_pid "$client_pid" 60 || rc=$?
 	fs_wait_pid "$server_pid" 15 || true
 	read -r sent received < <(python3 -c 'import json,sys
@@ -645,7 +645,8 @@ print(d["sum_sent"]["bytes"], d["sum_received"]["bytes"])' "$dir/client.json" 2>
 	elif grep -q 'warn: .*\(cannot reach\|resetting\)' "$dir/server.err" "$dir/client.err"; then
 		fs_fail "$label: a stream was reset: $(grep -h 'warn: ' "$dir/server.err" "$dir/client.err" | grep -v stats: | head -n 2)"
 	else
-		fs_pass "$label: -P 4, $received bytes over the fabric ($(python3 -c 'import json,sys
+		NETNS_IPERF3_RECEIVED=$received
+		fs_pass "$label: -P $parallel, $received bytes over the fabric ($(python3 -c 'import json,sys
 print("%.2f" % (json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"] / 1e9))' "$dir/client.json") Gbit/s)"
 	fi
 }
@@ -802,16 +803,125 @@ case_tworails() {
 	[ -z "$T2" ] || [ -z "$t2" ] || fs_log "tworails-iperf3: link 1 $((R1 - r1 + T1 - t1)) bytes, link 2 $((R2 - r2 + T2 - t2));" \
 		"nic_rails server $(fs_stat "$FS_TMP/tworails-iperf3/server.err" nic_rails | grep . || echo none)," \
 		"client $(fs_stat "$FS_TMP/tworails-iperf3/client.err" nic_rails | grep . || echo none)"
+	tworails_stripe "$ns_a" "$ns_b" "$a1" "$b1" "$a2" "$b2" "$s1" "$s2" "${common[@]}"
+	STREAM_SERVER_ENV=("${common[@]}" "FABSOCK_RAIL_ADDRS=$s1.1,$s2.1")
+	STREAM_CLIENT_ENV=("${common[@]}" "FABSOCK_RAIL_ADDRS=$s1.2,$s2.2")
 	# only link 1 named: one rail, as before
 	STREAM_SERVER_ENV=("${common[@]}" "FABSOCK_RAIL_ADDRS=$s1.1")
 	STREAM_CLIENT_ENV=("${common[@]}" "FABSOCK_RAIL_ADDRS=$s1.2")
 	tworails_run tworails-one-named fabsock $((8 * MIB)) 0 8 30 --streams 8 --bytes 8M --seed 104
 	tworails_links tworails-one-named one
 	tworails_rails tworails-one-named 0
-	tworails_link_down "$ns_a" "$ns_b" "$a1" "$b1" "$a2" "$b2" "$s1" "$s2" "${common[@]}"
+	for side in server client; do
+		fs_expect_stats "$FS_TMP/tworails-one-named/$side.err" "tworails-one-named: $side, one rail offered" \
+			"streams_striped=0" "stripe_msgs=0"
+	done
+	# a striped stream first (link 2 up again after it), then four spread ones
+	tworails_link_down "$ns_a" "$ns_b" "$a1" "$b1" "$a2" "$b2" "$s1" "$s2" striped "${common[@]}"
+	tworails_link_down "$ns_a" "$ns_b" "$a1" "$b1" "$a2" "$b2" "$s1" "$s2" spread "${common[@]}"
 	STREAM_EXTRA_ENV=()
 	STREAM_SERVER_ENV=()
 	STREAM_CLIENT_ENV=()
+}
+
+# Striping one stream over the two rails (issue 28 item 2, wire 12):
+#   tworails-stripe-1x128M: one stream of 128 MiB (its send queue holds more
+#     than FABSOCK_STRIPE_MIN at once): byte-exact (stream_check), each link
+#     carried at least 20 % of the payload by the kernel's counters (one
+#     stream spread by homes alone keeps to one link), streams_striped=1 on
+#     both ends, the client's stripe_msgs above 0.
+#   tworails-stripe-netem: the same with link 2 delayed 5 ms each way (tc
+#     netem on both of its ends; a kernel without sch_netem, as this
+#     project's VM: both links held to 200 Mbit/s by tc tbf, link 1's queue
+#     5 ms deep and link 2's 100 ms, which TCP fills: link 2's packets wait
+#     up to 100 ms more), one stream of 64 MiB: messages overtake each other
+#     (the server's rx_early above 0: delivered in order only by sequence),
+#     byte-exact, both links >= 20 %.
+#   tworails-stripe-iperf3: iperf3 -P 1: its control connection makes its
+#     home on NIC 0, so the data stream's is NIC 1, the last (a stream homed
+#     there was left unstriped by the first version): both connections
+#     joined with two rails (streams_striped=2 on both ends), the client
+#     striped messages, each link carried >= 20 % of the received bytes.
+#   tworails-stripe-oneside: the server's FABSOCK_STRIPE_MIN=0 (its ACK
+#     offers one rail): both ends keep to one (no streams_striped, no
+#     stripe_msgs), byte-exact.
+# A test before striping fails the first two: one stream put its payload
+# on its home's link only (link 2 carried 0 bytes of it).
+tworails_stripe() { # NS_A NS_B A1 B1 A2 B2 SUBNET1 SUBNET2 ENV...
+	local ns_a=$1 ns_b=$2 a1=$3 b1=$4 a2=$5 b2=$6 s1=$7 s2=$8 pair early ns dev lat delayed=()
+	local r1 t1 r2 t2 R1 T1 R2 T2
+	shift 8
+	local common=("$@")
+	STREAM_SERVER_ENV=("${common[@]}" "FABSOCK_RAIL_ADDRS=$s1.1,$s2.1")
+	STREAM_CLIENT_ENV=("${common[@]}" "FABSOCK_RAIL_ADDRS=$s1.2,$s2.2")
+	tworails_run tworails-stripe-1x128M fabsock $((128 * MIB)) 0 1 60 --streams 1 --bytes 128M --seed 111
+	tworails_links tworails-stripe-1x128M both
+	tworails_striped tworails-stripe-1x128M 1
+	read -r r1 t1 r2 t2 < <(tworails_link_bytes)
+	NETNS_IPERF3_RECEIVED=0
+	netns_iperf3 "$ns_a" "$ns_b" "$s1.1" tworails-stripe-iperf3 1
+	read -r R1 T1 R2 T2 < <(tworails_link_bytes)
+	if [ -n "$t2" ] && [ -n "$T2" ] && [ "$NETNS_IPERF3_RECEIVED" -gt 0 ]; then
+		TWORAILS_LINK1=$((R1 - r1 + T1 - t1)) TWORAILS_LINK2=$((R2 - r2 + T2 - t2))
+		TWORAILS_PAYLOAD=$NETNS_IPERF3_RECEIVED
+		tworails_links tworails-stripe-iperf3 both
+		tworails_striped tworails-stripe-iperf3 2
+	else
+		fs_fail "tworails-stripe-iperf3: no link counts or nothing received (${NETNS_IPERF3_RECEIVED})"
+	fi
+	if tc -n "$ns_a" qdisc add dev "$a2" root netem delay 5ms limit 100000 2>/dev/null; then
+		tc -n "$ns_b" qdisc add dev "$b2" root netem delay 5ms limit 100000 ||
+			{ fs_fail "tworails-stripe-netem: cannot delay $b2 (tc netem)"; return 0; }
+		delayed=("$ns_a $a2" "$ns_b $b2")
+		fs_log "tworails-stripe-netem: link 2 delayed 5 ms each way (netem)"
+	else
+		for pair in "$ns_a $a1 5ms" "$ns_b $b1 5ms" "$ns_a $a2 100ms" "$ns_b $b2 100ms"; do
+			read -r ns dev lat <<<"$pair"
+			tc -n "$ns" qdisc add dev "$dev" root tbf rate 200mbit burst 32kb latency "$lat" ||
+				{ fs_fail "tworails-stripe-netem: cannot hold $dev to 200 Mbit/s (tc tbf)"; return 0; }
+			delayed+=("$ns $dev")
+		done
+		fs_log "tworails-stripe-netem: no sch_netem in this kernel: both links 200 Mbit/s (tbf), link 1's queue 5 ms, link 2's 100 ms"
+	fi
+	tworails_run tworails-stripe-netem fabsock $((64 * MIB)) 0 1 60 --streams 1 --bytes 64M --seed 112
+	for pair in "${delayed[@]}"; do
+		tc -n "${pair% *}" qdisc del dev "${pair#* }" root || fs_fail "tworails-stripe-netem: cannot remove the qdisc of ${pair#* }"
+	done
+	tworails_links tworails-stripe-netem both
+	tworails_striped tworails-stripe-netem 1
+	early=$(fs_stat "$FS_TMP/tworails-stripe-netem/server.err" rx_early)
+	if [ "${early:-0}" -gt 0 ]; then
+		fs_pass "tworails-stripe-netem: the server took $early messages before their turn (rx_early), delivered in order"
+	else
+		fs_fail "tworails-stripe-netem: rx_early=${early:-none} at the server: no reordering was forced"
+	fi
+	STREAM_SERVER_ENV=("${common[@]}" "FABSOCK_RAIL_ADDRS=$s1.1,$s2.1" FABSOCK_STRIPE_MIN=0)
+	tworails_run tworails-stripe-oneside fabsock $((32 * MIB)) 0 1 60 --streams 1 --bytes 32M --seed 113
+	for side in server client; do
+		fs_expect_stats "$FS_TMP/tworails-stripe-oneside/$side.err" "tworails-stripe-oneside: $side" \
+			"streams_striped=0" "stripe_msgs=0"
+	done
+}
+
+# tworails_striped LABEL STREAMS: both ends joined every one of the STREAMS
+# streams with two rails and the client (the sender) put data messages on a
+# further one.
+tworails_striped() {
+	local label=$1 want=$2 side striped msgs
+	for side in server client; do
+		striped=$(fs_stat "$FS_TMP/$label/$side.err" streams_striped)
+		if [ "${striped:-0}" = "$want" ]; then
+			fs_pass "$label: $side joined its $striped stream(s) with two rails"
+		else
+			fs_fail "$label: $side streams_striped=${striped:-none}, expected $want (every stream with two rails)"
+		fi
+	done
+	msgs=$(fs_stat "$FS_TMP/$label/client.err" stripe_msgs)
+	if [ "${msgs:-0}" -gt 0 ]; then
+		fs_pass "$label: the client sent $msgs data messages on its further rail"
+	else
+		fs_fail "$label: the client's stripe_msgs=${msgs:-none}: nothing was striped"
+	fi
 }
 
 # A rail that fails resets its streams (issue 28): both links held to
@@ -827,21 +937,31 @@ case_tworails() {
 # streams on link 1 end early too; their bytes so far were right.) Then,
 # with link 2 still down, fresh processes: no rail opens on it (nic_rails=0
 # on both ends), eight streams byte-exact over link 1.
-tworails_link_down() { # NS_A NS_B A1 B1 A2 B2 SUBNET1 SUBNET2 ENV...
-	local ns_a=$1 ns_b=$2 a1=$3 b1=$4 a2=$5 b2=$6 s1=$7 s2=$8 label=tworails-link-down
-	shift 8
-	local common=("$@") dir=$FS_TMP/tworails-link-down pair server_pid client_pid t0 t1 waited
+# KIND spread: that (four streams with a backlog each: spreading fills the
+# rails, none is striped). KIND striped (tworails-link-down-striped): one
+# stream of 256 MiB striped over both links (the client's stripe_msgs above
+# 0), homed on either; it must be reset as well, as a stream that uses the
+# failed NIC; link 2 is brought up again at the end.
+tworails_link_down() { # NS_A NS_B A1 B1 A2 B2 SUBNET1 SUBNET2 KIND ENV...
+	local ns_a=$1 ns_b=$2 a1=$3 b1=$4 a2=$5 b2=$6 s1=$7 s2=$8 kind=$9 label=tworails-link-down
+	shift 9
+	local common=("$@") dir pair server_pid client_pid t0 t1 waited load=(--streams 4 --bytes 64M) suffix=
+	if [ "$kind" = striped ]; then
+		suffix=-striped load=(--streams 1 --bytes 256M)
+	fi
+	label+=$suffix
+	dir=$FS_TMP/$label
 	local rc_s=0 rc_c=0 rc side err out nf_s nf_c
 	mkdir -p "$dir"
 	for pair in "$ns_a $a1" "$ns_b $b1" "$ns_a $a2" "$ns_b $b2"; do
-		if ! tc -n "${pair% *}" qdisc add dev "${pair#* }" root tbf rate 200mbit burst 256kb latency 100ms; then
+		if ! tc -n "${pair% *}" qdisc replace dev "${pair#* }" root tbf rate 200mbit burst 256kb latency 100ms; then
 			fs_fail "$label: cannot hold ${pair#* } to 200 Mbit/s (tc tbf)"
 			return 0
 		fi
 	done
 	PAIR_SERVER_ENV=("${common[@]}" "FABSOCK_RAIL_ADDRS=$s1.1,$s2.1")
 	PAIR_CLIENT_ENV=("${common[@]}" "FABSOCK_RAIL_ADDRS=$s1.2,$s2.2")
-	netns_pair_start "$label" "$dir" "$ns_a" "$ns_b" "$s1.1" --timeout 40 --streams 4 --bytes 64M --seed 105 ||
+	netns_pair_start "$label" "$dir" "$ns_a" "$ns_b" "$s1.1" --timeout 40 "${load[@]}" --seed 105 ||
 		return 0
 	server_pid=$PAIR_SERVER_PID client_pid=$PAIR_CLIENT_PID
 	fs_sleep 1.5
@@ -873,6 +993,15 @@ tworails_link_down() { # NS_A NS_B A1 B1 A2 B2 SUBNET1 SUBNET2 ENV...
 	else
 		fs_fail "$label: no side failed its rail (nic_rails_failed: server ${nf_s:-none}, client ${nf_c:-none})"
 	fi
+	# striping (wire 12): the stream had messages on both rails
+	nf_s=$(fs_stat "$dir/client.err" stripe_msgs)
+	if [ "$kind" != striped ]; then
+		:
+	elif [ "${nf_s:-0}" -gt 0 ]; then
+		fs_pass "$label: the client had striped $nf_s data messages onto its further rail before the reset"
+	else
+		fs_fail "$label: the client's stripe_msgs=${nf_s:-none}: the stream was not striped"
+	fi
 	if grep -q 'Connection reset by peer' "$dir/server.err" "$dir/client.err"; then
 		fs_pass "$label: the streams of link 2 were reset (ECONNRESET)"
 	else
@@ -886,11 +1015,14 @@ tworails_link_down() { # NS_A NS_B A1 B1 A2 B2 SUBNET1 SUBNET2 ENV...
 	# fresh processes, link 2 still down: one rail each, all on link 1
 	STREAM_SERVER_ENV=("${common[@]}" "FABSOCK_RAIL_ADDRS=$s1.1,$s2.1")
 	STREAM_CLIENT_ENV=("${common[@]}" "FABSOCK_RAIL_ADDRS=$s1.2,$s2.2")
-	tworails_run tworails-after-down fabsock $((8 * MIB)) 0 8 60 --streams 8 --bytes 8M --seed 106
-	tworails_links tworails-after-down one
+	tworails_run "tworails-after-down$suffix" fabsock $((8 * MIB)) 0 8 60 --streams 8 --bytes 8M --seed 106
+	tworails_links "tworails-after-down$suffix" one
 	for side in server client; do
-		fs_expect_stats "$FS_TMP/tworails-after-down/$side.err" "tworails-after-down: $side" "nic_rails=0"
+		fs_expect_stats "$FS_TMP/tworails-after-down$suffix/$side.err" "tworails-after-down$suffix: $side" "nic_rails=0"
 	done
+	if [ "$kind" = striped ]; then
+		ip -n "$ns_a" link set "$a2" up || fs_fail "$label: cannot bring $a2 up again"
+	fi
 }
 
 case_big() {

@@ -12,7 +12,7 @@
 #     loaded libfabric (fabric_loads=0), sent a probe (probes_sent=0) or
 #     offloaded anything. The nft counter: TCP carried every byte, payload
 #     and the two header records together within a retransmission of
-#     200 x (100 + 4096 + 2 x 68).
+#     200 x (100 + 4096 + 2 x 70).
 #     And one way: the client writes its request and closes without
 #     reading (the ACK comes after its close: the socket is closed in the
 #     background once the ACK is taken, so its FIN follows the ACK), its
@@ -22,7 +22,7 @@
 #     blocking (with peeks), epoll-lt and epoll-et readers, the server
 #     writing first. It starts on TCP as (a) and, the switch after a
 #     waitless handshake not being built (OPEN/OPENED), stays there: each
-#     kernel received exactly the peer's bytes, its one header record (68)
+#     kernel received exactly the peer's bytes, its one header record (70)
 #     and the FIN (TCP_INFO bytes_received), no rail in either process.
 # (c) plain ends: a client without the preload against a TCP_FIRST server
 #     (nothing stripped: the server served none), a TCP_FIRST client against
@@ -34,7 +34,7 @@
 #     setting: the server still strips the HELLO its record promises to).
 # (d) a client of another user (nobody, no preload) whose first message is
 #     a well-formed waitless HELLO followed by 100 bytes: the TCP_FIRST
-#     server (root) reads all 168 bytes as data (tcp_first_hello_unproved=1,
+#     server (root) reads all 170 bytes as data (tcp_first_hello_unproved=1,
 #     tcp_first_waitless_served=0), and nobody receives no ACK.
 # (e) exec before the ACK: a client writes its request and exec()s a program
 #     that reads the answer from the inherited socket: the new program
@@ -47,7 +47,7 @@ fs_need_nft
 SC=$FS_PROGS/fs_shortconn
 TF=$FS_PROGS/fs_tcpfirst
 ROUNDS=${FS_TCPFIRST2_ROUNDS:-1}
-COUNT=200 REQ=100 ANSWER=4096 HS=68
+COUNT=200 REQ=100 ANSWER=4096 HS=70
 TF_BYTES=6000000
 LIMIT_S=120
 TF_ENV="FABSOCK_TCP_FIRST=1"
@@ -202,13 +202,14 @@ PY
 	cat >"$dir/client.py" <<'PY'
 import hashlib, socket, struct, sys, zlib
 s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
-# a well-formed waitless HELLO (core/wire.h, version 11): magic, version,
+# a well-formed waitless HELLO (core/wire.h, version 12): magic, version,
 # status, length, token, nonce 0, stream 0, window 0, chunk 0, host id,
-# provider shm, pull shift 0, addr_len 0, bell port 0, flags TCP_FIRST, fd
-h = struct.pack(">IBBHQQIII16sBBHHHI", 0x46534248, 11, 0, 68, 0x1122334455667788, 0, 0, 0, 0,
-                b"\0" * 16, 1, 0, 0, 0, 1, s.fileno())
+# provider shm, pull shift 0, one rail, reserved 0, bell port 0, flags
+# TCP_FIRST, fd, then the one rail's address length 0
+h = struct.pack(">IBBHQQIII16sBBBBHHIH", 0x46534248, 12, 0, 70, 0x1122334455667788, 0, 0, 0, 0,
+                b"\0" * 16, 1, 0, 1, 0, 0, 1, s.fileno(), 0)
 h += struct.pack(">I", zlib.crc32(h) & 0xffffffff)
-assert len(h) == 68
+assert len(h) == 70
 msg = h + bytes(range(100))
 s.sendall(msg)
 s.shutdown(socket.SHUT_WR)

@@ -7,7 +7,12 @@
 # FABSOCK_RAIL_ADDRS naming each side's two addresses: eight streams of one
 # process pair byte-exact, each link carrying at least 20 % of the payload by
 # the kernel's interface counters, and nic_rails=1 in both processes' stats;
-# with only link 1 named, one rail (nic_rails=0) and link 2 idle. Exits 77
+# with only link 1 named, one rail (nic_rails=0) and link 2 idle. Striping
+# (wire 12): one stream of 128 MiB over both links (each >= 20 %), again
+# with link 2's packets held back (netem, or tbf queues where the kernel has
+# no netem) so that its messages arrive out of order (rx_early > 0), and one
+# side offering one rail (none striped); a link taken down under striped
+# streams resets them within seconds. Exits 77
 # (skipped) when network namespaces cannot be created; under CI=true that
 # fails instead (fs_skip). The work is done by the stream driver in
 # e2e_stream.sh (case "tworails"), which states the pass/fail rules; FS_MODES

@@ -112,6 +112,20 @@ static void fs_test_fill_hello(struct fs_hello *h, uint32_t magic, uint16_t addr
 		h->addr[i] = (uint8_t)(i * 7 + 3);
 }
 
+/* The further rails of A and B (a zero count is one rail). */
+static int fs_test_rails_equal(const struct fs_hello *a, const struct fs_hello *b)
+{
+	unsigned ra = a->rails ? a->rails : 1, rb = b->rails ? b->rails : 1;
+
+	if (ra != rb)
+		return 0;
+	for (unsigned i = 1; i < ra; i++)
+		if (a->more[i - 1].len != b->more[i - 1].len ||
+		    memcmp(a->more[i - 1].addr, b->more[i - 1].addr, a->more[i - 1].len))
+			return 0;
+	return 1;
+}
+
 static int fs_test_hello_equal(const struct fs_hello *a, const struct fs_hello *b)
 {
 	return a->magic == b->magic && a->status == b->status && a->token == b->token &&
@@ -119,7 +133,7 @@ static int fs_test_hello_equal(const struct fs_hello *a, const struct fs_hello *
 	       a->chunk == b->chunk && !memcmp(a->host_id, b->host_id, sizeof(a->host_id)) &&
 	       a->provider == b->provider && a->pull_shift == b->pull_shift && a->addr_len == b->addr_len &&
 	       a->bell_port == b->bell_port && a->sock_fd == b->sock_fd && a->flags == b->flags &&
-	       !memcmp(a->addr, b->addr, a->addr_len);
+	       !memcmp(a->addr, b->addr, a->addr_len) && fs_test_rails_equal(a, b);
 }
 
 /* Decodes from a heap copy of exactly LEN bytes, so ASan sees any overread. */
@@ -284,7 +298,7 @@ static void test_hello_layout(void)
 	CHECK(n == FS_WIRE_HELLO_MIN + 3);
 	CHECK(!memcmp(buf, "FSBH", 4));
 	CHECK(buf[4] == FS_WIRE_VERSION && buf[5] == 0);
-	CHECK(buf[6] == 0 && buf[7] == 71);
+	CHECK(buf[6] == 0 && buf[7] == 73);
 	CHECK(!memcmp(buf + 8, "\x01\x02\x03\x04\x05\x06\x07\x08", 8));
 	CHECK(!memcmp(buf + 16, "\xf1\xe2\xd3\xc4\xb5\xa6\x97\x88", 8));
 	CHECK(!memcmp(buf + 24, "\x00\xab\xcd\xef", 4));
@@ -292,19 +306,20 @@ static void test_hello_layout(void)
 	CHECK(!memcmp(buf + 32, "\x00\x10\x00\x00", 4));
 	CHECK(buf[36] == 0xa0 && buf[51] == 0xaf);
 	CHECK(buf[52] == FS_PROV_EFA && buf[53] == 14);
-	CHECK(buf[54] == 0 && buf[55] == 3);
+	CHECK(buf[54] == 1 && buf[55] == 0); /* one rail, reserved */
 	CHECK(buf[56] == 0xbe && buf[57] == 0x11 && buf[58] == 0 && buf[59] == 0);
 	CHECK(!memcmp(buf + 60, "\x12\x34\x56\x78", 4));
-	CHECK(buf[64] == 3 && buf[65] == 10 && buf[66] == 17);
-	CHECK(fs_test_be32(buf + 67) == fs_test_crc32_bitwise(buf, 67));
+	CHECK(buf[64] == 0 && buf[65] == 3); /* rail 0: its length, then its address */
+	CHECK(buf[66] == 3 && buf[67] == 10 && buf[68] == 17);
+	CHECK(fs_test_be32(buf + 69) == fs_test_crc32_bitwise(buf, 69));
 	CHECK(fs_wire_hello_decode(buf, (size_t)n, FS_WIRE_HELLO_MAGIC, &d) == n);
 	CHECK(fs_test_hello_equal(&h, &d));
 	/* a descriptor number with its top bit set is malformed */
 	buf[60] = 0x80;
-	fs_test_put_be32(buf + 67, fs_test_crc32_bitwise(buf, 67));
+	fs_test_put_be32(buf + 69, fs_test_crc32_bitwise(buf, 69));
 	CHECK(fs_wire_hello_decode(buf, (size_t)n, FS_WIRE_HELLO_MAGIC, &d) == -EBADMSG);
 	buf[60] = 0x7f;
-	fs_test_put_be32(buf + 67, fs_test_crc32_bitwise(buf, 67));
+	fs_test_put_be32(buf + 69, fs_test_crc32_bitwise(buf, 69));
 	CHECK(fs_wire_hello_decode(buf, (size_t)n, FS_WIRE_HELLO_MAGIC, &d) == n && d.sock_fd == 0x7f345678);
 	h.sock_fd = FS_WIRE_FD_MAX + 1u;
 	CHECK(fs_wire_hello_encode(&h, buf, sizeof(buf)) == -EINVAL);
@@ -318,9 +333,50 @@ static void test_hello_layout(void)
 
 	fs_test_fill_hello(&h, FS_WIRE_ACK_MAGIC, FS_WIRE_ADDR_MAX);
 	n = fs_wire_hello_encode(&h, buf, sizeof(buf));
-	CHECK(n == FS_WIRE_HELLO_MAX);
+	CHECK(n == FS_WIRE_HELLO_MIN + FS_WIRE_ADDR_MAX);
 	CHECK(!memcmp(buf, "FSBA", 4) && buf[5] == FS_NAK_RESOURCES);
-	CHECK(buf[6] == 0x01 && buf[7] == 0x44 && buf[54] == 0x01 && buf[55] == 0x00);
+	CHECK(buf[6] == 0x01 && buf[7] == 0x46 && buf[54] == 1 && buf[64] == 0x01 && buf[65] == 0x00);
+
+	/* wire 12: three rails, each its length then its address, in order */
+	fs_test_fill_hello(&h, FS_WIRE_HELLO_MAGIC, 3);
+	h.rails = 3;
+	h.more[0].len = 2;
+	memcpy(h.more[0].addr, "\xaa\xbb", 2);
+	h.more[1].len = 0;
+	n = fs_wire_hello_encode(&h, buf, sizeof(buf));
+	CHECK(n == FS_WIRE_HELLO_FIXED + 2 + 3 + 2 + 2 + 2 + 0 + 4);
+	CHECK(buf[54] == 3 && buf[55] == 0);
+	CHECK(buf[64] == 0 && buf[65] == 3 && buf[66] == 3);
+	CHECK(buf[69] == 0 && buf[70] == 2 && buf[71] == 0xaa && buf[72] == 0xbb);
+	CHECK(buf[73] == 0 && buf[74] == 0);
+	CHECK(fs_test_be32(buf + 75) == fs_test_crc32_bitwise(buf, 75));
+	memset(&d, 0x5a, sizeof(d));
+	CHECK(fs_wire_hello_decode(buf, (size_t)n, FS_WIRE_HELLO_MAGIC, &d) == n);
+	CHECK(d.rails == 3 && fs_test_hello_equal(&h, &d));
+	CHECK(fs_test_prefix_contract(buf, (size_t)n, FS_WIRE_HELLO_MAGIC, n));
+
+	/* the largest: every rail with the largest address */
+	fs_test_fill_hello(&h, FS_WIRE_ACK_MAGIC, FS_WIRE_ADDR_MAX);
+	h.rails = FS_WIRE_RAILS_MAX;
+	for (unsigned i = 0; i < FS_WIRE_RAILS_MAX - 1; i++) {
+		h.more[i].len = FS_WIRE_ADDR_MAX;
+		memset(h.more[i].addr, (int)(i + 1), FS_WIRE_ADDR_MAX);
+	}
+	n = fs_wire_hello_encode(&h, buf, sizeof(buf));
+	CHECK(n == FS_WIRE_HELLO_MAX && buf[54] == FS_WIRE_RAILS_MAX);
+	memset(&d, 0, sizeof(d));
+	CHECK(fs_wire_hello_decode(buf, (size_t)n, FS_WIRE_ACK_MAGIC, &d) == n && fs_test_hello_equal(&h, &d));
+	CHECK(d.more[FS_WIRE_RAILS_MAX - 2].addr[FS_WIRE_ADDR_MAX - 1] == FS_WIRE_RAILS_MAX - 1);
+	/* the encoder refuses 17 rails and a further rail's address over the largest */
+	h.rails = FS_WIRE_RAILS_MAX + 1;
+	CHECK(fs_wire_hello_encode(&h, buf, sizeof(buf)) == -EINVAL);
+	h.rails = 2;
+	h.more[0].len = FS_WIRE_ADDR_MAX + 1;
+	CHECK(fs_wire_hello_encode(&h, buf, sizeof(buf)) == -EINVAL);
+	h.more[0].len = 5;
+	CHECK(fs_wire_hello_encode(&h, buf, FS_WIRE_HELLO_MIN + FS_WIRE_ADDR_MAX + 2 + 4) == -EMSGSIZE);
+	CHECK(fs_wire_hello_encode(&h, buf, FS_WIRE_HELLO_MIN + FS_WIRE_ADDR_MAX + 2 + 5) ==
+	      FS_WIRE_HELLO_MIN + FS_WIRE_ADDR_MAX + 2 + 5);
 }
 
 static void test_hello_round_trip(void)
@@ -497,13 +553,25 @@ static void test_hello_malformed(void)
 	FS_TEST_REFUSED(buf[58] = 1, 16);                     /* flags this version does not know */
 	FS_TEST_REFUSED(buf[59] = 0x80, 16);
 	FS_TEST_REFUSED(buf[59] = 0x02, 16);
-	FS_TEST_REFUSED(fs_test_put_be16(buf + 54, 17), 16);  /* addr_len vs length */
-	FS_TEST_REFUSED(fs_test_put_be16(buf + 54, 15), 16);
-	FS_TEST_REFUSED(fs_test_put_be16(buf + 54, 16 + 256), 16);
-	/* addr_len > 256 with a length that agrees with it: length is out of range. */
-	FS_TEST_REFUSED((fs_test_put_be16(buf + 6, FS_WIRE_HELLO_MIN + 257), fs_test_put_be16(buf + 54, 257)), 16);
-	FS_TEST_REFUSED(fs_test_put_be16(buf + 54, 300), FS_WIRE_ADDR_MAX);
-	FS_TEST_REFUSED(fs_test_put_be16(buf + 54, 0xffff), FS_WIRE_ADDR_MAX);
+	FS_TEST_REFUSED(buf[54] = 0, 16);                     /* no rail */
+	FS_TEST_REFUSED(buf[54] = 2, 16);                     /* more rails than entries */
+	FS_TEST_REFUSED(buf[54] = FS_WIRE_RAILS_MAX + 1, 16);
+	FS_TEST_REFUSED(buf[54] = 0xff, 16);
+	FS_TEST_REFUSED(buf[55] = 1, 16);                     /* reserved */
+	FS_TEST_REFUSED(fs_test_put_be16(buf + 64, 17), 16);  /* rail 0's length vs the total */
+	FS_TEST_REFUSED(fs_test_put_be16(buf + 64, 15), 16);
+	FS_TEST_REFUSED(fs_test_put_be16(buf + 64, 16 + 256), 16);
+	/* a length > 256 with a total that agrees with it */
+	FS_TEST_REFUSED((fs_test_put_be16(buf + 6, FS_WIRE_HELLO_MIN + 257), fs_test_put_be16(buf + 64, 257)), 16);
+	FS_TEST_REFUSED(fs_test_put_be16(buf + 64, 300), FS_WIRE_ADDR_MAX);
+	FS_TEST_REFUSED(fs_test_put_be16(buf + 64, 0xffff), FS_WIRE_ADDR_MAX);
+	/* 17 rails of empty addresses, the total agreeing: the count refuses */
+	FS_TEST_REFUSED((buf[54] = FS_WIRE_RAILS_MAX + 1,
+			 fs_test_put_be16(buf + 6, FS_WIRE_HELLO_FIXED + (FS_WIRE_RAILS_MAX + 1) * 2 + 4),
+			 memset(buf + 64, 0, (FS_WIRE_RAILS_MAX + 1) * 2),
+			 n = FS_WIRE_HELLO_FIXED + (FS_WIRE_RAILS_MAX + 1) * 2 + 4), 16);
+	/* two rails whose second length overruns into the CRC */
+	FS_TEST_REFUSED((buf[54] = 2, fs_test_put_be16(buf + 64, 10), fs_test_put_be16(buf + 76, 5)), 16);
 
 	/* A bad CRC byte is refused as soon as it arrives. */
 	n = fs_test_valid_hello(buf, 16);
