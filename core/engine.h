@@ -498,6 +498,9 @@ void fs_stream_watch_del(struct fs_stream_watch *w);
 void fs_engine_wake_all(struct fs_engine *e);
 /* A thread starts / stops sleeping on S (not as the poller). Lock held. */
 void fs_stream_sleep_begin(struct fs_engine *e, struct fs_stream *s);
+/* S's eventfd, which its sleepers wait on, made at its first use; -1 if it
+ * cannot be made (the caller sleeps some other way). Lock held. */
+int fs_stream_wake_fd(struct fs_stream *s);
 void fs_stream_sleep_end(struct fs_engine *e, struct fs_stream *s);
 
 /* True in a child that shares its parent's memory until it execs or exits

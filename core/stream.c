@@ -29,7 +29,6 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/eventfd.h>
 #include <time.h>
 
 #include "config/log.h"
@@ -216,7 +215,9 @@ static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_read
 			fs_ready_wait_enter();
 			*counted = true;
 		}
-		if (fs_wait_stream_beside(e, s) && fs_stream_poller_free(e)) {
+		/* (without an eventfd for S, the scheme below: that sleep
+		 * would return at once and this loop would spin) */
+		if (fs_wait_stream_beside(e, s) && fs_stream_wake_fd(s) >= 0 && fs_stream_poller_free(e)) {
 			short rev = 0;
 			int r = fs_wait_stream_beside_sleep(e, &w, s, ctl_fd < 0 || s->peer_gone ? -1 : ctl_fd, &rev);
 
@@ -232,8 +233,8 @@ static int fs_stream_wait_once(struct fs_engine *e, struct fs_stream *s, fs_read
 			e->poller = pthread_self();
 		}
 		*poller = pthread_equal(e->poller, pthread_self());
-		if (!*poller && s->wake_fd < 0)
-			s->wake_fd = fs_internal_fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+		if (!*poller)
+			(void)fs_stream_wake_fd(s);
 		{
 			/* Deeply idle with every stream armed: the doorbell wakes us
 			 * (the poller through the engine's deep fd, the others through

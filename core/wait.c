@@ -14,7 +14,6 @@
 #include <poll.h>
 #include <pthread.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <time.h>
 
 #include "config/params.h"
@@ -290,12 +289,9 @@ static int fs_wait_beside_sleep_on(struct fs_engine *e, const struct fs_wait *w,
 		fs_engine_unlock(e);
 		return 0;
 	}
-	for (; k < nst; k++) {
-		if (st[k]->wake_fd < 0)
-			st[k]->wake_fd = fs_internal_fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-		if (st[k]->wake_fd < 0)
+	for (; k < nst; k++)
+		if (fs_stream_wake_fd(st[k]) < 0)
 			break;
-	}
 	if (k < nst) {
 		fs_engine_unlock(e);
 		return 0;

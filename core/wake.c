@@ -311,6 +311,13 @@ void fs_engine_wake_all(struct fs_engine *e)
 		fs_stream_ring(fs_stream_of(n, sleep_link));
 }
 
+int fs_stream_wake_fd(struct fs_stream *s)
+{
+	if (s->wake_fd < 0)
+		s->wake_fd = fs_internal_fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+	return s->wake_fd;
+}
+
 void fs_stream_sleep_begin(struct fs_engine *e, struct fs_stream *s)
 {
 	/* woken by the progress round a ring starts (the service thread's) */
